@@ -1,0 +1,4 @@
+#pragma once
+namespace kiln {
+const char* version();
+}  // namespace kiln

@@ -1,0 +1,33 @@
+#pragma once
+// NVRTC: instantiated source -> PTX and, where NVRTC supports the arch, CUBIN.
+#include <string>
+#include <vector>
+
+namespace kiln::rt {
+
+struct CompileRequest {
+  std::string op;      // for errors and logs
+  std::string dtypes;  // "f32,f16", for errors and logs
+  std::string source;  // instantiated CUDA C++
+  int arch = 90;       // exact target, e.g. 90 for sm_90
+};
+
+struct CompiledModule {
+  std::string ptx;
+  std::string cubin;  // empty when NVRTC cannot emit CUBIN for the arch
+  double ms = 0;
+};
+
+// Throws CompileError (log, numbered source, and the file it was written to) on failure.
+CompiledModule compile(const CompileRequest& req);
+// Every NVRTC option `compile` passes for `arch` (part of the disk cache key).
+std::vector<std::string> nvrtc_options(int arch);
+std::string nvrtc_version();          // "13.0"
+bool nvrtc_can_emit_cubin(int arch);  // from nvrtcGetSupportedArchs
+// Directories NVRTC searches for cuda_fp16.h etc.: KILN_CUDA_INCLUDE (':'-separated),
+// else the toolkit include dirs found at configure time.
+std::vector<std::string> cuda_include_dirs();
+// Parses "sm_90", "90", "compute_90"; throws ValueError otherwise.
+int parse_arch(const std::string& text);
+
+}  // namespace kiln::rt

@@ -1,0 +1,77 @@
+#pragma once
+// Devices, primary contexts, streams and events. No CUDA types appear here:
+// handles are opaque pointers so engine headers stay plain C++.
+#include <cstddef>
+#include <string>
+
+namespace kiln::rt {
+
+// True when libcuda.so.1 loaded, cuInit succeeded and at least one GPU exists.
+// `why` receives the reason when false.
+bool gpu_available(std::string* why = nullptr);
+int device_count();  // 0 when no driver/GPU (never throws)
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  std::size_t total_memory = 0;
+  int l2_bytes = 0;
+  int max_shared_optin = 0;  // bytes per block after opting in
+  int arch() const { return cc_major * 10 + cc_minor; }  // 90 for sm_90
+};
+// Throws DeviceError naming why when the driver, the GPU or the ordinal is missing.
+const DeviceInfo& device_info(int ordinal);
+
+// Makes the device's primary context current on this thread (retained once per process).
+void make_current(int ordinal);
+
+class Event;
+
+class Stream {
+ public:
+  Stream() = default;  // empty: no stream
+  static Stream create(int device);  // a non-blocking stream on `device`
+  ~Stream();
+  Stream(Stream&& o) noexcept;
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  void synchronize() const;
+  void wait(const Event& e) const;  // later work on this stream waits for e
+  void* handle() const { return handle_; }  // CUstream
+  int device() const { return device_; }
+  explicit operator bool() const { return handle_ != nullptr; }
+
+ private:
+  void* handle_ = nullptr;
+  int device_ = -1;
+};
+
+// The stream kiln's ops run on for `device`; created on first use, lives for the process.
+Stream& default_stream(int device);
+
+class Event {
+ public:
+  Event() = default;
+  static Event create(int device, bool timing = false);
+  ~Event();
+  Event(Event&& o) noexcept;
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(const Stream& s);
+  void synchronize() const;
+  bool done() const;
+  float elapsed_ms_since(const Event& start) const;  // both must be timing events
+  void* handle() const { return handle_; }
+
+ private:
+  void* handle_ = nullptr;
+  int device_ = -1;
+};
+
+}  // namespace kiln::rt

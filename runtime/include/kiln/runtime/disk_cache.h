@@ -1,0 +1,89 @@
+#pragma once
+// The on-disk level of the module cache. Directory: $KILN_CACHE_DIR, else
+// $XDG_CACHE_HOME/kiln, else ~/.cache/kiln. Mode: KILN_CACHE=rw|ro|off.
+// Size bound: KILN_CACHE_MAX_SIZE (bytes, or with K/M/G suffix), LRU eviction.
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::rt {
+
+// Readable fields stored in every entry's header; `digest` (hex SHA-256 of the
+// instantiated source, every NVRTC option, the NVRTC version, the arch, the output
+// kind and the format version) names the file.
+struct EntryKey {
+  std::string op, dtypes;
+  std::uint32_t variant = 0;
+  int arch = 0;
+  std::string kind;  // "cubin" (CUBIN + PTX) or "ptx"
+  std::string nvrtc_version;
+  std::string options;  // NVRTC options joined by spaces
+  std::string digest;
+};
+
+struct Entry {
+  EntryKey key;
+  std::string source;  // instantiated .cu
+  std::string ptx;
+  std::string cubin;   // empty for kind "ptx"
+};
+
+struct EntryInfo {
+  std::filesystem::path path;
+  EntryKey key;  // op/dtypes/... empty when the header is unreadable
+  std::uint64_t bytes = 0;
+  std::int64_t created = 0;    // unix seconds, from the header
+  std::int64_t last_used = 0;  // unix seconds, recorded by the cache on each hit
+  bool ok = true;
+  std::string problem;  // why the entry is bad, when !ok
+};
+
+enum class CacheMode { read_write, read_only, off };
+
+// Computes EntryKey::digest from its fields and the source.
+std::string entry_digest(const EntryKey& k, const std::string& source);
+
+class DiskCache {
+ public:
+  DiskCache(std::filesystem::path dir, CacheMode mode, std::uint64_t max_bytes);
+  // The process-wide cache configured from the environment.
+  static DiskCache& global();
+  // Resolves the directory from the environment (for jitcc's default).
+  static std::filesystem::path default_dir();
+  static constexpr std::uint32_t kFormatVersion = 1;
+
+  // A valid entry for `key` (digest and fields must match), recording its use.
+  // A bad entry is moved aside with a warning and nullopt returned.
+  std::optional<Entry> load(const EntryKey& key);
+  // Atomic: unique temp file in the same directory, flushed, renamed. Degrades to
+  // memory-only with one warning when the directory is not writable. Evicts LRU
+  // entries past the size bound.
+  void store(const Entry& e);
+
+  std::vector<EntryInfo> list() const;  // every entry, valid or not
+  std::optional<Entry> read(const std::filesystem::path& p, std::string* problem = nullptr) const;
+  // Removes least-recently-used entries until the total is <= max_bytes; returns bytes removed.
+  std::uint64_t gc(std::uint64_t max_bytes);
+  void clear();  // removes every entry (and quarantined files)
+  std::uint64_t total_bytes() const;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  CacheMode mode() const { return mode_; }
+  bool writable() const;
+
+ private:
+  std::filesystem::path entry_path(const std::string& digest) const;
+  void quarantine(const std::filesystem::path& p, const std::string& why);
+
+  std::filesystem::path dir_;
+  CacheMode mode_;
+  std::uint64_t max_bytes_;
+  mutable std::mutex mu_;
+  bool write_failed_ = false;  // after the one warning, memory-only
+  std::int64_t bytes_estimate_ = -1;
+};
+
+}  // namespace kiln::rt

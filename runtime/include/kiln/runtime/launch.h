@@ -1,0 +1,34 @@
+#pragma once
+// Launches a cached function with typed arguments on a stream.
+#include <cstdint>
+
+#include "kiln/runtime/module_cache.h"
+
+namespace kiln::rt {
+
+class Stream;
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  unsigned shared_bytes = 0;
+};
+
+void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void** args);
+
+// Each argument is passed by address, as cuLaunchKernel expects; types must match
+// the kernel's parameters exactly (DevicePtr for pointers).
+template <class... Args>
+void launch(const Function& f, const LaunchConfig& c, const Stream& s, const Args&... args) {
+  void* params[] = {const_cast<void*>(static_cast<const void*>(&args))..., nullptr};
+  launch_raw(f, c, s, params);
+}
+
+// Blocks of `block` threads covering n items, capped for grid-stride loops.
+LaunchConfig linear_config(std::uint64_t n, unsigned block = 256, unsigned max_blocks = 65535u * 4);
+
+}  // namespace kiln::rt

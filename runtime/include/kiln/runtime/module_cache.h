@@ -1,0 +1,35 @@
+#pragma once
+// Two-level module cache: memory (op, dtypes, variant, device) -> loaded function,
+// backed by the disk cache. A memory hit builds no strings and hashes no source.
+#include <cstdint>
+
+#include "kiln/dtype.h"
+
+namespace kiln::rt {
+
+struct KernelSpec;
+
+struct Function {
+  void* handle = nullptr;  // CUfunction
+  int device = -1;
+};
+
+// The loaded function for (spec, dtypes, variant) on `device`: a memory hit, else a
+// disk hit, else an NVRTC compile. Concurrent first calls of one key compile once.
+Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
+
+enum class WarmOutcome { compiled, cached };
+// Fills the disk cache for `arch` without a GPU. Throws CompileError on failure.
+WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch);
+
+struct CacheCounters {
+  std::uint64_t compiles = 0;
+  std::uint64_t memory_hits = 0;
+  std::uint64_t disk_hits = 0;
+  double compile_ms = 0;
+  double load_ms = 0;  // cuModuleLoadData time
+};
+CacheCounters cache_counters();
+void reset_cache_counters();
+
+}  // namespace kiln::rt

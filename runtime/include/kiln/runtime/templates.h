@@ -1,0 +1,22 @@
+#pragma once
+// Kernel templates: CUDA C++ text with ${NAME} placeholders, embedded into the
+// library at build time. KILN_TEMPLATE_DIR reads them from disk instead.
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kiln::rt {
+
+using Bindings = std::vector<std::pair<std::string, std::string>>;
+
+// The template's text; throws ValueError naming the template when it does not exist.
+std::string template_source(std::string_view name);
+std::vector<std::string> template_names();
+// The distinct placeholder names in `text`, in order of first appearance.
+std::vector<std::string> template_placeholders(std::string_view text);
+// Replaces every ${NAME}. A placeholder without a binding, or a binding the
+// template does not use, throws ValueError naming the template and the placeholder.
+std::string instantiate(std::string_view template_name, std::string_view text, const Bindings& b);
+
+}  // namespace kiln::rt
