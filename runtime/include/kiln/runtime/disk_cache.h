@@ -69,6 +69,9 @@ class DiskCache {
   std::uint64_t gc(std::uint64_t max_bytes);
   void clear();  // removes every entry (and quarantined files)
   std::uint64_t total_bytes() const;
+  std::size_t quarantine_count() const;  // files moved aside as bad, not yet collected
+  // "1048576", "512K", "64M", "2G" (binary multiples); nullopt when malformed.
+  static std::optional<std::uint64_t> parse_size(const std::string& text);
 
   const std::filesystem::path& dir() const { return dir_; }
   CacheMode mode() const { return mode_; }
@@ -77,6 +80,9 @@ class DiskCache {
  private:
   std::filesystem::path entry_path(const std::string& digest) const;
   void quarantine(const std::filesystem::path& p, const std::string& why);
+  void note_write_failure(const std::string& reason);
+  void account_store(std::uint64_t bytes);
+  std::uint64_t gc_locked(std::uint64_t max_bytes);
 
   std::filesystem::path dir_;
   CacheMode mode_;

@@ -1,0 +1,123 @@
+// Host side of the elementwise templates: pick the variant from the collapsed layout,
+// fetch the cached function and launch with arguments in the kernels' parameter order.
+#include <algorithm>
+#include <string>
+
+#include "kiln/error.h"
+#include "kiln/runtime/module_cache.h"
+#include "launchers.h"
+#include "layout.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+// Grid-stride grids of a few waves: enough blocks to fill every SM, few enough that
+// each thread loops (blocks of 256 at 2048 threads per SM is 8 per SM per wave).
+constexpr unsigned kBlocksPerSm = 32;
+
+// Elements per vector in the contiguous kernels: 16 bytes of the widest operand.
+std::uint64_t vector_items(std::int64_t n, std::initializer_list<DType> dtypes) {
+  std::size_t widest = 1;
+  for (DType t : dtypes) widest = std::max(widest, dtype_size(t));
+  const auto per = static_cast<std::uint64_t>(16 / widest);
+  return (static_cast<std::uint64_t>(n) + per - 1) / per;
+}
+
+rt::Function function(const rt::KernelSpec& spec, const DTypes& d, Variant v, const rt::Stream& s) {
+  return rt::get_function(spec, d, static_cast<std::uint32_t>(v), s.device());
+}
+
+}  // namespace
+
+Scalar::Scalar(double v) : f(v) {
+  // -2^63 <= v < 2^63 keeps the conversion defined.
+  i = (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? static_cast<std::int64_t>(v) : 0;
+}
+
+rt::LaunchConfig grid_stride_config(std::uint64_t items, int device) {
+  const unsigned sms = static_cast<unsigned>(std::max(1, rt::device_info(device).sm_count));
+  return rt::linear_config(items, 256, sms * kBlocksPerSm);
+}
+
+void launch_unary(const rt::KernelSpec& spec, DType in, DType out, const Operand& x, const Operand& y,
+                  std::span<const std::int64_t> shape, double p0, double p1, const rt::Stream& s) {
+  const auto L = make_layout<2>(spec.op, shape, {&y, &x});
+  if (L.n == 0) return;
+  const DTypes d{in, out};
+  if (L.ndim == 0) {
+    const long long n = L.n;
+    rt::launch(function(spec, d, Variant::contiguous, s), grid_stride_config(vector_items(n, {in, out}), s.device()),
+               s, x.ptr, y.ptr, n, p0, p1);
+  } else {
+    rt::launch(function(spec, d, Variant::strided, s), grid_stride_config(L.n, s.device()), s, x.ptr, y.ptr, L, p0,
+               p1);
+  }
+}
+
+void launch_binary(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, const Operand& b,
+                   const Operand& y, std::span<const std::int64_t> shape, const rt::Stream& s) {
+  const auto L = make_layout<3>(spec.op, shape, {&y, &a, &b});
+  if (L.n == 0) return;
+  const DTypes d{in, out};
+  if (L.ndim == 0) {
+    const long long n = L.n;
+    rt::launch(function(spec, d, Variant::contiguous, s), grid_stride_config(vector_items(n, {in, out}), s.device()),
+               s, a.ptr, b.ptr, y.ptr, n);
+  } else {
+    rt::launch(function(spec, d, Variant::strided, s), grid_stride_config(L.n, s.device()), s, a.ptr, b.ptr, y.ptr,
+               L);
+  }
+}
+
+void launch_binary_scalar(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, Scalar scalar,
+                          bool scalar_first, const Operand& y, std::span<const std::int64_t> shape,
+                          const rt::Stream& s) {
+  const auto L = make_layout<2>(spec.op, shape, {&y, &a});
+  if (L.n == 0) return;
+  const std::uint64_t items = L.ndim == 0 ? vector_items(L.n, {in, out}) : static_cast<std::uint64_t>(L.n);
+  const long long si = scalar.i;
+  const int first = scalar_first ? 1 : 0;
+  rt::launch(function(spec, {in, out}, Variant::scalar, s), grid_stride_config(items, s.device()), s, a.ptr, y.ptr,
+             L, scalar.f, si, first);
+}
+
+void launch_cast(DType in, DType out, const Operand& x, const Operand& y, std::span<const std::int64_t> shape,
+                 const rt::Stream& s) {
+  static const rt::KernelSpec& spec = kernel("cast");
+  launch_unary(spec, in, out, x, y, shape, 0.0, 0.0, s);
+}
+
+void launch_fill(DType t, const Operand& y, std::span<const std::int64_t> shape, Scalar value,
+                 const rt::Stream& s) {
+  static const rt::KernelSpec& spec = kernel("fill");
+  const auto L = make_layout<1>(spec.op, shape, {&y});
+  if (L.n == 0) return;
+  const long long vi = value.i;
+  if (L.ndim == 0) {
+    const long long n = L.n;
+    rt::launch(function(spec, {t}, Variant::contiguous, s), grid_stride_config(vector_items(n, {t}), s.device()), s,
+               y.ptr, n, value.f, vi);
+  } else {
+    rt::launch(function(spec, {t}, Variant::strided, s), grid_stride_config(L.n, s.device()), s, y.ptr, L, value.f,
+               vi);
+  }
+}
+
+void launch_where(DType t, const Operand& cond, const Operand& a, const Operand& b, const Operand& y,
+                  std::span<const std::int64_t> shape, const rt::Stream& s) {
+  static const rt::KernelSpec& spec = kernel("where");
+  const auto L = make_layout<4>(spec.op, shape, {&y, &cond, &a, &b});
+  if (L.n == 0) return;
+  if (L.ndim == 0) {
+    const long long n = L.n;
+    rt::launch(function(spec, {t}, Variant::contiguous, s),
+               grid_stride_config(vector_items(n, {t, DType::boolean}), s.device()), s, cond.ptr, a.ptr, b.ptr, y.ptr,
+               n);
+  } else {
+    rt::launch(function(spec, {t}, Variant::strided, s), grid_stride_config(L.n, s.device()), s, cond.ptr, a.ptr,
+               b.ptr, y.ptr, L);
+  }
+}
+
+}  // namespace kiln::kernels

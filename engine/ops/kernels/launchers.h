@@ -1,0 +1,69 @@
+#pragma once
+// Host-side launch helpers for the generated kernels (engine-internal). Shapes are
+// the output's; each operand gives element strides over that shape (0 where it
+// broadcasts). Launches are asynchronous on the stream; zero elements launch nothing.
+// Reduction launchers live beside these in reduce_launchers.h.
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln::kernels {
+
+inline constexpr int kMaxDims = 8;
+
+struct Operand {
+  rt::DevicePtr ptr = 0;
+  std::array<std::int64_t, kMaxDims> strides{};  // elements, indexed like the shape's dims
+};
+
+// A host scalar for a kernel: the double, and an exact integer for integer dtypes.
+struct Scalar {
+  double f = 0;
+  std::int64_t i = 0;
+  Scalar(double v);  // i = v truncated toward zero (0 when out of the i64 range or NaN)
+  template <std::integral I>
+  Scalar(I v) : f(static_cast<double>(v)), i(static_cast<std::int64_t>(v)) {}
+};
+
+// Kernel variants (part of the cache key).
+enum class Variant : std::uint32_t { contiguous = 0, strided = 1, scalar = 2 };
+
+// The registered spec for `op`; throws ValueError when there is none.
+const rt::KernelSpec& kernel(std::string_view op);
+
+// Grid-stride launch config over `items` work items (blocks of 256), capped at a few
+// waves of the device's SMs.
+rt::LaunchConfig grid_stride_config(std::uint64_t items, int device);
+
+// ---- Elementwise (elementwise_unary.cu, elementwise_binary.cu, fill.cu, where.cu) ----
+// Dtype tuples: (in, out) for unary, binary and cast; (t) for fill and where.
+
+// y = op(x; p0, p1) (p0/p1: leaky_relu slope, clamp bounds; ignored by other ops).
+void launch_unary(const rt::KernelSpec& spec, DType in, DType out, const Operand& x, const Operand& y,
+                  std::span<const std::int64_t> shape, double p0, double p1, const rt::Stream& s);
+// y = op(a, b); a and b share the input dtype.
+void launch_binary(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, const Operand& b,
+                   const Operand& y, std::span<const std::int64_t> shape, const rt::Stream& s);
+// y = op(scalar, a) when scalar_first, else op(a, scalar). The scalar converts to the
+// input's compute type (float for f16/bf16).
+void launch_binary_scalar(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, Scalar scalar,
+                          bool scalar_first, const Operand& y, std::span<const std::int64_t> shape,
+                          const rt::Stream& s);
+// y = x converted to `out`; with in == out this is the strided copy (contiguous(), views).
+void launch_cast(DType in, DType out, const Operand& x, const Operand& y, std::span<const std::int64_t> shape,
+                 const rt::Stream& s);
+void launch_fill(DType t, const Operand& y, std::span<const std::int64_t> shape, Scalar value,
+                 const rt::Stream& s);
+// y = cond ? a : b; cond is bool, a, b and y are `t`.
+void launch_where(DType t, const Operand& cond, const Operand& a, const Operand& b, const Operand& y,
+                  std::span<const std::int64_t> shape, const rt::Stream& s);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,105 @@
+// Kernel specs of the reductions: each op instantiates kernel_templates/reduce.cu with the
+// op structs of reduce_ops.cu, its own struct, the storage types of its (input, output)
+// tuple and the accumulator: f32 for f32/f16/bf16, f64 for f64, i64 for integers and bool.
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/templates.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+using rt::Bindings;
+using rt::KernelSpec;
+
+// Which (input, output) tuples an op is instantiated for.
+enum class Domain {
+  widening,  // (t, t) for floats, (t, i64) for integers and bool
+  floating,  // (t, t), t floating
+  same,      // (t, t), every dtype
+  index,     // (t, i64), every dtype but bool
+};
+
+struct ReduceDef {
+  const char* op;
+  const char* functor;  // op struct in reduce.cu
+  Domain domain;
+};
+
+constexpr ReduceDef kReductions[] = {
+    {"sum", "SumOp", Domain::widening},         {"prod", "ProdOp", Domain::widening},
+    {"mean", "MeanOp", Domain::floating},       {"max", "MaxOp", Domain::same},
+    {"min", "MinOp", Domain::same},             {"argmax", "ArgMaxOp", Domain::index},
+    {"argmin", "ArgMinOp", Domain::index},      {"var", "VarOp", Domain::floating},
+    {"std", "StdOp", Domain::floating},         {"logsumexp", "LogSumExpOp", Domain::floating},
+};
+
+std::vector<DTypes> tuples(Domain d) {
+  std::vector<DTypes> out;
+  for (DType t : kAllDTypes) {
+    switch (d) {
+      case Domain::widening:
+        out.push_back({t, is_floating(t) ? t : DType::i64});
+        break;
+      case Domain::floating:
+        if (is_floating(t)) out.push_back({t, t});
+        break;
+      case Domain::same:
+        out.push_back({t, t});
+        break;
+      case Domain::index:
+        if (t != DType::boolean) out.push_back({t, DType::i64});
+        break;
+    }
+  }
+  return out;
+}
+
+std::string accumulator(DType in) {
+  if (in == DType::f64) return "double";
+  return is_floating(in) ? "float" : "long long";
+}
+
+// Only the half-precision headers a tuple needs: they dominate NVRTC's compile time.
+std::string headers(const DTypes& d) {
+  bool f16 = false, bf16 = false;
+  for (int i = 0; i < d.size(); ++i) {
+    f16 = f16 || d[i] == DType::f16;
+    bf16 = bf16 || d[i] == DType::bf16;
+  }
+  std::string h;
+  if (f16) h += "#include <cuda_fp16.h>\n";
+  if (bf16) h += "#include <cuda_bf16.h>\n";
+  return h;
+}
+
+void register_reduction(const ReduceDef& def) {
+  KernelSpec s;
+  s.op = def.op;
+  s.template_name = "reduce";
+  s.entry = "kiln_reduce";
+  s.dtypes = tuples(def.domain);
+  s.bind = [functor = std::string(def.functor)](const DTypes& d, std::uint32_t) -> Bindings {
+    return {{"HEADERS", headers(d)},
+            {"IN", std::string(cuda_storage_type(d[0]))},
+            {"OUT", std::string(cuda_storage_type(d[1]))},
+            {"ACC", accumulator(d[0])},
+            {"OPS", rt::template_source("reduce_ops")},
+            {"OP", functor}};
+  };
+  rt::register_kernel(std::move(s));
+}
+
+struct Registrar {
+  Registrar() {
+    for (const auto& def : kReductions) register_reduction(def);
+  }
+};
+const Registrar registrar;
+
+}  // namespace
+
+}  // namespace kiln::kernels

@@ -1,0 +1,212 @@
+#pragma once
+// The op registry and generic dispatcher. Every op is one OpDef, defined in its own
+// engine/ops/<family>.cpp; nothing else needs editing to add one.
+//
+// How to add an op (say `square`, in engine/ops/elementwise.cpp):
+//
+//   const OpDef& kSquare = register_op({
+//       .name = "square",
+//       .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64},
+//       // dtype_rule/shape_rule left empty: inputs promoted together, outputs broadcast.
+//       .cpu = [](const OpArgs& a, std::span<Tensor> out) {
+//         cpu::visit(out[0].dtype(), [&]<class T>() {
+//           cpu::map_unary<T, T>(a.inputs[0], out[0], [](auto x) { return x * x; });
+//         });
+//       },
+//       .gpu = [k = gpu::LazyKernel("square")](const OpArgs& a, std::span<Tensor> out) {
+//         kernels::launch_unary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
+//                               gpu::operand(out[0]), out[0].shape(), 0, 0, stream_of(a.device));
+//       },
+//       .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
+//         return {g[0] * c.saved_input(0) * 2};  // public ops; grad mode is off in here
+//       },
+//       .save = {.inputs = {0}},
+//   });
+//   Tensor square(const Tensor& x) { return call(kSquare, {x}); }  // declared in a public header
+//
+// The dispatcher checks devices, applies the dtype rule (casting inputs to the dtypes
+// it names), checks the key dtype against .dtypes, applies the shape rule, allocates
+// contiguous outputs (unless .makes_outputs), runs .cpu or .gpu, and records an autograd
+// node when grad mode is on and an input requires grad. Rules throw with the op's name.
+// Implementations get inputs of the planned dtypes, with any strides; outputs they are
+// given are contiguous. The engine casts each input's gradient back to that input's
+// dtype; vjps return gradients of the input's shape (sum_to for broadcast inputs).
+// Non-tensor arguments travel in Attrs (a.attrs.get<Scalar>("scalar")); TestHints tell
+// the registry-driven tests which attrs and input ranges to use.
+#include <atomic>
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../src/cpu/loops.h"
+#include "kernels/launchers.h"
+#include "kiln/attrs.h"
+#include "kiln/autograd.h"
+#include "kiln/creation.h"
+#include "kiln/dtype_promotion.h"
+#include "kiln/error.h"
+#include "kiln/ops.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+struct OpDef;
+
+// What rules and implementations see of one call.
+struct OpArgs {
+  const OpDef& op;
+  std::span<const Tensor> inputs;  // for impls: already cast to the dtype plan
+  const Attrs& attrs;
+  Device device;  // the inputs' device, or attrs "device" for an op without tensor inputs
+  const std::string& name() const;
+};
+
+struct DTypePlan {
+  std::vector<DType> inputs;   // each input is cast to this before the impl runs
+  std::vector<DType> outputs;
+  DType key = DType::f32;      // checked against OpDef::dtypes
+};
+
+using DTypeRule = std::function<DTypePlan(const OpArgs&)>;
+using ShapeRule = std::function<std::vector<Shape>(const OpArgs&)>;
+// Writes outputs (allocated, contiguous) or, for a view op, assigns them.
+using Impl = std::function<void(const OpArgs&, std::span<Tensor> outputs)>;
+
+// What a vjp sees: the call's attrs, input/output metadata and the saved tensors.
+class VjpContext {
+ public:
+  VjpContext(const Node& node, const std::vector<bool>& needs) : node_(node), needs_(needs) {}
+  const Attrs& attrs() const;
+  const TensorMeta& input(int i) const;   // as the caller passed it (before casts)
+  const TensorMeta& output(int i) const;
+  Tensor saved_input(int i) const;   // after the dtype plan's cast; throws if not in the save policy
+  Tensor saved_output(int i) const;
+  bool needs_grad(int i) const { return needs_[static_cast<std::size_t>(i)]; }
+  const std::string& name() const;
+
+ private:
+  const Node& node_;
+  const std::vector<bool>& needs_;
+};
+
+// One gradient per input (undefined where none flows); one incoming gradient per output.
+using Vjp = std::function<std::vector<Tensor>(const VjpContext&, std::span<const Tensor> grads)>;
+
+// Which tensors a node keeps for the vjp. Nothing else is kept.
+struct SavePolicy {
+  std::vector<int> inputs{};
+  std::vector<int> outputs{};
+};
+
+// How the registry-driven tests exercise an op.
+struct TestHints {
+  std::vector<Attrs> attrs{Attrs{}};  // attribute sets to try (cases the CPU rejects are skipped)
+  double low = -2.0, high = 2.0;      // range of random floating inputs
+  bool gradcheck = true;              // false when finite differences do not apply
+  bool same_shape_inputs = false;     // no broadcasting pairs
+};
+
+struct OpDef {
+  std::string name{};
+  int num_inputs = 1;  // tensor inputs; -1: any number
+  int num_outputs = 1;
+  std::vector<DType> dtypes{};  // supported key dtypes
+  DTypeRule dtype_rule{};       // empty: rules::promote
+  ShapeRule shape_rule{};       // empty: rules::broadcast
+  Impl cpu{};
+  Impl gpu{};                   // empty: the op runs on the CPU only (DeviceError on cuda)
+  bool makes_outputs = false;  // the impl creates the outputs itself (views, transfers)
+  Vjp vjp{};                    // empty: not differentiable (outputs never require grad)
+  SavePolicy save{};
+  TestHints test{};
+};
+
+// Registers `def` for the life of the process; the reference is stable. Throws
+// ValueError on a duplicate name or a definition without a CPU implementation.
+const OpDef& register_op(OpDef def);
+const OpDef* find_op(std::string_view name);
+const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
+const std::vector<const OpDef*>& registered_ops();
+
+// Runs one op call (see the guide above). Returns every output.
+std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});
+// The first output.
+Tensor call(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {});
+// `self` op= inputs: runs op on (self, inputs...) and writes the result into self,
+// which must already have the result's shape and a dtype the result casts to.
+Tensor& call_inplace(const OpDef& op, Tensor& self, std::initializer_list<Tensor> others, const Attrs& attrs = {});
+
+namespace rules {
+// Inputs promoted together (and with attrs "scalar" when present); outputs that dtype.
+DTypePlan promote(const OpArgs& a);
+// As promote, but integer/bool results become f32 (true division, exp, mean...).
+DTypePlan promote_float(const OpArgs& a);
+// Inputs promoted, outputs bool (comparisons).
+DTypePlan compare(const OpArgs& a);
+// Inputs unchanged; every output has input 0's dtype.
+DTypePlan same_as_input(const OpArgs& a);
+// Every output has the broadcast shape of the inputs.
+std::vector<Shape> broadcast(const OpArgs& a);
+std::vector<Shape> same_shape_as_input(const OpArgs& a);
+}  // namespace rules
+
+// Broadcasting. Errors name the op and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+// Sums `grad` down to `shape` (leading dims, and dims where shape has 1): the
+// backward of broadcasting `shape` to grad's shape.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+// Axis handling: negative axes count from the end; ShapeError names the op.
+int normalize_axis(std::int64_t axis, int ndim, std::string_view op);
+std::vector<int> normalize_axes(const std::vector<std::int64_t>& axes, int ndim, std::string_view op);
+
+// Reductions share the attrs "axes" (every dim for a full reduction) and "keepdim".
+std::vector<int> reduction_axes(const Attrs& attrs, int ndim, std::string_view op);
+Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim);
+
+// For implementations.
+// A view of `base`'s storage (same version counter) with no autograd history.
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
+void bump_version(const Tensor& t);
+const rt::Stream& stream_of(Device d);  // the stream ops on `d` run on
+inline std::uint64_t device_address(const Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); }
+std::string dtypes_str(const std::vector<DType>& dtypes);  // "f32, f64"
+
+// GPU building blocks over engine/ops/kernels.
+namespace gpu {
+// A kernel spec found on first use: specs register while the library loads, in
+// other files, so an op cannot look its kernel up at its own registration.
+class LazyKernel {
+ public:
+  explicit LazyKernel(std::string op) : op_(std::move(op)) {}
+  LazyKernel(const LazyKernel& o) : op_(o.op_), spec_(o.spec_.load()) {}
+  const rt::KernelSpec& get() const {
+    const rt::KernelSpec* s = spec_.load(std::memory_order_acquire);
+    if (!s) {
+      s = &kernels::kernel(op_);
+      spec_.store(s, std::memory_order_release);
+    }
+    return *s;
+  }
+
+ private:
+  std::string op_;
+  mutable std::atomic<const rt::KernelSpec*> spec_{nullptr};
+};
+
+// t's address with its strides viewed at `shape` (broadcast dims get stride 0).
+kernels::Operand operand(const Tensor& t, const Shape& shape);
+inline kernels::Operand operand(const Tensor& t) { return operand(t, t.shape()); }
+// dst = src broadcast to dst's shape and converted to dst's dtype; any strides.
+void copy(const Tensor& src, const Tensor& dst);
+// Reduces `in` over `axes` (normalised, sorted) into the contiguous `out`, whose elements
+// are the kept dims in row-major order, with a reduction kernel (reduce_launchers.h).
+// Reduced dims are first gathered into one contiguous run when the layout needs it.
+void reduce(const rt::KernelSpec& spec, const Tensor& in, const std::vector<int>& axes, const Tensor& out,
+            double param = 0);
+}  // namespace gpu
+
+}  // namespace kiln

@@ -1,0 +1,165 @@
+// backward(): a reverse topological walk over the recorded nodes.
+#include <queue>
+#include <unordered_map>
+
+#include "../../ops/registry.h"
+#include "../tensor/copy.h"
+#include "../tensor/tensor_impl.h"
+#include "kiln/autograd.h"
+
+namespace kiln {
+
+class BackwardEngine {
+ public:
+  explicit BackwardEngine(bool retain) : retain_(retain) {}
+
+  void seed(const Tensor& root, Tensor grad) {
+    if (!root.requires_grad())
+      throw ValueError("[backward] the tensor does not require grad: nothing it depends on has requires_grad set");
+    if (!grad.defined()) {
+      if (root.numel() != 1)
+        throw ShapeError("[backward] a gradient must be given for a tensor of shape " + shape_str(root.shape()) +
+                         "; only one-element tensors get 1 implicitly");
+      grad = ones_like(root);
+    }
+    if (grad.shape() != root.shape() || grad.device() != root.device())
+      throw ShapeError("[backward] a gradient of shape " + shape_str(grad.shape()) + " on " + grad.device().str() +
+                       " for a tensor of shape " + shape_str(root.shape()) + " on " + root.device().str());
+    const TensorImpl& r = *root.impl();
+    if (!r.grad_fn) {
+      accumulate_leaf(root.impl_ptr(), std::move(grad));
+      return;
+    }
+    add_grad(r.grad_fn.get(), r.output_nr, std::move(grad));
+    roots_.push_back(r.grad_fn);
+  }
+
+  void run() {
+    count_dependencies();
+    auto later_first = [](Node* a, Node* b) { return a->sequence_ < b->sequence_; };
+    std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+    for (const auto& r : roots_)
+      if (deps_[r.get()] == 0) ready.push(r.get());
+    while (!ready.empty()) {
+      Node* n = ready.top();
+      ready.pop();
+      if (processed_.emplace(n, true).second == false) continue;
+      std::vector<Tensor> input_grads = apply(*n);
+      for (std::size_t i = 0; i < n->next_.size(); ++i) {
+        const Node::Edge& e = n->next_[i];
+        Tensor& g = input_grads[i];
+        if (e.node) {
+          if (g.defined()) add_grad(e.node.get(), e.output_nr, std::move(g));
+          if (--deps_[e.node.get()] == 0) ready.push(e.node.get());
+        } else if (g.defined()) {
+          if (auto leaf = e.leaf.lock()) accumulate_leaf(leaf, std::move(g));
+        }
+      }
+      if (!retain_) {
+        n->saved_inputs_.clear();
+        n->saved_outputs_.clear();
+        n->released_ = true;
+      }
+      grads_.erase(n);
+    }
+  }
+
+ private:
+  void add_grad(Node* n, int output_nr, Tensor g) {
+    auto& slots = grads_[n];
+    slots.resize(n->outputs_.size());
+    Tensor& slot = slots[static_cast<std::size_t>(output_nr)];
+    slot = slot.defined() ? add(slot, g) : std::move(g);
+  }
+
+  void count_dependencies() {
+    std::vector<Node*> stack;
+    for (const auto& r : roots_)
+      if (seen_.emplace(r.get(), true).second) stack.push_back(r.get());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Node::Edge& e : n->next_) {
+        if (!e.node) continue;
+        ++deps_[e.node.get()];
+        if (seen_.emplace(e.node.get(), true).second) stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  std::vector<Tensor> apply(Node& n) {
+    const std::string& name = n.name();
+    if (n.released_)
+      throw Error("[autograd] backward through " + name +
+                  " a second time: its saved tensors were freed by the first backward; pass retain_graph=true to the "
+                  "first backward to keep them");
+    auto check_saved = [&](const std::vector<SavedTensor>& saved, const char* what) {
+      for (std::size_t i = 0; i < saved.size(); ++i) {
+        if (saved[i].defined() && saved[i].data.version() != saved[i].version)
+          throw Error("[autograd] " + std::string(what) + " " + std::to_string(i) + " of " + name +
+                      ", saved for backward, was modified in place afterwards (version " +
+                      std::to_string(saved[i].data.version()) + ", saved at version " + std::to_string(saved[i].version) +
+                      ")");
+      }
+    };
+    check_saved(n.saved_inputs_, "input");
+    check_saved(n.saved_outputs_, "output");
+
+    std::vector<Tensor> grads = std::move(grads_[&n]);
+    grads.resize(n.outputs_.size());
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      const TensorMeta& m = n.outputs_[k];
+      if (!grads[k].defined()) grads[k] = zeros(m.shape, {.dtype = m.dtype, .device = m.device});
+      else if (grads[k].dtype() != m.dtype) grads[k] = convert(grads[k], m.dtype);
+    }
+    std::vector<bool> needs(n.next_.size());
+    for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = n.next_[i].requires_grad();
+    std::vector<Tensor> out = n.op_->vjp(VjpContext(n, needs), grads);
+    if (out.size() != n.inputs_.size())
+      throw Error("[autograd] the vjp of " + name + " returned " + std::to_string(out.size()) + " gradients for " +
+                  std::to_string(n.inputs_.size()) + " inputs");
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (!needs[i] || !out[i].defined()) {
+        out[i] = Tensor();
+        continue;
+      }
+      const TensorMeta& m = n.inputs_[i];
+      if (out[i].shape() != m.shape)
+        throw Error("[autograd] the vjp of " + name + " returned a gradient of shape " + shape_str(out[i].shape()) +
+                    " for input " + std::to_string(i) + " of shape " + shape_str(m.shape));
+      if (out[i].dtype() != m.dtype) out[i] = convert(out[i], m.dtype);
+    }
+    return out;
+  }
+
+  // .grad() takes g itself when nothing else can see it, else a private copy, so an
+  // optimizer updating .grad() in place never writes into another tensor.
+  static void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
+    if (!leaf->requires_grad) return;
+    if (g.dtype() != leaf->dtype) g = convert(g, leaf->dtype);
+    if (leaf->grad.defined()) {
+      leaf->grad = add(leaf->grad, g);
+      return;
+    }
+    const bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && g.is_contiguous();
+    leaf->grad = exclusive ? std::move(g) : convert(g, g.dtype());
+  }
+
+  bool retain_;
+  std::vector<std::shared_ptr<Node>> roots_;
+  std::unordered_map<Node*, std::vector<Tensor>> grads_;
+  std::unordered_map<Node*, int> deps_;
+  std::unordered_map<Node*, bool> seen_, processed_;
+};
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {
+  if (!gradients.empty() && gradients.size() != roots.size())
+    throw ValueError("[backward] " + std::to_string(gradients.size()) + " gradients for " +
+                     std::to_string(roots.size()) + " tensors");
+  NoGradGuard no_grad;  // gradients of gradients are not recorded
+  BackwardEngine engine(retain_graph);
+  for (std::size_t i = 0; i < roots.size(); ++i) engine.seed(roots[i], gradients.empty() ? Tensor() : gradients[i]);
+  engine.run();
+}
+
+}  // namespace kiln

@@ -1,0 +1,64 @@
+// GPU building blocks shared by op implementations (declared in engine/ops/registry.h).
+#include <numeric>
+
+#include "../../ops/kernels/reduce_launchers.h"
+#include "../../ops/registry.h"
+#include "../tensor/tensor_impl.h"
+#include "kiln/runtime/device.h"
+
+namespace kiln::gpu {
+
+kernels::Operand operand(const Tensor& t, const Shape& shape) {
+  if (shape.size() > static_cast<std::size_t>(kernels::kMaxDims))
+    throw ShapeError("[gpu] kernels take at most " + std::to_string(kernels::kMaxDims) + " dims; got shape " +
+                     shape_str(shape));
+  kernels::Operand op;
+  op.ptr = device_address(t);
+  Shape s = cpu::broadcast_strides(t.shape(), t.strides(), shape);
+  for (std::size_t i = 0; i < s.size(); ++i) op.strides[i] = s[i];
+  return op;
+}
+
+void copy(const Tensor& src, const Tensor& dst) {
+  kernels::launch_cast(src.dtype(), dst.dtype(), operand(src, dst.shape()), operand(dst), dst.shape(),
+                       stream_of(dst.device()));
+}
+
+void reduce(const rt::KernelSpec& spec, const Tensor& in, const std::vector<int>& axes, const Tensor& out,
+            double param) {
+  const Shape& shape = in.shape();
+  const int nd = in.dim();
+  auto prod = [&](int from, int to) {
+    std::int64_t p = 1;
+    for (int d = from; d < to; ++d) p *= shape[static_cast<std::size_t>(d)];
+    return p;
+  };
+  const rt::Stream& s = stream_of(in.device());
+  // Reduced axes forming one run of a contiguous tensor are already [outer, r, inner].
+  bool run = axes.empty() || axes.back() - axes.front() + 1 == static_cast<int>(axes.size());
+  if (in.is_contiguous() && run) {
+    const int first = axes.empty() ? nd : axes.front();
+    const int last = axes.empty() ? nd : axes.back() + 1;
+    kernels::launch_reduce(spec, in.dtype(), out.dtype(), device_address(in), device_address(out), prod(0, first),
+                           prod(first, last), prod(last, nd), s, param);
+    return;
+  }
+  // Otherwise gather: kept dims first, reduced dims last, into a contiguous [outer, r, 1].
+  std::vector<int> order;
+  for (int d = 0; d < nd; ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) order.push_back(d);
+  const std::int64_t outer = std::accumulate(order.begin(), order.end(), std::int64_t{1},
+                                             [&](std::int64_t p, int d) { return p * shape[static_cast<std::size_t>(d)]; });
+  order.insert(order.end(), axes.begin(), axes.end());
+  Shape pshape, pstrides;
+  for (int d : order) {
+    pshape.push_back(shape[static_cast<std::size_t>(d)]);
+    pstrides.push_back(in.strides()[static_cast<std::size_t>(d)]);
+  }
+  Tensor gathered(make_impl(pshape, in.dtype(), in.device()));
+  copy(make_view(in, pshape, pstrides, in.offset()), gathered);
+  kernels::launch_reduce(spec, in.dtype(), out.dtype(), device_address(gathered), device_address(out), outer,
+                         in.numel() / std::max<std::int64_t>(outer, 1), 1, s, param);
+}
+
+}  // namespace kiln::gpu

@@ -1,0 +1,56 @@
+#include "copy.h"
+
+#include "../../ops/registry.h"
+#include "kiln/runtime/memory.h"
+#include "tensor_impl.h"
+
+namespace kiln {
+
+void copy_into(const Tensor& src, const Tensor& dst) {
+  if (src.device() != dst.device())
+    throw DeviceError("[copy] tensors on " + src.device().str() + " and " + dst.device().str());
+  if (broadcast_shapes(src.shape(), dst.shape(), "copy") != dst.shape())
+    throw ShapeError("[copy] cannot copy shape " + shape_str(src.shape()) + " into shape " + shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  if (dst.device().is_cuda()) {
+    gpu::copy(src, dst);
+    return;
+  }
+  cpu::visit(src.dtype(), [&]<class S>() {
+    cpu::visit(dst.dtype(), [&]<class D>() { cpu::map_unary<S, D>(src, dst, [](auto x) { return x; }); });
+  });
+}
+
+void fill_into(const Tensor& dst, const Scalar& value) {
+  if (dst.numel() == 0) return;
+  if (dst.device().is_cuda()) {
+    kernels::Scalar v = value.is_floating() ? kernels::Scalar(value.to_double()) : kernels::Scalar(value.to_int());
+    kernels::launch_fill(dst.dtype(), gpu::operand(dst), dst.shape(), v, stream_of(dst.device()));
+    return;
+  }
+  cpu::visit(dst.dtype(), [&]<class T>() {
+    T v;
+    if constexpr (std::is_same_v<T, bool>) v = value.to_bool();
+    else if constexpr (std::is_integral_v<T>) v = value.is_floating() ? cpu::store<T>(value.to_double()) : static_cast<T>(value.to_int());
+    else v = cpu::store<T>(value.to_double());
+    T* p = cpu::ptr<T>(dst);
+    cpu::for_each_offset<1>(dst.shape(), {&dst.strides()}, {0}, [&](const std::array<std::int64_t, 1>& o) { p[o[0]] = v; });
+  });
+}
+
+Tensor convert(const Tensor& t, DType dtype) {
+  Tensor out(make_impl(t.shape(), dtype, t.device()));
+  copy_into(t, out);
+  return out;
+}
+
+Tensor host_contiguous(const Tensor& t) {
+  if (t.device().is_cpu()) return t.is_contiguous() ? t : convert(t, t.dtype());
+  Tensor dev = t.is_contiguous() ? t : convert(t, t.dtype());
+  Tensor host(make_impl(t.shape(), t.dtype(), Device::cpu()));
+  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  if (bytes) rt::copy_to_host(host.data_ptr(), device_address(dev), bytes, stream_of(t.device()));
+  return host;
+}
+
+}  // namespace kiln

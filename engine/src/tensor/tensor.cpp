@@ -1,0 +1,184 @@
+#include "kiln/tensor.h"
+
+#include "../../ops/registry.h"
+#include "../autograd/record.h"
+#include "copy.h"
+#include "kiln/autograd.h"
+#include "kiln/creation.h"
+#include "kiln/ops.h"
+#include "tensor_impl.h"
+
+namespace kiln {
+
+namespace {
+const TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
+  if (!impl) throw ValueError("[tensor] the tensor is undefined");
+  return *impl;
+}
+}  // namespace
+
+Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+DType Tensor::dtype() const { return checked(impl_).dtype; }
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+const Shape& Tensor::strides() const { return checked(impl_).strides; }
+std::int64_t Tensor::offset() const { return checked(impl_).offset; }
+int Tensor::dim() const { return static_cast<int>(shape().size()); }
+std::int64_t Tensor::numel() const { return shape_numel(shape()); }
+std::size_t Tensor::element_size() const { return dtype_size(dtype()); }
+Device Tensor::device() const { return checked(impl_).storage->device(); }
+void* Tensor::data_ptr() const { return checked(impl_).data(); }
+
+std::int64_t Tensor::size(int axis) const {
+  if (dim() == 0) throw ShapeError("[size] a zero-dim tensor has no axis " + std::to_string(axis));
+  return shape()[static_cast<std::size_t>(normalize_axis(axis, dim(), "size"))];
+}
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl& t = checked(impl_);
+  std::int64_t expected = 1;
+  for (std::size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] == 1) continue;  // any stride is fine for a size-1 dim
+    if (t.shape[i] == 0) return true;
+    if (t.strides[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+Tensor Tensor::to(Device d) const {
+  if (device() == d) return *this;
+  return call(get_op("to_device"), {*this}, {{"device", d}});
+}
+
+Tensor Tensor::to(DType t) const { return dtype() == t ? *this : cast(*this, t); }
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  static const OpDef& op = get_op("clone");
+  return call(op, {*this});
+}
+
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
+
+Tensor Tensor::reshape(Shape s) const { return kiln::reshape(*this, s); }
+Tensor Tensor::view(Shape s) const { return kiln::view(*this, s); }
+
+bool Tensor::requires_grad() const {
+  const TensorImpl& t = checked(impl_);
+  return t.requires_grad || t.grad_fn != nullptr;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
+  if (t.grad_fn) {
+    if (!on) throw ValueError("[requires_grad] cannot turn off requires_grad of a non-leaf tensor; use detach()");
+    return *this;
+  }
+  if (on && !is_floating(t.dtype))
+    throw DTypeError("[requires_grad] only floating tensors can require grad, not " + std::string(dtype_name(t.dtype)));
+  t.requires_grad = on;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
+
+const Tensor& Tensor::grad() const { return checked(impl_).grad; }
+
+void Tensor::set_grad(const Tensor& g) {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
+  if (g.defined() && (g.shape() != t.shape || g.device() != device()))
+    throw ShapeError("[grad] a gradient of shape " + shape_str(g.shape()) + " on " + g.device().str() +
+                     " does not fit a tensor of shape " + shape_str(t.shape) + " on " + device().str());
+  t.grad = g;
+}
+
+void Tensor::zero_grad() { const_cast<TensorImpl&>(checked(impl_)).grad = Tensor(); }
+
+std::shared_ptr<Node> Tensor::grad_fn() const { return checked(impl_).grad_fn; }
+
+void Tensor::backward() const { kiln::backward({*this}, {}, false); }
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  kiln::backward({*this}, {gradient}, retain_graph);
+}
+void Tensor::backward(const BackwardOptions& o) const { kiln::backward({*this}, {o.gradient}, o.retain_graph); }
+
+Tensor& Tensor::add_(const Tensor& o) { return call_inplace(get_op("add"), *this, {o}); }
+Tensor& Tensor::sub_(const Tensor& o) { return call_inplace(get_op("sub"), *this, {o}); }
+Tensor& Tensor::mul_(const Tensor& o) { return call_inplace(get_op("mul"), *this, {o}); }
+Tensor& Tensor::div_(const Tensor& o) { return call_inplace(get_op("div"), *this, {o}); }
+Tensor& Tensor::add_(const Scalar& s) { return call_inplace(get_op("add_scalar"), *this, {}, {{"scalar", s}}); }
+Tensor& Tensor::sub_(const Scalar& s) { return call_inplace(get_op("sub_scalar"), *this, {}, {{"scalar", s}}); }
+Tensor& Tensor::mul_(const Scalar& s) { return call_inplace(get_op("mul_scalar"), *this, {}, {{"scalar", s}}); }
+Tensor& Tensor::div_(const Scalar& s) { return call_inplace(get_op("div_scalar"), *this, {}, {{"scalar", s}}); }
+
+Tensor& Tensor::fill_(const Scalar& s) {
+  if (grad_enabled() && requires_grad()) {
+    if (is_leaf()) throw ValueError("[fill_] a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
+    // The new values depend on nothing: the tensor leaves the graph.
+    impl_->grad_fn.reset();
+    impl_->requires_grad = false;
+  }
+  fill_into(*this, s);
+  bump_version(*this);
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  Tensor s = src.device() == device() ? src : src.to(device());
+  if (grad_enabled() && (requires_grad() || s.requires_grad())) {
+    if (is_leaf() && requires_grad())
+      throw ValueError("[copy_] a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
+    Tensor r = broadcast_to(s.to(dtype()), shape());
+    copy_into(r.shares_storage(*this) ? convert(r, r.dtype()) : r, *this);
+    bump_version(*this);
+    if (r.requires_grad()) {
+      rebase_history(*this, r);
+    } else {
+      impl_->grad_fn.reset();
+      impl_->requires_grad = false;
+    }
+    return *this;
+  }
+  Tensor tmp = s.shares_storage(*this) ? s.clone() : s;  // overlapping copies go through a temporary
+  copy_into(tmp, *this);
+  bump_version(*this);
+  return *this;
+}
+
+std::uint64_t Tensor::version() const { return checked(impl_).storage->version(); }
+
+bool Tensor::shares_storage(const Tensor& o) const {
+  return defined() && o.defined() && impl_->storage == o.impl_->storage;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(s[i]);
+  }
+  if (s.size() == 1) out += ",";
+  return out + ")";
+}
+
+std::int64_t shape_numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  std::int64_t acc = 1;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<std::int64_t>(s[i], 1);
+  }
+  return st;
+}
+
+}  // namespace kiln

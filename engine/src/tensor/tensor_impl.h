@@ -1,0 +1,60 @@
+#pragma once
+// What a Tensor handle points at. Internal: ops reach it through kiln::Tensor.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/runtime/memory.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// Bytes on one device. Views share it, and with it the version counter that
+// autograd uses to detect in-place writes to saved tensors.
+class Storage {
+ public:
+  // CUDA storage is allocated stream-ordered on rt::default_stream(device).
+  Storage(std::size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  Device device() const { return device_; }
+  std::size_t bytes() const { return bytes_; }
+  // Host pointer on cpu, device address on cuda.
+  void* data() const { return device_.is_cpu() ? host_ : reinterpret_cast<void*>(buffer_.ptr()); }
+  std::uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  Device device_;
+  std::size_t bytes_;
+  void* host_ = nullptr;
+  rt::DeviceBuffer buffer_;
+  std::atomic<std::uint64_t> version_{0};
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  DType dtype = DType::f32;
+  Shape shape, strides;
+  std::int64_t offset = 0;
+
+  // Autograd: a leaf has requires_grad and no grad_fn; an op output has a grad_fn.
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;
+  int output_nr = 0;
+
+  void* data() const {
+    return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(dtype_size(dtype));
+  }
+};
+
+// A new contiguous tensor with uninitialised contents.
+std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device device);
+
+}  // namespace kiln

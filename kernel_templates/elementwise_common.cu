@@ -1,0 +1,215 @@
+// Shared device code of the elementwise templates, pasted in as their PRELUDE binding
+// (this text has no placeholders of its own). NVRTC -std=c++17, no C++ library.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace kiln {
+
+template <class A, class B> struct is_same { static constexpr bool value = false; };
+template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+template <class T>
+constexpr bool is_half = is_same<T, __half>::value || is_same<T, __nv_bfloat16>::value;
+template <class T>
+constexpr bool is_float = is_same<T, float>::value || is_same<T, double>::value;
+template <class T>
+constexpr bool is_int = is_same<T, int>::value || is_same<T, long long>::value ||
+                        is_same<T, unsigned int>::value || is_same<T, unsigned char>::value;
+
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Value conversion between storage and compute types. Conventions (the CPU reference
+// follows them): f16/bf16 convert through float (so f64 -> f16 rounds twice, as PyTorch
+// does); -> bool is x != 0 (NaN -> true); float -> integer truncates toward zero, and
+// float -> u8 goes through i64 and wraps like PyTorch's CPU cast. Float -> integer for
+// NaN or out-of-range values is undefined in C; here it saturates (NaN -> 0).
+template <class To, class From>
+__device__ __forceinline__ To cvt(From v) {
+  if constexpr (is_half<From>) {
+    return cvt<To>(widen(v));
+  } else if constexpr (is_same<To, From>::value) {
+    return v;
+  } else if constexpr (is_same<To, bool>::value) {
+    return v != From(0);
+  } else if constexpr (is_same<To, __half>::value) {
+    return __float2half_rn(static_cast<float>(v));
+  } else if constexpr (is_same<To, __nv_bfloat16>::value) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (is_same<To, unsigned char>::value && is_float<From>) {
+    return static_cast<unsigned char>(static_cast<long long>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// A host scalar (double, plus an exact long long for integers) in type T.
+template <class T>
+__device__ __forceinline__ T from_scalar(double v, long long vi) {
+  if constexpr (is_int<T>) return static_cast<T>(vi);
+  else return cvt<T>(v);
+}
+
+// Math over the compute types (float, double, int, long long, unsigned int), so an
+// op's expression is written once for every dtype.
+namespace m {
+#define KILN_MATH1(name)                                                           \
+  __device__ __forceinline__ float name(float x) { return ::name##f(x); }        \
+  __device__ __forceinline__ double name(double x) { return ::name(x); }
+KILN_MATH1(exp) KILN_MATH1(log) KILN_MATH1(log1p) KILN_MATH1(expm1) KILN_MATH1(sqrt)
+KILN_MATH1(rsqrt) KILN_MATH1(sin) KILN_MATH1(cos) KILN_MATH1(tanh) KILN_MATH1(erf)
+KILN_MATH1(floor) KILN_MATH1(ceil) KILN_MATH1(rint)
+#undef KILN_MATH1
+__device__ __forceinline__ float pow(float a, float b) { return ::powf(a, b); }
+__device__ __forceinline__ double pow(double a, double b) { return ::pow(a, b); }
+__device__ __forceinline__ float abs(float x) { return ::fabsf(x); }
+__device__ __forceinline__ double abs(double x) { return ::fabs(x); }
+__device__ __forceinline__ int abs(int x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ long long abs(long long x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ unsigned int abs(unsigned int x) { return x; }
+
+// sign(NaN) = 0 and sign(-0.0) = 0, as PyTorch (pytorch/pytorch#41245), not NumPy.
+template <class C> __device__ __forceinline__ C sign(C x) {
+  return static_cast<C>(static_cast<int>(C(0) < x) - static_cast<int>(x < C(0)));
+}
+// NaN propagates through relu, clamp, maximum and minimum, as in PyTorch.
+template <class C> __device__ __forceinline__ C relu(C x) { return (x != x || x > C(0)) ? x : C(0); }
+// Bounds arrive as double; integers compare in double so an infinite bound means "none".
+// lo > hi gives hi, as torch.clamp does.
+template <class C> __device__ __forceinline__ C clamp(C x, double lo, double hi) {
+  if (x != x) return x;
+  const double xd = static_cast<double>(x);
+  if (xd > hi || lo > hi) return static_cast<C>(hi);
+  if (xd < lo) return static_cast<C>(lo);
+  return x;
+}
+template <class C> __device__ __forceinline__ C maximum(C a, C b) {
+  return a != a ? a : b != b ? b : (a > b ? a : b);
+}
+template <class C> __device__ __forceinline__ C minimum(C a, C b) {
+  return a != a ? a : b != b ? b : (a < b ? a : b);
+}
+template <class C> __device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + exp(-x)); }
+template <class C> __device__ __forceinline__ C silu(C x) { return x / (C(1) + exp(-x)); }
+// Exact gelu: x * Phi(x).
+template <class C> __device__ __forceinline__ C gelu(C x) {
+  return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440)));
+}
+// beta = 1, threshold = 20, as torch.nn.functional.softplus.
+template <class C> __device__ __forceinline__ C softplus(C x) { return x > C(20) ? x : log1p(exp(x)); }
+}  // namespace m
+
+// ---- Launch shapes. Operand 0 is the output; inputs follow in parameter order. ----
+
+constexpr int kMaxDims = 8;
+
+// Mirrors kiln::kernels::Layout on the host (same field order and sizes). Dims are
+// innermost first; strides are in elements (0 = broadcast); ndim == 0 means every
+// operand is contiguous over n elements.
+template <int NOP> struct Layout {
+  long long n;
+  int ndim;
+  long long size[kMaxDims];
+  unsigned magic[kMaxDims], shift[kMaxDims];  // r / size[d] == (umulhi(r, magic) + r) >> shift, r < 2^31
+  long long stride[NOP][kMaxDims];
+};
+
+template <class T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
+
+template <class... Ts> constexpr int max_size() {
+  int m = 1;
+  ((m = static_cast<int>(sizeof(Ts)) > m ? static_cast<int>(sizeof(Ts)) : m), ...);
+  return m;
+}
+
+template <int N, class T> __device__ __forceinline__ bool aligned(const T* p) {
+  return reinterpret_cast<unsigned long long>(p) % (sizeof(T) * N) == 0;
+}
+
+// Inputs by value: copying each Vec out of global memory is what makes one vector load.
+template <int N, class Op, class Tout, class... Vs>
+__device__ __forceinline__ void apply_lanes(const Op& op, Vec<Tout, N>& out, const Vs... in) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) out.v[j] = op(in.v[j]...);
+}
+
+__device__ __forceinline__ long long thread_index() {
+  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long thread_count() {
+  return static_cast<long long>(gridDim.x) * blockDim.x;
+}
+
+// y[i] = op(x[i]...) for i < n, grid-stride. 16-byte vectors (sized by the widest
+// operand) when every pointer is aligned for them, then a scalar tail.
+template <class Op, class Tout, class... Tin>
+__device__ __forceinline__ void map_contiguous(const Op& op, Tout* __restrict__ y, long long n,
+                                               const Tin* __restrict__... x) {
+  constexpr int N = 16 / max_size<Tout, Tin...>();
+  const long long start = thread_index(), step = thread_count();
+  long long done = 0;
+  if (N > 1 && aligned<N>(y) && (aligned<N>(x) && ...)) {
+    const long long nv = n / N;
+    for (long long i = start; i < nv; i += step) {
+      Vec<Tout, N> out;
+      apply_lanes<N>(op, out, reinterpret_cast<const Vec<Tin, N>*>(x)[i]...);
+      reinterpret_cast<Vec<Tout, N>*>(y)[i] = out;
+    }
+    done = nv * N;
+  }
+  for (long long i = done + start; i < n; i += step) y[i] = op(x[i]...);
+}
+
+// Element offsets of linear output index i for every operand. Below 2^31 elements the
+// divisions are multiplications by host-computed magic numbers (a hardware divide costs
+// about twenty instructions per dim); 64-bit division otherwise. The dim loops stay
+// rolled: indexing the by-value layout reads the parameter space directly (no local
+// copy), and unrolling 8 dims doubled the compile time of every strided kernel.
+template <int NOP>
+__device__ __forceinline__ void offsets(const Layout<NOP>& L, long long i, long long (&off)[NOP]) {
+#pragma unroll
+  for (int k = 0; k < NOP; ++k) off[k] = 0;
+  if (L.n < 0x80000000LL) {
+    unsigned r = static_cast<unsigned>(i);
+#pragma unroll 1
+    for (int d = 0; d < L.ndim; ++d) {
+      const unsigned q = (__umulhi(r, L.magic[d]) + r) >> L.shift[d];
+      const unsigned c = r - q * static_cast<unsigned>(L.size[d]);
+      r = q;
+#pragma unroll
+      for (int k = 0; k < NOP; ++k) off[k] += static_cast<long long>(c) * L.stride[k][d];
+    }
+  } else {
+    long long r = i;
+#pragma unroll 1
+    for (int d = 0; d < L.ndim; ++d) {
+      const long long q = r / L.size[d], c = r - q * L.size[d];
+      r = q;
+#pragma unroll
+      for (int k = 0; k < NOP; ++k) off[k] += c * L.stride[k][d];
+    }
+  }
+}
+
+template <int... I> struct Seq {};
+template <int N, int... I> struct MakeSeq { using type = typename MakeSeq<N - 1, N - 1, I...>::type; };
+template <int... I> struct MakeSeq<0, I...> { using type = Seq<I...>; };
+
+template <class Op, class Tout, int NOP, class... Tin, int... I>
+__device__ __forceinline__ void map_strided_impl(Seq<I...>, const Op& op, Tout* y, const Layout<NOP>& L,
+                                                 const Tin*... x) {
+  const long long step = thread_count();
+  for (long long i = thread_index(); i < L.n; i += step) {
+    long long off[NOP];
+    offsets(L, i, off);
+    y[off[0]] = op(x[off[I + 1]]...);
+  }
+}
+
+// y[off0(i)] = op(x[offk(i)]...) over the layout's n elements, grid-stride.
+template <class Op, class Tout, int NOP, class... Tin>
+__device__ __forceinline__ void map_strided(const Op& op, Tout* y, const Layout<NOP>& L, const Tin*... x) {
+  static_assert(NOP == 1 + sizeof...(Tin), "the layout needs one stride row per operand");
+  map_strided_impl(typename MakeSeq<static_cast<int>(sizeof...(Tin))>::type{}, op, y, L, x...);
+}
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+#include "kiln/runtime/compiler.h"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+
+#include "check.h"
+#include "kiln/error.h"
+#include "kiln/runtime/log.h"
+
+namespace kiln::rt {
+
+namespace {
+
+const std::vector<int>& supported_archs() {
+  static const std::vector<int> archs = [] {
+    int n = 0;
+    KILN_NVRTC(nvrtcGetNumSupportedArchs(&n));
+    std::vector<int> a(static_cast<std::size_t>(n));
+    KILN_NVRTC(nvrtcGetSupportedArchs(a.data()));
+    return a;
+  }();
+  return archs;
+}
+
+std::string numbered(const std::string& source) {
+  std::ostringstream out;
+  std::istringstream in(source);
+  std::string line;
+  for (int i = 1; std::getline(in, line); ++i) out << (i < 10 ? "   " : i < 100 ? "  " : i < 1000 ? " " : "") << i << "  " << line << '\n';
+  return out.str();
+}
+
+// Failed sources go to a per-user temp folder so the error can name a file to open.
+std::string write_failed_source(const CompileRequest& req) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec) / "kiln-compile-errors";
+  fs::create_directories(dir, ec);
+  std::string name = req.op + "_" + req.dtypes + "_sm" + std::to_string(req.arch) + "_" +
+                     std::to_string(std::hash<std::string>{}(req.source) & 0xffffffffu) + ".cu";
+  std::replace(name.begin(), name.end(), ',', '-');
+  fs::path path = dir / name;
+  std::ofstream(path) << req.source;
+  return path.string();
+}
+
+}  // namespace
+
+int parse_arch(const std::string& text) {
+  std::string digits = text;
+  for (const char* prefix : {"sm_", "compute_"})
+    if (digits.rfind(prefix, 0) == 0) digits = digits.substr(std::string(prefix).size());
+  bool ok = !digits.empty() && digits.size() <= 3 && std::all_of(digits.begin(), digits.end(), ::isdigit);
+  int arch = ok ? std::stoi(digits) : 0;
+  if (!ok || arch < 50) throw ValueError("[arch] '" + text + "' is not a GPU architecture like sm_90");
+  return arch;
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  KILN_NVRTC(nvrtcVersion(&major, &minor));
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+bool nvrtc_can_emit_cubin(int arch) {
+  const auto& a = supported_archs();
+  return std::find(a.begin(), a.end(), arch) != a.end();
+}
+
+std::vector<std::string> cuda_include_dirs() {
+  const char* env = std::getenv("KILN_CUDA_INCLUDE");
+  std::string joined = env && *env ? env : KILN_CUDA_INCLUDE_DEFAULT;
+  std::vector<std::string> dirs;
+  std::istringstream in(joined);
+  for (std::string d; std::getline(in, d, ':');)
+    if (!d.empty()) dirs.push_back(d);
+  return dirs;
+}
+
+std::vector<std::string> nvrtc_options(int arch) {
+  std::vector<std::string> opts{"-std=c++17", "-default-device", "-DKILN_NVRTC=1"};
+  if (nvrtc_can_emit_cubin(arch)) {
+    opts.push_back("-arch=sm_" + std::to_string(arch));
+  } else {
+    // Newer GPU than this NVRTC knows: emit PTX for the newest arch it has; the driver JITs it.
+    int best = 0;
+    for (int a : supported_archs())
+      if (a <= arch) best = std::max(best, a);
+    if (best == 0) throw ValueError("[nvrtc] NVRTC " + nvrtc_version() + " cannot target sm_" + std::to_string(arch));
+    opts.push_back("-arch=compute_" + std::to_string(best));
+  }
+  for (const auto& d : cuda_include_dirs()) opts.push_back("-I" + d);
+  return opts;
+}
+
+CompiledModule compile(const CompileRequest& req) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> opts = nvrtc_options(req.arch);
+  std::vector<const char*> argv;
+  for (const auto& o : opts) argv.push_back(o.c_str());
+
+  nvrtcProgram prog = nullptr;
+  std::string name = req.op + ".cu";
+  KILN_NVRTC(nvrtcCreateProgram(&prog, req.source.c_str(), name.c_str(), 0, nullptr, nullptr));
+  // Destroy the program on every path out, including throws.
+  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(&prog, [](nvrtcProgram* p) { nvrtcDestroyProgram(p); });
+
+  nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+  std::size_t log_size = 0;
+  KILN_NVRTC(nvrtcGetProgramLogSize(prog, &log_size));
+  std::string nvrtc_log(log_size, '\0');
+  if (log_size > 1) KILN_NVRTC(nvrtcGetProgramLog(prog, nvrtc_log.data()));
+  while (!nvrtc_log.empty() && nvrtc_log.back() == '\0') nvrtc_log.pop_back();
+  if (r != NVRTC_SUCCESS) {
+    std::string path = write_failed_source(req);
+    throw CompileError(req.op, req.dtypes, nvrtc_log.empty() ? nvrtcGetErrorString(r) : nvrtc_log, numbered(req.source), path);
+  }
+
+  CompiledModule out;
+  std::size_t size = 0;
+  KILN_NVRTC(nvrtcGetPTXSize(prog, &size));
+  out.ptx.resize(size);
+  KILN_NVRTC(nvrtcGetPTX(prog, out.ptx.data()));
+  while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+  if (nvrtc_can_emit_cubin(req.arch)) {
+    KILN_NVRTC(nvrtcGetCUBINSize(prog, &size));
+    out.cubin.resize(size);
+    KILN_NVRTC(nvrtcGetCUBIN(prog, out.cubin.data()));
+  }
+  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  log().debug("compiled {} ({}) for sm_{} in {:.1f} ms", req.op, req.dtypes, req.arch, out.ms);
+  return out;
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,185 @@
+#include "kiln/runtime/module_cache.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "check.h"
+#include "driver.h"
+#include "kiln/error.h"
+#include "kiln/runtime/compiler.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/log.h"
+
+namespace kiln::rt {
+
+namespace {
+
+struct Counters {
+  std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0};
+  std::atomic<std::uint64_t> compile_us{0}, load_us{0};
+} counters;
+
+// One slot per (kernel, dtypes, variant, device); call_once makes concurrent first
+// calls of one key compile once while other keys proceed in parallel.
+struct Slot {
+  std::once_flag once;
+  std::atomic<bool> ready{false};
+  Function fn;
+};
+
+class MemoryCache {
+ public:
+  Slot& slot(std::uint64_t key) {
+    {
+      std::shared_lock lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) return *it->second;
+    }
+    std::unique_lock lock(mu_);
+    auto& s = map_[key];
+    if (!s) s = std::make_unique<Slot>();
+    return *s;
+  }
+
+ private:
+  std::shared_mutex mu_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Slot>> map_;
+};
+
+MemoryCache& memory_cache() {
+  static MemoryCache* c = new MemoryCache;  // outlives static destructors that may still launch
+  return *c;
+}
+
+std::uint64_t pack_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int device) {
+  if (variant > 0xffff || device < 0 || device > 0xff)
+    throw ValueError("[" + spec.op + "] variant " + std::to_string(variant) + " or device out of range");
+  std::uint64_t dt = d.n;
+  for (int i = 0; i < d.n; ++i) dt |= static_cast<std::uint64_t>(d.v[i]) << (3 + 4 * i);
+  return std::uint64_t{spec.id} | dt << 16 | std::uint64_t{variant} << 35 | std::uint64_t(device) << 51;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int arch, const std::string& source) {
+  EntryKey k;
+  k.op = spec.op;
+  k.dtypes = d.str();
+  k.variant = variant;
+  k.arch = arch;
+  k.kind = nvrtc_can_emit_cubin(arch) ? "cubin" : "ptx";
+  k.nvrtc_version = nvrtc_version();
+  for (const auto& o : nvrtc_options(arch)) k.options += (k.options.empty() ? "" : " ") + o;
+  k.digest = entry_digest(k, source);
+  return k;
+}
+
+Entry compile_entry(const EntryKey& key, std::string source) {
+  if (const char* env = std::getenv("KILN_NO_COMPILE"); env && *env && std::string(env) != "0")
+    throw Error("[cache] KILN_NO_COMPILE is set but " + key.op + " (" + key.dtypes + ") for sm_" +
+                std::to_string(key.arch) + " is not in the disk cache " + DiskCache::global().dir().string());
+  static std::once_flag first;
+  std::call_once(first, [] {
+    log().info("compiling GPU kernels on first use; `jitcc warm` fills the kernel cache ahead of time");
+  });
+  CompiledModule m = compile({key.op, key.dtypes, source, key.arch});
+  counters.compiles++;
+  counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
+  Entry e{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};
+  DiskCache::global().store(e);
+  return e;
+}
+
+// Errors after which the other binary form (or a fresh compile) may still load.
+bool retryable(CUresult r) {
+  return r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_PTX ||
+         r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_INVALID_SOURCE;
+}
+
+CUresult try_load(const Entry& e, CUmodule* module) {
+  const Driver& d = driver();
+  CUresult r = CUDA_ERROR_NO_BINARY_FOR_GPU;
+  if (!e.cubin.empty()) {
+    r = d.cuModuleLoadData(module, e.cubin.data());
+    if (r == CUDA_SUCCESS || !retryable(r)) return r;
+    log().warn("{} ({}): driver rejected CUBIN for sm_{}; loading PTX", e.key.op, e.key.dtypes, e.key.arch);
+  }
+  r = d.cuModuleLoadData(module, e.ptx.c_str());
+  return r;
+}
+
+Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  const int arch = device_info(device).arch();
+  std::string source = instantiate_kernel(spec, dtypes, variant);
+  EntryKey key = make_key(spec, dtypes, variant, arch, source);
+  std::optional<Entry> entry = DiskCache::global().load(key);
+  bool from_disk = entry.has_value();
+  if (from_disk) counters.disk_hits++;
+  else entry = compile_entry(key, source);
+
+  make_current(device);
+  auto start = std::chrono::steady_clock::now();
+  CUmodule module = nullptr;
+  CUresult r = try_load(*entry, &module);
+  if (r != CUDA_SUCCESS && retryable(r) && from_disk) {
+    log().warn("{} ({}): cached binaries for sm_{} rejected by the driver; recompiling", key.op, key.dtypes, arch);
+    entry = compile_entry(key, source);
+    r = try_load(*entry, &module);
+  }
+  if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
+  CUfunction fn = nullptr;
+  KILN_CU(cuModuleGetFunction(&fn, module, spec.entry.c_str()));
+  counters.load_us += static_cast<std::uint64_t>(ms_since(start) * 1000);
+  return Function{fn, device};
+}
+
+}  // namespace
+
+Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  Slot& s = memory_cache().slot(pack_key(spec, dtypes, variant, device));
+  if (s.ready.load(std::memory_order_acquire)) {
+    counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    return s.fn;
+  }
+  // A throw leaves the once_flag unset, so a later call retries.
+  std::call_once(s.once, [&] {
+    s.fn = load_function(spec, dtypes, variant, device);
+    s.ready.store(true, std::memory_order_release);
+  });
+  return s.fn;
+}
+
+WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch) {
+  std::string source = instantiate_kernel(spec, dtypes, variant);
+  EntryKey key = make_key(spec, dtypes, variant, arch, source);
+  if (DiskCache::global().load(key)) {
+    counters.disk_hits++;
+    return WarmOutcome::cached;
+  }
+  compile_entry(key, std::move(source));
+  return WarmOutcome::compiled;
+}
+
+CacheCounters cache_counters() {
+  return {counters.compiles.load(), counters.memory_hits.load(), counters.disk_hits.load(),
+          static_cast<double>(counters.compile_us.load()) / 1000.0, static_cast<double>(counters.load_us.load()) / 1000.0};
+}
+
+void reset_cache_counters() {
+  counters.compiles = 0;
+  counters.memory_hits = 0;
+  counters.disk_hits = 0;
+  counters.compile_us = 0;
+  counters.load_us = 0;
+}
+
+}  // namespace kiln::rt

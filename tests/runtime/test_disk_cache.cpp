@@ -1,0 +1,363 @@
+// Disk cache: round trips, keys, modes, unwritable directories, eviction and configuration.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "disk_cache_test_util.h"
+#include "kiln/error.h"
+
+using namespace kiln::rt;
+using namespace kiln_test;
+
+TEST_CASE("disk cache: store then load round-trips every field") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  Entry e = make_entry();
+  const std::int64_t before = unix_now();
+  cache.store(e);
+  const fs::path file = entry_file(cache.dir(), e.key.digest);
+  REQUIRE(fs::is_regular_file(file));
+
+  std::optional<Entry> got = cache.load(e.key);
+  REQUIRE(got.has_value());
+  CHECK(got->key.op == e.key.op);
+  CHECK(got->key.dtypes == e.key.dtypes);
+  CHECK(got->key.variant == e.key.variant);
+  CHECK(got->key.arch == e.key.arch);
+  CHECK(got->key.kind == e.key.kind);
+  CHECK(got->key.nvrtc_version == e.key.nvrtc_version);
+  CHECK(got->key.options == e.key.options);
+  CHECK(got->key.digest == e.key.digest);
+  CHECK(got->source == e.source);
+  CHECK(got->ptx == e.ptx);
+  CHECK(got->cubin == e.cubin);
+
+  std::string problem = "unset";
+  CHECK(cache.read(file, &problem).has_value());
+  CHECK(problem.empty());
+  std::vector<EntryInfo> infos = cache.list();
+  REQUIRE(infos.size() == 1);
+  CHECK(infos[0].ok);
+  CHECK(infos[0].path == file);
+  CHECK(infos[0].key.op == "add");
+  CHECK(infos[0].key.digest == e.key.digest);
+  CHECK(infos[0].bytes == fs::file_size(file));
+  CHECK(infos[0].created >= before);
+  CHECK(infos[0].created <= unix_now());
+  CHECK(cache.total_bytes() == infos[0].bytes);
+  CHECK(cache.quarantine_count() == 0);
+
+  SUBCASE("a PTX-only entry with an empty CUBIN, stored without a digest, round-trips") {
+    Entry p = make_entry("__global__ void k() { /* ptx */ }\n");
+    p.key.kind = "ptx";
+    p.cubin.clear();
+    p.key.digest.clear();
+    cache.store(p);
+    p.key.digest = entry_digest(p.key, p.source);
+    std::optional<Entry> q = cache.load(p.key);
+    REQUIRE(q.has_value());
+    CHECK(q->cubin.empty());
+    CHECK(q->ptx == p.ptx);
+    CHECK(q->key.kind == "ptx");
+  }
+  SUBCASE("a digest with no file is a silent miss") {
+    LogCapture logs;
+    EntryKey other = make_entry("__global__ void other() {}\n").key;
+    CHECK_FALSE(cache.load(other).has_value());
+    EntryKey empty = e.key;
+    empty.digest.clear();
+    CHECK_FALSE(cache.load(empty).has_value());
+    EntryKey hostile = e.key;
+    hostile.digest = "../../etc/passwd";
+    CHECK_FALSE(cache.load(hostile).has_value());
+    CHECK(logs.lines().empty());
+    CHECK(cache.quarantine_count() == 0);
+  }
+  SUBCASE("a request with other options is served nothing, and the entry is treated as foreign") {
+    LogCapture logs;
+    EntryKey k = e.key;
+    k.options += " -lineinfo";
+    CHECK_FALSE(cache.load(k).has_value());
+    CHECK_FALSE(fs::exists(file));
+    CHECK(cache.quarantine_count() == 1);
+    REQUIRE(logs.count(file.string()) == 1);
+    CHECK(logs.count("foreign entry") == 1);
+    CHECK(logs.count("options") == 1);
+    cache.store(e);
+    CHECK(cache.load(e.key).has_value());
+  }
+  SUBCASE("a store whose digest does not match its key and source is a programming error") {
+    Entry bad = e;
+    bad.key.digest = std::string(64, 'a');
+    CHECK_THROWS_AS(cache.store(bad), kiln::ValueError);
+  }
+}
+
+TEST_CASE("disk cache: entry_digest covers source, options, NVRTC version, arch and kind only") {
+  const Entry e = make_entry();
+  const std::string base = entry_digest(e.key, e.source);
+  CHECK(base.size() == 64);
+  CHECK(base.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(base == e.key.digest);
+
+  EntryKey k = e.key;
+  CHECK(entry_digest(k, e.source + " ") != base);
+  k.options += " -G";
+  CHECK(entry_digest(k, e.source) != base);
+  k = e.key;
+  k.nvrtc_version = "12.8";
+  CHECK(entry_digest(k, e.source) != base);
+  k = e.key;
+  k.arch = 80;
+  CHECK(entry_digest(k, e.source) != base);
+  k = e.key;
+  k.kind = "ptx";
+  CHECK(entry_digest(k, e.source) != base);
+
+  k = e.key;
+  k.op = "mul";
+  k.dtypes = "f16,f16";
+  k.variant = 1;
+  k.digest = "ignored";
+  CHECK(entry_digest(k, e.source) == base);
+
+  // Length prefixes: moving text from one field to the next changes the digest.
+  EntryKey a = e.key, b = e.key;
+  a.options = "-a -b";
+  a.nvrtc_version = "13.0";
+  b.options = "-a";
+  b.nvrtc_version = " -b13.0";
+  CHECK(entry_digest(a, e.source) != entry_digest(b, e.source));
+}
+
+TEST_CASE("disk cache: an unwritable directory degrades to memory-only with one warning") {
+  TempDir tmp;
+  Entry e = make_entry();
+  SUBCASE("a cache path under a regular file (fails even for root)") {
+    write_bytes(tmp.path() / "a_regular_file", "not a directory\n");
+    DiskCache cache(tmp.path() / "a_regular_file" / "cache", CacheMode::read_write, 1 << 20);
+    LogCapture logs;
+    CHECK(cache.writable());
+    CHECK_NOTHROW(cache.store(e));
+    CHECK_FALSE(cache.writable());
+    CHECK_NOTHROW(cache.store(make_entry("__global__ void second() {}\n")));
+    CHECK(logs.count("is not writable") == 1);
+    CHECK(logs.count("continuing with the memory-only cache") == 1);
+    CHECK(logs.count((tmp.path() / "a_regular_file" / "cache").string()) == 1);
+    CHECK_FALSE(cache.load(e.key).has_value());
+    CHECK(logs.lines().size() == 1);  // the miss is silent
+    CHECK(cache.list().empty());
+    CHECK(cache.total_bytes() == 0);
+  }
+  SUBCASE("a read-only directory (permission bits bind only non-root users)") {
+    const fs::path dir = tmp.path() / "cache";
+    fs::create_directories(dir);
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
+    DiskCache cache(dir, CacheMode::read_write, 0);
+    LogCapture logs;
+    CHECK_NOTHROW(cache.store(e));
+    CHECK_NOTHROW(cache.store(make_entry("__global__ void second() {}\n")));
+    if (::geteuid() != 0) {
+      CHECK_FALSE(cache.writable());
+      CHECK(logs.count("is not writable") == 1);
+      CHECK_FALSE(cache.load(e.key).has_value());
+      CHECK(fs::is_empty(dir));
+    }
+    // Either way the cache is coherent: what was stored loads exactly when writes work.
+    CHECK(cache.load(e.key).has_value() == cache.writable());
+  }
+}
+
+TEST_CASE("disk cache: read-only mode reads without writing; off mode does neither") {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "cache";
+  Entry e = make_entry();
+  Entry e2 = make_entry("__global__ void second() {}\n");
+  DiskCache rw(dir, CacheMode::read_write, 0);
+  rw.store(e);
+  const fs::path file = entry_file(dir, e.key.digest);
+  set_mtime(file, unix_now() - 3600);
+  const std::int64_t old_mtime = mtime_ns(file);
+
+  SUBCASE("ro") {
+    DiskCache ro(dir, CacheMode::read_only, 1);
+    CHECK_FALSE(ro.writable());
+    ro.store(e2);
+    CHECK_FALSE(fs::exists(entry_file(dir, e2.key.digest)));
+    std::optional<Entry> got = ro.load(e.key);
+    REQUIRE(got.has_value());
+    CHECK(got->cubin == e.cubin);
+    CHECK(mtime_ns(file) == old_mtime);
+    CHECK(ro.list().size() == 1);
+
+    // A bad entry is reported and skipped, but left where it is.
+    write_bytes(file, "garbage that is long enough to have a magic\n");
+    LogCapture logs;
+    CHECK_FALSE(ro.load(e.key).has_value());
+    CHECK(fs::exists(file));
+    CHECK(ro.quarantine_count() == 0);
+    CHECK(logs.count("bad magic") == 1);
+  }
+  SUBCASE("rw records the use in the mtime") {
+    REQUIRE(rw.load(e.key).has_value());
+    CHECK(mtime_ns(file) > old_mtime);
+    CHECK(rw.list()[0].last_used >= unix_now() - 5);
+  }
+  SUBCASE("off") {
+    DiskCache off(dir, CacheMode::off, 0);
+    CHECK_FALSE(off.writable());
+    CHECK_FALSE(off.load(e.key).has_value());
+    off.store(e2);
+    CHECK_FALSE(fs::exists(entry_file(dir, e2.key.digest)));
+    CHECK(mtime_ns(file) == old_mtime);
+  }
+}
+
+TEST_CASE("disk cache: gc evicts least recently used first, bad files before all") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  std::vector<Entry> entries;
+  const std::int64_t base = unix_now() - 10000;
+  const int use_order[] = {2, 0, 3, 1};  // entries[2] used longest ago
+  for (int i = 0; i < 4; ++i) {
+    entries.push_back(make_entry("__global__ void k" + std::to_string(i) + "() {}\n"));
+    cache.store(entries.back());
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    set_mtime(entry_file(cache.dir(), entries[use_order[rank]].key.digest), base + 100 * rank);
+  }
+  const fs::path junk = entry_file(cache.dir(), entries[0].key.digest).parent_path() / "notes.txt";
+  write_bytes(junk, "someone else's file\n");  // newest of all, yet bad
+  const std::uint64_t junk_bytes = fs::file_size(junk);
+  const std::uint64_t entry_bytes = fs::file_size(entry_file(cache.dir(), entries[0].key.digest));
+  std::uint64_t total = cache.total_bytes();
+  CHECK(total == 4 * entry_bytes + junk_bytes);
+
+  CHECK(cache.gc(total) == 0);
+  CHECK(cache.gc(total - 1) == junk_bytes);
+  CHECK_FALSE(fs::exists(junk));
+  for (int rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    total = cache.total_bytes();
+    CHECK(cache.gc(total - 1) == entry_bytes);
+    CHECK_FALSE(fs::exists(entry_file(cache.dir(), entries[use_order[rank]].key.digest)));
+    for (int later = rank + 1; later < 4; ++later) {
+      CHECK(fs::exists(entry_file(cache.dir(), entries[use_order[later]].key.digest)));
+    }
+  }
+  CHECK(cache.total_bytes() == 0);
+}
+
+TEST_CASE("disk cache: gc removes stale temp files but not fresh ones") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  Entry e = make_entry();
+  cache.store(e);
+  const fs::path shard = entry_file(cache.dir(), e.key.digest).parent_path();
+  write_bytes(shard / (".tmp-" + e.key.digest + "-1-2-3"), "half-written");
+  write_bytes(shard / (".tmp-" + e.key.digest + "-4-5-6"), "in progress");
+  set_mtime(shard / (".tmp-" + e.key.digest + "-1-2-3"), unix_now() - 7200);
+  CHECK(cache.list().size() == 1);  // temp files are not entries
+  CHECK(cache.gc(UINT64_MAX) == std::string("half-written").size());
+  CHECK_FALSE(fs::exists(shard / (".tmp-" + e.key.digest + "-1-2-3")));
+  CHECK(fs::exists(shard / (".tmp-" + e.key.digest + "-4-5-6")));
+  CHECK(cache.load(e.key).has_value());
+}
+
+TEST_CASE("disk cache: the size bound is enforced on store, down to 80%") {
+  TempDir tmp;
+  const std::uint64_t entry_bytes = [&] {
+    DiskCache probe(tmp.path() / "probe", CacheMode::read_write, 0);
+    probe.store(make_entry("__global__ void k00() {}\n"));
+    return probe.total_bytes();
+  }();
+  const std::uint64_t max = entry_bytes * 7 / 2;  // room for 3.5 entries; gc keeps 2
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, max);
+  const std::int64_t base = unix_now() - 10000;
+  std::vector<Entry> stored;
+  for (int i = 0; i < 10; ++i) {
+    CAPTURE(i);
+    stored.push_back(make_entry("__global__ void k" + std::string(i < 10 ? "0" : "") + std::to_string(i) + "() {}\n"));
+    cache.store(stored.back());
+    const std::uint64_t total = cache.total_bytes();
+    CHECK(total <= max);
+    CHECK(total == cache.list().size() * entry_bytes);
+    CHECK(cache.load(stored.back().key).has_value());  // the newest always survives
+    set_mtime(entry_file(cache.dir(), stored.back().key.digest), base + i);
+    if (i == 3) CHECK(total == 2 * entry_bytes);  // the 4th store went past 3.5 entries
+  }
+  CHECK(cache.load(stored[9].key).has_value());
+  CHECK_FALSE(cache.load(stored[0].key).has_value());
+}
+
+TEST_CASE("disk cache: clear empties the directory; total_bytes matches list") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  for (int i = 0; i < 5; ++i) cache.store(make_entry("__global__ void k" + std::to_string(i) + "() {}\n"));
+  Entry e = make_entry();
+  cache.store(e);
+  const fs::path file = entry_file(cache.dir(), e.key.digest);
+  write_bytes(file.parent_path() / "stray.bin", "stray");
+  write_bytes(file.parent_path() / (".tmp-" + e.key.digest + "-1-2-3"), "partial");
+  write_bytes(cache.dir() / "README", "kept: not the cache's file");
+  std::vector<EntryInfo> infos = cache.list();
+  REQUIRE(infos.size() == 7);
+  std::uint64_t sum = 0;
+  for (const EntryInfo& i : infos) sum += i.bytes;
+  CHECK(cache.total_bytes() == sum);
+  CHECK(std::count_if(infos.begin(), infos.end(),
+                      [](const EntryInfo& i) { return !i.ok && i.problem == "not a kiln cache entry"; }) == 1);
+
+  write_bytes(file, "garbage garbage garbage garbage\n");
+  {
+    LogCapture logs;
+    CHECK_FALSE(cache.load(e.key).has_value());
+    CHECK(logs.count("bad magic") == 1);
+  }
+  CHECK(cache.quarantine_count() == 1);
+
+  cache.clear();
+  CHECK(fs::is_directory(cache.dir()));
+  CHECK(cache.list().empty());
+  CHECK(cache.total_bytes() == 0);
+  CHECK(cache.quarantine_count() == 0);
+  std::vector<fs::path> left;
+  for (const auto& d : fs::directory_iterator(cache.dir())) left.push_back(d.path().filename());
+  CHECK(left == std::vector<fs::path>{"README"});
+  cache.store(e);
+  CHECK(cache.load(e.key).has_value());
+}
+
+TEST_CASE("disk cache: sizes and directories from the environment") {
+  CHECK(DiskCache::parse_size("0") == 0u);
+  CHECK(DiskCache::parse_size("1048576") == 1048576u);
+  CHECK(DiskCache::parse_size("512K") == 512u << 10);
+  CHECK(DiskCache::parse_size("64m") == 64u << 20);
+  CHECK(DiskCache::parse_size("2G") == std::uint64_t(2) << 30);
+  for (const char* bad : {"", "K", "12X", "-1", "1.5G", " 12", "12 ", "99999999999999999999", "17179869184G"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(DiskCache::parse_size(bad).has_value());
+  }
+
+  struct SavedEnv {
+    std::string name;
+    std::optional<std::string> value;
+    explicit SavedEnv(std::string n) : name(std::move(n)) {
+      if (const char* v = std::getenv(name.c_str())) value = v;
+    }
+    ~SavedEnv() { value ? ::setenv(name.c_str(), value->c_str(), 1) : ::unsetenv(name.c_str()); }
+  };
+  SavedEnv a("KILN_CACHE_DIR"), b("XDG_CACHE_HOME"), c("HOME");
+  ::setenv("KILN_CACHE_DIR", "/somewhere/kc", 1);
+  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  ::setenv("HOME", "/home/u", 1);
+  CHECK(DiskCache::default_dir() == fs::path("/somewhere/kc"));
+  ::unsetenv("KILN_CACHE_DIR");
+  CHECK(DiskCache::default_dir() == fs::path("/xdg/kiln"));
+  ::unsetenv("XDG_CACHE_HOME");
+  CHECK(DiskCache::default_dir() == fs::path("/home/u/.cache/kiln"));
+  ::unsetenv("HOME");
+  CHECK(DiskCache::default_dir() == fs::path("/tmp/kiln-cache-" + std::to_string(::getuid())));
+}

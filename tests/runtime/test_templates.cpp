@@ -1,0 +1,173 @@
+// Kernel templates (placeholders, instantiation errors, KILN_TEMPLATE_DIR) and the
+// kernel registry (registration, ids, rejection of unsupported tuples and variants).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "../../engine/ops/kernels/launchers.h"
+#include "kiln/error.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/templates.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The message of the exception `f` throws as E; fails the test when it throws nothing.
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("expected an exception");
+  return {};
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Sets KILN_TEMPLATE_DIR to a fresh directory for one scope, then restores the environment.
+struct TemplateDirScope {
+  fs::path dir;
+  TemplateDirScope() {
+    dir = fs::temp_directory_path() / ("kiln-templates-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ::setenv("KILN_TEMPLATE_DIR", dir.c_str(), 1);
+  }
+  ~TemplateDirScope() {
+    ::unsetenv("KILN_TEMPLATE_DIR");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(dir / (name + ".cu")) << text; }
+};
+
+}  // namespace
+
+TEST_CASE("template_placeholders lists distinct names in order of first use") {
+  auto p = rt::template_placeholders("${OUT} y = ${OP}(x); ${OUT} z; $X ${lower} ${1A} ${A_1} ${}");
+  CHECK(p == std::vector<std::string>{"OUT", "OP", "A_1"});
+  CHECK(rt::template_placeholders("no placeholders here").empty());
+}
+
+TEST_CASE("instantiate replaces every placeholder in one pass") {
+  std::string out = rt::instantiate("t", "${T} f(${T} x) { return ${OP}; }${END}",
+                                    {{"T", "float"}, {"OP", "x * ${T}"}, {"END", ""}});
+  // A binding's value is not scanned again, so it may itself contain "${".
+  CHECK(out == "float f(float x) { return x * ${T}; }");
+}
+
+TEST_CASE("instantiate errors name the template and the placeholder or binding") {
+  const char* text = "${TIN} x; ${OUT} y;";
+  std::string missing =
+      error_of<ValueError>([&] { rt::instantiate("elementwise_unary", text, {{"TIN", "float"}}); });
+  CHECK(missing == "[template elementwise_unary] placeholder ${OUT} has no binding");
+
+  std::string unknown = error_of<ValueError>(
+      [&] { rt::instantiate("elementwise_unary", text, {{"TIN", "float"}, {"OUT", "float"}, {"TOUT", "int"}}); });
+  CHECK(contains(unknown, "[template elementwise_unary]"));
+  CHECK(contains(unknown, "binding TOUT"));
+  CHECK(contains(unknown, "${TIN} ${OUT}"));
+
+  std::string twice = error_of<ValueError>(
+      [&] { rt::instantiate("t", text, {{"TIN", "float"}, {"OUT", "float"}, {"TIN", "int"}}); });
+  CHECK(contains(twice, "binding TIN is given twice"));
+
+  std::string malformed = error_of<ValueError>([&] { rt::instantiate("t", "a\nb ${Oops} c", {}); });
+  CHECK(contains(malformed, "[template t] malformed placeholder at line 2"));
+}
+
+TEST_CASE("embedded templates are listed and readable") {
+  auto names = rt::template_names();
+  for (const char* n : {"elementwise_common", "elementwise_unary", "elementwise_binary", "fill", "where"}) {
+    CAPTURE(n);
+    CHECK(std::find(names.begin(), names.end(), n) != names.end());
+    CHECK_FALSE(rt::template_source(n).empty());
+  }
+  auto p = rt::template_placeholders(rt::template_source("elementwise_unary"));
+  CHECK(p == std::vector<std::string>{"PRELUDE", "VARIANT", "TIN", "TOUT", "COMPUTE", "OP"});
+  CHECK(contains(error_of<ValueError>([] { rt::template_source("no_such_template"); }), "no_such_template"));
+  CHECK_THROWS_AS(rt::template_source("../etc/passwd"), ValueError);
+}
+
+TEST_CASE("KILN_TEMPLATE_DIR reads templates from disk") {
+  const std::string embedded = rt::template_source("fill");
+  {
+    TemplateDirScope scope;
+    scope.write("fill", "// edited ${PRELUDE} ${VARIANT} ${T}\n");
+    scope.write("elementwise_common", "// prelude");
+    CHECK(rt::template_source("fill") == "// edited ${PRELUDE} ${VARIANT} ${T}\n");
+    CHECK(rt::template_names() == std::vector<std::string>{"elementwise_common", "fill"});
+
+    std::string missing = error_of<ValueError>([] { rt::template_source("where"); });
+    CHECK(contains(missing, "'where'"));
+    CHECK(contains(missing, (scope.dir / "where.cu").string()));
+
+    // Kernel specs instantiate the text on disk, prelude included.
+    CHECK(rt::instantiate_kernel(kernels::kernel("fill"), {DType::f32}, 1) == "// edited // prelude 1 float\n");
+  }
+  CHECK(rt::template_source("fill") == embedded);
+}
+
+TEST_CASE("instantiate_kernel binds an op's expression for its dtypes and variant") {
+  const rt::KernelSpec& add = kernels::kernel("add");
+  std::string src = rt::instantiate_kernel(add, {DType::f16, DType::f16}, 1);
+  CHECK(contains(src, "typedef __half Tin;"));
+  CHECK(contains(src, "typedef float C;"));
+  CHECK(contains(src, "#define KILN_VARIANT 1"));
+  CHECK(contains(src, "a + b"));
+  CHECK(contains(src, "extern \"C\" __global__"));
+  CHECK(contains(src, add.entry));
+  CHECK(rt::template_placeholders(src).empty());
+
+  std::string cast = rt::instantiate_kernel(kernels::kernel("cast"), {DType::i64, DType::boolean}, 0);
+  CHECK(contains(cast, "typedef long long Tin;"));
+  CHECK(contains(cast, "typedef bool Tout;"));
+}
+
+TEST_CASE("instantiate_kernel rejects unsupported dtypes and variants with typed errors") {
+  const rt::KernelSpec& add = kernels::kernel("add");
+  std::string dt = error_of<DTypeError>([&] { rt::instantiate_kernel(add, {DType::u8, DType::f16}, 0); });
+  CHECK(contains(dt, "[add] dtypes (u8,f16) not supported; supported: (f32,f32)"));
+  std::string var = error_of<ValueError>([&] { rt::instantiate_kernel(add, {DType::f32, DType::f32}, 7); });
+  CHECK(var == "[add] variant 7 not supported; supported: 0 1 2");
+  CHECK_THROWS_AS(rt::instantiate_kernel(kernels::kernel("exp"), {DType::i32, DType::i32}, 0), DTypeError);
+}
+
+TEST_CASE("the registry assigns ids in order, keeps addresses and refuses duplicates") {
+  // Copies of the fill spec under new names, so that they still compile when the
+  // compile-everything test walks the registry after this one.
+  auto make = [](std::string op) {
+    rt::KernelSpec s = kernels::kernel("fill");
+    s.op = std::move(op);
+    s.dtypes = {{DType::f32}};
+    s.variants = {0};
+    return s;
+  };
+  const std::size_t before = rt::registered_kernels().size();
+  const rt::KernelSpec& a = rt::register_kernel(make("test_registry_a"));
+  const rt::KernelSpec& b = rt::register_kernel(make("test_registry_b"));
+  CHECK(a.id == before);
+  CHECK(b.id == before + 1);
+  CHECK(rt::find_kernel("test_registry_a") == &a);
+  CHECK(rt::registered_kernels().back() == &b);
+  CHECK(rt::find_kernel("test_registry_missing") == nullptr);
+
+  std::string dup = error_of<ValueError>([&] { rt::register_kernel(make("test_registry_a")); });
+  CHECK(contains(dup, "[test_registry_a]"));
+  CHECK(rt::registered_kernels().size() == before + 2);
+
+  rt::KernelSpec no_bind = make("test_registry_c");
+  no_bind.bind = nullptr;
+  CHECK_THROWS_AS(rt::register_kernel(no_bind), ValueError);
+  rt::KernelSpec no_dtypes = make("test_registry_d");
+  no_dtypes.dtypes.clear();
+  CHECK_THROWS_AS(rt::register_kernel(no_dtypes), ValueError);
+}

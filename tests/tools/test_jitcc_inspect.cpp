@@ -1,0 +1,134 @@
+// jitcc warm, list, dump and show, end to end as a user runs them (no GPU: --arch sm_90).
+#include <set>
+#include <tuple>
+
+#include "jitcc_test_util.h"
+
+using namespace jitcc_test;
+
+namespace {
+
+using Key = std::tuple<std::string, std::string, std::int64_t>;  // op, dtypes, variant
+
+std::set<Key> expected_keys() {
+  std::set<Key> keys;
+  for (const Instance& i : selection().instances) keys.emplace(i.op, i.dtypes, i.variant);
+  return keys;
+}
+
+bool looks_iso_utc(const std::string& s) {
+  return s.size() == 20 && s[4] == '-' && s[7] == '-' && s[10] == 'T' && s[13] == ':' && s[16] == ':' && s[19] == 'Z';
+}
+
+}  // namespace
+
+TEST_CASE("jitcc warm compiles every selected kernel once, then finds them all cached") {
+  ScratchDir dir;
+  const auto n = static_cast<std::int64_t>(selection().instances.size());
+
+  JsonValue first = jitcc_json(warm_args(dir.path()));
+  CHECK(first["compiled"].integer() == n);
+  CHECK(first["cached"].integer() == 0);
+  CHECK(first["failed"].integer() == 0);
+  CHECK(first["seconds"].number() >= 0);
+  CHECK(first["arch"].str() == "sm_90");
+  CHECK(first["failures"].size() == 0);
+  CHECK(entry_files(dir.path()).size() == static_cast<std::size_t>(n));
+
+  JsonValue second = jitcc_json(warm_args(dir.path()));
+  CHECK(second["compiled"].integer() == 0);
+  CHECK(second["cached"].integer() == n);
+  CHECK(second["failed"].integer() == 0);
+
+  // The text report says the same for people.
+  ProcessResult text = jitcc(warm_args(dir.path()));
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("0 compiled, " + std::to_string(n) + " already cached, 0 failed") != std::string::npos);
+}
+
+TEST_CASE("jitcc list shows one row per entry with its key, size and times") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+
+  JsonValue j = jitcc_json({"list", "--cache-dir", dir.path().string()});
+  const JsonValue& entries = j["entries"];
+  std::set<Key> seen;
+  for (const JsonValue& e : entries.array()) {
+    seen.emplace(e["op"].str(), e["dtypes"].str(), e["variant"].integer());
+    CHECK(e["arch"].str() == "sm_90");
+    CHECK((e["kind"].str() == "cubin" || e["kind"].str() == "ptx"));
+    CHECK(e["bytes"].integer() > 0);
+    CHECK(looks_iso_utc(e["created"].str()));
+    CHECK(looks_iso_utc(e["last_used"].str()));
+  }
+  CHECK(entries.size() == selection().instances.size());
+  CHECK(seen == expected_keys());
+
+  ProcessResult text = jitcc({"list", "--cache-dir", dir.path().string()});
+  CHECK(text.exit_code == 0);
+  for (const Instance& i : selection().instances) CHECK(text.out.find(i.op) != std::string::npos);
+  CHECK(text.out.find("last used") != std::string::npos);
+}
+
+TEST_CASE("jitcc dump writes .cu/.ptx/.json per entry, and the .cu is what show prints") {
+  ScratchDir dir, out;
+  copy_warmed_cache(dir.path());
+
+  JsonValue j = jitcc_json({"dump", "--out", out.path().string(), "--cache-dir", dir.path().string()});
+  CHECK(j["dumped"].integer() == static_cast<std::int64_t>(selection().instances.size()));
+
+  for (const Instance& i : selection().instances) {
+    std::string dtypes = i.dtypes;
+    std::replace(dtypes.begin(), dtypes.end(), ',', '-');
+    const std::string prefix = i.op + "_" + dtypes + "_v" + std::to_string(i.variant) + "_sm90_";
+    std::vector<fs::path> cu;
+    for (const auto& f : fs::directory_iterator(out.path())) {
+      const std::string name = f.path().filename().string();
+      if (name.starts_with(prefix) && f.path().extension() == ".cu") cu.push_back(f.path());
+    }
+    INFO("dump of " << prefix);
+    REQUIRE(cu.size() == 1);
+    fs::path stem = cu[0];
+    stem.replace_extension();
+    CHECK(read_text(fs::path(stem) += ".ptx").find(".target sm_90") != std::string::npos);
+    JsonValue key = kiln_test::parse_json(read_text(fs::path(stem) += ".json"));
+    CHECK(key["op"].str() == i.op);
+    CHECK(key["dtypes"].str() == i.dtypes);
+    CHECK(key["variant"].integer() == i.variant);
+    CHECK(key["arch"].str() == "sm_90");
+    CHECK(key["digest"].str().size() == 64);
+
+    ProcessResult show = jitcc({"show", i.op, "--dtypes", i.dtypes, "--variant", std::to_string(i.variant)});
+    CHECK(show.exit_code == 0);
+    CHECK(show.out == read_text(cu[0]));
+  }
+
+  // --ops keeps only the named op's entries.
+  ScratchDir only;
+  const Instance& first = selection().instances.front();
+  JsonValue some =
+      jitcc_json({"dump", "--out", only.path().string(), "--ops", first.op, "--cache-dir", dir.path().string()});
+  std::int64_t want = 0;
+  for (const Instance& i : selection().instances) want += i.op == first.op;
+  CHECK(some["dumped"].integer() == want);
+}
+
+TEST_CASE("jitcc show prints the instantiated source, or its PTX, without touching the cache") {
+  ScratchDir dir;
+  const Instance& i = selection().instances.front();
+
+  ProcessResult src = jitcc({"show", i.op, "--dtypes", i.dtypes, "--cache-dir", dir.path().string()});
+  CHECK(src.exit_code == 0);
+  CHECK(src.out.find(i.entry) != std::string::npos);
+  const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(i.op);
+  REQUIRE(spec);
+  CHECK(src.out == kiln::rt::instantiate_kernel(*spec, kiln::DTypes::parse(i.dtypes), spec->variants.front()));
+
+  JsonValue ptx =
+      jitcc_json({"show", i.op, "--dtypes", i.dtypes, "--ptx", "--arch", "sm_90", "--cache-dir", dir.path().string()});
+  CHECK(ptx["ptx"].str().find(".version") != std::string::npos);
+  CHECK(ptx["ptx"].str().find(".target sm_90") != std::string::npos);
+  CHECK(ptx["ptx"].str().find(i.entry) != std::string::npos);
+
+  CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()})["entries"].size() == 0);
+}

@@ -1,0 +1,163 @@
+// jitcc verify, gc, clear and stats, and clean failures on bad arguments.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <chrono>
+
+#include "jitcc_test_util.h"
+#include "kiln/runtime/device.h"
+
+using namespace jitcc_test;
+
+namespace {
+
+// Flips one byte near the end of the file, i.e. inside the payload.
+void flip_last_byte(const fs::path& p) {
+  std::string bytes = read_text(p);
+  REQUIRE(bytes.size() > 16);
+  bytes[bytes.size() - 2] = static_cast<char>(bytes[bytes.size() - 2] ^ 0x5a);
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The cache records an entry's last use as its mtime.
+void set_last_used(const fs::path& p, std::int64_t unix_seconds) {
+  const struct timespec times[2] = {{unix_seconds, 0}, {unix_seconds, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, p.c_str(), times, 0) == 0);
+}
+
+std::int64_t now_s() {
+  using namespace std::chrono;
+  return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+TEST_CASE("jitcc verify reports a corrupted entry, exits 1, and --fix removes it") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  const std::string cache = dir.path().string();
+  const auto n = static_cast<std::int64_t>(selection().instances.size());
+
+  JsonValue clean = jitcc_json({"verify", "--cache-dir", cache});
+  CHECK(clean["entries"].integer() == n);
+  CHECK(clean["bad"].size() == 0);
+
+  const fs::path victim = entry_files(dir.path()).front();
+  flip_last_byte(victim);
+  JsonValue bad = jitcc_json({"verify", "--cache-dir", cache}, 1);
+  REQUIRE(bad["bad"].size() == 1);
+  CHECK(bad["bad"][0]["path"].str() == victim.string());
+  CHECK(!bad["bad"][0]["problem"].str().empty());
+  CHECK(fs::exists(victim));  // without --fix nothing is removed
+
+  JsonValue fixed = jitcc_json({"verify", "--fix", "--cache-dir", cache});
+  CHECK(fixed["removed"].integer() == 1);
+  CHECK(!fs::exists(victim));
+
+  JsonValue after = jitcc_json({"verify", "--cache-dir", cache});
+  CHECK(after["entries"].integer() == n - 1);
+  CHECK(after["bad"].size() == 0);
+}
+
+TEST_CASE("jitcc gc keeps the most recently used entries within the bound; 0 empties the cache") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  const std::string cache = dir.path().string();
+  std::vector<fs::path> files = entry_files(dir.path());
+  REQUIRE(files.size() >= 2);
+
+  // The last file is the most recently used; the bound fits it alone.
+  for (std::size_t i = 0; i < files.size(); ++i)
+    set_last_used(files[i], now_s() - 1000 + static_cast<std::int64_t>(i) * 10);
+  const auto keep_bytes = fs::file_size(files.back());
+  JsonValue gc = jitcc_json({"gc", "--max-size", std::to_string(keep_bytes), "--cache-dir", cache});
+  CHECK(gc["entries"].integer() == 1);
+  CHECK(gc["removed_entries"].integer() == static_cast<std::int64_t>(files.size() - 1));
+  CHECK(gc["total_bytes"].integer() <= static_cast<std::int64_t>(keep_bytes));
+  CHECK(entry_files(dir.path()) == std::vector<fs::path>{files.back()});
+
+  JsonValue empty = jitcc_json({"gc", "--max-size", "0", "--cache-dir", cache});
+  CHECK(empty["entries"].integer() == 0);
+  CHECK(entry_files(dir.path()).empty());
+
+  // Suffixed sizes are accepted.
+  CHECK(jitcc_json({"gc", "--max-size", "64M", "--cache-dir", cache})["max_bytes"].integer() == 64 << 20);
+}
+
+TEST_CASE("jitcc clear removes every entry") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  JsonValue j = jitcc_json({"clear", "--cache-dir", dir.path().string()});
+  CHECK(j["removed_entries"].integer() == static_cast<std::int64_t>(selection().instances.size()));
+  CHECK(entry_files(dir.path()).empty());
+  CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()})["entries"].size() == 0);
+}
+
+TEST_CASE("jitcc stats describes the directory, its entries and the build") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  const auto n = static_cast<std::int64_t>(selection().instances.size());
+  JsonValue j = jitcc_json({"stats", "--cache-dir", dir.path().string()});
+  CHECK(j["cache_dir"].str() == dir.path().string());
+  CHECK(j["mode"].str() == "rw");
+  CHECK(j["entries"].integer() == n);
+  CHECK(j["bad"].integer() == 0);
+  CHECK(j["total_bytes"].integer() > 0);
+  CHECK(j["per_arch"]["sm_90"].integer() == n);
+  CHECK(!j["nvrtc_version"].str().empty());
+  CHECK(j["registered_kernels"].integer() >= 1);
+  CHECK(j["registered_instantiations"].integer() >= j["registered_kernels"].integer());
+
+  ProcessResult text = jitcc({"stats", "--cache-dir", dir.path().string()});
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find(dir.path().string()) != std::string::npos);
+}
+
+TEST_CASE("jitcc rejects bad arguments with a message naming the problem") {
+  ScratchDir dir;
+  const std::string cache = dir.path().string();
+  const Instance& i = selection().instances.front();
+  struct Case {
+    std::vector<std::string> args;
+    std::string named;  // what the message must mention
+  };
+  const std::vector<Case> cases{
+      {{"warm", "--ops", "no_such_op", "--arch", "sm_90"}, "no_such_op"},
+      {{"warm", "--ops", i.op, "--dtypes", "f33", "--arch", "sm_90"}, "f33"},
+      {{"warm", "--ops", i.op, "--arch", "sm_1"}, "sm_1"},
+      {{"warm", "--ops", i.op, "--arch", "banana"}, "banana"},
+      {{"gc", "--max-size", "garbage"}, "garbage"},
+      {{"gc", "--max-size", "12Q"}, "12Q"},
+      {{"show", "no_such_op", "--dtypes", "f32"}, "no_such_op"},
+      {{"show", i.op, "--dtypes", "f32,f32,f32,f32"}, i.op},
+      {{"frobnicate"}, "frobnicate"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--cache-dir", cache});
+    ProcessResult r = jitcc(args);
+    INFO("jitcc " << args.front() << " ... " << c.named << ": " << r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find(c.named) != std::string::npos);
+    CHECK(r.out.empty());
+
+    // With --json the failure is still one object on stdout.
+    args.push_back("--json");
+    ProcessResult j = jitcc(args);
+    CHECK(j.exit_code == r.exit_code);
+    CHECK(kiln_test::parse_json(j.out)["error"].str().find(c.named) != std::string::npos);
+  }
+  CHECK(!fs::exists(dir.path() / "quarantine"));
+  CHECK(entry_files(dir.path()).empty());
+}
+
+TEST_CASE("jitcc warm --arch auto fails clearly without a GPU") {
+  std::string why;
+  if (kiln::rt::gpu_available(&why)) return;  // with a GPU, auto is valid
+  ScratchDir dir;
+  ProcessResult r =
+      jitcc({"warm", "--ops", selection().instances.front().op, "--arch", "auto", "--cache-dir", dir.path().string()});
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("GPU") != std::string::npos);
+  CHECK(r.err.find("--arch sm_") != std::string::npos);
+}

@@ -1,0 +1,78 @@
+#pragma once
+// Shared pieces of jitcc's subcommands: options every subcommand takes, argument
+// parsing that fails with a clean message, output in text or JSON.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "json.h"
+#include "kiln/dtype.h"
+#include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/kernel_registry.h"
+
+namespace jitcc {
+
+// Bad arguments: main prints the message and exits with kUsageExit.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr int kFailureExit = 1;
+inline constexpr int kUsageExit = 2;
+
+struct Common {
+  std::string cache_dir;  // empty: DiskCache::default_dir()
+  bool json = false;
+};
+
+// What main runs once CLI11 has parsed the command line.
+struct Context {
+  Common common;
+  std::function<int()> run;
+};
+
+// Adds --cache-dir and --json to a subcommand.
+void add_common_options(CLI::App& sub, Common& common);
+// Points the process-wide cache at --cache-dir; must run before any cache use.
+void apply_cache_dir(const Common& common);
+std::filesystem::path cache_dir(const Common& common);
+// A DiskCache on the chosen directory for inspecting and editing it, whatever
+// KILN_CACHE says (the user asked for exactly this directory).
+kiln::rt::DiskCache open_cache(const Common& common);
+
+// Prints `json` (with --json) or `text` to stdout.
+void emit(const Common& common, const Json& json, const std::string& text);
+void warn(const std::string& message);  // "jitcc: warning: ..." on stderr
+
+std::vector<std::string> split_list(const std::string& text);
+// "all" or empty: every registered kernel; otherwise the named ones (unknown -> UsageError).
+std::vector<const kiln::rt::KernelSpec*> select_kernels(const std::string& ops);
+// "all" or empty: nullopt (no filter); otherwise the named dtypes (unknown -> UsageError).
+std::optional<std::vector<kiln::DType>> parse_dtype_filter(const std::string& dtypes);
+// Bytes, or a number with a K/M/G suffix (binary multiples); UsageError otherwise.
+std::uint64_t parse_size(const std::string& text);
+// "auto": device 0's arch (UsageError without a GPU); else an arch NVRTC supports.
+int resolve_arch(const std::string& text);
+std::vector<int> nvrtc_supported_archs();
+
+std::string arch_name(int arch);                  // "sm_90"
+std::string iso_time(std::int64_t unix_seconds);  // "2024-05-01T12:00:00Z"
+std::string human_bytes(std::uint64_t bytes);     // "1.5 MiB"
+// Left-aligned columns; the first row is the header.
+std::string table(const std::vector<std::vector<std::string>>& rows);
+
+void add_warm(CLI::App& app, Context& ctx);
+void add_list(CLI::App& app, Context& ctx);
+void add_dump(CLI::App& app, Context& ctx);
+void add_show(CLI::App& app, Context& ctx);
+void add_verify(CLI::App& app, Context& ctx);
+void add_gc(CLI::App& app, Context& ctx);
+void add_clear(CLI::App& app, Context& ctx);
+void add_stats(CLI::App& app, Context& ctx);
+
+}  // namespace jitcc

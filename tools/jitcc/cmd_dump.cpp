@@ -1,0 +1,123 @@
+// jitcc dump: writes each entry's instantiated source, PTX (and CUBIN) and key, so a
+// kernel can be read, diffed or fed to other tools.
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "cli.h"
+
+namespace jitcc {
+
+namespace rt = kiln::rt;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct DumpArgs {
+  std::string out;
+  std::string ops;
+};
+
+// <op>_<dtypes>_v<variant>_sm<arch>_<digest8>, dtypes joined by '-'; nothing a shell must quote.
+std::string file_stem(const rt::EntryKey& k) {
+  std::string dtypes = k.dtypes;
+  std::replace(dtypes.begin(), dtypes.end(), ',', '-');
+  std::string stem = k.op + "_" + dtypes + "_v" + std::to_string(k.variant) + "_sm" + std::to_string(k.arch) + "_" +
+                     k.digest.substr(0, 8);
+  for (char& c : stem)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') c = '_';
+  return stem;
+}
+
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) throw std::runtime_error("[dump] cannot write " + p.string());
+}
+
+Json key_json(const rt::EntryInfo& info) {
+  const rt::EntryKey& k = info.key;
+  return Json::object()
+      .set("op", k.op)
+      .set("dtypes", k.dtypes)
+      .set("variant", k.variant)
+      .set("arch", arch_name(k.arch))
+      .set("kind", k.kind)
+      .set("nvrtc_version", k.nvrtc_version)
+      .set("options", k.options)
+      .set("digest", k.digest)
+      .set("format_version", rt::DiskCache::kFormatVersion)
+      .set("bytes", info.bytes)
+      .set("created", iso_time(info.created))
+      .set("last_used", iso_time(info.last_used))
+      .set("entry", info.path.string());
+}
+
+int run_dump(const DumpArgs& a, const Common& common) {
+  auto cache = open_cache(common);
+  auto entries = cache.list();
+  std::set<std::string> ops;
+  for (const std::string& name : split_list(a.ops)) {
+    bool cached = std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.key.op == name; });
+    if (!rt::find_kernel(name) && !cached)
+      throw UsageError("unknown op '" + name + "' (not registered, not in the cache)");
+    ops.insert(name);
+  }
+  const fs::path out = fs::absolute(a.out);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw std::runtime_error("[dump] cannot create " + out.string() + ": " + ec.message());
+
+  Json files = Json::array(), skipped = Json::array();
+  int dumped = 0, bad = 0;
+  for (const auto& info : entries) {
+    if (info.ok && !ops.empty() && !ops.count(info.key.op)) continue;
+    std::string problem = info.problem;
+    std::optional<rt::Entry> e;
+    if (info.ok) e = cache.read(info.path, &problem);
+    if (!e) {
+      if (!ops.empty() && info.key.op.empty()) continue;  // unreadable: cannot tell whether it was asked for
+      warn("skipping bad entry " + info.path.string() + ": " + problem);
+      skipped.push(Json::object().set("path", info.path.string()).set("problem", problem));
+      ++bad;
+      continue;
+    }
+    const fs::path stem = out / file_stem(info.key);
+    auto emit_file = [&](const std::string& ext, const std::string& bytes) {
+      fs::path p = stem;
+      p += ext;
+      write_file(p, bytes);
+      files.push(p.string());
+    };
+    emit_file(".cu", e->source);
+    emit_file(".ptx", e->ptx);
+    if (!e->cubin.empty()) emit_file(".cubin", e->cubin);
+    emit_file(".json", key_json(info).dump() + "\n");
+    ++dumped;
+  }
+  const std::string text = "dumped " + std::to_string(dumped) + " entries to " + out.string() + "\n";
+  emit(common,
+       Json::object()
+           .set("out", out.string())
+           .set("dumped", dumped)
+           .set("files", std::move(files))
+           .set("skipped", std::move(skipped)),
+       text);
+  return bad ? kFailureExit : 0;
+}
+
+}  // namespace
+
+void add_dump(CLI::App& app, Context& ctx) {
+  auto args = std::make_shared<DumpArgs>();
+  auto* sub = app.add_subcommand("dump", "Write each entry's .cu, .ptx (.cubin) and .json key to a directory");
+  sub->add_option("--out,-o", args->out, "Output directory (created if missing)")->required();
+  sub->add_option("--ops", args->ops, "Comma-separated op names (default: every entry)");
+  add_common_options(*sub, ctx.common);
+  sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_dump(*args, ctx.common); }; });
+}
+
+}  // namespace jitcc

@@ -1,0 +1,117 @@
+// jitcc stats: where the cache is, how it is configured, what it holds, and what
+// this build could put in it.
+#include <algorithm>
+#include <map>
+
+#include "cli.h"
+#include "kiln/runtime/compiler.h"
+#include "kiln/runtime/device.h"
+#include "kiln/version.h"
+
+namespace jitcc {
+
+namespace rt = kiln::rt;
+
+namespace {
+
+const char* mode_name(rt::CacheMode m) {
+  switch (m) {
+    case rt::CacheMode::read_write:
+      return "rw";
+    case rt::CacheMode::read_only:
+      return "ro";
+    case rt::CacheMode::off:
+      return "off";
+  }
+  return "?";
+}
+
+int run_stats(const Common& common) {
+  apply_cache_dir(common);
+  auto cache = open_cache(common);
+  const auto entries = cache.list();
+  std::map<std::string, int> per_arch, per_kind, per_op;
+  int bad = 0;
+  std::uint64_t total = 0;
+  std::int64_t oldest = 0, last_used = 0;
+  for (const auto& e : entries) {
+    total += e.bytes;
+    if (!e.ok) {
+      ++bad;
+      continue;
+    }
+    ++per_arch[arch_name(e.key.arch)];
+    ++per_kind[e.key.kind];
+    ++per_op[e.key.op];
+    if (e.created > 0 && (oldest == 0 || e.created < oldest)) oldest = e.created;
+    last_used = std::max(last_used, e.last_used);
+  }
+  std::size_t instantiations = 0;
+  for (const auto* s : rt::registered_kernels()) instantiations += s->dtypes.size() * s->variants.size();
+
+  // The process-wide configuration (KILN_CACHE, and whether the directory takes writes).
+  const auto& global = rt::DiskCache::global();
+  std::string why;
+  const bool gpu = rt::gpu_available(&why);
+  const std::string gpu_text =
+      gpu ? rt::device_info(0).name + " (" + arch_name(rt::device_info(0).arch()) + ")" : "none (" + why + ")";
+
+  auto counts = [](const std::map<std::string, int>& m) {
+    Json o = Json::object();
+    for (const auto& [k, v] : m) o.set(k, v);
+    return o;
+  };
+  auto counts_text = [](const std::map<std::string, int>& m) {
+    std::string s;
+    for (const auto& [k, v] : m) s += (s.empty() ? "" : ", ") + k + ": " + std::to_string(v);
+    return s.empty() ? std::string("-") : s;
+  };
+  std::vector<std::vector<std::string>> rows{
+      {"directory", cache.dir().string()},
+      {"mode", std::string(mode_name(global.mode())) + (global.writable() ? "" : " (not writable: memory only)")},
+      {"entries", std::to_string(entries.size()) + (bad ? " (" + std::to_string(bad) + " bad)" : "")},
+      {"quarantined", std::to_string(cache.quarantine_count()) + " bad files moved aside"},
+      {"total size", human_bytes(total)},
+      {"per arch", counts_text(per_arch)},
+      {"per kind", counts_text(per_kind)},
+      {"oldest entry", oldest ? iso_time(oldest) : "-"},
+      {"last used", last_used ? iso_time(last_used) : "-"},
+      {"registered", std::to_string(rt::registered_kernels().size()) + " kernels, " + std::to_string(instantiations) +
+                         " instantiations"},
+      {"NVRTC", rt::nvrtc_version()},
+      {"kiln", kiln::version()},
+      {"GPU", gpu_text},
+  };
+  emit(common,
+       Json::object()
+           .set("cache_dir", cache.dir().string())
+           .set("mode", mode_name(global.mode()))
+           .set("writable", global.writable())
+           .set("entries", entries.size())
+           .set("bad", bad)
+           .set("quarantined", cache.quarantine_count())
+           .set("total_bytes", total)
+           .set("per_arch", counts(per_arch))
+           .set("per_kind", counts(per_kind))
+           .set("per_op", counts(per_op))
+           .set("oldest", oldest ? Json(iso_time(oldest)) : Json())
+           .set("last_used", last_used ? Json(iso_time(last_used)) : Json())
+           .set("format_version", rt::DiskCache::kFormatVersion)
+           .set("registered_kernels", rt::registered_kernels().size())
+           .set("registered_instantiations", instantiations)
+           .set("nvrtc_version", rt::nvrtc_version())
+           .set("kiln_version", kiln::version())
+           .set("gpu", gpu ? Json(gpu_text) : Json()),
+       table(rows));
+  return 0;
+}
+
+}  // namespace
+
+void add_stats(CLI::App& app, Context& ctx) {
+  auto* sub = app.add_subcommand("stats", "Cache directory, mode, entries, sizes, NVRTC version, registered kernels");
+  add_common_options(*sub, ctx.common);
+  sub->callback([&ctx] { ctx.run = [&ctx] { return run_stats(ctx.common); }; });
+}
+
+}  // namespace jitcc

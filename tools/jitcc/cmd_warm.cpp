@@ -1,0 +1,149 @@
+// jitcc warm: compiles every selected registered instantiation into the disk cache,
+// so that a production process compiles nothing.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli.h"
+#include "kiln/error.h"
+#include "kiln/runtime/module_cache.h"
+
+namespace jitcc {
+
+namespace rt = kiln::rt;
+
+namespace {
+
+struct WarmArgs {
+  std::string ops = "all";
+  std::string dtypes = "all";
+  std::string arch = "auto";
+  int jobs = 0;  // 0: hardware_concurrency
+};
+
+struct Job {
+  const rt::KernelSpec* spec;
+  kiln::DTypes dtypes;
+  std::uint32_t variant;
+};
+
+struct Failure {
+  const Job* job;
+  std::string error;  // first line of the message
+  std::string log;    // NVRTC log, for compile errors
+};
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::vector<Job> select_jobs(const WarmArgs& a) {
+  auto specs = select_kernels(a.ops);
+  auto filter = parse_dtype_filter(a.dtypes);
+  std::vector<Job> jobs;
+  for (const auto* spec : specs) {
+    for (const kiln::DTypes& d : spec->dtypes) {
+      bool keep = true;
+      for (int i = 0; filter && i < d.size(); ++i)
+        keep = keep && std::find(filter->begin(), filter->end(), d[i]) != filter->end();
+      if (!keep) continue;
+      for (std::uint32_t v : spec->variants) jobs.push_back({spec, d, v});
+    }
+  }
+  if (jobs.empty()) throw UsageError("no registered instantiation matches --ops " + a.ops + " --dtypes " + a.dtypes);
+  return jobs;
+}
+
+int run_warm(const WarmArgs& a, const Common& common) {
+  apply_cache_dir(common);
+  if (a.jobs < 0) throw UsageError("--jobs must be positive (got " + std::to_string(a.jobs) + ")");
+  const std::vector<Job> jobs = select_jobs(a);
+  const int arch = resolve_arch(a.arch);
+  int threads = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min<int>(threads, static_cast<int>(jobs.size()));
+
+  auto& cache = rt::DiskCache::global();
+  if (cache.mode() != rt::CacheMode::read_write)
+    warn("KILN_CACHE is not rw: kernels are compiled but not stored in " + cache.dir().string());
+
+  std::atomic<std::size_t> next{0};
+  std::atomic<int> compiled{0}, cached{0};
+  std::mutex mu;
+  std::vector<Failure> failures;
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& j = jobs[i];
+      try {
+        auto outcome = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch);
+        (outcome == rt::WarmOutcome::compiled ? compiled : cached)++;
+      } catch (const kiln::CompileError& e) {
+        std::lock_guard lock(mu);
+        failures.push_back({&j, first_line(e.what()), e.log()});
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu);
+        failures.push_back({&j, first_line(e.what()), ""});
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::sort(failures.begin(), failures.end(), [](const Failure& x, const Failure& y) { return x.job < y.job; });
+  if (!cache.writable() && cache.mode() == rt::CacheMode::read_write)
+    warn("cache directory " + cache.dir().string() + " is not writable: nothing was stored");
+
+  Json fails = Json::array();
+  std::string text;
+  for (const Failure& f : failures) {
+    fails.push(Json::object()
+                   .set("op", f.job->spec->op)
+                   .set("dtypes", f.job->dtypes.str())
+                   .set("variant", f.job->variant)
+                   .set("error", f.error)
+                   .set("log", f.log));
+    std::fprintf(stderr, "jitcc: failed: %s (%s) variant %u: %s\n%s", f.job->spec->op.c_str(),
+                 f.job->dtypes.str().c_str(), f.job->variant, f.error.c_str(), f.log.c_str());
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%zu kernels for %s in %.2f s: %d compiled, %d already cached, %zu failed (%d threads)\n", jobs.size(),
+                arch_name(arch).c_str(), seconds, compiled.load(), cached.load(), failures.size(), threads);
+  text = line + std::string("cache: ") + cache.dir().string() + "\n";
+  emit(common,
+       Json::object()
+           .set("compiled", compiled.load())
+           .set("cached", cached.load())
+           .set("failed", failures.size())
+           .set("seconds", seconds)
+           .set("kernels", jobs.size())
+           .set("arch", arch_name(arch))
+           .set("threads", threads)
+           .set("cache_dir", cache.dir().string())
+           .set("stored", cache.writable())
+           .set("failures", std::move(fails)),
+       text);
+  return failures.empty() ? 0 : kFailureExit;
+}
+
+}  // namespace
+
+void add_warm(CLI::App& app, Context& ctx) {
+  auto args = std::make_shared<WarmArgs>();
+  auto* sub = app.add_subcommand("warm", "Compile registered kernels into the disk cache");
+  sub->add_option("--ops", args->ops, "Comma-separated op names, or all")->capture_default_str();
+  sub->add_option("--dtypes", args->dtypes,
+                  "Comma-separated dtypes: keeps instantiations whose dtypes are all listed, or all")
+      ->capture_default_str();
+  sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")->capture_default_str();
+  sub->add_option("--jobs,-j", args->jobs, "Parallel compiles (default: hardware threads)");
+  add_common_options(*sub, ctx.common);
+  sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_warm(*args, ctx.common); }; });
+}
+
+}  // namespace jitcc

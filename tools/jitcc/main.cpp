@@ -1,0 +1,80 @@
+// jitcc: manages kiln's kernel cache (warm, list, dump, show, verify, gc, clear, stats).
+// Results go to stdout (one JSON object with --json); logs and errors go to stderr.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli.h"
+#include "kiln/error.h"
+#include "kiln/version.h"
+
+namespace {
+
+// Errors are reported on stderr; with --json, stdout still carries one object.
+int fail(bool json, int code, const std::string& message) {
+  std::fprintf(stderr, "jitcc: error: %s\n", message.c_str());
+  if (json) {
+    const std::string out = jitcc::Json::object().set("error", message).dump() + "\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  return code;
+}
+
+// Before parsing succeeds, --json is known only from the raw arguments.
+bool wants_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--json") == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Loads libkiln, whose static initialisers register the kernels.
+  std::string version = kiln::version();
+
+  CLI::App app{"jitcc " + version + ": fill, inspect and maintain kiln's kernel cache"};
+  app.require_subcommand(1);
+  jitcc::Context ctx;
+  jitcc::add_warm(app, ctx);
+  jitcc::add_list(app, ctx);
+  jitcc::add_dump(app, ctx);
+  jitcc::add_show(app, ctx);
+  jitcc::add_verify(app, ctx);
+  jitcc::add_gc(app, ctx);
+  jitcc::add_clear(app, ctx);
+  jitcc::add_stats(app, ctx);
+
+  // CLI11 alone would answer a misspelt subcommand with "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->get_name() == argv[1];
+      names += " " + sub->get_name();
+    }
+    if (!known)
+      return fail(wants_json(argc, argv), jitcc::kUsageExit,
+                  std::string("unknown subcommand '") + argv[1] + "' (one of:" + names + ")");
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(wants_json(argc, argv), jitcc::kUsageExit, e.what() + std::string(" (run 'jitcc --help')"));
+  }
+
+  try {
+    return ctx.run();
+  } catch (const jitcc::UsageError& e) {
+    return fail(ctx.common.json, jitcc::kUsageExit, e.what());
+  } catch (const std::exception& e) {
+    return fail(ctx.common.json, jitcc::kFailureExit, e.what());
+  }
+}

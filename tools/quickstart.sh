@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The README's quick start: installs what is missing (Debian/Ubuntu), builds, then
+#   tools/quickstart.sh test          builds and runs the test suite (ctest)
+#   tools/quickstart.sh mnist [ARGS]  trains MNIST (GPU when present, else CPU)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-}
+[ $# -gt 0 ] && shift
+case "$what" in
+  test | mnist) ;;
+  *) echo "usage: tools/quickstart.sh test|mnist [trainer flags]" >&2; exit 2 ;;
+esac
+
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+if ! command -v nvcc >/dev/null && [ ! -e /usr/local/cuda/include/nvrtc.h ]; then
+  echo "kiln needs the CUDA toolkit (NVRTC, cuBLAS headers and libraries), e.g. in /usr/local/cuda" >&2
+  exit 1
+fi
+
+packages="cmake ninja-build g++ libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libopenblas-dev pkg-config"
+missing=""
+for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "installing:$missing"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+fi
+
+build=${KILN_BUILD_DIR:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build"
+
+case "$what" in
+  test) ctest --test-dir "$build" --output-on-failure ;;
+  mnist) "$build/examples/mnist/mnist-train" "$@" ;;
+esac
