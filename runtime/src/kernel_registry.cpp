@@ -78,7 +78,11 @@ std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std
     for (auto v : spec.variants) (supported += ' ') += std::to_string(v);
     throw ValueError("[" + spec.op + "] variant " + std::to_string(variant) + " not supported; supported:" + supported);
   }
-  return instantiate(spec.template_name, template_source(spec.template_name), spec.bind(dtypes, variant));
+  // The header line makes every (op, dtypes, variant) source distinct, so two ops whose
+  // templates expand alike still get separate disk-cache entries.
+  std::string source = "// kiln kernel " + spec.op + " " + tuple_text(dtypes) + " variant " + std::to_string(variant) + "\n";
+  source += instantiate(spec.template_name, template_source(spec.template_name), spec.bind(dtypes, variant));
+  return source;
 }
 
 }  // namespace kiln::rt

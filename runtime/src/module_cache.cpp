@@ -24,6 +24,7 @@ namespace {
 struct Counters {
   std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0};
   std::atomic<std::uint64_t> compile_us{0}, load_us{0};
+  std::atomic<std::uint64_t> cubin_loads{0}, ptx_loads{0};
 } counters;
 
 // One slot per (kernel, dtypes, variant, device); call_once makes concurrent first
@@ -110,10 +111,12 @@ CUresult try_load(const Entry& e, CUmodule* module) {
   CUresult r = CUDA_ERROR_NO_BINARY_FOR_GPU;
   if (!e.cubin.empty()) {
     r = d.cuModuleLoadData(module, e.cubin.data());
+    if (r == CUDA_SUCCESS) counters.cubin_loads++;
     if (r == CUDA_SUCCESS || !retryable(r)) return r;
     log().warn("{} ({}): driver rejected CUBIN for sm_{}; loading PTX", e.key.op, e.key.dtypes, e.key.arch);
   }
   r = d.cuModuleLoadData(module, e.ptx.c_str());
+  if (r == CUDA_SUCCESS) counters.ptx_loads++;
   return r;
 }
 
@@ -171,7 +174,8 @@ WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint3
 
 CacheCounters cache_counters() {
   return {counters.compiles.load(), counters.memory_hits.load(), counters.disk_hits.load(),
-          static_cast<double>(counters.compile_us.load()) / 1000.0, static_cast<double>(counters.load_us.load()) / 1000.0};
+          static_cast<double>(counters.compile_us.load()) / 1000.0, static_cast<double>(counters.load_us.load()) / 1000.0,
+          counters.cubin_loads.load(), counters.ptx_loads.load()};
 }
 
 void reset_cache_counters() {
@@ -180,6 +184,8 @@ void reset_cache_counters() {
   counters.disk_hits = 0;
   counters.compile_us = 0;
   counters.load_us = 0;
+  counters.cubin_loads = 0;
+  counters.ptx_loads = 0;
 }
 
 }  // namespace kiln::rt

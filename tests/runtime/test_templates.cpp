@@ -111,7 +111,8 @@ TEST_CASE("KILN_TEMPLATE_DIR reads templates from disk") {
     CHECK(contains(missing, (scope.dir / "where.cu").string()));
 
     // Kernel specs instantiate the text on disk, prelude included.
-    CHECK(rt::instantiate_kernel(kernels::kernel("fill"), {DType::f32}, 1) == "// edited // prelude 1 float\n");
+    CHECK(rt::instantiate_kernel(kernels::kernel("fill"), {DType::f32}, 1) ==
+          "// kiln kernel fill (f32) variant 1\n// edited // prelude 1 float\n");
   }
   CHECK(rt::template_source("fill") == embedded);
 }

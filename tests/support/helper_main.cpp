@@ -2,10 +2,17 @@
 // cache counters as one JSON line, so a test can show what this process compiled.
 //   kiln_test_helper warm OP DTYPES ARCH [VARIANT]  fill the disk cache for ARCH (no GPU needed)
 //   kiln_test_helper load OP DTYPES [VARIANT]       load the function on GPU 0
+//   kiln_test_helper load-threads OP DTYPES N       N threads load one function at once on GPU 0
+//   kiln_test_helper load-all                       load every registered kernel on GPU 0
+//   kiln_test_helper nvrtc-median ARCH              compile one instantiation per kernel, print median ms
 // The cache directory comes from the environment (KILN_CACHE_DIR).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/compiler.h"
@@ -26,9 +33,47 @@ void print_counters(const char* outcome) {
   const kiln::rt::CacheCounters c = kiln::rt::cache_counters();
   std::printf(
       "{\"outcome\":\"%s\",\"compiles\":%llu,\"memory_hits\":%llu,\"disk_hits\":%llu,"
-      "\"compile_ms\":%.3f,\"load_ms\":%.3f}\n",
+      "\"compile_ms\":%.3f,\"load_ms\":%.3f,\"cubin_loads\":%llu,\"ptx_loads\":%llu}\n",
       outcome, static_cast<unsigned long long>(c.compiles), static_cast<unsigned long long>(c.memory_hits),
-      static_cast<unsigned long long>(c.disk_hits), c.compile_ms, c.load_ms);
+      static_cast<unsigned long long>(c.disk_hits), c.compile_ms, c.load_ms,
+      static_cast<unsigned long long>(c.cubin_loads), static_cast<unsigned long long>(c.ptx_loads));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Loads every (kernel, dtypes, variant) on GPU 0; with a warm cache this compiles nothing.
+int load_all() {
+  std::vector<double> ms;
+  for (const kiln::rt::KernelSpec* spec : kiln::rt::registered_kernels())
+    for (const kiln::DTypes& d : spec->dtypes)
+      for (std::uint32_t v : spec->variants) {
+        auto t = std::chrono::steady_clock::now();
+        kiln::rt::get_function(*spec, d, v, 0);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+      }
+  const kiln::rt::CacheCounters c = kiln::rt::cache_counters();
+  std::printf("{\"modules\":%zu,\"compiles\":%llu,\"disk_hits\":%llu,\"load_ms_total\":%.3f,"
+              "\"load_ms_per_module\":%.4f,\"get_function_ms_median\":%.4f}\n",
+              ms.size(), static_cast<unsigned long long>(c.compiles), static_cast<unsigned long long>(c.disk_hits),
+              c.load_ms, ms.empty() ? 0.0 : c.load_ms / static_cast<double>(ms.size()), median(ms));
+  return c.compiles == 0 ? 0 : 1;
+}
+
+// NVRTC time for one instantiation of each registered kernel, compiled one after another.
+int nvrtc_median(int arch) {
+  std::vector<double> ms;
+  for (const kiln::rt::KernelSpec* spec : kiln::rt::registered_kernels()) {
+    const kiln::DTypes& d = spec->dtypes.front();
+    kiln::rt::CompileRequest req{spec->op, d.str(), kiln::rt::instantiate_kernel(*spec, d, spec->variants.front()), arch};
+    ms.push_back(kiln::rt::compile(req).ms);
+  }
+  std::printf("{\"kernels\":%zu,\"nvrtc_ms_median\":%.1f,\"nvrtc_ms_min\":%.1f,\"nvrtc_ms_max\":%.1f}\n", ms.size(),
+              median(ms), *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()));
+  return 0;
 }
 
 }  // namespace
@@ -36,9 +81,11 @@ void print_counters(const char* outcome) {
 int main(int argc, char** argv) {
   // Referencing libkiln loads it, and with it the kernels it registers.
   if (!kiln::version()) return 1;
-  if (argc < 4) return usage();
-  const std::string cmd = argv[1];
+  const std::string cmd = argc > 1 ? argv[1] : "";
   try {
+    if (cmd == "load-all" && argc == 2) return load_all();
+    if (cmd == "nvrtc-median" && argc == 3) return nvrtc_median(kiln::rt::parse_arch(argv[2]));
+    if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {
       std::fprintf(stderr, "kiln_test_helper: unknown op '%s'\n", argv[2]);
@@ -51,6 +98,17 @@ int main(int argc, char** argv) {
       auto outcome = kiln::rt::warm_kernel(*spec, dtypes, variant, arch);
       print_counters(outcome == kiln::rt::WarmOutcome::compiled ? "compiled" : "cached");
       return 0;
+    }
+    if (cmd == "load-threads" && argc == 5) {
+      // Every thread asks for the same uncached key at once; the cache must compile it once.
+      std::vector<std::thread> threads;
+      std::vector<void*> handles(static_cast<std::size_t>(std::stoi(argv[4])));
+      for (std::size_t i = 0; i < handles.size(); ++i)
+        threads.emplace_back([&, i] { handles[i] = kiln::rt::get_function(*spec, dtypes, spec->variants.front(), 0).handle; });
+      for (auto& t : threads) t.join();
+      bool same = std::all_of(handles.begin(), handles.end(), [&](void* h) { return h && h == handles[0]; });
+      print_counters(same ? "same" : "different");
+      return same ? 0 : 1;
     }
     if (cmd == "load" && (argc == 4 || argc == 5)) {
       const auto variant = static_cast<std::uint32_t>(argc == 5 ? std::stoul(argv[4]) : spec->variants.front());

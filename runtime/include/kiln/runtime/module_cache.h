@@ -28,6 +28,8 @@ struct CacheCounters {
   std::uint64_t disk_hits = 0;
   double compile_ms = 0;
   double load_ms = 0;  // cuModuleLoadData time
+  std::uint64_t cubin_loads = 0;  // modules loaded from CUBIN
+  std::uint64_t ptx_loads = 0;    // modules the driver had to JIT from PTX (fallback)
 };
 CacheCounters cache_counters();
 void reset_cache_counters();

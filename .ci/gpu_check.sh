@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU verification on a machine with an NVIDIA GPU (not part of CI, which has none):
+# builds, proves a warmed cache compiles nothing, runs every suite, and records the
+# runtime figures. Logs go to ${OUT:-gpu-check-out}.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-check-out}; mkdir -p "$out"
+b=${KILN_BUILD_DIR:-build-gpu}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/env.txt"
+cmake -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
+ninja -C "$b" >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
+
+# A cold `jitcc warm --arch auto`, then processes that load / launch every kernel with compiling forbidden.
+export KILN_CACHE_DIR=$PWD/$b/test-kernel-cache
+rm -rf "$KILN_CACHE_DIR"
+"$b/tools/jitcc" warm --arch auto --json | tee "$out/warm.json"
+"$b/tests/kiln_test_helper" nvrtc-median 90 | tee "$out/nvrtc.json"
+KILN_NO_COMPILE=1 "$b/tests/kiln_test_helper" load-all | tee "$out/load_all.json"
+KILN_NO_COMPILE=1 "$b/tests/gpu_tests" ${GPU_TEST_ARGS:-} >"$out/gpu_tests_no_compile.log" 2>&1
+echo "gpu_tests with KILN_NO_COMPILE=1: exit $?"; tail -4 "$out/gpu_tests_no_compile.log"
+ctest --test-dir "$b" --output-on-failure -j4 >"$out/ctest.log" 2>&1
+echo "ctest: exit $?"; grep -E 'tests passed|Failed|Passed|Skipped' "$out/ctest.log"

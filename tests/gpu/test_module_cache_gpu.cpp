@@ -1,0 +1,92 @@
+// The module cache on a GPU: memory hits, a warm disk cache that loads CUBIN with
+// zero NVRTC calls, concurrent first use compiling once, and the PTX fallback.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "json_reader.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/version.h"
+#include "process.h"
+
+namespace fs = std::filesystem;
+namespace rt = kiln::rt;
+using kiln_test::parse_json;
+using kiln_test::run_process;
+
+namespace {
+fs::path fresh_dir(const char* name) {
+  fs::path d = fs::temp_directory_path() / (std::string("kiln-mc-") + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+kiln_test::JsonValue helper(const std::vector<std::string>& args, const fs::path& dir, bool no_compile = false) {
+  std::vector<std::string> argv{KILN_TEST_HELPER_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  kiln_test::EnvOverrides env{{"KILN_CACHE_DIR", dir.string()}};
+  if (no_compile) env.emplace_back("KILN_NO_COMPILE", "1");
+  auto r = run_process(argv, env);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  return parse_json(r.out);
+}
+}  // namespace
+
+TEST_CASE("a second get_function of one key is a memory hit") {
+  REQUIRE(kiln::version());
+  const rt::KernelSpec* spec = rt::find_kernel("add");
+  REQUIRE(spec);
+  kiln::DTypes d{kiln::DType::f32, kiln::DType::f32};
+  rt::Function a = rt::get_function(*spec, d, 0, 0);
+  rt::CacheCounters before = rt::cache_counters();
+  rt::Function b = rt::get_function(*spec, d, 0, 0);
+  rt::CacheCounters after = rt::cache_counters();
+  CHECK(a.handle == b.handle);
+  CHECK(after.memory_hits == before.memory_hits + 1);
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.disk_hits == before.disk_hits);
+}
+
+TEST_CASE("a warm cache loads CUBIN and calls NVRTC zero times") {
+  fs::path dir = fresh_dir("warm");
+  auto cold = helper({"load", "add", "f32,f32"}, dir);
+  CHECK(cold["compiles"].integer() == 1);
+  CHECK(cold["cubin_loads"].integer() == 1);
+  auto warm = helper({"load", "add", "f32,f32"}, dir, /*no_compile=*/true);
+  CHECK(warm["compiles"].integer() == 0);
+  CHECK(warm["disk_hits"].integer() == 1);
+  CHECK(warm["cubin_loads"].integer() == 1);
+  CHECK(warm["ptx_loads"].integer() == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("16 threads asking for one uncached kernel at once compile it once") {
+  fs::path dir = fresh_dir("threads");
+  auto r = helper({"load-threads", "mul", "f32,f32", "16"}, dir);
+  CHECK(r["outcome"].str() == "same");
+  CHECK(r["compiles"].integer() == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
+  fs::path dir = fresh_dir("fallback");
+  const std::string arch = "sm_" + std::to_string(rt::device_info(0).arch());
+  helper({"warm", "sub", "f32,f32", arch}, dir);
+  rt::DiskCache cache(dir, rt::CacheMode::read_write, 0);
+  auto entries = cache.list();
+  REQUIRE(entries.size() == 1);
+  auto entry = cache.read(entries[0].path);
+  REQUIRE(entry);
+  entry->cubin = "this is not an ELF image";  // stored with a valid checksum: only the driver objects
+  cache.store(*entry);
+
+  auto r = helper({"load", "sub", "f32,f32"}, dir, /*no_compile=*/true);
+  CHECK(r["compiles"].integer() == 0);
+  CHECK(r["cubin_loads"].integer() == 0);
+  CHECK(r["ptx_loads"].integer() == 1);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,82 @@
+// NVRTC compilation: options, outputs, and what a failed compile reports.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/error.h"
+#include "kiln/runtime/compiler.h"
+
+namespace rt = kiln::rt;
+
+namespace {
+const char* kHalfKernel =
+    "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+    "extern \"C\" __global__ void k(__half* x, __nv_bfloat16* y) { x[0] = __float2half(1.f); y[0] = __float2bfloat16(2.f); }\n";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+TEST_CASE("compile emits PTX and CUBIN for sm_80 and sm_90 with the fp16/bf16 headers") {
+  for (int arch : {80, 90}) {
+    CAPTURE(arch);
+    REQUIRE(rt::nvrtc_can_emit_cubin(arch));
+    rt::CompiledModule m = rt::compile({"half_probe", "f16,bf16", kHalfKernel, arch});
+    CHECK(m.ptx.find(".target sm_" + std::to_string(arch)) != std::string::npos);
+    CHECK(m.cubin.size() > 100);
+    CHECK(m.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(m.ms > 0);
+  }
+}
+
+TEST_CASE("nvrtc_options name the exact arch and the include dirs") {
+  auto opts = rt::nvrtc_options(90);
+  CHECK(std::find(opts.begin(), opts.end(), std::string("-arch=sm_90")) != opts.end());
+  CHECK(std::any_of(opts.begin(), opts.end(), [](const std::string& o) { return o.rfind("-I", 0) == 0; }));
+  CHECK(rt::nvrtc_version().find('.') != std::string::npos);
+}
+
+TEST_CASE("parse_arch accepts sm_XX, compute_XX and digits, and names bad input") {
+  CHECK(rt::parse_arch("sm_90") == 90);
+  CHECK(rt::parse_arch("compute_80") == 80);
+  CHECK(rt::parse_arch("86") == 86);
+  for (const char* bad : {"sm_", "gfx90a", "sm_9x", "sm_1", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(rt::parse_arch(bad), doctest::Contains("[arch]"), kiln::ValueError);
+  }
+}
+
+TEST_CASE("a failed compile throws CompileError with the log, op, dtypes and numbered source, also on disk") {
+  const std::string source = "extern \"C\" __global__ void k(float* x) {\n  x[0] = undeclared_name;\n}\n";
+  try {
+    rt::compile({"broken_op", "f32,f16", source, 90});
+    FAIL("compile should have thrown");
+  } catch (const kiln::CompileError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("[broken_op]") == 0);
+    CHECK(what.find("f32,f16") != std::string::npos);
+    CHECK(e.log().find("undeclared_name") != std::string::npos);
+    CHECK(what.find("  2    x[0] = undeclared_name;") != std::string::npos);  // numbered line 2
+    REQUIRE(std::filesystem::exists(e.source_path()));
+    CHECK(what.find(e.source_path()) != std::string::npos);
+    CHECK(slurp(e.source_path()) == source);
+  }
+}
+
+TEST_CASE("KILN_CUDA_INCLUDE overrides where NVRTC looks for cuda_fp16.h") {
+  setenv("KILN_CUDA_INCLUDE", "/nonexistent/kiln-include", 1);
+  auto dirs = rt::cuda_include_dirs();
+  CHECK(dirs == std::vector<std::string>{"/nonexistent/kiln-include"});
+  CHECK_THROWS_WITH_AS(rt::compile({"half_probe", "f16", kHalfKernel, 90}), doctest::Contains("cuda_fp16.h"),
+                       kiln::CompileError);
+  unsetenv("KILN_CUDA_INCLUDE");
+  CHECK(rt::cuda_include_dirs() != dirs);
+}
