@@ -85,6 +85,7 @@ class VjpContext {
   Tensor saved_input(int i) const;   // after the dtype plan's cast; throws if not in the save policy
   Tensor saved_output(int i) const;
   bool needs_grad(int i) const { return needs_[static_cast<std::size_t>(i)]; }
+  int num_inputs() const { return static_cast<int>(needs_.size()); }
   const std::string& name() const;
 
  private:

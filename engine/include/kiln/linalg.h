@@ -1,0 +1,21 @@
+#pragma once
+// Matrix products: matmul with torch.matmul's 1-D/2-D/N-D semantics (batch dims
+// broadcast), and linear = x @ w^T + b. GPU through cuBLAS, CPU through the blocked GEMM.
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// a (.., m, k) @ b (.., k, n) -> (.., m, n); a 1-D `a` is a row vector and a 1-D `b` a
+// column vector, their dim removed from the result. f32, f64, f16, bf16 (f16/bf16
+// accumulate in f32). Transposed views go to cuBLAS without a copy.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// x (.., in) @ w^T with w (out, in), plus bias (out) when defined.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+
+// f32 matmuls on the GPU may use TF32 tensor cores (about 10 mantissa bits): opt-in,
+// process-wide, off by default.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+}  // namespace kiln

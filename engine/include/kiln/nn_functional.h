@@ -1,0 +1,53 @@
+#pragma once
+// Neural-network functions: softmax, losses, dropout and normalisation. softmax,
+// log_softmax and nll_loss are registry ops with GPU kernels; the rest are composites of
+// public ops, so autograd comes from their parts.
+#include <cstdint>
+#include <optional>
+
+#include "kiln/random.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// Softmax over `dim` (floating dtypes; f16/bf16 computed in f32), stable for large inputs.
+Tensor softmax(const Tensor& x, std::int64_t dim = -1);
+Tensor log_softmax(const Tensor& x, std::int64_t dim = -1);
+
+enum class Reduction { none, mean, sum };
+
+// -log_probs[n, labels[n, d...], d...] for log_probs (N, C, d...) and integer labels
+// (N, d...). mean divides by the number of labels that are not ignore_index (NaN when
+// there are none). A label outside [0, C) other than ignore_index: ValueError on the CPU;
+// on the GPU (which cannot check without synchronising) that element's loss is NaN and
+// its gradient 0.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, Reduction reduction = Reduction::mean,
+                std::optional<std::int64_t> ignore_index = std::nullopt);
+
+// nll_loss(log_softmax(logits, 1), labels) for logits (N, C, d...). With label_smoothing
+// eps in [0, 1) each element's loss is (1 - eps) * nll + eps * mean over classes of
+// -log_softmax; ignored elements contribute neither term.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction = Reduction::mean,
+                     double label_smoothing = 0.0, std::optional<std::int64_t> ignore_index = std::nullopt);
+
+// (a - b)^2, reduced; a and b have the same shape.
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::mean);
+
+// Zeroes each element with probability p (a Philox bernoulli mask: the same seed gives the
+// same mask on CPU and GPU) and scales the rest by 1 / (1 - p). Identity when !training or
+// p == 0; zeros when p == 1. gen nullptr: the default generator.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+
+// Normalises over the trailing dims `normalized_shape` (biased variance), then applies
+// the optional elementwise weight and bias of that shape. f16/bf16 compute in f32.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+
+// x (N, C) or (N, C, d...), per-channel statistics. training: batch statistics (biased
+// variance to normalise); running_mean/var, when given, become (1 - momentum) * running +
+// momentum * batch (unbiased variance), in place and without synchronising. Eval: the
+// running statistics, which must be given. weight and bias: optional, shape (C).
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},
+                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
+
+}  // namespace kiln

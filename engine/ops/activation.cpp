@@ -1,0 +1,126 @@
+// Activations: sigmoid, relu, leaky_relu, gelu (exact), silu, softplus. GPU: the unary
+// kernels of the same names; the CPU loops follow kernel_templates/elementwise_common.cu.
+#include <cmath>
+
+#include "elementwise_common.h"
+
+namespace kiln {
+
+namespace {
+
+using G = std::span<const Tensor>;
+using V = std::vector<Tensor>;
+
+template <class F>
+OpDef float_unary(std::string name, F f) {
+  return ew::unary_def<true, false>(
+      std::move(name), ew::kFloating, rules::promote_float, [f](auto x, double p0, double) { return f(x, p0); },
+      [](const Attrs& at) { return std::pair<double, double>{at.get_or<double>("negative_slope", 0.0), 0.0}; });
+}
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+constexpr double kSoftplusThreshold = 20;               // torch.nn.functional.softplus's
+
+const OpDef& kSigmoid = [] () -> const OpDef& {
+  OpDef d = float_unary("sigmoid", [](auto x, double) {
+    using C = decltype(x);
+    return C(1) / (C(1) + std::exp(-x));
+  });
+  // y (1 - y), from the saved output.
+  d.vjp = [](const VjpContext& c, G g) -> V {
+    const Tensor y = c.saved_output(0);
+    return {mul(mul(g[0], y), sub(1, y))};
+  };
+  d.save = {.outputs = {0}};
+  return register_op(std::move(d));
+}();
+
+// relu keeps every numeric dtype; NaN stays NaN as in the kernel's kiln::m::relu.
+const OpDef& kRelu = [] () -> const OpDef& {
+  OpDef d = ew::unary_def<false, false>(
+      "relu", ew::kNumeric, rules::promote,
+      [](auto x, double, double) {
+        using C = decltype(x);
+        return (x != x || x > C(0)) ? x : C(0);
+      },
+      ew::no_params);
+  d.vjp = [](const VjpContext& c, G g) -> V { return {ew::masked(g[0], gt(c.saved_output(0), 0))}; };
+  d.save = {.outputs = {0}};
+  return register_op(std::move(d));
+}();
+
+// attrs "negative_slope" (double).
+const OpDef& kLeakyRelu = [] () -> const OpDef& {
+  OpDef d = float_unary("leaky_relu", [](auto x, double slope) {
+    using C = decltype(x);
+    return x > C(0) ? x : static_cast<C>(x * C(slope));
+  });
+  d.vjp = [](const VjpContext& c, G g) -> V {
+    const double slope = c.attrs().get<double>("negative_slope");
+    return {where(gt(c.saved_input(0), 0), g[0], mul(g[0], slope))};
+  };
+  d.save = {.inputs = {0}};
+  d.test.attrs = {Attrs{{"negative_slope", 0.01}}, Attrs{{"negative_slope", 0.3}}};
+  return register_op(std::move(d));
+}();
+
+// Exact gelu, x Phi(x); d/dx = Phi(x) + x phi(x).
+const OpDef& kGelu = [] () -> const OpDef& {
+  OpDef d = float_unary("gelu", [](auto x, double) {
+    using C = decltype(x);
+    return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
+  });
+  d.vjp = [](const VjpContext& c, G g) -> V {
+    const Tensor x = c.saved_input(0);
+    Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
+    Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
+    return {mul(g[0], add(cdf, mul(x, pdf)))};
+  };
+  d.save = {.inputs = {0}};
+  return register_op(std::move(d));
+}();
+
+// silu = x s(x); d/dx = s (1 + x (1 - s)).
+const OpDef& kSilu = [] () -> const OpDef& {
+  OpDef d = float_unary("silu", [](auto x, double) {
+    using C = decltype(x);
+    return x / (C(1) + std::exp(-x));
+  });
+  d.vjp = [](const VjpContext& c, G g) -> V {
+    const Tensor x = c.saved_input(0);
+    Tensor s = sigmoid(x);
+    return {mul(g[0], mul(s, add(mul(x, sub(1, s)), 1)))};
+  };
+  d.save = {.inputs = {0}};
+  return register_op(std::move(d));
+}();
+
+// Above the threshold softplus is x itself, and so is its gradient (PyTorch's backward).
+const OpDef& kSoftplus = [] () -> const OpDef& {
+  OpDef d = float_unary("softplus", [](auto x, double) {
+    using C = decltype(x);
+    return x > C(kSoftplusThreshold) ? x : static_cast<C>(std::log1p(std::exp(x)));
+  });
+  d.vjp = [](const VjpContext& c, G g) -> V {
+    const Tensor x = c.saved_input(0);
+    return {where(gt(x, kSoftplusThreshold), g[0], mul(g[0], sigmoid(x)))};
+  };
+  d.save = {.inputs = {0}};
+  d.test.low = -4;
+  d.test.high = 4;
+  return register_op(std::move(d));
+}();
+
+}  // namespace
+
+Tensor sigmoid(const Tensor& x) { return call(kSigmoid, {x}); }
+Tensor relu(const Tensor& x) { return call(kRelu, {x}); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return call(kLeakyRelu, {x}, Attrs{{"negative_slope", negative_slope}});
+}
+Tensor gelu(const Tensor& x) { return call(kGelu, {x}); }
+Tensor silu(const Tensor& x) { return call(kSilu, {x}); }
+Tensor softplus(const Tensor& x) { return call(kSoftplus, {x}); }
+
+}  // namespace kiln

@@ -1,0 +1,295 @@
+// conv2d on NCHW and its two backward ops (conv2d_grad_input, conv2d_grad_weight).
+// GPU: im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group; the backward
+// ops are GEMMs + col2im. CPU: direct nested loops, independent of im2col.
+#include "kiln/conv.h"
+
+#include "../src/cpu/gemm_cpu.h"
+#include "conv_common.h"
+#include "kernels/gemm.h"
+#include "registry.h"
+
+namespace kiln {
+
+namespace {
+
+using conv_detail::dense_copy;
+using conv_detail::load_dense;
+using conv_detail::pair_attr;
+using conv_detail::paren;
+
+const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType::bf16};
+
+// Sizes of one convolution; mirrors struct ConvParams of im2col.cu in its first fields.
+struct Geom {
+  std::int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  std::int64_t o, groups;
+  std::int64_t cg() const { return c / groups; }
+  std::int64_t og() const { return o / groups; }
+  Shape out_shape() const { return {n, o, oh, ow}; }
+  Shape weight_shape() const { return {o, cg(), kh, kw}; }
+  Shape input_shape() const { return {n, c, h, w}; }
+};
+
+Geom geometry(const Shape& x, const Shape& w, const Attrs& attrs, const std::string& op) {
+  if (x.size() != 4) throw ShapeError("[" + op + "] input must be 4-D (N, C, H, W), got shape " + paren(x));
+  if (w.size() != 4) throw ShapeError("[" + op + "] weight must be 4-D (O, C/groups, kh, kw), got shape " + paren(w));
+  const auto st = pair_attr(attrs, "stride", 1, 1, op);
+  const auto pad = pair_attr(attrs, "padding", 0, 0, op);
+  const auto dil = pair_attr(attrs, "dilation", 1, 1, op);
+  const std::int64_t groups = attrs.get_or<std::int64_t>("groups", 1);
+  if (groups < 1) throw ValueError("[" + op + "] groups must be >= 1, got " + std::to_string(groups));
+  Geom g{x[0], x[1], x[2], x[3], 0, 0, w[2], w[3], st[0], st[1], pad[0], pad[1], dil[0], dil[1], w[0], groups};
+  if (g.c % groups != 0)
+    throw ShapeError("[" + op + "] input channels " + std::to_string(g.c) + " of input " + paren(x) +
+                     " are not divisible by groups = " + std::to_string(groups));
+  if (g.o % groups != 0)
+    throw ShapeError("[" + op + "] output channels " + std::to_string(g.o) + " of weight " + paren(w) +
+                     " are not divisible by groups = " + std::to_string(groups));
+  if (w[1] != g.cg())
+    throw ShapeError("[" + op + "] weight " + paren(w) + " needs C/groups = " + std::to_string(g.cg()) +
+                     " in dim 1 for input " + paren(x) + " with groups = " + std::to_string(groups));
+  const std::int64_t ekh = g.dh * (g.kh - 1) + 1, ekw = g.dw * (g.kw - 1) + 1;
+  if (g.kh < 1 || g.kw < 1 || ekh > g.h + 2 * g.ph || ekw > g.w + 2 * g.pw)
+    throw ShapeError("[" + op + "] kernel " + paren({g.kh, g.kw}) + " with dilation " + paren({g.dh, g.dw}) +
+                     " spans " + paren({ekh, ekw}) + ", larger than the padded input " +
+                     paren({g.h + 2 * g.ph, g.w + 2 * g.pw}));
+  g.oh = (g.h + 2 * g.ph - ekh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - ekw) / g.sw + 1;
+  return g;
+}
+
+Shape shape_attr(const Attrs& a, const char* name) { return a.get<std::vector<std::int64_t>>(name); }
+
+// Calls f(out_index, x_index, w_index) for every product term of the convolution, with
+// contiguous NCHW / OIHW indices; the three CPU references are this one loop nest.
+template <class F>
+void for_each_term(const Geom& g, F&& f) {
+  const std::int64_t cg = g.cg(), og = g.og();
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t o = 0; o < g.o; ++o) {
+      const std::int64_t c0 = (o / og) * cg;
+      for (std::int64_t oy = 0; oy < g.oh; ++oy)
+        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+          const std::int64_t oi = ((n * g.o + o) * g.oh + oy) * g.ow + ox;
+          for (std::int64_t c = 0; c < cg; ++c)
+            for (std::int64_t ki = 0; ki < g.kh; ++ki) {
+              const std::int64_t iy = oy * g.sh - g.ph + ki * g.dh;
+              if (iy < 0 || iy >= g.h) continue;
+              for (std::int64_t kj = 0; kj < g.kw; ++kj) {
+                const std::int64_t ix = ox * g.sw - g.pw + kj * g.dw;
+                if (ix < 0 || ix >= g.w) continue;
+                f(oi, ((n * g.c + c0 + c) * g.h + iy) * g.w + ix, ((o * cg + c) * g.kh + ki) * g.kw + kj);
+              }
+            }
+        }
+    }
+}
+
+// which: 0 forward (x, w) -> y; 1 grad input (g, w) -> dx; 2 grad weight (x, g) -> dw.
+void conv_cpu(const Geom& geo, int which, const Tensor& in0, const Tensor& in1, const Tensor& out) {
+  cpu::visit(out.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) {
+      auto a = load_dense<T>(in0), b = load_dense<T>(in1);
+      // Sums in f64: the weight gradient adds N*OH*OW terms, too many for an f32 reference.
+      std::vector<double> r(static_cast<std::size_t>(out.numel()), 0);
+      auto mul = [](auto u, auto v) { return static_cast<double>(u) * static_cast<double>(v); };
+      if (which == 0) for_each_term(geo, [&](auto oi, auto xi, auto wi) { r[oi] += mul(a[xi], b[wi]); });
+      if (which == 1) for_each_term(geo, [&](auto oi, auto xi, auto wi) { r[xi] += mul(a[oi], b[wi]); });
+      if (which == 2) for_each_term(geo, [&](auto oi, auto xi, auto wi) { r[wi] += mul(b[oi], a[xi]); });
+      T* po = cpu::ptr<T>(out);
+      for (std::size_t i = 0; i < r.size(); ++i) po[i] = cpu::store<T>(r[i]);
+    }
+  });
+}
+
+// ---- GPU: cols is (C*kh*kw, nb*L), L = oh*ow, for a chunk of nb samples.
+
+struct ConvParams {
+  long long n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+ConvParams params(const Geom& g, std::int64_t nb) {
+  return {nb, g.c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
+}
+
+std::int64_t chunk_samples(const Geom& g) {
+  constexpr std::int64_t kWorkspace = std::int64_t{1} << 26;  // elements of cols per chunk
+  const std::int64_t per = std::max<std::int64_t>(g.c * g.kh * g.kw * g.oh * g.ow, 1);
+  return std::clamp<std::int64_t>(kWorkspace / per, 1, std::max<std::int64_t>(g.n, 1));
+}
+
+void launch(const gpu::LazyKernel& k, DType t, std::int64_t items, rt::DevicePtr in, rt::DevicePtr out,
+            const ConvParams& p, const rt::Stream& s) {
+  if (items == 0) return;
+  const rt::Function f = rt::get_function(k.get(), DTypes{t}, 0, s.device());
+  rt::launch(f, kernels::grid_stride_config(static_cast<std::uint64_t>(items), s.device()), s, in, out, p);
+}
+
+void gemm(DType t, const kernels::GemmShape& sh, const kernels::GemmOperand& a, const kernels::GemmOperand& b,
+          double beta, const kernels::GemmOperand& c, const rt::Stream& s) {
+  if (!kernels::gemm(t, sh, 1.0, a, b, beta, c, s)) throw Error("[conv2d] cuBLAS refused a GEMM layout");
+}
+
+const gpu::LazyKernel kIm2col("im2col"), kCol2im("col2im");
+
+rt::DevicePtr at(const Tensor& t, std::int64_t elements) {
+  return device_address(t) + static_cast<std::uint64_t>(elements) * t.element_size();
+}
+
+void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
+  const Tensor x = dense_copy(x_in), w = dense_copy(w_in);
+  const DType t = y.dtype();
+  const rt::Stream& s = stream_of(y.device());
+  const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
+  Tensor cols = empty({g.c * g.kh * g.kw, nb * L}, {.dtype = t, .device = y.device()});
+  for (std::int64_t n0 = 0; n0 < g.n; n0 += nb) {
+    const std::int64_t b = std::min(nb, g.n - n0);
+    launch(kIm2col, t, g.c * g.kh * g.kw * b * L, at(x, n0 * g.c * g.h * g.w), device_address(cols), params(g, b), s);
+    // y[n, group] (og, L) = w_group (og, gk) @ cols_group[:, n] (gk, L), batched over n.
+    for (std::int64_t grp = 0; grp < g.groups; ++grp)
+      gemm(t, {b, g.og(), L, gk}, {at(w, grp * g.og() * gk), 0, gk, 1}, {at(cols, grp * gk * b * L), L, b * L, 1}, 0,
+           {at(y, (n0 * g.o + grp * g.og()) * L), g.o * L, L, 1}, s);
+  }
+}
+
+void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
+  const Tensor gy = dense_copy(gy_in), w = dense_copy(w_in);
+  const DType t = dx.dtype();
+  const rt::Stream& s = stream_of(dx.device());
+  const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
+  Tensor cols = empty({g.c * g.kh * g.kw, nb * L}, {.dtype = t, .device = dx.device()});
+  for (std::int64_t n0 = 0; n0 < g.n; n0 += nb) {
+    const std::int64_t b = std::min(nb, g.n - n0);
+    // cols_group[:, n] (gk, L) = w_group^T (gk, og) @ gy[n, group] (og, L); w^T is a strided view.
+    for (std::int64_t grp = 0; grp < g.groups; ++grp)
+      gemm(t, {b, gk, L, g.og()}, {at(w, grp * g.og() * gk), 0, 1, gk},
+           {at(gy, (n0 * g.o + grp * g.og()) * L), g.o * L, L, 1}, 0, {at(cols, grp * gk * b * L), L, b * L, 1}, s);
+    launch(kCol2im, t, b * g.c * g.h * g.w, device_address(cols), at(dx, n0 * g.c * g.h * g.w), params(g, b), s);
+  }
+}
+
+void conv_grad_weight_gpu(const Geom& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
+  const Tensor x = dense_copy(x_in), gy = dense_copy(gy_in);
+  const DType t = dw.dtype();
+  const rt::Stream& s = stream_of(dw.device());
+  const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
+  TensorOptions opts{.dtype = t, .device = dw.device()};
+  Tensor cols = empty({g.c * g.kh * g.kw, nb * L}, opts);
+  Tensor gt = empty({g.o, nb * L}, opts);
+  if (g.n == 0) kernels::launch_fill(t, gpu::operand(dw), dw.shape(), kernels::Scalar(0), s);
+  for (std::int64_t n0 = 0; n0 < g.n; n0 += nb) {
+    const std::int64_t b = std::min(nb, g.n - n0);
+    launch(kIm2col, t, g.c * g.kh * g.kw * b * L, at(x, n0 * g.c * g.h * g.w), device_address(cols), params(g, b), s);
+    // gy[n0:n0+b] (b, O, L) -> gt (O, b*L), so one GEMM per group sums over samples and positions.
+    gpu::copy(make_view(gy, {g.o, b, L}, {L, g.o * L, 1}, gy.offset() + n0 * g.o * L),
+              make_view(gt, {g.o, b, L}, {b * L, L, 1}, gt.offset()));
+    for (std::int64_t grp = 0; grp < g.groups; ++grp)
+      gemm(t, {1, g.og(), gk, b * L}, {at(gt, grp * g.og() * b * L), 0, b * L, 1},
+           {at(cols, grp * gk * b * L), 0, 1, b * L}, n0 == 0 ? 0.0 : 1.0, {at(dw, grp * g.og() * gk), 0, gk, 1}, s);
+  }
+}
+
+Attrs with_shape(const Attrs& attrs, const char* name, const Shape& shape) {
+  Attrs a = attrs;
+  a.set(name, std::vector<std::int64_t>(shape.begin(), shape.end()));
+  return a;
+}
+
+const OpDef& kGradInput = register_op({
+    .name = "conv2d_grad_input",
+    .num_inputs = 2,
+    .dtypes = kFloat,
+    .shape_rule =
+        [](const OpArgs& a) {
+          const Shape xs = shape_attr(a.attrs, "input_shape");
+          const Geom g = geometry(xs, a.inputs[1].shape(), a.attrs, a.name());
+          if (a.inputs[0].shape() != g.out_shape())
+            throw ShapeError("[" + a.name() + "] gradient of shape " + paren(a.inputs[0].shape()) + " does not match " +
+                             "the output " + paren(g.out_shape()) + " of input " + paren(xs));
+          return std::vector<Shape>{xs};
+        },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          conv_cpu(geometry(out[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), 1, a.inputs[0], a.inputs[1],
+                   out[0]);
+        },
+    .gpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          conv_grad_input_gpu(geometry(out[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), a.inputs[0],
+                              a.inputs[1], out[0]);
+        },
+    .test = {.attrs = {Attrs{{"input_shape", std::vector<std::int64_t>{2, 2, 4, 4}}}}, .gradcheck = false},
+});
+
+const OpDef& kGradWeight = register_op({
+    .name = "conv2d_grad_weight",
+    .num_inputs = 2,
+    .dtypes = kFloat,
+    .shape_rule =
+        [](const OpArgs& a) {
+          const Shape ws = shape_attr(a.attrs, "weight_shape");
+          const Geom g = geometry(a.inputs[0].shape(), ws, a.attrs, a.name());
+          if (a.inputs[1].shape() != g.out_shape())
+            throw ShapeError("[" + a.name() + "] gradient of shape " + paren(a.inputs[1].shape()) + " does not match " +
+                             "the output " + paren(g.out_shape()) + " of weight " + paren(ws));
+          return std::vector<Shape>{ws};
+        },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          conv_cpu(geometry(a.inputs[0].shape(), out[0].shape(), a.attrs, a.name()), 2, a.inputs[0], a.inputs[1],
+                   out[0]);
+        },
+    .gpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          conv_grad_weight_gpu(geometry(a.inputs[0].shape(), out[0].shape(), a.attrs, a.name()), a.inputs[0],
+                               a.inputs[1], out[0]);
+        },
+    .test = {.attrs = {Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}}}, .gradcheck = false},
+});
+
+const OpDef& kConv2d = register_op({
+    .name = "conv2d",
+    .num_inputs = 2,
+    .dtypes = kFloat,
+    .shape_rule =
+        [](const OpArgs& a) {
+          return std::vector<Shape>{geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()).out_shape()};
+        },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          conv_cpu(geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), 0, a.inputs[0], a.inputs[1],
+                   out[0]);
+        },
+    .gpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          conv_forward_gpu(geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), a.inputs[0],
+                           a.inputs[1], out[0]);
+        },
+    .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
+      std::vector<Tensor> r(2);
+      if (c.needs_grad(0))
+        r[0] = call(kGradInput, {g[0], c.saved_input(1)}, with_shape(c.attrs(), "input_shape", c.input(0).shape));
+      if (c.needs_grad(1))
+        r[1] = call(kGradWeight, {c.saved_input(0), g[0]}, with_shape(c.attrs(), "weight_shape", c.input(1).shape));
+      return r;
+    },
+    .save = {.inputs = {0, 1}},
+    .test = {.attrs = {Attrs{},
+                       Attrs{{"stride", std::vector<std::int64_t>{2}}, {"padding", std::vector<std::int64_t>{1}}},
+                       Attrs{{"dilation", std::vector<std::int64_t>{2}}, {"padding", std::vector<std::int64_t>{1, 2}}},
+                       Attrs{{"groups", std::int64_t{2}}}}},
+});
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
+  Attrs attrs{{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}};
+  Tensor y = call(kConv2d, {x, w}, attrs);
+  if (!bias.defined()) return y;
+  if (bias.shape() != Shape{w.shape()[0]})
+    throw ShapeError("[conv2d] bias must have shape (" + std::to_string(w.shape()[0]) + ") for weight " +
+                     paren(w.shape()) + ", got " + paren(bias.shape()));
+  return add(y, reshape(bias, {1, w.shape()[0], 1, 1}));
+}
+
+}  // namespace kiln

@@ -1,0 +1,166 @@
+#pragma once
+// Shared pieces of the elementwise op files (elementwise_unary.cpp, elementwise_binary.cpp,
+// compare.cpp): the kernels' compute types on the host, scalar conversion, and OpDef
+// builders for "one kernel expression, one CPU lambda" ops.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/elementwise.h"
+#include "registry.h"
+
+namespace kiln::ew {
+
+inline const std::vector<DType> kNumeric{DType::f32, DType::f64, DType::f16, DType::bf16,
+                                         DType::i32, DType::i64, DType::u8};
+inline const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
+inline const std::vector<DType> kAll{DType::f32, DType::f64, DType::f16, DType::bf16,
+                                     DType::i32, DType::i64, DType::u8, DType::boolean};
+
+// The type a kernel computes in for storage type T (runtime/src/dtype.cpp: u8 computes in
+// unsigned int), so the CPU reference sees the same scalar conversions and wraps.
+template <class T> struct KernelCompute { using type = cpu::compute_t<T>; };
+template <> struct KernelCompute<std::uint8_t> { using type = std::uint32_t; };
+template <class T> using kc_t = typename KernelCompute<T>::type;
+
+// The kernels' from_scalar: exact integers for integer compute types, else the double.
+template <class C>
+C scalar_as(const Scalar& s) {
+  if constexpr (std::is_same_v<C, bool>) return s.to_double() != 0.0;
+  else if constexpr (std::is_integral_v<C>) return static_cast<C>(s.to_int());
+  else return static_cast<C>(s.to_double());
+}
+
+inline kernels::Scalar kernel_scalar(const Scalar& s) {
+  return s.is_floating() ? kernels::Scalar(s.to_double()) : kernels::Scalar(s.to_int());
+}
+
+inline Attrs scalar_attrs(const Scalar& s) { return Attrs{{"scalar", s}}; }
+inline Scalar scalar_of(const VjpContext& c) { return c.attrs().get<Scalar>("scalar"); }
+
+// Calls f.template operator()<T>() for the storage type of t; FloatOnly instantiates
+// only the floating types (ops whose kernels are floating only), to keep builds small.
+template <bool FloatOnly, class F>
+void visit_dtype(DType t, F&& f) {
+  if constexpr (FloatOnly) {
+    switch (t) {
+      case DType::f32: return f.template operator()<float>();
+      case DType::f64: return f.template operator()<double>();
+      case DType::f16: return f.template operator()<Half>();
+      case DType::bf16: return f.template operator()<BFloat16>();
+      default: throw DTypeError("[cpu] a floating dtype was expected, got " + std::string(dtype_name(t)));
+    }
+  } else {
+    cpu::visit(t, std::forward<F>(f));
+  }
+}
+
+template <class T, bool ToBool> using out_t = std::conditional_t<ToBool, bool, T>;
+
+// out = f(x) in the kernel compute type of the input; out has the input's dtype, or bool.
+template <bool FloatOnly, bool ToBool, class F>
+void cpu_unary(const Tensor& in, const Tensor& out, F f) {
+  visit_dtype<FloatOnly>(in.dtype(), [&]<class TA>() {
+    cpu::map_unary<TA, out_t<TA, ToBool>>(in, out, [&](auto x) { return f(static_cast<kc_t<TA>>(x)); });
+  });
+}
+
+// out = f(a, b) with broadcasting; a and b share a dtype (the dtype plan promoted them).
+template <bool FloatOnly, bool ToBool, class F>
+void cpu_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  visit_dtype<FloatOnly>(a.dtype(), [&]<class TA>() {
+    using C = kc_t<TA>;
+    cpu::map_binary<TA, TA, out_t<TA, ToBool>>(a, b, out,
+                                               [&](auto x, auto y) { return f(static_cast<C>(x), static_cast<C>(y)); });
+  });
+}
+
+// out = f(x, s), or f(s, x) when scalar_first; s converted as the kernel converts it.
+template <bool FloatOnly, bool ToBool, class F>
+void cpu_binary_scalar(const Tensor& in, const Scalar& s, bool scalar_first, const Tensor& out, F f) {
+  visit_dtype<FloatOnly>(in.dtype(), [&]<class TA>() {
+    using C = kc_t<TA>;
+    const C sc = scalar_as<C>(s);
+    cpu::map_unary<TA, out_t<TA, ToBool>>(in, out, [&](auto x) {
+      const C v = static_cast<C>(x);
+      return scalar_first ? f(sc, v) : f(v, sc);
+    });
+  });
+}
+
+// A binary op: tensor-tensor with broadcasting; the GPU kernel named `kernel`.
+// `f` is a generic lambda over the compute type.
+template <bool FloatOnly, bool ToBool, class F>
+OpDef binary_def(std::string name, std::string kernel, std::vector<DType> dtypes, DTypeRule rule, F f) {
+  OpDef d;
+  d.name = std::move(name);
+  d.num_inputs = 2;
+  d.dtypes = std::move(dtypes);
+  d.dtype_rule = std::move(rule);
+  d.cpu = [f](const OpArgs& a, std::span<Tensor> out) { cpu_binary<FloatOnly, ToBool>(a.inputs[0], a.inputs[1], out[0], f); };
+  d.gpu = [k = gpu::LazyKernel(kernel)](const OpArgs& a, std::span<Tensor> out) {
+    const Shape& s = out[0].shape();
+    kernels::launch_binary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0], s),
+                           gpu::operand(a.inputs[1], s), gpu::operand(out[0]), s, stream_of(a.device));
+  };
+  return d;
+}
+
+// A tensor-scalar op: the scalar in attrs "scalar", first when `scalar_first`.
+template <bool FloatOnly, bool ToBool, class F>
+OpDef binary_scalar_def(std::string name, std::string kernel, bool scalar_first, std::vector<DType> dtypes,
+                        DTypeRule rule, F f) {
+  OpDef d;
+  d.name = std::move(name);
+  d.dtypes = std::move(dtypes);
+  d.dtype_rule = std::move(rule);
+  d.shape_rule = rules::same_shape_as_input;
+  d.cpu = [f, scalar_first](const OpArgs& a, std::span<Tensor> out) {
+    cpu_binary_scalar<FloatOnly, ToBool>(a.inputs[0], a.attrs.get<Scalar>("scalar"), scalar_first, out[0], f);
+  };
+  d.gpu = [k = gpu::LazyKernel(kernel), scalar_first](const OpArgs& a, std::span<Tensor> out) {
+    kernels::launch_binary_scalar(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
+                                  kernel_scalar(a.attrs.get<Scalar>("scalar")), scalar_first, gpu::operand(out[0]),
+                                  out[0].shape(), stream_of(a.device));
+  };
+  d.test.attrs = {Attrs{{"scalar", Scalar(2)}}, Attrs{{"scalar", Scalar(-1.5)}}};
+  return d;
+}
+
+// A unary op whose kernel takes (p0, p1) from `params(attrs)`.
+template <bool FloatOnly, bool ToBool, class F, class P>
+OpDef unary_def(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, P params) {
+  OpDef d;
+  d.name = name;
+  d.dtypes = std::move(dtypes);
+  d.dtype_rule = std::move(rule);
+  d.cpu = [f, params](const OpArgs& a, std::span<Tensor> out) {
+    const auto [p0, p1] = params(a.attrs);
+    cpu_unary<FloatOnly, ToBool>(a.inputs[0], out[0], [&](auto x) { return f(x, p0, p1); });
+  };
+  d.gpu = [k = gpu::LazyKernel(name), params](const OpArgs& a, std::span<Tensor> out) {
+    const auto [p0, p1] = params(a.attrs);
+    kernels::launch_unary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
+                          gpu::operand(out[0]), out[0].shape(), p0, p1, stream_of(a.device));
+  };
+  return d;
+}
+
+inline std::pair<double, double> no_params(const Attrs&) { return {0.0, 0.0}; }
+
+// The dtype plan of a unary op whose output is bool whatever the input.
+inline DTypePlan to_bool_plan(const OpArgs& a) {
+  DTypePlan p;
+  p.inputs = {a.inputs[0].dtype()};
+  p.outputs = {DType::boolean};
+  p.key = a.inputs[0].dtype();
+  return p;
+}
+
+// g where mask is true, else 0 (mask: a bool tensor broadcastable to g).
+inline Tensor masked(const Tensor& g, const Tensor& mask) { return where(mask, g, Scalar(0)); }
+
+}  // namespace kiln::ew

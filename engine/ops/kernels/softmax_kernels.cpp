@@ -1,0 +1,87 @@
+// Kernel specs and host launchers of kernel_templates/softmax.cu: softmax/log_softmax over
+// contiguous rows and the gather/scatter kernels of nll_loss. One tuple (t) per floating
+// dtype; the launchers are declared where they are used (engine/ops/softmax.cpp, loss.cpp).
+#include <algorithm>
+#include <string>
+
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+#include "launchers.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+using rt::Bindings;
+using rt::KernelSpec;
+
+const rt::KernelSpec& register_entry(const char* op, const char* entry) {
+  KernelSpec s;
+  s.op = op;
+  s.template_name = "softmax";
+  s.entry = entry;
+  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
+  s.bind = [](const DTypes& d, std::uint32_t) -> Bindings {
+    std::string headers;
+    if (d[0] == DType::f16) headers = "#include <cuda_fp16.h>\n";
+    if (d[0] == DType::bf16) headers = "#include <cuda_bf16.h>\n";
+    return {{"HEADERS", headers},
+            {"T", std::string(cuda_storage_type(d[0]))},
+            {"ACC", d[0] == DType::f64 ? "double" : "float"}};
+  };
+  return rt::register_kernel(std::move(s));
+}
+
+const KernelSpec& kSoftmax = register_entry("softmax", "kiln_softmax");
+const KernelSpec& kNllForward = register_entry("nll_loss", "kiln_nll_forward");
+const KernelSpec& kNllBackward = register_entry("nll_loss_backward", "kiln_nll_backward");
+
+constexpr unsigned kBlock = 256;  // fixed by the template
+
+rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
+  return rt::get_function(spec, DTypes{t}, 0, s.device());
+}
+
+}  // namespace
+
+// A warp per row while a row is at most 32 loads per lane, else a block per row.
+void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t rows, std::int64_t cols, bool log_mode,
+                    const rt::Stream& s) {
+  if (rows == 0 || cols == 0) return;
+  const int width = cols <= 1024 ? 32 : static_cast<int>(kBlock);
+  const std::int64_t per_block = kBlock / width;
+  const std::int64_t sms = std::max(1, rt::device_info(s.device()).sm_count);
+  rt::LaunchConfig c;
+  c.grid.x = static_cast<unsigned>(std::min<std::int64_t>((rows + per_block - 1) / per_block, sms * 32));
+  c.block.x = kBlock;
+  const long long r = rows, n = cols;
+  const std::int32_t w = width, lm = log_mode ? 1 : 0;
+  rt::launch(function(kSoftmax, t, s), c, s, in, out, r, n, w, lm);
+}
+
+void launch_nll_forward(DType t, rt::DevicePtr lp, rt::DevicePtr labels, rt::DevicePtr loss, rt::DevicePtr valid,
+                        std::int64_t m, std::int64_t classes, std::int64_t inner, std::int64_t ignore, bool has_ignore,
+                        const rt::Stream& s) {
+  if (m == 0) return;
+  const long long mm = m, cc = classes, ii = inner, ig = ignore;
+  const std::int32_t hi = has_ignore ? 1 : 0;
+  rt::launch(function(kNllForward, t, s), grid_stride_config(static_cast<std::uint64_t>(m), s.device()), s, lp, labels,
+             loss, valid, mm, cc, ii, ig, hi);
+}
+
+void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::DevicePtr grad, std::int64_t total,
+                         std::int64_t classes, std::int64_t inner, std::int64_t ignore, bool has_ignore,
+                         const rt::Stream& s) {
+  if (total == 0) return;
+  const long long tt = total, cc = classes, ii = inner, ig = ignore;
+  const std::int32_t hi = has_ignore ? 1 : 0;
+  rt::launch(function(kNllBackward, t, s), grid_stride_config(static_cast<std::uint64_t>(total), s.device()), s, g,
+             labels, grad, tt, cc, ii, ig, hi);
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,240 @@
+// nll_loss (a registry op: per-element gather with a validity mask, and its scatter
+// backward), and the composites cross_entropy and mse_loss. GPU: the nll kernels of
+// kernel_templates/softmax.cu.
+#include <string>
+
+#include "kiln/nn_functional.h"
+#include "registry.h"
+
+namespace kiln {
+
+namespace kernels {
+void launch_nll_forward(DType t, rt::DevicePtr lp, rt::DevicePtr labels, rt::DevicePtr loss, rt::DevicePtr valid,
+                        std::int64_t m, std::int64_t classes, std::int64_t inner, std::int64_t ignore, bool has_ignore,
+                        const rt::Stream& s);
+void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::DevicePtr grad, std::int64_t total,
+                         std::int64_t classes, std::int64_t inner, std::int64_t ignore, bool has_ignore,
+                         const rt::Stream& s);
+}  // namespace kernels
+
+namespace {
+
+const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
+
+struct Ignore {
+  bool on = false;
+  std::int64_t index = 0;
+  bool skips(std::int64_t label) const { return on && label == index; }
+};
+Ignore ignore_of(const Attrs& a) {
+  return a.has("ignore_index") ? Ignore{true, a.get<std::int64_t>("ignore_index")} : Ignore{};
+}
+
+// Input `f` is floating (its dtype is the key), input `l` holds integer labels (cast to i64).
+DTypePlan float_and_labels(const OpArgs& a, int f, int l) {
+  const DType ft = a.inputs[static_cast<std::size_t>(f)].dtype(), lt = a.inputs[static_cast<std::size_t>(l)].dtype();
+  if (!is_floating(ft) || is_floating(lt) || lt == DType::boolean)
+    throw DTypeError("[" + a.op.name + "] needs floating values and integer labels; got " +
+                     std::string(dtype_name(ft)) + " and " + std::string(dtype_name(lt)));
+  DTypePlan p{{ft, ft}, {ft}, ft};
+  p.inputs[static_cast<std::size_t>(l)] = DType::i64;
+  return p;
+}
+
+// Labels (N, d...) against log-probabilities (N, C, d...): C, and the (N, d...) shape.
+std::int64_t classes_of(const std::string& op, const Shape& lp, const Shape& labels) {
+  Shape expect = lp;
+  if (lp.size() >= 2) expect.erase(expect.begin() + 1);
+  if (lp.size() < 2 || expect != labels)
+    throw ShapeError("[" + op + "] log-probabilities " + shape_str(lp) +
+                     " need (N, C, d...) and labels (N, d...); got labels " + shape_str(labels));
+  return lp[1];
+}
+
+// Strides of the (N, C, d...) tensor without its class dim, so they walk the labels' shape.
+Shape without_class_dim(const Shape& s) {
+  Shape r = s;
+  r.erase(r.begin() + 1);
+  return r;
+}
+
+Tensor contiguous_on_device(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  gpu::copy(t, c);
+  return c;
+}
+
+std::int64_t inner_of(const Shape& labels) {
+  std::int64_t inner = 1;
+  for (std::size_t d = 1; d < labels.size(); ++d) inner *= labels[d];
+  return inner;
+}
+
+const OpDef& kNllBackward = register_op({
+    .name = "nll_loss_backward",
+    .num_inputs = 2,
+    .dtypes = kFloating,
+    .dtype_rule = [](const OpArgs& a) { return float_and_labels(a, 0, 1); },
+    .shape_rule =
+        [](const OpArgs& a) {
+          Shape s = a.inputs[1].shape();
+          if (a.inputs[0].shape() != s || s.empty())
+            throw ShapeError("[" + a.op.name + "] gradient " + shape_str(a.inputs[0].shape()) + " and labels " +
+                             shape_str(s) + " must have one (N, d...) shape");
+          s.insert(s.begin() + 1, a.attrs.get<std::int64_t>("classes"));
+          return std::vector<Shape>{s};
+        },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const Ignore ig = ignore_of(a.attrs);
+          const std::int64_t cs = out[0].strides()[1];
+          const std::int64_t classes = out[0].shape()[1];
+          Shape gs = without_class_dim(out[0].strides());
+          const std::int64_t* pl = cpu::ptr<const std::int64_t>(a.inputs[1]);
+          cpu::visit(out[0].dtype(), [&]<class T>() {
+            const T* pg = cpu::ptr<const T>(a.inputs[0]);
+            T* po = cpu::ptr<T>(out[0]);
+            cpu::for_each_offset<3>(a.inputs[1].shape(), {&a.inputs[0].strides(), &a.inputs[1].strides(), &gs},
+                                    {0, 0, 0}, [&](const std::array<std::int64_t, 3>& o) {
+                                      const std::int64_t label = pl[o[1]];
+                                      for (std::int64_t c = 0; c < classes; ++c)
+                                        po[o[2] + c * cs] =
+                                            cpu::store<T>(label == c && !ig.skips(label) ? -cpu::load(pg[o[0]]) : 0.0f);
+                                    });
+          });
+        },
+    .gpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const Ignore ig = ignore_of(a.attrs);
+          const Tensor g = contiguous_on_device(a.inputs[0]), labels = contiguous_on_device(a.inputs[1]);
+          kernels::launch_nll_backward(out[0].dtype(), device_address(g), device_address(labels),
+                                       device_address(out[0]), out[0].numel(), out[0].shape()[1],
+                                       inner_of(labels.shape()), ig.index, ig.on, stream_of(a.device));
+        },
+    .test = {.gradcheck = false},
+});
+
+// Two outputs of the labels' shape: the per-element loss (0 where ignored) and the mask of
+// elements that count (1, or 0 where ignored), which the mean divides by.
+const OpDef& kNll = register_op({
+    .name = "nll_loss",
+    .num_inputs = 2,
+    .num_outputs = 2,
+    .dtypes = kFloating,
+    .dtype_rule =
+        [](const OpArgs& a) {
+          DTypePlan p = float_and_labels(a, 0, 1);
+          p.outputs = {p.key, p.key};
+          return p;
+        },
+    .shape_rule =
+        [](const OpArgs& a) {
+          classes_of(a.op.name, a.inputs[0].shape(), a.inputs[1].shape());
+          return std::vector<Shape>{a.inputs[1].shape(), a.inputs[1].shape()};
+        },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const Ignore ig = ignore_of(a.attrs);
+          const Tensor& lp = a.inputs[0];
+          const std::int64_t classes = lp.shape()[1], cs = lp.strides()[1];
+          Shape ls = without_class_dim(lp.strides());
+          const std::int64_t* pl = cpu::ptr<const std::int64_t>(a.inputs[1]);
+          cpu::visit(out[0].dtype(), [&]<class T>() {
+            const T* pp = cpu::ptr<const T>(lp);
+            T* loss = cpu::ptr<T>(out[0]);
+            T* valid = cpu::ptr<T>(out[1]);
+            cpu::for_each_offset<3>(a.inputs[1].shape(), {&a.inputs[1].strides(), &ls, &out[0].strides()}, {0, 0, 0},
+                                    [&](const std::array<std::int64_t, 3>& o) {
+                                      const std::int64_t label = pl[o[0]];
+                                      if (ig.skips(label)) {
+                                        loss[o[2]] = cpu::store<T>(0.0f);
+                                        valid[o[2]] = cpu::store<T>(0.0f);
+                                        return;
+                                      }
+                                      if (label < 0 || label >= classes)
+                                        throw ValueError("[" + a.op.name + "] label " + std::to_string(label) +
+                                                         " is out of range for " + std::to_string(classes) +
+                                                         " classes");
+                                      loss[o[2]] = cpu::store<T>(-cpu::load(pp[o[1] + label * cs]));
+                                      valid[o[2]] = cpu::store<T>(1.0f);
+                                    });
+          });
+        },
+    .gpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const Ignore ig = ignore_of(a.attrs);
+          const Tensor lp = contiguous_on_device(a.inputs[0]), labels = contiguous_on_device(a.inputs[1]);
+          kernels::launch_nll_forward(out[0].dtype(), device_address(lp), device_address(labels),
+                                      device_address(out[0]), device_address(out[1]), labels.numel(), lp.shape()[1],
+                                      inner_of(labels.shape()), ig.index, ig.on, stream_of(a.device));
+        },
+    // The mask does not depend on the log-probabilities; only the loss carries a gradient.
+    .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
+      Attrs attrs = c.attrs();
+      attrs.set("classes", c.input(0).shape[1]);
+      return {call(kNllBackward, {g[0], c.saved_input(1)}, attrs), Tensor()};
+    },
+    .save = {.inputs = {1}},
+    .test = {.gradcheck = false},
+});
+
+// loss reduced as asked; `valid` (or nothing: every element counts) is the mean's divisor.
+Tensor reduce_loss(const Tensor& loss, const Tensor& valid, Reduction r) {
+  switch (r) {
+    case Reduction::none:
+      return loss;
+    case Reduction::sum:
+      return sum(loss);
+    case Reduction::mean:
+      if (!valid.defined()) return div(sum(loss), static_cast<double>(loss.numel()));
+      // Counted in f32 at least: f16 stops representing counts exactly past 2048.
+      return cast(div(sum(loss), sum(cast(valid, promote_types(valid.dtype(), DType::f32)))), loss.dtype());
+  }
+  throw ValueError("[loss] unknown reduction");
+}
+
+Attrs nll_attrs(std::optional<std::int64_t> ignore_index) {
+  Attrs a;
+  if (ignore_index) a.set("ignore_index", *ignore_index);
+  return a;
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, Reduction reduction,
+                std::optional<std::int64_t> ignore_index) {
+  const Tensor inputs[] = {log_probs, labels};
+  std::vector<Tensor> out = dispatch(kNll, inputs, nll_attrs(ignore_index));
+  return reduce_loss(out[0], ignore_index ? out[1] : Tensor(), reduction);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction, double label_smoothing,
+                     std::optional<std::int64_t> ignore_index) {
+  if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
+    throw ValueError("[cross_entropy] label_smoothing must be in [0, 1); got " + std::to_string(label_smoothing));
+  if (logits.defined() && labels.defined()) classes_of("cross_entropy", logits.shape(), labels.shape());
+  const Tensor lp = log_softmax(logits, 1);
+  const Tensor inputs[] = {lp, labels};
+  std::vector<Tensor> out = dispatch(kNll, inputs, nll_attrs(ignore_index));
+  Tensor loss = out[0];
+  if (label_smoothing > 0.0) {
+    Tensor smooth = div(neg(sum(lp, {1}, false)), static_cast<double>(logits.shape()[1]));
+    if (ignore_index) smooth = mul(smooth, out[1]);
+    loss = add(mul(loss, 1.0 - label_smoothing), mul(smooth, label_smoothing));
+  }
+  return reduce_loss(loss, ignore_index ? out[1] : Tensor(), reduction);
+}
+
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  if (a.shape() != b.shape())
+    throw ShapeError("[mse_loss] inputs must have one shape; got " + shape_str(a.shape()) + " and " +
+                     shape_str(b.shape()));
+  if (!is_floating(a.dtype()) || !is_floating(b.dtype()))
+    throw DTypeError("[mse_loss] needs floating inputs; got " + std::string(dtype_name(a.dtype())) + " and " +
+                     std::string(dtype_name(b.dtype())));
+  const Tensor d = sub(a, b);
+  return reduce_loss(mul(d, d), Tensor(), reduction);
+}
+
+}  // namespace kiln

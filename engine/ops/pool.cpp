@@ -1,0 +1,299 @@
+// max_pool2d (with argmax indices as a second output) and avg_pool2d on NCHW, and their
+// backward ops. GPU: kernel_templates/pool.cu; CPU: plain loops written here.
+#include "conv_common.h"
+#include "kiln/conv.h"
+#include "registry.h"
+
+namespace kiln {
+
+namespace {
+
+using conv_detail::dense_copy;
+using conv_detail::load_dense;
+using conv_detail::pair_attr;
+using conv_detail::paren;
+
+const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType::bf16};
+
+// Mirrors struct PoolParams of pool.cu.
+struct PoolParams {
+  long long planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, include_pad;
+};
+
+struct Geom {
+  PoolParams p;
+  Shape in, out;
+};
+
+Geom geometry(const Shape& x, const Attrs& attrs, const std::string& op) {
+  if (x.size() != 4) throw ShapeError("[" + op + "] input must be 4-D (N, C, H, W), got shape " + paren(x));
+  const auto k = pair_attr(attrs, "kernel", -1, 1, op);
+  const auto st = attrs.has("stride") && !attrs.get<std::vector<std::int64_t>>("stride").empty()
+                      ? pair_attr(attrs, "stride", 1, 1, op)
+                      : k;
+  const auto pad = pair_attr(attrs, "padding", 0, 0, op);
+  const auto dil = pair_attr(attrs, "dilation", 1, 1, op);
+  if (op.starts_with("avg") && (dil[0] != 1 || dil[1] != 1))
+    throw ValueError("[" + op + "] takes no dilation, got " + paren({dil[0], dil[1]}));
+  if (pad[0] > k[0] / 2 || pad[1] > k[1] / 2)
+    throw ShapeError("[" + op + "] padding " + paren({pad[0], pad[1]}) + " must be at most half the kernel " +
+                     paren({k[0], k[1]}));
+  const std::int64_t ekh = dil[0] * (k[0] - 1) + 1, ekw = dil[1] * (k[1] - 1) + 1;
+  if (ekh > x[2] + 2 * pad[0] || ekw > x[3] + 2 * pad[1])
+    throw ShapeError("[" + op + "] window " + paren({ekh, ekw}) + " is larger than the padded input " +
+                     paren({x[2] + 2 * pad[0], x[3] + 2 * pad[1]}) + " of input " + paren(x));
+  Geom g;
+  g.p = {x[0] * x[1],
+         x[2],
+         x[3],
+         (x[2] + 2 * pad[0] - ekh) / st[0] + 1,
+         (x[3] + 2 * pad[1] - ekw) / st[1] + 1,
+         k[0],
+         k[1],
+         st[0],
+         st[1],
+         pad[0],
+         pad[1],
+         dil[0],
+         dil[1],
+         attrs.get_or("count_include_pad", true) ? 1 : 0};
+  g.in = x;
+  g.out = {x[0], x[1], g.p.oh, g.p.ow};
+  return g;
+}
+
+// Calls f(out_index, in_index, oy, ox) for every element inside each window, row-major.
+template <class F>
+void for_each_window(const PoolParams& p, F&& f) {
+  for (long long pl = 0; pl < p.planes; ++pl)
+    for (long long oy = 0; oy < p.oh; ++oy)
+      for (long long ox = 0; ox < p.ow; ++ox) {
+        const long long oi = (pl * p.oh + oy) * p.ow + ox;
+        for (long long ki = 0; ki < p.kh; ++ki) {
+          const long long iy = oy * p.sh - p.ph + ki * p.dh;
+          if (iy < 0 || iy >= p.h) continue;
+          for (long long kj = 0; kj < p.kw; ++kj) {
+            const long long ix = ox * p.sw - p.pw + kj * p.dw;
+            if (ix >= 0 && ix < p.w) f(oi, pl * p.h * p.w + iy * p.w + ix, oy, ox);
+          }
+        }
+      }
+}
+
+long long avg_divisor(const PoolParams& p, long long oy, long long ox) {
+  if (p.include_pad) return p.kh * p.kw;
+  const long long y0 = oy * p.sh - p.ph, x0 = ox * p.sw - p.pw;
+  return (std::min(y0 + p.kh, p.h) - std::max(y0, 0LL)) * (std::min(x0 + p.kw, p.w) - std::max(x0, 0LL));
+}
+
+template <class F>
+void visit_float(DType t, F&& f) {
+  cpu::visit(t, [&]<class T>() {
+    if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) f.template operator()<T>();
+  });
+}
+
+template <class T, class C>
+void store_all(const std::vector<C>& v, const Tensor& out) {
+  T* po = cpu::ptr<T>(out);
+  for (std::size_t i = 0; i < v.size(); ++i) po[i] = cpu::store<T>(v[i]);
+}
+
+void max_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
+  visit_float(out[0].dtype(), [&]<class T>() {
+    using C = cpu::compute_t<T>;
+    auto x = load_dense<T>(a.inputs[0]);
+    std::vector<C> best(static_cast<std::size_t>(out[0].numel()), C(0));
+    std::vector<std::int64_t> arg(best.size(), -1);
+    std::vector<bool> nan_seen(best.size(), false);
+    // The first maximum in window order wins; a NaN wins over everything and stops the search.
+    for_each_window(p, [&](auto oi, auto xi, auto, auto) {
+      const C v = x[xi];
+      if (nan_seen[oi]) return;
+      if (arg[oi] < 0 || v > best[oi] || v != v) {
+        best[oi] = v;
+        arg[oi] = xi % (p.h * p.w);
+        nan_seen[oi] = v != v;
+      }
+    });
+    store_all<T>(best, out[0]);
+    std::copy(arg.begin(), arg.end(), cpu::ptr<std::int64_t>(out[1]));
+  });
+}
+
+void avg_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
+  visit_float(out[0].dtype(), [&]<class T>() {
+    using C = cpu::compute_t<T>;
+    auto x = load_dense<T>(a.inputs[0]);
+    std::vector<C> s(static_cast<std::size_t>(out[0].numel()), C(0));
+    for_each_window(p, [&](auto oi, auto xi, auto, auto) { s[oi] += x[xi]; });
+    for (long long i = 0; i < static_cast<long long>(s.size()); ++i)
+      s[i] /= static_cast<C>(avg_divisor(p, (i / p.ow) % p.oh, i % p.ow));
+    store_all<T>(s, out[0]);
+  });
+}
+
+template <class... Args>
+void launch(const gpu::LazyKernel& k, DType t, long long items, const rt::Stream& s, const Args&... args) {
+  if (items == 0) return;
+  const rt::Function f = rt::get_function(k.get(), DTypes{t}, 0, s.device());
+  rt::launch(f, kernels::grid_stride_config(static_cast<std::uint64_t>(items), s.device()), s, args...);
+}
+
+Attrs with_input_shape(const Attrs& attrs, const Shape& shape) {
+  Attrs a = attrs;
+  a.set("input_shape", std::vector<std::int64_t>(shape.begin(), shape.end()));
+  return a;
+}
+
+// The geometry of a backward op: input_shape from attrs, the gradient checked against it.
+Geom backward_geometry(const OpArgs& a) {
+  const Geom g = geometry(a.attrs.get<std::vector<std::int64_t>>("input_shape"), a.attrs, a.name());
+  for (std::size_t i = 0; i < a.inputs.size(); ++i)
+    if (a.inputs[i].shape() != g.out)
+      throw ShapeError("[" + a.name() + "] input " + std::to_string(i) + " has shape " + paren(a.inputs[i].shape()) +
+                       ", expected the pooled shape " + paren(g.out));
+  return g;
+}
+
+const OpDef& kMaxBackward = register_op({
+    .name = "max_pool2d_backward",
+    .num_inputs = 2,
+    .dtypes = kFloat,
+    .dtype_rule =
+        [](const OpArgs& a) {
+          const DType t = a.inputs[0].dtype();
+          return DTypePlan{{t, DType::i64}, {t}, t};
+        },
+    .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{backward_geometry(a).in}; },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const PoolParams p = backward_geometry(a).p;
+          visit_float(out[0].dtype(), [&]<class T>() {
+            using C = cpu::compute_t<T>;
+            auto g = load_dense<T>(a.inputs[0]);
+            auto idx = a.inputs[1].contiguous().to_vector<std::int64_t>();
+            std::vector<C> dx(static_cast<std::size_t>(out[0].numel()), C(0));
+            for (std::size_t o = 0; o < g.size(); ++o) {
+              const long long plane = static_cast<long long>(o) / (p.oh * p.ow);
+              // Indices outside the plane match no element, as in the GPU kernel's gather.
+              if (idx[o] >= 0 && idx[o] < p.h * p.w) dx[static_cast<std::size_t>(plane * p.h * p.w + idx[o])] += g[o];
+            }
+            store_all<T>(dx, out[0]);
+          });
+        },
+    .gpu =
+        [k = gpu::LazyKernel("max_pool2d_backward")](const OpArgs& a, std::span<Tensor> out) {
+          const PoolParams p = backward_geometry(a).p;
+          const Tensor g = dense_copy(a.inputs[0]), idx = dense_copy(a.inputs[1]);
+          launch(k, out[0].dtype(), p.planes * p.h * p.w, stream_of(a.device), device_address(g), device_address(idx),
+                 device_address(out[0]), p);
+        },
+    .test = {.attrs = {Attrs{{"kernel", std::vector<std::int64_t>{2}},
+                             {"input_shape", std::vector<std::int64_t>{2, 3, 4, 4}}}},
+             .gradcheck = false},
+});
+
+const OpDef& kAvgBackward = register_op({
+    .name = "avg_pool2d_backward",
+    .dtypes = kFloat,
+    .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{backward_geometry(a).in}; },
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const PoolParams p = backward_geometry(a).p;
+          visit_float(out[0].dtype(), [&]<class T>() {
+            using C = cpu::compute_t<T>;
+            auto g = load_dense<T>(a.inputs[0]);
+            std::vector<C> dx(static_cast<std::size_t>(out[0].numel()), C(0));
+            for_each_window(p, [&](auto oi, auto xi, auto oy, auto ox) {
+              dx[xi] += g[oi] / static_cast<C>(avg_divisor(p, oy, ox));
+            });
+            store_all<T>(dx, out[0]);
+          });
+        },
+    .gpu =
+        [k = gpu::LazyKernel("avg_pool2d_backward")](const OpArgs& a, std::span<Tensor> out) {
+          const PoolParams p = backward_geometry(a).p;
+          const Tensor g = dense_copy(a.inputs[0]);
+          launch(k, out[0].dtype(), p.planes * p.h * p.w, stream_of(a.device), device_address(g),
+                 device_address(out[0]), p);
+        },
+    .test = {.attrs = {Attrs{{"kernel", std::vector<std::int64_t>{2}},
+                             {"input_shape", std::vector<std::int64_t>{2, 3, 4, 4}}}},
+             .gradcheck = false},
+});
+
+std::vector<Shape> pooled_shape(const OpArgs& a, int outputs) {
+  return std::vector<Shape>(static_cast<std::size_t>(outputs), geometry(a.inputs[0].shape(), a.attrs, a.name()).out);
+}
+
+using V = std::vector<std::int64_t>;
+
+const OpDef& kMaxPool = register_op({
+    .name = "max_pool2d",
+    .num_outputs = 2,
+    .dtypes = kFloat,
+    .dtype_rule =
+        [](const OpArgs& a) {
+          const DType t = a.inputs[0].dtype();
+          return DTypePlan{{t}, {t, DType::i64}, t};
+        },
+    .shape_rule = [](const OpArgs& a) { return pooled_shape(a, 2); },
+    .cpu = max_cpu,
+    .gpu =
+        [k = gpu::LazyKernel("max_pool2d")](const OpArgs& a, std::span<Tensor> out) {
+          const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
+          const Tensor x = dense_copy(a.inputs[0]);
+          launch(k, out[0].dtype(), p.planes * p.oh * p.ow, stream_of(a.device), device_address(x),
+                 device_address(out[0]), device_address(out[1]), p);
+        },
+    // Each output's gradient goes to the input element its saved index names.
+    .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
+      return {call(kMaxBackward, {g[0], c.saved_output(1)}, with_input_shape(c.attrs(), c.input(0).shape))};
+    },
+    .save = {.outputs = {1}},
+    .test = {.attrs = {Attrs{{"kernel", V{2}}}, Attrs{{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}},
+                       Attrs{{"kernel", V{2, 3}}, {"stride", V{1}}, {"dilation", V{2, 1}}}}},
+});
+
+const OpDef& kAvgPool = register_op({
+    .name = "avg_pool2d",
+    .dtypes = kFloat,
+    .shape_rule = [](const OpArgs& a) { return pooled_shape(a, 1); },
+    .cpu = avg_cpu,
+    .gpu =
+        [k = gpu::LazyKernel("avg_pool2d")](const OpArgs& a, std::span<Tensor> out) {
+          const Geom g = geometry(a.inputs[0].shape(), a.attrs, a.name());
+          const Tensor x = dense_copy(a.inputs[0]);
+          launch(k, out[0].dtype(), g.p.planes * g.p.oh * g.p.ow, stream_of(a.device), device_address(x),
+                 device_address(out[0]), g.p);
+        },
+    .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
+      return {call(kAvgBackward, {g[0]}, with_input_shape(c.attrs(), c.input(0).shape))};
+    },
+    .test = {.attrs = {Attrs{{"kernel", V{2}}},
+                       Attrs{{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}, {"count_include_pad", false}},
+                       Attrs{{"kernel", V{3, 2}}, {"stride", V{1}}, {"padding", V{1, 0}}}}},
+});
+
+Attrs pool_attrs(const V& kernel, const V& stride, const V& padding) {
+  return Attrs{{"kernel", kernel}, {"stride", stride}, {"padding", padding}};
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, V kernel, V stride, V padding, V dilation) {
+  Attrs attrs = pool_attrs(kernel, stride, padding);
+  attrs.set("dilation", std::move(dilation));
+  return dispatch(kMaxPool, std::vector<Tensor>{x}, attrs)[0];
+}
+
+Tensor avg_pool2d(const Tensor& x, V kernel, V stride, V padding, bool count_include_pad) {
+  Attrs attrs = pool_attrs(kernel, stride, padding);
+  attrs.set("count_include_pad", count_include_pad);
+  return dispatch(kAvgPool, std::vector<Tensor>{x}, attrs)[0];
+}
+
+}  // namespace kiln

@@ -1,0 +1,297 @@
+// NN functions on the CPU: softmax/log_softmax, nll_loss, cross_entropy, mse_loss,
+// dropout, layer_norm and batch_norm against hand-computed values and independent loops,
+// their errors, and gradient checks in f64.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../support/gradcheck.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+using kiln::testing::gradcheck;
+
+namespace {
+
+Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s, {.dtype = DType::f64}); }
+Tensor i64(std::vector<std::int64_t> v, Shape s) { return from_vector(v, s); }
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    CHECK_MESSAGE(std::abs(got[i] - want[i]) <= tol, "index ", i, ": ", got[i], " vs ", want[i]);
+}
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("no exception of the expected type");
+  return {};
+}
+
+// Row-wise log-softmax of a row-major (N, C) block, in double.
+std::vector<double> ref_log_softmax(const std::vector<double>& x, int n, int c) {
+  std::vector<double> out(x.size());
+  for (int i = 0; i < n; ++i) {
+    double m = -INFINITY, s = 0;
+    for (int k = 0; k < c; ++k) m = std::max(m, x[i * c + k]);
+    for (int k = 0; k < c; ++k) s += std::exp(x[i * c + k] - m);
+    for (int k = 0; k < c; ++k) out[i * c + k] = x[i * c + k] - m - std::log(s);
+  }
+  return out;
+}
+
+Tensor random_f64(const Shape& s, std::uint64_t seed, double scale = 1.0) {
+  Generator g(seed);
+  return mul(randn(s, {.dtype = DType::f64}, &g), scale);
+}
+
+}  // namespace
+
+TEST_CASE("softmax and log_softmax: values, rows summing to 1, any dim") {
+  const std::vector<double> x{1, 2, 3, -1, 0, 4};
+  Tensor t = f64(x, {2, 3});
+  std::vector<double> lsm = ref_log_softmax(x, 2, 3), sm(6);
+  for (int i = 0; i < 6; ++i) sm[i] = std::exp(lsm[i]);
+  check_close(softmax(t, 1).to_vector<double>(), sm, 1e-14);
+  check_close(log_softmax(t, -1).to_vector<double>(), lsm, 1e-14);
+  check_close(sum(softmax(t, 0), {0}).to_vector<double>(), {1, 1, 1}, 1e-14);
+  // dim 0 of (2, 3) is the row softmax of the transpose.
+  std::vector<double> xt{1, -1, 2, 0, 3, 4};
+  std::vector<double> col = ref_log_softmax(xt, 3, 2), got = log_softmax(t, 0).to_vector<double>();
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) CHECK(got[i * 3 + j] == doctest::Approx(col[j * 2 + i]).epsilon(1e-12));
+  // f32 and a zero-dim tensor.
+  Tensor f = from_vector(std::vector<float>{0.5f, 0.25f, 2}, {3});
+  CHECK(softmax(f).dtype() == DType::f32);
+  CHECK(sum(softmax(f)).item<float>() == doctest::Approx(1.0f).epsilon(1e-6));
+  CHECK(softmax(scalar_tensor(3.0)).item<double>() == 1.0);
+}
+
+TEST_CASE("softmax is stable for inputs of 1e4, and reads strided views") {
+  Tensor t = from_vector(std::vector<float>{1e4f, 1e4f + 1, -1e4f}, {3});
+  const double e = std::exp(1.0);
+  check_close(std::vector<double>(softmax(t).to_vector<double>()), {1 / (1 + e), e / (1 + e), 0}, 1e-6);
+  std::vector<double> l = log_softmax(t).to_vector<double>();
+  CHECK(l[0] == doctest::Approx(-std::log1p(e)).epsilon(1e-5));
+  CHECK(l[2] == doctest::Approx(-2e4 - 1 - std::log1p(1 / e)).epsilon(1e-6));
+  for (double v : l) CHECK(std::isfinite(v));
+  Tensor big = from_vector(std::vector<Half>{Half(1e4f), Half(1e4f), Half(-1e4f), Half(-1e4f)}, {2, 2});
+  check_close(softmax(big, 1).to_vector<double>(), {0.5, 0.5, 0.5, 0.5}, 1e-3);
+  // A transposed view: softmax over dim 1 of x^T is softmax over dim 0 of x.
+  Tensor x = f64({1, 2, 3, 4, 5, 7}, {2, 3});
+  Tensor xt = make_view(x, {3, 2}, {1, 3}, 0);
+  std::vector<double> a = softmax(xt, 1).to_vector<double>(), b = softmax(x, 0).to_vector<double>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) CHECK(a[i * 2 + j] == doctest::Approx(b[j * 3 + i]).epsilon(1e-14));
+}
+
+TEST_CASE("softmax errors are typed and name the op") {
+  Tensor i = from_vector(std::vector<std::int32_t>{1, 2});
+  CHECK(message_of<DTypeError>([&] { softmax(i); }).find("[softmax]") != std::string::npos);
+  CHECK(message_of<ShapeError>([&] { log_softmax(f64({1, 2}, {2}), 3); }).find("[log_softmax]") != std::string::npos);
+}
+
+TEST_CASE("nll_loss gathers -log_probs at the labels, with ignore_index") {
+  Tensor lp = f64({-0.1, -2, -3, -1.5, -0.5, -4}, {2, 3});
+  Tensor labels = i64({0, 2}, {2});
+  check_close(nll_loss(lp, labels, Reduction::none).to_vector<double>(), {0.1, 4}, 0);
+  CHECK(nll_loss(lp, labels, Reduction::sum).item<double>() == doctest::Approx(4.1));
+  CHECK(nll_loss(lp, labels).item<double>() == doctest::Approx(2.05));
+  // Ignored elements count in neither the sum nor the mean's divisor.
+  Tensor with_ignored = i64({-100, 1}, {2});
+  check_close(nll_loss(lp, with_ignored, Reduction::none, -100).to_vector<double>(), {0, 0.5}, 0);
+  CHECK(nll_loss(lp, with_ignored, Reduction::mean, -100).item<double>() == doctest::Approx(0.5));
+  CHECK(std::isnan(nll_loss(lp, i64({-1, -1}, {2}), Reduction::mean, -1).item<double>()));
+  // i32 labels and (N, C, d) log-probabilities.
+  Tensor lp3 = f64({-1, -2, -3, -4, -5, -6, -7, -8}, {1, 2, 4});  // [n][c][d]
+  Tensor l3 = from_vector(std::vector<std::int32_t>{1, 0, 0, 1}, {1, 4});
+  check_close(nll_loss(lp3, l3, Reduction::none).to_vector<double>(), {5, 2, 3, 8}, 0);
+}
+
+TEST_CASE("nll_loss errors: labels out of range, dtypes, shapes") {
+  Tensor lp = f64({-1, -2, -3, -4}, {2, 2});
+  std::string m = message_of<ValueError>([&] { nll_loss(lp, i64({0, 5}, {2})); });
+  CHECK(m.find("[nll_loss]") != std::string::npos);
+  CHECK(m.find("label 5") != std::string::npos);
+  CHECK_THROWS_AS(nll_loss(lp, i64({-1, 0}, {2})), ValueError);
+  CHECK(message_of<DTypeError>([&] { nll_loss(lp, f64({0, 1}, {2})); }).find("[nll_loss]") != std::string::npos);
+  CHECK(message_of<ShapeError>([&] { nll_loss(lp, i64({0, 1, 1}, {3})); }).find("(2,2)") != std::string::npos);
+  CHECK_THROWS_AS(cross_entropy(lp, i64({0}, {1})), ShapeError);
+  CHECK_THROWS_AS(cross_entropy(lp, i64({0, 1}, {2}), Reduction::mean, 1.0), ValueError);
+}
+
+TEST_CASE("cross_entropy against hand-computed values, with label smoothing and both reductions") {
+  const std::vector<double> x{1, 2, 3, 0, 0, 0, -2, 5, 1};
+  Tensor logits = f64(x, {3, 3});
+  Tensor labels = i64({2, 1, 0}, {3});
+  const std::vector<double> lsm = ref_log_softmax(x, 3, 3);
+  const std::vector<std::int64_t> y{2, 1, 0};
+  for (double eps : {0.0, 0.1, 0.4}) {
+    std::vector<double> want(3);
+    for (int i = 0; i < 3; ++i) {
+      const double nll = -lsm[i * 3 + y[i]];
+      const double uniform = -(lsm[i * 3] + lsm[i * 3 + 1] + lsm[i * 3 + 2]) / 3;
+      want[i] = (1 - eps) * nll + eps * uniform;
+    }
+    check_close(cross_entropy(logits, labels, Reduction::none, eps).to_vector<double>(), want, 1e-12);
+    CHECK(cross_entropy(logits, labels, Reduction::sum, eps).item<double>() ==
+          doctest::Approx(want[0] + want[1] + want[2]).epsilon(1e-12));
+    CHECK(cross_entropy(logits, labels, Reduction::mean, eps).item<double>() ==
+          doctest::Approx((want[0] + want[1] + want[2]) / 3).epsilon(1e-12));
+    // Ignoring the middle element drops both of its terms.
+    Tensor ig = i64({2, 7, 0}, {3});
+    CHECK(cross_entropy(logits, ig, Reduction::mean, eps, 7).item<double>() ==
+          doctest::Approx((want[0] + want[2]) / 2).epsilon(1e-12));
+  }
+  // Known value: uniform logits give log(C).
+  CHECK(cross_entropy(zeros({4, 5}), i64({0, 1, 2, 3}, {4})).item<float>() == doctest::Approx(std::log(5.0f)));
+}
+
+TEST_CASE("mse_loss reduces the squared difference") {
+  Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({1, 0, 5, 1}, {2, 2});
+  check_close(mse_loss(a, b, Reduction::none).to_vector<double>(), {0, 4, 4, 9}, 0);
+  CHECK(mse_loss(a, b, Reduction::sum).item<double>() == 17);
+  CHECK(mse_loss(a, b).item<double>() == 4.25);
+  CHECK_THROWS_AS(mse_loss(a, f64({1, 2}, {2})), ShapeError);
+  CHECK_THROWS_AS(mse_loss(i64({1}, {1}), i64({1}, {1})), DTypeError);
+}
+
+TEST_CASE("dropout: statistics, scaling, determinism by seed, eval identity") {
+  const double p = 0.3;
+  Tensor x = ones({200000});
+  Generator g1(42), g2(42), g3(43);
+  Tensor y = dropout(x, p, true, &g1);
+  std::vector<float> v = y.to_vector<float>();
+  std::int64_t zeros_seen = 0;
+  for (float e : v) {
+    if (e == 0)
+      ++zeros_seen;
+    else
+      CHECK_MESSAGE(e == doctest::Approx(1 / (1 - p)).epsilon(1e-6), e);
+  }
+  CHECK(static_cast<double>(zeros_seen) / v.size() == doctest::Approx(p).epsilon(0.02));
+  CHECK(sum(y).item<float>() / v.size() == doctest::Approx(1.0).epsilon(0.01));
+  CHECK(dropout(x, p, true, &g2).to_vector<float>() == v);
+  CHECK(dropout(x, p, true, &g3).to_vector<float>() != v);
+  CHECK(dropout(x, p, false, &g1).is_same(x));
+  CHECK(dropout(x, 0.0, true, &g1).is_same(x));
+  CHECK(sum(dropout(x, 1.0, true, &g1)).item<float>() == 0);
+  CHECK_THROWS_AS(dropout(x, 1.5), ValueError);
+  // The gradient is mask / (1 - p): the output itself for x = 1.
+  Tensor leaf = ones({64}, {.requires_grad = true});
+  Generator g4(5);
+  Tensor out = dropout(leaf, 0.5, true, &g4);
+  sum(out).backward();
+  CHECK(leaf.grad().to_vector<float>() == out.to_vector<float>());
+}
+
+TEST_CASE("layer_norm matches independent loops, with weight and bias") {
+  Tensor x = random_f64({3, 2, 4}, 1, 3.0);
+  Tensor w = random_f64({2, 4}, 2), b = random_f64({2, 4}, 3);
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  std::vector<double> want(xv.size());
+  for (int r = 0; r < 3; ++r) {
+    double m = 0, var = 0;
+    for (int k = 0; k < 8; ++k) m += xv[r * 8 + k] / 8;
+    for (int k = 0; k < 8; ++k) var += (xv[r * 8 + k] - m) * (xv[r * 8 + k] - m) / 8;
+    for (int k = 0; k < 8; ++k) want[r * 8 + k] = (xv[r * 8 + k] - m) / std::sqrt(var + 1e-5) * wv[k] + bv[k];
+  }
+  check_close(layer_norm(x, {2, 4}, w, b).to_vector<double>(), want, 1e-12);
+  Tensor y = layer_norm(x, {4});
+  check_close(sum(y, {2}).to_vector<double>(), std::vector<double>(6, 0.0), 1e-12);
+  Tensor h = layer_norm(x.to(DType::f16), {2, 4}, w.to(DType::f16), b.to(DType::f16));
+  CHECK(h.dtype() == DType::f16);
+  check_close(h.to_vector<double>(), want, 0.02);
+  CHECK_THROWS_AS(layer_norm(x, {3}), ShapeError);
+  CHECK_THROWS_AS(layer_norm(x, {4}, ones({3})), ShapeError);
+}
+
+TEST_CASE("batch_norm in training and eval mode, with running statistics") {
+  const int n = 3, c = 2, hw = 4;
+  Tensor x = random_f64({n, c, 2, 2}, 7, 2.0);
+  Tensor w = f64({1.5, -0.5}, {2}), b = f64({0.25, 1}, {2});
+  Tensor rm = f64({0.5, -1}, {2}), rv = f64({2, 0.5}, {2});
+  const std::vector<double> xv = x.to_vector<double>();
+  auto at = [&](int i, int ch, int k) { return xv[(i * c + ch) * hw + k]; };
+  std::vector<double> want_train(xv.size()), want_eval(xv.size()), new_rm(2), new_rv(2);
+  const double wv[] = {1.5, -0.5}, bv[] = {0.25, 1}, rmv[] = {0.5, -1}, rvv[] = {2, 0.5};
+  for (int ch = 0; ch < c; ++ch) {
+    double m = 0, var = 0;
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < hw; ++k) m += at(i, ch, k) / (n * hw);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < hw; ++k) var += (at(i, ch, k) - m) * (at(i, ch, k) - m);
+    const double biased = var / (n * hw), unbiased = var / (n * hw - 1);
+    new_rm[ch] = 0.9 * rmv[ch] + 0.1 * m;
+    new_rv[ch] = 0.9 * rvv[ch] + 0.1 * unbiased;
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < hw; ++k) {
+        want_train[(i * c + ch) * hw + k] = (at(i, ch, k) - m) / std::sqrt(biased + 1e-5) * wv[ch] + bv[ch];
+        want_eval[(i * c + ch) * hw + k] = (at(i, ch, k) - rmv[ch]) / std::sqrt(rvv[ch] + 1e-5) * wv[ch] + bv[ch];
+      }
+  }
+  check_close(batch_norm(x, rm, rv, w, b, false).to_vector<double>(), want_eval, 1e-12);
+  CHECK(rm.to_vector<double>() == std::vector<double>{0.5, -1});  // eval leaves them alone
+  const std::uint64_t before = rm.version();
+  check_close(batch_norm(x, rm, rv, w, b, true, 0.1).to_vector<double>(), want_train, 1e-12);
+  CHECK(rm.version() > before);
+  check_close(rm.to_vector<double>(), new_rm, 1e-12);
+  check_close(rv.to_vector<double>(), new_rv, 1e-12);
+  // f16 input and running statistics: normalised in f32, updated in place in f16.
+  Tensor rm16 = rm.to(DType::f16), rv16 = rv.to(DType::f16);
+  Tensor y16 = batch_norm(x.to(DType::f16), rm16, rv16, w, b, true, 0.1);
+  CHECK(y16.dtype() == DType::f16);  // half inputs come back in their dtype
+  check_close(y16.to_vector<double>(), want_train, 0.02);
+  CHECK(rm16.dtype() == DType::f16);
+  check_close(rm16.to_vector<double>(),
+              {0.9 * new_rm[0] + 0.1 * (new_rm[0] - 0.9 * 0.5) / 0.1, 0.9 * new_rm[1] + 0.1 * (new_rm[1] + 0.9) / 0.1},
+              0.01);
+  // (N, C) input, no running statistics, no affine parameters.
+  Tensor x2 = f64({1, 10, 3, 30}, {2, 2});
+  check_close(batch_norm(x2, {}, {}, {}, {}, true).to_vector<double>(), {-1, -1, 1, 1}, 1e-4);
+  CHECK_THROWS_AS(batch_norm(x2, {}, {}, {}, {}, false), ValueError);
+  CHECK_THROWS_AS(batch_norm(x2, ones({3}), ones({3})), ShapeError);
+  CHECK_THROWS_AS(batch_norm(f64({1, 2}, {1, 2}), {}, {}, {}, {}, true), ValueError);
+}
+
+TEST_CASE("gradient checks in f64: softmax, log_softmax, losses and norms") {
+  Tensor x = random_f64({3, 5}, 11, 2.0);
+  Tensor x4 = random_f64({2, 3, 2, 2}, 12);
+  Tensor labels = i64({4, 0, 2}, {3});
+  auto ok = [](const testing::GradcheckResult& r) { CHECK_MESSAGE(r.ok, r.message); };
+  ok(gradcheck([](const auto& v) { return softmax(v[0], 1); }, {x}));
+  ok(gradcheck([](const auto& v) { return softmax(v[0], 0); }, {x}));
+  ok(gradcheck([](const auto& v) { return log_softmax(v[0], -1); }, {x}));
+  ok(gradcheck([](const auto& v) { return log_softmax(v[0], 1); }, {x4}));
+  ok(gradcheck([&](const auto& v) { return cross_entropy(v[0], labels); }, {x}));
+  ok(gradcheck([&](const auto& v) { return cross_entropy(v[0], labels, Reduction::sum, 0.2); }, {x}));
+  ok(gradcheck(
+      [&](const auto& v) {
+        return cross_entropy(v[0], i64({4, -100, 2}, {3}), Reduction::none, 0.1, -100);
+      },
+      {x}));
+  ok(gradcheck([&](const auto& v) { return nll_loss(v[0], labels, Reduction::none); }, {x}));
+  ok(gradcheck(
+      [&](const auto& v) {
+        return nll_loss(v[0], i64({1, 0, 2, 2, 1, 0, 0, 1}, {2, 2, 2}), Reduction::mean);
+      },
+      {x4}));
+  ok(gradcheck([](const auto& v) { return mse_loss(v[0], v[1]); }, {x, random_f64({3, 5}, 13)}));
+  ok(gradcheck([](const auto& v) { return layer_norm(v[0], {5}, v[1], v[2]); },
+               {x, random_f64({5}, 14), random_f64({5}, 15)}));
+  ok(gradcheck([](const auto& v) { return layer_norm(v[0], {2, 2}); }, {x4}));
+  ok(gradcheck([](const auto& v) { return batch_norm(v[0], {}, {}, v[1], v[2], true); },
+               {x4, random_f64({3}, 16), random_f64({3}, 17)}));
+  ok(gradcheck([](const auto& v) { return batch_norm(v[0], {}, {}, {}, {}, true); }, {x}));
+  Tensor rm = zeros({5}, {.dtype = DType::f64}), rv = ones({5}, {.dtype = DType::f64});
+  ok(gradcheck([&](const auto& v) { return batch_norm(v[0], rm, rv, v[1], {}, false); }, {x, random_f64({5}, 18)}));
+  for (const char* op : {"softmax", "log_softmax"})
+    for (const std::string& f : testing::gradcheck_op(get_op(op))) FAIL(f);
+}

@@ -1,0 +1,229 @@
+// bench_ops: the numbers of issue 3's "Performance" section on cuda:0, as a table and one
+// JSON line (tools/bench/bench_ops_torch.py prints the same rows for PyTorch, so the two
+// can run in one GPU session and be divided row by row):
+//   copy      rt::copy_device of 2^28*4 bytes: the bandwidth the rest is measured against
+//   add/mul/relu/cast on 2^28 elements (f32, f16, bf16): GB/s of bytes read + written
+//   sum       over 2^28 elements
+//   matmul    4096^3 (f32, TF32, bf16, f16) as TFLOP/s, next to cublasGemmEx called directly
+//   overhead  host microseconds per op on 1-element tensors (10000 ops, no sync), with and
+//             without autograd recording
+// GPU times are medians of event-timed repetitions after warm-up. Ops are looked up in the
+// registry, so a missing op prints n/a instead of failing. Exits 77 without a GPU.
+//   bench_ops [--reps N]
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../../engine/ops/kernels/gemm.h"
+#include "../../engine/ops/registry.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/cublas.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/memory.h"
+
+using namespace kiln;
+
+namespace {
+
+int g_reps = 10;
+constexpr std::int64_t kN = std::int64_t{1} << 28;
+constexpr std::int64_t kMat = 4096;
+
+const rt::Stream& stream() { return rt::default_stream(0); }
+
+// Median milliseconds of `body` over g_reps event-timed runs after two warm-up runs.
+double time_ms(const std::function<void()>& body) {
+  for (int i = 0; i < 2; ++i) body();
+  stream().synchronize();
+  rt::Event start = rt::Event::create(0, true), stop = rt::Event::create(0, true);
+  std::vector<double> ms;
+  for (int i = 0; i < g_reps; ++i) {
+    start.record(stream());
+    body();
+    stop.record(stream());
+    stop.synchronize();
+    ms.push_back(stop.elapsed_ms_since(start));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  std::string name{}, dtype{}, unit{};
+  double ms = -1, value = -1;  // -1: not measured (op missing or failed)
+  double ref = -1;             // copy GB/s fraction or cuBLAS TFLOP/s
+  std::string ref_label{}, note{};
+};
+std::vector<Row> g_rows;
+
+void add_row(Row r) {
+  if (r.value < 0)
+    std::printf("%-10s %-10s %10s %12s %-8s %s\n", r.name.c_str(), r.dtype.c_str(), "n/a", "n/a", r.unit.c_str(),
+                r.note.c_str());
+  else if (r.ref < 0)
+    std::printf("%-10s %-10s %10.4f %12.2f %-8s\n", r.name.c_str(), r.dtype.c_str(), r.ms, r.value, r.unit.c_str());
+  else
+    std::printf("%-10s %-10s %10.4f %12.2f %-8s %s %.3f\n", r.name.c_str(), r.dtype.c_str(), r.ms, r.value,
+                r.unit.c_str(), r.ref_label.c_str(), r.ref);
+  std::fflush(stdout);
+  g_rows.push_back(std::move(r));
+}
+
+// Times `make()` (which returns the op's outputs, kept alive until the stop event).
+Row measure(const std::string& name, const std::string& dtype, const std::string& unit, double work,
+            const std::function<std::vector<Tensor>()>& make) {
+  Row r{name, dtype, unit};
+  try {
+    r.ms = time_ms([&] { (void)make(); });
+    r.value = work / (r.ms * 1e-3);
+  } catch (const std::exception& e) {
+    r.note = e.what();
+  }
+  return r;
+}
+
+std::vector<Tensor> run_op(const char* op, std::vector<Tensor> in, const Attrs& attrs = {}) {
+  const OpDef* def = find_op(op);
+  if (!def) throw ValueError(std::string("op ") + op + " is not registered");
+  return dispatch(*def, in, attrs);
+}
+
+void bench_elementwise(double copy_gbs) {
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const double sz = static_cast<double>(dtype_size(dt)), n = static_cast<double>(kN);
+    const std::string dn(dtype_name(dt));
+    Tensor x = randn({kN}, {.dtype = dt, .device = gpu}), y = randn({kN}, {.dtype = dt, .device = gpu});
+    auto with_copy = [&](Row r) {
+      if (r.value >= 0) r.ref = r.value / copy_gbs, r.ref_label = "of copy";
+      add_row(std::move(r));
+    };
+    with_copy(measure("add", dn, "GB/s", 3 * n * sz / 1e9, [&] { return run_op("add", {x, y}); }));
+    with_copy(measure("mul", dn, "GB/s", 3 * n * sz / 1e9, [&] { return run_op("mul", {x, y}); }));
+    with_copy(measure("relu", dn, "GB/s", 2 * n * sz / 1e9, [&] { return run_op("relu", {x}); }));
+    for (DType to : {DType::f32, DType::f16, DType::bf16}) {
+      if (to == dt) continue;
+      const double bytes = n * (sz + static_cast<double>(dtype_size(to)));
+      with_copy(measure("cast", dn + "->" + std::string(dtype_name(to)), "GB/s", bytes / 1e9, [&] {
+        return run_op("cast", {x}, Attrs{{"dtype", to}});
+      }));
+    }
+    with_copy(measure("sum", dn, "GB/s", n * sz / 1e9, [&] { return std::vector<Tensor>{sum(x)}; }));
+  }
+}
+
+// C = A @ B (row-major, all 4096x4096) through cublasGemmEx: column-major C^T = B^T A^T.
+void cublas_gemm(DType dt, bool tf32, const Tensor& a, const Tensor& b, const Tensor& c) {
+  const cudaDataType_t type = dt == DType::f32 ? CUDA_R_32F : dt == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const float alpha = 1, beta = 0;
+  const int n = static_cast<int>(kMat);
+  auto h = static_cast<cublasHandle_t>(rt::cublas_handle(stream()));
+  cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, b.data_ptr(), type, n, a.data_ptr(),
+                                   type, n, &beta, c.data_ptr(), type, n, compute, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw CudaError("cublasGemmEx", cublasGetStatusName(st), cublasGetStatusString(st), __FILE__, __LINE__);
+}
+
+void bench_matmul() {
+  const Device gpu = Device::cuda(0);
+  const double flop = 2.0 * kMat * kMat * kMat / 1e12;
+  struct Mode {
+    const char* label;
+    DType dt;
+    bool tf32;
+  };
+  for (Mode m : {Mode{"f32", DType::f32, false}, Mode{"tf32", DType::f32, true}, Mode{"bf16", DType::bf16, false},
+                 Mode{"f16", DType::f16, false}}) {
+    Tensor a = randn({kMat, kMat}, {.dtype = m.dt, .device = gpu}),
+           b = randn({kMat, kMat}, {.dtype = m.dt, .device = gpu});
+    Tensor c = empty({kMat, kMat}, {.dtype = m.dt, .device = gpu});
+    kernels::set_allow_tf32(m.tf32);
+    Row r = measure("matmul", m.label, "TFLOP/s", flop, [&] { return run_op("matmul", {a, b}); });
+    Row direct = measure("cublas", m.label, "TFLOP/s", flop, [&] {
+      cublas_gemm(m.dt, m.tf32, a, b, c);
+      return std::vector<Tensor>{};
+    });
+    kernels::set_allow_tf32(false);
+    if (r.value >= 0 && direct.value >= 0) r.ref = r.value / direct.value, r.ref_label = "of cuBLAS";
+    add_row(std::move(r));
+    add_row(std::move(direct));
+  }
+}
+
+// Host microseconds per launch-bound op: N adds of 1-element tensors, no sync inside.
+void bench_overhead() {
+  constexpr int kOps = 10000;
+  for (bool grad : {false, true}) {
+    Tensor x = ones({1}, {.dtype = DType::f32, .device = Device::cuda(0), .requires_grad = grad});
+    std::vector<double> us;
+    for (int rep = 0; rep < 2 + g_reps / 2; ++rep) {
+      stream().synchronize();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kOps; ++i) (void)add(x, x);
+      auto t1 = std::chrono::steady_clock::now();
+      stream().synchronize();
+      if (rep >= 2) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kOps);
+    }
+    std::sort(us.begin(), us.end());
+    Row r{"overhead", grad ? "autograd" : "no_grad", "us/op"};
+    r.value = us[us.size() / 2];
+    r.ms = r.value * kOps / 1e3;
+    add_row(std::move(r));
+  }
+}
+
+void print_json(const std::string& device, double copy_gbs) {
+  std::string j =
+      "{\"bench\":\"kiln\",\"device\":\"" + device + "\",\"copy_gbs\":" + std::to_string(copy_gbs) + ",\"rows\":[";
+  for (std::size_t i = 0; i < g_rows.size(); ++i) {
+    const Row& r = g_rows[i];
+    j += (i ? "," : "") + std::string("{\"name\":\"") + r.name + "\",\"dtype\":\"" + r.dtype + "\",\"unit\":\"" +
+         r.unit + "\",\"ms\":" + (r.ms < 0 ? "null" : std::to_string(r.ms)) +
+         ",\"value\":" + (r.value < 0 ? "null" : std::to_string(r.value)) +
+         ",\"ratio\":" + (r.ref < 0 ? "null" : std::to_string(r.ref)) + "}";
+  }
+  std::printf("%s]}\n", j.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--reps") == 0) g_reps = std::max(1, std::atoi(argv[i + 1]));
+  std::string why;
+  if (!rt::gpu_available(&why)) {
+    std::printf("bench_ops: no GPU, nothing to measure (%s)\n", why.c_str());
+    return 77;
+  }
+  try {
+    const rt::DeviceInfo& info = rt::device_info(0);
+    std::printf("bench_ops on %s (sm_%d), median of %d runs\n", info.name.c_str(), info.arch(), g_reps);
+    std::printf("%-10s %-10s %10s %12s %-8s %s\n", "op", "dtype", "ms", "value", "unit", "ratio");
+    const std::size_t bytes = static_cast<std::size_t>(kN) * 4;
+    double copy_gbs = 0;
+    {
+      rt::DeviceBuffer src(bytes, stream()), dst(bytes, stream());
+      rt::memset_device(src.ptr(), 0, bytes, stream());
+      Row r{"copy", "bytes", "GB/s"};
+      r.ms = time_ms([&] { rt::copy_device(dst.ptr(), src.ptr(), bytes, stream()); });
+      r.value = copy_gbs = 2.0 * static_cast<double>(bytes) / 1e9 / (r.ms * 1e-3);
+      add_row(std::move(r));
+    }
+    bench_elementwise(copy_gbs);
+    bench_matmul();
+    bench_overhead();
+    print_json(info.name, copy_gbs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
