@@ -16,7 +16,15 @@ rm -rf "$KILN_CACHE_DIR"
 "$b/tools/jitcc" warm --arch auto --json | tee "$out/warm.json"
 "$b/tests/kiln_test_helper" nvrtc-median 90 | tee "$out/nvrtc.json"
 KILN_NO_COMPILE=1 "$b/tests/kiln_test_helper" load-all | tee "$out/load_all.json"
-KILN_NO_COMPILE=1 "$b/tests/gpu_tests" ${GPU_TEST_ARGS:-} >"$out/gpu_tests_no_compile.log" 2>&1
-echo "gpu_tests with KILN_NO_COMPILE=1: exit $?"; tail -4 "$out/gpu_tests_no_compile.log"
-ctest --test-dir "$b" --output-on-failure -j4 >"$out/ctest.log" 2>&1
+
+# Benchmarks: kiln and PyTorch on the same GPU, one after the other.
+"$b/tools/bench_ops" >"$out/bench_kiln.txt" 2>&1; tail -40 "$out/bench_kiln.txt"
+python3 tools/bench/bench_ops_torch.py >"$out/bench_torch.txt" 2>&1; tail -40 "$out/bench_torch.txt"
+
+KILN_NO_COMPILE=1 timeout ${GPU_TEST_TIMEOUT:-300} "$b/tests/gpu_tests" ${GPU_TEST_ARGS:-} >"$out/gpu_tests_no_compile.log" 2>&1
+echo "gpu_tests with KILN_NO_COMPILE=1: exit $?"
+grep -E "^consistency:|^gradcheck_gpu:|^backward_gpu_vs_cpu:|test cases:|assertions:" "$out/gpu_tests_no_compile.log"
+grep -E "ERROR|FAILED|SIGSEGV|mismatch" "$out/gpu_tests_no_compile.log" | head -40
+# gpu_tests already ran above, from the warmed cache with compiling forbidden.
+ctest --test-dir "$b" --output-on-failure -j4 -E gpu_tests >"$out/ctest.log" 2>&1
 echo "ctest: exit $?"; grep -E 'tests passed|Failed|Passed|Skipped' "$out/ctest.log"
