@@ -35,8 +35,11 @@ __device__ __forceinline__ To cvt(From v) {
     return __float2half_rn(static_cast<float>(v));
   } else if constexpr (is_same<To, __nv_bfloat16>::value) {
     return __float2bfloat16_rn(static_cast<float>(v));
-  } else if constexpr (is_same<To, unsigned char>::value && is_float<From>) {
-    return static_cast<unsigned char>(static_cast<long long>(v));
+  } else if constexpr (is_float<From> && is_int<To>) {
+    // cvt saturates, but NaN -> i64 (and f64 -> i32) comes out as INT_MIN on sm_90: make NaN 0.
+    if (v != v) return To(0);
+    if constexpr (is_same<To, unsigned char>::value) return static_cast<unsigned char>(static_cast<long long>(v));
+    else return static_cast<To>(v);
   } else {
     return static_cast<To>(v);
   }

@@ -277,7 +277,8 @@ const OpDef& kConv2d = register_op({
     .test = {.attrs = {Attrs{},
                        Attrs{{"stride", std::vector<std::int64_t>{2}}, {"padding", std::vector<std::int64_t>{1}}},
                        Attrs{{"dilation", std::vector<std::int64_t>{2}}, {"padding", std::vector<std::int64_t>{1, 2}}},
-                       Attrs{{"groups", std::int64_t{2}}}}},
+                       Attrs{{"groups", std::int64_t{2}}}},
+             .tolerance_scale = 4},
 });
 
 }  // namespace

@@ -113,7 +113,7 @@ Result run_case(const OpDef& op, const Case& c, Device gpu) {
   std::string diff;
   try {
     for (std::size_t k = 0; k < out.size(); ++k) {
-      std::string d = compare_outputs(ref[k], out[k]);
+      std::string d = compare_outputs(ref[k], out[k], 8, op.test.tolerance_scale);
       if (!d.empty()) diff += "\n  output " + std::to_string(k) + ": " + d;
     }
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "json_reader.h"
 #include "kiln/runtime/device.h"
@@ -28,7 +29,8 @@ kiln_test::JsonValue helper(const std::vector<std::string>& args, const fs::path
   std::vector<std::string> argv{KILN_TEST_HELPER_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
   kiln_test::EnvOverrides env{{"KILN_CACHE_DIR", dir.string()}};
-  if (no_compile) env.emplace_back("KILN_NO_COMPILE", "1");
+  // Set or removed explicitly: this suite itself may run under KILN_NO_COMPILE=1.
+  env.emplace_back("KILN_NO_COMPILE", no_compile ? std::optional<std::string>("1") : std::nullopt);
   auto r = run_process(argv, env);
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);

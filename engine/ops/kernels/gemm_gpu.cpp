@@ -109,6 +109,14 @@ bool gemm(DType dtype, const GemmShape& sh, double alpha, const GemmOperand& a, 
   const GemmOperand& first = g->swap_ab ? b : a;
   const GemmOperand& second = g->swap_ab ? a : b;
   const ScaleArg al(alpha), be(beta);
+  // A single product goes through cublasGemmEx: its heuristics can pick a faster kernel
+  // than the batched entry point does for batch 1.
+  if (sh.batch == 1) {
+    KILN_CUBLAS(cublasGemmEx_64(handle_for(s), op_of(g->b), op_of(g->a), g->n, g->m, g->k, al.ptr(t),
+                                device_ptr(second.ptr), t.data, g->b.ld, device_ptr(first.ptr), t.data, g->a.ld,
+                                be.ptr(t), device_ptr(c.ptr), t.data, g->c.ld, t.compute, CUBLAS_GEMM_DEFAULT));
+    return true;
+  }
   KILN_CUBLAS(cublasGemmStridedBatchedEx_64(
       handle_for(s), op_of(g->b), op_of(g->a), g->n, g->m, g->k, al.ptr(t), device_ptr(second.ptr), t.data, g->b.ld,
       second.batch_stride, device_ptr(first.ptr), t.data, g->a.ld, first.batch_stride, be.ptr(t), device_ptr(c.ptr),
