@@ -2,6 +2,8 @@
 // NoGradGuard, detach, in-place detection, broadcasting reduced in backward.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 
@@ -9,19 +11,10 @@ using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::message_of;
 Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s); }
 Tensor leaf(std::vector<double> v, Shape s) { return from_vector(v, s, {.requires_grad = true}); }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 }  // namespace
 
 TEST_CASE("gradients of compositions match finite differences") {

@@ -3,6 +3,8 @@
 // forms, errors, and gradient checks in f64.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -15,6 +17,7 @@ using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::message_of;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -49,16 +52,6 @@ void check_values(const Tensor& t, const std::vector<double>& want, double rtol 
     CHECK_MESSAGE(same(got[i], want[i], rtol), "element " << i << ": got " << got[i] << ", want " << want[i]);
 }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 
 const std::vector<double> kProbe{-2.5, -1.0, -0.5, 0.0, 0.3, 1.0, 2.0, kInf, -kInf, kNaN};
 

@@ -2,6 +2,8 @@
 // transposed views, every floating dtype), errors, and gradient checks in f64.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <cmath>
 #include <string>
 
@@ -12,17 +14,8 @@
 using namespace kiln;
 
 namespace {
+using kiln_test::message_of;
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 
 Tensor randn_f64(const Shape& s, std::uint64_t seed) {
   Generator g(seed);

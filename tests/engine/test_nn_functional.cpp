@@ -3,6 +3,8 @@
 // their errors, and gradient checks in f64.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@ using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::message_of;
 
 Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s, {.dtype = DType::f64}); }
 Tensor i64(std::vector<std::int64_t> v, Shape s) { return from_vector(v, s); }
@@ -24,16 +27,6 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
     CHECK_MESSAGE(std::abs(got[i] - want[i]) <= tol, "index ", i, ": ", got[i], " vs ", want[i]);
 }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 
 // Row-wise log-softmax of a row-major (N, C) block, in double.
 std::vector<double> ref_log_softmax(const std::vector<double>& x, int n, int c) {

@@ -1,6 +1,8 @@
 // The core ops on the CPU: broadcasting, scalar operands, sum, and their errors.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <cmath>
 #include <string>
 
@@ -10,19 +12,9 @@
 using namespace kiln;
 
 namespace {
+using kiln_test::message_of;
 Tensor f32(std::vector<float> v, Shape s) { return from_vector(v, s); }
 
-// The message of the exception `f` throws as E (fails the test if it throws nothing).
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 }  // namespace
 
 TEST_CASE("binary ops broadcast like NumPy") {

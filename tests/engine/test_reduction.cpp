@@ -2,6 +2,8 @@
 // NaN/Inf, half-precision accumulation, integer widening, empty dims, errors, gradients.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -15,6 +17,7 @@ using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::message_of;
 
 using Axes = std::vector<std::int64_t>;
 using Values = std::vector<double>;
@@ -73,16 +76,6 @@ Values pattern(std::int64_t n) {
   return v;
 }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 
 // Within atol + rtol * |want|: sums near zero need the absolute part.
 void check_close(const Tensor& got, const Values& want, double rtol, const std::string& what, double atol = 1e-10) {

@@ -2,6 +2,8 @@
 // cat/stack/split/chunk, gather/index_select/scatter_add/one_hot, pad, errors, gradients.
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <string>
 
 #include "../support/gradcheck.h"
@@ -11,6 +13,7 @@ using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::message_of;
 using Ints = std::vector<std::int64_t>;
 
 Tensor iota(Shape s, DType dt = DType::f32) { return arange(shape_numel(s), {.dtype = dt}).reshape(s); }
@@ -18,16 +21,6 @@ Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s); }
 Tensor i64(std::vector<std::int64_t> v, Shape s) { return from_vector(v, s); }
 std::vector<float> vals(const Tensor& t) { return t.to_vector<float>(); }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type");
-  return {};
-}
 
 Tensor rnd(Shape s, std::uint64_t seed) {
   Generator g(seed);

@@ -2,6 +2,8 @@
 // kernel registry (registration, ids, rejection of unsupported tuples and variants).
 #include <doctest/doctest.h>
 
+#include "error_message.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,18 +19,8 @@ using namespace kiln;
 namespace fs = std::filesystem;
 
 namespace {
+using kiln_test::message_of;
 
-// The message of the exception `f` throws as E; fails the test when it throws nothing.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("expected an exception");
-  return {};
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -67,20 +59,20 @@ TEST_CASE("instantiate replaces every placeholder in one pass") {
 TEST_CASE("instantiate errors name the template and the placeholder or binding") {
   const char* text = "${TIN} x; ${OUT} y;";
   std::string missing =
-      error_of<ValueError>([&] { rt::instantiate("elementwise_unary", text, {{"TIN", "float"}}); });
+      message_of<ValueError>([&] { rt::instantiate("elementwise_unary", text, {{"TIN", "float"}}); });
   CHECK(missing == "[template elementwise_unary] placeholder ${OUT} has no binding");
 
-  std::string unknown = error_of<ValueError>(
+  std::string unknown = message_of<ValueError>(
       [&] { rt::instantiate("elementwise_unary", text, {{"TIN", "float"}, {"OUT", "float"}, {"TOUT", "int"}}); });
   CHECK(contains(unknown, "[template elementwise_unary]"));
   CHECK(contains(unknown, "binding TOUT"));
   CHECK(contains(unknown, "${TIN} ${OUT}"));
 
-  std::string twice = error_of<ValueError>(
+  std::string twice = message_of<ValueError>(
       [&] { rt::instantiate("t", text, {{"TIN", "float"}, {"OUT", "float"}, {"TIN", "int"}}); });
   CHECK(contains(twice, "binding TIN is given twice"));
 
-  std::string malformed = error_of<ValueError>([&] { rt::instantiate("t", "a\nb ${Oops} c", {}); });
+  std::string malformed = message_of<ValueError>([&] { rt::instantiate("t", "a\nb ${Oops} c", {}); });
   CHECK(contains(malformed, "[template t] malformed placeholder at line 2"));
 }
 
@@ -93,7 +85,7 @@ TEST_CASE("embedded templates are listed and readable") {
   }
   auto p = rt::template_placeholders(rt::template_source("elementwise_unary"));
   CHECK(p == std::vector<std::string>{"PRELUDE", "VARIANT", "TIN", "TOUT", "COMPUTE", "OP"});
-  CHECK(contains(error_of<ValueError>([] { rt::template_source("no_such_template"); }), "no_such_template"));
+  CHECK(contains(message_of<ValueError>([] { rt::template_source("no_such_template"); }), "no_such_template"));
   CHECK_THROWS_AS(rt::template_source("../etc/passwd"), ValueError);
 }
 
@@ -106,7 +98,7 @@ TEST_CASE("KILN_TEMPLATE_DIR reads templates from disk") {
     CHECK(rt::template_source("fill") == "// edited ${PRELUDE} ${VARIANT} ${T}\n");
     CHECK(rt::template_names() == std::vector<std::string>{"elementwise_common", "fill"});
 
-    std::string missing = error_of<ValueError>([] { rt::template_source("where"); });
+    std::string missing = message_of<ValueError>([] { rt::template_source("where"); });
     CHECK(contains(missing, "'where'"));
     CHECK(contains(missing, (scope.dir / "where.cu").string()));
 
@@ -135,9 +127,9 @@ TEST_CASE("instantiate_kernel binds an op's expression for its dtypes and varian
 
 TEST_CASE("instantiate_kernel rejects unsupported dtypes and variants with typed errors") {
   const rt::KernelSpec& add = kernels::kernel("add");
-  std::string dt = error_of<DTypeError>([&] { rt::instantiate_kernel(add, {DType::u8, DType::f16}, 0); });
+  std::string dt = message_of<DTypeError>([&] { rt::instantiate_kernel(add, {DType::u8, DType::f16}, 0); });
   CHECK(contains(dt, "[add] dtypes (u8,f16) not supported; supported: (f32,f32)"));
-  std::string var = error_of<ValueError>([&] { rt::instantiate_kernel(add, {DType::f32, DType::f32}, 7); });
+  std::string var = message_of<ValueError>([&] { rt::instantiate_kernel(add, {DType::f32, DType::f32}, 7); });
   CHECK(var == "[add] variant 7 not supported; supported: 0 1 2");
   CHECK_THROWS_AS(rt::instantiate_kernel(kernels::kernel("exp"), {DType::i32, DType::i32}, 0), DTypeError);
 }
@@ -161,7 +153,7 @@ TEST_CASE("the registry assigns ids in order, keeps addresses and refuses duplic
   CHECK(rt::registered_kernels().back() == &b);
   CHECK(rt::find_kernel("test_registry_missing") == nullptr);
 
-  std::string dup = error_of<ValueError>([&] { rt::register_kernel(make("test_registry_a")); });
+  std::string dup = message_of<ValueError>([&] { rt::register_kernel(make("test_registry_a")); });
   CHECK(contains(dup, "[test_registry_a]"));
   CHECK(rt::registered_kernels().size() == before + 2);
 

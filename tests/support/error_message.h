@@ -1,0 +1,20 @@
+#pragma once
+// The message of the exception of type E that f throws; fails the test when none is thrown.
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace kiln_test {
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("no exception of the expected type");
+  return {};
+}
+
+}  // namespace kiln_test
