@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "kiln/error.h"
+#include "kiln/runtime/device.h"
 
 namespace kiln {
 
@@ -26,5 +27,7 @@ Device Device::parse(std::string_view text) {
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index_); }
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+
+int cuda_device_count() { return rt::device_count(); }
 
 }  // namespace kiln

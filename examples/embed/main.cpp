@@ -1,21 +1,27 @@
-// Smallest useful embedding: warm one kernel into the cache and, with a GPU, run it.
+// Smallest useful embedding: a two-layer network's loss and gradients, on the GPU
+// when there is one, else on the CPU. Only kiln/kiln.h is included.
 #include <kiln/kiln.h>
-#include <kiln/runtime/device.h>
-#include <kiln/runtime/kernel_registry.h>
-#include <kiln/runtime/module_cache.h>
 
+#include <cmath>
 #include <cstdio>
-#include <string>
 
 int main() {
   using namespace kiln;
-  std::printf("kiln %s, %zu kernels registered\n", version(), rt::registered_kernels().size());
-  const rt::KernelSpec* fill = rt::find_kernel("fill");
-  if (!fill) return 1;
-  std::string why;
-  int arch = rt::gpu_available(&why) ? rt::device_info(0).arch() : 90;
-  auto outcome = rt::warm_kernel(*fill, DTypes{DType::f32}, fill->variants.front(), arch);
-  std::printf("fill(f32) for sm_%d: %s\n", arch, outcome == rt::WarmOutcome::compiled ? "compiled" : "cached");
-  if (!rt::gpu_available()) std::printf("no GPU: %s\n", why.c_str());
-  return 0;
+  try {
+    const Device dev = cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+    Generator gen(42);
+    Tensor x = randn({64, 784}, {.device = dev}, &gen);
+    Tensor labels = randint(0, 10, {64}, {.device = dev}, &gen);
+    Tensor w1 = (randn({128, 784}, {.device = dev}, &gen) * 0.03).requires_grad_();
+    Tensor w2 = (randn({10, 128}, {.device = dev}, &gen) * 0.09).requires_grad_();
+
+    Tensor loss = cross_entropy(linear(relu(linear(x, w1)), w2), labels);  // records the graph
+    loss.backward();
+    std::printf("kiln %s on %s: loss %.4f, |dL/dw1| %.4f\n", version(), dev.str().c_str(), loss.item<float>(),
+                std::sqrt(sum(w1.grad() * w1.grad()).item<float>()));
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }

@@ -32,4 +32,7 @@ class Device {
 
 std::ostream& operator<<(std::ostream& os, const Device& d);
 
+// GPUs kiln can use: 0 without a driver or GPU (never throws).
+int cuda_device_count();
+
 }  // namespace kiln
