@@ -218,7 +218,10 @@ const OpDef& kGradInput = register_op({
           conv_grad_input_gpu(geometry(out[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), a.inputs[0],
                               a.inputs[1], out[0]);
         },
-    .test = {.attrs = {Attrs{{"input_shape", std::vector<std::int64_t>{2, 2, 4, 4}}}}, .gradcheck = false},
+    .test = {.attrs = {Attrs{{"input_shape", std::vector<std::int64_t>{2, 2, 4, 4}}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{2, 3, 3, 3}, {3, 2, 2, 2}}}},
 });
 
 const OpDef& kGradWeight = register_op({
@@ -244,7 +247,10 @@ const OpDef& kGradWeight = register_op({
           conv_grad_weight_gpu(geometry(a.inputs[0].shape(), out[0].shape(), a.attrs, a.name()), a.inputs[0],
                                a.inputs[1], out[0]);
         },
-    .test = {.attrs = {Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}}}, .gradcheck = false},
+    .test = {.attrs = {Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{2, 2, 4, 4}, {2, 3, 3, 3}}}},
 });
 
 const OpDef& kConv2d = register_op({

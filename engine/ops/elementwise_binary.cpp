@@ -161,7 +161,7 @@ const OpDef& kWhere = register_op({
     },
     .save = {.inputs = {0}},
     // The generic gradcheck feeds a floating condition, which where refuses; tested by hand.
-    .test = {.gradcheck = false},
+    .test = {.gradcheck = false, .inputs = {{.dtype = DType::boolean}}},
 });
 
 }  // namespace

@@ -176,7 +176,10 @@ const OpDef& kNll = register_op({
       return {call(kNllBackward, {g[0], c.saved_input(1)}, attrs), Tensor()};
     },
     .save = {.inputs = {1}},
-    .test = {.gradcheck = false},
+    .test = {.attrs = {Attrs{}, Attrs{{"ignore_index", std::int64_t{1}}}},
+             .gradcheck = false,
+             .inputs = {{}, {.dtype = DType::i64, .low = 0, .high = 5}},
+             .shapes = {{{4, 5}, {4}}, {{3, 5, 2}, {3, 2}}}},
 });
 
 // loss reduced as asked; `valid` (or nothing: every element counts) is the mean's divisor.

@@ -36,6 +36,7 @@
 #include <atomic>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -102,6 +103,12 @@ struct SavePolicy {
   std::vector<int> outputs{};
 };
 
+// One input's test data: a fixed dtype (i64 labels, a bool condition) and its own range.
+struct InputHint {
+  std::optional<DType> dtype{};
+  double low = 0, high = 0;  // used when low < high; integers take [low, high)
+};
+
 // How the registry-driven tests exercise an op.
 struct TestHints {
   std::vector<Attrs> attrs{Attrs{}};  // attribute sets to try (cases the CPU rejects are skipped)
@@ -110,6 +117,8 @@ struct TestHints {
   bool same_shape_inputs = false;     // no broadcasting pairs
   // Outputs summed over many terms (matmul, conv) round differently on each device.
   double tolerance_scale = 1.0;
+  std::vector<InputHint> inputs{};           // by input index; missing: the case's dtype and range
+  std::vector<std::vector<Shape>> shapes{};  // explicit input shape sets; empty: the generic ones
 };
 
 struct OpDef {
