@@ -2,6 +2,8 @@
 // (exact modular arithmetic for the integers), over every dtype and operand layout.
 #include <doctest/doctest.h>
 
+#include "element_bytes.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -61,50 +63,12 @@ struct Mat {
   }
   std::int64_t elems() const { return static_cast<std::int64_t>(bytes.size() / dtype_size(dt)); }
   std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t j) const { return b * bs + i * rs + j * cs; }
-  double get(std::int64_t e) const {
-    const void* p = bytes.data() + e * static_cast<std::int64_t>(dtype_size(dt));
-    switch (dt) {
-      case DType::f32:
-        return *static_cast<const float*>(p);
-      case DType::f64:
-        return *static_cast<const double*>(p);
-      case DType::f16:
-        return static_cast<float>(*static_cast<const Half*>(p));
-      case DType::bf16:
-        return static_cast<float>(*static_cast<const BFloat16*>(p));
-      case DType::i32:
-        return *static_cast<const std::int32_t*>(p);
-      default:
-        return static_cast<double>(*static_cast<const std::int64_t*>(p));
-    }
-  }
+  double get(std::int64_t e) const { return kiln_test::get_element(dt, bytes.data(), e); }
   std::int64_t get_int(std::int64_t e) const {
     const void* p = bytes.data() + e * static_cast<std::int64_t>(dtype_size(dt));
     return dt == DType::i32 ? *static_cast<const std::int32_t*>(p) : *static_cast<const std::int64_t*>(p);
   }
-  void set(std::int64_t e, double v) {
-    void* p = bytes.data() + e * static_cast<std::int64_t>(dtype_size(dt));
-    switch (dt) {
-      case DType::f32:
-        *static_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case DType::f64:
-        *static_cast<double*>(p) = v;
-        break;
-      case DType::f16:
-        *static_cast<Half*>(p) = Half(static_cast<float>(v));
-        break;
-      case DType::bf16:
-        *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v));
-        break;
-      case DType::i32:
-        *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v);
-        break;
-      default:
-        *static_cast<std::int64_t*>(p) = static_cast<std::int64_t>(v);
-        break;
-    }
-  }
+  void set(std::int64_t e, double v) { kiln_test::set_element(dt, bytes.data(), e, v); }
   // Uniform in [-1, 1] for floats, small integers for integers; the gaps get values too.
   void fill_random(std::mt19937& rng) {
     std::uniform_real_distribution<double> u(-1, 1);

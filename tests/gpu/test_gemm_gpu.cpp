@@ -2,6 +2,8 @@
 // padded and broadcast operands, the degenerate sizes, and a 512x768x1024 product per mode.
 #include <doctest/doctest.h>
 
+#include "element_bytes.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -56,36 +58,10 @@ struct Mat {
   std::int64_t elems() const { return static_cast<std::int64_t>(host.size() / dtype_size(dt)); }
   std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t j) const { return b * bs + i * rs + j * cs; }
   static double get(DType dt, const unsigned char* bytes, std::int64_t e) {
-    const void* p = bytes + e * static_cast<std::int64_t>(dtype_size(dt));
-    switch (dt) {
-      case DType::f32:
-        return *static_cast<const float*>(p);
-      case DType::f64:
-        return *static_cast<const double*>(p);
-      case DType::f16:
-        return static_cast<float>(*static_cast<const Half*>(p));
-      default:
-        return static_cast<float>(*static_cast<const BFloat16*>(p));
-    }
+    return kiln_test::get_element(dt, bytes, e);
   }
   double get(std::int64_t e) const { return get(dt, host.data(), e); }
-  void set(std::int64_t e, double v) {
-    void* p = host.data() + e * static_cast<std::int64_t>(dtype_size(dt));
-    switch (dt) {
-      case DType::f32:
-        *static_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case DType::f64:
-        *static_cast<double*>(p) = v;
-        break;
-      case DType::f16:
-        *static_cast<Half*>(p) = Half(static_cast<float>(v));
-        break;
-      default:
-        *static_cast<BFloat16*>(p) = BFloat16(static_cast<float>(v));
-        break;
-    }
-  }
+  void set(std::int64_t e, double v) { kiln_test::set_element(dt, host.data(), e, v); }
   void fill_random(std::mt19937& rng) {
     std::uniform_real_distribution<double> u(-1, 1);
     for (std::int64_t e = 0; e < elems(); ++e) set(e, u(rng));
