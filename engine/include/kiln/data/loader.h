@@ -1,0 +1,51 @@
+#pragma once
+// Batches of a labelled dataset for training. The whole dataset is copied to the device
+// once when it fits (under a quarter of the device's free memory), so a batch is a gather
+// on the device, not a host copy; otherwise batches are gathered on the host and copied.
+// Shuffling is a seeded permutation per epoch: same seed and epoch -> same batches.
+#include <cstdint>
+
+#include "kiln/device.h"
+#include "kiln/tensor.h"
+
+namespace kiln::data {
+
+struct LoaderOptions {
+  std::int64_t batch_size = 128;
+  bool shuffle = true;
+  bool drop_last = false;  // else the last batch may be smaller
+  std::uint64_t seed = 0;
+  Device device = Device::cpu();
+  // Inputs become f32 ((x * scale) - mean) / std, e.g. scale 1/255 for u8 pixels.
+  double scale = 1.0 / 255.0;
+  double mean = 0.0;
+  double std = 1.0;
+};
+
+struct Batch {
+  Tensor inputs;  // f32 (B, ...) on the loader's device
+  Tensor labels;  // i64 (B) on the loader's device
+};
+
+class DataLoader {
+ public:
+  // inputs (N, ...) of any real dtype, labels (N) integer; ShapeError/DTypeError otherwise.
+  DataLoader(const Tensor& inputs, const Tensor& labels, LoaderOptions options);
+
+  std::int64_t size() const { return n_; }  // samples
+  std::int64_t batches() const;              // per epoch
+  bool on_device() const { return resident_; }  // the dataset lives on options.device
+  // Fixes the order of the coming epoch (epoch 0, 1, ...); ValueError for a negative epoch.
+  void set_epoch(std::int64_t epoch);
+  // Batch i of the current epoch, 0 <= i < batches(); ValueError otherwise.
+  Batch batch(std::int64_t i) const;
+
+ private:
+  Tensor inputs_, labels_;  // resident: on options.device; else CPU
+  Tensor order_;            // i64 permutation of the epoch, where the data lives
+  LoaderOptions o_;
+  std::int64_t n_ = 0;
+  bool resident_ = false;
+};
+
+}  // namespace kiln::data

@@ -1,0 +1,36 @@
+#pragma once
+// safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian
+// header length, a JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets":
+// [begin, end]}, "__metadata__": {..}}, then the raw little-endian data. Written so that
+// other tools (e.g. Python's safetensors) read them.
+#include <map>
+#include <string>
+
+#include "kiln/nn/module.h"
+
+namespace kiln::optim {
+class Optimizer;
+}
+
+namespace kiln::io {
+
+using Metadata = std::map<std::string, std::string>;
+
+// Any device (copied to the host); names unique. ValueError for a duplicate or empty name.
+void save_safetensors(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata = {});
+// CPU tensors in file order. IoError naming the file and offset for a bad header,
+// unknown dtype, overlapping or out-of-range data offsets, or a truncated file.
+nn::NamedTensors load_safetensors(const std::string& path, Metadata* metadata = nullptr);
+
+// Copies `from` into `into` by name (into each tensor's device, in place). ValueError listing
+// every missing name, unexpected name, dtype and shape mismatch; nothing is copied unless
+// all match. `what` names the target in the message, e.g. "model".
+void copy_into(const nn::NamedTensors& from, const nn::NamedTensors& into, const std::string& what);
+
+// A checkpoint: the module's state as "model.<name>" and, when given, the optimizer's as
+// "optim.<name>" in one file.
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt = nullptr);
+// Loads what save_checkpoint wrote; a file without optimizer state leaves `opt` as it is.
+void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr);
+
+}  // namespace kiln::io

@@ -1,0 +1,103 @@
+#pragma once
+// Optimizers update parameters in place on their device with one fused kernel launch per
+// parameter and no host synchronisation; parameters whose .grad() is undefined are skipped.
+//   optim::Adam opt(net.parameters(), {.lr = 1e-3});
+//   loss.backward(); opt.step(); opt.zero_grad();
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/nn/module.h"
+#include "kiln/tensor.h"
+
+namespace kiln::optim {
+
+class Optimizer {
+ public:
+  // ValueError for an empty list, a parameter that is not a floating leaf requiring grad,
+  // or the same tensor twice.
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  void step();       // one update of every parameter that has a gradient
+  void zero_grad();  // drops every parameter's .grad()
+  double lr() const { return lr_; }
+  void set_lr(double lr);  // ValueError when negative or not finite
+  std::int64_t steps() const { return steps_; }
+  const std::vector<Tensor>& params() const { return params_; }
+
+  // Per-parameter state named "<index>.<slot>" (e.g. "0.exp_avg") plus "step" (i64
+  // scalar), for checkpoints. load_state checks names, dtypes and shapes and throws
+  // ValueError listing every mismatch; nothing is changed unless all match.
+  nn::NamedTensors state() const;
+  void load_state(const nn::NamedTensors& state);
+
+ protected:
+  // Updates params_[i] from its gradient; steps_ already counts this step (1 on the first).
+  virtual void update(std::size_t i, const Tensor& grad) = 0;
+  // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
+  virtual std::vector<std::string> slot_names() const = 0;
+  Tensor& slot(std::size_t param, std::size_t slot);  // zeros like the parameter on first use
+
+ private:
+  std::vector<Tensor> params_;
+  std::vector<std::vector<Tensor>> slots_;
+  double lr_;
+  std::int64_t steps_ = 0;
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;  // needs momentum > 0 and dampening == 0
+  double weight_decay = 0.0;  // L2: added to the gradient
+};
+
+// PyTorch's SGD: g += wd*p; b = momentum*b + (1-dampening)*g (b = g on the first step);
+// g = nesterov ? g + momentum*b : b; p -= lr*g.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SgdOptions options = {});
+
+ protected:
+  void update(std::size_t i, const Tensor& grad) override;
+  std::vector<std::string> slot_names() const override;
+
+ private:
+  SgdOptions o_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // Adam: L2 added to the gradient; AdamW: decoupled
+};
+
+// m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).
+// f16/bf16 parameters keep f32 moments.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+
+ protected:
+  void update(std::size_t i, const Tensor& grad) override;
+  std::vector<std::string> slot_names() const override;
+  virtual bool decoupled() const { return false; }
+  AdamOptions o_;
+};
+
+// Adam with decoupled weight decay: p *= 1 - lr*wd before the Adam update.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01});
+
+ protected:
+  bool decoupled() const override { return true; }
+};
+
+}  // namespace kiln::optim
