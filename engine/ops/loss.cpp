@@ -112,7 +112,10 @@ const OpDef& kNllBackward = register_op({
                                        device_address(out[0]), out[0].numel(), out[0].shape()[1],
                                        inner_of(labels.shape()), ig.index, ig.on, stream_of(a.device));
         },
-    .test = {.gradcheck = false},
+    .test = {.attrs = {Attrs{{"classes", std::int64_t{5}}}},
+             .gradcheck = false,
+             .inputs = {{}, {.dtype = DType::i64, .low = 0, .high = 5}},
+             .shapes = {{{4}, {4}}, {{3, 2}, {3, 2}}}},
 });
 
 // Two outputs of the labels' shape: the per-element loss (0 where ignored) and the mask of

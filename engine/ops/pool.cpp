@@ -191,9 +191,12 @@ const OpDef& kMaxBackward = register_op({
           launch(k, out[0].dtype(), p.planes * p.h * p.w, stream_of(a.device), device_address(g), device_address(idx),
                  device_address(out[0]), p);
         },
+    // Gradients of the pooled shape and argmax indices within each 4x4 plane.
     .test = {.attrs = {Attrs{{"kernel", std::vector<std::int64_t>{2}},
                              {"input_shape", std::vector<std::int64_t>{2, 3, 4, 4}}}},
-             .gradcheck = false},
+             .gradcheck = false,
+             .inputs = {{}, {.dtype = DType::i64, .low = 0, .high = 16}},
+             .shapes = {{{2, 3, 2, 2}, {2, 3, 2, 2}}}},
 });
 
 const OpDef& kAvgBackward = register_op({
@@ -222,7 +225,8 @@ const OpDef& kAvgBackward = register_op({
         },
     .test = {.attrs = {Attrs{{"kernel", std::vector<std::int64_t>{2}},
                              {"input_shape", std::vector<std::int64_t>{2, 3, 4, 4}}}},
-             .gradcheck = false},
+             .gradcheck = false,
+             .shapes = {{{2, 3, 2, 2}}}},
 });
 
 std::vector<Shape> pooled_shape(const OpArgs& a, int outputs) {

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "driver.h"
+#include "memory_cache.h"
 #include "kiln/error.h"
 #include "kiln/runtime/log.h"
 
@@ -115,6 +116,13 @@ const DeviceInfo& device_info(int ordinal) {
   return s.info;
 }
 
+std::size_t free_memory(int ordinal) {
+  make_current(ordinal);
+  std::size_t free = 0, total = 0;
+  KILN_CU(cuMemGetInfo(&free, &total));
+  return free;
+}
+
 // Assumes nobody else switches this thread's context behind kiln's back (cuBLAS does not).
 void make_current(int ordinal) {
   if (current_ordinal == ordinal) return;
@@ -143,6 +151,7 @@ Stream Stream::create(int device) {
 
 Stream::~Stream() {
   if (!handle_) return;
+  release_stream_blocks(device_, handle_);
   try {
     KILN_CU(cuStreamDestroy(static_cast<CUstream>(handle_)));
   } catch (const std::exception& e) {

@@ -8,12 +8,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "check.h"
 #include "driver.h"
 #include "kiln/error.h"
+#include "memory_cache.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/log.h"
 
@@ -46,12 +48,33 @@ struct Ring {
   }
 };
 
+// Freed blocks parked per stream, reused by the next allocation of the same rounded size on
+// that stream: stream order makes this safe without events, and a hit skips the driver's
+// alloc and free calls, which dominated the host time of a small op.
+constexpr std::size_t kGranule = 512;
+constexpr std::size_t kMaxCachedBlock = 64u << 20;
+constexpr std::size_t kMaxCachedBytes = std::size_t{1} << 30;  // per device
+
+struct StreamBlocks {
+  CUstream stream = nullptr;
+  std::unordered_map<std::size_t, std::vector<DevicePtr>> bins;  // by rounded size
+};
+
+struct BlockCache {
+  std::mutex mu;
+  std::vector<StreamBlocks> streams;  // few: usually the device's default stream only
+  std::size_t bytes = 0;
+};
+
 struct PoolState {
   std::mutex mu;
   std::atomic<bool> ready{false};
   CUmemoryPool pool = nullptr;
   std::vector<Ring*> free_rings;
+  BlockCache cache;
 };
+
+std::size_t cached_size(std::size_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; }
 
 // Leaked on purpose, like the default streams: pinned buffers and events live for the process.
 PoolState& state(int device) {
@@ -136,15 +159,82 @@ void free_on(DevicePtr p, CUstream stream, int device) noexcept {
   }
 }
 
+DevicePtr take_cached(BlockCache& c, CUstream stream, std::size_t rounded) {
+  std::lock_guard lock(c.mu);
+  for (StreamBlocks& sb : c.streams) {
+    if (sb.stream != stream) continue;
+    auto it = sb.bins.find(rounded);
+    if (it == sb.bins.end() || it->second.empty()) return 0;
+    DevicePtr p = it->second.back();
+    it->second.pop_back();
+    c.bytes -= rounded;
+    return p;
+  }
+  return 0;
+}
+
+// Parks a block of `bytes` (as requested) freed on `stream`; false when it must go to the pool.
+bool park(BlockCache& c, DevicePtr p, std::size_t bytes, CUstream stream) {
+  const std::size_t rounded = cached_size(bytes);
+  if (rounded > kMaxCachedBlock) return false;
+  std::lock_guard lock(c.mu);
+  if (c.bytes + rounded > kMaxCachedBytes) return false;
+  auto sb = std::find_if(c.streams.begin(), c.streams.end(), [&](const StreamBlocks& b) { return b.stream == stream; });
+  if (sb == c.streams.end()) sb = c.streams.insert(c.streams.end(), StreamBlocks{stream, {}});
+  sb->bins[rounded].push_back(p);
+  c.bytes += rounded;
+  return true;
+}
+
+// Frees the parked blocks of `stream` (every stream when null) to the pool; true if any were.
+bool release_cached(BlockCache& c, int device, CUstream stream = nullptr) {
+  std::lock_guard lock(c.mu);
+  bool any = false;
+  for (auto it = c.streams.begin(); it != c.streams.end();) {
+    if (stream && it->stream != stream) {
+      ++it;
+      continue;
+    }
+    for (auto& [rounded, blocks] : it->bins) {
+      for (DevicePtr p : blocks) free_on(p, it->stream, device);
+      c.bytes -= rounded * blocks.size();
+      any = any || !blocks.empty();
+    }
+    it = c.streams.erase(it);
+  }
+  return any;
+}
+
+void recycle(DevicePtr p, std::size_t bytes, void* stream, int device) noexcept {
+  if (p == 0) return;
+  try {
+    if (stream && park(state(device).cache, p, bytes, static_cast<CUstream>(stream))) return;
+  } catch (const std::exception& e) {
+    log().error("[memory] caching {:#x} on cuda:{}: {}", p, device, e.what());
+  }
+  free_on(p, static_cast<CUstream>(stream), device);
+}
+
 }  // namespace
 
 DevicePtr device_alloc(std::size_t bytes, const Stream& s) {
   if (bytes == 0) return 0;
   CUstream stream = stream_of(s, "device_alloc");
   PoolState& st = state(s.device());
+  // A cacheable block is allocated at its rounded size so it can serve any request of that size.
+  std::size_t block = cached_size(bytes);
+  if (block <= kMaxCachedBlock) {
+    if (DevicePtr p = take_cached(st.cache, stream, block)) return p;
+  } else {
+    block = bytes;
+  }
   make_current(s.device());
   CUdeviceptr p = 0;
-  CUresult r = driver().cuMemAllocFromPoolAsync(&p, bytes, st.pool, stream);
+  CUresult r = driver().cuMemAllocFromPoolAsync(&p, block, st.pool, stream);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && release_cached(st.cache, s.device())) {
+    KILN_CU(cuCtxSynchronize());  // the released blocks return to the pool once their streams pass them
+    r = driver().cuMemAllocFromPoolAsync(&p, block, st.pool, stream);
+  }
   if (r == CUDA_SUCCESS) return p;
 
   const char* name = nullptr;
@@ -167,7 +257,24 @@ void device_free(DevicePtr p, const Stream& s) noexcept {
   free_on(p, static_cast<CUstream>(s.handle()), s.device());
 }
 
-PoolUsage pool_usage(int device) { return usage_of(state(device).pool); }
+PoolUsage pool_usage(int device) {
+  PoolState& st = state(device);
+  PoolUsage u = usage_of(st.pool);
+  std::lock_guard lock(st.cache.mu);
+  u.cached = st.cache.bytes;
+  return u;
+}
+
+void release_cached_blocks(int device) { release_cached(state(device).cache, device); }
+
+void release_stream_blocks(int device, void* stream) noexcept {
+  if (!stream || device < 0) return;
+  try {
+    release_cached(state(device).cache, device, static_cast<CUstream>(stream));
+  } catch (const std::exception& e) {
+    log().error("[memory] releasing the cached blocks of a stream on cuda:{}: {}", device, e.what());
+  }
+}
 
 void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, const Stream& s) {
   if (bytes == 0) return;
@@ -241,7 +348,7 @@ void memset_device(DevicePtr dst, std::uint8_t value, std::size_t bytes, const S
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const Stream& s)
     : ptr_(device_alloc(bytes, s)), bytes_(bytes), stream_(s.handle()), device_(s.device()) {}
 
-DeviceBuffer::~DeviceBuffer() { free_on(ptr_, static_cast<CUstream>(stream_), device_); }
+DeviceBuffer::~DeviceBuffer() { recycle(ptr_, bytes_, stream_, device_); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
     : ptr_(std::exchange(o.ptr_, 0)),
@@ -251,7 +358,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    free_on(ptr_, static_cast<CUstream>(stream_), device_);
+    recycle(ptr_, bytes_, stream_, device_);
     ptr_ = std::exchange(o.ptr_, 0);
     bytes_ = std::exchange(o.bytes_, 0);
     stream_ = std::exchange(o.stream_, nullptr);

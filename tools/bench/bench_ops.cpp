@@ -19,9 +19,11 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../engine/ops/kernels/gemm.h"
+#include "../../engine/ops/kernels/launchers.h"
 #include "../../engine/ops/registry.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/cublas.h"
@@ -159,25 +161,46 @@ void bench_matmul() {
 }
 
 // Host microseconds per launch-bound op: N adds of 1-element tensors, no sync inside.
-void bench_overhead() {
+// Median host microseconds per call of `body` over 10000 calls, without synchronising between calls.
+double host_us_per_call(const std::function<void()>& body) {
   constexpr int kOps = 10000;
+  std::vector<double> us;
+  for (int rep = 0; rep < 2 + g_reps / 2; ++rep) {
+    stream().synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kOps; ++i) body();
+    auto t1 = std::chrono::steady_clock::now();
+    stream().synchronize();
+    if (rep >= 2) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kOps);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+void add_overhead_row(const char* what, double us) {
+  Row r{"overhead", what, "us/op"};
+  r.value = us;
+  r.ms = us * 10;  // per 10000 calls
+  add_row(std::move(r));
+}
+
+void bench_overhead() {
   for (bool grad : {false, true}) {
     Tensor x = ones({1}, {.dtype = DType::f32, .device = Device::cuda(0), .requires_grad = grad});
-    std::vector<double> us;
-    for (int rep = 0; rep < 2 + g_reps / 2; ++rep) {
-      stream().synchronize();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kOps; ++i) (void)add(x, x);
-      auto t1 = std::chrono::steady_clock::now();
-      stream().synchronize();
-      if (rep >= 2) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kOps);
-    }
-    std::sort(us.begin(), us.end());
-    Row r{"overhead", grad ? "autograd" : "no_grad", "us/op"};
-    r.value = us[us.size() / 2];
-    r.ms = r.value * kOps / 1e3;
-    add_row(std::move(r));
+    add_overhead_row(grad ? "autograd" : "no_grad", host_us_per_call([&] { (void)add(x, x); }));
   }
+  // Where a no-grad op's time goes: the kernel launch alone, a 4-byte allocation and free,
+  // and an empty 1-element tensor (the op's output without its kernel).
+  Tensor a = ones({1}, {.device = Device::cuda(0)}), y = empty({1}, {.device = Device::cuda(0)});
+  const kernels::Operand oa{reinterpret_cast<rt::DevicePtr>(a.data_ptr()), {1}};
+  const kernels::Operand oy{reinterpret_cast<rt::DevicePtr>(y.data_ptr()), {1}};
+  const std::int64_t shape[] = {1};
+  const rt::KernelSpec& add_spec = kernels::kernel("add");
+  add_overhead_row("launch", host_us_per_call([&] {
+                     kernels::launch_binary(add_spec, DType::f32, DType::f32, oa, oa, oy, shape, stream());
+                   }));
+  add_overhead_row("alloc_free", host_us_per_call([&] { rt::DeviceBuffer b(4, stream()); }));
+  add_overhead_row("empty", host_us_per_call([&] { (void)empty({1}, {.device = Device::cuda(0)}); }));
 }
 
 void print_json(const std::string& device, double copy_gbs) {

@@ -11,6 +11,7 @@
 #include "kiln/dtype_promotion.h"
 #include "kiln/elementwise.h"
 #include "kiln/half.h"
+#include "kiln/kernel_stats.h"
 #include "kiln/ops.h"
 #include "kiln/nn_functional.h"
 #include "kiln/linalg.h"

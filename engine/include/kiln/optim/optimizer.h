@@ -39,7 +39,10 @@ class Optimizer {
   virtual void update(std::size_t i, const Tensor& grad) = 0;
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
   virtual std::vector<std::string> slot_names() const = 0;
-  Tensor& slot(std::size_t param, std::size_t slot);  // zeros like the parameter on first use
+  // Zeros of the parameter's shape on first use (f32 for f16/bf16 parameters).
+  Tensor& slot(std::size_t param, std::size_t slot);
+  bool has_slot(std::size_t param, std::size_t slot) const;  // created or loaded already
+  virtual std::string name() const { return "optim"; }       // the component in messages
 
  private:
   std::vector<Tensor> params_;
@@ -65,6 +68,7 @@ class SGD : public Optimizer {
  protected:
   void update(std::size_t i, const Tensor& grad) override;
   std::vector<std::string> slot_names() const override;
+  std::string name() const override { return "optim.SGD"; }
 
  private:
   SgdOptions o_;
@@ -88,6 +92,7 @@ class Adam : public Optimizer {
   void update(std::size_t i, const Tensor& grad) override;
   std::vector<std::string> slot_names() const override;
   virtual bool decoupled() const { return false; }
+  std::string name() const override { return decoupled() ? "optim.AdamW" : "optim.Adam"; }
   AdamOptions o_;
 };
 

@@ -23,6 +23,9 @@ struct DeviceInfo {
 };
 // Throws DeviceError naming why when the driver, the GPU or the ordinal is missing.
 const DeviceInfo& device_info(int ordinal);
+// Bytes the driver reports free on the device now (cuMemGetInfo); excludes what kiln's
+// pool holds but has not handed out (see pool_usage). Throws DeviceError like device_info.
+std::size_t free_memory(int ordinal);
 
 // Makes the device's primary context current on this thread (retained once per process).
 void make_current(int ordinal);

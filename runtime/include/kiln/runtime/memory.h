@@ -17,9 +17,14 @@ void device_free(DevicePtr p, const Stream& s) noexcept;
 
 struct PoolUsage {
   std::size_t reserved = 0;  // bytes the pool holds from the driver
-  std::size_t used = 0;      // bytes handed out
+  std::size_t used = 0;      // bytes handed out, including `cached`
+  std::size_t cached = 0;    // freed DeviceBuffer blocks kept for reuse on their stream
 };
 PoolUsage pool_usage(int device);
+// DeviceBuffers of up to 64 MiB return their block to a per-stream cache (1 GiB per device
+// at most) that later allocations of the same rounded size on that stream reuse. This frees
+// the cached blocks to the pool (an allocation the pool cannot serve does it too).
+void release_cached_blocks(int device);
 
 // Asynchronous on `s`: pageable `src` is staged through pinned buffers, so it may
 // be reused as soon as this returns.

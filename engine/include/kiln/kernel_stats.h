@@ -1,0 +1,16 @@
+#pragma once
+// How this process got its GPU kernels so far: compiled with NVRTC, or loaded from the
+// kernel cache (memory or disk). For programs that report it without the runtime headers.
+#include <cstdint>
+
+namespace kiln {
+
+struct KernelStats {
+  std::uint64_t compiled = 0;
+  std::uint64_t loaded_from_disk = 0;
+  std::uint64_t memory_hits = 0;
+  double compile_ms = 0;
+};
+KernelStats kernel_stats();
+
+}  // namespace kiln

@@ -1,0 +1,40 @@
+// Sequential: children named by position, run in order, printed as PyTorch prints them.
+#include <string>
+
+#include "kiln/error.h"
+#include "kiln/nn/layers.h"
+
+namespace kiln::nn {
+
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  if (!m) throw ValueError("[nn.Sequential] cannot append a null module");
+  add_module(std::to_string(size()), std::move(m));
+}
+
+Module& Sequential::operator[](std::size_t i) const {
+  if (i >= size())
+    throw ValueError("[nn.Sequential] index " + std::to_string(i) + " is out of range for " + std::to_string(size()) +
+                     " modules");
+  return *children()[i].second;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const auto& [name, m] : children()) y = m->forward(y);
+  return y;
+}
+
+std::string Sequential::describe() const {
+  if (children().empty()) return "Sequential()";
+  std::string s = "Sequential(\n";
+  for (const auto& [name, m] : children()) {
+    // A nested container's own lines move in by one more level.
+    std::string child = m->describe();
+    for (std::size_t pos = child.find('\n'); pos != std::string::npos; pos = child.find('\n', pos + 3))
+      child.insert(pos + 1, "  ");
+    s += "  (" + name + "): " + child + "\n";
+  }
+  return s + ")";
+}
+
+}  // namespace kiln::nn

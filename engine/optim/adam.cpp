@@ -1,0 +1,85 @@
+// Adam and AdamW: the fused kernel on the GPU, a plain loop on the CPU (the reference the
+// GPU tests compare with). Bias corrections are computed here in double.
+#include <cmath>
+#include <limits>
+
+#include "../ops/registry.h"
+#include "cpu/loops.h"
+#include "kiln/optim/optimizer.h"
+#include "optim_common.h"
+
+namespace kiln::optim {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<Tensor> checked(const char* who, std::vector<Tensor> params, const AdamOptions& o) {
+  detail::check_range(who, "lr", o.lr, 0, false, kInf, false);
+  detail::check_range(who, "beta1", o.beta1, 0, false, 1, true);
+  detail::check_range(who, "beta2", o.beta2, 0, false, 1, true);
+  detail::check_range(who, "eps", o.eps, 0, true, kInf, false);
+  detail::check_range(who, "weight_decay", o.weight_decay, 0, false, kInf, false);
+  detail::check_params(who, params);
+  return params;
+}
+
+struct AdamScalars {
+  double lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+  bool decoupled;
+};
+
+// p, g: [n] of T; m, v: [n] in the compute type S (f32 for f16/bf16).
+template <class T>
+void adam_cpu(T* p, const T* g, cpu::compute_t<T>* m, cpu::compute_t<T>* v, std::int64_t n, const AdamScalars& a) {
+  using S = cpu::compute_t<T>;
+  const S b1 = static_cast<S>(a.beta1), b2 = static_cast<S>(a.beta2);
+  const S one_minus_b1 = static_cast<S>(1.0 - a.beta1), one_minus_b2 = static_cast<S>(1.0 - a.beta2);
+  const S step_size = static_cast<S>(a.lr / a.bc1), bc2_sqrt = static_cast<S>(std::sqrt(a.bc2));
+  const S eps = static_cast<S>(a.eps), wd = static_cast<S>(a.weight_decay);
+  const S shrink = static_cast<S>(1.0 - a.lr * a.weight_decay);
+  for (std::int64_t i = 0; i < n; ++i) {
+    S param = cpu::load(p[i]);
+    S d = cpu::load(g[i]);
+    if (a.decoupled) param = param * shrink;
+    else if (a.weight_decay != 0) d = d + wd * param;
+    m[i] = b1 * m[i] + one_minus_b1 * d;
+    v[i] = b2 * v[i] + one_minus_b2 * (d * d);
+    const S denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] = cpu::store<T>(param - step_size * (m[i] / denom));
+  }
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Optimizer(checked("optim.Adam", std::move(params), options), options.lr), o_(options) {}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
+    : Adam(checked("optim.AdamW", std::move(params), options), options) {}
+
+std::vector<std::string> Adam::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void Adam::update(std::size_t i, const Tensor& grad) {
+  const Tensor& p = params()[i];
+  const Tensor m = slot(i, 0), v = slot(i, 1);
+  const double t = static_cast<double>(steps());
+  const AdamScalars a{lr(),          o_.beta1, o_.beta2, o_.eps, o_.weight_decay, 1.0 - std::pow(o_.beta1, t),
+                      1.0 - std::pow(o_.beta2, t), decoupled()};
+  if (p.device().is_cuda()) {
+    kernels::launch_adam_step(p.dtype(), device_address(p), device_address(grad), device_address(m),
+                              device_address(v), p.numel(), a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.bc1, a.bc2,
+                              a.decoupled, stream_of(p.device()));
+  } else {
+    detail::visit_floating(p.dtype(), [&]<class T>() {
+      using S = cpu::compute_t<T>;
+      adam_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+                  static_cast<S*>(m.data_ptr()), static_cast<S*>(v.data_ptr()), p.numel(), a);
+    });
+  }
+  bump_version(p);
+  bump_version(m);
+  bump_version(v);
+}
+
+}  // namespace kiln::optim

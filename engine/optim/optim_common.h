@@ -1,0 +1,54 @@
+#pragma once
+// Internal to engine/optim: argument checks shared by the optimizers, the dtype their
+// state is kept in, and the fused GPU updates (engine/ops/kernels/optim_kernels.cpp).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/half.h"
+#include "kiln/runtime/memory.h"
+#include "kiln/tensor.h"
+
+namespace kiln::optim::detail {
+
+// ValueError "[<who>] ..." for an empty list, an undefined, non-floating, non-leaf,
+// non-contiguous or grad-less parameter, or one listed twice.
+void check_params(std::string_view who, const std::vector<Tensor>& params);
+// ValueError "[<who>] beta1 must be in [0, 1), got 1.5" unless v is finite and within the
+// bounds (each open or closed; an infinite hi reads "finite and >= lo").
+void check_range(std::string_view who, std::string_view what, double v, double lo, bool lo_open, double hi,
+                 bool hi_open);
+// v as messages write it: "1.5", "1e-08".
+std::string num_str(double v);
+// f16/bf16 parameters keep f32 state; the others keep their own dtype.
+DType state_dtype(DType param);
+
+// Calls f.template operator()<T>() with T the host storage type of a floating dtype.
+template <class F>
+void visit_floating(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::f16: return f.template operator()<Half>();
+    case DType::bf16: return f.template operator()<BFloat16>();
+    default: throw DTypeError("[optim] no update for dtype " + std::string(dtype_name(t)));
+  }
+}
+
+}  // namespace kiln::optim::detail
+
+namespace kiln::kernels {
+
+// p, g: the parameter and its gradient, contiguous, of dtype t; the state arrays are
+// state_dtype(t). momentum_buffer is 0 without momentum; `first` makes it a copy of g.
+void launch_sgd_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr momentum_buffer, std::int64_t n,
+                     double lr, double momentum, double dampening, double weight_decay, bool nesterov, bool first,
+                     const rt::Stream& s);
+void launch_adam_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr exp_avg, rt::DevicePtr exp_avg_sq,
+                      std::int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay,
+                      double bias_correction1, double bias_correction2, bool decoupled, const rt::Stream& s);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,210 @@
+// The optimizer base: parameter checks, the step loop, lazily created state slots and
+// checkpoints of that state.
+#include "kiln/optim/optimizer.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "kiln/autograd.h"
+#include "kiln/creation.h"
+#include "kiln/error.h"
+#include "optim_common.h"
+
+namespace kiln::optim {
+
+namespace detail {
+
+std::string num_str(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+void check_params(std::string_view who, const std::vector<Tensor>& params) {
+  const std::string tag = "[" + std::string(who) + "] ";
+  if (params.empty()) throw ValueError(tag + "the parameter list is empty");
+  std::map<const void*, std::size_t> seen;  // by handle, and by first element for views
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    const std::string which = tag + "parameter " + std::to_string(i);
+    if (!p.defined()) throw ValueError(which + " is undefined");
+    if (!is_floating(p.dtype()))
+      throw ValueError(which + " has dtype " + std::string(dtype_name(p.dtype())) + "; parameters are floating");
+    if (!p.is_leaf()) throw ValueError(which + " is not a leaf (an op computed it); pass the tensors that are trained");
+    if (!p.requires_grad()) throw ValueError(which + " does not require grad");
+    if (!p.is_contiguous()) throw ValueError(which + " is not contiguous");
+    const void* data = p.numel() > 0 ? p.data_ptr() : nullptr;
+    for (const void* key : {static_cast<const void*>(p.impl()), data}) {
+      if (!key) continue;
+      auto [it, fresh] = seen.emplace(key, i);
+      if (!fresh && it->second != i)
+        throw ValueError(which + " is parameter " + std::to_string(it->second) + " again (or shares its storage)");
+    }
+  }
+}
+
+void check_range(std::string_view who, std::string_view what, double v, double lo, bool lo_open, double hi,
+                 bool hi_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (ok) return;
+  std::string rule = std::isinf(hi) ? "finite and " + std::string(lo_open ? "> " : ">= ") + num_str(lo)
+                                    : "in " + std::string(lo_open ? "(" : "[") + num_str(lo) + ", " + num_str(hi) +
+                                          (hi_open ? ")" : "]");
+  throw ValueError("[" + std::string(who) + "] " + std::string(what) + " must be " + rule + ", got " + num_str(v));
+}
+
+DType state_dtype(DType param) {
+  return param == DType::f16 || param == DType::bf16 ? DType::f32 : param;
+}
+
+}  // namespace detail
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  detail::check_params("optim", params_);
+  detail::check_range("optim", "lr", lr, 0, false, kInf, false);
+  slots_.resize(params_.size());
+}
+
+void Optimizer::set_lr(double lr) {
+  detail::check_range(name(), "lr", lr, 0, false, kInf, false);
+  lr_ = lr;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  // Every gradient is checked before any parameter changes, so a bad one leaves all untouched.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    auto which = [&] { return "[" + name() + "] parameter " + std::to_string(i) + " "; };
+    if (g.dtype() != p.dtype())
+      throw DTypeError(which() + "has a gradient of dtype " + std::string(dtype_name(g.dtype())) + " but is " +
+                       std::string(dtype_name(p.dtype())));
+    if (g.shape() != p.shape())
+      throw ShapeError(which() + "has a gradient of shape " + shape_str(g.shape()) + " but is " + shape_str(p.shape()));
+    if (g.device() != p.device())
+      throw DeviceError(which() + "has a gradient on " + g.device().str() + " but lives on " + p.device().str());
+  }
+  ++steps_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& g = params_[i].grad();
+    if (g.defined()) update(i, g.contiguous());
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
+bool Optimizer::has_slot(std::size_t param, std::size_t slot) const {
+  return param < slots_.size() && slot < slots_[param].size() && slots_[param][slot].defined();
+}
+
+Tensor& Optimizer::slot(std::size_t param, std::size_t slot) {
+  if (has_slot(param, slot)) return slots_[param][slot];  // the usual case: no slot_names() allocation
+  const std::size_t count = slot_names().size();
+  if (param >= params_.size() || slot >= count)
+    throw ValueError("[" + name() + "] no state slot " + std::to_string(slot) + " for parameter " +
+                     std::to_string(param));
+  std::vector<Tensor>& row = slots_[param];
+  if (row.size() < count) row.resize(count);
+  if (!row[slot].defined()) {
+    const Tensor& p = params_[param];
+    row[slot] = zeros(p.shape(), {.dtype = detail::state_dtype(p.dtype()), .device = p.device()});
+  }
+  return row[slot];
+}
+
+nn::NamedTensors Optimizer::state() const {
+  nn::NamedTensors out;
+  out.emplace_back("step", scalar_tensor(steps_, {.dtype = DType::i64}));
+  const std::vector<std::string> names = slot_names();
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    for (std::size_t s = 0; s < names.size(); ++s)
+      if (has_slot(i, s)) out.emplace_back(std::to_string(i) + "." + names[s], slots_[i][s]);
+  return out;
+}
+
+void Optimizer::load_state(const nn::NamedTensors& state) {
+  const std::vector<std::string> names = slot_names();
+  std::vector<std::string> problems;
+  std::optional<std::int64_t> step;
+  std::vector<std::vector<Tensor>> incoming(params_.size(), std::vector<Tensor>(names.size()));
+  std::set<std::string> seen;
+  auto describe = [](const Tensor& t) {
+    return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape());
+  };
+  for (const auto& [key, t] : state) {
+    const std::string q = "'" + key + "'";
+    if (!seen.insert(key).second) {
+      problems.push_back(q + " appears twice");
+      continue;
+    }
+    if (!t.defined()) {
+      problems.push_back(q + " is an undefined tensor");
+      continue;
+    }
+    if (key == "step") {
+      if (t.dtype() != DType::i64 || t.numel() != 1) {
+        problems.push_back("'step' is " + describe(t) + ", expected one i64 element");
+      } else {
+        const std::int64_t v = t.to(Device::cpu()).item<std::int64_t>();
+        if (v < 0) problems.push_back("'step' is " + std::to_string(v) + ", expected >= 0");
+        else step = v;
+      }
+      continue;
+    }
+    // "<param index>.<slot name>"
+    const std::size_t dot = key.find('.');
+    std::size_t index = params_.size(), slot = names.size();
+    if (dot != std::string::npos && dot > 0 && dot <= 9 &&
+        key.find_first_not_of("0123456789") == dot) {
+      index = std::stoul(key.substr(0, dot));
+      for (std::size_t s = 0; s < names.size(); ++s)
+        if (key.compare(dot + 1, std::string::npos, names[s]) == 0) slot = s;
+    }
+    if (index >= params_.size() || slot >= names.size()) {
+      problems.push_back("unexpected entry " + q);
+      continue;
+    }
+    const Tensor& p = params_[index];
+    const DType want = detail::state_dtype(p.dtype());
+    if (t.dtype() != want || t.shape() != p.shape()) {
+      problems.push_back(q + " is " + describe(t) + ", expected " + std::string(dtype_name(want)) + " " +
+                         shape_str(p.shape()));
+      continue;
+    }
+    incoming[index][slot] = t;
+  }
+  if (!step && !seen.count("step")) problems.push_back("'step' is missing");
+  if (!problems.empty()) {
+    std::string msg = "[" + name() + "] load_state: " + std::to_string(problems.size()) + " mismatch" +
+                      (problems.size() == 1 ? "" : "es") + ": ";
+    for (std::size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    throw ValueError(msg);
+  }
+  NoGradGuard no_grad;
+  // Copies, so that later updates never write into the caller's tensors.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::vector<Tensor> row(names.size());
+    for (std::size_t s = 0; s < names.size(); ++s) {
+      const Tensor& src = incoming[i][s];
+      if (!src.defined()) continue;
+      const Device dev = params_[i].device();
+      row[s] = src.device() == dev ? src.clone() : src.to(dev).contiguous();
+    }
+    slots_[i] = std::move(row);
+  }
+  steps_ = *step;
+}
+
+}  // namespace kiln::optim

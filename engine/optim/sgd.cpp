@@ -1,0 +1,76 @@
+// SGD with momentum, Nesterov and L2 weight decay: the fused kernel on the GPU, a plain
+// loop on the CPU (the reference the GPU tests compare with).
+#include <limits>
+
+#include "../ops/registry.h"
+#include "cpu/loops.h"
+#include "kiln/optim/optimizer.h"
+#include "optim_common.h"
+
+namespace kiln::optim {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<Tensor> checked(std::vector<Tensor> params, const SgdOptions& o) {
+  const char* who = "optim.SGD";
+  detail::check_range(who, "lr", o.lr, 0, false, kInf, false);
+  detail::check_range(who, "momentum", o.momentum, 0, false, kInf, false);
+  detail::check_range(who, "dampening", o.dampening, 0, false, 1, false);
+  detail::check_range(who, "weight_decay", o.weight_decay, 0, false, kInf, false);
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+    throw ValueError("[optim.SGD] nesterov needs momentum > 0 and dampening 0, got momentum " +
+                     detail::num_str(o.momentum) + " and dampening " + detail::num_str(o.dampening));
+  detail::check_params(who, params);
+  return params;
+}
+
+// p, g: [n] of T; buf: [n] in the compute type S (f32 for f16/bf16) or null.
+template <class T>
+void sgd_cpu(T* p, const T* g, cpu::compute_t<T>* buf, std::int64_t n, const SgdOptions& o, double lr, bool first) {
+  using S = cpu::compute_t<T>;
+  const S lr_s = static_cast<S>(lr), momentum = static_cast<S>(o.momentum);
+  const S keep = static_cast<S>(1.0 - o.dampening), wd = static_cast<S>(o.weight_decay);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const S param = cpu::load(p[i]);
+    S d = cpu::load(g[i]);
+    if (o.weight_decay != 0) d = d + wd * param;
+    if (buf) {
+      buf[i] = first ? d : momentum * buf[i] + keep * d;
+      if (o.nesterov) d = d + momentum * buf[i];
+      else d = buf[i];
+    }
+    p[i] = cpu::store<T>(param - lr_s * d);
+  }
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SgdOptions options)
+    : Optimizer(checked(std::move(params), options), options.lr), o_(options) {}
+
+std::vector<std::string> SGD::slot_names() const { return {"momentum_buffer"}; }
+
+void SGD::update(std::size_t i, const Tensor& grad) {
+  const Tensor& p = params()[i];
+  const bool momentum = o_.momentum != 0;
+  // PyTorch starts the buffer as a copy of the first gradient, not from zeros.
+  const bool first = momentum && !has_slot(i, 0);
+  const Tensor buf = momentum ? slot(i, 0) : Tensor();
+  if (p.device().is_cuda()) {
+    kernels::launch_sgd_step(p.dtype(), device_address(p), device_address(grad), buf.defined() ? device_address(buf) : 0,
+                             p.numel(), lr(), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, first,
+                             stream_of(p.device()));
+  } else {
+    detail::visit_floating(p.dtype(), [&]<class T>() {
+      sgd_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+                 buf.defined() ? static_cast<cpu::compute_t<T>*>(buf.data_ptr()) : nullptr, p.numel(), o_, lr(),
+                 first);
+    });
+  }
+  bump_version(p);
+  if (buf.defined()) bump_version(buf);
+}
+
+}  // namespace kiln::optim

@@ -1,0 +1,54 @@
+#pragma once
+// One training run: the loop over epochs, evaluation on the test set, per-epoch metrics.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace mnist {
+
+struct TrainOptions {
+  std::string model = "mlp";
+  int epochs = 0;           // 0: the model's default
+  std::int64_t batch_size = 128;
+  double lr = 0;            // 0: the model's and optimizer's default
+  std::string optimizer = "adam";
+  std::string schedule;     // empty: the model's default (cosine for mlp, onecycle for cnn)
+  kiln::Device device;
+  std::uint64_t seed = 0;
+  std::string save, load, metrics;
+  bool eval_only = false;
+};
+
+// The model's defaults filled in; ValueError for an unknown optimizer or schedule or a
+// non-positive epoch count or batch size.
+TrainOptions with_defaults(TrainOptions o);
+
+struct EpochMetrics {
+  int epoch = 0;
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;  // accuracy in [0, 1]
+  double seconds = 0;          // training time of this epoch (evaluation excluded)
+  double samples_per_s = 0;
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+struct RunResult {
+  std::vector<EpochMetrics> epochs;
+  double best_accuracy = 0;
+  std::optional<double> seconds_to_98, seconds_to_99;  // cumulative training seconds
+  double train_seconds = 0, samples_per_s = 0;
+};
+
+// Mean cross-entropy and accuracy of `model` on the test set (eval mode, no grad).
+Evaluation evaluate(kiln::nn::Module& model, const kiln::data::Mnist& data, kiln::Device device);
+
+// Trains from `o` (defaults already applied), printing progress to stdout and, with
+// o.metrics, one JSON object per epoch to that file.
+RunResult train(const TrainOptions& o, const kiln::data::Mnist& data);
+
+}  // namespace mnist

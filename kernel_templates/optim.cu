@@ -1,0 +1,79 @@
+// Fused optimizer updates over one contiguous parameter [n] and its gradient, one launch per
+// parameter. T is the parameter's storage type; S is the state and compute type (float for
+// f16/bf16/f32, double for f64). Host scalars arrive as double and are rounded to S once per
+// thread. NVRTC -std=c++17, no C++ library.
+${HEADERS}
+typedef ${T} T;
+typedef ${S} S;
+
+namespace ko {
+
+__device__ __forceinline__ S load(float v) { return v; }
+__device__ __forceinline__ S load(double v) { return static_cast<S>(v); }
+__device__ __forceinline__ void store(float* p, S v) { *p = static_cast<float>(v); }
+__device__ __forceinline__ void store(double* p, S v) { *p = static_cast<double>(v); }
+#ifdef __CUDA_FP16_H__
+__device__ __forceinline__ S load(__half v) { return __half2float(v); }
+__device__ __forceinline__ void store(__half* p, S v) { *p = __float2half_rn(static_cast<float>(v)); }
+#endif
+#ifdef __CUDA_BF16_H__
+__device__ __forceinline__ S load(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, S v) { *p = __float2bfloat16_rn(static_cast<float>(v)); }
+#endif
+
+__device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
+__device__ __forceinline__ double sqrt_(double x) { return sqrt(x); }
+
+__device__ __forceinline__ long long first_index() {
+  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long stride() { return static_cast<long long>(gridDim.x) * blockDim.x; }
+
+}  // namespace ko
+
+// PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
+// (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g.
+extern "C" __global__ void __launch_bounds__(256)
+kiln_sgd_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ buf, long long n, double lr,
+              double momentum, double dampening, double weight_decay, int nesterov, int first) {
+  const S lr_s = static_cast<S>(lr), mom = static_cast<S>(momentum);
+  const S keep = static_cast<S>(1.0 - dampening), wd = static_cast<S>(weight_decay);
+  for (long long i = ko::first_index(); i < n; i += ko::stride()) {
+    const S pi = ko::load(p[i]);
+    S gi = ko::load(g[i]);
+    if (weight_decay != 0.0) gi += wd * pi;
+    if (buf != nullptr) {
+      const S b = first ? gi : mom * buf[i] + keep * gi;
+      buf[i] = b;
+      gi = nesterov ? gi + mom * b : b;
+    }
+    ko::store(p + i, pi - lr_s * gi);
+  }
+}
+
+// Adam / AdamW. bc1 = 1 - beta1^t and bc2 = 1 - beta2^t come from the host (double).
+// decoupled: p *= 1 - lr*wd first (AdamW); else g += wd*p (Adam's L2). Then
+// m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),
+// the order PyTorch's single-tensor Adam evaluates it in.
+extern "C" __global__ void __launch_bounds__(256)
+kiln_adam_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ m, S* __restrict__ v, long long n,
+               double lr, double beta1, double beta2, double eps, double weight_decay, double bc1, double bc2,
+               int decoupled) {
+  const S b1 = static_cast<S>(beta1), one_b1 = static_cast<S>(1.0 - beta1);
+  const S b2 = static_cast<S>(beta2), one_b2 = static_cast<S>(1.0 - beta2);
+  const S eps_s = static_cast<S>(eps), step_size = static_cast<S>(lr / bc1);
+  const S bc2_sqrt = static_cast<S>(sqrt(bc2));
+  const S decay = static_cast<S>(decoupled ? 1.0 - lr * weight_decay : 1.0);
+  const S l2 = static_cast<S>(decoupled ? 0.0 : weight_decay);
+  for (long long i = ko::first_index(); i < n; i += ko::stride()) {
+    S pi = ko::load(p[i]);
+    S gi = ko::load(g[i]);
+    if (decoupled) pi *= decay;
+    else if (weight_decay != 0.0) gi += l2 * pi;
+    const S mi = b1 * m[i] + one_b1 * gi;
+    const S vi = b2 * v[i] + one_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    ko::store(p + i, pi - step_size * mi / (ko::sqrt_(vi) / bc2_sqrt + eps_s));
+  }
+}

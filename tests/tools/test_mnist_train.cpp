@@ -1,0 +1,129 @@
+// mnist-train end to end on the CPU with a small synthetic MNIST (IDX files in a scratch
+// directory): training, metrics, checkpoint save/load, eval-only, and its error messages.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "json_reader.h"
+#include "kiln/kiln.h"
+#include "jitcc_test_util.h"
+#include "process.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+// n images whose class k is a bright 7x7 block at one of 10 spots, plus noise: learnable
+// within an epoch, and not by a constant guess.
+void write_split(const fs::path& dir, const std::string& prefix, std::int64_t n, std::uint64_t seed) {
+  Generator gen(seed);
+  Tensor labels = randint(0, 10, {n}, {}, &gen);
+  Tensor noise = randint(0, 60, {n, 28, 28}, {.dtype = DType::i32}, &gen);
+  std::vector<std::int32_t> px = noise.to_vector<std::int32_t>();
+  const std::vector<std::int64_t> ls = labels.to_vector<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t k = ls[static_cast<std::size_t>(i)], r0 = (k / 5) * 14 + 3, c0 = (k % 5) * 5;
+    for (std::int64_t r = r0; r < r0 + 7; ++r)
+      for (std::int64_t c = c0; c < c0 + 5; ++c) px[static_cast<std::size_t>(i * 784 + r * 28 + c)] = 250;
+  }
+  Tensor images = from_vector(px, {n, 28, 28}).to(DType::u8);
+  data::write_idx((dir / (prefix + "-images-idx3-ubyte")).string(), images);
+  data::write_idx((dir / (prefix + "-labels-idx1-ubyte.gz")).string(), labels.to(DType::u8), true);
+}
+
+struct Scratch {
+  jitcc_test::ScratchDir dir;
+  Scratch() {
+    write_split(dir.path(), "train", 1024, 1);
+    write_split(dir.path(), "t10k", 256, 2);
+  }
+};
+
+kiln_test::ProcessResult train(const std::vector<std::string>& args, kiln_test::EnvOverrides env = {}) {
+  REQUIRE_MESSAGE(std::string(KILN_MNIST_TRAIN_PATH) != "", "mnist-train was not built (KILN_BUILD_EXAMPLES=OFF)");
+  std::vector<std::string> argv{KILN_MNIST_TRAIN_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  env.emplace_back("KILN_MNIST_DIR", std::nullopt);
+  kiln_test::ProcessResult r = kiln_test::run_process(argv, env);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.exit_code < 128);
+  return r;
+}
+
+std::vector<kiln_test::JsonValue> json_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<kiln_test::JsonValue> out;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(kiln_test::parse_json(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mnist-train learns the synthetic set on the CPU, writes metrics and a checkpoint") {
+  Scratch s;
+  const fs::path metrics = s.dir.path() / "m.jsonl", ckpt = s.dir.path() / "model.safetensors";
+  auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "2", "--batch-size", "64",
+                  "--metrics", metrics.string(), "--save", ckpt.string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("best test accuracy") != std::string::npos);
+  CHECK(r.out.find("kernels:") != std::string::npos);
+  auto lines = json_lines(metrics);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["epoch"].integer() == 1);
+  CHECK(lines[1]["epoch"].integer() == 2);
+  for (const char* key : {"train_loss", "test_loss", "test_accuracy", "seconds", "samples_per_s"})
+    CHECK(lines[1].has(key));
+  CHECK(lines[1]["train_loss"].number() < lines[0]["train_loss"].number());
+  const double acc = lines[1]["test_accuracy"].number();
+  CHECK(acc > 0.9);
+  REQUIRE(fs::exists(ckpt));
+
+  // The saved model evaluates to the same accuracy; a model of another shape is refused.
+  auto e = train({"--data", s.dir.path().string(), "--device", "cpu", "--eval-only", "--load", ckpt.string()});
+  REQUIRE(e.exit_code == 0);
+  char want[32];
+  std::snprintf(want, sizeof want, "test accuracy %.2f%%", 100 * acc);
+  CHECK(e.out.find(want) != std::string::npos);
+  auto bad = train({"--data", s.dir.path().string(), "--device", "cpu", "--model", "cnn", "--eval-only", "--load",
+                    ckpt.string()});
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("missing") != std::string::npos);
+}
+
+TEST_CASE("mnist-train: the same seed gives the same run") {
+  Scratch s;
+  std::vector<std::vector<kiln_test::JsonValue>> runs;
+  for (int i = 0; i < 2; ++i) {
+    const fs::path m = s.dir.path() / ("m" + std::to_string(i) + ".jsonl");
+    auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1", "--batch-size", "128",
+                    "--seed", "7", "--metrics", m.string()});
+    REQUIRE(r.exit_code == 0);
+    runs.push_back(json_lines(m));
+  }
+  CHECK(runs[0][0]["train_loss"].number() == runs[1][0]["train_loss"].number());
+  CHECK(runs[0][0]["test_accuracy"].number() == runs[1][0]["test_accuracy"].number());
+}
+
+TEST_CASE("mnist-train says which files to put where when MNIST is missing") {
+  jitcc_test::ScratchDir empty;
+  auto r = train({"--data", (empty.path() / "nowhere").string(), "--device", "cpu"},
+                 {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
+  CHECK(r.exit_code == 1);
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz", "KILN_MNIST_DIR"})
+    CHECK(r.err.find(f) != std::string::npos);
+}
+
+TEST_CASE("mnist-train rejects bad flags with a message") {
+  CHECK(train({"--model", "resnet"}).exit_code != 0);
+  CHECK(train({"--optimizer", "rmsprop"}).exit_code != 0);
+  auto r = train({"--device", "cpu", "--eval-only"}, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("--eval-only needs --load") != std::string::npos);
+}
