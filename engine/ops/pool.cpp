@@ -176,11 +176,12 @@ const OpDef& kMaxBackward = register_op({
             auto g = load_dense<T>(a.inputs[0]);
             auto idx = a.inputs[1].contiguous().to_vector<std::int64_t>();
             std::vector<C> dx(static_cast<std::size_t>(out[0].numel()), C(0));
-            for (std::size_t o = 0; o < g.size(); ++o) {
-              const long long plane = static_cast<long long>(o) / (p.oh * p.ow);
-              // Indices outside the plane match no element, as in the GPU kernel's gather.
-              if (idx[o] >= 0 && idx[o] < p.h * p.w) dx[static_cast<std::size_t>(plane * p.h * p.w + idx[o])] += g[o];
-            }
+            // A window's gradient goes to its index only when that lies inside the window, as
+            // in the GPU kernel's gather; other indices reach no element.
+            for_each_window(p, [&](auto oi, auto xi, auto, auto) {
+              if (idx[static_cast<std::size_t>(oi)] == xi % (p.h * p.w))
+                dx[static_cast<std::size_t>(xi)] += g[static_cast<std::size_t>(oi)];
+            });
             store_all<T>(dx, out[0]);
           });
         },

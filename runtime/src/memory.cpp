@@ -186,23 +186,26 @@ bool park(BlockCache& c, DevicePtr p, std::size_t bytes, CUstream stream) {
   return true;
 }
 
-// Frees the parked blocks of `stream` (every stream when null) to the pool; true if any were.
-bool release_cached(BlockCache& c, int device, CUstream stream = nullptr) {
+// Frees the parked blocks of `stream` (every stream when null) to the pool and returns the
+// streams they were freed on.
+std::vector<CUstream> release_cached(BlockCache& c, int device, CUstream stream = nullptr) {
   std::lock_guard lock(c.mu);
-  bool any = false;
+  std::vector<CUstream> freed_on;
   for (auto it = c.streams.begin(); it != c.streams.end();) {
     if (stream && it->stream != stream) {
       ++it;
       continue;
     }
+    bool any = false;
     for (auto& [rounded, blocks] : it->bins) {
       for (DevicePtr p : blocks) free_on(p, it->stream, device);
       c.bytes -= rounded * blocks.size();
       any = any || !blocks.empty();
     }
+    if (any) freed_on.push_back(it->stream);
     it = c.streams.erase(it);
   }
-  return any;
+  return freed_on;
 }
 
 void recycle(DevicePtr p, std::size_t bytes, void* stream, int device) noexcept {
@@ -231,9 +234,11 @@ DevicePtr device_alloc(std::size_t bytes, const Stream& s) {
   make_current(s.device());
   CUdeviceptr p = 0;
   CUresult r = driver().cuMemAllocFromPoolAsync(&p, block, st.pool, stream);
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && release_cached(st.cache, s.device())) {
-    KILN_CU(cuCtxSynchronize());  // the released blocks return to the pool once their streams pass them
-    r = driver().cuMemAllocFromPoolAsync(&p, block, st.pool, stream);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    const std::vector<CUstream> freed_on = release_cached(st.cache, s.device());
+    // Blocks freed on another stream serve this one only once that stream has passed the free.
+    for (CUstream other : freed_on) KILN_CU(cuStreamSynchronize(other));
+    if (!freed_on.empty()) r = driver().cuMemAllocFromPoolAsync(&p, block, st.pool, stream);
   }
   if (r == CUDA_SUCCESS) return p;
 

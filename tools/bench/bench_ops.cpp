@@ -5,8 +5,9 @@
 //   add/mul/relu/cast on 2^28 elements (f32, f16, bf16): GB/s of bytes read + written
 //   sum       over 2^28 elements
 //   matmul    4096^3 (f32, TF32, bf16, f16) as TFLOP/s, next to cublasGemmEx called directly
-//   overhead  host microseconds per op on 1-element tensors (10000 ops, no sync), with and
-//             without autograd recording
+//   overhead  host microseconds per add of 1-element tensors (batches of 256, below the
+//             launch queue's depth), with and without autograd recording; "sustained" is
+//             10000 in a row; launch/alloc_free/empty split the no-grad op into its parts
 // GPU times are medians of event-timed repetitions after warm-up. Ops are looked up in the
 // registry, so a missing op prints n/a instead of failing. Exits 77 without a GPU.
 //   bench_ops [--reps N]
@@ -161,26 +162,27 @@ void bench_matmul() {
 }
 
 // Host microseconds per launch-bound op: N adds of 1-element tensors, no sync inside.
-// Median host microseconds per call of `body` over 10000 calls, without synchronising between calls.
-double host_us_per_call(const std::function<void()>& body) {
-  constexpr int kOps = 10000;
+// Median host microseconds per call of `body` over batches of `batch` calls, synchronised
+// between batches. Batches of 256 stay under the driver's launch queue, so the host never
+// waits for the GPU; 10000 in a row measure the sustained rate (host or GPU, the slower).
+double host_us_per_call(const std::function<void()>& body, int batch = 256, int batches = 40) {
   std::vector<double> us;
-  for (int rep = 0; rep < 2 + g_reps / 2; ++rep) {
+  for (int rep = 0; rep < 2 + batches; ++rep) {
     stream().synchronize();
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kOps; ++i) body();
+    for (int i = 0; i < batch; ++i) body();
     auto t1 = std::chrono::steady_clock::now();
-    stream().synchronize();
-    if (rep >= 2) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kOps);
+    if (rep >= 2) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
   }
+  stream().synchronize();
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
 }
 
-void add_overhead_row(const char* what, double us) {
+void add_overhead_row(const char* what, double us, int calls = 256) {
   Row r{"overhead", what, "us/op"};
   r.value = us;
-  r.ms = us * 10;  // per 10000 calls
+  r.ms = us * calls / 1e3;  // per batch
   add_row(std::move(r));
 }
 
@@ -188,6 +190,10 @@ void bench_overhead() {
   for (bool grad : {false, true}) {
     Tensor x = ones({1}, {.dtype = DType::f32, .device = Device::cuda(0), .requires_grad = grad});
     add_overhead_row(grad ? "autograd" : "no_grad", host_us_per_call([&] { (void)add(x, x); }));
+  }
+  {
+    Tensor x = ones({1}, {.device = Device::cuda(0)});
+    add_overhead_row("sustained", host_us_per_call([&] { (void)add(x, x); }, 10000, std::max(1, g_reps / 2)), 10000);
   }
   // Where a no-grad op's time goes: the kernel launch alone, a 4-byte allocation and free,
   // and an empty 1-element tensor (the op's output without its kernel).
