@@ -17,9 +17,24 @@ if ! command -v nvcc >/dev/null && [ ! -e /usr/local/cuda/include/nvrtc.h ]; the
   exit 1
 fi
 
+# A package is needed only when what it provides is absent (tools may come from elsewhere).
+has() {
+  case "$1" in
+    cmake) command -v cmake >/dev/null ;;
+    ninja-build) command -v ninja >/dev/null ;;
+    g++) command -v g++ >/dev/null ;;
+    pkg-config) command -v pkg-config >/dev/null ;;
+    libspdlog-dev) [ -e /usr/include/spdlog/spdlog.h ] ;;
+    doctest-dev) [ -e /usr/include/doctest/doctest.h ] ;;
+    libcli11-dev) [ -e /usr/include/CLI/CLI.hpp ] ;;
+    zlib1g-dev) [ -e /usr/include/zlib.h ] ;;
+    libopenblas-dev) ldconfig -p 2>/dev/null | grep -q libopenblas ;;
+    *) dpkg -s "$1" >/dev/null 2>&1 ;;
+  esac
+}
 packages="cmake ninja-build g++ libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libopenblas-dev pkg-config"
 missing=""
-for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+for p in $packages; do has "$p" || missing="$missing $p"; done
 if [ -n "$missing" ]; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
   echo "installing:$missing"
