@@ -80,7 +80,7 @@ Tensor run_op(std::string_view name, std::initializer_list<Tensor> inputs) { ret
 std::vector<Attrs> test_attrs() {
   using Axes = std::vector<std::int64_t>;
   return {Attrs{{"axes", Axes{0}}}, Attrs{{"axes", Axes{-1}}, {"keepdim", true}},
-          Attrs{{"axes", Axes{0, 2}}, {"keepdim", false}}, Attrs{}};
+          Attrs{{"axes", Axes{0, 2}}, {"keepdim", false}}, Attrs{{"axes", Axes{0, 2, 3}}, {"keepdim", true}}, Attrs{}};
 }
 
 }  // namespace reduction
