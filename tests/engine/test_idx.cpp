@@ -17,6 +17,7 @@
 #include "kiln/data/idx.h"
 #include "kiln/data/mnist.h"
 #include "kiln/kiln.h"
+#include "temp_dir.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -24,24 +25,7 @@ using Bytes = std::vector<unsigned char>;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        fs::temp_directory_path() / ("kiln-idx-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using kiln_test::TempDir;
 
 void write_bytes(const std::string& path, const Bytes& b) {
   std::ofstream(path, std::ios::binary)
@@ -260,10 +244,10 @@ TEST_CASE("mnist loads synthetic files, raw or gzip, with i64 labels") {
   for (bool gz : {false, true}) {
     CAPTURE(gz);
     TempDir dir;
-    CHECK_FALSE(data::has_mnist(dir.str()));
+    CHECK_FALSE(data::has_mnist(dir.path().string()));
     write_mnist(dir, 30, 12, gz);
-    CHECK(data::has_mnist(dir.str()));
-    const data::Mnist m = data::load_mnist(dir.str());
+    CHECK(data::has_mnist(dir.path().string()));
+    const data::Mnist m = data::load_mnist(dir.path().string());
     CHECK(m.train_images.dtype() == DType::u8);
     CHECK(m.train_images.shape() == Shape{30, 28, 28});
     CHECK(m.test_images.shape() == Shape{12, 28, 28});
@@ -278,7 +262,7 @@ TEST_CASE("mnist prefers the raw file when both raw and .gz are present") {
   TempDir dir;
   write_mnist(dir, 10, 10, true);
   data::write_idx(dir.file("t10k-labels-idx1-ubyte"), full({10}, 9).to(DType::u8));
-  const data::Mnist m = data::load_mnist(dir.str());
+  const data::Mnist m = data::load_mnist(dir.path().string());
   CHECK(m.test_labels.to_vector<std::int64_t>() == std::vector<std::int64_t>(10, 9));
   CHECK(m.train_labels.to_vector<std::int64_t>()[1] == 1);
 }
@@ -288,14 +272,14 @@ TEST_CASE("mnist cross-checks: missing files, counts, image size, label range") 
   write_mnist(dir, 20, 10, false);
   fs::remove(dir.file("t10k-images-idx3-ubyte"));
   fs::remove(dir.file("train-labels-idx1-ubyte"));
-  CHECK_FALSE(data::has_mnist(dir.str()));
-  const std::string missing = kiln_test::message_of<IoError>([&] { data::load_mnist(dir.str()); });
+  CHECK_FALSE(data::has_mnist(dir.path().string()));
+  const std::string missing = kiln_test::message_of<IoError>([&] { data::load_mnist(dir.path().string()); });
   CHECK(missing.find("missing train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz]") != std::string::npos);
 
   write_mnist(dir, 20, 10, false);
   data::write_idx(dir.file("train-labels-idx1-ubyte"), zeros({19}, {.dtype = DType::u8}));
   try {
-    data::load_mnist(dir.str());
+    data::load_mnist(dir.path().string());
     FAIL("a label count mismatch was accepted");
   } catch (const IoError& e) {
     CHECK(e.file() == dir.file("train-labels-idx1-ubyte"));
@@ -309,7 +293,7 @@ TEST_CASE("mnist cross-checks: missing files, counts, image size, label range") 
     return from_vector<std::uint8_t>(v);
   }());
   try {
-    data::load_mnist(dir.str());
+    data::load_mnist(dir.path().string());
     FAIL("label 10 was accepted");
   } catch (const IoError& e) {
     CHECK(e.offset() == 8 + 5);
@@ -319,7 +303,7 @@ TEST_CASE("mnist cross-checks: missing files, counts, image size, label range") 
   data::write_idx(dir.file("train-labels-idx1-ubyte"), zeros({20}, {.dtype = DType::u8}));
   data::write_idx(dir.file("t10k-images-idx3-ubyte"), zeros({10, 28, 27}, {.dtype = DType::u8}));
   try {
-    data::load_mnist(dir.str());
+    data::load_mnist(dir.path().string());
     FAIL("27-pixel-wide images were accepted");
   } catch (const IoError& e) {
     CHECK(e.file() == dir.file("t10k-images-idx3-ubyte"));

@@ -17,6 +17,7 @@
 
 #include "error_message.h"
 #include "kiln/kiln.h"
+#include "temp_dir.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -24,23 +25,7 @@ using Bytes = std::vector<unsigned char>;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        fs::temp_directory_path() / ("kiln-st-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using kiln_test::TempDir;
 
 Bytes read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

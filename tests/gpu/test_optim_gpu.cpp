@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_match.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
 
@@ -33,20 +34,7 @@ double tolerance(DType t) {
   }
 }
 
-// |gpu - cpu| <= tol * (1 + |cpu|) everywhere; prints the first mismatch.
-void check_match(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& name) {
-  CAPTURE(name);
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(cpu.dtype() == gpu.dtype());
-  REQUIRE(cpu.shape() == gpu.shape());
-  const std::vector<double> a = cpu.to_vector<double>(), b = gpu.to(Device::cpu()).to_vector<double>();
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(a[i])))) {
-      FAIL_CHECK(name << ": first mismatch at element " << i << ": cpu " << a[i] << ", gpu " << b[i]);
-      return;
-    }
-  }
-}
+using kiln_test::check_match;
 
 using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../support/gradcheck.h"
+#include "gpu_match.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -31,20 +32,7 @@ double tolerance(DType t) {
   }
 }
 
-// |gpu - cpu| <= tol * (1 + |cpu|) everywhere, NaNs in the same places; prints the first miss.
-void check_match(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& name) {
-  CAPTURE(name);
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(cpu.shape() == gpu.shape());
-  const std::vector<double> a = cpu.to_vector<double>(), b = gpu.to(Device::cpu()).to_vector<double>();
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const bool ok = std::isnan(a[i]) ? std::isnan(b[i]) : std::abs(a[i] - b[i]) <= tol * (1 + std::abs(a[i]));
-    if (!ok) {
-      FAIL_CHECK(name << ": first mismatch at element " << i << ": cpu " << a[i] << ", gpu " << b[i]);
-      return;
-    }
-  }
-}
+using kiln_test::check_match;
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

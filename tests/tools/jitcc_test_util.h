@@ -17,6 +17,7 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/version.h"
 #include "process.h"
+#include "temp_dir.h"
 
 namespace jitcc_test {
 
@@ -24,25 +25,7 @@ namespace fs = std::filesystem;
 using kiln_test::JsonValue;
 using kiln_test::ProcessResult;
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("kiln-jitcc-test-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter++) + "-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ScratchDir = kiln_test::TempDir;
 
 // Children see a plain rw cache whatever the developer's shell exports.
 inline kiln_test::EnvOverrides child_env(const fs::path& cache_dir = {}) {

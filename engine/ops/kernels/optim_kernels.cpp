@@ -14,25 +14,11 @@ namespace kiln::kernels {
 
 namespace {
 
-using rt::Bindings;
 using rt::KernelSpec;
 
 // f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64.
 const KernelSpec& register_entry(const char* op, const char* entry) {
-  KernelSpec s;
-  s.op = op;
-  s.template_name = "optim";
-  s.entry = entry;
-  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
-  s.bind = [](const DTypes& d, std::uint32_t) -> Bindings {
-    std::string headers;
-    if (d[0] == DType::f16) headers = "#include <cuda_fp16.h>\n";
-    if (d[0] == DType::bf16) headers = "#include <cuda_bf16.h>\n";
-    return {{"HEADERS", headers},
-            {"T", std::string(cuda_storage_type(d[0]))},
-            {"S", d[0] == DType::f64 ? "double" : "float"}};
-  };
-  return rt::register_kernel(std::move(s));
+  return register_float_spec(op, "optim", entry, "S");
 }
 
 const KernelSpec& kSgd = register_entry("sgd_step", "kiln_sgd_step");

@@ -1,0 +1,30 @@
+#pragma once
+// GPU tests: a GPU tensor against its CPU reference, elementwise within a tolerance.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln_test {
+
+// Same shape and dtype; |gpu - cpu| <= tol * (1 + |cpu|) everywhere and NaNs in the same
+// places; reports the first mismatch with its flat index.
+inline void check_match(const kiln::Tensor& cpu, const kiln::Tensor& gpu, double tol, const std::string& name) {
+  CAPTURE(name);
+  REQUIRE(gpu.device().is_cuda());
+  REQUIRE(cpu.dtype() == gpu.dtype());
+  REQUIRE(cpu.shape() == gpu.shape());
+  const std::vector<double> a = cpu.to_vector<double>(), b = gpu.to(kiln::Device::cpu()).to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const bool ok = std::isnan(a[i]) ? std::isnan(b[i]) : std::abs(a[i] - b[i]) <= tol * (1 + std::abs(a[i]));
+    if (!ok) {
+      FAIL_CHECK(name << ": first mismatch at element " << i << ": cpu " << a[i] << ", gpu " << b[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace kiln_test
