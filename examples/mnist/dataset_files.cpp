@@ -81,14 +81,13 @@ std::string download(const fs::path& dir) {
 }  // namespace
 
 std::string locate_dataset(const std::string& data_flag) {
-  std::vector<std::string> tried;
-  if (!data_flag.empty()) tried.push_back(data_flag);
-  if (const char* env = std::getenv("KILN_MNIST_DIR"); env && *env) tried.push_back(env);
-  tried.push_back("data/mnist");
-  for (const std::string& dir : tried)
-    if (kiln::data::has_mnist(dir)) return dir;
+  std::string target = "data/mnist";
+  if (!data_flag.empty())
+    target = data_flag;
+  else if (const char* env = std::getenv("KILN_MNIST_DIR"); env && *env)
+    target = env;
+  if (kiln::data::has_mnist(target)) return target;
 
-  const std::string target = tried.front();
   std::string problem = "downloads are off: KILN_MNIST_NO_DOWNLOAD is set";
   if (const char* off = std::getenv("KILN_MNIST_NO_DOWNLOAD"); !off || !*off) {
     std::printf("MNIST not found in %s; fetching it\n", target.c_str());

@@ -1,5 +1,5 @@
 #pragma once
-// Where the MNIST files are: --data, else $KILN_MNIST_DIR, else ./data/mnist. When none holds
+// Where the MNIST files are: --data, else $KILN_MNIST_DIR, else ./data/mnist. When that lacks
 // them, they are fetched from public mirrors (curl or wget) and checked against their MD5 sums,
 // unless KILN_MNIST_NO_DOWNLOAD is set.
 #include <stdexcept>
