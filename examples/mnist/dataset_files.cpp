@@ -87,6 +87,9 @@ std::string locate_dataset(const std::string& data_flag) {
   else if (const char* env = std::getenv("KILN_MNIST_DIR"); env && *env)
     target = env;
   if (kiln::data::has_mnist(target)) return target;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(target, ec);
+  if (!ec) target = absolute.lexically_normal().string();
 
   std::string problem = "downloads are off: KILN_MNIST_NO_DOWNLOAD is set";
   if (const char* off = std::getenv("KILN_MNIST_NO_DOWNLOAD"); !off || !*off) {

@@ -7,7 +7,8 @@
 //   matmul    4096^3 (f32, TF32, bf16, f16) as TFLOP/s, next to cublasGemmEx called directly
 //   overhead  host microseconds per add of 1-element tensors (batches of 256, below the
 //             launch queue's depth), with and without autograd recording; "sustained" is
-//             10000 in a row; launch/alloc_free/empty split the no-grad op into its parts
+//             10000 in a row; launch/launch_raw/alloc_free/empty split the no-grad op into its
+//             parts (launch_raw: the kernel launch alone, its function looked up beforehand)
 // GPU times are medians of event-timed repetitions after warm-up. Ops are looked up in the
 // registry, so a missing op prints n/a instead of failing. Exits 77 without a GPU.
 //   bench_ops [--reps N]
@@ -30,6 +31,7 @@
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/memory.h"
+#include "kiln/runtime/module_cache.h"
 
 using namespace kiln;
 
@@ -205,6 +207,11 @@ void bench_overhead() {
   add_overhead_row("launch", host_us_per_call([&] {
                      kernels::launch_binary(add_spec, DType::f32, DType::f32, oa, oa, oy, shape, stream());
                    }));
+  // The driver's share: the same kernel through rt::launch with the function looked up once.
+  const rt::Function add_fn = rt::get_function(add_spec, {DType::f32, DType::f32}, 0, 0);
+  const rt::LaunchConfig one = kernels::grid_stride_config(1, 0);
+  const long long n = 1;
+  add_overhead_row("launch_raw", host_us_per_call([&] { rt::launch(add_fn, one, stream(), oa.ptr, oa.ptr, oy.ptr, n); }));
   add_overhead_row("alloc_free", host_us_per_call([&] { rt::DeviceBuffer b(4, stream()); }));
   add_overhead_row("empty", host_us_per_call([&] { (void)empty({1}, {.device = Device::cuda(0)}); }));
 }
