@@ -86,7 +86,7 @@ DataLoader::DataLoader(const Tensor& inputs, const Tensor& labels, LoaderOptions
   n_ = inputs.size(0);
   const Tensor x = inputs.detach(), y = labels.detach();
   const std::size_t bytes = bytes_of(x) + static_cast<std::size_t>(n_) * sizeof(std::int64_t);
-  resident_ = o_.device.is_cpu() || x.device() == o_.device || fits_on(o_.device, bytes);
+  resident_ = o_.device.is_cpu() || (!o_.keep_on_host && (x.device() == o_.device || fits_on(o_.device, bytes)));
   const Device home = resident_ ? o_.device : Device::cpu();
   inputs_ = x.to(home).contiguous();
   labels_ = y.to(DType::i64).to(home).contiguous();

@@ -74,6 +74,19 @@ TEST_CASE("data.DataLoader on the GPU is resident and matches the CPU loader, sh
   check_same_batches(cpu, gpu, {0, 1, 9});
 }
 
+TEST_CASE("data.DataLoader kept on the host copies batches to the GPU that match the CPU loader") {
+  const Data d = mnist_like(700, 3);
+  LoaderOptions o{.batch_size = 100, .seed = 9, .mean = 0.1307, .std = 0.3081};
+  DataLoader cpu(d.images, d.labels, o);
+  o.device = kGpu;
+  o.keep_on_host = true;
+  DataLoader host(d.images, d.labels, o);
+  CHECK_FALSE(host.on_device());
+  CHECK(host.batch(0).inputs.device() == kGpu);
+  CHECK(host.batch(0).labels.device() == kGpu);
+  check_same_batches(cpu, host, {0, 3, 6});
+}
+
 TEST_CASE("data.DataLoader on the GPU: shuffle=false and drop_last match the CPU loader") {
   const Data d = mnist_like(300, 2);
   LoaderOptions o{.batch_size = 128, .shuffle = false, .drop_last = true};

@@ -20,6 +20,8 @@ struct LoaderOptions {
   double scale = 1.0 / 255.0;
   double mean = 0.0;
   double std = 1.0;
+  // Keep the dataset on the host and copy each batch, as when it does not fit on the device.
+  bool keep_on_host = false;
 };
 
 struct Batch {
