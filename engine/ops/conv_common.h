@@ -9,6 +9,9 @@
 
 namespace kiln::conv_detail {
 
+// The dtypes every conv and pool op takes.
+inline const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType::bf16};
+
 inline std::string paren(const Shape& s) {
   std::string r = "(";
   for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);

@@ -8,12 +8,7 @@ namespace kiln {
 
 namespace {
 
-using conv_detail::dense_copy;
-using conv_detail::load_dense;
-using conv_detail::pair_attr;
-using conv_detail::paren;
-
-const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType::bf16};
+using namespace conv_detail;
 
 // Mirrors struct PoolParams of pool.cu.
 struct PoolParams {
