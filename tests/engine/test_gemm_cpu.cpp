@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "element_bytes.h"
+#include "matrix_layout.h"
 
 #include <cmath>
 #include <cstdint>
@@ -22,17 +23,15 @@ using cpu::GemmShape;
 
 namespace {
 
-// How an operand's (rows, cols) matrices sit in memory: N row-major, T column-major (a
-// transposed view), P row-major with padded rows, S no unit stride at all (BLAS needs a copy).
-enum class Layout { N, T, P, S };
+using kiln_test::Layout;
+using kiln_test::layout_name;
+
 std::string num(double v) {
   std::ostringstream o;
   o.precision(9);
   o << v;
   return o.str();
 }
-
-const char* layout_name(Layout l) { return l == Layout::N ? "N" : l == Layout::T ? "T" : l == Layout::P ? "P" : "S"; }
 
 // A batch of matrices of one dtype in host memory, including the gaps between elements.
 struct Mat {
@@ -42,24 +41,9 @@ struct Mat {
 
   Mat(DType d, std::int64_t batch_, std::int64_t r, std::int64_t c, Layout l, bool broadcast)
       : dt(d), batch(batch_), rows(r), cols(c) {
-    switch (l) {
-      case Layout::N:
-        rs = c, cs = 1;
-        break;
-      case Layout::T:
-        rs = 1, cs = r;
-        break;
-      case Layout::P:
-        rs = c + 3, cs = 1;
-        break;
-      case Layout::S:
-        rs = 2 * c + 1, cs = 2;
-        break;
-    }
-    const std::int64_t span = (r > 0 && c > 0) ? (r - 1) * rs + (c - 1) * cs + 1 : 1;
-    bs = broadcast ? 0 : span;
-    const std::int64_t n = (broadcast || batch <= 1 ? 0 : (batch - 1) * bs) + span;
-    bytes.resize(static_cast<std::size_t>(n) * dtype_size(d));
+    const kiln_test::MatrixStrides m = kiln_test::matrix_strides(l, batch_, r, c, broadcast, 3);
+    bs = m.bs, rs = m.rs, cs = m.cs;
+    bytes.resize(static_cast<std::size_t>(m.elements) * dtype_size(d));
   }
   std::int64_t elems() const { return static_cast<std::int64_t>(bytes.size() / dtype_size(dt)); }
   std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t j) const { return b * bs + i * rs + j * cs; }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "element_bytes.h"
+#include "matrix_layout.h"
 
 #include <cmath>
 #include <cstdint>
@@ -24,9 +25,8 @@ using namespace kiln;
 
 namespace {
 
-// N row-major, T column-major (a transposed view), P padded rows, S no unit stride.
-enum class Layout { N, T, P, S };
-const char* layout_name(Layout l) { return l == Layout::N ? "N" : l == Layout::T ? "T" : l == Layout::P ? "P" : "S"; }
+using kiln_test::Layout;
+using kiln_test::layout_name;
 
 // A batch of matrices in host memory (gaps included) and its copy on the device.
 struct Mat {
@@ -36,24 +36,9 @@ struct Mat {
   rt::DeviceBuffer dev;
 
   Mat(DType d, std::int64_t batch, std::int64_t r, std::int64_t c, Layout l, bool broadcast) : dt(d), rows(r), cols(c) {
-    switch (l) {
-      case Layout::N:
-        rs = c, cs = 1;
-        break;
-      case Layout::T:
-        rs = 1, cs = r;
-        break;
-      case Layout::P:
-        rs = c + 5, cs = 1;
-        break;
-      case Layout::S:
-        rs = 2 * c + 1, cs = 2;
-        break;
-    }
-    const std::int64_t span = (r > 0 && c > 0) ? (r - 1) * rs + (c - 1) * cs + 1 : 1;
-    bs = broadcast ? 0 : span;
-    const std::int64_t n = (broadcast || batch <= 1 ? 0 : (batch - 1) * bs) + span;
-    host.resize(static_cast<std::size_t>(n) * dtype_size(d));
+    const kiln_test::MatrixStrides m = kiln_test::matrix_strides(l, batch, r, c, broadcast, 5);
+    bs = m.bs, rs = m.rs, cs = m.cs;
+    host.resize(static_cast<std::size_t>(m.elements) * dtype_size(d));
   }
   std::int64_t elems() const { return static_cast<std::int64_t>(host.size() / dtype_size(dt)); }
   std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t j) const { return b * bs + i * rs + j * cs; }
