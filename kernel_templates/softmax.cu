@@ -116,3 +116,24 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
     ks::store(grad + j, hit ? -ks::to_acc(g[i]) : Acc(0));
   }
 }
+
+// out[r, k] = the product of in[r, j] over j != k: suffix products first (kept in out), then
+// each times the prefix, so zeros, infinities and NaN need no division. A thread per row.
+extern "C" __global__ void kiln_exclusive_prod(const T* __restrict__ in, T* __restrict__ out, long long rows,
+                                               long long C) {
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const T* x = in + r * C;
+    T* y = out + r * C;
+    Acc suffix = 1;
+    for (long long k = C - 1; k >= 0; --k) {
+      ks::store(y + k, suffix);
+      suffix *= ks::to_acc(x[k]);
+    }
+    Acc prefix = 1;
+    for (long long k = 0; k < C; ++k) {
+      ks::store(y + k, prefix * ks::to_acc(y[k]));
+      prefix *= ks::to_acc(x[k]);
+    }
+  }
+}

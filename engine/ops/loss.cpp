@@ -3,6 +3,7 @@
 // kernel_templates/softmax.cu.
 #include <string>
 
+#include "kiln/elementwise.h"
 #include "kiln/nn_functional.h"
 #include "registry.h"
 
@@ -226,7 +227,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   Tensor loss = out[0];
   if (label_smoothing > 0.0) {
     Tensor smooth = div(neg(sum(lp, {1}, false)), static_cast<double>(logits.shape()[1]));
-    if (ignore_index) smooth = mul(smooth, out[1]);
+    // Selected, not multiplied by the mask: the mean over no element sends 1/0 back, and
+    // inf * 0 would turn the ignored rows' gradients into NaN.
+    if (ignore_index) smooth = where(ne(out[1], Scalar(0)), smooth, Scalar(0));
     loss = add(mul(loss, 1.0 - label_smoothing), mul(smooth, label_smoothing));
   }
   return reduce_loss(loss, ignore_index ? out[1] : Tensor(), reduction);

@@ -1,13 +1,20 @@
-// sum, mean and prod over any set of axes, and what every reduction shares
+// sum, mean, prod (and exclusive_prod, its gradient) over any set of axes, and what every reduction shares
 // (reduction_common.h). CPU: pairwise sums in f32 (f16/bf16/f32), f64 or i64 (integers,
 // bool); GPU: the parallel reduction kernels of reduce_launchers.h.
 #include <algorithm>
 #include <string>
 
+#include "kiln/shape_ops.h"
+
 #include "kernels/reduce_launchers.h"
 #include "reduction_common.h"
 
 namespace kiln {
+
+namespace kernels {  // kernel_templates/softmax.cu
+void launch_exclusive_prod(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t rows, std::int64_t cols,
+                           const rt::Stream& s);
+}  // namespace kernels
 
 namespace reduction {
 
@@ -159,28 +166,69 @@ const OpDef& kProd = register_op({
           });
         },
     .gpu = [k = gpu::LazyKernel("prod")](const OpArgs& a, std::span<Tensor> out) { gpu_reduce(k.get(), a, out[0]); },
-    // d prod / d x_i is the product of the other elements: y / x_i when no element is
-    // zero; with exactly one zero only that position gets the product of the rest; with
-    // two or more, every gradient is zero. Selected per output element with where.
+    // d prod / d x_i is the product of the other elements, taken as prefix x suffix over
+    // the reduced elements (never y / x_i, which fails at zeros, overflow and inf / inf).
+    // In f64: a partial product may overflow f32 where the gradient itself does not.
     .vjp =
         [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
           const Tensor x = c.saved_input(0);
-          const auto axes = axes_i64(c);
-          const Tensor zero = scalar_tensor(0.0, {.dtype = x.dtype(), .device = x.device()});
-          const Tensor one = scalar_tensor(1.0, {.dtype = x.dtype(), .device = x.device()});
-          const Tensor is_zero = run_op("eq", {x, zero});
-          const Tensor x_safe = run_op("where", {is_zero, one, x});
-          const Tensor rest = prod(x_safe, axes, true);  // product of the nonzero elements
-          const Tensor zeros_in = sum(cast(is_zero, x.dtype()), axes, true);
-          const Tensor no_zero = run_op("eq", {zeros_in, zero});
-          const Tensor one_zero = run_op("eq", {zeros_in, one});
-          const Tensor at_zero = run_op("where", {one_zero, rest, zero});
-          const Tensor elsewhere = run_op("where", {no_zero, rest / x_safe, zero});
-          const Tensor d = run_op("where", {is_zero, broadcast_to(at_zero, x.shape()), elsewhere});
+          const auto axes = axes_of(c.attrs(), x.shape(), c.name());
+          std::vector<std::int64_t> order, inverse(x.shape().size());
+          for (int d = 0; d < x.dim(); ++d)
+            if (std::find(axes.begin(), axes.end(), d) == axes.end()) order.push_back(d);
+          order.insert(order.end(), axes.begin(), axes.end());
+          for (std::size_t i = 0; i < order.size(); ++i) inverse[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+          const Tensor moved = permute(cast(x, DType::f64), order);  // reduced dims last
+          const Shape moved_shape = moved.shape();
+          const Tensor rows = reshape(moved, {x.numel() / std::max<std::int64_t>(reduced_count(x.shape(), axes), 1),
+                                              reduced_count(x.shape(), axes)});
+          const Tensor others = call(get_op("exclusive_prod"), {rows});
+          const Tensor d = permute(reshape(cast(others, x.dtype()), moved_shape), inverse);
           return {expand_back(g[0], c) * d};
         },
     .save = {.inputs = {0}},
     .test = {.attrs = test_attrs(), .low = 0.5, .high = 1.5},
+});
+
+// out[..., k] = the product of x[..., j] over j != k along the last axis (prod's gradient):
+// prefix times suffix, so a zero, an infinity or a NaN elsewhere needs no special case.
+const OpDef& kExclusiveProd = register_op({
+    .name = "exclusive_prod",
+    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+    .dtype_rule = rules::promote_float,
+    .shape_rule = rules::same_shape_as_input,
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const Tensor x = a.inputs[0].contiguous();
+          const std::int64_t n = x.dim() == 0 ? 1 : x.shape().back();
+          if (x.numel() == 0) return;
+          cpu::visit(x.dtype(), [&]<class T>() {
+            if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) {
+              const T* px = cpu::ptr<const T>(x);
+              T* po = cpu::ptr<T>(out[0]);
+              std::vector<double> suffix(static_cast<std::size_t>(n) + 1);
+              for (std::int64_t r = 0; r < x.numel() / n; ++r, px += n, po += n) {
+                suffix[static_cast<std::size_t>(n)] = 1.0;
+                for (std::int64_t k = n - 1; k >= 0; --k)
+                  suffix[static_cast<std::size_t>(k)] = suffix[static_cast<std::size_t>(k) + 1] * cpu::load(px[k]);
+                double prefix = 1.0;
+                for (std::int64_t k = 0; k < n; ++k) {
+                  po[k] = cpu::store<T>(prefix * suffix[static_cast<std::size_t>(k) + 1]);
+                  prefix *= cpu::load(px[k]);
+                }
+              }
+            }
+          });
+        },
+    .gpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          const Tensor x = a.inputs[0].contiguous();
+          const std::int64_t n = x.dim() == 0 ? 1 : x.shape().back();
+          if (x.numel() == 0) return;
+          kernels::launch_exclusive_prod(x.dtype(), device_address(x), device_address(out[0]), x.numel() / n, n,
+                                         stream_of(a.device));
+        },
+    .test = {.low = 0.5, .high = 1.5, .gradcheck = false},
 });
 
 }  // namespace

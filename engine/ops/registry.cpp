@@ -137,6 +137,7 @@ std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, co
     for (const Tensor& in : inputs)
       if (outputs[i].is_same(in)) outputs[i] = make_view(in, in.shape(), in.strides(), in.offset());
   }
+  if (op.makes_outputs && !inputs.empty()) mark_views(inputs[0], outputs);
   if (op.vjp && grad_enabled() && any_requires_grad(inputs)) record_node(op, attrs, inputs, args.inputs, outputs);
   return outputs;
 }
@@ -165,9 +166,8 @@ Tensor& call_inplace(const OpDef& op, Tensor& self, std::initializer_list<Tensor
                        " cannot be written in place into a tensor of dtype " + std::string(dtype_name(self.dtype())));
   };
 
-  if (op.vjp && grad_enabled() && any_requires_grad(inputs)) {
-    if (self.is_leaf() && self.requires_grad())
-      throw ValueError(who + "a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
+  if (op.vjp && inplace_needs_history(self, inputs)) {
+    check_inplace(self, who);
     // The node may save self; give it a copy, since self is about to be overwritten.
     auto& save = op.save.inputs;
     if (std::find(save.begin(), save.end(), 0) != save.end()) inputs[0] = self.clone();

@@ -147,6 +147,17 @@ TEST_CASE("cross_entropy against hand-computed values, with label smoothing and 
   CHECK(cross_entropy(zeros({4, 5}), i64({0, 1, 2, 3}, {4})).item<float>() == doctest::Approx(std::log(5.0f)));
 }
 
+TEST_CASE("cross_entropy with every label ignored: a NaN mean, zero gradients, with or without smoothing") {
+  for (double eps : {0.0, 0.1}) {
+    Tensor logits = f64({0.5, -1, 2, 1, 0, -0.5}, {2, 3});
+    logits.requires_grad_();
+    Tensor loss = cross_entropy(logits, i64({-100, -100}, {2}), Reduction::mean, eps, -100);
+    CHECK(std::isnan(loss.item<double>()));  // the mean of nothing, as PyTorch
+    loss.backward();
+    CHECK_MESSAGE(logits.grad().to_vector<double>() == std::vector<double>(6, 0.0), "smoothing " << eps);
+  }
+}
+
 TEST_CASE("mse_loss reduces the squared difference") {
   Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({1, 0, 5, 1}, {2, 2});
   check_close(mse_loss(a, b, Reduction::none).to_vector<double>(), {0, 4, 4, 9}, 0);

@@ -350,6 +350,41 @@ TEST_CASE("prod gradients with zeros") {
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+TEST_CASE("prod gradients at edge values are the products of the other elements") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  auto grad_of = [](const Tensor& x) {
+    Tensor leaf = x.detach().requires_grad_();
+    prod(leaf, {-1}).backward(ones_like(prod(leaf, {-1})));
+    return leaf.grad();
+  };
+  // f32: the row's product overflows (1e38 * 1e38 * 0.5), the gradients do not.
+  Tensor big = from_vector<float>({1e38f, 1e38f, 0.5f}, {3});
+  std::vector<float> g = grad_of(big).to_vector<float>();
+  CHECK(g[0] == doctest::Approx(5e37f));
+  CHECK(g[1] == doctest::Approx(5e37f));
+  CHECK(std::isinf(g[2]));  // 1e76: really out of range
+  // A partial product may overflow f32 while the gradient is finite: [1e30, 1e30, 1e-30, 1e-30].
+  g = grad_of(from_vector<float>({1e30f, 1e30f, 1e-30f, 1e-30f}, {4})).to_vector<float>();
+  CHECK(g[3] == doctest::Approx(1e30f));
+  // inf and -inf: each gets the other times the rest; no NaN.
+  std::vector<double> d = grad_of(f64({inf, -inf, 2}, {3})).to_vector<double>();
+  CHECK(d == Values{-inf, inf, -inf});
+  // Two zeros and a NaN: a zero's others hold the NaN; the NaN's others are two zeros.
+  d = grad_of(f64({0, 0, nan}, {3})).to_vector<double>();
+  CHECK(std::isnan(d[0]));
+  CHECK(std::isnan(d[1]));
+  CHECK(d[2] == 0);
+  // One zero: only its position gets the product of the others.
+  d = grad_of(f64({0, 3, 4}, {3})).to_vector<double>();
+  CHECK(d == Values{12, 0, 0});
+  // Over several axes, kept dims first in memory order or not.
+  Tensor x = f64({1, 2, 3, 4, 5, 6, 0, 8, 9, 10, 11, 12}, {2, 3, 2});
+  x.requires_grad_();
+  prod(x, {0, 2}).backward(f64({1, 1, 1}, {3}));
+  CHECK(x.grad().to_vector<double>() == Values{0, 0, 4 * 9 * 10, 3 * 9 * 10, 6 * 11 * 12, 5 * 11 * 12, 1 * 2 * 8, 0,
+                                               3 * 4 * 10, 3 * 4 * 9, 5 * 6 * 12, 5 * 6 * 11});
+}
+
 TEST_CASE("max and min split the gradient evenly among ties") {
   Tensor x = f64({1, 3, 3, 2, 2, 0}, {2, 3});
   x.requires_grad_();

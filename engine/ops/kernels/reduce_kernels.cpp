@@ -1,6 +1,7 @@
 // Kernel specs of the reductions: each op instantiates kernel_templates/reduce.cu with the
 // op structs of reduce_ops.cu, its own struct, the storage types of its (input, output)
-// tuple and the accumulator: f32 for f32/f16/bf16, f64 for f64, i64 for integers and bool.
+// tuple and the accumulator: f32 for f32/f16/bf16 (f64 for var and std), f64 for f64, i64 for
+// integers and bool.
 #include <string>
 #include <vector>
 
@@ -27,14 +28,17 @@ struct ReduceDef {
   const char* op;
   const char* functor;  // op struct in reduce.cu
   Domain domain;
+  // Welford's running mean in f32 rounds at the mean's scale, which swamps a small spread
+  // (mean/std 1e3 loses four digits): var and std accumulate in f64 for every dtype.
+  bool wide = false;
 };
 
 constexpr ReduceDef kReductions[] = {
     {"sum", "SumOp", Domain::widening},         {"prod", "ProdOp", Domain::widening},
     {"mean", "MeanOp", Domain::floating},       {"max", "MaxOp", Domain::same},
     {"min", "MinOp", Domain::same},             {"argmax", "ArgMaxOp", Domain::index},
-    {"argmin", "ArgMinOp", Domain::index},      {"var", "VarOp", Domain::floating},
-    {"std", "StdOp", Domain::floating},         {"logsumexp", "LogSumExpOp", Domain::floating},
+    {"argmin", "ArgMinOp", Domain::index},      {"var", "VarOp", Domain::floating, true},
+    {"std", "StdOp", Domain::floating, true},         {"logsumexp", "LogSumExpOp", Domain::floating},
 };
 
 std::vector<DTypes> tuples(Domain d) {
@@ -58,8 +62,8 @@ std::vector<DTypes> tuples(Domain d) {
   return out;
 }
 
-std::string accumulator(DType in) {
-  if (in == DType::f64) return "double";
+std::string accumulator(DType in, bool wide) {
+  if (in == DType::f64 || (wide && is_floating(in))) return "double";
   return is_floating(in) ? "float" : "long long";
 }
 
@@ -82,11 +86,11 @@ void register_reduction(const ReduceDef& def) {
   s.template_name = "reduce";
   s.entry = "kiln_reduce";
   s.dtypes = tuples(def.domain);
-  s.bind = [functor = std::string(def.functor)](const DTypes& d, std::uint32_t) -> Bindings {
+  s.bind = [functor = std::string(def.functor), wide = def.wide](const DTypes& d, std::uint32_t) -> Bindings {
     return {{"HEADERS", headers(d)},
             {"IN", std::string(cuda_storage_type(d[0]))},
             {"OUT", std::string(cuda_storage_type(d[1]))},
-            {"ACC", accumulator(d[0])},
+            {"ACC", accumulator(d[0], wide)},
             {"OPS", rt::template_source("reduce_ops")},
             {"OP", functor}};
   };

@@ -1,6 +1,7 @@
 // Kernel specs and host launchers of kernel_templates/softmax.cu: softmax/log_softmax over
-// contiguous rows and the gather/scatter kernels of nll_loss. One tuple (t) per floating
-// dtype; the launchers are declared where they are used (engine/ops/softmax.cpp, loss.cpp).
+// contiguous rows, the gather/scatter kernels of nll_loss and prod's exclusive products.
+// One tuple (t) per floating dtype; the launchers are declared where they are used
+// (engine/ops/softmax.cpp, loss.cpp, reduction.cpp).
 #include <algorithm>
 #include <string>
 
@@ -26,6 +27,7 @@ const rt::KernelSpec& register_entry(const char* op, const char* entry) {
 const KernelSpec& kSoftmax = register_entry("softmax", "kiln_softmax");
 const KernelSpec& kNllForward = register_entry("nll_loss", "kiln_nll_forward");
 const KernelSpec& kNllBackward = register_entry("nll_loss_backward", "kiln_nll_backward");
+const KernelSpec& kExclusiveProd = register_entry("exclusive_prod", "kiln_exclusive_prod");
 
 constexpr unsigned kBlock = 256;  // fixed by the template
 
@@ -68,6 +70,15 @@ void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::Dev
   const std::int32_t hi = has_ignore ? 1 : 0;
   rt::launch(function(kNllBackward, t, s), grid_stride_config(static_cast<std::uint64_t>(total), s.device()), s, g,
              labels, grad, tt, cc, ii, ig, hi);
+}
+
+// One thread per row: rows are short (the elements one prod reduced) and few passes.
+void launch_exclusive_prod(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t rows, std::int64_t cols,
+                           const rt::Stream& s) {
+  if (rows == 0 || cols == 0) return;
+  const long long r = rows, n = cols;
+  rt::launch(function(kExclusiveProd, t, s), grid_stride_config(static_cast<std::uint64_t>(rows), s.device()), s, in,
+             out, r, n);
 }
 
 }  // namespace kiln::kernels

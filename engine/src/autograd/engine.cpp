@@ -6,6 +6,7 @@
 #include "../tensor/copy.h"
 #include "../tensor/tensor_impl.h"
 #include "kiln/autograd.h"
+#include "record.h"
 
 namespace kiln {
 
@@ -14,6 +15,7 @@ class BackwardEngine {
   explicit BackwardEngine(bool retain) : retain_(retain) {}
 
   void seed(const Tensor& root, Tensor grad) {
+    if (root.defined() && grad_enabled()) refresh_view(root);
     if (!root.requires_grad())
       throw ValueError("[backward] the tensor does not require grad: nothing it depends on has requires_grad set");
     if (!grad.defined()) {

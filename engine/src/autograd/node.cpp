@@ -68,22 +68,17 @@ struct NodeBuilder {
 };
 
 bool any_requires_grad(std::span<const Tensor> inputs) {
-  for (const Tensor& t : inputs)
-    if (t.requires_grad()) return true;
-  return false;
+  bool any = false;
+  for (const Tensor& t : inputs) {
+    if (t.defined()) refresh_view(t);  // every input, so none is recorded with a stale history
+    any = any || (t.defined() && t.requires_grad());
+  }
+  return any;
 }
 
 void record_node(const OpDef& op, const Attrs& attrs, std::span<const Tensor> inputs,
                  std::span<const Tensor> cast_inputs, std::span<Tensor> outputs) {
   NodeBuilder::record(op, attrs, inputs, cast_inputs, outputs);
-}
-
-void rebase_history(const Tensor& self, const Tensor& result) {
-  TensorImpl& s = *self.impl();
-  const TensorImpl& r = *result.impl();
-  s.grad_fn = r.grad_fn;
-  s.output_nr = r.output_nr;
-  s.requires_grad = r.grad_fn != nullptr || r.requires_grad;
 }
 
 const Attrs& VjpContext::attrs() const { return node_.attrs(); }

@@ -114,11 +114,14 @@ Tensor& Tensor::mul_(const Scalar& s) { return call_inplace(get_op("mul_scalar")
 Tensor& Tensor::div_(const Scalar& s) { return call_inplace(get_op("div_scalar"), *this, {}, {{"scalar", s}}); }
 
 Tensor& Tensor::fill_(const Scalar& s) {
-  if (grad_enabled() && requires_grad()) {
-    if (is_leaf()) throw ValueError("[fill_] a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
-    // The new values depend on nothing: the tensor leaves the graph.
-    impl_->grad_fn.reset();
-    impl_->requires_grad = false;
+  checked(impl_);
+  if (inplace_needs_history(*this, {})) {
+    check_inplace(*this, "[fill_] ");
+    fill_into(*this, s);
+    bump_version(*this);
+    // The new values depend on nothing: a constant takes the place of the old history.
+    rebase_history(*this, broadcast_to(scalar_tensor(s, {.dtype = dtype(), .device = device()}), shape()));
+    return *this;
   }
   fill_into(*this, s);
   bump_version(*this);
@@ -129,18 +132,13 @@ Tensor& Tensor::zero_() { return fill_(0); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   Tensor s = src.device() == device() ? src : src.to(device());
-  if (grad_enabled() && (requires_grad() || s.requires_grad())) {
-    if (is_leaf() && requires_grad())
-      throw ValueError("[copy_] a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
+  const Tensor others[] = {s};
+  if (inplace_needs_history(*this, others)) {
+    check_inplace(*this, "[copy_] ");
     Tensor r = broadcast_to(s.to(dtype()), shape());
     copy_into(r.shares_storage(*this) ? convert(r, r.dtype()) : r, *this);
     bump_version(*this);
-    if (r.requires_grad()) {
-      rebase_history(*this, r);
-    } else {
-      impl_->grad_fn.reset();
-      impl_->requires_grad = false;
-    }
+    rebase_history(*this, r);
     return *this;
   }
   Tensor tmp = s.shares_storage(*this) ? s.clone() : s;  // overlapping copies go through a temporary

@@ -49,6 +49,13 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
 
+  // A view made by a view op keeps the tensor whose storage it views (never itself a view):
+  // an in-place write through the view must rewrite that base's history too.
+  std::shared_ptr<TensorImpl> view_base;
+  // On a base: bumped whenever its history is rewritten in place. On a view: the base's
+  // epoch its grad_fn was made from; a view whose epoch is behind is re-derived from the base.
+  std::uint64_t history_epoch = 0;
+
   void* data() const {
     return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(dtype_size(dtype));
   }
