@@ -138,11 +138,9 @@ bool inplace_needs_history(const Tensor& self, std::span<const Tensor> others) {
 void check_inplace(const Tensor& self, std::string_view who) {
   const TensorImpl& s = *self.impl();
   const std::string w(who);
-  if (!s.view_base) {
-    if (self.is_leaf() && self.requires_grad())
-      throw ValueError(w + "a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
-    return;
-  }
+  if (self.is_leaf() && self.requires_grad())
+    throw ValueError(w + "a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
+  if (!s.view_base) return;
   const TensorImpl& base = *s.view_base;
   if (!base.grad_fn && base.requires_grad)
     throw ValueError(w + "a view of a leaf tensor that requires grad cannot be modified in place (use NoGradGuard)");
