@@ -1,7 +1,7 @@
 #include "train.h"
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,8 +29,10 @@ Tensor as_images(const Tensor& x) { return x.reshape({x.size(0), 1, 28, 28}); }
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
   const double lr = o.lr.value();
   if (o.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(std::move(params), optim::SgdOptions{.lr = lr, .momentum = 0.9, .nesterov = true});
-  if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SgdOptions{.lr = lr, .momentum = 0.9, .nesterov = true});
+  if (o.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
   return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = lr});
 }
 

@@ -17,7 +17,7 @@ struct TrainOptions {
   std::string model = "mlp";
   std::optional<int> epochs;  // unset: the model's default
   std::int64_t batch_size = 128;
-  std::optional<double> lr;   // unset: the model's and optimizer's default
+  std::optional<double> lr;  // unset: the model's and optimizer's default
   std::string optimizer = "adam";
   std::string schedule;     // empty: the model's default (cosine for mlp, onecycle for cnn)
   kiln::Device device;

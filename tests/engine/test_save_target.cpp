@@ -115,8 +115,8 @@ TEST_CASE("check_output_path and check_replaceable_file: what each accepts") {
   CHECK_NOTHROW(io::check_output_path("/dev/null"));
   io_error(fifo, [&] { io::check_replaceable_file(fifo); });
   io_error("/dev/null", [&] { io::check_replaceable_file("/dev/null"); });
-  for (const std::string& bad : {dir.path().string(), dir.file("f/under-a-file"), dir.file("missing/x"),
-                                 std::string()}) {
+  for (const std::string& bad :
+       {dir.path().string(), dir.file("f/under-a-file"), dir.file("missing/x"), std::string()}) {
     CAPTURE(bad);
     io_error(bad, [&] { io::check_output_path(bad); });
     io_error(bad, [&] { io::check_replaceable_file(bad); });

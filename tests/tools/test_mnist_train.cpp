@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -135,8 +136,10 @@ namespace {
 // Runs mnist-train on s's data, one cheap epoch, with `extra` flags; a refused flag must
 // fail before any epoch runs (no "epoch 1/" line) with a message naming `needle`.
 void check_refused(const Scratch& s, const std::vector<std::string>& extra, const std::string& needle) {
-  std::vector<std::string> args{"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1",
-                                "--batch-size", "256"};
+  std::vector<std::string> args{"--data", s.dir.path().string(), "--device", "cpu"};
+  for (const std::string& flag : {"--epochs", "--batch-size"})  // one cheap epoch unless `extra` sets them
+    if (std::find(extra.begin(), extra.end(), flag) == extra.end())
+      args.insert(args.end(), {flag, flag == "--epochs" ? "1" : "256"});
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = train(args, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
   std::string flags;
