@@ -105,7 +105,13 @@ void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimize
   const nn::NamedTensors state = model.state();
   if (const std::string problems = mismatches(model_part, state); !problems.empty())
     throw ValueError("[io] model: " + problems);
-  if (opt && !optim_part.empty()) opt->load_state(optim_part);
+  if (opt && !optim_part.empty()) {
+    try {
+      opt->load_state(optim_part);
+    } catch (const ValueError& e) {
+      throw ValueError("[io] " + path + ": the optimizer state under \"optim.\": " + e.what());
+    }
+  }
   copy_checked(model_part, state);
 }
 

@@ -100,8 +100,9 @@ class AtomicFile {
  public:
   explicit AtomicFile(std::string path) : path_(std::move(path)) {
     static std::atomic<unsigned> counter{0};
+    check_replaceable_file(path_);
     tmp_ = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    f_ = std::fopen(tmp_.c_str(), "wb");
+    f_ = std::fopen(tmp_.c_str(), "wbx");  // x: never through something already at the temporary name
     if (!f_) throw IoError(path_, 0, std::string("expected a writable file (") + std::strerror(errno) + ")");
   }
   ~AtomicFile() {

@@ -64,8 +64,29 @@ DType state_dtype(DType param) {
 }  // namespace detail
 
 namespace {
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Why a loaded state slot (f32 or f64) is unusable: its first element that is not finite, or
+// negative when `nonnegative`; empty when every element is fine.
+std::string invalid_values(const Tensor& t, bool nonnegative) {
+  const Tensor host = t.to(Device::cpu()).contiguous();
+  std::string why;
+  auto scan = [&]<class T>() {
+    const T* v = static_cast<const T*>(host.data_ptr());
+    for (std::int64_t i = 0; i < host.numel(); ++i)
+      if (!std::isfinite(v[i]) || (nonnegative && v[i] < 0)) {
+        why = "holds " + detail::num_str(v[i]) + " at index " + std::to_string(i) + ", expected finite values" +
+              (nonnegative ? " >= 0" : "");
+        return;
+      }
+  };
+  if (host.dtype() == DType::f64) scan.operator()<double>();
+  else scan.operator()<float>();
+  return why;
 }
+
+}  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
   detail::check_params("optim", params_);
@@ -94,6 +115,9 @@ void Optimizer::step() {
     if (g.device() != p.device())
       throw DeviceError(which() + "has a gradient on " + g.device().str() + " but lives on " + p.device().str());
   }
+  if (steps_ >= kMaxSteps)
+    throw ValueError("[" + name() + "] the step count is at its limit 2^53 (" + std::to_string(kMaxSteps) +
+                     "); start a new optimizer or load a smaller 'step'");
   ++steps_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& g = params_[i].grad();
@@ -158,8 +182,10 @@ void Optimizer::load_state(const nn::NamedTensors& state) {
         problems.push_back("'step' is " + describe(t) + ", expected one i64 element");
       } else {
         const std::int64_t v = t.to(Device::cpu()).item<std::int64_t>();
-        if (v < 0) problems.push_back("'step' is " + std::to_string(v) + ", expected >= 0");
-        else step = v;
+        if (v < 0 || v > kMaxSteps)
+          problems.push_back("'step' is " + std::to_string(v) + ", expected 0 <= step <= 2^53");
+        else
+          step = v;
       }
       continue;
     }
@@ -181,6 +207,12 @@ void Optimizer::load_state(const nn::NamedTensors& state) {
     if (t.dtype() != want || t.shape() != p.shape()) {
       problems.push_back(q + " is " + describe(t) + ", expected " + std::string(dtype_name(want)) + " " +
                          shape_str(p.shape()));
+      continue;
+    }
+    // NaN or infinite moments (or a negative second moment under Adam's sqrt) would turn
+    // every later update into NaN.
+    if (const std::string why = invalid_values(t, slot_nonnegative(slot)); !why.empty()) {
+      problems.push_back(q + " " + why);
       continue;
     }
     incoming[index][slot] = t;

@@ -2,7 +2,10 @@
 // one, and reports accuracy and speed. `mnist-train --help` lists the flags.
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <kiln/kiln.h>
@@ -23,6 +26,25 @@ Device pick_device(const std::string& flag) {
                       " usable GPU(s)");
   return d;
 }
+
+// CLI11's PositiveNumber lets nan and inf through and wraps "-1" into an unsigned seed; these
+// check the text itself, so a value given is either used as written or refused.
+const CLI::Validator kFinitePositive(
+    [](std::string& s) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (s.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) return "expected a finite number > 0, got " + s;
+      return {};
+    },
+    "FLOAT > 0");
+const CLI::Validator kUnsigned64(
+    [](std::string& s) -> std::string {
+      std::uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec != std::errc{} || end != s.data() + s.size()) return "expected an integer in [0, 2^64), got " + s;
+      return {};
+    },
+    "UINT64");
 
 void print_summary(const mnist::RunResult& r) {
   auto when = [](const std::optional<double>& s) {
@@ -46,16 +68,22 @@ int main(int argc, char** argv) {
   std::string data_dir, device = "auto";
   app.add_option("--data", data_dir, "directory with the four MNIST files (default: $KILN_MNIST_DIR, else ./data/mnist)");
   app.add_option("--model", o.model, "mlp (784-512-512-10) or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
-  app.add_option("--epochs", o.epochs, "epochs (default: 10 for mlp, 5 for cnn)");
-  app.add_option("--batch-size", o.batch_size, "batch size")->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate, the peak for onecycle (default: 1e-3 mlp, 2e-3 cnn; sgd 0.1 / 0.05)");
+  app.add_option("--epochs", o.epochs, "epochs (default: 10 for mlp, 5 for cnn)")
+      ->check(CLI::Range(1, mnist::kMaxEpochs));
+  app.add_option("--batch-size", o.batch_size, "batch size")
+      ->check(CLI::Range(std::int64_t{1}, mnist::kMaxBatchSize))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate, the peak for onecycle (default: 1e-3 mlp, 2e-3 cnn; sgd 0.1 / 0.05)")
+      ->check(kFinitePositive);
   app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9, Nesterov), adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   app.add_option("--schedule", o.schedule, "none, step, cosine or onecycle (default: cosine mlp, onecycle cnn)")
       ->check(CLI::IsMember({"none", "step", "cosine", "onecycle"}));
   app.add_option("--device", device, "auto, cpu, cuda or cuda:N")->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the initial weights and the shuffling")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the initial weights and the shuffling")
+      ->check(kUnsigned64)
+      ->capture_default_str();
   app.add_option("--save", o.save, "write the model and optimizer state to this safetensors file at the end");
   app.add_option("--load", o.load, "start from a file written by --save");
   app.add_option("--metrics", o.metrics, "write one JSON object per epoch to this file");
@@ -66,11 +94,12 @@ int main(int argc, char** argv) {
     o.device = pick_device(device);
     o = mnist::with_defaults(o);
     if (o.eval_only && o.load.empty()) throw ValueError("[mnist-train] --eval-only needs --load FILE");
+    if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
     std::printf("kiln %s: %s on %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, data %s\n", kiln::version(),
-                o.model.c_str(), o.device.str().c_str(), o.epochs, static_cast<long long>(o.batch_size),
-                o.optimizer.c_str(), o.lr, o.schedule.c_str(), static_cast<unsigned long long>(o.seed), dir.c_str());
+                o.model.c_str(), o.device.str().c_str(), *o.epochs, static_cast<long long>(o.batch_size),
+                o.optimizer.c_str(), *o.lr, o.schedule.c_str(), static_cast<unsigned long long>(o.seed), dir.c_str());
     if (o.eval_only) {
       Generator gen(o.seed);
       auto model = mnist::make_model(o.model, gen);

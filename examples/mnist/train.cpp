@@ -1,8 +1,10 @@
 #include "train.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 
@@ -25,16 +27,20 @@ data::LoaderOptions loader_options(std::int64_t batch, bool shuffle, std::uint64
 Tensor as_images(const Tensor& x) { return x.reshape({x.size(0), 1, 28, 28}); }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+  const double lr = o.lr.value();
   if (o.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(std::move(params), optim::SgdOptions{.lr = o.lr, .momentum = 0.9, .nesterov = true});
-  if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions{.lr = o.lr, .weight_decay = 0.01});
-  return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = o.lr});
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SgdOptions{.lr = lr, .momentum = 0.9, .nesterov = true});
+  if (o.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
+  return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = lr});
 }
 
 std::unique_ptr<optim::LrScheduler> make_schedule(const TrainOptions& o, optim::Optimizer& opt, std::int64_t steps) {
-  if (o.schedule == "cosine") return std::make_unique<optim::CosineLR>(opt, o.lr, steps);
-  if (o.schedule == "onecycle") return std::make_unique<optim::OneCycleLR>(opt, o.lr, steps);
-  if (o.schedule == "step") return std::make_unique<optim::StepLR>(opt, o.lr, std::max<std::int64_t>(1, steps / 3), 0.1);
+  const double lr = o.lr.value();
+  if (o.schedule == "cosine") return std::make_unique<optim::CosineLR>(opt, lr, steps);
+  if (o.schedule == "onecycle") return std::make_unique<optim::OneCycleLR>(opt, lr, steps);
+  if (o.schedule == "step") return std::make_unique<optim::StepLR>(opt, lr, std::max<std::int64_t>(1, steps / 3), 0.1);
   return nullptr;  // "none"
 }
 
@@ -47,6 +53,36 @@ std::string metrics_json(const EpochMetrics& m) {
   return buf;
 }
 
+// The --metrics file, one JSON line per epoch. Each line is flushed and the stream checked,
+// so a full disk (or /dev/full) is an error naming the file rather than metrics lost silently.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path) : path_(path) {
+    if (path_.empty()) return;
+    out_.open(path_, std::ios::trunc);
+    if (!out_) fail("a writable file");
+  }
+  void write(const std::string& line) {
+    if (path_.empty()) return;
+    out_ << line << '\n' << std::flush;
+    if (!out_) fail("room for one more line of metrics");
+    written_ += line.size() + 1;
+  }
+  void close() {
+    if (path_.empty()) return;
+    out_.close();
+    if (!out_) fail("a successful close");
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw IoError(path_, written_, "expected " + what + " for --metrics (" + std::strerror(errno) + ")");
+  }
+  std::string path_;
+  std::ofstream out_;
+  std::uint64_t written_ = 0;
+};
+
 }  // namespace
 
 TrainOptions with_defaults(TrainOptions o) {
@@ -57,13 +93,30 @@ TrainOptions with_defaults(TrainOptions o) {
   if (o.schedule.empty()) o.schedule = cnn ? "onecycle" : "cosine";
   if (o.schedule != "none" && o.schedule != "step" && o.schedule != "cosine" && o.schedule != "onecycle")
     throw ValueError("[mnist-train] --schedule must be none, step, cosine or onecycle, got '" + o.schedule + "'");
-  if (o.epochs == 0) o.epochs = cnn ? 5 : 10;
-  if (o.epochs < 0) throw ValueError("[mnist-train] --epochs must be positive, got " + std::to_string(o.epochs));
-  if (o.batch_size <= 0)
-    throw ValueError("[mnist-train] --batch-size must be positive, got " + std::to_string(o.batch_size));
-  if (o.lr == 0) o.lr = o.optimizer == "sgd" ? (cnn ? 0.05 : 0.1) : (cnn ? 2e-3 : 1e-3);
-  if (o.lr < 0 || !std::isfinite(o.lr)) throw ValueError("[mnist-train] --lr must be positive");
+  if (!o.epochs) o.epochs = cnn ? 5 : 10;
+  if (*o.epochs < 1 || *o.epochs > kMaxEpochs)
+    throw ValueError("[mnist-train] --epochs must be in [1, " + std::to_string(kMaxEpochs) + "], got " +
+                     std::to_string(*o.epochs));
+  if (o.batch_size < 1 || o.batch_size > kMaxBatchSize)
+    throw ValueError("[mnist-train] --batch-size must be in [1, " + std::to_string(kMaxBatchSize) + "], got " +
+                     std::to_string(o.batch_size));
+  if (!o.lr) o.lr = o.optimizer == "sgd" ? (cnn ? 0.05 : 0.1) : (cnn ? 2e-3 : 1e-3);
+  if (!std::isfinite(*o.lr) || *o.lr <= 0)
+    throw ValueError("[mnist-train] --lr must be finite and > 0, got " + std::to_string(*o.lr));
   return o;
+}
+
+void check_output_files(const TrainOptions& o) {
+  auto check = [](const char* flag, const std::string& path, void (*f)(const std::string&)) {
+    if (path.empty()) return;
+    try {
+      f(path);
+    } catch (const IoError& e) {
+      throw ValueError(std::string("[mnist-train] ") + flag + " " + path + ": " + e.what());
+    }
+  };
+  check("--save", o.save, io::check_replaceable_file);
+  check("--metrics", o.metrics, io::check_output_path);
 }
 
 Evaluation evaluate(nn::Module& model, const data::Mnist& data, Device device) {
@@ -91,18 +144,15 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
   auto opt = make_optimizer(o, model->parameters());
   if (!o.load.empty()) io::load_checkpoint(o.load, *model, opt.get());
   data::DataLoader loader(data.train_images, data.train_labels, loader_options(o.batch_size, true, o.seed, o.device));
-  auto schedule = make_schedule(o, *opt, loader.batches() * o.epochs);
+  const int epochs = o.epochs.value();
+  auto schedule = make_schedule(o, *opt, loader.batches() * epochs);
 
-  std::ofstream metrics;
-  if (!o.metrics.empty()) {
-    metrics.open(o.metrics, std::ios::trunc);
-    if (!metrics) throw IoError(o.metrics, 0, "a writable metrics file");
-  }
+  MetricsFile metrics(o.metrics);
   RunResult r;
   model->train();
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+  for (int epoch = 1; epoch <= epochs; ++epoch) {
     loader.set_epoch(epoch - 1);
-    Progress bar(epoch, o.epochs, loader.batches());
+    Progress bar(epoch, epochs, loader.batches());
     Tensor loss_sum = zeros({}, {.device = o.device});
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; i < loader.batches(); ++i) {
@@ -132,9 +182,10 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
     std::snprintf(line, sizeof line, "train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.2fs  %.0f samples/s",
                   m.train_loss, m.test_loss, 100 * m.test_accuracy, m.seconds, m.samples_per_s);
     bar.finish(line);
-    if (metrics.is_open()) metrics << metrics_json(m) << '\n' << std::flush;
+    metrics.write(metrics_json(m));
   }
-  r.samples_per_s = static_cast<double>(loader.size()) * o.epochs / r.train_seconds;
+  metrics.close();
+  r.samples_per_s = static_cast<double>(loader.size()) * epochs / r.train_seconds;
   if (!o.save.empty()) io::save_checkpoint(o.save, *model, opt.get());
   return r;
 }

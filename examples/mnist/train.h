@@ -9,11 +9,15 @@
 
 namespace mnist {
 
+// Bounds of the numeric flags, far past any useful run, so step counts stay small.
+constexpr int kMaxEpochs = 10'000;
+constexpr std::int64_t kMaxBatchSize = std::int64_t{1} << 20;
+
 struct TrainOptions {
   std::string model = "mlp";
-  int epochs = 0;           // 0: the model's default
+  std::optional<int> epochs;  // unset: the model's default
   std::int64_t batch_size = 128;
-  double lr = 0;            // 0: the model's and optimizer's default
+  std::optional<double> lr;  // unset: the model's and optimizer's default
   std::string optimizer = "adam";
   std::string schedule;     // empty: the model's default (cosine for mlp, onecycle for cnn)
   kiln::Device device;
@@ -22,9 +26,13 @@ struct TrainOptions {
   bool eval_only = false;
 };
 
-// The model's defaults filled in; ValueError for an unknown optimizer or schedule or a
-// non-positive epoch count or batch size.
+// The model's defaults filled in; ValueError for an unknown model, optimizer or schedule,
+// epochs or batch size outside [1, kMax...], or an lr that is not finite and > 0.
 TrainOptions with_defaults(TrainOptions o);
+
+// Up front, before any training: ValueError naming the flag and file unless --save names a
+// new or regular file and --metrics a writable path, each in an existing writable directory.
+void check_output_files(const TrainOptions& o);
 
 struct EpochMetrics {
   int epoch = 0;
@@ -48,7 +56,7 @@ struct RunResult {
 Evaluation evaluate(kiln::nn::Module& model, const kiln::data::Mnist& data, kiln::Device device);
 
 // Trains from `o` (defaults already applied), printing progress to stdout and, with
-// o.metrics, one JSON object per epoch to that file.
+// o.metrics, one JSON object per epoch to that file; IoError naming it when a write fails.
 RunResult train(const TrainOptions& o, const kiln::data::Mnist& data);
 
 }  // namespace mnist

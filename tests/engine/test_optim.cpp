@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
+#include "temp_dir.h"
 
 using namespace kiln;
 using kiln_test::message_of;
@@ -298,6 +300,90 @@ TEST_CASE("optim: load_state lists every mismatch in one error and changes nothi
   opt.load_state({{"step", scalar_tensor(std::int64_t{7}, {.dtype = DType::i64})}});
   CHECK(opt.steps() == 7);
   CHECK(opt.state().size() == 1);
+}
+
+namespace {
+
+Tensor i64_scalar(std::int64_t v) { return scalar_tensor(v, {.dtype = DType::i64}); }
+
+}  // namespace
+
+TEST_CASE("optim: load_state refuses a step count past 2^53, where the bias corrections stop counting") {
+  Tensor a = param(kP0);
+  optim::Adam opt({a}, {.lr = 0.01});
+  constexpr std::int64_t kMax = std::int64_t{1} << 53;
+  for (std::int64_t bad : {std::numeric_limits<std::int64_t>::max(), kMax + 1, std::int64_t{-3}}) {
+    CAPTURE(bad);
+    const std::string msg = message_of<ValueError>([&] { opt.load_state({{"step", i64_scalar(bad)}}); });
+    CHECK(msg.find("'step' is " + std::to_string(bad)) != std::string::npos);
+    CHECK(msg.find("[optim.Adam] load_state") == 0);
+    CHECK(opt.steps() == 0);
+  }
+  opt.load_state({{"step", i64_scalar(kMax)}});
+  CHECK(opt.steps() == kMax);
+}
+
+TEST_CASE("optim: a step past 2^53 is an error, not an overflow, and changes nothing") {
+  constexpr std::int64_t kMax = std::int64_t{1} << 53;
+  Tensor a = param(kP0);
+  optim::Adam opt({a}, {.lr = 0.01});
+  opt.load_state({{"step", i64_scalar(kMax - 1)}});
+  set_grad(a, kGrads[0]);
+  opt.step();  // the last step there is
+  CHECK(opt.steps() == kMax);
+  const Vec before = a.to_vector<double>();
+  for (double x : before) CHECK(std::isfinite(x));
+  CHECK(message_of<ValueError>([&] { opt.step(); }) ==
+        "[optim.Adam] the step count is at its limit 2^53 (9007199254740992); start a new optimizer or load a "
+        "smaller 'step'");
+  CHECK(opt.steps() == kMax);
+  check_close(a, before, 0);
+}
+
+TEST_CASE("optim: load_state refuses moments that are not finite and a negative second moment") {
+  Tensor a = param(kP0);
+  optim::Adam opt({a}, {.lr = 0.01});
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const std::string msg = message_of<ValueError>([&] {
+    opt.load_state({{"step", i64_scalar(3)},
+                    {"0.exp_avg", from_vector(Vec{0.1, nan, 0.2})},
+                    {"0.exp_avg_sq", from_vector(Vec{0.1, 0.5, -0.25})}});
+  });
+  CHECK(msg ==
+        "[optim.Adam] load_state: 2 mismatches: '0.exp_avg' holds nan at index 1, expected finite values; "
+        "'0.exp_avg_sq' holds -0.25 at index 2, expected finite values >= 0");
+  CHECK(opt.steps() == 0);
+  CHECK(opt.state().size() == 1);
+
+  Tensor b = param({1.0, 2.0}, DType::f16);
+  optim::SGD sgd({b}, {.momentum = 0.9});
+  CHECK(message_of<ValueError>([&] {
+          sgd.load_state({{"step", i64_scalar(1)}, {"0.momentum_buffer", from_vector<float>({1.0f, float(-inf)})}});
+        }) == "[optim.SGD] load_state: 1 mismatch: '0.momentum_buffer' holds -inf at index 1, expected finite values");
+  // A negative momentum buffer is an ordinary state.
+  sgd.load_state({{"step", i64_scalar(1)}, {"0.momentum_buffer", from_vector<float>({1.0f, -2.0f})}});
+  CHECK(sgd.steps() == 1);
+}
+
+TEST_CASE("io: a checkpoint whose optim.step is INT64_MAX is refused at load, naming the key and value") {
+  kiln_test::TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  Generator gen(3);
+  nn::Linear net(3, 2, true, &gen);
+  optim::Adam opt(net.parameters(), {.lr = 0.01});
+  nn::NamedTensors all;
+  for (auto& [name, t] : net.state()) all.emplace_back("model." + name, t);
+  all.emplace_back("optim.step", i64_scalar(std::numeric_limits<std::int64_t>::max()));
+  io::save_safetensors(path, all, {{"format", "kiln-checkpoint"}});
+
+  nn::Linear other(3, 2, true, &gen);
+  optim::Adam other_opt(other.parameters(), {.lr = 0.01});
+  const Vec w = other.parameters()[0].to(DType::f64).to_vector<double>();
+  const std::string msg = message_of<ValueError>([&] { io::load_checkpoint(path, other, &other_opt); });
+  CHECK(msg.find("'step' is 9223372036854775807") != std::string::npos);
+  CHECK(msg.find(path) != std::string::npos);
+  CHECK(other_opt.steps() == 0);
+  CHECK(other.parameters()[0].to(DType::f64).to_vector<double>() == w);
 }
 
 TEST_CASE("optim.StepLR multiplies by gamma every step_size steps") {

@@ -1,9 +1,12 @@
 // mnist-train end to end on the CPU with a small synthetic MNIST (IDX files in a scratch
 // directory): training, metrics, checkpoint save/load, eval-only, and its error messages.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -126,4 +129,67 @@ TEST_CASE("mnist-train rejects bad flags with a message") {
   auto r = train({"--device", "cpu", "--eval-only"}, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("--eval-only needs --load") != std::string::npos);
+}
+
+namespace {
+
+// Runs mnist-train on s's data, one cheap epoch, with `extra` flags; a refused flag must
+// fail before any epoch runs (no "epoch 1/" line) with a message naming `needle`.
+void check_refused(const Scratch& s, const std::vector<std::string>& extra, const std::string& needle) {
+  std::vector<std::string> args{"--data", s.dir.path().string(), "--device", "cpu"};
+  for (const std::string& flag : {"--epochs", "--batch-size"})  // one cheap epoch unless `extra` sets them
+    if (std::find(extra.begin(), extra.end(), flag) == extra.end())
+      args.insert(args.end(), {flag, flag == "--epochs" ? "1" : "256"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = train(args, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
+  std::string flags;
+  for (const std::string& e : extra) flags += e + " ";
+  CAPTURE(flags);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find(needle) != std::string::npos);
+  CHECK(r.out.find("epoch 1/") == std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("mnist-train refuses numeric flags out of range instead of replacing or wrapping them") {
+  Scratch s;
+  // --epochs and --lr 0 used to mean "the default"; --seed -1 wrapped to 2^64-1.
+  for (const char* v : {"0", "-1", "1000001"}) check_refused(s, {"--epochs", v}, "--epochs");
+  for (const char* v : {"0", "-5", "100000000000"}) check_refused(s, {"--batch-size", v}, "--batch-size");
+  for (const char* v : {"0", "-0.1", "nan", "inf"}) check_refused(s, {"--lr", v}, "--lr");
+  for (const char* v : {"-1", "-9223372036854775808"}) check_refused(s, {"--seed", v}, "--seed");
+}
+
+TEST_CASE("mnist-train checks --save and --metrics before training") {
+  Scratch s;
+  const fs::path dir = s.dir.path();
+  const std::string missing = (dir / "no-such-dir" / "x").string();
+  check_refused(s, {"--save", missing}, missing);
+  check_refused(s, {"--save", missing}, "--save");
+  check_refused(s, {"--metrics", missing}, "--metrics");
+  check_refused(s, {"--metrics", missing}, missing);
+  check_refused(s, {"--save", dir.string()}, "directory");
+  check_refused(s, {"--metrics", dir.string()}, "directory");
+
+  // A rename would replace a symlink or a fifo with a regular file: refused, left as they were.
+  const fs::path real = dir / "real.safetensors", link = dir / "link.safetensors", fifo = dir / "fifo";
+  std::ofstream(real) << "keep me";
+  fs::create_symlink(real, link);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  check_refused(s, {"--save", link.string()}, "symbolic link");
+  CHECK(fs::is_symlink(fs::symlink_status(link)));
+  check_refused(s, {"--save", fifo.string()}, "fifo");
+  CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+  std::ifstream in(real);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "keep me");
+}
+
+TEST_CASE("mnist-train fails, naming the file, when the metrics cannot be written") {
+  Scratch s;
+  auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1", "--batch-size", "256",
+                  "--metrics", "/dev/full"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("/dev/full") != std::string::npos);
+  CHECK(r.err.find("--metrics") != std::string::npos);
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "kiln/io/output_path.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::optim {
@@ -17,6 +18,9 @@ namespace kiln::io {
 using Metadata = std::map<std::string, std::string>;
 
 // Any device (copied to the host); names unique. ValueError for a duplicate or empty name.
+// Written to a temporary file in the target's directory, flushed, fsynced and renamed over
+// `path`, so a reader never sees half a file; IoError naming `path` when check_replaceable_file
+// refuses it (a symlink, device node, fifo or directory there) or a write fails.
 void save_safetensors(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata = {});
 // CPU tensors in file order. IoError naming the file and offset for a bad header,
 // unknown dtype, overlapping or out-of-range data offsets, or a truncated file.
@@ -28,9 +32,11 @@ nn::NamedTensors load_safetensors(const std::string& path, Metadata* metadata = 
 void copy_into(const nn::NamedTensors& from, const nn::NamedTensors& into, const std::string& what);
 
 // A checkpoint: the module's state as "model.<name>" and, when given, the optimizer's as
-// "optim.<name>" in one file.
+// "optim.<name>" in one file, written as save_safetensors writes.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt = nullptr);
 // Loads what save_checkpoint wrote; a file without optimizer state leaves `opt` as it is.
+// ValueError naming the file for state the model or optimizer refuses (a wrong shape, a
+// step count past 2^53, moments that are not finite); then neither is changed.
 void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr);
 
 }  // namespace kiln::io

@@ -17,6 +17,9 @@ class Optimizer {
   // ValueError for an empty list, a parameter that is not a floating leaf requiring grad,
   // or the same tensor twice.
   Optimizer(std::vector<Tensor> params, double lr);
+  // The most steps an optimizer takes: past 2^53 the step count is not exact as the double
+  // that Adam's bias corrections raise beta to. step() beyond it is a ValueError.
+  static constexpr std::int64_t kMaxSteps = std::int64_t{1} << 53;
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -29,8 +32,9 @@ class Optimizer {
   const std::vector<Tensor>& params() const { return params_; }
 
   // Per-parameter state named "<index>.<slot>" (e.g. "0.exp_avg") plus "step" (i64
-  // scalar), for checkpoints. load_state checks names, dtypes and shapes and throws
-  // ValueError listing every mismatch; nothing is changed unless all match.
+  // scalar), for checkpoints. load_state checks names, dtypes, shapes, that step is in
+  // [0, kMaxSteps] and that the state holds finite values (>= 0 where slot_nonnegative), and
+  // throws ValueError listing every mismatch; nothing is changed unless all match.
   nn::NamedTensors state() const;
   void load_state(const nn::NamedTensors& state);
 
@@ -39,6 +43,8 @@ class Optimizer {
   virtual void update(std::size_t i, const Tensor& grad) = 0;
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
   virtual std::vector<std::string> slot_names() const = 0;
+  // Whether a slot's values can never be negative (a second moment), for load_state's checks.
+  virtual bool slot_nonnegative(std::size_t) const { return false; }
   // Zeros of the parameter's shape on first use (f32 for f16/bf16 parameters).
   Tensor& slot(std::size_t param, std::size_t slot);
   bool has_slot(std::size_t param, std::size_t slot) const;  // created or loaded already
@@ -91,6 +97,7 @@ class Adam : public Optimizer {
  protected:
   void update(std::size_t i, const Tensor& grad) override;
   std::vector<std::string> slot_names() const override;
+  bool slot_nonnegative(std::size_t slot) const override { return slot == 1; }  // exp_avg_sq
   virtual bool decoupled() const { return false; }
   std::string name() const override { return decoupled() ? "optim.AdamW" : "optim.Adam"; }
   AdamOptions o_;
