@@ -45,8 +45,11 @@ inline std::vector<std::string> jitcc_argv(std::vector<std::string> args) {
   return args;
 }
 
-inline ProcessResult jitcc(const std::vector<std::string>& args) {
-  ProcessResult r = kiln_test::run_process(jitcc_argv(args), child_env());
+// `env` is applied over child_env(), e.g. {{"KILN_CACHE_MAX_SIZE", "1"}}.
+inline ProcessResult jitcc(const std::vector<std::string>& args, const kiln_test::EnvOverrides& env = {}) {
+  kiln_test::EnvOverrides all = child_env();
+  all.insert(all.end(), env.begin(), env.end());
+  ProcessResult r = kiln_test::run_process(jitcc_argv(args), all);
   INFO("jitcc stderr: " << r.err);
   REQUIRE(r.exit_code < 128);  // never killed by a signal
   return r;

@@ -84,7 +84,7 @@ TEST_CASE("an unwritable cache directory works memory-only, with a warning") {
   const fs::path cache = blocker / "cache";
 
   std::vector<std::string> args = warm_args(cache);
-  args.push_back("--json");
+  args.insert(args.end(), {"--allow-unstored", "--json"});
   ProcessResult r = jitcc(args);
   INFO("warm: " << r.out << r.err);
   CHECK(r.exit_code == 0);

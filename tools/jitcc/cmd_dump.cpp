@@ -17,7 +17,7 @@ namespace {
 
 struct DumpArgs {
   std::string out;
-  std::string ops;
+  std::optional<std::string> ops;  // unset: every entry
 };
 
 // <op>_<dtypes>_v<variant>_sm<arch>_<digest8>, dtypes joined by '-'; nothing a shell must quote.
@@ -60,7 +60,9 @@ int run_dump(const DumpArgs& a, const Common& common) {
   auto cache = open_cache(common);
   auto entries = cache.list();
   std::set<std::string> ops;
-  for (const std::string& name : split_list(a.ops)) {
+  const std::vector<std::string> names = split_list(a.ops.value_or(""));
+  if (a.ops && names.empty()) throw UsageError("--ops names no op");
+  for (const std::string& name : names) {
     bool cached = std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.key.op == name; });
     if (!rt::find_kernel(name) && !cached)
       throw UsageError("unknown op '" + name + "' (not registered, not in the cache)");
@@ -114,8 +116,8 @@ int run_dump(const DumpArgs& a, const Common& common) {
 void add_dump(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<DumpArgs>();
   auto* sub = app.add_subcommand("dump", "Write each entry's .cu, .ptx (.cubin) and .json key to a directory");
-  sub->add_option("--out,-o", args->out, "Output directory (created if missing)")->required();
-  sub->add_option("--ops", args->ops, "Comma-separated op names (default: every entry)");
+  sub->add_option("--out,-o", args->out, "Output directory (created if missing)")->required()->check(not_a_flag());
+  sub->add_option("--ops", args->ops, "Comma-separated op names (default: every entry)")->check(not_a_flag());
   add_common_options(*sub, ctx.common);
   sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_dump(*args, ctx.common); }; });
 }

@@ -108,7 +108,9 @@ void add_verify(CLI::App& app, Context& ctx) {
 void add_gc(CLI::App& app, Context& ctx) {
   auto max_size = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("gc", "Evict least-recently-used entries down to a size bound");
-  sub->add_option("--max-size", *max_size, "Bound: bytes, or with a K/M/G suffix (e.g. 500M)")->required();
+  sub->add_option("--max-size", *max_size, "Bound: bytes, or with a K/M/G suffix (e.g. 500M)")
+      ->required()
+      ->check(not_a_flag());
   add_common_options(*sub, ctx.common);
   sub->callback([max_size, &ctx] { ctx.run = [max_size, &ctx] { return run_gc(*max_size, ctx.common); }; });
 }

@@ -67,10 +67,14 @@ void add_show(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<ShowArgs>();
   auto* sub = app.add_subcommand("show", "Print one kernel's instantiated source (or PTX) without using the cache");
   sub->add_option("op", args->op, "Op name")->required();
-  sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16")->required();
+  sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16")
+      ->required()
+      ->check(not_a_flag());
   sub->add_option("--variant", args->variant, "Variant (default: the op's first)");
   sub->add_flag("--ptx", args->ptx, "Compile with NVRTC and print the PTX");
-  sub->add_option("--arch", args->arch, "Target arch for --ptx (sm_90), or auto for GPU 0")->capture_default_str();
+  sub->add_option("--arch", args->arch, "Target arch for --ptx (sm_90), or auto for GPU 0")
+      ->capture_default_str()
+      ->check(not_a_flag());
   add_common_options(*sub, ctx.common);
   sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_show(*args, ctx.common); }; });
 }
