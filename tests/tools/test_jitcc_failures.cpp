@@ -15,15 +15,15 @@ namespace {
 
 std::int64_t instance_count() { return static_cast<std::int64_t>(selection().instances.size()); }
 
-JsonValue warm_json(const fs::path& cache, int expect_exit, const kiln_test::EnvOverrides& env = {},
-                    std::vector<std::string> extra = {}) {
+nlohmann::json warm_json(const fs::path& cache, int expect_exit, const kiln_test::EnvOverrides& env = {},
+                         std::vector<std::string> extra = {}) {
   std::vector<std::string> args = warm_args(cache);
   args.insert(args.end(), extra.begin(), extra.end());
   args.push_back("--json");
   ProcessResult r = jitcc(args, env);
   INFO("warm stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.exit_code == expect_exit);
-  return kiln_test::parse_json(r.out);
+  return nlohmann::json::parse(r.out);
 }
 
 void set_age(const fs::path& p, std::int64_t seconds) {
@@ -40,12 +40,12 @@ TEST_CASE("jitcc warm exits 1 when nothing is stored, unless --allow-unstored") 
   SUBCASE("the cache directory is under a regular file") {
     std::ofstream(dir.path() / "file") << "x";
     const fs::path cache = dir.path() / "file" / "cache";
-    JsonValue j = warm_json(cache, 1);
-    CHECK(j["compiled"].integer() == instance_count());
-    CHECK(j["failed"].integer() == 0);
-    CHECK(j["stored"].boolean() == false);
-    CHECK(j["stored_kernels"].integer() == 0);
-    CHECK(warm_json(cache, 0, {}, {"--allow-unstored"})["stored_kernels"].integer() == 0);
+    nlohmann::json j = warm_json(cache, 1);
+    CHECK(j.at("compiled") == instance_count());
+    CHECK(j.at("failed") == 0);
+    CHECK(j.at("stored").get<bool>() == false);
+    CHECK(j.at("stored_kernels") == 0);
+    CHECK(warm_json(cache, 0, {}, {"--allow-unstored"}).at("stored_kernels") == 0);
   }
   SUBCASE("KILN_CACHE_MAX_SIZE=1 evicts every entry as it is stored") {
     ProcessResult r = jitcc(warm_args(dir.path()), {{"KILN_CACHE_MAX_SIZE", "1"}});
@@ -56,9 +56,9 @@ TEST_CASE("jitcc warm exits 1 when nothing is stored, unless --allow-unstored") 
     CHECK(jitcc(warm_args(dir.path()), {{"KILN_CACHE_MAX_SIZE", "1"}}).exit_code == 1);  // not stored: not cached
   }
   SUBCASE("KILN_CACHE_MAX_SIZE=0 means no bound") {
-    JsonValue j = warm_json(dir.path(), 0, {{"KILN_CACHE_MAX_SIZE", "0"}});
-    CHECK(j["stored"].boolean());
-    CHECK(j["stored_kernels"].integer() == instance_count());
+    nlohmann::json j = warm_json(dir.path(), 0, {{"KILN_CACHE_MAX_SIZE", "0"}});
+    CHECK(j.at("stored").get<bool>());
+    CHECK(j.at("stored_kernels") == instance_count());
     CHECK(static_cast<std::int64_t>(entry_files(dir.path()).size()) == instance_count());
   }
 }
@@ -69,11 +69,11 @@ TEST_CASE("jitcc warm reports the true counts when writes start failing part way
   ScratchDir seed;
   copy_warmed_cache(seed.path());
   std::vector<std::string> shards;
-  JsonValue list = jitcc_json({"list", "--cache-dir", seed.path().string()});
+  nlohmann::json list = jitcc_json({"list", "--cache-dir", seed.path().string()});
   for (const Instance& i : selection().instances)
-    for (const JsonValue& e : list["entries"].array())
-      if (e["op"].str() == i.op && e["dtypes"].str() == i.dtypes && e["variant"].integer() == i.variant)
-        shards.push_back(e["digest"].str().substr(0, 2));
+    for (const nlohmann::json& e : list.at("entries"))
+      if (e.at("op") == i.op && e.at("dtypes") == i.dtypes && e.at("variant") == i.variant)
+        shards.push_back(e.at("digest").get<std::string>().substr(0, 2));
   REQUIRE(shards.size() == selection().instances.size());
   const std::string blocked = shards.back();
   const std::int64_t stored = std::find(shards.begin(), shards.end(), blocked) - shards.begin();
@@ -105,8 +105,8 @@ TEST_CASE("jitcc treats a cache path that is a regular file as an error") {
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("not a directory") != std::string::npos);
   }
-  JsonValue stats = jitcc_json({"stats", "--cache-dir", file.string()}, 1);
-  CHECK(stats["writable"].boolean() == false);
+  nlohmann::json stats = jitcc_json({"stats", "--cache-dir", file.string()}, 1);
+  CHECK(stats.at("writable").get<bool>() == false);
   CHECK(fs::is_regular_file(file));
 }
 

@@ -22,9 +22,9 @@ namespace rt = kiln::rt;
 const CLI::Validator& not_a_flag() {
   static const CLI::Validator v(
       [](const std::string& value) {
-        return value.size() > 1 && value[0] == '-' ? "'" + value + "' is an option, not a value (for a path, write ./" +
-                                                         value + ")"
-                                                   : std::string();
+        return value.size() > 1 && value[0] == '-'
+                   ? "'" + value + "' is an option, not a value (for a path, write ./" + value + ")"
+                   : std::string();
       },
       "");
   return v;
@@ -77,7 +77,7 @@ rt::DiskCache open_cache(const Common& common) {
 }
 
 void emit(const Common& common, const Json& json, const std::string& text) {
-  const std::string out = common.json ? json.dump() + "\n" : text;
+  const std::string out = common.json ? dump_json(json) + "\n" : text;
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fflush(stdout);
 }

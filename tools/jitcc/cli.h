@@ -4,17 +4,22 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "json.h"
 #include "kiln/dtype.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/kernel_registry.h"
 
 namespace jitcc {
+
+// --json output; objects keep their keys in insertion order.
+using Json = nlohmann::ordered_json;
+// One line; invalid UTF-8 (a path, an NVRTC log) becomes U+FFFD, so the output always parses.
+inline std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // Bad arguments: main prints the message and exits with kUsageExit.
 class UsageError : public std::runtime_error {

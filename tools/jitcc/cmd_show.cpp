@@ -43,20 +43,22 @@ int run_show(const ShowArgs& a, const Common& common) {
   }
 
   const std::string source = rt::instantiate_kernel(*spec, dtypes, variant);
-  Json j = Json::object()
-               .set("op", spec->op)
-               .set("dtypes", dtypes.str())
-               .set("variant", variant)
-               .set("entry", spec->entry)
-               .set("template", spec->template_name);
+  Json j = Json{{"op", spec->op},
+                {"dtypes", dtypes.str()},
+                {"variant", variant},
+                {"entry", spec->entry},
+                {"template", spec->template_name}};
   if (!a.ptx) {
-    j.set("source", source);
+    j["source"] = source;
     emit(common, j, source);
     return 0;
   }
   const int arch = resolve_arch(a.arch);
   rt::CompiledModule m = rt::compile({spec->op, dtypes.str(), source, arch});
-  j.set("arch", arch_name(arch)).set("ms", m.ms).set("cubin_bytes", m.cubin.size()).set("ptx", m.ptx);
+  j["arch"] = arch_name(arch);
+  j["ms"] = m.ms;
+  j["cubin_bytes"] = m.cubin.size();
+  j["ptx"] = m.ptx;
   emit(common, j, m.ptx);
   return 0;
 }

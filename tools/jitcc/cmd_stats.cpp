@@ -63,7 +63,7 @@ int run_stats(const Common& common) {
 
   auto counts = [](const std::map<std::string, int>& m) {
     Json o = Json::object();
-    for (const auto& [k, v] : m) o.set(k, v);
+    for (const auto& [k, v] : m) o[k] = v;
     return o;
   };
   auto counts_text = [](const std::map<std::string, int>& m) {
@@ -89,26 +89,25 @@ int run_stats(const Common& common) {
       {"GPU", gpu_text},
   };
   emit(common,
-       Json::object()
-           .set("cache_dir", cache.dir().string())
-           .set("mode", mode_name(global.mode()))
-           .set("writable", writable)
-           .set("problem", no_writes.empty() ? Json() : Json(no_writes))
-           .set("entries", entries.size())
-           .set("bad", bad)
-           .set("quarantined", cache.quarantine_count())
-           .set("total_bytes", total)
-           .set("per_arch", counts(per_arch))
-           .set("per_kind", counts(per_kind))
-           .set("per_op", counts(per_op))
-           .set("oldest", oldest ? Json(iso_time(oldest)) : Json())
-           .set("last_used", last_used ? Json(iso_time(last_used)) : Json())
-           .set("format_version", rt::DiskCache::kFormatVersion)
-           .set("registered_kernels", rt::registered_kernels().size())
-           .set("registered_instantiations", instantiations)
-           .set("nvrtc_version", rt::nvrtc_version())
-           .set("kiln_version", kiln::version())
-           .set("gpu", gpu ? Json(gpu_text) : Json()),
+       Json{{"cache_dir", cache.dir().string()},
+            {"mode", mode_name(global.mode())},
+            {"writable", writable},
+            {"problem", no_writes.empty() ? Json() : Json(no_writes)},
+            {"entries", entries.size()},
+            {"bad", bad},
+            {"quarantined", cache.quarantine_count()},
+            {"total_bytes", total},
+            {"per_arch", counts(per_arch)},
+            {"per_kind", counts(per_kind)},
+            {"per_op", counts(per_op)},
+            {"oldest", oldest ? Json(iso_time(oldest)) : Json()},
+            {"last_used", last_used ? Json(iso_time(last_used)) : Json()},
+            {"format_version", rt::DiskCache::kFormatVersion},
+            {"registered_kernels", rt::registered_kernels().size()},
+            {"registered_instantiations", instantiations},
+            {"nvrtc_version", rt::nvrtc_version()},
+            {"kiln_version", kiln::version()},
+            {"gpu", gpu ? Json(gpu_text) : Json()}},
        table(rows));
   if (!not_dir.empty()) std::fprintf(stderr, "jitcc: error: cache directory %s\n", not_dir.c_str());
   return not_dir.empty() ? 0 : kFailureExit;

@@ -117,12 +117,11 @@ int run_warm(const WarmArgs& a, const Common& common) {
   Json fails = Json::array();
   std::string text;
   for (const Failure& f : failures) {
-    fails.push(Json::object()
-                   .set("op", f.job->spec->op)
-                   .set("dtypes", f.job->dtypes.str())
-                   .set("variant", f.job->variant)
-                   .set("error", f.error)
-                   .set("log", f.log));
+    fails.push_back(Json{{"op", f.job->spec->op},
+                         {"dtypes", f.job->dtypes.str()},
+                         {"variant", f.job->variant},
+                         {"error", f.error},
+                         {"log", f.log}});
     std::fprintf(stderr, "jitcc: failed: %s (%s) variant %u: %s\n%s", f.job->spec->op.c_str(),
                  f.job->dtypes.str().c_str(), f.job->variant, f.error.c_str(), f.log.c_str());
   }
@@ -132,18 +131,17 @@ int run_warm(const WarmArgs& a, const Common& common) {
                 arch_name(arch).c_str(), seconds, compiled.load(), cached.load(), failures.size(), threads);
   text = line + std::string("cache: ") + cache.dir().string() + "\n";
   emit(common,
-       Json::object()
-           .set("compiled", compiled.load())
-           .set("cached", cached.load())
-           .set("failed", failures.size())
-           .set("seconds", seconds)
-           .set("kernels", jobs.size())
-           .set("arch", arch_name(arch))
-           .set("threads", threads)
-           .set("cache_dir", cache.dir().string())
-           .set("stored", stored == built)
-           .set("stored_kernels", stored)
-           .set("failures", std::move(fails)),
+       Json{{"compiled", compiled.load()},
+            {"cached", cached.load()},
+            {"failed", failures.size()},
+            {"seconds", seconds},
+            {"kernels", jobs.size()},
+            {"arch", arch_name(arch)},
+            {"threads", threads},
+            {"cache_dir", cache.dir().string()},
+            {"stored", stored == built},
+            {"stored_kernels", stored},
+            {"failures", std::move(fails)}},
        text);
   return failures.empty() && (stored == built || a.allow_unstored) ? 0 : kFailureExit;
 }
