@@ -27,12 +27,13 @@ has() {
     libspdlog-dev) [ -e /usr/include/spdlog/spdlog.h ] ;;
     doctest-dev) [ -e /usr/include/doctest/doctest.h ] ;;
     libcli11-dev) [ -e /usr/include/CLI/CLI.hpp ] ;;
+    nlohmann-json3-dev) [ -e /usr/include/nlohmann/json.hpp ] ;;
     zlib1g-dev) [ -e /usr/include/zlib.h ] ;;
     libopenblas-dev) ldconfig -p 2>/dev/null | grep -q libopenblas ;;
     *) dpkg -s "$1" >/dev/null 2>&1 ;;
   esac
 }
-packages="cmake ninja-build g++ libspdlog-dev doctest-dev libcli11-dev zlib1g-dev libopenblas-dev pkg-config"
+packages="cmake ninja-build g++ libspdlog-dev doctest-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libopenblas-dev pkg-config"
 missing=""
 for p in $packages; do has "$p" || missing="$missing $p"; done
 if [ -n "$missing" ]; then

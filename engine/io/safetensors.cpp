@@ -13,11 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "json.h"
+#include "json_tree.h"
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
@@ -62,37 +63,26 @@ struct Item {
   std::uint64_t bytes;
 };
 
-std::string header_json(const std::vector<Item>& items, const Metadata& metadata) {
-  std::string j = "{";
+// Compact, in insertion order, UTF-8 unescaped: the bytes serde_json writes for the same header.
+std::string header_json(const std::string& path, const std::vector<Item>& items, const Metadata& metadata) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
-    j += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) j += ',';
-      first = false;
-      append_json_string(j, k);
-      j += ':';
-      append_json_string(j, v);
-    }
-    j += '}';
+    nlohmann::ordered_json& m = j["__metadata__"] = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
   }
   std::uint64_t offset = 0;
   for (const Item& it : items) {
-    if (j.size() > 1) j += ',';
-    append_json_string(j, it.name);
-    j += ":{\"dtype\":\"";
-    j += it.st->name;
-    j += "\",\"shape\":[";
-    for (std::size_t d = 0; d < it.host.shape().size(); ++d) {
-      if (d) j += ',';
-      j += std::to_string(it.host.shape()[d]);
-    }
-    j += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + it.bytes) + "]}";
+    j[it.name] = {{"dtype", it.st->name}, {"shape", it.host.shape()}, {"data_offsets", {offset, offset + it.bytes}}};
     offset += it.bytes;
   }
-  j += '}';
-  j.append((8 - j.size() % 8) % 8, ' ');
-  return j;
+  std::string text;
+  try {
+    text = j.dump();
+  } catch (const nlohmann::json::type_error& e) {  // a name or metadata string that is not UTF-8
+    throw ValueError("[io] " + path + ": tensor names and metadata must be valid UTF-8 (" + e.what() + ")");
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
 }
 
 // Writes to a temporary file beside `path` and renames it, so a reader never sees half a file.
@@ -234,7 +224,7 @@ void save_safetensors(const std::string& path, const nn::NamedTensors& tensors, 
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     return a.st->order != b.st->order ? a.st->order > b.st->order : a.name < b.name;
   });
-  const std::string header = header_json(items, metadata);
+  const std::string header = header_json(path, items, metadata);
 
   AtomicFile f(path);
   unsigned char len[8];

@@ -1,6 +1,7 @@
 #include "kiln/runtime/disk_cache.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,7 +26,9 @@ namespace {
 
 constexpr const char* kQuarantineDir = "quarantine";
 constexpr const char* kTempPrefix = ".tmp-";
-constexpr std::int64_t kStaleTempSeconds = 3600;             // surely abandoned by a crashed writer
+// A writer holds an flock on its temp file from just after creating it; this grace covers
+// the instant between the two calls.
+constexpr std::int64_t kTempGraceSeconds = 5;
 constexpr std::int64_t kStaleQuarantineSeconds = 24 * 3600;  // long enough to inspect
 
 std::string errno_text(int err) { return std::generic_category().message(err); }
@@ -139,18 +142,21 @@ bool write_atomically(const fs::path& final, const std::string& digest, const st
     *reason = "cannot create " + tmp.string() + ": " + errno_text(errno);
     return false;
   }
+  // Held until the rename: an unlocked temp file belongs to a writer that is gone.
+  ::flock(fd, LOCK_EX);
   const char* failed = nullptr;
   int err = 0;
   if (!write_all(fd, bytes))
     failed = "write", err = errno;
   else if (::fsync(fd) != 0)
     failed = "fsync", err = errno;
-  if (::close(fd) != 0 && !failed) failed = "close", err = errno;
-  if (!failed && ::rename(tmp.c_str(), final.c_str()) != 0) failed = "rename", err = errno;
+  else if (::rename(tmp.c_str(), final.c_str()) != 0)
+    failed = "rename", err = errno;
   if (failed) {
     *reason = std::string("cannot ") + failed + " " + tmp.string() + ": " + errno_text(err);
     ::unlink(tmp.c_str());
   }
+  ::close(fd);  // after fsync a close error loses nothing
   return failed == nullptr;
 }
 
@@ -189,6 +195,18 @@ std::vector<fs::path> shard_dirs(const fs::path& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// A temp file no writer holds: its writer was killed. Removed under our lock, so a
+// writer that takes the name meanwhile (O_EXCL) cannot lose its file.
+bool remove_if_abandoned(const CacheFile& f, std::int64_t now) {
+  if (now - f.mtime_s < kTempGraceSeconds) return false;
+  int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool abandoned = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  const bool removed = abandoned && ::unlink(f.path.c_str()) == 0;
+  ::close(fd);
+  return removed;
 }
 
 std::vector<CacheFile> scan_shards(const fs::path& dir) {
@@ -412,7 +430,7 @@ std::uint64_t DiskCache::gc_locked(std::uint64_t max_bytes) {
   std::vector<Candidate> candidates;
   for (CacheFile& f : scan_shards(dir_)) {
     if (f.kind == FileKind::temp) {
-      if (now - f.mtime_s > kStaleTempSeconds) remove(f);
+      if (remove_if_abandoned(f, now)) removed += f.bytes;
       continue;
     }
     total += f.bytes;
@@ -442,6 +460,19 @@ void DiskCache::clear() {
     if (ec) throw Error("[cache] cannot remove " + d.string() + ": " + ec.message());
   }
   bytes_estimate_ = 0;
+}
+
+std::uint64_t DiskCache::remove_abandoned_temps() {
+  const std::int64_t now = unix_now();
+  std::uint64_t removed = 0;
+  for (const CacheFile& f : scan_shards(dir_))
+    if (f.kind == FileKind::temp && remove_if_abandoned(f, now)) removed += f.bytes;
+  return removed;
+}
+
+bool DiskCache::contains(const std::string& digest) const {
+  struct stat st {};
+  return is_hex_name(digest, 64) && ::stat(entry_path(digest).c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 std::uint64_t DiskCache::total_bytes() const {

@@ -161,9 +161,11 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
   return s.fn;
 }
 
-WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch) {
+WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
+                        std::string* digest) {
   std::string source = instantiate_kernel(spec, dtypes, variant);
   EntryKey key = make_key(spec, dtypes, variant, arch, source);
+  if (digest) *digest = key.digest;
   if (DiskCache::global().load(key)) {
     counters.disk_hits++;
     return WarmOutcome::cached;

@@ -180,7 +180,7 @@ TEST_CASE("safetensors malformed lengths and JSON are IoErrors at their offsets"
   too_long[0] = 200;
   CHECK(load_error(dir, too_long, 0).find("found 200") != std::string::npos);
   CHECK(load_error(dir, st_file(R"({"a":{"dtype":"F32",)", {}), 8 + 20).find("JSON header") != std::string::npos);
-  CHECK(load_error(dir, st_file(R"({"a":1,})", {}), 8 + 7).find("string key") != std::string::npos);
+  CHECK(load_error(dir, st_file(R"({"a":1,})", {}), 8 + 7).find("object key") != std::string::npos);
   CHECK(load_error(dir, st_file("[]      ", {}), 8).find("JSON object") != std::string::npos);
   CHECK(load_error(dir, st_file("{\"\xff\":1}", {}), 8 + 2).find("UTF-8") != std::string::npos);
   CHECK(load_error(dir, st_file(R"({"__metadata__":{"k":1}})", {}), 8 + 21).find("string value") != std::string::npos);

@@ -3,9 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
-#include "json_reader.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -15,7 +15,6 @@
 
 namespace fs = std::filesystem;
 namespace rt = kiln::rt;
-using kiln_test::parse_json;
 using kiln_test::run_process;
 
 namespace {
@@ -25,7 +24,7 @@ fs::path fresh_dir(const char* name) {
   return d;
 }
 
-kiln_test::JsonValue helper(const std::vector<std::string>& args, const fs::path& dir, bool no_compile = false) {
+nlohmann::json helper(const std::vector<std::string>& args, const fs::path& dir, bool no_compile = false) {
   std::vector<std::string> argv{KILN_TEST_HELPER_PATH};
   argv.insert(argv.end(), args.begin(), args.end());
   kiln_test::EnvOverrides env{{"KILN_CACHE_DIR", dir.string()}};
@@ -34,7 +33,7 @@ kiln_test::JsonValue helper(const std::vector<std::string>& args, const fs::path
   auto r = run_process(argv, env);
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
-  return parse_json(r.out);
+  return nlohmann::json::parse(r.out);
 }
 }  // namespace
 
@@ -56,21 +55,21 @@ TEST_CASE("a second get_function of one key is a memory hit") {
 TEST_CASE("a warm cache loads CUBIN and calls NVRTC zero times") {
   fs::path dir = fresh_dir("warm");
   auto cold = helper({"load", "add", "f32,f32"}, dir);
-  CHECK(cold["compiles"].integer() == 1);
-  CHECK(cold["cubin_loads"].integer() == 1);
+  CHECK(cold.at("compiles") == 1);
+  CHECK(cold.at("cubin_loads") == 1);
   auto warm = helper({"load", "add", "f32,f32"}, dir, /*no_compile=*/true);
-  CHECK(warm["compiles"].integer() == 0);
-  CHECK(warm["disk_hits"].integer() == 1);
-  CHECK(warm["cubin_loads"].integer() == 1);
-  CHECK(warm["ptx_loads"].integer() == 0);
+  CHECK(warm.at("compiles") == 0);
+  CHECK(warm.at("disk_hits") == 1);
+  CHECK(warm.at("cubin_loads") == 1);
+  CHECK(warm.at("ptx_loads") == 0);
   fs::remove_all(dir);
 }
 
 TEST_CASE("16 threads asking for one uncached kernel at once compile it once") {
   fs::path dir = fresh_dir("threads");
   auto r = helper({"load-threads", "mul", "f32,f32", "16"}, dir);
-  CHECK(r["outcome"].str() == "same");
-  CHECK(r["compiles"].integer() == 1);
+  CHECK(r.at("outcome") == "same");
+  CHECK(r.at("compiles") == 1);
   fs::remove_all(dir);
 }
 
@@ -87,8 +86,8 @@ TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
   cache.store(*entry);
 
   auto r = helper({"load", "sub", "f32,f32"}, dir, /*no_compile=*/true);
-  CHECK(r["compiles"].integer() == 0);
-  CHECK(r["cubin_loads"].integer() == 0);
-  CHECK(r["ptx_loads"].integer() == 1);
+  CHECK(r.at("compiles") == 0);
+  CHECK(r.at("cubin_loads") == 0);
+  CHECK(r.at("ptx_loads") == 1);
   fs::remove_all(dir);
 }

@@ -9,11 +9,11 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "json_reader.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/version.h"
 #include "process.h"
@@ -22,7 +22,6 @@
 namespace jitcc_test {
 
 namespace fs = std::filesystem;
-using kiln_test::JsonValue;
 using kiln_test::ProcessResult;
 
 using ScratchDir = kiln_test::TempDir;
@@ -45,21 +44,24 @@ inline std::vector<std::string> jitcc_argv(std::vector<std::string> args) {
   return args;
 }
 
-inline ProcessResult jitcc(const std::vector<std::string>& args) {
-  ProcessResult r = kiln_test::run_process(jitcc_argv(args), child_env());
+// `env` is applied over child_env(), e.g. {{"KILN_CACHE_MAX_SIZE", "1"}}.
+inline ProcessResult jitcc(const std::vector<std::string>& args, const kiln_test::EnvOverrides& env = {}) {
+  kiln_test::EnvOverrides all = child_env();
+  all.insert(all.end(), env.begin(), env.end());
+  ProcessResult r = kiln_test::run_process(jitcc_argv(args), all);
   INFO("jitcc stderr: " << r.err);
   REQUIRE(r.exit_code < 128);  // never killed by a signal
   return r;
 }
 
 // Runs jitcc with --json and parses stdout, which must hold exactly one object.
-inline JsonValue jitcc_json(std::vector<std::string> args, int expect_exit = 0) {
+inline nlohmann::json jitcc_json(std::vector<std::string> args, int expect_exit = 0) {
   args.push_back("--json");
   ProcessResult r = jitcc(args);
   INFO("jitcc " << args.front() << " stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.exit_code == expect_exit);
-  JsonValue j = kiln_test::parse_json(r.out);
-  REQUIRE(j.type() == JsonValue::Type::object);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(j.is_object());
   return j;
 }
 
@@ -115,9 +117,9 @@ inline std::vector<std::string> warm_args(const fs::path& cache_dir) {
 inline void copy_warmed_cache(const fs::path& to) {
   static ScratchDir seed;
   static bool warmed = [] {
-    JsonValue j = jitcc_json(warm_args(seed.path()));
-    REQUIRE(j["failed"].integer() == 0);
-    REQUIRE(j["compiled"].integer() == static_cast<std::int64_t>(selection().instances.size()));
+    nlohmann::json j = jitcc_json(warm_args(seed.path()));
+    REQUIRE(j.at("failed") == 0);
+    REQUIRE(j.at("compiled") == static_cast<std::int64_t>(selection().instances.size()));
     return true;
   }();
   REQUIRE(warmed);

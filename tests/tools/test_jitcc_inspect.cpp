@@ -26,19 +26,19 @@ TEST_CASE("jitcc warm compiles every selected kernel once, then finds them all c
   ScratchDir dir;
   const auto n = static_cast<std::int64_t>(selection().instances.size());
 
-  JsonValue first = jitcc_json(warm_args(dir.path()));
-  CHECK(first["compiled"].integer() == n);
-  CHECK(first["cached"].integer() == 0);
-  CHECK(first["failed"].integer() == 0);
-  CHECK(first["seconds"].number() >= 0);
-  CHECK(first["arch"].str() == "sm_90");
-  CHECK(first["failures"].size() == 0);
+  nlohmann::json first = jitcc_json(warm_args(dir.path()));
+  CHECK(first.at("compiled") == n);
+  CHECK(first.at("cached") == 0);
+  CHECK(first.at("failed") == 0);
+  CHECK(first.at("seconds").get<double>() >= 0);
+  CHECK(first.at("arch") == "sm_90");
+  CHECK(first.at("failures").size() == 0);
   CHECK(entry_files(dir.path()).size() == static_cast<std::size_t>(n));
 
-  JsonValue second = jitcc_json(warm_args(dir.path()));
-  CHECK(second["compiled"].integer() == 0);
-  CHECK(second["cached"].integer() == n);
-  CHECK(second["failed"].integer() == 0);
+  nlohmann::json second = jitcc_json(warm_args(dir.path()));
+  CHECK(second.at("compiled") == 0);
+  CHECK(second.at("cached") == n);
+  CHECK(second.at("failed") == 0);
 
   // The text report says the same for people.
   ProcessResult text = jitcc(warm_args(dir.path()));
@@ -50,16 +50,16 @@ TEST_CASE("jitcc list shows one row per entry with its key, size and times") {
   ScratchDir dir;
   copy_warmed_cache(dir.path());
 
-  JsonValue j = jitcc_json({"list", "--cache-dir", dir.path().string()});
-  const JsonValue& entries = j["entries"];
+  nlohmann::json j = jitcc_json({"list", "--cache-dir", dir.path().string()});
+  const nlohmann::json& entries = j.at("entries");
   std::set<Key> seen;
-  for (const JsonValue& e : entries.array()) {
-    seen.emplace(e["op"].str(), e["dtypes"].str(), e["variant"].integer());
-    CHECK(e["arch"].str() == "sm_90");
-    CHECK((e["kind"].str() == "cubin" || e["kind"].str() == "ptx"));
-    CHECK(e["bytes"].integer() > 0);
-    CHECK(looks_iso_utc(e["created"].str()));
-    CHECK(looks_iso_utc(e["last_used"].str()));
+  for (const nlohmann::json& e : entries) {
+    seen.emplace(e.at("op").get<std::string>(), e.at("dtypes").get<std::string>(), e.at("variant").get<std::int64_t>());
+    CHECK(e.at("arch") == "sm_90");
+    CHECK((e.at("kind") == "cubin" || e.at("kind") == "ptx"));
+    CHECK(e.at("bytes").get<std::int64_t>() > 0);
+    CHECK(looks_iso_utc(e.at("created").get<std::string>()));
+    CHECK(looks_iso_utc(e.at("last_used").get<std::string>()));
   }
   CHECK(entries.size() == selection().instances.size());
   CHECK(seen == expected_keys());
@@ -74,8 +74,8 @@ TEST_CASE("jitcc dump writes .cu/.ptx/.json per entry, and the .cu is what show 
   ScratchDir dir, out;
   copy_warmed_cache(dir.path());
 
-  JsonValue j = jitcc_json({"dump", "--out", out.path().string(), "--cache-dir", dir.path().string()});
-  CHECK(j["dumped"].integer() == static_cast<std::int64_t>(selection().instances.size()));
+  nlohmann::json j = jitcc_json({"dump", "--out", out.path().string(), "--cache-dir", dir.path().string()});
+  CHECK(j.at("dumped") == static_cast<std::int64_t>(selection().instances.size()));
 
   for (const Instance& i : selection().instances) {
     std::string dtypes = i.dtypes;
@@ -91,12 +91,12 @@ TEST_CASE("jitcc dump writes .cu/.ptx/.json per entry, and the .cu is what show 
     fs::path stem = cu[0];
     stem.replace_extension();
     CHECK(read_text(fs::path(stem) += ".ptx").find(".target sm_90") != std::string::npos);
-    JsonValue key = kiln_test::parse_json(read_text(fs::path(stem) += ".json"));
-    CHECK(key["op"].str() == i.op);
-    CHECK(key["dtypes"].str() == i.dtypes);
-    CHECK(key["variant"].integer() == i.variant);
-    CHECK(key["arch"].str() == "sm_90");
-    CHECK(key["digest"].str().size() == 64);
+    nlohmann::json key = nlohmann::json::parse(read_text(fs::path(stem) += ".json"));
+    CHECK(key.at("op") == i.op);
+    CHECK(key.at("dtypes") == i.dtypes);
+    CHECK(key.at("variant") == i.variant);
+    CHECK(key.at("arch") == "sm_90");
+    CHECK(key.at("digest").get<std::string>().size() == 64);
 
     ProcessResult show = jitcc({"show", i.op, "--dtypes", i.dtypes, "--variant", std::to_string(i.variant)});
     CHECK(show.exit_code == 0);
@@ -106,11 +106,11 @@ TEST_CASE("jitcc dump writes .cu/.ptx/.json per entry, and the .cu is what show 
   // --ops keeps only the named op's entries.
   ScratchDir only;
   const Instance& first = selection().instances.front();
-  JsonValue some =
+  nlohmann::json some =
       jitcc_json({"dump", "--out", only.path().string(), "--ops", first.op, "--cache-dir", dir.path().string()});
   std::int64_t want = 0;
   for (const Instance& i : selection().instances) want += i.op == first.op;
-  CHECK(some["dumped"].integer() == want);
+  CHECK(some.at("dumped") == want);
 }
 
 TEST_CASE("jitcc show prints the instantiated source, or its PTX, without touching the cache") {
@@ -124,11 +124,11 @@ TEST_CASE("jitcc show prints the instantiated source, or its PTX, without touchi
   REQUIRE(spec);
   CHECK(src.out == kiln::rt::instantiate_kernel(*spec, kiln::DTypes::parse(i.dtypes), spec->variants.front()));
 
-  JsonValue ptx =
+  nlohmann::json ptx =
       jitcc_json({"show", i.op, "--dtypes", i.dtypes, "--ptx", "--arch", "sm_90", "--cache-dir", dir.path().string()});
-  CHECK(ptx["ptx"].str().find(".version") != std::string::npos);
-  CHECK(ptx["ptx"].str().find(".target sm_90") != std::string::npos);
-  CHECK(ptx["ptx"].str().find(i.entry) != std::string::npos);
+  CHECK(ptx.at("ptx").get<std::string>().find(".version") != std::string::npos);
+  CHECK(ptx.at("ptx").get<std::string>().find(".target sm_90") != std::string::npos);
+  CHECK(ptx.at("ptx").get<std::string>().find(i.entry) != std::string::npos);
 
-  CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()})["entries"].size() == 0);
+  CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()}).at("entries").size() == 0);
 }

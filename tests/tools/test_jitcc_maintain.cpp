@@ -38,25 +38,25 @@ TEST_CASE("jitcc verify reports a corrupted entry, exits 1, and --fix removes it
   const std::string cache = dir.path().string();
   const auto n = static_cast<std::int64_t>(selection().instances.size());
 
-  JsonValue clean = jitcc_json({"verify", "--cache-dir", cache});
-  CHECK(clean["entries"].integer() == n);
-  CHECK(clean["bad"].size() == 0);
+  nlohmann::json clean = jitcc_json({"verify", "--cache-dir", cache});
+  CHECK(clean.at("entries") == n);
+  CHECK(clean.at("bad").size() == 0);
 
   const fs::path victim = entry_files(dir.path()).front();
   flip_last_byte(victim);
-  JsonValue bad = jitcc_json({"verify", "--cache-dir", cache}, 1);
-  REQUIRE(bad["bad"].size() == 1);
-  CHECK(bad["bad"][0]["path"].str() == victim.string());
-  CHECK(!bad["bad"][0]["problem"].str().empty());
+  nlohmann::json bad = jitcc_json({"verify", "--cache-dir", cache}, 1);
+  REQUIRE(bad.at("bad").size() == 1);
+  CHECK(bad.at("bad").at(0).at("path") == victim.string());
+  CHECK(!bad.at("bad").at(0).at("problem").get<std::string>().empty());
   CHECK(fs::exists(victim));  // without --fix nothing is removed
 
-  JsonValue fixed = jitcc_json({"verify", "--fix", "--cache-dir", cache});
-  CHECK(fixed["removed"].integer() == 1);
+  nlohmann::json fixed = jitcc_json({"verify", "--fix", "--cache-dir", cache});
+  CHECK(fixed.at("removed") == 1);
   CHECK(!fs::exists(victim));
 
-  JsonValue after = jitcc_json({"verify", "--cache-dir", cache});
-  CHECK(after["entries"].integer() == n - 1);
-  CHECK(after["bad"].size() == 0);
+  nlohmann::json after = jitcc_json({"verify", "--cache-dir", cache});
+  CHECK(after.at("entries") == n - 1);
+  CHECK(after.at("bad").size() == 0);
 }
 
 TEST_CASE("jitcc gc keeps the most recently used entries within the bound; 0 empties the cache") {
@@ -70,43 +70,43 @@ TEST_CASE("jitcc gc keeps the most recently used entries within the bound; 0 emp
   for (std::size_t i = 0; i < files.size(); ++i)
     set_last_used(files[i], now_s() - 1000 + static_cast<std::int64_t>(i) * 10);
   const auto keep_bytes = fs::file_size(files.back());
-  JsonValue gc = jitcc_json({"gc", "--max-size", std::to_string(keep_bytes), "--cache-dir", cache});
-  CHECK(gc["entries"].integer() == 1);
-  CHECK(gc["removed_entries"].integer() == static_cast<std::int64_t>(files.size() - 1));
-  CHECK(gc["total_bytes"].integer() <= static_cast<std::int64_t>(keep_bytes));
+  nlohmann::json gc = jitcc_json({"gc", "--max-size", std::to_string(keep_bytes), "--cache-dir", cache});
+  CHECK(gc.at("entries") == 1);
+  CHECK(gc.at("removed_entries") == static_cast<std::int64_t>(files.size() - 1));
+  CHECK(gc.at("total_bytes").get<std::int64_t>() <= static_cast<std::int64_t>(keep_bytes));
   CHECK(entry_files(dir.path()) == std::vector<fs::path>{files.back()});
 
-  JsonValue empty = jitcc_json({"gc", "--max-size", "0", "--cache-dir", cache});
-  CHECK(empty["entries"].integer() == 0);
+  nlohmann::json empty = jitcc_json({"gc", "--max-size", "0", "--cache-dir", cache});
+  CHECK(empty.at("entries") == 0);
   CHECK(entry_files(dir.path()).empty());
 
   // Suffixed sizes are accepted.
-  CHECK(jitcc_json({"gc", "--max-size", "64M", "--cache-dir", cache})["max_bytes"].integer() == 64 << 20);
+  CHECK(jitcc_json({"gc", "--max-size", "64M", "--cache-dir", cache}).at("max_bytes") == 64 << 20);
 }
 
 TEST_CASE("jitcc clear removes every entry") {
   ScratchDir dir;
   copy_warmed_cache(dir.path());
-  JsonValue j = jitcc_json({"clear", "--cache-dir", dir.path().string()});
-  CHECK(j["removed_entries"].integer() == static_cast<std::int64_t>(selection().instances.size()));
+  nlohmann::json j = jitcc_json({"clear", "--cache-dir", dir.path().string()});
+  CHECK(j.at("removed_entries") == static_cast<std::int64_t>(selection().instances.size()));
   CHECK(entry_files(dir.path()).empty());
-  CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()})["entries"].size() == 0);
+  CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()}).at("entries").size() == 0);
 }
 
 TEST_CASE("jitcc stats describes the directory, its entries and the build") {
   ScratchDir dir;
   copy_warmed_cache(dir.path());
   const auto n = static_cast<std::int64_t>(selection().instances.size());
-  JsonValue j = jitcc_json({"stats", "--cache-dir", dir.path().string()});
-  CHECK(j["cache_dir"].str() == dir.path().string());
-  CHECK(j["mode"].str() == "rw");
-  CHECK(j["entries"].integer() == n);
-  CHECK(j["bad"].integer() == 0);
-  CHECK(j["total_bytes"].integer() > 0);
-  CHECK(j["per_arch"]["sm_90"].integer() == n);
-  CHECK(!j["nvrtc_version"].str().empty());
-  CHECK(j["registered_kernels"].integer() >= 1);
-  CHECK(j["registered_instantiations"].integer() >= j["registered_kernels"].integer());
+  nlohmann::json j = jitcc_json({"stats", "--cache-dir", dir.path().string()});
+  CHECK(j.at("cache_dir") == dir.path().string());
+  CHECK(j.at("mode") == "rw");
+  CHECK(j.at("entries") == n);
+  CHECK(j.at("bad") == 0);
+  CHECK(j.at("total_bytes").get<std::int64_t>() > 0);
+  CHECK(j.at("per_arch").at("sm_90") == n);
+  CHECK(!j.at("nvrtc_version").get<std::string>().empty());
+  CHECK(j.at("registered_kernels").get<std::int64_t>() >= 1);
+  CHECK(j.at("registered_instantiations").get<std::int64_t>() >= j.at("registered_kernels").get<std::int64_t>());
 
   ProcessResult text = jitcc({"stats", "--cache-dir", dir.path().string()});
   CHECK(text.exit_code == 0);
@@ -145,7 +145,7 @@ TEST_CASE("jitcc rejects bad arguments with a message naming the problem") {
     args.push_back("--json");
     ProcessResult j = jitcc(args);
     CHECK(j.exit_code == r.exit_code);
-    CHECK(kiln_test::parse_json(j.out)["error"].str().find(c.named) != std::string::npos);
+    CHECK(nlohmann::json::parse(j.out).at("error").get<std::string>().find(c.named) != std::string::npos);
   }
   CHECK(!fs::exists(dir.path() / "quarantine"));
   CHECK(entry_files(dir.path()).empty());

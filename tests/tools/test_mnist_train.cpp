@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "json_reader.h"
-#include "kiln/kiln.h"
 #include "jitcc_test_util.h"
+#include "kiln/kiln.h"
 #include "process.h"
 
 using namespace kiln;
@@ -57,11 +57,11 @@ kiln_test::ProcessResult train(const std::vector<std::string>& args, kiln_test::
   return r;
 }
 
-std::vector<kiln_test::JsonValue> json_lines(const fs::path& p) {
+std::vector<nlohmann::json> json_lines(const fs::path& p) {
   std::ifstream in(p);
-  std::vector<kiln_test::JsonValue> out;
+  std::vector<nlohmann::json> out;
   for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(kiln_test::parse_json(line));
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 
@@ -78,12 +78,12 @@ TEST_CASE("mnist-train learns the synthetic set on the CPU, writes metrics and a
   CHECK(r.out.find("kernels:") != std::string::npos);
   auto lines = json_lines(metrics);
   REQUIRE(lines.size() == 2);
-  CHECK(lines[0]["epoch"].integer() == 1);
-  CHECK(lines[1]["epoch"].integer() == 2);
+  CHECK(lines[0].at("epoch") == 1);
+  CHECK(lines[1].at("epoch") == 2);
   for (const char* key : {"train_loss", "test_loss", "test_accuracy", "seconds", "samples_per_s"})
-    CHECK(lines[1].has(key));
-  CHECK(lines[1]["train_loss"].number() < lines[0]["train_loss"].number());
-  const double acc = lines[1]["test_accuracy"].number();
+    CHECK(lines[1].contains(key));
+  CHECK(lines[1].at("train_loss").get<double>() < lines[0].at("train_loss").get<double>());
+  const double acc = lines[1].at("test_accuracy").get<double>();
   CHECK(acc > 0.9);
   REQUIRE(fs::exists(ckpt));
 
@@ -93,15 +93,15 @@ TEST_CASE("mnist-train learns the synthetic set on the CPU, writes metrics and a
   char want[32];
   std::snprintf(want, sizeof want, "test accuracy %.2f%%", 100 * acc);
   CHECK(e.out.find(want) != std::string::npos);
-  auto bad = train({"--data", s.dir.path().string(), "--device", "cpu", "--model", "cnn", "--eval-only", "--load",
-                    ckpt.string()});
+  auto bad = train(
+      {"--data", s.dir.path().string(), "--device", "cpu", "--model", "cnn", "--eval-only", "--load", ckpt.string()});
   CHECK(bad.exit_code == 1);
   CHECK(bad.err.find("missing") != std::string::npos);
 }
 
 TEST_CASE("mnist-train: the same seed gives the same run") {
   Scratch s;
-  std::vector<std::vector<kiln_test::JsonValue>> runs;
+  std::vector<std::vector<nlohmann::json>> runs;
   for (int i = 0; i < 2; ++i) {
     const fs::path m = s.dir.path() / ("m" + std::to_string(i) + ".jsonl");
     auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1", "--batch-size", "128",
@@ -109,14 +109,13 @@ TEST_CASE("mnist-train: the same seed gives the same run") {
     REQUIRE(r.exit_code == 0);
     runs.push_back(json_lines(m));
   }
-  CHECK(runs[0][0]["train_loss"].number() == runs[1][0]["train_loss"].number());
-  CHECK(runs[0][0]["test_accuracy"].number() == runs[1][0]["test_accuracy"].number());
+  CHECK(runs[0][0].at("train_loss").get<double>() == runs[1][0].at("train_loss").get<double>());
+  CHECK(runs[0][0].at("test_accuracy").get<double>() == runs[1][0].at("test_accuracy").get<double>());
 }
 
 TEST_CASE("mnist-train says which files to put where when MNIST is missing") {
   jitcc_test::ScratchDir empty;
-  auto r = train({"--data", (empty.path() / "nowhere").string(), "--device", "cpu"},
-                 {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
+  auto r = train({"--data", (empty.path() / "nowhere").string(), "--device", "cpu"}, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
   CHECK(r.exit_code == 1);
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                         "t10k-labels-idx1-ubyte.gz", "KILN_MNIST_DIR"})

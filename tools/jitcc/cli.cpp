@@ -1,8 +1,13 @@
 #include "cli.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <limits>
 
@@ -14,10 +19,22 @@ namespace jitcc {
 
 namespace rt = kiln::rt;
 
+const CLI::Validator& not_a_flag() {
+  static const CLI::Validator v(
+      [](const std::string& value) {
+        return value.size() > 1 && value[0] == '-'
+                   ? "'" + value + "' is an option, not a value (for a path, write ./" + value + ")"
+                   : std::string();
+      },
+      "");
+  return v;
+}
+
 void add_common_options(CLI::App& sub, Common& common) {
   sub.add_option("--cache-dir", common.cache_dir,
                  "Cache directory (default: $KILN_CACHE_DIR, else "
-                 "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
+                 "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln)")
+      ->check(not_a_flag());
   sub.add_flag("--json", common.json, "Print one JSON object on stdout (logs go to stderr)");
 }
 
@@ -31,12 +48,36 @@ std::filesystem::path cache_dir(const Common& common) {
   return std::filesystem::absolute(common.cache_dir);
 }
 
-rt::DiskCache open_cache(const Common& common) {
+std::string cache_dir_problem(const std::filesystem::path& dir, bool writing) {
+  // The nearest existing ancestor decides whether the rest of the path can be created.
+  for (std::filesystem::path p = dir;; p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) {
+      if ((errno == ENOENT || errno == ENOTDIR) && p != p.parent_path()) continue;
+      return "cannot inspect " + p.string() + ": " + std::strerror(errno);
+    }
+    if (!S_ISDIR(st.st_mode))
+      return p == dir ? dir.string() + " is not a directory"
+                      : dir.string() + " cannot be created: " + p.string() + " is not a directory";
+    if (writing && ::access(p.c_str(), W_OK | X_OK) != 0)
+      return (p == dir ? dir.string() : dir.string() + " cannot be created: " + p.string()) + " is not writable (" +
+             std::strerror(errno) + ")";
+    return "";
+  }
+}
+
+rt::DiskCache unchecked_cache(const Common& common) {
   return rt::DiskCache(cache_dir(common), rt::CacheMode::read_write, std::numeric_limits<std::uint64_t>::max());
 }
 
+rt::DiskCache open_cache(const Common& common) {
+  if (std::string problem = cache_dir_problem(cache_dir(common), false); !problem.empty())
+    throw std::runtime_error("cache directory " + problem);
+  return unchecked_cache(common);
+}
+
 void emit(const Common& common, const Json& json, const std::string& text) {
-  const std::string out = common.json ? json.dump() + "\n" : text;
+  const std::string out = common.json ? dump_json(json) + "\n" : text;
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fflush(stdout);
 }
@@ -60,7 +101,7 @@ std::vector<std::string> split_list(const std::string& text) {
 
 std::vector<const rt::KernelSpec*> select_kernels(const std::string& ops) {
   const auto& all = rt::registered_kernels();
-  if (ops.empty() || ops == "all") return all;
+  if (ops == "all") return all;
   std::vector<const rt::KernelSpec*> out;
   for (const std::string& name : split_list(ops)) {
     const rt::KernelSpec* spec = rt::find_kernel(name);
@@ -76,7 +117,7 @@ std::vector<const rt::KernelSpec*> select_kernels(const std::string& ops) {
 }
 
 std::optional<std::vector<kiln::DType>> parse_dtype_filter(const std::string& dtypes) {
-  if (dtypes.empty() || dtypes == "all") return std::nullopt;
+  if (dtypes == "all") return std::nullopt;
   std::vector<kiln::DType> out;
   for (const std::string& name : split_list(dtypes)) {
     auto t = kiln::parse_dtype(name);
@@ -111,6 +152,10 @@ int resolve_arch(const std::string& text) {
       throw UsageError("--arch auto needs a GPU (" + why + "); pass --arch sm_XX to compile without one");
     return rt::device_info(0).arch();
   }
+  // compute_XX would name a PTX-only target; warm stores CUBIN and PTX for sm_XX, never PTX alone.
+  if (text.rfind("compute_", 0) == 0)
+    throw UsageError("bad --arch '" + text + "': PTX-only compute_XX targets are not supported; pass sm_" +
+                     text.substr(8) + " (its entries hold the PTX too)");
   int arch = 0;
   try {
     arch = rt::parse_arch(text);

@@ -4,17 +4,22 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "json.h"
 #include "kiln/dtype.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/kernel_registry.h"
 
 namespace jitcc {
+
+// --json output; objects keep their keys in insertion order.
+using Json = nlohmann::ordered_json;
+// One line; invalid UTF-8 (a path, an NVRTC log) becomes U+FFFD, so the output always parses.
+inline std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // Bad arguments: main prints the message and exits with kUsageExit.
 class UsageError : public std::runtime_error {
@@ -38,11 +43,18 @@ struct Context {
 
 // Adds --cache-dir and --json to a subcommand.
 void add_common_options(CLI::App& sub, Common& common);
+// CLI11 gives an option the next argument even when it is a flag ("--cache-dir --json").
+const CLI::Validator& not_a_flag();
 // Points the process-wide cache at --cache-dir; must run before any cache use.
 void apply_cache_dir(const Common& common);
 std::filesystem::path cache_dir(const Common& common);
+// Why `dir` cannot hold a cache ("" when it can, or can be created): the path or an ancestor
+// is not a directory, or (with `writing`) the nearest existing directory takes no writes.
+std::string cache_dir_problem(const std::filesystem::path& dir, bool writing);
 // A DiskCache on the chosen directory for inspecting and editing it, whatever
 // KILN_CACHE says (the user asked for exactly this directory).
+kiln::rt::DiskCache unchecked_cache(const Common& common);
+// The same, after checking that the path is a directory (or absent): std::runtime_error if not.
 kiln::rt::DiskCache open_cache(const Common& common);
 
 // Prints `json` (with --json) or `text` to stdout.
@@ -50,9 +62,9 @@ void emit(const Common& common, const Json& json, const std::string& text);
 void warn(const std::string& message);  // "jitcc: warning: ..." on stderr
 
 std::vector<std::string> split_list(const std::string& text);
-// "all" or empty: every registered kernel; otherwise the named ones (unknown -> UsageError).
+// "all": every registered kernel; otherwise the named ones (unknown or none -> UsageError).
 std::vector<const kiln::rt::KernelSpec*> select_kernels(const std::string& ops);
-// "all" or empty: nullopt (no filter); otherwise the named dtypes (unknown -> UsageError).
+// "all": nullopt (no filter); otherwise the named dtypes (unknown or none -> UsageError).
 std::optional<std::vector<kiln::DType>> parse_dtype_filter(const std::string& dtypes);
 // Bytes, or a number with a K/M/G suffix (binary multiples); UsageError otherwise.
 std::uint64_t parse_size(const std::string& text);

@@ -17,7 +17,7 @@ namespace {
 
 struct DumpArgs {
   std::string out;
-  std::string ops;
+  std::optional<std::string> ops;  // unset: every entry
 };
 
 // <op>_<dtypes>_v<variant>_sm<arch>_<digest8>, dtypes joined by '-'; nothing a shell must quote.
@@ -40,27 +40,28 @@ void write_file(const fs::path& p, const std::string& bytes) {
 
 Json key_json(const rt::EntryInfo& info) {
   const rt::EntryKey& k = info.key;
-  return Json::object()
-      .set("op", k.op)
-      .set("dtypes", k.dtypes)
-      .set("variant", k.variant)
-      .set("arch", arch_name(k.arch))
-      .set("kind", k.kind)
-      .set("nvrtc_version", k.nvrtc_version)
-      .set("options", k.options)
-      .set("digest", k.digest)
-      .set("format_version", rt::DiskCache::kFormatVersion)
-      .set("bytes", info.bytes)
-      .set("created", iso_time(info.created))
-      .set("last_used", iso_time(info.last_used))
-      .set("entry", info.path.string());
+  return Json{{"op", k.op},
+              {"dtypes", k.dtypes},
+              {"variant", k.variant},
+              {"arch", arch_name(k.arch)},
+              {"kind", k.kind},
+              {"nvrtc_version", k.nvrtc_version},
+              {"options", k.options},
+              {"digest", k.digest},
+              {"format_version", rt::DiskCache::kFormatVersion},
+              {"bytes", info.bytes},
+              {"created", iso_time(info.created)},
+              {"last_used", iso_time(info.last_used)},
+              {"entry", info.path.string()}};
 }
 
 int run_dump(const DumpArgs& a, const Common& common) {
   auto cache = open_cache(common);
   auto entries = cache.list();
   std::set<std::string> ops;
-  for (const std::string& name : split_list(a.ops)) {
+  const std::vector<std::string> names = split_list(a.ops.value_or(""));
+  if (a.ops && names.empty()) throw UsageError("--ops names no op");
+  for (const std::string& name : names) {
     bool cached = std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.key.op == name; });
     if (!rt::find_kernel(name) && !cached)
       throw UsageError("unknown op '" + name + "' (not registered, not in the cache)");
@@ -81,7 +82,7 @@ int run_dump(const DumpArgs& a, const Common& common) {
     if (!e) {
       if (!ops.empty() && info.key.op.empty()) continue;  // unreadable: cannot tell whether it was asked for
       warn("skipping bad entry " + info.path.string() + ": " + problem);
-      skipped.push(Json::object().set("path", info.path.string()).set("problem", problem));
+      skipped.push_back(Json{{"path", info.path.string()}, {"problem", problem}});
       ++bad;
       continue;
     }
@@ -90,21 +91,17 @@ int run_dump(const DumpArgs& a, const Common& common) {
       fs::path p = stem;
       p += ext;
       write_file(p, bytes);
-      files.push(p.string());
+      files.push_back(p.string());
     };
     emit_file(".cu", e->source);
     emit_file(".ptx", e->ptx);
     if (!e->cubin.empty()) emit_file(".cubin", e->cubin);
-    emit_file(".json", key_json(info).dump() + "\n");
+    emit_file(".json", dump_json(key_json(info)) + "\n");
     ++dumped;
   }
   const std::string text = "dumped " + std::to_string(dumped) + " entries to " + out.string() + "\n";
   emit(common,
-       Json::object()
-           .set("out", out.string())
-           .set("dumped", dumped)
-           .set("files", std::move(files))
-           .set("skipped", std::move(skipped)),
+       Json{{"out", out.string()}, {"dumped", dumped}, {"files", std::move(files)}, {"skipped", std::move(skipped)}},
        text);
   return bad ? kFailureExit : 0;
 }
@@ -114,8 +111,8 @@ int run_dump(const DumpArgs& a, const Common& common) {
 void add_dump(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<DumpArgs>();
   auto* sub = app.add_subcommand("dump", "Write each entry's .cu, .ptx (.cubin) and .json key to a directory");
-  sub->add_option("--out,-o", args->out, "Output directory (created if missing)")->required();
-  sub->add_option("--ops", args->ops, "Comma-separated op names (default: every entry)");
+  sub->add_option("--out,-o", args->out, "Output directory (created if missing)")->required()->check(not_a_flag());
+  sub->add_option("--ops", args->ops, "Comma-separated op names (default: every entry)")->check(not_a_flag());
   add_common_options(*sub, ctx.common);
   sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_dump(*args, ctx.common); }; });
 }

@@ -30,38 +30,33 @@ int run_list(const Common& common) {
   std::string bad_text;  // below the table: a bad entry has no key to fill its columns
   for (const auto& e : entries) {
     total += e.bytes;
-    Json j = Json::object()
-                 .set("op", e.key.op)
-                 .set("dtypes", e.key.dtypes)
-                 .set("variant", e.key.variant)
-                 .set("arch", e.key.arch ? Json(arch_name(e.key.arch)) : Json())
-                 .set("kind", e.key.kind)
-                 .set("bytes", e.bytes)
-                 .set("created", time_json(e.created))
-                 .set("last_used", time_json(e.last_used))
-                 .set("digest", e.key.digest)
-                 .set("path", e.path.string())
-                 .set("ok", e.ok);
+    Json j = Json{{"op", e.key.op},
+                  {"dtypes", e.key.dtypes},
+                  {"variant", e.key.variant},
+                  {"arch", e.key.arch ? Json(arch_name(e.key.arch)) : Json()},
+                  {"kind", e.key.kind},
+                  {"bytes", e.bytes},
+                  {"created", time_json(e.created)},
+                  {"last_used", time_json(e.last_used)},
+                  {"digest", e.key.digest},
+                  {"path", e.path.string()},
+                  {"ok", e.ok}};
     if (!e.ok) {
       ++bad;
-      j.set("problem", e.problem);
+      j["problem"] = e.problem;
       bad_text += "bad: " + e.path.string() + ": " + e.problem + "\n";
     } else {
       rows.push_back({e.key.op, e.key.dtypes, std::to_string(e.key.variant), arch_name(e.key.arch), e.key.kind,
                       human_bytes(e.bytes), time_text(e.created), time_text(e.last_used)});
     }
-    list.push(std::move(j));
+    list.push_back(std::move(j));
   }
   std::string text = rows.size() > 1 ? table(rows) : "";
   text += bad_text;
   text += std::to_string(entries.size()) + " entries, " + human_bytes(total) + " in " + cache.dir().string();
   text += bad ? " (" + std::to_string(bad) + " bad: run 'jitcc verify')\n" : "\n";
   emit(common,
-       Json::object()
-           .set("entries", std::move(list))
-           .set("total_bytes", total)
-           .set("bad", bad)
-           .set("cache_dir", cache.dir().string()),
+       Json{{"entries", std::move(list)}, {"total_bytes", total}, {"bad", bad}, {"cache_dir", cache.dir().string()}},
        text);
   return 0;
 }

@@ -34,7 +34,7 @@ int run_verify(bool fix, const Common& common) {
       if (!gone) warn("cannot remove " + info.path.string() + (ec ? ": " + ec.message() : ""));
       removed += gone;
     }
-    bad.push(Json::object().set("path", info.path.string()).set("problem", problem).set("removed", gone));
+    bad.push_back(Json{{"path", info.path.string()}, {"problem", problem}, {"removed", gone}});
     text += "bad: " + info.path.string() + ": " + problem + (gone ? " (removed)" : "") + "\n";
   }
   const int remaining = bad_count - removed;
@@ -45,13 +45,12 @@ int run_verify(bool fix, const Common& common) {
     text += " (run 'jitcc verify --fix' to remove them)";
   text += "\n";
   emit(common,
-       Json::object()
-           .set("entries", entries.size())
-           .set("ok", entries.size() - static_cast<std::size_t>(bad_count))
-           .set("bad", std::move(bad))
-           .set("removed", removed)
-           .set("clean", remaining == 0)
-           .set("cache_dir", cache.dir().string()),
+       Json{{"entries", entries.size()},
+            {"ok", entries.size() - static_cast<std::size_t>(bad_count)},
+            {"bad", std::move(bad)},
+            {"removed", removed},
+            {"clean", remaining == 0},
+            {"cache_dir", cache.dir().string()}},
        text);
   return remaining ? kFailureExit : 0;
 }
@@ -65,13 +64,12 @@ int run_gc(const std::string& max_size, const Common& common) {
   const std::uint64_t total = cache.total_bytes();
   const std::size_t removed = before > after ? before - after : 0;
   emit(common,
-       Json::object()
-           .set("max_bytes", max_bytes)
-           .set("removed_entries", removed)
-           .set("removed_bytes", removed_bytes)
-           .set("entries", after)
-           .set("total_bytes", total)
-           .set("cache_dir", cache.dir().string()),
+       Json{{"max_bytes", max_bytes},
+            {"removed_entries", removed},
+            {"removed_bytes", removed_bytes},
+            {"entries", after},
+            {"total_bytes", total},
+            {"cache_dir", cache.dir().string()}},
        "removed " + std::to_string(removed) + " entries (" + human_bytes(removed_bytes) + "); " +
            std::to_string(after) + " entries, " + human_bytes(total) + " left (bound " + human_bytes(max_bytes) +
            ")\n");
@@ -85,11 +83,10 @@ int run_clear(const Common& common) {
   cache.clear();
   const std::size_t left = cache.list().size();
   emit(common,
-       Json::object()
-           .set("removed_entries", entries - std::min(entries, left))
-           .set("removed_bytes", bytes)
-           .set("entries", left)
-           .set("cache_dir", cache.dir().string()),
+       Json{{"removed_entries", entries - std::min(entries, left)},
+            {"removed_bytes", bytes},
+            {"entries", left},
+            {"cache_dir", cache.dir().string()}},
        "removed " + std::to_string(entries) + " entries (" + human_bytes(bytes) + ") from " + cache.dir().string() +
            "\n");
   return left == 0 ? 0 : kFailureExit;
@@ -108,7 +105,9 @@ void add_verify(CLI::App& app, Context& ctx) {
 void add_gc(CLI::App& app, Context& ctx) {
   auto max_size = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("gc", "Evict least-recently-used entries down to a size bound");
-  sub->add_option("--max-size", *max_size, "Bound: bytes, or with a K/M/G suffix (e.g. 500M)")->required();
+  sub->add_option("--max-size", *max_size, "Bound: bytes, or with a K/M/G suffix (e.g. 500M)")
+      ->required()
+      ->check(not_a_flag());
   add_common_options(*sub, ctx.common);
   sub->callback([max_size, &ctx] { ctx.run = [max_size, &ctx] { return run_gc(*max_size, ctx.common); }; });
 }

@@ -43,20 +43,22 @@ int run_show(const ShowArgs& a, const Common& common) {
   }
 
   const std::string source = rt::instantiate_kernel(*spec, dtypes, variant);
-  Json j = Json::object()
-               .set("op", spec->op)
-               .set("dtypes", dtypes.str())
-               .set("variant", variant)
-               .set("entry", spec->entry)
-               .set("template", spec->template_name);
+  Json j = Json{{"op", spec->op},
+                {"dtypes", dtypes.str()},
+                {"variant", variant},
+                {"entry", spec->entry},
+                {"template", spec->template_name}};
   if (!a.ptx) {
-    j.set("source", source);
+    j["source"] = source;
     emit(common, j, source);
     return 0;
   }
   const int arch = resolve_arch(a.arch);
   rt::CompiledModule m = rt::compile({spec->op, dtypes.str(), source, arch});
-  j.set("arch", arch_name(arch)).set("ms", m.ms).set("cubin_bytes", m.cubin.size()).set("ptx", m.ptx);
+  j["arch"] = arch_name(arch);
+  j["ms"] = m.ms;
+  j["cubin_bytes"] = m.cubin.size();
+  j["ptx"] = m.ptx;
   emit(common, j, m.ptx);
   return 0;
 }
@@ -67,10 +69,14 @@ void add_show(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<ShowArgs>();
   auto* sub = app.add_subcommand("show", "Print one kernel's instantiated source (or PTX) without using the cache");
   sub->add_option("op", args->op, "Op name")->required();
-  sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16")->required();
+  sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16")
+      ->required()
+      ->check(not_a_flag());
   sub->add_option("--variant", args->variant, "Variant (default: the op's first)");
   sub->add_flag("--ptx", args->ptx, "Compile with NVRTC and print the PTX");
-  sub->add_option("--arch", args->arch, "Target arch for --ptx (sm_90), or auto for GPU 0")->capture_default_str();
+  sub->add_option("--arch", args->arch, "Target arch for --ptx (sm_90), or auto for GPU 0")
+      ->capture_default_str()
+      ->check(not_a_flag());
   add_common_options(*sub, ctx.common);
   sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_show(*args, ctx.common); }; });
 }

@@ -1,6 +1,7 @@
 // jitcc stats: where the cache is, how it is configured, what it holds, and what
 // this build could put in it.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "cli.h"
@@ -28,7 +29,10 @@ const char* mode_name(rt::CacheMode m) {
 
 int run_stats(const Common& common) {
   apply_cache_dir(common);
-  auto cache = open_cache(common);
+  // Described even when unusable: stats is where one looks to find out why.
+  auto cache = unchecked_cache(common);
+  const std::string not_dir = cache_dir_problem(cache.dir(), false);
+  const std::string no_writes = not_dir.empty() ? cache_dir_problem(cache.dir(), true) : not_dir;
   const auto entries = cache.list();
   std::map<std::string, int> per_arch, per_kind, per_op;
   int bad = 0;
@@ -51,6 +55,7 @@ int run_stats(const Common& common) {
 
   // The process-wide configuration (KILN_CACHE, and whether the directory takes writes).
   const auto& global = rt::DiskCache::global();
+  const bool writable = global.writable() && no_writes.empty();
   std::string why;
   const bool gpu = rt::gpu_available(&why);
   const std::string gpu_text =
@@ -58,7 +63,7 @@ int run_stats(const Common& common) {
 
   auto counts = [](const std::map<std::string, int>& m) {
     Json o = Json::object();
-    for (const auto& [k, v] : m) o.set(k, v);
+    for (const auto& [k, v] : m) o[k] = v;
     return o;
   };
   auto counts_text = [](const std::map<std::string, int>& m) {
@@ -68,7 +73,8 @@ int run_stats(const Common& common) {
   };
   std::vector<std::vector<std::string>> rows{
       {"directory", cache.dir().string()},
-      {"mode", std::string(mode_name(global.mode())) + (global.writable() ? "" : " (not writable: memory only)")},
+      {"mode", std::string(mode_name(global.mode())) +
+                   (writable ? "" : " (not writable" + (no_writes.empty() ? "" : ": " + no_writes) + "; memory only)")},
       {"entries", std::to_string(entries.size()) + (bad ? " (" + std::to_string(bad) + " bad)" : "")},
       {"quarantined", std::to_string(cache.quarantine_count()) + " bad files moved aside"},
       {"total size", human_bytes(total)},
@@ -83,27 +89,28 @@ int run_stats(const Common& common) {
       {"GPU", gpu_text},
   };
   emit(common,
-       Json::object()
-           .set("cache_dir", cache.dir().string())
-           .set("mode", mode_name(global.mode()))
-           .set("writable", global.writable())
-           .set("entries", entries.size())
-           .set("bad", bad)
-           .set("quarantined", cache.quarantine_count())
-           .set("total_bytes", total)
-           .set("per_arch", counts(per_arch))
-           .set("per_kind", counts(per_kind))
-           .set("per_op", counts(per_op))
-           .set("oldest", oldest ? Json(iso_time(oldest)) : Json())
-           .set("last_used", last_used ? Json(iso_time(last_used)) : Json())
-           .set("format_version", rt::DiskCache::kFormatVersion)
-           .set("registered_kernels", rt::registered_kernels().size())
-           .set("registered_instantiations", instantiations)
-           .set("nvrtc_version", rt::nvrtc_version())
-           .set("kiln_version", kiln::version())
-           .set("gpu", gpu ? Json(gpu_text) : Json()),
+       Json{{"cache_dir", cache.dir().string()},
+            {"mode", mode_name(global.mode())},
+            {"writable", writable},
+            {"problem", no_writes.empty() ? Json() : Json(no_writes)},
+            {"entries", entries.size()},
+            {"bad", bad},
+            {"quarantined", cache.quarantine_count()},
+            {"total_bytes", total},
+            {"per_arch", counts(per_arch)},
+            {"per_kind", counts(per_kind)},
+            {"per_op", counts(per_op)},
+            {"oldest", oldest ? Json(iso_time(oldest)) : Json()},
+            {"last_used", last_used ? Json(iso_time(last_used)) : Json()},
+            {"format_version", rt::DiskCache::kFormatVersion},
+            {"registered_kernels", rt::registered_kernels().size()},
+            {"registered_instantiations", instantiations},
+            {"nvrtc_version", rt::nvrtc_version()},
+            {"kiln_version", kiln::version()},
+            {"gpu", gpu ? Json(gpu_text) : Json()}},
        table(rows));
-  return 0;
+  if (!not_dir.empty()) std::fprintf(stderr, "jitcc: error: cache directory %s\n", not_dir.c_str());
+  return not_dir.empty() ? 0 : kFailureExit;
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ struct WarmArgs {
   std::string dtypes = "all";
   std::string arch = "auto";
   int jobs = 0;  // 0: hardware_concurrency
+  bool allow_unstored = false;
 };
 
 struct Job {
@@ -38,6 +39,13 @@ struct Failure {
 };
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Why fewer kernels are in the cache than were built; the disk cache has already logged the cause.
+std::string unstored_reason(const rt::DiskCache& cache) {
+  if (cache.mode() != rt::CacheMode::read_write) return "KILN_CACHE is not rw";
+  if (!cache.writable()) return "writes to " + cache.dir().string() + " failed (see the warning above)";
+  return "the size bound KILN_CACHE_MAX_SIZE=" + human_bytes(cache.max_bytes()) + " evicted them";
+}
 
 std::vector<Job> select_jobs(const WarmArgs& a) {
   auto specs = select_kernels(a.ops);
@@ -67,17 +75,20 @@ int run_warm(const WarmArgs& a, const Common& common) {
   auto& cache = rt::DiskCache::global();
   if (cache.mode() != rt::CacheMode::read_write)
     warn("KILN_CACHE is not rw: kernels are compiled but not stored in " + cache.dir().string());
+  else
+    cache.remove_abandoned_temps();  // left by a killed warm; they would never be collected otherwise
 
   std::atomic<std::size_t> next{0};
   std::atomic<int> compiled{0}, cached{0};
   std::mutex mu;
   std::vector<Failure> failures;
+  std::vector<std::string> digests(jobs.size());  // empty for failed jobs
   const auto start = std::chrono::steady_clock::now();
   auto worker = [&] {
     for (std::size_t i = next++; i < jobs.size(); i = next++) {
       const Job& j = jobs[i];
       try {
-        auto outcome = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch);
+        auto outcome = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch, &digests[i]);
         (outcome == rt::WarmOutcome::compiled ? compiled : cached)++;
       } catch (const kiln::CompileError& e) {
         std::lock_guard lock(mu);
@@ -95,18 +106,22 @@ int run_warm(const WarmArgs& a, const Common& common) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::sort(failures.begin(), failures.end(), [](const Failure& x, const Failure& y) { return x.job < y.job; });
-  if (!cache.writable() && cache.mode() == rt::CacheMode::read_write)
-    warn("cache directory " + cache.dir().string() + " is not writable: nothing was stored");
+  // Counted on disk at the end: a failed write, an eviction or another process's gc all show.
+  const std::size_t built = jobs.size() - failures.size();
+  std::size_t stored = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) stored += !digests[i].empty() && cache.contains(digests[i]);
+  if (stored < built)
+    warn("stored " + std::to_string(stored) + " of " + std::to_string(built) + " kernels in " + cache.dir().string() +
+         "; the others are compiled but not cached (" + unstored_reason(cache) + ")");
 
   Json fails = Json::array();
   std::string text;
   for (const Failure& f : failures) {
-    fails.push(Json::object()
-                   .set("op", f.job->spec->op)
-                   .set("dtypes", f.job->dtypes.str())
-                   .set("variant", f.job->variant)
-                   .set("error", f.error)
-                   .set("log", f.log));
+    fails.push_back(Json{{"op", f.job->spec->op},
+                         {"dtypes", f.job->dtypes.str()},
+                         {"variant", f.job->variant},
+                         {"error", f.error},
+                         {"log", f.log}});
     std::fprintf(stderr, "jitcc: failed: %s (%s) variant %u: %s\n%s", f.job->spec->op.c_str(),
                  f.job->dtypes.str().c_str(), f.job->variant, f.error.c_str(), f.log.c_str());
   }
@@ -116,19 +131,19 @@ int run_warm(const WarmArgs& a, const Common& common) {
                 arch_name(arch).c_str(), seconds, compiled.load(), cached.load(), failures.size(), threads);
   text = line + std::string("cache: ") + cache.dir().string() + "\n";
   emit(common,
-       Json::object()
-           .set("compiled", compiled.load())
-           .set("cached", cached.load())
-           .set("failed", failures.size())
-           .set("seconds", seconds)
-           .set("kernels", jobs.size())
-           .set("arch", arch_name(arch))
-           .set("threads", threads)
-           .set("cache_dir", cache.dir().string())
-           .set("stored", cache.writable())
-           .set("failures", std::move(fails)),
+       Json{{"compiled", compiled.load()},
+            {"cached", cached.load()},
+            {"failed", failures.size()},
+            {"seconds", seconds},
+            {"kernels", jobs.size()},
+            {"arch", arch_name(arch)},
+            {"threads", threads},
+            {"cache_dir", cache.dir().string()},
+            {"stored", stored == built},
+            {"stored_kernels", stored},
+            {"failures", std::move(fails)}},
        text);
-  return failures.empty() ? 0 : kFailureExit;
+  return failures.empty() && (stored == built || a.allow_unstored) ? 0 : kFailureExit;
 }
 
 }  // namespace
@@ -136,12 +151,17 @@ int run_warm(const WarmArgs& a, const Common& common) {
 void add_warm(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<WarmArgs>();
   auto* sub = app.add_subcommand("warm", "Compile registered kernels into the disk cache");
-  sub->add_option("--ops", args->ops, "Comma-separated op names, or all")->capture_default_str();
+  sub->add_option("--ops", args->ops, "Comma-separated op names, or all")->capture_default_str()->check(not_a_flag());
   sub->add_option("--dtypes", args->dtypes,
                   "Comma-separated dtypes: keeps instantiations whose dtypes are all listed, or all")
-      ->capture_default_str();
-  sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")->capture_default_str();
+      ->capture_default_str()
+      ->check(not_a_flag());
+  sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")
+      ->capture_default_str()
+      ->check(not_a_flag());
   sub->add_option("--jobs,-j", args->jobs, "Parallel compiles (default: hardware threads)");
+  sub->add_flag("--allow-unstored", args->allow_unstored,
+                "Exit 0 even when some kernels could not be stored (read-only, full or too small cache)");
   add_common_options(*sub, ctx.common);
   sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_warm(*args, ctx.common); }; });
 }

@@ -16,7 +16,7 @@ namespace {
 int fail(bool json, int code, const std::string& message) {
   std::fprintf(stderr, "jitcc: error: %s\n", message.c_str());
   if (json) {
-    const std::string out = jitcc::Json::object().set("error", message).dump() + "\n";
+    const std::string out = jitcc::dump_json(jitcc::Json{{"error", message}}) + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
   return code;

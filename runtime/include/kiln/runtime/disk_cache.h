@@ -1,7 +1,7 @@
 #pragma once
 // The on-disk level of the module cache. Directory: $KILN_CACHE_DIR, else
 // $XDG_CACHE_HOME/kiln, else ~/.cache/kiln. Mode: KILN_CACHE=rw|ro|off.
-// Size bound: KILN_CACHE_MAX_SIZE (bytes, or with K/M/G suffix), LRU eviction.
+// Size bound: KILN_CACHE_MAX_SIZE (bytes, or with K/M/G suffix; 0: no bound), LRU eviction.
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
@@ -65,8 +65,12 @@ class DiskCache {
 
   std::vector<EntryInfo> list() const;  // every entry, valid or not
   std::optional<Entry> read(const std::filesystem::path& p, std::string* problem = nullptr) const;
-  // Removes least-recently-used entries until the total is <= max_bytes; returns bytes removed.
+  // Removes least-recently-used entries until the total is <= max_bytes, and temp files
+  // of writers that are gone; returns bytes removed.
   std::uint64_t gc(std::uint64_t max_bytes);
+  // Temp files whose writer is gone (killed mid-store); returns bytes removed.
+  std::uint64_t remove_abandoned_temps();
+  bool contains(const std::string& digest) const;  // an entry file exists for `digest`
   void clear();  // removes every entry (and quarantined files)
   std::uint64_t total_bytes() const;
   std::size_t quarantine_count() const;  // files moved aside as bad, not yet collected
@@ -75,6 +79,7 @@ class DiskCache {
 
   const std::filesystem::path& dir() const { return dir_; }
   CacheMode mode() const { return mode_; }
+  std::uint64_t max_bytes() const { return max_bytes_; }  // 0: no bound
   bool writable() const;
 
  private:

@@ -2,6 +2,7 @@
 // Two-level module cache: memory (op, dtypes, variant, device) -> loaded function,
 // backed by the disk cache. A memory hit builds no strings and hashes no source.
 #include <cstdint>
+#include <string>
 
 #include "kiln/dtype.h"
 
@@ -19,8 +20,10 @@ struct Function {
 Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
 
 enum class WarmOutcome { compiled, cached };
-// Fills the disk cache for `arch` without a GPU. Throws CompileError on failure.
-WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch);
+// Fills the disk cache for `arch` without a GPU. Throws CompileError on failure. `digest`
+// receives the entry's name, so a caller can check that the store took.
+WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
+                        std::string* digest = nullptr);
 
 struct CacheCounters {
   std::uint64_t compiles = 0;

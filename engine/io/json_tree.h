@@ -1,6 +1,6 @@
 #pragma once
-// A small strict JSON (RFC 8259) reader and a string writer for safetensors headers.
-// Values remember their byte offset so a caller can say where a file went wrong.
+// JSON parsed by nlohmann-json into a tree whose values keep their byte offsets (its DOM
+// keeps none, and merges repeated keys), so a safetensors error can say where it is.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -33,21 +33,17 @@ struct JsonValue {
   Kind kind = Kind::null;
   std::size_t pos = 0;  // offset of the value's first byte in the parsed text
   bool boolean = false;
-  std::string text;  // a string's decoded UTF-8, or a number's literal
+  std::string text;                   // a string's UTF-8
+  std::optional<std::uint64_t> uint;  // a number written as a plain non-negative integer that fits in 64 bits
   std::vector<JsonValue> items;
   std::vector<std::pair<std::string, JsonValue>> members;  // object members in text order (keys may repeat)
 
   bool is(Kind k) const { return kind == k; }
-  // A number written as a plain non-negative integer that fits in 64 bits.
-  std::optional<std::uint64_t> as_uint() const;
+  std::optional<std::uint64_t> as_uint() const { return uint; }
 };
 
-// Exactly one value, with whitespace around it; JsonError otherwise. Nesting is capped at
-// 64 levels so a hostile header cannot exhaust the stack.
+// Exactly one strict RFC 8259 value, with whitespace around it; JsonError otherwise.
+// Nesting is capped at 64 levels.
 JsonValue parse_json(std::string_view text);
-
-// Appends `s` as a JSON string the way serde_json writes it (the writer Python's
-// safetensors uses): \" \\ \b \f \n \r \t, \u00xx for other control bytes, UTF-8 as is.
-void append_json_string(std::string& out, std::string_view s);
 
 }  // namespace kiln::io
