@@ -12,14 +12,21 @@ namespace {
 
 using namespace reduction;
 
+// In f64: f32 values near their maximum overflow neither the sum nor the squared
+// deviations (PyTorch and the GPU kernels accumulate in f64 too). An f64 sum that
+// overflows is summed again from x/n.
 template <class A>
 A variance(std::span<const A> v, double correction) {
   const auto n = static_cast<std::int64_t>(v.size());
-  const A mean = cpu::pairwise_sum(v.data(), n) / static_cast<A>(n);
-  std::vector<A> dev(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) dev[i] = (v[i] - mean) * (v[i] - mean);
+  std::vector<double> x(v.begin(), v.end());
+  double mean = cpu::pairwise_sum(x.data(), n) / static_cast<double>(n);
+  if (std::isinf(mean)) {
+    for (double& e : x) e /= static_cast<double>(n);
+    mean = cpu::pairwise_sum(x.data(), n);
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) x[i] = (static_cast<double>(v[i]) - mean) * (static_cast<double>(v[i]) - mean);
   const double dof = static_cast<double>(n) - correction;
-  return cpu::pairwise_sum(dev.data(), n) / static_cast<A>(dof > 0 ? dof : 0.0);  // empty: 0/0 = NaN
+  return static_cast<A>(cpu::pairwise_sum(x.data(), n) / (dof > 0 ? dof : 0.0));  // empty: 0/0 = NaN
 }
 
 Attrs var_attrs(const std::vector<std::int64_t>& axes, bool keepdim, double correction) {

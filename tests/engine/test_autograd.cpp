@@ -2,6 +2,8 @@
 // NoGradGuard, detach, in-place detection, broadcasting reduced in backward.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "error_message.h"
 
 #include "gradcheck.h"
@@ -195,6 +197,15 @@ TEST_CASE("a long chain is freed without deep recursion") {
   std::weak_ptr<Node> last = y.grad_fn();
   y = Tensor();
   CHECK(last.expired());
+}
+
+TEST_CASE("div's divisor gradient is 0 where the dividend is 0, even for a subnormal divisor") {
+  // -g a / b^2 with a = 0 is 0; (g / b) * (a / b) would be inf * 0 = NaN once g / b overflows.
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  Tensor a = from_vector(std::vector<float>{0.0f, 1.0f}, Shape{2}).requires_grad_();
+  Tensor b = from_vector(std::vector<float>{tiny, 2.0f}, Shape{2}).requires_grad_();
+  div(a, b).backward(from_vector(std::vector<float>{0.5f, 1.0f}, Shape{2}));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{0.0f, -0.25f});
 }
 
 TEST_CASE("sum and reshape gradients") {

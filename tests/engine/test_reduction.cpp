@@ -241,6 +241,21 @@ TEST_CASE("NaN and infinity propagate like PyTorch") {
   CHECK(logsumexp(f64({1000, 1000}, {2}).to(DType::f32)).item<float>() == doctest::Approx(1000 + std::log(2.0)));
 }
 
+TEST_CASE("var and std do not overflow where the values and the result fit the dtype") {
+  // The f32 sum of three f32 maxima overflows; the mean and the deviations do not.
+  const float mx = std::numeric_limits<float>::max();
+  const Tensor same = from_vector(std::vector<float>{mx, mx, mx}, Shape{3});
+  CHECK(var(same).item<float>() == 0.0f);
+  CHECK(kiln::std(same).item<float>() == 0.0f);
+  // Squared deviations of 9.2e18 overflow f32 but their mean (about 3.4e37) does not.
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const Tensor ints = from_vector(std::vector<std::int64_t>{big, -big, big, -big}, Shape{4});
+  CHECK(std::isfinite(var(ints).item<float>()));
+  CHECK(var(ints).item<float>() == doctest::Approx(4.0 / 3.0 * 8.507059e37).epsilon(1e-5));
+  const double dmx = std::numeric_limits<double>::max();
+  CHECK(var(from_vector(std::vector<double>{dmx, dmx}, Shape{2})).item<double>() == 0.0);
+}
+
 TEST_CASE("half precision accumulates in f32") {
   // Accumulating in f16 would stall at 2048 (2048 + 1 rounds back to 2048).
   const Tensor h = ones({10000}, {.dtype = DType::f16});

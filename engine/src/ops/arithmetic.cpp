@@ -101,14 +101,14 @@ const OpDef& kMul = register_op(binary(
     },
     {.inputs = {0, 1}}));
 
-// d(a/b) = g/b, -g*a/b^2 = -(g/b) * out.
+// d(a/b) = g/b, -g*a/b^2 = -g * (out / b): out / b is 0 where a is, while g/b may
+// overflow a subnormal b and turn (g/b) * out into inf * 0 = NaN (PyTorch's order too).
 const OpDef& kDiv = register_op(binary(
     "div", kFloating, rules::promote_float, [](auto a, auto b) { return a / b; },
     [](const VjpContext& c, G g) -> V {
-      Tensor g_over_b = div(g[0], c.saved_input(1));
       V r(2);
-      if (c.needs_grad(0)) r[0] = sum_to(g_over_b, c.input(0).shape);
-      if (c.needs_grad(1)) r[1] = sum_to(neg(mul(g_over_b, c.saved_output(0))), c.input(1).shape);
+      if (c.needs_grad(0)) r[0] = sum_to(div(g[0], c.saved_input(1)), c.input(0).shape);
+      if (c.needs_grad(1)) r[1] = sum_to(neg(mul(g[0], div(c.saved_output(0), c.saved_input(1)))), c.input(1).shape);
       return r;
     },
     {.inputs = {1}, .outputs = {0}}, {.low = 0.5, .high = 2.0}));  // away from the pole at b = 0
