@@ -70,7 +70,8 @@ OpDef var_def(const char* name) {
       .vjp =
           [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
             const Tensor d = deviation_grad(c, c.saved_input(0));
-            if constexpr (kStd) return {expand_back(g[0], c) * d / expand_back(c.saved_output(0), c)};
+            // d / std before g: in f16, g times a deviation near the max overflows.
+            if constexpr (kStd) return {expand_back(g[0], c) * (d / expand_back(c.saved_output(0), c))};
             else return {expand_back(g[0], c) * d * 2.0};
           },
       .save = {.inputs = {0}, .outputs = kStd ? std::vector<int>{0} : std::vector<int>{}},

@@ -256,6 +256,15 @@ TEST_CASE("var and std do not overflow where the values and the result fit the d
   CHECK(var(from_vector(std::vector<double>{dmx, dmx}, Shape{2})).item<double>() == 0.0);
 }
 
+TEST_CASE("std's f16 gradient stays finite where g times the deviation passes f16's max") {
+  // x - mean is 32752 and g is 4: their product overflows f16, (x - mean) / std does not.
+  Tensor x = from_vector(std::vector<float>{5.96e-8f, -65504.0f}, Shape{2}).to(DType::f16).requires_grad_();
+  kiln::std(x, {0}).backward(full({}, 4.0, {.dtype = DType::f16}));
+  const std::vector<float> g = x.grad().to_vector<float>();
+  CHECK(g[0] == doctest::Approx(2.829).epsilon(3e-3));
+  CHECK(g[1] == doctest::Approx(-2.829).epsilon(3e-3));
+}
+
 TEST_CASE("half precision accumulates in f32") {
   // Accumulating in f16 would stall at 2048 (2048 + 1 rounds back to 2048).
   const Tensor h = ones({10000}, {.dtype = DType::f16});
