@@ -28,3 +28,7 @@ grep -E "ERROR|FAILED|SIGSEGV|mismatch" "$out/gpu_tests_no_compile.log" | head -
 # gpu_tests already ran above, from the warmed cache with compiling forbidden.
 ctest --test-dir "$b" --output-on-failure -j4 -E gpu_tests >"$out/ctest.log" 2>&1
 echo "ctest: exit $?"; grep -E 'tests passed|Failed|Passed|Skipped' "$out/ctest.log"
+
+# Every registry op against PyTorch on this GPU: values, gradients, edge values (tools/difftest).
+KILN_BUILD_DIR=$b tools/difftest/run.sh cuda "$out/difftest" >"$out/difftest.log" 2>&1
+echo "difftest: exit $?"; grep -E "^difftest:|^FAIL|^  FAIL|^known difference" "$out/difftest.log" | head -60
