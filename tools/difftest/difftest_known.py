@@ -78,6 +78,30 @@ def _in_window(g, idx, attrs):
     return torch.where(mask.to(g.device), g, torch.zeros_like(g))
 
 
+def _fill_out_of_range(c):
+    dt = c["outputs"][0]["dtype"]
+    if c["op"] not in ("pad", "full") or dt not in ("i32", "u8"):
+        return False
+    lo, hi = _int_range(dt)
+    return not lo <= int(float(c["attrs"]["value"]["v"])) <= hi
+
+
+def _fill_wrapped(fn, args, attrs):
+    """The fill value truncated and wrapped into the integer dtype, as kiln stores it."""
+    def wrapped(*xs):
+        a = dict(xs[-1])
+        dt = args[0].dtype if args else a["dtype"]
+        info = torch.iinfo(dt)
+        a["value"] = (int(a["value"]) - info.min) % (info.max - info.min + 1) + info.min
+        return fn(*xs[:-1], a)
+    return wrapped, args
+
+
+def _int_range(dt):
+    info = torch.iinfo(DTYPES[dt])
+    return info.min, info.max
+
+
 RERUNS = [
     Rerun("integer pow returns f32: pow is a floating function in kiln (promote_float); PyTorch keeps the "
           "integer dtype and wraps",
@@ -100,16 +124,13 @@ RERUNS = [
           "PyTorch's prod / x overflows or meets inf / inf",
           lambda c: c["op"] == "prod",
           lambda fn, args, attrs: (lambda x, a: _ProdOthers.apply(x, a), args)),
+    Rerun("a pad or full value outside an integer dtype is truncated and wrapped (-1.5 -> u8 255); PyTorch "
+          "raises", _fill_out_of_range, _fill_wrapped),
     Rerun("max_pool2d_backward ignores an index outside its window (max_pool2d never saves one); PyTorch "
           "scatters to it",
           lambda c: c["op"] == "max_pool2d_backward",
           lambda fn, args, attrs: (lambda g, i, a: fn(_in_window(g, i, a), i, a), args)),
 ]
-
-
-def _int_range(dt):
-    info = torch.iinfo(DTYPES[dt])
-    return info.min, info.max
 
 
 def _cast_saturates(case, inputs, tensors, m):
@@ -171,13 +192,6 @@ def _clamp_bound(case, inputs, tensors, m):
     return bool((m.mask <= at).all())
 
 
-def _fill_converts(case, inputs, tensors, m):
-    """PyTorch refused a fill value outside the output dtype, which kiln converts."""
-    if m.kind != "torch raised" or case["op"] not in ("pad", "full") or "converted" not in m.detail:
-        return False
-    return True
-
-
 def _randint_wraps(case, inputs, tensors, m):
     a = {k: v["v"] for k, v in case["attrs"].items()}
     dt = a.get("dtype")
@@ -198,10 +212,8 @@ MASKS = [
          "false); PyTorch's masks pass it", _grad_at_nan),
     Mask("at the edge of overflow (+-inf or values within 16x of the dtype's max) kiln and PyTorch evaluate "
          "in different orders: one side overflows to +-inf or NaN where the other does not", _near_overflow),
-    Mask("clamp's gradient flows at x equal to min or max (min <= x <= max, PyTorch 2.11's rule); newer "
-         "PyTorch passes none there", _clamp_bound),
-    Mask("a pad or full value outside the dtype is converted as a C++ integer (-1.5 -> u8 255); PyTorch raises",
-         _fill_converts),
+    Mask("clamp's gradient flows at x equal to min or max (min <= x <= max); the PyTorch of this check "
+         "(2.15) passes none there", _clamp_bound),
     Mask("randint over a range outside an integer dtype converts the i64 draw (wrapping); PyTorch raises",
          _randint_wraps),
 ]
@@ -211,17 +223,12 @@ def explain(case, inputs, tensors, mismatches, rerun):
     """The reasons explaining every mismatch of the case, or [] when one is unexplained.
     `rerun(adapt)` replays the case and returns its mismatches. Each applicable rerun is
     tried alone, then all of them together; masks explain what a replay leaves."""
-    found = _by_masks(case, inputs, tensors, mismatches)
-    if found is not None:
-        return found
     rules = [(r.reason, r.adapt or _default_adapt(r, case)) for r in RERUNS if r.applies(case)]
-    tries = [[r] for r in rules] + ([rules] if len(rules) > 1 else [])
-    for combo in tries:
-        left = rerun(_compose([a for _, a in combo]))
-        masked = _by_masks(case, inputs, tensors, left)
+    for combo in [[r] for r in rules] + ([rules] if len(rules) > 1 else []):
+        masked = _by_masks(case, inputs, tensors, rerun(_compose([a for _, a in combo])))
         if masked is not None:
             return sorted({reason for reason, _ in combo} | set(masked))
-    return []
+    return _by_masks(case, inputs, tensors, mismatches) or []
 
 
 def _by_masks(case, inputs, tensors, mismatches):
