@@ -10,64 +10,47 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
-#include "../../engine/io/json.h"
 #include "difftest_cases.h"
 #include "kiln/io/safetensors.h"
 
 namespace {
 
 using namespace difftest;
-using kiln::io::append_json_string;
+using Json = nlohmann::ordered_json;
 
-std::string json_str(std::string_view s) {
-  std::string r;
-  append_json_string(r, s);
-  return r;
-}
-
-std::string ints_json(const Shape& s) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-// Doubles round-trip through %.17g; non-finite values are strings, which JSON lacks.
-std::string double_json(double v) {
-  if (std::isnan(v)) return "\"nan\"";
-  if (std::isinf(v)) return v > 0 ? "\"inf\"" : "\"-inf\"";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+// Non-finite doubles as strings, which JSON lacks.
+Json number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
 }
 
 // Typed attrs, so Python tells an integer 2 from a float 2.0: {"name": {"t": kind, "v": value}}.
-std::string attrs_json(const Attrs& attrs) {
-  std::string r = "{";
-  bool first = true;
+Json attrs_json(const Attrs& attrs) {
+  Json r = Json::object();
   for (const auto& [k, v] : attrs.items()) {
-    std::string tv = std::visit(
-        [](const auto& x) -> std::string {
+    r[k] = std::visit(
+        [](const auto& x) -> Json {
           using X = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<X, bool>) return std::string("\"bool\",\"v\":") + (x ? "true" : "false");
-          else if constexpr (std::is_same_v<X, std::int64_t>) return "\"int\",\"v\":" + std::to_string(x);
-          else if constexpr (std::is_same_v<X, double>) return "\"float\",\"v\":" + double_json(x);
+          if constexpr (std::is_same_v<X, bool>) return {{"t", "bool"}, {"v", x}};
+          else if constexpr (std::is_same_v<X, std::int64_t>) return {{"t", "int"}, {"v", x}};
+          else if constexpr (std::is_same_v<X, double>) return {{"t", "float"}, {"v", number(x)}};
           else if constexpr (std::is_same_v<X, kiln::Scalar>) {
-            if (x.is_floating()) return "\"float\",\"v\":" + double_json(x.to_double());
-            if (x.is_bool()) return std::string("\"bool\",\"v\":") + (x.to_bool() ? "true" : "false");
-            return "\"int\",\"v\":" + std::to_string(x.to_int());
-          } else if constexpr (std::is_same_v<X, DType>) return "\"dtype\",\"v\":" + json_str(kiln::dtype_name(x));
-          else if constexpr (std::is_same_v<X, kiln::Device>) return "\"device\",\"v\":" + json_str(x.is_cpu() ? "cpu" : "cuda");
-          else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>) return "\"ints\",\"v\":" + ints_json(x);
-          else return "\"str\",\"v\":" + json_str(x);
+            if (x.is_floating()) return {{"t", "float"}, {"v", number(x.to_double())}};
+            if (x.is_bool()) return {{"t", "bool"}, {"v", x.to_bool()}};
+            return {{"t", "int"}, {"v", x.to_int()}};
+          } else if constexpr (std::is_same_v<X, DType>) return {{"t", "dtype"}, {"v", kiln::dtype_name(x)}};
+          else if constexpr (std::is_same_v<X, kiln::Device>) return {{"t", "device"}, {"v", x.is_cpu() ? "cpu" : "cuda"}};
+          else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>) return {{"t", "ints"}, {"v", x}};
+          else return {{"t", "str"}, {"v", x}};
         },
         v);
-    r += (first ? "" : ",") + json_str(k) + ":{\"t\":" + tv + "}";
-    first = false;
   }
-  return r + "}";
+  return r;
 }
 
 // Safetensors shards of about 32 MiB, named in the manifest per case.
@@ -156,30 +139,27 @@ bool is_index(const kiln::OpDef& op, const Case& c, std::size_t i) {
   return s.index_like || s.low < s.high || consistency::hint_dtype(op.test, i).has_value();
 }
 
-std::string case_json(const std::string& id, const std::string& file, const kiln::OpDef& op, const Case& c,
-                      const Result& r) {
-  std::ostringstream j;
-  j << "{\"id\":" << json_str(id) << ",\"file\":" << json_str(file) << ",\"op\":" << json_str(op.name)
-    << ",\"name\":" << json_str(c.name) << ",\"dtype\":" << json_str(kiln::dtype_name(c.dtype))
-    << ",\"values\":" << json_str(values_name(c.values)) << ",\"attrs\":" << attrs_json(c.attrs)
-    << ",\"tolerance_scale\":" << double_json(op.test.tolerance_scale) << ",\"inputs\":[";
+Json case_json(const std::string& id, const std::string& file, const kiln::OpDef& op, const Case& c,
+               const Result& r) {
+  Json inputs = Json::array(), outputs = Json::array();
   for (std::size_t i = 0; i < r.inputs.size(); ++i) {
     const Input& in = r.inputs[i];
-    j << (i ? "," : "") << "{\"dtype\":" << json_str(kiln::dtype_name(in.base.dtype()))
-      << ",\"shape\":" << ints_json(c.inputs[i].shape) << ",\"edge\":" << (in.edge ? "true" : "false")
-      << ",\"index\":" << (is_index(op, c, i) ? "true" : "false");
+    Json j{{"dtype", kiln::dtype_name(in.base.dtype())}, {"shape", c.inputs[i].shape}, {"edge", in.edge},
+           {"index", is_index(op, c, i)}, {"grad", static_cast<bool>(r.wants_grad[i])}};
     if (in.is_view)
-      j << ",\"view\":{\"strides\":" << ints_json(in.plan.strides) << ",\"offset\":" << in.plan.offset
-        << ",\"layout\":" << json_str(consistency::layout_name(c.inputs[i].layout)) << "}";
-    j << ",\"grad\":" << (r.wants_grad[i] ? "true" : "false") << "}";
+      j["view"] = {{"strides", in.plan.strides},
+                   {"offset", in.plan.offset},
+                   {"layout", consistency::layout_name(c.inputs[i].layout)}};
+    inputs.push_back(j);
   }
-  j << "],\"outputs\":[";
   for (std::size_t k = 0; k < r.outputs.size(); ++k)
-    j << (k ? "," : "") << "{\"dtype\":" << json_str(kiln::dtype_name(r.outputs[k].dtype()))
-      << ",\"shape\":" << ints_json(r.outputs[k].shape())
-      << ",\"cotangent\":" << (k < r.cotangents.size() && r.cotangents[k].defined() ? "true" : "false") << "}";
-  j << "]}";
-  return j.str();
+    outputs.push_back({{"dtype", kiln::dtype_name(r.outputs[k].dtype())},
+                       {"shape", r.outputs[k].shape()},
+                       {"cotangent", k < r.cotangents.size() && r.cotangents[k].defined()}});
+  return {{"id", id},         {"file", file},     {"op", op.name},
+          {"name", c.name},   {"dtype", kiln::dtype_name(c.dtype)},
+          {"values", values_name(c.values)}, {"attrs", attrs_json(c.attrs)},
+          {"tolerance_scale", op.test.tolerance_scale}, {"inputs", inputs}, {"outputs", outputs}};
 }
 
 std::set<std::string> split_list(const std::string& s) {
@@ -210,10 +190,8 @@ int main(int argc, char** argv) {
     for (const std::string& name : only) (void)kiln::get_op(name);  // an unknown name is a ValueError
     if (!list) std::filesystem::create_directories(out_dir);
     Shards shards(out_dir);
-    std::ostringstream manifest;
-    manifest << "{\"device\":" << json_str(device) << ",\"ops\":{";
+    Json manifest{{"device", device}, {"ops", Json::object()}};
     std::size_t n_cases = 0, n_rejected = 0;
-    bool first_op = true;
     for (const kiln::OpDef* op : kiln::registered_ops()) {
       if (!only.empty() && !only.count(op->name)) continue;
       const std::vector<Case> cases = make_cases(*op);
@@ -222,7 +200,7 @@ int main(int argc, char** argv) {
                   << "] vjp=" << (op->vjp ? 1 : 0) << " cases=" << cases.size() << "\n";
         continue;
       }
-      std::string done, rejected;
+      Json done = Json::array(), rejected = Json::array();
       for (const Case& c : cases) {
         char id[32];
         std::snprintf(id, sizeof id, "case%05zu", n_cases);
@@ -242,25 +220,21 @@ int main(int argc, char** argv) {
                                             : kiln::zeros(c.inputs[i].shape, {.dtype = in.base.dtype()});
             shards.add(id + (".grad" + std::to_string(i)), g);
           }
-          done += (done.empty() ? "" : ",") + case_json(id, file, *op, c, r);
+          done.push_back(case_json(id, file, *op, c, r));
           shards.end_case();
           ++n_cases;
         } catch (const kiln::Error& e) {
           // Attrs or shapes this op does not take (a 0-d input to an index op, axes past
           // the rank): listed so the comparison can show what was not run.
-          rejected += (rejected.empty() ? "" : ",") + std::string("{\"name\":") + json_str(c.name) +
-                      ",\"error\":" + json_str(std::string(e.what()).substr(0, 300)) + "}";
+          rejected.push_back({{"name", c.name}, {"error", std::string(e.what()).substr(0, 300)}});
           ++n_rejected;
         }
       }
-      manifest << (first_op ? "" : ",") << json_str(op->name) << ":{\"vjp\":" << (op->vjp ? "true" : "false")
-               << ",\"cases\":[" << done << "],\"rejected\":[" << rejected << "]}";
-      first_op = false;
+      manifest["ops"][op->name] = {{"vjp", static_cast<bool>(op->vjp)}, {"cases", done}, {"rejected", rejected}};
     }
     if (list) return 0;
     shards.flush();
-    manifest << "}}\n";
-    std::ofstream(std::filesystem::path(out_dir) / "manifest.json") << manifest.str();
+    std::ofstream(std::filesystem::path(out_dir) / "manifest.json") << manifest.dump() << "\n";
     std::cout << "kiln_difftest: " << n_cases << " cases written to " << out_dir << " (" << n_rejected
               << " rejected by kiln's shape or dtype rules)\n";
     return 0;
