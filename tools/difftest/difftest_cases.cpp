@@ -52,8 +52,15 @@ const std::map<std::string, Sets>& extra_sets() {
   const Layout T = Layout::transposed, S = Layout::strided;
   static const std::map<std::string, Sets> m{
       {"matmul",
-       {{{{5, 7}}, {{7, 3}}}, {{{7}}, {{7, 3}}}, {{{5, 7}}, {{7}}}, {{{7}}, {{7}}}, {{{2, 5, 7}}, {{7, 3}}},
-        {{{2, 1, 5, 7}}, {{3, 7, 4}}}, {{{5, 7}}, {{3, 7}}}, {{{5, 7}, T}, {{7, 3}, S}}, {{{2, 5, 7}, S}, {{2, 3, 7}, T}}}},
+       {{{{5, 7}}, {{7, 3}}},
+        {{{7}}, {{7, 3}}},
+        {{{5, 7}}, {{7}}},
+        {{{7}}, {{7}}},
+        {{{2, 5, 7}}, {{7, 3}}},
+        {{{2, 1, 5, 7}}, {{3, 7, 4}}},
+        {{{5, 7}}, {{3, 7}}},
+        {{{5, 7}, T}, {{7, 3}, S}},
+        {{{2, 5, 7}, S}, {{2, 3, 7}, T}}}},
       {"conv2d",
        {{{{2, 4, 7, 6}}, {{3, 4, 3, 3}}}, {{{1, 4, 5, 5}}, {{4, 2, 3, 3}}}, {{{2, 4, 7, 6}, T}, {{6, 2, 3, 3}, S}}}},
       {"index_select", {{{{5, 7}}, {{4}}}, {{{5, 7}, S}, {{3}}}, {{{6}}, {{4}}}}},
@@ -67,8 +74,8 @@ const std::map<std::string, Sets>& extra_sets() {
 // Pairs of input dtypes for ops of several inputs: PyTorch's promotion across categories,
 // f16 with bf16, and widening within a category.
 const std::vector<std::pair<DType, DType>> kMixedPairs{
-    {DType::f32, DType::f64}, {DType::f64, DType::f16}, {DType::f16, DType::f32}, {DType::bf16, DType::f16},
-    {DType::bf16, DType::f32}, {DType::i32, DType::f32}, {DType::f16, DType::i64}, {DType::u8, DType::i32},
+    {DType::f32, DType::f64},     {DType::f64, DType::f16},     {DType::f16, DType::f32}, {DType::bf16, DType::f16},
+    {DType::bf16, DType::f32},    {DType::i32, DType::f32},     {DType::f16, DType::i64}, {DType::u8, DType::i32},
     {DType::boolean, DType::f32}, {DType::i64, DType::boolean}, {DType::u8, DType::bf16}, {DType::i32, DType::i64},
     {DType::u8, DType::f64}};
 
@@ -120,8 +127,8 @@ std::vector<double> float_edges(DType dt) {
   // a power of two so every dtype stores them exactly.
   const double square_over = std::exp2(std::ceil(std::log2(std::sqrt(max))) + 1);
   const double exp_over = std::ceil(std::log(max)) + 1;
-  return {0.0, -0.0, 1.0, -1.0, 0.5, -3.0, denorm, -3 * denorm, normal, max,
-          -max, square_over, exp_over, inf, -inf, std::nan("")};
+  return {0.0,    -0.0, 1.0,  -1.0,        0.5,      -3.0, denorm, -3 * denorm,
+          normal, max,  -max, square_over, exp_over, inf,  -inf,   std::nan("")};
 }
 
 std::vector<std::int64_t> int_edges(DType dt) {
@@ -150,7 +157,8 @@ std::vector<Case> make_cases(const kiln::OpDef& op) {
   }
   const bool fitted = !sets.empty() || extra_sets().count(op.name);
   if (sets.empty()) sets = generic_sets(op.num_inputs, op.test.same_shape_inputs);
-  if (auto it = extra_sets().find(op.name); it != extra_sets().end()) sets.insert(sets.begin(), it->second.begin(), it->second.end());
+  if (auto it = extra_sets().find(op.name); it != extra_sets().end())
+    sets.insert(sets.begin(), it->second.begin(), it->second.end());
   bool hinted_dtypes = false;
   for (auto& set : sets) {
     for (std::size_t i = 0; i < set.size(); ++i) {
@@ -235,8 +243,9 @@ std::vector<Input> make_inputs(const kiln::OpDef& op, const Case& c, kiln::Gener
     const DType dt = spec.dtype.value_or(c.dtype);
     const bool own = spec.low < spec.high;
     const consistency::ViewPlan plan = consistency::view_plan(spec);
-    Input in{consistency::random_tensor(plan.base, dt, own ? spec.low : op.test.low, own ? spec.high : op.test.high, gen),
-             plan, spec.layout != Layout::contiguous && !spec.shape.empty()};
+    Input in{
+        consistency::random_tensor(plan.base, dt, own ? spec.low : op.test.low, own ? spec.high : op.test.high, gen),
+        plan, spec.layout != Layout::contiguous && !spec.shape.empty()};
     if (c.values != Values::random && takes_edges(spec) && dt != DType::boolean) {
       in.edge = true;
       const std::size_t k = edge_inputs.size();
@@ -252,12 +261,14 @@ std::vector<Input> make_inputs(const kiln::OpDef& op, const Case& c, kiln::Gener
       if (kiln::is_floating(dt)) {
         std::vector<double> v = in.base.to_vector<double>(), e = float_edges(dt);
         for (std::int64_t j = 0; j < n; ++j)
-          if (std::int64_t p = pick(j, e.size()); p >= 0) v[static_cast<std::size_t>(j)] = e[static_cast<std::size_t>(p)];
+          if (std::int64_t p = pick(j, e.size()); p >= 0)
+            v[static_cast<std::size_t>(j)] = e[static_cast<std::size_t>(p)];
         in.base = kiln::from_vector(v, plan.base, {.dtype = dt});
       } else {
         std::vector<std::int64_t> v = in.base.to_vector<std::int64_t>(), e = int_edges(dt);
         for (std::int64_t j = 0; j < n; ++j)
-          if (std::int64_t p = pick(j, e.size()); p >= 0) v[static_cast<std::size_t>(j)] = e[static_cast<std::size_t>(p)];
+          if (std::int64_t p = pick(j, e.size()); p >= 0)
+            v[static_cast<std::size_t>(j)] = e[static_cast<std::size_t>(p)];
         in.base = kiln::from_vector(v, plan.base, {.dtype = dt});
       }
     }

@@ -23,7 +23,7 @@ enum class Values { random, edge_grid, edge_sparse };
 const char* values_name(Values v);
 
 struct Case {
-  std::string name;  // add(dtype=f16, shape=[5,7], values=edge_grid)
+  std::string name;          // add(dtype=f16, shape=[5,7], values=edge_grid)
   DType dtype = DType::f32;  // of every input whose InputSpec names no dtype
   std::vector<InputSpec> inputs;
   Attrs attrs;

@@ -4,7 +4,6 @@
 //
 //   kiln_difftest --device cuda --out difftest-out [--ops add,matmul] [--list]
 #include <CLI/CLI.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -36,17 +35,24 @@ Json attrs_json(const Attrs& attrs) {
     r[k] = std::visit(
         [](const auto& x) -> Json {
           using X = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<X, bool>) return {{"t", "bool"}, {"v", x}};
-          else if constexpr (std::is_same_v<X, std::int64_t>) return {{"t", "int"}, {"v", x}};
-          else if constexpr (std::is_same_v<X, double>) return {{"t", "float"}, {"v", number(x)}};
+          if constexpr (std::is_same_v<X, bool>)
+            return {{"t", "bool"}, {"v", x}};
+          else if constexpr (std::is_same_v<X, std::int64_t>)
+            return {{"t", "int"}, {"v", x}};
+          else if constexpr (std::is_same_v<X, double>)
+            return {{"t", "float"}, {"v", number(x)}};
           else if constexpr (std::is_same_v<X, kiln::Scalar>) {
             if (x.is_floating()) return {{"t", "float"}, {"v", number(x.to_double())}};
             if (x.is_bool()) return {{"t", "bool"}, {"v", x.to_bool()}};
             return {{"t", "int"}, {"v", x.to_int()}};
-          } else if constexpr (std::is_same_v<X, DType>) return {{"t", "dtype"}, {"v", kiln::dtype_name(x)}};
-          else if constexpr (std::is_same_v<X, kiln::Device>) return {{"t", "device"}, {"v", x.is_cpu() ? "cpu" : "cuda"}};
-          else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>) return {{"t", "ints"}, {"v", x}};
-          else return {{"t", "str"}, {"v", x}};
+          } else if constexpr (std::is_same_v<X, DType>)
+            return {{"t", "dtype"}, {"v", kiln::dtype_name(x)}};
+          else if constexpr (std::is_same_v<X, kiln::Device>)
+            return {{"t", "device"}, {"v", x.is_cpu() ? "cpu" : "cuda"}};
+          else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>)
+            return {{"t", "ints"}, {"v", x}};
+          else
+            return {{"t", "str"}, {"v", x}};
         },
         v);
   }
@@ -139,13 +145,15 @@ bool is_index(const kiln::OpDef& op, const Case& c, std::size_t i) {
   return s.index_like || s.low < s.high || consistency::hint_dtype(op.test, i).has_value();
 }
 
-Json case_json(const std::string& id, const std::string& file, const kiln::OpDef& op, const Case& c,
-               const Result& r) {
+Json case_json(const std::string& id, const std::string& file, const kiln::OpDef& op, const Case& c, const Result& r) {
   Json inputs = Json::array(), outputs = Json::array();
   for (std::size_t i = 0; i < r.inputs.size(); ++i) {
     const Input& in = r.inputs[i];
-    Json j{{"dtype", kiln::dtype_name(in.base.dtype())}, {"shape", c.inputs[i].shape}, {"edge", in.edge},
-           {"index", is_index(op, c, i)}, {"grad", static_cast<bool>(r.wants_grad[i])}};
+    Json j{{"dtype", kiln::dtype_name(in.base.dtype())},
+           {"shape", c.inputs[i].shape},
+           {"edge", in.edge},
+           {"index", is_index(op, c, i)},
+           {"grad", static_cast<bool>(r.wants_grad[i])}};
     if (in.is_view)
       j["view"] = {{"strides", in.plan.strides},
                    {"offset", in.plan.offset},
@@ -156,10 +164,16 @@ Json case_json(const std::string& id, const std::string& file, const kiln::OpDef
     outputs.push_back({{"dtype", kiln::dtype_name(r.outputs[k].dtype())},
                        {"shape", r.outputs[k].shape()},
                        {"cotangent", k < r.cotangents.size() && r.cotangents[k].defined()}});
-  return {{"id", id},         {"file", file},     {"op", op.name},
-          {"name", c.name},   {"dtype", kiln::dtype_name(c.dtype)},
-          {"values", values_name(c.values)}, {"attrs", attrs_json(c.attrs)},
-          {"tolerance_scale", op.test.tolerance_scale}, {"inputs", inputs}, {"outputs", outputs}};
+  return {{"id", id},
+          {"file", file},
+          {"op", op.name},
+          {"name", c.name},
+          {"dtype", kiln::dtype_name(c.dtype)},
+          {"values", values_name(c.values)},
+          {"attrs", attrs_json(c.attrs)},
+          {"tolerance_scale", op.test.tolerance_scale},
+          {"inputs", inputs},
+          {"outputs", outputs}};
 }
 
 std::set<std::string> split_list(const std::string& s) {
@@ -207,7 +221,8 @@ int main(int argc, char** argv) {
         try {
           const Result r = run_case(*op, c, dev, seed + n_cases);
           std::string file;
-          for (std::size_t i = 0; i < r.inputs.size(); ++i) file = shards.add(id + (".in" + std::to_string(i)), r.inputs[i].base);
+          for (std::size_t i = 0; i < r.inputs.size(); ++i)
+            file = shards.add(id + (".in" + std::to_string(i)), r.inputs[i].base);
           for (std::size_t k = 0; k < r.outputs.size(); ++k) {
             file = shards.add(id + (".out" + std::to_string(k)), r.outputs[k]);
             if (k < r.cotangents.size() && r.cotangents[k].defined())
@@ -216,8 +231,7 @@ int main(int argc, char** argv) {
           for (std::size_t i = 0; i < r.grads.size(); ++i) {
             if (!r.wants_grad[i]) continue;
             const Input& in = r.inputs[i];
-            Tensor g = r.grads[i].defined() ? r.grads[i]
-                                            : kiln::zeros(c.inputs[i].shape, {.dtype = in.base.dtype()});
+            Tensor g = r.grads[i].defined() ? r.grads[i] : kiln::zeros(c.inputs[i].shape, {.dtype = in.base.dtype()});
             shards.add(id + (".grad" + std::to_string(i)), g);
           }
           done.push_back(case_json(id, file, *op, c, r));
