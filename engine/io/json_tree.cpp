@@ -97,7 +97,8 @@ class TreeBuilder {
     if (open_.empty()) return root_ = std::move(v);
     JsonValue& parent = *open_.back();
     if (parent.is(JsonValue::Kind::array)) return parent.items.emplace_back(std::move(v));
-    return parent.members.emplace_back(std::move(key_), std::move(v)).second;
+    parent.members.push_back(JsonMember{std::move(key_), std::move(v)});
+    return parent.members.back().value;
   }
   bool open(JsonValue::Kind kind) {
     open_.push_back(&add(kind));

@@ -28,6 +28,8 @@ class JsonError : public ValueError {
   std::string expected_;
 };
 
+struct JsonMember;
+
 struct JsonValue {
   enum class Kind { null, boolean, number, string, array, object };
   Kind kind = Kind::null;
@@ -36,10 +38,16 @@ struct JsonValue {
   std::string text;                   // a string's UTF-8
   std::optional<std::uint64_t> uint;  // a number written as a plain non-negative integer that fits in 64 bits
   std::vector<JsonValue> items;
-  std::vector<std::pair<std::string, JsonValue>> members;  // object members in text order (keys may repeat)
+  std::vector<JsonMember> members;  // object members in text order (keys may repeat)
 
   bool is(Kind k) const { return kind == k; }
   std::optional<std::uint64_t> as_uint() const { return uint; }
+};
+
+// A separate struct, not a std::pair: a pair needs JsonValue complete where a vector does not.
+struct JsonMember {
+  std::string key;
+  JsonValue value;
 };
 
 // Exactly one strict RFC 8259 value, with whitespace around it; JsonError otherwise.

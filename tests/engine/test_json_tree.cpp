@@ -19,19 +19,19 @@ TEST_CASE("json tree: values keep their offsets, members their order and repeats
   REQUIRE(v.is(JsonValue::Kind::object));
   CHECK(v.pos == 1);
   REQUIRE(v.members.size() == 3);
-  CHECK(v.members[0].first == "b");
-  CHECK(v.members[2].first == "b");  // repeats are kept, for the caller to reject
-  const JsonValue& arr = v.members[0].second;
+  CHECK(v.members[0].key == "b");
+  CHECK(v.members[2].key == "b");  // repeats are kept, for the caller to reject
+  const JsonValue& arr = v.members[0].value;
   CHECK(arr.pos == text.find('['));
   REQUIRE(arr.items.size() == 3);
   CHECK(arr.items[0].pos == text.find('1'));
   CHECK(arr.items[1].text == "x");
   CHECK(arr.items[1].pos == text.find("\"x\""));
   CHECK(arr.items[2].pos == text.find("{\"k\""));
-  CHECK(arr.items[2].members[0].second.pos == text.find("null"));
-  CHECK(v.members[1].second.boolean);
-  CHECK(v.members[1].second.pos == text.find("true"));
-  CHECK(v.members[2].second.pos == text.find("-0"));
+  CHECK(arr.items[2].members[0].value.pos == text.find("null"));
+  CHECK(v.members[1].value.boolean);
+  CHECK(v.members[1].value.pos == text.find("true"));
+  CHECK(v.members[2].value.pos == text.find("-0"));
 }
 
 TEST_CASE("json tree: only plain non-negative integers up to 2^64-1 are unsigned") {
