@@ -36,14 +36,20 @@ void fill_from_host(const Tensor& out, F value_at) {
   if (!out.is_same(host)) copy_into(host.to(out.device()), out);
 }
 
+void fill_value(const OpArgs& a, std::span<Tensor> out) {
+  const Scalar& value = a.attrs.get<Scalar>("value");
+  check_fits(value, out[0].dtype(), "full");
+  fill_into(out[0], value);
+}
+
 const OpDef& kFull = register_op({
     .name = "full",
     .num_inputs = 0,
     .dtypes = kAll,
     .dtype_rule = dtype_from_attrs,
     .shape_rule = shape_from_attrs,
-    .cpu = [](const OpArgs& a, std::span<Tensor> out) { fill_into(out[0], a.attrs.get<Scalar>("value")); },
-    .gpu = [](const OpArgs& a, std::span<Tensor> out) { fill_into(out[0], a.attrs.get<Scalar>("value")); },
+    .cpu = fill_value,
+    .gpu = fill_value,
     .test = {.attrs = {Attrs{{"shape", std::vector<std::int64_t>{5, 7}}, {"value", Scalar(1.5)}, {"dtype", DType::f32}}}},
 });
 

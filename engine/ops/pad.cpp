@@ -36,6 +36,7 @@ std::vector<Shape> pad_shape(const OpArgs& a) {
 void pad_impl(const OpArgs& a, std::span<Tensor> out) {
   const Tensor& o = out[0];
   const Ints& pads = a.attrs.get<Ints>("pads");
+  check_fits(a.attrs.get<Scalar>("value"), o.dtype(), "pad");
   fill_into(o, a.attrs.get<Scalar>("value"));
   std::int64_t offset = o.offset();
   for (int d = 0; d < o.dim(); ++d)

@@ -8,6 +8,7 @@
 #endif
 
 #include "kiln/random.h"
+#include "../src/tensor/copy.h"
 
 #include <bit>
 #include <cmath>
@@ -342,6 +343,8 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, TensorOp
   if (high <= low)
     throw ValueError("[randint] high (" + std::to_string(high) + ") must be greater than low (" + std::to_string(low) + ")");
   const DType dt = o.dtype.value_or(DType::i64);
+  check_fits(low, dt, "randint");
+  check_fits(high - 1, dt, "randint");  // the largest value drawn
   const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
   Attrs attrs = draw(gen, Dist::randint, shape, dt, o.device, range);
   attrs.set("low", low).set("high", high);

@@ -99,3 +99,19 @@ TEST_CASE("errors name the op and the offending shapes or dtypes") {
   CHECK(message_of<ShapeError>([&] { from_vector(std::vector<float>{1}, {2}); }).starts_with("[from_vector]"));
   CHECK(message_of<DTypeError>([&] { ones({2}, {.dtype = DType::i32}).add_(0.5); }).starts_with("[add_] the result's dtype f32 cannot be written in place"));
 }
+
+TEST_CASE("a fill value or randint range that does not fit the dtype is refused, naming the op") {
+  auto msg = [](auto f) { return kiln_test::message_of<ValueError>(f); };
+  CHECK(msg([] { full({2}, -1.5, {.dtype = DType::u8}); }).find("[full] the value -1.5 does not fit dtype u8") == 0);
+  CHECK(msg([] { full({2}, std::nan(""), {.dtype = DType::i32}); }).find("[full]") == 0);
+  CHECK(msg([] { pad(zeros({2}, {.dtype = DType::u8}), {1, 1}, 300); }).find("[pad]") == 0);
+  CHECK(msg([] { zeros({2}, {.dtype = DType::f16}).fill_(1e6); }).find("[fill_]") == 0);
+  CHECK(msg([] { randint(-5, 9, {3}, {.dtype = DType::u8}); }).find("[randint]") == 0);
+  CHECK(msg([] { randint(0, 257, {3}, {.dtype = DType::u8}); }).find("[randint]") == 0);
+  // What fits: a fraction dropped, infinities in floating dtypes, any number as a bool.
+  CHECK(full({1}, 1.5, {.dtype = DType::i32}).item<std::int32_t>() == 1);
+  CHECK(std::isinf(full({1}, -INFINITY, {.dtype = DType::f16}).item<float>()));
+  CHECK(full({1}, 255, {.dtype = DType::u8}).item<std::uint8_t>() == 255);
+  CHECK(full({1}, 7, {.dtype = DType::boolean}).item<bool>());
+  CHECK(randint(0, 256, {100}, {.dtype = DType::u8}).numel() == 100);
+}

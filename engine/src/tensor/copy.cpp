@@ -1,5 +1,8 @@
 #include "copy.h"
 
+#include <cmath>
+#include <sstream>
+
 #include "../../ops/registry.h"
 #include "kiln/runtime/memory.h"
 #include "tensor_impl.h"
@@ -19,6 +22,29 @@ void copy_into(const Tensor& src, const Tensor& dst) {
   cpu::visit(src.dtype(), [&]<class S>() {
     cpu::visit(dst.dtype(), [&]<class D>() { cpu::map_unary<S, D>(src, dst, [](auto x) { return x; }); });
   });
+}
+
+void check_fits(const Scalar& value, DType dtype, std::string_view op) {
+  if (dtype == DType::boolean || dtype == DType::f64 || value.is_bool()) return;
+  const double v = value.to_double();
+  double lo = 0, hi = 0;
+  switch (dtype) {
+    case DType::u8: hi = 255; break;
+    case DType::i32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case DType::i64: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
+    case DType::f16: hi = 65504.0; break;
+    case DType::bf16: hi = 3.3895313892515355e38; break;
+    default: hi = 3.4028234663852886e38; break;  // f32
+  }
+  bool fits;
+  if (is_floating(dtype)) fits = !std::isfinite(v) || std::abs(v) <= hi;
+  else if (value.is_integer()) fits = dtype == DType::i64 || (v >= lo && v <= hi);
+  else fits = std::isfinite(v) && std::trunc(v) >= lo && (dtype == DType::i64 ? std::trunc(v) < hi : std::trunc(v) <= hi);
+  if (!fits) {
+    std::ostringstream text;
+    text << "[" << op << "] the value " << v << " does not fit dtype " << dtype_name(dtype);
+    throw ValueError(text.str());
+  }
 }
 
 void fill_into(const Tensor& dst, const Scalar& value) {

@@ -10,6 +10,9 @@ namespace kiln {
 void copy_into(const Tensor& src, const Tensor& dst);
 // Every element of dst (any strides) set to `value` converted to dst's dtype.
 void fill_into(const Tensor& dst, const Scalar& value);
+// ValueError naming `op` when `value` cannot be stored in `dtype` without overflow (a
+// float's fraction may drop; NaN and inf fit floating dtypes only; anything fits bool).
+void check_fits(const Scalar& value, DType dtype, std::string_view op);
 // A new contiguous tensor holding t converted to `dtype`.
 Tensor convert(const Tensor& t, DType dtype);
 // A contiguous host copy of t (t itself when it already is one).

@@ -114,7 +114,7 @@ Tensor& Tensor::mul_(const Scalar& s) { return call_inplace(get_op("mul_scalar")
 Tensor& Tensor::div_(const Scalar& s) { return call_inplace(get_op("div_scalar"), *this, {}, {{"scalar", s}}); }
 
 Tensor& Tensor::fill_(const Scalar& s) {
-  checked(impl_);
+  check_fits(s, checked(impl_).dtype, "fill_");
   if (inplace_needs_history(*this, {})) {
     check_inplace(*this, "[fill_] ");
     fill_into(*this, s);
