@@ -25,9 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string head(bytes.substr(0, size / 2));
   rt::EntryLayout scan;
   std::string why = rt::check_layout(head, size, &scan);
-  if (why == rt::kNeedMoreBytes) {
-    if (scan.payload_at <= head.size() || scan.payload_at > size) __builtin_trap();
-    const std::string more(bytes.substr(0, scan.payload_at));
+  // At most twice: first the fixed header (when the chunk was shorter), then up to the payload.
+  for (std::size_t have = head.size(), round = 0; why == rt::kNeedMoreBytes; ++round) {
+    if (round == 2 || scan.payload_at <= have || scan.payload_at > size) __builtin_trap();
+    have = scan.payload_at;
+    const std::string more(bytes.substr(0, have));
     why = rt::check_layout(more, size, &scan);
   }
   if (why != verdict) __builtin_trap();
