@@ -146,8 +146,7 @@ std::string describe(const Parsed& p) {
          shape_str(p.header.shape);
 }
 
-[[noreturn]] void fail_short(const detail::IdxInput& in, const std::string& path, const Parsed& p,
-                             std::uint64_t got) {
+[[noreturn]] void fail_short(const detail::IdxInput& in, const std::string& path, const Parsed& p, std::uint64_t got) {
   throw IoError(path, p.header.data_offset, "expected " + describe(p) + ", the file ends after " + in.bytes(got));
 }
 

@@ -92,8 +92,7 @@ std::size_t IdxInput::inflate_into(unsigned char* dst, std::size_t n) {
 
 void IdxInput::check_gzip_end(std::uint64_t at) {
   if (!gzip_) return;
-  if (!ended_)
-    throw IoError(path_, at, "expected the gzip stream's trailer after the data (the file is truncated)");
+  if (!ended_) throw IoError(path_, at, "expected the gzip stream's trailer after the data (the file is truncated)");
   std::uint64_t extra = have_;
   while (refill() > 0) extra += have_;
   if (extra > 0)

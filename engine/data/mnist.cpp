@@ -36,7 +36,8 @@ std::string find(const std::string& dir, const std::string& stem) {
 IdxHeader check_images(const std::string& path) {
   IdxHeader h = read_idx_header(path);
   if (h.dtype != DType::u8)
-    throw IoError(path, 2, "expected MNIST images of type 0x08 (u8), found " + std::string(dtype_name(h.dtype)) + " data");
+    throw IoError(path, 2,
+                  "expected MNIST images of type 0x08 (u8), found " + std::string(dtype_name(h.dtype)) + " data");
   if (h.shape.size() != 3)
     throw IoError(path, 3, "expected MNIST images with 3 dimensions, found shape " + shape_str(h.shape));
   if (h.shape[1] != 28 || h.shape[2] != 28)
@@ -47,7 +48,8 @@ IdxHeader check_images(const std::string& path) {
 void check_labels(const std::string& path, std::int64_t images, const std::string& images_path) {
   const IdxHeader h = read_idx_header(path);
   if (h.dtype != DType::u8)
-    throw IoError(path, 2, "expected MNIST labels of type 0x08 (u8), found " + std::string(dtype_name(h.dtype)) + " data");
+    throw IoError(path, 2,
+                  "expected MNIST labels of type 0x08 (u8), found " + std::string(dtype_name(h.dtype)) + " data");
   if (h.shape.size() != 1)
     throw IoError(path, 3, "expected MNIST labels with 1 dimension, found shape " + shape_str(h.shape));
   if (h.shape[0] != images)

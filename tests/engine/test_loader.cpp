@@ -212,8 +212,8 @@ TEST_CASE("data.DataLoader rejects bad arguments with typed errors") {
 TEST_CASE("data.DataLoader a batch size past the dataset, up to INT64_MAX, is one batch") {
   // (n + batch_size - 1) / batch_size overflowed: batches() went negative and an epoch ran no batch.
   const Dataset d = dataset(5);
-  for (std::int64_t bs : {std::int64_t{6}, std::numeric_limits<std::int64_t>::max() - 1,
-                          std::numeric_limits<std::int64_t>::max()}) {
+  for (std::int64_t bs :
+       {std::int64_t{6}, std::numeric_limits<std::int64_t>::max() - 1, std::numeric_limits<std::int64_t>::max()}) {
     CAPTURE(bs);
     DataLoader dl(d.inputs, d.labels, {.batch_size = bs});
     REQUIRE(dl.batches() == 1);
@@ -223,6 +223,5 @@ TEST_CASE("data.DataLoader a batch size past the dataset, up to INT64_MAX, is on
     CHECK(drop.batches() == 0);
     CHECK_THROWS_AS(drop.batch(0), ValueError);
   }
-  CHECK_THROWS_AS(DataLoader(d.inputs, d.labels, {.batch_size = std::numeric_limits<std::int64_t>::min()}),
-                  ValueError);
+  CHECK_THROWS_AS(DataLoader(d.inputs, d.labels, {.batch_size = std::numeric_limits<std::int64_t>::min()}), ValueError);
 }
