@@ -1,6 +1,5 @@
-// IDX reader and writer. Files are read through zlib's gzFile, which inflates a gzip
-// stream (recognised by its 1f 8b magic) and passes any other file through unchanged;
-// offsets in errors count bytes of the decompressed IDX stream.
+// IDX reader and writer. Offsets in errors count bytes of the decompressed IDX stream,
+// except for bytes after a gzip stream, which are located in the compressed file.
 #include "kiln/data/idx.h"
 
 #include <zlib.h>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "idx_input.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
 
@@ -42,67 +42,6 @@ std::string hex(unsigned v) {
   std::snprintf(buf, sizeof(buf), "0x%02X", v);
   return buf;
 }
-
-// A gzFile that throws IoError on zlib errors and remembers whether the stream was gzip.
-class Input {
- public:
-  explicit Input(const std::string& path) : path_(path) {
-    f_ = gzopen(path.c_str(), "rb");
-    if (!f_) throw IoError(path, 0, std::string("expected a readable file (") + std::strerror(errno) + ")");
-    gzbuffer(f_, 1u << 20);
-  }
-  ~Input() {
-    if (f_) gzclose_r(f_);
-  }
-  Input(const Input&) = delete;
-  Input& operator=(const Input&) = delete;
-
-  // Reads up to n bytes; fewer only at the end of the data.
-  std::size_t read(void* dst, std::size_t n) {
-    std::size_t got = 0;
-    while (got < n) {
-      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - got, 1u << 30));
-      const int r = gzread(f_, static_cast<char*>(dst) + got, chunk);
-      if (r < 0) fail();
-      got += static_cast<std::size_t>(r);
-      if (static_cast<unsigned>(r) < chunk) {
-        check_end();
-        break;
-      }
-    }
-    pos_ += got;
-    return got;
-  }
-
-  bool gzip() const { return gzdirect(f_) == 0; }
-  // Offsets of a gzip file count decompressed bytes; saying so avoids looking in the wrong place.
-  std::string bytes(std::uint64_t n) const {
-    return std::to_string(n) + (gzip() ? " decompressed bytes" : " bytes") +
-           (truncated_ ? " (the gzip stream is cut short)" : "");
-  }
-  bool stream_truncated() const { return truncated_; }
-
- private:
-  void check_end() {
-    int code = Z_OK;
-    gzerror(f_, &code);
-    if (code == Z_BUF_ERROR)
-      truncated_ = true;  // the gzip stream ended before its trailer
-    else if (code != Z_OK)
-      fail();
-  }
-  [[noreturn]] void fail() {
-    int code = Z_OK;
-    const char* msg = gzerror(f_, &code);
-    const std::string why = code == Z_ERRNO ? std::strerror(errno) : (msg ? msg : "unknown zlib error");
-    throw IoError(path_, pos_, "expected a valid gzip stream (zlib: " + why + ")");
-  }
-
-  std::string path_;
-  gzFile f_ = nullptr;
-  std::uint64_t pos_ = 0;
-  bool truncated_ = false;
-};
 
 std::uint32_t be32(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
@@ -147,17 +86,20 @@ void decode(const IdxType& type, const unsigned char* src, std::int64_t n, void*
 }
 
 // Counts (and discards) what follows the data, to say how much trailing garbage there is.
-std::uint64_t count_rest(Input& in) {
+std::uint64_t count_rest(detail::IdxInput& in) {
   std::vector<unsigned char> scratch(1u << 16);
   std::uint64_t n = 0;
   for (std::size_t r; (r = in.read(scratch.data(), scratch.size())) > 0;) n += r;
   return n;
 }
 
-}  // namespace
+struct Parsed {
+  IdxHeader header;
+  const IdxType* type;
+  std::uint64_t numel;
+};
 
-Tensor read_idx(const std::string& path) {
-  Input in(path);
+Parsed read_header(detail::IdxInput& in, const std::string& path) {
   unsigned char magic[4];
   const std::size_t got = in.read(magic, 4);
   if (got < 4)
@@ -182,24 +124,66 @@ Tensor read_idx(const std::string& path) {
     throw IoError(path, 4 + r,
                   "expected " + std::to_string(ndim) + " big-endian u32 dimensions (" + std::to_string(dim_bytes) +
                       " bytes), the file ends after " + in.bytes(4 + r));
-  Shape shape;
-  std::uint64_t numel = 1;
+  Parsed p{{type->dtype, {}, 4 + dim_bytes}, type, 1};
   // Bytes stay addressable with a margin: a dim product that only fits in 64 bits is a corrupt file.
   constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 48;
   for (int d = 0; d < ndim; ++d) {
     const std::uint32_t v = be32(dims + 4 * d);
     const std::uint64_t at = 4 + 4 * static_cast<std::uint64_t>(d);
     if (v == 0) throw IoError(path, at, "expected dimension " + std::to_string(d) + " > 0, found 0");
-    if (numel > kMaxBytes / type->size / v)
+    if (p.numel > kMaxBytes / type->size / v)
       throw IoError(path, at,
                     "expected dimensions whose product fits in 2^48 bytes; dimension " + std::to_string(d) + " = " +
                         std::to_string(v) + " overflows it");
-    numel *= v;
-    shape.push_back(v);
+    p.numel *= v;
+    p.header.shape.push_back(v);
   }
+  return p;
+}
 
-  const std::uint64_t header = 4 + dim_bytes;
-  const std::uint64_t expected = numel * type->size;
+std::string describe(const Parsed& p) {
+  return std::to_string(p.numel * p.type->size) + " bytes of " + p.type->name + " data for shape " +
+         shape_str(p.header.shape);
+}
+
+[[noreturn]] void fail_short(const detail::IdxInput& in, const std::string& path, const Parsed& p, std::uint64_t got) {
+  throw IoError(path, p.header.data_offset, "expected " + describe(p) + ", the file ends after " + in.bytes(got));
+}
+
+[[noreturn]] void fail_extra(const detail::IdxInput& in, const std::string& path, const Parsed& p,
+                             std::uint64_t extra) {
+  throw IoError(path, p.header.data_offset + p.numel * p.type->size,
+                "expected the end of the file after the " + shape_str(p.header.shape) + " " + p.type->name +
+                    " data, found " + in.bytes(extra) + " after it");
+}
+
+// Before reading: a raw file's size must match the header, and a gzip file must be able to
+// hold the data at deflate's best ratio (1032:1), so a lying header allocates nothing large.
+void check_size(const detail::IdxInput& in, const std::string& path, const Parsed& p) {
+  if (in.file_size() < 0) return;  // a pipe: the incremental read still bounds memory
+  const auto size = static_cast<std::uint64_t>(in.file_size());
+  const std::uint64_t header = p.header.data_offset, expected = p.numel * p.type->size;
+  if (!in.gzip() && size < header + expected) fail_short(in, path, p, size - std::min(size, header));
+  if (!in.gzip() && size > header + expected) fail_extra(in, path, p, size - header - expected);
+  constexpr std::uint64_t kMaxRatio = 1032;
+  if (in.gzip() && size < UINT64_MAX / kMaxRatio && header + expected > size * kMaxRatio)
+    throw IoError(path, header,
+                  "expected " + describe(p) + ", more than a gzip file of " + std::to_string(size) +
+                      " bytes holds (it inflates to at most " + std::to_string(size * kMaxRatio) + " bytes)");
+}
+
+}  // namespace
+
+IdxHeader read_idx_header(const std::string& path) {
+  detail::IdxInput in(path);
+  return read_header(in, path).header;
+}
+
+Tensor read_idx(const std::string& path) {
+  detail::IdxInput in(path);
+  const Parsed p = read_header(in, path);
+  check_size(in, path, p);
+  const std::uint64_t header = p.header.data_offset, expected = p.numel * p.type->size;
   // Grows with what the file really holds, so a header that lies about its size allocates nothing large.
   std::vector<unsigned char> bytes;
   bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(expected, std::uint64_t{64} << 20)));
@@ -211,19 +195,12 @@ Tensor read_idx(const std::string& path) {
     bytes.resize(old + r);
     if (r < want) break;
   }
-  if (bytes.size() < expected)
-    throw IoError(path, header,
-                  "expected " + std::to_string(expected) + " bytes of " + type->name + " data for shape " +
-                      shape_str(shape) + ", the file ends after " + in.bytes(bytes.size()));
-  if (const std::uint64_t extra = count_rest(in); extra > 0)
-    throw IoError(path, header + expected,
-                  "expected the end of the file after the " + shape_str(shape) + " " + type->name + " data, found " +
-                      in.bytes(extra) + " after it");
-  if (in.stream_truncated())
-    throw IoError(path, header + expected, "expected the gzip stream's trailer after the data (the file is truncated)");
+  if (bytes.size() < expected) fail_short(in, path, p, bytes.size());
+  if (const std::uint64_t extra = count_rest(in); extra > 0) fail_extra(in, path, p, extra);
+  in.check_gzip_end(header + expected);
 
-  Tensor out = empty(shape, {.dtype = type->dtype});
-  decode(*type, bytes.data(), static_cast<std::int64_t>(numel), out.data_ptr());
+  Tensor out = empty(p.header.shape, {.dtype = p.type->dtype});
+  decode(*p.type, bytes.data(), static_cast<std::int64_t>(p.numel), out.data_ptr());
   return out;
 }
 

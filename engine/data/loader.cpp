@@ -96,7 +96,8 @@ DataLoader::DataLoader(const Tensor& inputs, const Tensor& labels, LoaderOptions
 }
 
 std::int64_t DataLoader::batches() const {
-  return o_.drop_last ? n_ / o_.batch_size : (n_ + o_.batch_size - 1) / o_.batch_size;
+  // Not (n + batch_size - 1) / batch_size: that overflows for a batch size near INT64_MAX.
+  return n_ / o_.batch_size + (!o_.drop_last && n_ % o_.batch_size != 0);
 }
 
 void DataLoader::set_epoch(std::int64_t epoch) {

@@ -33,29 +33,33 @@ std::string find(const std::string& dir, const std::string& stem) {
 }
 
 // IDX headers: images are 00 00 08 03 with dims (N, 28, 28), labels 00 00 08 01 with dims (N).
-Tensor read_images(const std::string& path) {
-  Tensor t = read_idx(path);
-  if (t.dtype() != DType::u8)
+IdxHeader check_images(const std::string& path) {
+  IdxHeader h = read_idx_header(path);
+  if (h.dtype != DType::u8)
     throw IoError(path, 2,
-                  "expected MNIST images of type 0x08 (u8), found " + std::string(dtype_name(t.dtype())) + " data");
-  if (t.dim() != 3)
-    throw IoError(path, 3, "expected MNIST images with 3 dimensions, found shape " + shape_str(t.shape()));
-  if (t.size(1) != 28 || t.size(2) != 28)
-    throw IoError(path, 8, "expected MNIST images of 28x28 pixels, found shape " + shape_str(t.shape()));
-  return t;
+                  "expected MNIST images of type 0x08 (u8), found " + std::string(dtype_name(h.dtype)) + " data");
+  if (h.shape.size() != 3)
+    throw IoError(path, 3, "expected MNIST images with 3 dimensions, found shape " + shape_str(h.shape));
+  if (h.shape[1] != 28 || h.shape[2] != 28)
+    throw IoError(path, 8, "expected MNIST images of 28x28 pixels, found shape " + shape_str(h.shape));
+  return h;
 }
 
-Tensor read_labels(const std::string& path, std::int64_t images, const std::string& images_path) {
-  Tensor t = read_idx(path);
-  if (t.dtype() != DType::u8)
+void check_labels(const std::string& path, std::int64_t images, const std::string& images_path) {
+  const IdxHeader h = read_idx_header(path);
+  if (h.dtype != DType::u8)
     throw IoError(path, 2,
-                  "expected MNIST labels of type 0x08 (u8), found " + std::string(dtype_name(t.dtype())) + " data");
-  if (t.dim() != 1)
-    throw IoError(path, 3, "expected MNIST labels with 1 dimension, found shape " + shape_str(t.shape()));
-  if (t.size(0) != images)
+                  "expected MNIST labels of type 0x08 (u8), found " + std::string(dtype_name(h.dtype)) + " data");
+  if (h.shape.size() != 1)
+    throw IoError(path, 3, "expected MNIST labels with 1 dimension, found shape " + shape_str(h.shape));
+  if (h.shape[0] != images)
     throw IoError(path, 4,
                   "expected " + std::to_string(images) + " labels, one per image of " +
-                      fs::path(images_path).filename().string() + ", found " + std::to_string(t.size(0)));
+                      fs::path(images_path).filename().string() + ", found " + std::to_string(h.shape[0]));
+}
+
+Tensor read_labels(const std::string& path) {
+  const Tensor t = read_idx(path);
   const auto* p = static_cast<const std::uint8_t*>(t.data_ptr());
   for (std::int64_t i = 0; i < t.numel(); ++i)
     if (p[i] > 9)
@@ -89,11 +93,13 @@ Mnist load_mnist(const std::string& dir) {
   }
   if (!missing.empty())
     throw IoError(dir, 0, "expected the four MNIST files in this directory (raw or .gz); missing " + missing);
+  // Headers first: a file that lies about its count is caught before any payload is inflated.
+  for (int i = 0; i < 4; i += 2) check_labels(paths[i + 1], check_images(paths[i]).shape[0], paths[i]);
   Mnist m;
-  m.train_images = read_images(paths[0]);
-  m.train_labels = read_labels(paths[1], m.train_images.size(0), paths[0]);
-  m.test_images = read_images(paths[2]);
-  m.test_labels = read_labels(paths[3], m.test_images.size(0), paths[2]);
+  m.train_images = read_idx(paths[0]);
+  m.train_labels = read_labels(paths[1]);
+  m.test_images = read_idx(paths[2]);
+  m.test_labels = read_labels(paths[3]);
   return m;
 }
 

@@ -120,6 +120,8 @@ class TreeBuilder {
 
 }  // namespace
 
+JsonValue::JsonValue() = default;
+
 JsonValue parse_json(std::string_view text) {
   // nlohmann skips a UTF-8 byte order mark; RFC 8259 parsers (serde_json) reject it.
   if (text.substr(0, 3) == "\xEF\xBB\xBF") throw JsonError(0, "a JSON value, not a byte order mark");

@@ -40,6 +40,9 @@ struct JsonValue {
   std::vector<JsonValue> items;
   std::vector<JsonMember> members;  // object members in text order (keys may repeat)
 
+  // Out of line: clang with libstdc++ cannot form the implicit one (pair<string, JsonValue> is incomplete).
+  JsonValue();
+
   bool is(Kind k) const { return kind == k; }
   std::optional<std::uint64_t> as_uint() const { return uint; }
 };

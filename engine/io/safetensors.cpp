@@ -307,7 +307,12 @@ nn::NamedTensors load_safetensors(const std::string& path, Metadata* metadata) {
 
   nn::NamedTensors out;
   for (const Entry& e : entries) {
-    Tensor t = empty(e.shape, {.dtype = e.st->dtype});
+    Tensor t;
+    try {
+      t = empty(e.shape, {.dtype = e.st->dtype});
+    } catch (const ShapeError& err) {  // e.g. (0, 2^62-1, 2^62-1): no bytes, but strides past int64
+      throw IoError(path, e.at, "expected a shape kiln can hold for tensor \"" + e.name + "\" (" + err.what() + ")");
+    }
     in.seekg(static_cast<std::streamoff>(base + e.begin));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
     if (!in) throw IoError(path, base + e.begin, "expected readable data for tensor \"" + e.name + "\"");

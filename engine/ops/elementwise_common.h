@@ -139,7 +139,8 @@ OpDef unary_def(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f
   d.dtype_rule = std::move(rule);
   d.cpu = [f, params](const OpArgs& a, std::span<Tensor> out) {
     const auto [p0, p1] = params(a.attrs);
-    cpu_unary<FloatOnly, ToBool>(a.inputs[0], out[0], [&](auto x) { return f(x, p0, p1); });
+    // Copies: clang before 16 cannot capture structured bindings.
+    cpu_unary<FloatOnly, ToBool>(a.inputs[0], out[0], [&, p0 = p0, p1 = p1](auto x) { return f(x, p0, p1); });
   };
   d.gpu = [k = gpu::LazyKernel(name), params](const OpArgs& a, std::span<Tensor> out) {
     const auto [p0, p1] = params(a.attrs);

@@ -168,6 +168,10 @@ std::string check_layout(std::string_view bytes, std::uint64_t file_size, EntryL
     return "too short for the fixed header: " + std::to_string(file_size) + " bytes, need " +
            std::to_string(kPrefixBytes);
   }
+  if (bytes.size() < kPrefixBytes) {  // the fixed header is needed before anything can be judged
+    l->payload_at = kPrefixBytes;
+    return std::string(kNeedMoreBytes);
+  }
   if (bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0) return "bad magic (not a kiln cache entry)";
   std::uint32_t version = static_cast<std::uint32_t>(get_le(bytes, 8, 4));
   if (version != DiskCache::kFormatVersion) {

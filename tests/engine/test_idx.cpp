@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +44,31 @@ Bytes header(unsigned char type, const std::vector<std::uint32_t>& dims) {
   Bytes b{0, 0, type, static_cast<unsigned char>(dims.size())};
   for (std::uint32_t d : dims)
     for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(d >> s));
+  return b;
+}
+
+// A gzip member holding `raw` in stored (uncompressed) deflate blocks, so a test sets every
+// byte of the IDX stream, including headers that lie.
+Bytes gzip_stored(const Bytes& raw) {
+  Bytes b{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff};
+  std::size_t at = 0;
+  do {
+    const std::size_t n = std::min<std::size_t>(raw.size() - at, 65535);
+    b.push_back(at + n == raw.size() ? 1 : 0);  // BFINAL, BTYPE 00 (stored)
+    for (std::size_t v : {n, ~n & 0xFFFF}) {
+      b.push_back(static_cast<unsigned char>(v));
+      b.push_back(static_cast<unsigned char>(v >> 8));
+    }
+    b.insert(b.end(), raw.begin() + static_cast<std::ptrdiff_t>(at), raw.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  } while (at < raw.size());
+  std::uint32_t crc = ~0u;
+  for (unsigned char c : raw) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  for (std::uint32_t v : {~crc, static_cast<std::uint32_t>(raw.size())})
+    for (int s = 0; s < 32; s += 8) b.push_back(static_cast<unsigned char>(v >> s));
   return b;
 }
 
@@ -155,6 +182,60 @@ TEST_CASE("idx truncated gzip stream is an IoError that says the stream is cut s
   CHECK(idx_error(dir, no_trailer, 16 + 50176, "trailer.idx.gz").find("trailer") != std::string::npos);
 }
 
+TEST_CASE("idx a large gzip file cut by 1 to 8 bytes (its trailer) is an IoError") {
+  // Reads of 2 MiB or more went around zlib's trailer check: a cut trailer passed on large files.
+  TempDir dir;
+  constexpr std::int64_t kImages = 6000;  // 4.7 MB of pixels
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(kImages * 784));
+  for (std::size_t k = 0; k < px.size(); ++k) px[k] = static_cast<std::uint8_t>((k * 7 + k / 784) % 251);
+  const std::string good = dir.file("big.idx.gz");
+  data::write_idx(good, from_vector<std::uint8_t>(px, {kImages, 28, 28}), true);
+  REQUIRE(data::read_idx(good).shape() == Shape{kImages, 28, 28});
+  const Bytes gz = read_bytes(good);
+  for (std::size_t cut = 1; cut <= 8; ++cut) {
+    CAPTURE(cut);
+    const Bytes b(gz.begin(), gz.end() - static_cast<std::ptrdiff_t>(cut));
+    CHECK(idx_error(dir, b, 16 + px.size(), "cut.idx.gz").find("trailer") != std::string::npos);
+  }
+}
+
+TEST_CASE("idx bytes after a complete gzip stream are an IoError at their compressed offset") {
+  TempDir dir;
+  const std::string good = dir.file("good.idx.gz");
+  for (std::int64_t n : {std::int64_t{4}, std::int64_t{6000}}) {  // one read, and reads past 2 MiB
+    CAPTURE(n);
+    data::write_idx(good, zeros({n, 28, 28}, {.dtype = DType::u8}), true);
+    const Bytes gz = read_bytes(good);
+    Bytes garbage = gz;
+    for (unsigned char c : {'x', 'y', 'z'}) garbage.push_back(c);
+    const std::string msg = idx_error(dir, garbage, gz.size(), "garbage.idx.gz");
+    CHECK(msg.find("found 3 bytes after the gzip stream") != std::string::npos);
+    Bytes zero = gz;
+    zero.push_back(0);
+    CHECK(idx_error(dir, zero, gz.size(), "zero.idx.gz").find("after the gzip stream") != std::string::npos);
+    Bytes twice = gz;
+    twice.insert(twice.end(), gz.begin(), gz.end());
+    CHECK(idx_error(dir, twice, gz.size(), "twice.idx.gz").find("after the gzip stream") != std::string::npos);
+  }
+}
+
+TEST_CASE("idx a gzip header whose size no gzip file of that length can hold fails before reading") {
+  TempDir dir;
+  // Stored blocks read back as written, so the helper itself is checked first.
+  Bytes ok = header(0x08, {2, 3});
+  for (unsigned char c : {1, 2, 3, 4, 5, 6}) ok.push_back(c);
+  write_bytes(dir.file("ok.gz"), gzip_stored(ok));
+  CHECK(data::read_idx(dir.file("ok.gz")).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{1, 2, 3, 4, 5, 6});
+
+  // 78 MB promised by a 40-byte file: deflate expands at most 1032:1.
+  Bytes lie = header(0x08, {100000, 28, 28});
+  lie.resize(lie.size() + 10, 1);
+  const Bytes gz = gzip_stored(lie);
+  const std::string msg = idx_error(dir, gz, 16, "lie.idx.gz");
+  CHECK(msg.find("expected 78400000 bytes of u8 data for shape (100000,28,28)") != std::string::npos);
+  CHECK(msg.find("at most " + std::to_string(gz.size() * 1032)) != std::string::npos);
+}
+
 TEST_CASE("idx corrupt gzip data is an IoError naming zlib's complaint") {
   TempDir dir;
   const std::string good = dir.file("good.idx.gz");
@@ -230,6 +311,17 @@ void write_mnist(const TempDir& dir, std::int64_t n_train, std::int64_t n_test, 
   data::write_idx(dir.file("t10k-labels-idx1-ubyte" + sfx), labels(n_test), gz);
 }
 
+// The IoError load_mnist throws for `dir`; fails the test when it throws none.
+IoError mnist_error(const TempDir& dir) {
+  try {
+    data::load_mnist(dir.path().string());
+  } catch (const IoError& e) {
+    return e;
+  }
+  FAIL("load_mnist accepted a malformed set of files");
+  return IoError("", 0, "");
+}
+
 }  // namespace
 
 TEST_CASE("mnist file names list raw before .gz for each of the four files") {
@@ -278,37 +370,43 @@ TEST_CASE("mnist cross-checks: missing files, counts, image size, label range") 
 
   write_mnist(dir, 20, 10, false);
   data::write_idx(dir.file("train-labels-idx1-ubyte"), zeros({19}, {.dtype = DType::u8}));
-  try {
-    data::load_mnist(dir.path().string());
-    FAIL("a label count mismatch was accepted");
-  } catch (const IoError& e) {
-    CHECK(e.file() == dir.file("train-labels-idx1-ubyte"));
-    CHECK(e.offset() == 4);
-    CHECK(std::string(e.what()).find("expected 20 labels") != std::string::npos);
-  }
+  const IoError count = mnist_error(dir);
+  CHECK(count.file() == dir.file("train-labels-idx1-ubyte"));
+  CHECK(count.offset() == 4);
+  CHECK(std::string(count.what()).find("expected 20 labels") != std::string::npos);
 
   data::write_idx(dir.file("train-labels-idx1-ubyte"), [] {
     std::vector<std::uint8_t> v(20, 1);
     v[5] = 10;
     return from_vector<std::uint8_t>(v);
   }());
-  try {
-    data::load_mnist(dir.path().string());
-    FAIL("label 10 was accepted");
-  } catch (const IoError& e) {
-    CHECK(e.offset() == 8 + 5);
-    CHECK(std::string(e.what()).find("found 10") != std::string::npos);
-  }
+  const IoError label = mnist_error(dir);
+  CHECK(label.offset() == 8 + 5);
+  CHECK(std::string(label.what()).find("found 10") != std::string::npos);
 
   data::write_idx(dir.file("train-labels-idx1-ubyte"), zeros({20}, {.dtype = DType::u8}));
   data::write_idx(dir.file("t10k-images-idx3-ubyte"), zeros({10, 28, 27}, {.dtype = DType::u8}));
-  try {
-    data::load_mnist(dir.path().string());
-    FAIL("27-pixel-wide images were accepted");
-  } catch (const IoError& e) {
-    CHECK(e.file() == dir.file("t10k-images-idx3-ubyte"));
-    CHECK(std::string(e.what()).find("28x28") != std::string::npos);
-  }
+  const IoError size = mnist_error(dir);
+  CHECK(size.file() == dir.file("t10k-images-idx3-ubyte"));
+  CHECK(std::string(size.what()).find("28x28") != std::string::npos);
+}
+
+TEST_CASE("mnist image and label counts are compared from the headers, before any payload is read") {
+  // Found only after inflating every image: a 1.5 MB .gz grew to 3.2 GB before the mismatch showed.
+  TempDir dir;
+  write_mnist(dir, 3, 3, false);
+  Bytes lie = header(0x08, {100000, 28, 28});
+  lie.resize(lie.size() + 3 * 784);  // the data of 3 images, so the file is also too short
+  write_bytes(dir.file("train-images-idx3-ubyte"), lie);
+  const IoError e = mnist_error(dir);
+  CHECK(e.file() == dir.file("train-labels-idx1-ubyte"));
+  CHECK(e.offset() == 4);
+  CHECK(std::string(e.what()).find("expected 100000 labels") != std::string::npos);
+  // The header alone, as load_mnist reads it first.
+  const data::IdxHeader h = data::read_idx_header(dir.file("train-images-idx3-ubyte"));
+  CHECK(h.dtype == DType::u8);
+  CHECK(h.shape == Shape{100000, 28, 28});
+  CHECK(h.data_offset == 16);
 }
 
 TEST_CASE("mnist the real files: counts, first labels, label histogram, known pixels") {

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -206,4 +207,21 @@ TEST_CASE("data.DataLoader rejects bad arguments with typed errors") {
   CHECK_THROWS_AS(dl.set_epoch(-1), ValueError);
   if (cuda_device_count() == 0)
     CHECK_THROWS_AS(DataLoader(d.inputs, d.labels, {.device = Device::cuda(0)}), DeviceError);
+}
+
+TEST_CASE("data.DataLoader a batch size past the dataset, up to INT64_MAX, is one batch") {
+  // (n + batch_size - 1) / batch_size overflowed: batches() went negative and an epoch ran no batch.
+  const Dataset d = dataset(5);
+  for (std::int64_t bs :
+       {std::int64_t{6}, std::numeric_limits<std::int64_t>::max() - 1, std::numeric_limits<std::int64_t>::max()}) {
+    CAPTURE(bs);
+    DataLoader dl(d.inputs, d.labels, {.batch_size = bs});
+    REQUIRE(dl.batches() == 1);
+    CHECK(dl.batch(0).labels.numel() == 5);
+    CHECK_THROWS_AS(dl.batch(1), ValueError);
+    DataLoader drop(d.inputs, d.labels, {.batch_size = bs, .drop_last = true});
+    CHECK(drop.batches() == 0);
+    CHECK_THROWS_AS(drop.batch(0), ValueError);
+  }
+  CHECK_THROWS_AS(DataLoader(d.inputs, d.labels, {.batch_size = std::numeric_limits<std::int64_t>::min()}), ValueError);
 }

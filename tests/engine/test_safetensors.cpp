@@ -328,3 +328,13 @@ TEST_CASE("safetensors files read in Python's safetensors (skipped without it)")
   std::ofstream(py) << script;
   CHECK(std::system(("python3 " + py).c_str()) == 0);
 }
+
+TEST_CASE("safetensors a shape whose strides pass int64 is an IoError naming the tensor") {
+  // 0 elements, so the byte count checks passed, but the strides of the other dims overflow.
+  TempDir dir;
+  const std::string json =
+      R"({"w":{"dtype":"F32","shape":[0,4611686018427387903,4611686018427387903],"data_offsets":[0,0]}})";
+  const std::string msg = load_error(dir, st_file(json, {}), 8 + json.find("{\"dtype"));
+  CHECK(msg.find("tensor \"w\"") != std::string::npos);
+  CHECK(msg.find("int64") != std::string::npos);
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "error_message.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
 
@@ -167,4 +168,22 @@ TEST_CASE("ops on a GPU tensor without a GPU say why") {
   if (rt::gpu_available()) return;
   CHECK_THROWS_AS(zeros({2}, {.device = Device::cuda(0)}), DeviceError);
   CHECK_THROWS_AS(ones({2}).to(Device::cuda(0)), DeviceError);
+}
+
+TEST_CASE("shapes whose strides, element or byte counts pass int64 are ShapeErrors at creation") {
+  constexpr std::int64_t kBig = (std::int64_t{1} << 62) - 1;
+  // A zero dim made the numel 0, but the strides of (0, 2^62-1, 2^62-1) still overflowed.
+  CHECK(kiln_test::message_of<ShapeError>([] { empty({0, kBig, kBig}); }).find("[tensor]") == 0);
+  CHECK_THROWS_AS(empty({kBig, kBig, 0}), ShapeError);
+  CHECK_THROWS_AS(empty({std::int64_t{1} << 32, std::int64_t{1} << 32}), ShapeError);
+  CHECK_THROWS_AS(empty({std::int64_t{1} << 61}, {.dtype = DType::f64}), ShapeError);  // 2^64 bytes
+  CHECK_THROWS_AS(empty({-1}), ShapeError);
+  CHECK_THROWS_AS(empty({2, -3}), ShapeError);
+  CHECK_THROWS_AS(zeros({0, kBig, kBig}), ShapeError);
+  CHECK_THROWS_AS(zeros({0}).reshape({0, kBig, kBig}), ShapeError);
+  CHECK_THROWS_AS(contiguous_strides({0, kBig, kBig}), ShapeError);
+  // At the limit itself, strides still fit.
+  CHECK(contiguous_strides({0, kBig, 2}) == Shape{2 * kBig, 2, 1});
+  CHECK(empty({0, kBig}, {.dtype = DType::u8}).numel() == 0);
+  CHECK_THROWS_AS(empty({0, kBig}, {.dtype = DType::f32}), ShapeError);  // its byte strides would not fit
 }

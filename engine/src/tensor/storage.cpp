@@ -21,11 +21,8 @@ Storage::Storage(std::size_t bytes, Device device) : device_(device), bytes_(byt
 Storage::~Storage() { std::free(host_); }
 
 std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device device) {
-  std::int64_t n = 1;
-  for (std::int64_t s : shape) {
-    if (s < 0) throw ShapeError("[tensor] negative size in shape " + shape_str(shape));
-    n *= s;
-  }
+  check_shape(shape, dtype_size(dtype));
+  const std::int64_t n = shape_numel(shape);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(n) * dtype_size(dtype), device);
   impl->dtype = dtype;

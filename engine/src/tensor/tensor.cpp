@@ -1,5 +1,8 @@
 #include "kiln/tensor.h"
 
+#include <cstddef>
+#include <string>
+
 #include "../../ops/registry.h"
 #include "../autograd/record.h"
 #include "copy.h"
@@ -169,7 +172,19 @@ std::int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+void check_shape(const Shape& s, std::size_t element_size) {
+  // Zero dims are skipped: (0, 2^62, 2^62) holds nothing, but its strides would still overflow.
+  std::int64_t span = static_cast<std::int64_t>(element_size);
+  for (std::int64_t d : s) {
+    if (d < 0) throw ShapeError("[tensor] negative size in shape " + shape_str(s));
+    if (d > 0 && __builtin_mul_overflow(span, d, &span))
+      throw ShapeError("[tensor] shape " + shape_str(s) + " of " + std::to_string(element_size) +
+                       "-byte elements has strides or a size past int64");
+  }
+}
+
 Shape contiguous_strides(const Shape& s) {
+  check_shape(s, 1);
   Shape st(s.size());
   std::int64_t acc = 1;
   for (std::size_t i = s.size(); i-- > 0;) {

@@ -61,6 +61,10 @@ struct TensorImpl {
   }
 };
 
+// ShapeError for a negative dim, or when the nonzero dims' product times element_size passes
+// int64: every stride, element count and byte offset of a valid shape fits.
+void check_shape(const Shape& shape, std::size_t element_size);
+
 // A new contiguous tensor with uninitialised contents.
 std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device device);
 

@@ -11,7 +11,7 @@
 namespace kiln::data {
 
 struct LoaderOptions {
-  std::int64_t batch_size = 128;
+  std::int64_t batch_size = 128;  // > 0; past the dataset's size it is one batch (none with drop_last)
   bool shuffle = true;
   bool drop_last = false;  // else the last batch may be smaller
   std::uint64_t seed = 0;
