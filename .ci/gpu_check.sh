@@ -17,9 +17,11 @@ rm -rf "$KILN_CACHE_DIR"
 "$b/tests/kiln_test_helper" nvrtc-median 90 | tee "$out/nvrtc.json"
 KILN_NO_COMPILE=1 "$b/tests/kiln_test_helper" load-all | tee "$out/load_all.json"
 
-# Benchmarks: kiln and PyTorch on the same GPU, one after the other.
-"$b/tools/bench_ops" >"$out/bench_kiln.txt" 2>&1; tail -40 "$out/bench_kiln.txt"
-python3 tools/bench/bench_ops_torch.py >"$out/bench_torch.txt" 2>&1; tail -40 "$out/bench_torch.txt"
+# Benchmarks: kiln and PyTorch on the same GPU, one after the other (GPU_CHECK_BENCH=0 skips).
+if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
+  "$b/tools/bench_ops" >"$out/bench_kiln.txt" 2>&1; tail -40 "$out/bench_kiln.txt"
+  python3 tools/bench/bench_ops_torch.py >"$out/bench_torch.txt" 2>&1; tail -40 "$out/bench_torch.txt"
+fi
 
 KILN_NO_COMPILE=1 timeout ${GPU_TEST_TIMEOUT:-300} "$b/tests/gpu_tests" ${GPU_TEST_ARGS:-} >"$out/gpu_tests_no_compile.log" 2>&1
 echo "gpu_tests with KILN_NO_COMPILE=1: exit $?"
@@ -32,3 +34,9 @@ echo "ctest: exit $?"; grep -E 'tests passed|Failed|Passed|Skipped' "$out/ctest.
 # Every registry op against PyTorch on this GPU: values, gradients, edge values (tools/difftest).
 KILN_BUILD_DIR=$b tools/difftest/run.sh cuda "$out/difftest" >"$out/difftest.log" 2>&1
 echo "difftest: exit $?"; grep -E "^difftest:|^FAIL|^  FAIL|^known difference" "$out/difftest.log" | head -60
+
+# compute-sanitizer over the GPU suite and the trainer (GPU_CHECK_SANITIZE=0 skips; slow).
+if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ]; then
+  KILN_BUILD_DIR=$b OUT=$out bash .ci/gpu_sanitize.sh
+  echo "gpu_sanitize: exit $?"
+fi

@@ -12,9 +12,10 @@ targets=(idx safetensors disk_cache_entry)
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DKILN_FUZZ=ON -DKILN_SANITIZE=address,undefined -DKILN_BUILD_TOOLS=OFF -DKILN_BUILD_EXAMPLES=OFF \
-  "${launcher[@]}" >/dev/null
+# A build dir configured already (CI's sanitizer build) is reused as it is.
+[ -f "$build/CMakeCache.txt" ] || CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_SANITIZE=address,undefined -DKILN_BUILD_TOOLS=OFF \
+  -DKILN_BUILD_EXAMPLES=OFF "${launcher[@]}" >/dev/null
 ninja -C "$build" -j"${JOBS:-2}" "${targets[@]/#/fuzz_}"
 
 # UBSan reports only print by default; halting turns them into crashes libFuzzer records.
