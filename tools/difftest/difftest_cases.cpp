@@ -215,7 +215,8 @@ std::vector<Case> make_cases(const kiln::OpDef& op) {
 
     // Mixed input dtypes: data inputs alternate between the pair's dtypes.
     if (data.size() >= 2) {
-      for (const auto& [a, b] : kMixedPairs) {
+      for (const auto& pair : kMixedPairs) {
+        const DType a = pair.first, b = pair.second;  // copies: clang 14 cannot capture bindings
         auto mix = [&](std::vector<InputSpec> set) {
           for (std::size_t k = 0; k < data.size(); ++k) set[data[k]].dtype = k % 2 ? b : a;
           return set;

@@ -100,6 +100,25 @@ def leaves(case, ins):
     return [x.detach().requires_grad_() if s["grad"] else x for x, s in zip(ins, case["inputs"])]
 
 
+# Ops whose index inputs PyTorch checks on CUDA with a device-side assert, which leaves the
+# process's CUDA context unusable: they run on the CPU first, where the same check raises.
+INDEXED = {"gather", "index_select", "scatter_add", "one_hot", "nll_loss", "nll_loss_backward",
+           "max_pool2d_backward"}
+
+
+def cpu_refusal(case, tensors, adapt):
+    """PyTorch's CPU error for the case (its forward), or None when the CPU accepts it."""
+    attrs = decode_attrs(case["attrs"], "cpu")
+    fn, args = OPS[case["op"]], leaves(case, torch_inputs(case, tensors, "cpu"))
+    if adapt:
+        fn, args = adapt(fn, args, attrs)
+    try:
+        fn(*args, attrs)
+    except Exception as e:  # noqa: BLE001 - any refusal counts, as in run_case
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return None
+
+
 def run_case(case, tensors, device, adapt=None):
     """(mismatches, inputs) of one case. `adapt(fn, inputs, attrs) -> (fn, inputs)` replays
     it under one of kiln's documented rules (difftest_known.py); outputs and gradients are
@@ -117,6 +136,10 @@ def run_case(case, tensors, device, adapt=None):
     args = leaves(case, ins)
     if adapt:
         fn, args = adapt(fn, args, attrs)
+    if device != "cpu" and op in INDEXED:
+        refused = cpu_refusal(case, tensors, adapt)
+        if refused:
+            return [Mismatch("out0", "torch raised", refused)], ins
     try:
         outs = fn(*args, attrs)
     except Exception as e:  # noqa: BLE001 - any refusal by PyTorch is reported as the case's failure
