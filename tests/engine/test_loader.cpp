@@ -155,7 +155,9 @@ TEST_CASE("data.DataLoader every permutation of 4 samples is about equally likel
   const int epochs = 2400;
   for (int e = 0; e < epochs; ++e) ++counts[epoch_labels(dl, e)];
   CHECK(counts.size() == 24);
-  for (const auto& [perm, n] : counts) {
+  for (const auto& item : counts) {
+    const auto& perm = item.first;  // named, not bound: clang 14 cannot capture bindings
+    const auto& n = item.second;
     CAPTURE(n);
     CHECK(n > 50);  // expected 100 each; 50 is over 5 standard deviations away
     CHECK(n < 150);

@@ -114,7 +114,9 @@ TEST_CASE("matmul with broadcast batch dims matches naive loops") {
                                                       {{0, 2, 3}, {3, 4}},
                                                       {{2, 1, 2, 3}, {0, 3, 4}}};
   std::uint64_t seed = 1;
-  for (const auto& [as, bs] : cases) {
+  for (const auto& item : cases) {
+    const auto& as = item.first;  // named, not bound: clang 14 cannot capture bindings
+    const auto& bs = item.second;
     Tensor a = randn_f64(as, seed++), b = randn_f64(bs, seed++);
     Shape want_shape;
     auto want = naive(a.to_vector<double>(), as, b.to_vector<double>(), bs, want_shape);
@@ -129,7 +131,9 @@ TEST_CASE("matmul in every floating dtype and through transposed and strided vie
   Tensor a = randn_f64({3, 4, 6}, 11), b = randn_f64({6, 5}, 12);
   Shape s;
   auto want = naive(a.to_vector<double>(), a.shape(), b.to_vector<double>(), b.shape(), s);
-  for (auto [dt, tol] : {std::pair{DType::f32, 1e-5}, {DType::f64, 1e-12}, {DType::f16, 1e-2}, {DType::bf16, 5e-2}}) {
+  for (auto item : {std::pair{DType::f32, 1e-5}, {DType::f64, 1e-12}, {DType::f16, 1e-2}, {DType::bf16, 5e-2}}) {
+    const auto dt = item.first;  // named, not bound: clang 14 cannot capture bindings
+    const auto tol = item.second;
     INFO(dtype_name(dt));
     Tensor c = matmul(a.to(dt), b.to(dt));
     CHECK(c.dtype() == dt);
@@ -185,7 +189,9 @@ TEST_CASE("matmul and linear gradients match finite differences") {
                                                       {{4}, {4, 3}},    {{3, 4}, {4}},       {{4}, {4}},
                                                       {{2, 3, 4}, {4}}};
   std::uint64_t seed = 40;
-  for (const auto& [as, bs] : cases) {
+  for (const auto& item : cases) {
+    const auto& as = item.first;  // named, not bound: clang 14 cannot capture bindings
+    const auto& bs = item.second;
     INFO(shape_str(as) << " @ " << shape_str(bs));
     auto r = gradcheck(mm, {randn_f64(as, seed++), randn_f64(bs, seed++)});
     CHECK_MESSAGE(r.ok, r.message);

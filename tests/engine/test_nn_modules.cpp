@@ -215,7 +215,9 @@ TEST_CASE("nn backward fills every parameter's grad; zero_grad drops them") {
   for (Run r : {Run{mlp, randn_f32({4, 20}, 13)}, Run{cnn, randn_f32({4, 1, 8, 8}, 14)}}) {
     Tensor loss = cross_entropy(r.net(r.x), labels);
     loss.backward();
-    for (const auto& [name, p] : r.net.named_parameters()) {
+    for (const auto& item : r.net.named_parameters()) {
+      const auto& name = item.first;  // named, not bound: clang 14 cannot capture bindings
+      const auto& p = item.second;
       INFO(name);
       REQUIRE(p.grad().defined());
       CHECK(p.grad().shape() == p.shape());

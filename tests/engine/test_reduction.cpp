@@ -355,10 +355,11 @@ TEST_CASE("reduction gradients match finite differences") {
       {"logsumexp", [](const Tensor& t) { return logsumexp(t, {0}); }},
       {"logsumexp all", [](const Tensor& t) { return logsumexp(t, all_axes(t), true); }},
   };
-  for (const auto& [name, f] : fns)
+  for (const auto& named : fns)
     for (const Tensor& in : {x, x3}) {
+      const F& f = named.second;  // named, not bound: clang 14 cannot capture bindings
       auto r = gradcheck([&](const auto& v) { return f(v[0]); }, {in});
-      CHECK_MESSAGE(r.ok, name << " " << shape_str(in.shape()) << ": " << r.message);
+      CHECK_MESSAGE(r.ok, named.first << " " << shape_str(in.shape()) << ": " << r.message);
     }
   auto r = gradcheck([](const auto& v) { return sum(v[0], {0, 2}) * mean(v[0], {1, 2}, false).reshape({2, 1}); }, {x3});
   CHECK_MESSAGE(r.ok, r.message);

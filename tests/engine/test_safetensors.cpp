@@ -88,7 +88,9 @@ TEST_CASE("safetensors round trip of every dtype, scalars, empty tensors and met
   const nn::NamedTensors out = io::load_safetensors(path, &meta);
   CHECK(meta == io::Metadata{{"format", "pt"}, {"note", "a \"quoted\"\nline"}});
   REQUIRE(out.size() == in.size());
-  for (const auto& [name, t] : in) {
+  for (const auto& item : in) {
+    const auto& name = item.first;  // named, not bound: clang 14 cannot capture bindings
+    const auto& t = item.second;
     CAPTURE(name);
     const auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == name; });
     REQUIRE(it != out.end());

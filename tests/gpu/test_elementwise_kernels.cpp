@@ -177,7 +177,9 @@ void run_unary(const rt::KernelSpec& spec, const DTypes& d, Rng& rng) {
                         {"unaligned", kLine, View::offset, View::offset},
                         {"transposed", kSmall, View::permuted, View::contiguous},
                         {"broadcast_into_padded", kSmall, View::broadcast, View::padded}};
-  for (auto [p0, p1] : unary_params(spec.op, in)) {
+  for (auto item : unary_params(spec.op, in)) {
+    const auto p0 = item.first;  // named, not bound: clang 14 cannot capture bindings
+    const auto p1 = item.second;
     for (const Case& c : cases) {
       Buffer x = make_buffer(in, c.shape, c.x, rng, values);
       Buffer y = make_buffer(out, c.shape, c.y, rng);

@@ -122,7 +122,9 @@ TEST_CASE("optim: every optimizer and dtype matches the CPU reference over five 
   for (const Case& c : cases())
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
       const std::string name = c.name + " dtype=" + std::string(dtype_name(t));
-      auto [cpu_params, gpu_params] = leaves(test_data().init, t);
+      auto both = leaves(test_data().init, t);  // named, not bound: clang 14 cannot capture bindings
+      auto& cpu_params = both.first;
+      auto& gpu_params = both.second;
       auto cpu = c.make(cpu_params), gpu = c.make(gpu_params);
       for (int k = 0; k < kSteps; ++k) {
         for (std::size_t j = 0; j < kShapes.size(); ++j) {
@@ -143,7 +145,9 @@ TEST_CASE("optim: a GPU step queues behind running work instead of waiting for i
   const std::vector<std::size_t> shapes{0, 3};  // (37,19) and (2^21)
   std::vector<Tensor> init;
   for (std::size_t j : shapes) init.push_back(test_data().init[j]);
-  auto [cpu_params, gpu_params] = leaves(init, DType::f32);
+  auto both = leaves(init, DType::f32);  // named, not bound: clang 14 cannot capture bindings
+  auto& cpu_params = both.first;
+  auto& gpu_params = both.second;
   optim::Adam cpu(cpu_params, {.lr = 0.01}), gpu(gpu_params, {.lr = 0.01});
   // Gradients reach the GPU before the long work: a host-to-device copy may wait for its staging buffer.
   std::vector<std::vector<Tensor>> gpu_grads(kSteps);
@@ -198,7 +202,9 @@ TEST_CASE("optim: a scheduled GPU training loop with no item() inside ends where
 
 TEST_CASE("optim: state saved on the CPU continues on GPU parameters") {
   for (DType t : {DType::f32, DType::bf16}) {
-    auto [cpu_params, gpu_params] = leaves(test_data().init, t);
+    auto both = leaves(test_data().init, t);  // named, not bound: clang 14 cannot capture bindings
+    auto& cpu_params = both.first;
+    auto& gpu_params = both.second;
     optim::SGD cpu(cpu_params, {.lr = 0.05, .momentum = 0.9}), gpu(gpu_params, {.lr = 0.05, .momentum = 0.9});
     auto set_grads = [&](int k, bool on_cpu) {
       for (std::size_t j = 0; j < kShapes.size(); ++j) {
