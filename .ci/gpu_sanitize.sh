@@ -34,18 +34,15 @@ quiet_api=(--report-api-errors no)
 # test files whose kernels are all kiln's (reductions, softmax, norms, index, random, optim).
 no_cublas=(-sfe='*conv_pool*,*gemm*,*training*,*nn_modules*,*consistency*,*gradcheck_gpu*')
 
-memcheck() {
-  run memcheck gpu_tests "${quiet_api[@]}" -- "$suite" ${GPU_SANITIZE_TESTS:-}
-  local rc=$?
-  for model in mlp cnn; do run memcheck "mnist_$model" -- "$train" --model "$model" --epochs 1 --seed 1 || rc=1; done
+# memcheck and initcheck: the whole suite, then one epoch of each trainer model.
+suite_and_trainer() {
+  local tool=$1 rc=0
+  run "$tool" gpu_tests "${quiet_api[@]}" -- "$suite" ${GPU_SANITIZE_TESTS:-} || rc=1
+  for model in mlp cnn; do run "$tool" "mnist_$model" -- "$train" --model "$model" --epochs 1 --seed 1 || rc=1; done
   return $rc
 }
-initcheck() {
-  run initcheck gpu_tests "${quiet_api[@]}" -- "$suite" ${GPU_SANITIZE_TESTS:-}
-  local rc=$?
-  for model in mlp cnn; do run initcheck "mnist_$model" -- "$train" --model "$model" --epochs 1 --seed 1 || rc=1; done
-  return $rc
-}
+memcheck() { suite_and_trainer memcheck; }
+initcheck() { suite_and_trainer initcheck; }
 racecheck() { run racecheck gpu_tests_kiln_kernels "${quiet_api[@]}" -- "$suite" "${no_cublas[@]}" ${GPU_SANITIZE_TESTS:-}; }
 
 # The tools run side by side; the GPU has room for all three.
