@@ -5,6 +5,7 @@
 #include "kiln/version.h"
 #include "kiln/attrs.h"
 #include "kiln/autograd.h"
+#include "kiln/compile.h"
 #include "kiln/conv.h"
 #include "kiln/creation.h"
 #include "kiln/device.h"

@@ -1,0 +1,92 @@
+#pragma once
+// Compiled steps: a function of tensors captured once as a CUDA graph and replayed.
+//
+//   auto step = kiln::compile([&](const std::vector<kiln::Tensor>& in) {
+//     opt.zero_grad();
+//     kiln::Tensor loss = kiln::cross_entropy(net.forward(in[0]), in[1]);
+//     loss.backward();
+//     opt.step();
+//     return std::vector<kiln::Tensor>{loss};
+//   });
+//   kiln::Tensor loss = step({x, y})[0];
+//
+// Per input signature (shapes, dtypes, devices, grad mode and CompileOptions::key), the
+// first call runs `fn` eagerly (kernels load, memory is sized), the second captures the same
+// work into a CUDA graph and launches it, and later calls copy the inputs into the graph's
+// static input buffers and launch the graph: the host does no work per op.
+//
+// Rules a compiled function follows:
+// - Outputs are detached tensors in static buffers that the next call of the same signature
+//   overwrites: copy (clone) what must outlive it.
+// - Host code in `fn` runs only at the eager and the capturing call. What must change per
+//   step lives on the device: the optimizer's step count, learning rate and bias corrections,
+//   and the generator's (seed, offset); schedulers and optimizers stepped inside `fn` advance
+//   their host state at every replay too, so a replay computes what eager would.
+// - Inside a compiled function Optimizer::zero_grad() and Tensor::zero_grad() zero the
+//   gradients in place instead of dropping them, and backward accumulates into the existing
+//   .grad() storage, so gradients keep their buffers across steps.
+// - Inside a capture, whatever needs the host throws a ValueError naming the op (item(),
+//   to_host(), to(cpu), a tensor made from host data, an op on a CPU tensor, a kernel that the
+//   eager call did not load); the capture is abandoned and the engine stays usable.
+// - Objects `fn` uses (modules, optimizers, schedulers, generators) must outlive it.
+// On the CPU device (all inputs on the CPU) every call runs `fn` eagerly.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+using StepFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct CompileOptions {
+  std::size_t max_graphs = 4;  // captured signatures kept, least recently used evicted first
+  // Host state that changes the work, joined into the signature (e.g. a module's train flag).
+  std::function<std::string()> key;
+  // The device of a function without tensor inputs (otherwise the inputs' device).
+  std::optional<Device> device;
+};
+
+struct CompileStats {
+  std::uint64_t eager_calls = 0;  // calls run eagerly: the first of each signature, and all on the CPU
+  std::uint64_t captures = 0;
+  std::uint64_t replays = 0;      // graph launches after the capturing call
+  std::uint64_t evictions = 0;
+  std::size_t graphs = 0;         // captured graphs held now
+  std::vector<std::size_t> kernels_per_graph;  // kernel nodes of each held graph, most recent first
+  std::vector<std::size_t> nodes_per_graph;    // all nodes (kernels, copies, memsets)
+  std::size_t bytes_held = 0;     // device memory the held graphs own (private pools, static inputs)
+};
+
+class CompiledFunction {
+ public:
+  CompiledFunction(StepFunction fn, CompileOptions options);
+  ~CompiledFunction();  // waits for its last replay, then returns every graph and buffer
+  CompiledFunction(CompiledFunction&&) noexcept;
+  CompiledFunction& operator=(CompiledFunction&&) noexcept;
+  CompiledFunction(const CompiledFunction&) = delete;
+  CompiledFunction& operator=(const CompiledFunction&) = delete;
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+  CompileStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+CompiledFunction compile(StepFunction fn, CompileOptions options = {});
+
+// True while this thread runs a compiled function's eager or capturing call.
+bool in_compiled_call();
+// True while this thread captures a compiled step.
+bool capturing();
+
+}  // namespace kiln
