@@ -1,7 +1,9 @@
 // Fused optimizer updates over one contiguous parameter [n] and its gradient, one launch per
 // parameter. T is the parameter's storage type; S is the state and compute type (float for
 // f16/bf16/f32, double for f64). Host scalars arrive as double and are rounded to S once per
-// thread. NVRTC -std=c++17, no C++ library.
+// thread; those that change per step (lr, bias corrections) are read from device memory at
+// `step`, which the optimizer writes before its updates, so a replayed CUDA graph sees new
+// values. NVRTC -std=c++17, no C++ library.
 ${HEADERS}
 typedef ${T} T;
 typedef ${S} S;
@@ -32,10 +34,12 @@ __device__ __forceinline__ long long stride() { return static_cast<long long>(gr
 }  // namespace ko
 
 // PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
-// (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g.
+// (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g, lr = step[0].
 extern "C" __global__ void __launch_bounds__(256)
-kiln_sgd_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ buf, long long n, double lr,
-              double momentum, double dampening, double weight_decay, int nesterov, int first) {
+kiln_sgd_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ buf, long long n,
+              const double* __restrict__ step, double momentum, double dampening, double weight_decay, int nesterov,
+              int first) {
+  const double lr = step[0];
   const S lr_s = static_cast<S>(lr), mom = static_cast<S>(momentum);
   const S keep = static_cast<S>(1.0 - dampening), wd = static_cast<S>(weight_decay);
   for (long long i = ko::first_index(); i < n; i += ko::stride()) {
@@ -51,14 +55,15 @@ kiln_sgd_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ buf, l
   }
 }
 
-// Adam / AdamW. bc1 = 1 - beta1^t and bc2 = 1 - beta2^t come from the host (double).
+// Adam / AdamW. step = {lr, bc1 = 1 - beta1^t, bc2 = 1 - beta2^t}, computed by the host in double.
 // decoupled: p *= 1 - lr*wd first (AdamW); else g += wd*p (Adam's L2). Then
 // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),
 // the order PyTorch's single-tensor Adam evaluates it in.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_adam_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ m, S* __restrict__ v, long long n,
-               double lr, double beta1, double beta2, double eps, double weight_decay, double bc1, double bc2,
+               const double* __restrict__ step, double beta1, double beta2, double eps, double weight_decay,
                int decoupled) {
+  const double lr = step[0], bc1 = step[1], bc2 = step[2];
   const S b1 = static_cast<S>(beta1), one_b1 = static_cast<S>(1.0 - beta1);
   const S b2 = static_cast<S>(beta2), one_b2 = static_cast<S>(1.0 - beta2);
   const S eps_s = static_cast<S>(eps), step_size = static_cast<S>(lr / bc1);

@@ -182,7 +182,12 @@ __device__ __forceinline__ double uniform_word(unsigned x) {
 // y: n contiguous elements. Thread work item b is Philox block offset + b.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_random(T* y, long long n, unsigned long long seed, unsigned long long offset, long long low,
-            unsigned long long range, double p, const T* probs) {
+            unsigned long long range, double p, const T* probs, const unsigned long long* state) {
+  // A captured step's draw: (seed, offset) of this replay are on the device; offset is relative.
+  if (state) {
+    seed = state[0];
+    offset += state[1];
+  }
 #if KILN_DIST == 0 || KILN_DIST == 1
   const long long per = kr::is_same<T, double>::value ? 2 : 4;
 #elif KILN_DIST == 2

@@ -257,9 +257,10 @@ void random_gpu(const rt::KernelSpec& spec, const OpArgs& a, std::span<Tensor> o
   const rt::Function f = rt::get_function(spec, DTypes{y.dtype()}, 0, dev);
   const rt::LaunchConfig cfg = kernels::grid_stride_config(static_cast<std::uint64_t>(blocks), dev);
   const rt::DevicePtr probs_ptr = probs.defined() ? device_address(probs) : 0;
+  const rt::DevicePtr state = static_cast<rt::DevicePtr>(a.attrs.get_or("state", std::int64_t{0}));
   rt::launch(f, cfg, stream_of(a.device), device_address(y), static_cast<long long>(n),
              static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.offset),
-             static_cast<long long>(c.low), static_cast<unsigned long long>(c.range), c.p, probs_ptr);
+             static_cast<long long>(c.low), static_cast<unsigned long long>(c.range), c.p, probs_ptr, state);
 }
 
 DTypePlan dtype_from_attrs(const OpArgs& a) {
@@ -314,12 +315,18 @@ Attrs draw(Generator* gen, Dist dist, const Shape& shape, DType dtype, Device de
   Generator& g = gen ? *gen : default_generator();
   const std::int64_t per = per_block(dist, dtype, range);
   const std::uint64_t blocks = static_cast<std::uint64_t>((shape_numel(shape) + per - 1) / per);
-  const std::uint64_t offset = g.reserve(blocks);
-  return Attrs{{"shape", std::vector<std::int64_t>(shape)},
-               {"dtype", dtype},
-               {"device", device},
-               {"seed", static_cast<std::int64_t>(g.seed())},
-               {"offset", static_cast<std::int64_t>(offset)}};
+  // In a captured step the kernel reads (seed, offset) from the device, which each replay
+  // refreshes; the offset in attrs is then relative to the step's first draw.
+  const compile_detail::RngState captured =
+      compile_detail::capturing() && device.is_cuda() ? compile_detail::rng_state(g, device) : compile_detail::RngState{};
+  const std::uint64_t offset = g.reserve(blocks) - captured.base;
+  Attrs attrs{{"shape", std::vector<std::int64_t>(shape)},
+              {"dtype", dtype},
+              {"device", device},
+              {"seed", static_cast<std::int64_t>(g.seed())},
+              {"offset", static_cast<std::int64_t>(offset)}};
+  if (captured.state) attrs.set("state", static_cast<std::int64_t>(captured.state));
+  return attrs;
 }
 
 Tensor finish(Tensor t, const TensorOptions& o) {

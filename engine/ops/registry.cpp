@@ -75,7 +75,11 @@ std::vector<Shape> make_shapes(const OpArgs& args) {
 }
 
 const Impl& impl_for(const OpDef& op, Device d) {
-  if (d.is_cpu()) return op.cpu;
+  if (d.is_cpu()) {
+    if (compile_detail::capturing())
+      throw ValueError(bracket(op) + "runs on a CPU tensor inside a captured step; a CUDA graph holds device work only");
+    return op.cpu;
+  }
   if (!op.gpu) throw DeviceError(bracket(op) + "has no GPU implementation (tensors on " + d.str() + ")");
   return op.gpu;
 }

@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../compile/capture.h"
 #include "../src/cpu/loops.h"
 #include "kernels/launchers.h"
 #include "kiln/attrs.h"
@@ -184,7 +185,11 @@ Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim)
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
 void bump_version(const Tensor& t);
 const rt::Stream& stream_of(Device d);  // the stream ops on `d` run on
-inline std::uint64_t device_address(const Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); }
+// While a step is captured, the graph keeps every tensor whose address it takes alive.
+inline std::uint64_t device_address(const Tensor& t) {
+  if (compile_detail::capturing()) compile_detail::keep_alive(t);
+  return reinterpret_cast<std::uint64_t>(t.data_ptr());
+}
 std::string dtypes_str(const std::vector<DType>& dtypes);  // "f32, f64"
 
 // GPU building blocks over engine/ops/kernels.

@@ -60,16 +60,20 @@ AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
 
 std::vector<std::string> Adam::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
 
+std::vector<double> Adam::step_values() const {
+  const double t = static_cast<double>(steps());
+  return {lr(), 1.0 - std::pow(o_.beta1, t), 1.0 - std::pow(o_.beta2, t)};
+}
+
 void Adam::update(std::size_t i, const Tensor& grad) {
   const Tensor& p = params()[i];
   const Tensor m = slot(i, 0), v = slot(i, 1);
-  const double t = static_cast<double>(steps());
-  const AdamScalars a{lr(),          o_.beta1, o_.beta2, o_.eps, o_.weight_decay, 1.0 - std::pow(o_.beta1, t),
-                      1.0 - std::pow(o_.beta2, t), decoupled()};
+  const std::vector<double> sv = step_values();
+  const AdamScalars a{sv[0], o_.beta1, o_.beta2, o_.eps, o_.weight_decay, sv[1], sv[2], decoupled()};
   if (p.device().is_cuda()) {
     kernels::launch_adam_step(p.dtype(), device_address(p), device_address(grad), device_address(m),
-                              device_address(v), p.numel(), a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.bc1, a.bc2,
-                              a.decoupled, stream_of(p.device()));
+                              device_address(v), p.numel(), step_values_on(p.device()), a.beta1, a.beta2, a.eps,
+                              a.weight_decay, a.decoupled, stream_of(p.device()));
   } else {
     detail::visit_floating(p.dtype(), [&]<class T>() {
       using S = cpu::compute_t<T>;

@@ -44,11 +44,12 @@ namespace kiln::kernels {
 
 // p, g: the parameter and its gradient, contiguous, of dtype t; the state arrays are
 // state_dtype(t). momentum_buffer is 0 without momentum; `first` makes it a copy of g.
+// step: the optimizer's per-step doubles on the device (Optimizer::step_values).
 void launch_sgd_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr momentum_buffer, std::int64_t n,
-                     double lr, double momentum, double dampening, double weight_decay, bool nesterov, bool first,
-                     const rt::Stream& s);
+                     rt::DevicePtr step, double momentum, double dampening, double weight_decay, bool nesterov,
+                     bool first, const rt::Stream& s);
 void launch_adam_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr exp_avg, rt::DevicePtr exp_avg_sq,
-                      std::int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay,
-                      double bias_correction1, double bias_correction2, bool decoupled, const rt::Stream& s);
+                      std::int64_t n, rt::DevicePtr step, double beta1, double beta2, double eps, double weight_decay,
+                      bool decoupled, const rt::Stream& s);
 
 }  // namespace kiln::kernels

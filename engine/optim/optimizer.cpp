@@ -2,7 +2,9 @@
 // checkpoints of that state.
 #include "kiln/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
+#include "../ops/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {
@@ -115,14 +118,49 @@ void Optimizer::step() {
     if (g.device() != p.device())
       throw DeviceError(which() + "has a gradient on " + g.device().str() + " but lives on " + p.device().str());
   }
-  if (steps_ >= kMaxSteps)
-    throw ValueError("[" + name() + "] the step count is at its limit 2^53 (" + std::to_string(kMaxSteps) +
-                     "); start a new optimizer or load a smaller 'step'");
-  ++steps_;
+  advance();
+  // A replay of a captured step redoes the host's part of the step before the graph runs.
+  compile_detail::on_replay([this] { advance(); });
+  write_step_values();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& g = params_[i].grad();
     if (g.defined()) update(i, g.contiguous());
   }
+}
+
+void Optimizer::advance() {
+  if (steps_ >= kMaxSteps)
+    throw ValueError("[" + name() + "] the step count is at its limit 2^53 (" + std::to_string(kMaxSteps) +
+                     "); start a new optimizer or load a smaller 'step'");
+  ++steps_;
+}
+
+void Optimizer::write_step_values() {
+  for (const Tensor& p : params_) {
+    if (!p.device().is_cuda() || !p.grad().defined()) continue;
+    const auto dev = static_cast<std::size_t>(p.device().index());
+    if (dev < step_buffers_.size() && step_buffers_[dev].defined()) continue;  // written for this step already
+    if (step_buffers_.size() <= dev) step_buffers_.resize(dev + 1);
+    step_buffers_[dev] = empty({8}, {.dtype = DType::f64, .device = p.device()});
+  }
+  auto words = [this] {
+    const std::vector<double> v = step_values();
+    compile_detail::Words w{};
+    for (std::size_t i = 0; i < v.size() && i < w.size(); ++i) std::memcpy(&w[i], &v[i], sizeof(double));
+    return w;
+  };
+  for (const Tensor& buf : step_buffers_) {
+    if (!buf.defined()) continue;
+    const int count = static_cast<int>(std::min<std::size_t>(step_values().size(), 8));
+    compile_detail::store_words(buf.device(), device_address(buf), words(), count, words);
+  }
+}
+
+std::uint64_t Optimizer::step_values_on(Device d) const {
+  const auto dev = static_cast<std::size_t>(d.index());
+  if (!d.is_cuda() || dev >= step_buffers_.size() || !step_buffers_[dev].defined())
+    throw ValueError("[" + name() + "] no step values on " + d.str() + " (step() writes them before the updates)");
+  return device_address(step_buffers_[dev]);
 }
 
 void Optimizer::zero_grad() {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numbers>
 
+#include "../compile/capture.h"
 #include "kiln/error.h"
 #include "optim_common.h"
 
@@ -33,6 +34,12 @@ double anneal_cos(double start, double end, double pct) {
 }  // namespace
 
 void LrScheduler::step() {
+  advance();
+  // Inside a captured step the host's part must also run at every replay.
+  compile_detail::on_replay([this] { advance(); });
+}
+
+void LrScheduler::advance() {
   ++step_;
   opt_.set_lr(lr_at(step_));
 }

@@ -60,7 +60,7 @@ void SGD::update(std::size_t i, const Tensor& grad) {
   const Tensor buf = momentum ? slot(i, 0) : Tensor();
   if (p.device().is_cuda()) {
     kernels::launch_sgd_step(p.dtype(), device_address(p), device_address(grad), buf.defined() ? device_address(buf) : 0,
-                             p.numel(), lr(), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, first,
+                             p.numel(), step_values_on(p.device()), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, first,
                              stream_of(p.device()));
   } else {
     detail::visit_floating(p.dtype(), [&]<class T>() {

@@ -49,7 +49,23 @@ namespace kiln::rt {
   X(cuModuleUnload)                \
   X(cuModuleGetFunction)           \
   X(cuFuncSetAttribute)            \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)                \
+  X(cuMemAlloc)                    \
+  X(cuMemFree)                     \
+  X(cuThreadExchangeStreamCaptureMode) \
+  X(cuStreamBeginCapture)          \
+  X(cuStreamEndCapture)            \
+  X(cuStreamIsCapturing)           \
+  X(cuStreamGetCaptureInfo)        \
+  X(cuGraphInstantiateWithFlags)   \
+  X(cuGraphUpload)                 \
+  X(cuGraphLaunch)                 \
+  X(cuGraphDestroy)                \
+  X(cuGraphExecDestroy)            \
+  X(cuGraphGetNodes)               \
+  X(cuGraphNodeGetType)            \
+  X(cuGraphKernelNodeGetParams)    \
+  X(cuGraphExecKernelNodeSetParams)
 
 struct Driver {
 #define KILN_DECLARE_PTR(name) decltype(&::name) name = nullptr;

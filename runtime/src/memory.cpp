@@ -16,6 +16,7 @@
 #include "driver.h"
 #include "kiln/error.h"
 #include "memory_cache.h"
+#include "private_binding.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/log.h"
 
@@ -208,7 +209,9 @@ std::vector<CUstream> release_cached(BlockCache& c, int device, CUstream stream 
   return freed_on;
 }
 
-void recycle(DevicePtr p, std::size_t bytes, void* stream, int device) noexcept {
+}  // namespace
+
+void recycle_block(DevicePtr p, std::size_t bytes, void* stream, int device) noexcept {
   if (p == 0) return;
   try {
     if (stream && park(state(device).cache, p, bytes, static_cast<CUstream>(stream))) return;
@@ -216,6 +219,23 @@ void recycle(DevicePtr p, std::size_t bytes, void* stream, int device) noexcept 
     log().error("[memory] caching {:#x} on cuda:{}: {}", p, device, e.what());
   }
   free_on(p, static_cast<CUstream>(stream), device);
+}
+
+namespace {
+
+void release(DevicePtr p, std::size_t bytes, void* stream, int device, const std::shared_ptr<PrivatePool>& pool) noexcept {
+  if (p == 0) return;
+  if (pool) return pool->give_back(p, bytes);
+  if (park_if_bound(ParkedFree{p, bytes, stream, device})) return;
+  recycle_block(p, bytes, stream, device);
+}
+
+// Refuses host-synchronous copies on a stream that is being captured: they cannot be graph nodes.
+void require_not_capturing(CUstream stream, const char* op) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  KILN_CU(cuStreamIsCapturing(stream, &status));
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+    throw DeviceError(std::string("[memory] ") + op + " needs the host and cannot run while its stream is captured into a graph");
 }
 
 }  // namespace
@@ -267,6 +287,7 @@ PoolUsage pool_usage(int device) {
   PoolUsage u = usage_of(st.pool);
   std::lock_guard lock(st.cache.mu);
   u.cached = st.cache.bytes;
+  u.private_bytes = private_bytes(device);
   return u;
 }
 
@@ -285,6 +306,7 @@ void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, const Str
   if (bytes == 0) return;
   CUstream stream = stream_of(s, "copy_to_device");
   require_ptr(dst, bytes, "copy_to_device");
+  require_not_capturing(stream, "copy_to_device");
   PoolState& st = state(s.device());
   make_current(s.device());
   RingLease lease(st);
@@ -304,6 +326,7 @@ void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, const Stream& s) 
   if (bytes == 0) return;
   CUstream stream = stream_of(s, "copy_to_host");
   require_ptr(src, bytes, "copy_to_host");
+  require_not_capturing(stream, "copy_to_host");
   PoolState& st = state(s.device());
   make_current(s.device());
   RingLease lease(st);
@@ -351,19 +374,23 @@ void memset_device(DevicePtr dst, std::uint8_t value, std::size_t bytes, const S
 // ---- DeviceBuffer ----
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const Stream& s)
-    : ptr_(device_alloc(bytes, s)), bytes_(bytes), stream_(s.handle()), device_(s.device()) {}
+    : pool_(bytes ? bound_pool(s.handle()) : nullptr), bytes_(bytes), stream_(s.handle()), device_(s.device()) {
+  ptr_ = pool_ ? pool_->take(bytes) : device_alloc(bytes, s);
+}
 
-DeviceBuffer::~DeviceBuffer() { recycle(ptr_, bytes_, stream_, device_); }
+DeviceBuffer::~DeviceBuffer() { release(ptr_, bytes_, stream_, device_, pool_); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : ptr_(std::exchange(o.ptr_, 0)),
+    : pool_(std::move(o.pool_)),
+      ptr_(std::exchange(o.ptr_, 0)),
       bytes_(std::exchange(o.bytes_, 0)),
       stream_(std::exchange(o.stream_, nullptr)),
       device_(std::exchange(o.device_, -1)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    recycle(ptr_, bytes_, stream_, device_);
+    release(ptr_, bytes_, stream_, device_, pool_);
+    pool_ = std::move(o.pool_);
     ptr_ = std::exchange(o.ptr_, 0);
     bytes_ = std::exchange(o.bytes_, 0);
     stream_ = std::exchange(o.stream_, nullptr);

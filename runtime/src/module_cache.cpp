@@ -14,6 +14,7 @@
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
 
@@ -152,6 +153,11 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
   if (s.ready.load(std::memory_order_acquire)) {
     counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
     return s.fn;
+  }
+  // Loading a module is not a stream operation: a graph being captured cannot wait for it.
+  if (thread_capturing()) {
+    throw ValueError("[compile] kernel '" + spec.op + "' (" + dtypes.str() + ", variant " + std::to_string(variant) +
+                     ") was not loaded before the capture: the eager call of a compiled function must run the same ops");
   }
   // A throw leaves the once_flag unset, so a later call retries.
   std::call_once(s.once, [&] {

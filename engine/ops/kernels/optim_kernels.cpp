@@ -31,23 +31,23 @@ rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
 }  // namespace
 
 void launch_sgd_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr momentum_buffer, std::int64_t n,
-                     double lr, double momentum, double dampening, double weight_decay, bool nesterov, bool first,
-                     const rt::Stream& s) {
+                     rt::DevicePtr step, double momentum, double dampening, double weight_decay, bool nesterov,
+                     bool first, const rt::Stream& s) {
   if (n == 0) return;
   const long long nn = n;
   const std::int32_t nest = nesterov ? 1 : 0, fst = first ? 1 : 0;
   rt::launch(function(kSgd, t, s), grid_stride_config(static_cast<std::uint64_t>(n), s.device()), s, param, grad,
-             momentum_buffer, nn, lr, momentum, dampening, weight_decay, nest, fst);
+             momentum_buffer, nn, step, momentum, dampening, weight_decay, nest, fst);
 }
 
 void launch_adam_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr exp_avg, rt::DevicePtr exp_avg_sq,
-                      std::int64_t n, double lr, double beta1, double beta2, double eps, double weight_decay,
-                      double bias_correction1, double bias_correction2, bool decoupled, const rt::Stream& s) {
+                      std::int64_t n, rt::DevicePtr step, double beta1, double beta2, double eps, double weight_decay,
+                      bool decoupled, const rt::Stream& s) {
   if (n == 0) return;
   const long long nn = n;
   const std::int32_t dec = decoupled ? 1 : 0;
   rt::launch(function(kAdam, t, s), grid_stride_config(static_cast<std::uint64_t>(n), s.device()), s, param, grad,
-             exp_avg, exp_avg_sq, nn, lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, dec);
+             exp_avg, exp_avg_sq, nn, step, beta1, beta2, eps, weight_decay, dec);
 }
 
 }  // namespace kiln::kernels

@@ -140,7 +140,11 @@ class BackwardEngine {
     if (!leaf->requires_grad) return;
     if (g.dtype() != leaf->dtype) g = convert(g, leaf->dtype);
     if (leaf->grad.defined()) {
-      leaf->grad = add(leaf->grad, g);
+      // In a compiled step the gradient keeps its storage, which the graph writes into.
+      if (compile_detail::in_compiled_call() && leaf->grad.is_contiguous() && leaf->grad.shape() == g.shape())
+        leaf->grad.add_(g);
+      else
+        leaf->grad = add(leaf->grad, g);
       return;
     }
     const bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && g.is_contiguous();

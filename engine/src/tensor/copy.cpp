@@ -71,6 +71,7 @@ Tensor convert(const Tensor& t, DType dtype) {
 }
 
 Tensor host_contiguous(const Tensor& t) {
+  if (t.device().is_cuda()) compile_detail::require_host("to_host", "copying a tensor to the host");
   if (t.device().is_cpu()) return t.is_contiguous() ? t : convert(t, t.dtype());
   Tensor dev = t.is_contiguous() ? t : convert(t, t.dtype());
   Tensor host(make_impl(t.shape(), t.dtype(), Device::cpu()));

@@ -25,6 +25,7 @@ constexpr DType dtype_of() {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  if (device().is_cuda()) compile_detail::require_host("to_vector", "reading a tensor's values");
   Tensor host = host_contiguous(*this);
   std::vector<T> out(static_cast<std::size_t>(host.numel()));
   cpu::visit(host.dtype(), [&]<class S>() {
@@ -36,6 +37,7 @@ std::vector<T> Tensor::to_vector() const {
 
 template <class T>
 T Tensor::item() const {
+  if (device().is_cuda()) compile_detail::require_host("item", "reading a tensor's value");
   if (numel() != 1)
     throw ShapeError("[item] needs a tensor with one element, not one of shape " + shape_str(shape()));
   return to_vector<T>()[0];
@@ -48,6 +50,7 @@ KILN_TENSOR_ELEMENT_TYPES(KILN_INSTANTIATE)
 #undef KILN_INSTANTIATE
 
 Tensor from_data(const void* data, const Shape& shape, DType dtype, Device device) {
+  if (device.is_cuda()) compile_detail::require_host("from_data", "making a tensor from host data");
   Tensor out(make_impl(shape, dtype, device));
   const std::size_t bytes = static_cast<std::size_t>(out.numel()) * dtype_size(dtype);
   if (bytes == 0) return out;

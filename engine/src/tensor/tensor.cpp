@@ -51,6 +51,7 @@ bool Tensor::is_contiguous() const {
 
 Tensor Tensor::to(Device d) const {
   if (device() == d) return *this;
+  compile_detail::require_host("to", ("copying a tensor from " + device().str() + " to " + d.str()).c_str());
   return call(get_op("to_device"), {*this}, {{"device", d}});
 }
 
@@ -97,7 +98,16 @@ void Tensor::set_grad(const Tensor& g) {
   t.grad = g;
 }
 
-void Tensor::zero_grad() { const_cast<TensorImpl&>(checked(impl_)).grad = Tensor(); }
+void Tensor::zero_grad() {
+  Tensor& g = const_cast<TensorImpl&>(checked(impl_)).grad;
+  // A compiled step keeps each gradient's buffer across steps: the graph writes into it.
+  if (compile_detail::in_compiled_call() && g.defined()) {
+    NoGradGuard no_grad;
+    g.zero_();
+    return;
+  }
+  g = Tensor();
+}
 
 std::shared_ptr<Node> Tensor::grad_fn() const { return checked(impl_).grad_fn; }
 

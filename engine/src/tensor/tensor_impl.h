@@ -26,6 +26,7 @@ class Storage {
   std::size_t bytes() const { return bytes_; }
   // Host pointer on cpu, device address on cuda.
   void* data() const { return device_.is_cpu() ? host_ : reinterpret_cast<void*>(buffer_.ptr()); }
+  bool is_private() const { return buffer_.is_private(); }  // owned by a captured graph's pool
   std::uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 

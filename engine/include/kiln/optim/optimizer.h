@@ -43,6 +43,11 @@ class Optimizer {
   virtual void update(std::size_t i, const Tensor& grad) = 0;
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
   virtual std::vector<std::string> slot_names() const = 0;
+  // What changes from step to step, as the GPU kernels read it (lr first); the base class
+  // writes it to the device before the updates: a captured step's replays rewrite it.
+  virtual std::vector<double> step_values() const { return {lr_}; }
+  // The device address of step_values() for this step on `d` (written by step()).
+  std::uint64_t step_values_on(Device d) const;
   // Whether a slot's values can never be negative (a second moment), for load_state's checks.
   virtual bool slot_nonnegative(std::size_t) const { return false; }
   // Zeros of the parameter's shape on first use (f32 for f16/bf16 parameters).
@@ -51,8 +56,11 @@ class Optimizer {
   virtual std::string name() const { return "optim"; }       // the component in messages
 
  private:
+  void advance();                 // checks the limit and counts one step
+  void write_step_values();       // to every CUDA device a parameter with a gradient lives on
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> slots_;
+  std::vector<Tensor> step_buffers_;  // f64 [8] per CUDA device, indexed by ordinal
   double lr_;
   std::int64_t steps_ = 0;
 };
@@ -97,6 +105,7 @@ class Adam : public Optimizer {
  protected:
   void update(std::size_t i, const Tensor& grad) override;
   std::vector<std::string> slot_names() const override;
+  std::vector<double> step_values() const override;  // lr, 1 - beta1^t, 1 - beta2^t
   bool slot_nonnegative(std::size_t slot) const override { return slot == 1; }  // exp_avg_sq
   virtual bool decoupled() const { return false; }
   std::string name() const override { return decoupled() ? "optim.AdamW" : "optim.Adam"; }

@@ -20,6 +20,7 @@ class LrScheduler {
   void start() { opt_.set_lr(lr_at(0)); }  // called by the constructors of subclasses
 
  private:
+  void advance();
   Optimizer& opt_;
   std::int64_t step_ = 0;
 };

@@ -3,6 +3,7 @@
 // release threshold) and host<->device copies.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace kiln::rt {
 
@@ -19,6 +20,7 @@ struct PoolUsage {
   std::size_t reserved = 0;  // bytes the pool holds from the driver
   std::size_t used = 0;      // bytes handed out, including `cached`
   std::size_t cached = 0;    // freed DeviceBuffer blocks kept for reuse on their stream
+  std::size_t private_bytes = 0;  // held by private pools (captured graphs), outside the driver's pool
 };
 PoolUsage pool_usage(int device);
 // DeviceBuffers of up to 64 MiB return their block to a per-stream cache (1 GiB per device
@@ -34,6 +36,36 @@ void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, const Stream& s);
 void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, const Stream& s);
 void memset_device(DevicePtr dst, std::uint8_t value, std::size_t bytes, const Stream& s);
 
+// Memory a captured graph owns: blocks are carved from chunks taken with cuMemAlloc and, once
+// freed, only serve later requests of the same pool, so no address baked into a graph is ever
+// handed to other work. The chunks go back to the driver when the last holder (the graph's
+// owner and every DeviceBuffer carved from it) lets go; that waits for `stream` first.
+class PrivatePool {
+ public:
+  PrivatePool(int device, void* stream);
+  ~PrivatePool();
+  PrivatePool(const PrivatePool&) = delete;
+  PrivatePool& operator=(const PrivatePool&) = delete;
+
+  DevicePtr take(std::size_t bytes);
+  void give_back(DevicePtr p, std::size_t bytes) noexcept;
+  std::size_t bytes_held() const { return held_; }
+  int device() const { return device_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int device_;
+  void* stream_;
+  std::size_t held_ = 0;
+};
+
+// While bound, DeviceBuffers allocated on `s` come from `pool`, and DeviceBuffers of the
+// driver's pool freed on `s` are parked until unbind (during a capture a free on the stream
+// would become a node of the graph). unbind_private_pool recycles what was parked.
+void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool);
+void unbind_private_pool(const Stream& s) noexcept;
+
 // Owns a stream-ordered allocation.
 class DeviceBuffer {
  public:
@@ -47,8 +79,10 @@ class DeviceBuffer {
 
   DevicePtr ptr() const { return ptr_; }
   std::size_t bytes() const { return bytes_; }
+  bool is_private() const { return pool_ != nullptr; }  // carved from a PrivatePool
 
  private:
+  std::shared_ptr<PrivatePool> pool_;
   DevicePtr ptr_ = 0;
   std::size_t bytes_ = 0;
   void* stream_ = nullptr;  // CUstream the buffer is freed on

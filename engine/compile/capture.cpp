@@ -1,0 +1,66 @@
+// The hooks ops, optimizers and generators call while a compiled step is captured.
+#include <string>
+
+#include "../ops/registry.h"
+#include "../src/tensor/tensor_impl.h"
+#include "capture_context.h"
+#include "kiln/error.h"
+#include "kiln/random.h"
+#include "kiln/runtime/graph.h"
+
+namespace kiln::compile_detail {
+
+thread_local CaptureContext* t_capture = nullptr;
+thread_local int t_compiled_calls = 0;
+
+void keep_alive(const Tensor& t) {
+  if (!t_capture || !t.defined()) return;
+  const std::shared_ptr<Storage>& s = t.impl()->storage;
+  if (!s || s->device().is_cpu() || s->is_private()) return;
+  t_capture->kept.try_emplace(s.get(), s);
+}
+
+void require_host(const char* op, const char* what) {
+  if (!t_capture) return;
+  throw ValueError("[" + std::string(op) + "] " + what +
+                   " needs the host, which a captured step cannot do: a CUDA graph replays device work only. "
+                   "Move it out of the compiled function (or read the returned tensors after the call)");
+}
+
+void store_words(Device device, rt::DevicePtr dst, const Words& words, int count, std::function<Words()> refresh) {
+  const rt::Stream& s = stream_of(device);
+  launch_store_words(dst, words, count, s);
+  if (!t_capture) return;
+  void* node = rt::last_captured_node(s);
+  t_capture->actions.push_back([node, dst, count, refresh = std::move(refresh)](rt::Graph& g) {
+    set_store_args(g, node, dst, refresh(), count);
+  });
+}
+
+void on_replay(std::function<void()> action) {
+  if (!t_capture) return;
+  t_capture->actions.push_back([action = std::move(action)](rt::Graph&) { action(); });
+}
+
+RngState rng_state(Generator& gen, Device device) {
+  CaptureContext& c = *t_capture;
+  for (const CapturedRng& r : c.rngs)
+    if (r.gen == &gen && r.device == device.index()) return {device_address(r.state), r.base};
+  CapturedRng r;
+  r.gen = &gen;
+  r.device = device.index();
+  r.seed = gen.seed();
+  r.base = gen.offset();
+  r.state = empty({2}, {.dtype = DType::i64, .device = device});
+  const std::shared_ptr<std::uint64_t> blocks = r.blocks;
+  Generator* g = &gen;
+  // Each replay draws the blocks the captured step drew, from wherever the generator is now.
+  store_words(device, device_address(r.state), Words{r.seed, r.base}, 2, [g, blocks] {
+    const std::uint64_t seed = g->seed();
+    return Words{seed, g->reserve(*blocks)};
+  });
+  c.rngs.push_back(r);
+  return {device_address(r.state), r.base};
+}
+
+}  // namespace kiln::compile_detail

@@ -1,0 +1,247 @@
+// kiln::compile: per input signature an eager call, then a captured CUDA graph that later
+// calls replay (see kiln/compile.h for the rules a compiled function follows).
+#include <list>
+#include <string>
+#include <utility>
+
+#include "../ops/registry.h"
+#include "capture_context.h"
+#include "kiln/autograd.h"
+#include "kiln/compile.h"
+#include "kiln/creation.h"
+#include "kiln/error.h"
+#include "kiln/random.h"
+#include "kiln/runtime/graph.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln {
+
+using compile_detail::CaptureContext;
+using compile_detail::InputCopies;
+using compile_detail::ReplayAction;
+
+namespace {
+
+// One signature: eager once, then captured.
+struct Entry {
+  std::string signature;
+  bool captured = false;
+  Device device;
+  std::shared_ptr<rt::PrivatePool> pool;
+  std::vector<Tensor> static_inputs, outputs;
+  std::vector<void*> copy_nodes;  // one per InputCopies::kMax inputs
+  std::vector<ReplayAction> actions;
+  std::vector<std::shared_ptr<const void>> kept;
+  std::vector<Tensor> rng_states;
+  rt::Graph graph;
+
+  ~Entry() {
+    // A replay may still be running: it must finish before its memory goes.
+    if (graph) {
+      try {
+        stream_of(device).synchronize();
+      } catch (const std::exception&) {  // the context is gone or broken: nothing left to wait for
+      }
+    }
+    graph = rt::Graph();
+  }
+};
+
+// RAII for the thread's compiled-call depth.
+struct CompiledCall {
+  CompiledCall() { ++compile_detail::t_compiled_calls; }
+  ~CompiledCall() { --compile_detail::t_compiled_calls; }
+};
+
+std::vector<Tensor> detached(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  out.reserve(ts.size());
+  for (const Tensor& t : ts) out.push_back(t.defined() ? t.detach() : t);
+  return out;
+}
+
+// The input copies of one replay: static buffer <- the caller's (contiguous) input.
+std::vector<InputCopies> input_copies(const std::vector<Tensor>& statics, const std::vector<Tensor>& inputs) {
+  std::vector<InputCopies> out;
+  for (std::size_t i = 0; i < statics.size(); ++i) {
+    if (i % InputCopies::kMax == 0) out.emplace_back();
+    InputCopies& c = out.back();
+    c.dst[c.count] = device_address(statics[i]);
+    c.src[c.count] = device_address(inputs[i]);
+    c.bytes[c.count] = static_cast<std::uint64_t>(inputs[i].numel()) * inputs[i].element_size();
+    ++c.count;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct CompiledFunction::Impl {
+  StepFunction fn;
+  CompileOptions options;
+  std::list<Entry> entries;  // most recently used first
+  CompileStats counts;
+
+  Device device_of(const std::vector<Tensor>& inputs) const {
+    std::optional<Device> dev = options.device;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].defined()) throw ValueError("[compile] input " + std::to_string(i) + " is an undefined tensor");
+      if (i == 0) dev = inputs[i].device();
+      else if (inputs[i].device() != *dev)
+        throw DeviceError("[compile] inputs on " + dev->str() + " and " + inputs[i].device().str() +
+                          "; a compiled function runs on one device");
+    }
+    return dev.value_or(Device::cpu());
+  }
+
+  std::string signature(const std::vector<Tensor>& inputs) const {
+    std::string sig = grad_enabled() ? "grad" : "nograd";
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = inputs[i];
+      if (t.requires_grad())
+        throw ValueError("[compile] input " + std::to_string(i) +
+                         " requires grad: inputs are data copied into the graph; a step's parameters come from its closure");
+      sig += "|" + std::string(dtype_name(t.dtype())) + shape_str(t.shape());
+    }
+    if (options.key) sig += "|key=" + options.key();
+    return sig;
+  }
+
+  std::list<Entry>::iterator find(const std::string& sig) {
+    for (auto it = entries.begin(); it != entries.end(); ++it)
+      if (it->signature == sig) return it;
+    return entries.end();
+  }
+
+  std::vector<Tensor> eager(const std::vector<Tensor>& inputs) {
+    CompiledCall call;
+    ++counts.eager_calls;
+    return detached(fn(inputs));
+  }
+
+  std::vector<Tensor> capture(Entry& e, const std::vector<Tensor>& inputs);
+  std::vector<Tensor> replay(Entry& e, const std::vector<Tensor>& inputs);
+};
+
+std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<Tensor>& inputs) {
+  const rt::Stream& stream = stream_of(e.device);
+  auto pool = std::make_shared<rt::PrivatePool>(e.device.index(), stream.handle());
+  CaptureContext ctx{.device = e.device, .stream = &stream};
+  std::vector<Tensor> statics, outs;
+  rt::bind_private_pool(stream, pool);
+  bool began = false;
+  try {
+    for (const Tensor& t : inputs) statics.push_back(empty(t.shape(), {.dtype = t.dtype(), .device = e.device}));
+    CompiledCall call;
+    compile_detail::t_capture = &ctx;
+    rt::begin_capture(stream);
+    began = true;
+    std::vector<void*> nodes;
+    for (const InputCopies& c : input_copies(statics, inputs)) {
+      compile_detail::launch_copy_inputs(c, stream);
+      nodes.push_back(rt::last_captured_node(stream));
+    }
+    outs = fn(statics);
+    for (const Tensor& t : outs) compile_detail::keep_alive(t);
+    for (compile_detail::CapturedRng& r : ctx.rngs) {
+      if (r.gen->seed() != r.seed || r.gen->offset() < r.base)
+        throw ValueError("[compile] the step reseeded or rewound a generator it draws from; seed it outside the compiled function");
+      *r.blocks = r.gen->offset() - r.base;
+      e.rng_states.push_back(r.state);
+    }
+    compile_detail::t_capture = nullptr;
+    began = false;
+    e.graph = rt::Graph::end_capture(stream);
+    e.copy_nodes = std::move(nodes);
+  } catch (...) {
+    compile_detail::t_capture = nullptr;
+    if (began) rt::abort_capture(stream);
+    e.rng_states.clear();
+    rt::unbind_private_pool(stream);
+    throw;
+  }
+  rt::unbind_private_pool(stream);
+  e.pool = std::move(pool);
+  e.static_inputs = std::move(statics);
+  e.outputs = detached(outs);
+  e.actions = std::move(ctx.actions);
+  for (auto& [key, storage] : ctx.kept) e.kept.push_back(std::move(storage));
+  e.captured = true;
+  ++counts.captures;
+  e.graph.launch(stream);  // the capturing call's own step
+  return e.outputs;
+}
+
+std::vector<Tensor> CompiledFunction::Impl::replay(Entry& e, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> dense;
+  dense.reserve(inputs.size());
+  for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
+  const std::vector<InputCopies> copies = input_copies(e.static_inputs, dense);
+  for (std::size_t i = 0; i < copies.size(); ++i) compile_detail::set_copy_args(e.graph, e.copy_nodes[i], copies[i]);
+  for (ReplayAction& a : e.actions) a(e.graph);
+  e.graph.launch(stream_of(e.device));
+  ++counts.replays;
+  return e.outputs;
+}
+
+CompiledFunction::CompiledFunction(StepFunction fn, CompileOptions options) : impl_(std::make_unique<Impl>()) {
+  if (!fn) throw ValueError("[compile] the function is empty");
+  if (options.max_graphs == 0) throw ValueError("[compile] max_graphs must be at least 1");
+  impl_->fn = std::move(fn);
+  impl_->options = std::move(options);
+}
+
+CompiledFunction::~CompiledFunction() = default;
+CompiledFunction::CompiledFunction(CompiledFunction&&) noexcept = default;
+CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = default;
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {
+  if (!impl_) throw ValueError("[compile] the compiled function was moved from");
+  Impl& m = *impl_;
+  if (compile_detail::in_compiled_call()) throw ValueError("[compile] a compiled function cannot call a compiled function");
+  const Device device = m.device_of(inputs);
+  if (device.is_cpu()) return m.eager(inputs);
+  const std::string sig = m.signature(inputs);
+  auto it = m.find(sig);
+  if (it == m.entries.end()) {
+    std::vector<Tensor> out = m.eager(inputs);
+    // Made only after the eager call succeeded, so a failing first call captures nothing later.
+    if (m.entries.size() >= m.options.max_graphs) {
+      m.entries.pop_back();
+      ++m.counts.evictions;
+    }
+    m.entries.emplace_front();
+    m.entries.front().signature = sig;
+    m.entries.front().device = device;
+    return out;
+  }
+  m.entries.splice(m.entries.begin(), m.entries, it);  // most recently used first
+  Entry& e = m.entries.front();
+  if (!e.captured) {
+    std::vector<Tensor> dense;
+    for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
+    return m.capture(e, dense);
+  }
+  return m.replay(e, inputs);
+}
+
+CompileStats CompiledFunction::stats() const {
+  if (!impl_) return {};
+  CompileStats s = impl_->counts;
+  for (const Entry& e : impl_->entries) {
+    if (!e.captured) continue;
+    ++s.graphs;
+    const rt::GraphCounts c = e.graph.counts();
+    s.kernels_per_graph.push_back(c.kernels);
+    s.nodes_per_graph.push_back(c.nodes);
+    s.bytes_held += e.pool ? e.pool->bytes_held() : 0;
+  }
+  return s;
+}
+
+CompiledFunction compile(StepFunction fn, CompileOptions options) { return CompiledFunction(std::move(fn), std::move(options)); }
+
+bool in_compiled_call() { return compile_detail::in_compiled_call(); }
+bool capturing() { return compile_detail::capturing(); }
+
+}  // namespace kiln

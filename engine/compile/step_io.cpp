@@ -1,0 +1,88 @@
+// Kernel specs and launchers of kernel_templates/step_io.cu.
+#include <algorithm>
+
+#include "capture.h"
+#include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/device.h"
+
+namespace kiln::compile_detail {
+
+namespace {
+
+// The kernels take no dtype; one tuple keeps them in the registry `jitcc warm` walks.
+const rt::KernelSpec& register_entry(const char* op, const char* entry) {
+  rt::KernelSpec s;
+  s.op = op;
+  s.template_name = "step_io";
+  s.entry = entry;
+  s.dtypes = {DTypes{DType::u8}};
+  s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
+  return rt::register_kernel(std::move(s));
+}
+
+const rt::KernelSpec& kStore = register_entry("store_words", "kiln_store_words");
+const rt::KernelSpec& kCopy = register_entry("copy_inputs", "kiln_copy_inputs");
+
+rt::Function function(const rt::KernelSpec& spec, int device) {
+  return rt::get_function(spec, DTypes{DType::u8}, 0, device);
+}
+
+// Both kernels take their arguments by value in structs laid out as in step_io.cu.
+struct WordsArg {
+  std::uint64_t w[8];
+};
+struct CopiesArg {
+  std::uint64_t dst[8], src[8], bytes[8];
+  int count;
+};
+
+WordsArg words_arg(const Words& words) {
+  WordsArg a{};
+  std::copy(words.begin(), words.end(), a.w);
+  return a;
+}
+
+CopiesArg copies_arg(const InputCopies& c) {
+  CopiesArg a{};
+  std::copy(c.dst, c.dst + 8, a.dst);
+  std::copy(c.src, c.src + 8, a.src);
+  std::copy(c.bytes, c.bytes + 8, a.bytes);
+  a.count = c.count;
+  return a;
+}
+
+}  // namespace
+
+void launch_store_words(rt::DevicePtr dst, const Words& words, int count, const rt::Stream& s) {
+  const WordsArg a = words_arg(words);
+  rt::LaunchConfig cfg;
+  cfg.block.x = 32;
+  rt::launch(function(kStore, s.device()), cfg, s, dst, a, count);
+}
+
+void launch_copy_inputs(const InputCopies& copies, const rt::Stream& s) {
+  if (copies.count == 0) return;
+  std::uint64_t most = 0;
+  for (int i = 0; i < copies.count; ++i) most = std::max(most, copies.bytes[i]);
+  const CopiesArg a = copies_arg(copies);
+  rt::LaunchConfig cfg = rt::linear_config(std::max<std::uint64_t>(most / 16, 1), 256, 1024);
+  cfg.grid.y = static_cast<unsigned>(copies.count);
+  rt::launch(function(kCopy, s.device()), cfg, s, a);
+}
+
+void set_store_args(rt::Graph& g, void* node, rt::DevicePtr dst, const Words& words, int count) {
+  WordsArg a = words_arg(words);
+  void* args[] = {&dst, &a, &count};
+  g.set_kernel_args(node, args);
+}
+
+void set_copy_args(rt::Graph& g, void* node, const InputCopies& copies) {
+  CopiesArg a = copies_arg(copies);
+  void* args[] = {&a};
+  g.set_kernel_args(node, args);
+}
+
+}  // namespace kiln::compile_detail

@@ -1,0 +1,135 @@
+#include "kiln/runtime/graph.h"
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "check.h"
+#include "driver.h"
+#include "kiln/error.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/log.h"
+
+namespace kiln::rt {
+
+namespace {
+
+thread_local CUstream capturing_stream = nullptr;
+
+CUstream checked_stream(const Stream& s, const char* op) {
+  if (!s) {
+    driver();  // without a GPU, say why rather than "empty"
+    throw DeviceError(std::string("[graph] ") + op + " needs a stream; this one is empty");
+  }
+  return static_cast<CUstream>(s.handle());
+}
+
+}  // namespace
+
+bool thread_capturing() { return capturing_stream != nullptr; }
+
+void begin_capture(const Stream& s) {
+  CUstream stream = checked_stream(s, "begin_capture");
+  if (capturing_stream) throw ValueError("[graph] this thread is already capturing a graph; captures do not nest");
+  make_current(s.device());
+  KILN_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  capturing_stream = stream;
+}
+
+void* last_captured_node(const Stream& s) {
+  CUstream stream = checked_stream(s, "last_captured_node");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUgraphNode* deps = nullptr;
+  std::size_t count = 0;
+  KILN_CU(cuStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count));
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || count != 1)
+    throw ValueError("[graph] last_captured_node: the stream is not capturing a single chain of work");
+  return deps[0];
+}
+
+void abort_capture(const Stream& s) noexcept {
+  CUstream stream = static_cast<CUstream>(s.handle());
+  if (capturing_stream == stream) capturing_stream = nullptr;
+  const Driver* d = try_driver(nullptr);
+  if (!d || !stream) return;
+  CUgraph g = nullptr;
+  d->cuStreamEndCapture(stream, &g);  // fails when the capture was invalidated: nothing to keep either way
+  if (g) d->cuGraphDestroy(g);
+}
+
+struct Graph::Impl {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  int device = -1;
+  GraphCounts counts;
+  // Captured parameters of the nodes whose arguments are replaced, by node.
+  std::unordered_map<CUgraphNode, CUDA_KERNEL_NODE_PARAMS> kernel_params;
+
+  ~Impl() {
+    const Driver* d = try_driver(nullptr);
+    if (!d) return;
+    if (exec && d->cuGraphExecDestroy(exec) != CUDA_SUCCESS) log().error("[graph] cuGraphExecDestroy failed");
+    if (graph) d->cuGraphDestroy(graph);
+  }
+};
+
+Graph::Graph() = default;
+Graph::~Graph() = default;
+Graph::Graph(Graph&& o) noexcept = default;
+Graph& Graph::operator=(Graph&& o) noexcept = default;
+Graph::operator bool() const { return impl_ && impl_->exec; }
+
+Graph Graph::end_capture(const Stream& s) {
+  CUstream stream = checked_stream(s, "end_capture");
+  if (capturing_stream != stream) throw ValueError("[graph] end_capture: this thread is not capturing that stream");
+  capturing_stream = nullptr;
+  Graph out;
+  out.impl_ = std::make_unique<Impl>();
+  Impl& g = *out.impl_;
+  g.device = s.device();
+  make_current(g.device);
+  KILN_CU(cuStreamEndCapture(stream, &g.graph));
+  std::size_t n = 0;
+  KILN_CU(cuGraphGetNodes(g.graph, nullptr, &n));
+  std::vector<CUgraphNode> nodes(n);
+  if (n) KILN_CU(cuGraphGetNodes(g.graph, nodes.data(), &n));
+  g.counts.nodes = n;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type{};
+    KILN_CU(cuGraphNodeGetType(node, &type));
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) ++g.counts.kernels;
+  }
+  KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
+  KILN_CU(cuGraphUpload(g.exec, stream));
+  return out;
+}
+
+void Graph::launch(const Stream& s) const {
+  if (!*this) throw ValueError("[graph] launch of an empty graph");
+  CUstream stream = checked_stream(s, "launch");
+  if (s.device() != impl_->device)
+    throw DeviceError("[graph] a graph of cuda:" + std::to_string(impl_->device) + " cannot run on a stream of cuda:" +
+                      std::to_string(s.device()));
+  make_current(impl_->device);
+  KILN_CU(cuGraphLaunch(impl_->exec, stream));
+}
+
+void Graph::set_kernel_args(void* node, void** args) {
+  if (!*this) throw ValueError("[graph] set_kernel_args on an empty graph");
+  auto key = static_cast<CUgraphNode>(node);
+  auto it = impl_->kernel_params.find(key);
+  if (it == impl_->kernel_params.end()) {
+    CUDA_KERNEL_NODE_PARAMS p{};
+    KILN_CU(cuGraphKernelNodeGetParams(key, &p));
+    it = impl_->kernel_params.emplace(key, p).first;
+  }
+  CUDA_KERNEL_NODE_PARAMS p = it->second;
+  p.kernelParams = args;
+  p.extra = nullptr;
+  KILN_CU(cuGraphExecKernelNodeSetParams(impl_->exec, key, &p));
+}
+
+GraphCounts Graph::counts() const { return impl_ ? impl_->counts : GraphCounts{}; }
+
+}  // namespace kiln::rt

@@ -1,0 +1,26 @@
+#pragma once
+// Internal to runtime/src: how DeviceBuffer (memory.cpp) consults the private-pool bindings
+// (private_pool.cpp).
+#include <memory>
+
+#include "kiln/runtime/memory.h"
+
+namespace kiln::rt {
+
+struct ParkedFree {
+  DevicePtr ptr;
+  std::size_t bytes;
+  void* stream;
+  int device;
+};
+
+// The pool bound to `stream`, or null (the usual case costs one atomic load).
+std::shared_ptr<PrivatePool> bound_pool(void* stream);
+// Keeps a freed driver-pool block until the stream's pool is unbound; false when none is bound.
+bool park_if_bound(const ParkedFree& f);
+// Bytes the private pools of `device` hold from the driver.
+std::size_t private_bytes(int device);
+// Returns a driver-pool block to the stream's cache or the pool (memory.cpp).
+void recycle_block(DevicePtr p, std::size_t bytes, void* stream, int device) noexcept;
+
+}  // namespace kiln::rt

@@ -1,0 +1,175 @@
+// Private pools for captured graphs, and the binding of a pool to a stream while it captures.
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "check.h"
+#include "driver.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/log.h"
+#include "kiln/runtime/memory.h"
+#include "private_binding.h"
+
+namespace kiln::rt {
+
+namespace {
+
+constexpr std::size_t kGranule = 512;
+constexpr std::size_t kChunk = 8u << 20;  // bytes asked of the driver at a time, at least
+
+// cuMemAlloc is not stream-ordered; a capturing thread may call it only in relaxed mode.
+CUdeviceptr alloc_relaxed(std::size_t bytes) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  KILN_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  CUdeviceptr p = 0;
+  const CUresult r = driver().cuMemAlloc(&p, bytes);
+  driver().cuThreadExchangeStreamCaptureMode(&mode);
+  if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuMemAlloc(&p, bytes) for a private pool", __FILE__, __LINE__);
+  return p;
+}
+
+// Bytes every private pool of a device holds, for pool_usage.
+std::atomic<std::size_t>& held_on(int device) {
+  static auto* held = new std::vector<std::atomic<std::size_t>>(static_cast<std::size_t>(std::max(device_count(), 1)));
+  return (*held)[static_cast<std::size_t>(device)];
+}
+
+}  // namespace
+
+std::size_t private_bytes(int device) { return held_on(device).load(std::memory_order_relaxed); }
+
+struct PrivatePool::Impl {
+  std::mutex mu;
+  std::vector<CUdeviceptr> chunks;
+  CUdeviceptr next = 0;     // bump pointer inside the last chunk
+  std::size_t room = 0;     // bytes left after `next`
+  std::unordered_map<std::size_t, std::vector<DevicePtr>> bins;  // freed blocks by rounded size
+};
+
+PrivatePool::PrivatePool(int device, void* stream) : impl_(std::make_unique<Impl>()), device_(device), stream_(stream) {}
+
+PrivatePool::~PrivatePool() {
+  try {
+    make_current(device_);
+    // Work queued on the stream (a replay, or an eager op reading an output) may still use the memory.
+    if (stream_) KILN_CU(cuStreamSynchronize(static_cast<CUstream>(stream_)));
+    for (CUdeviceptr c : impl_->chunks) KILN_CU(cuMemFree(c));
+    held_on(device_).fetch_sub(held_, std::memory_order_relaxed);
+  } catch (const std::exception& e) {
+    log().error("[memory] returning a private pool of {} bytes on cuda:{}: {}", held_, device_, e.what());
+  }
+}
+
+DevicePtr PrivatePool::take(std::size_t bytes) {
+  const std::size_t rounded = std::max(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->bins.find(rounded);
+  if (it != impl_->bins.end() && !it->second.empty()) {
+    const DevicePtr p = it->second.back();
+    it->second.pop_back();
+    return p;
+  }
+  if (impl_->room < rounded) {
+    const std::size_t size = std::max(kChunk, rounded);
+    make_current(device_);
+    impl_->chunks.push_back(alloc_relaxed(size));
+    impl_->next = impl_->chunks.back();
+    impl_->room = size;
+    held_ += size;
+    held_on(device_).fetch_add(size, std::memory_order_relaxed);
+  }
+  const DevicePtr p = impl_->next;
+  impl_->next += rounded;
+  impl_->room -= rounded;
+  return p;
+}
+
+void PrivatePool::give_back(DevicePtr p, std::size_t bytes) noexcept {
+  if (p == 0) return;
+  const std::size_t rounded = std::max(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  try {
+    std::lock_guard lock(impl_->mu);
+    impl_->bins[rounded].push_back(p);
+  } catch (const std::exception& e) {
+    log().error("[memory] keeping a freed private block: {}", e.what());  // the block stays unused
+  }
+}
+
+// ---- binding ----
+
+namespace {
+
+struct Binding {
+  CUstream stream = nullptr;
+  std::shared_ptr<PrivatePool> pool;
+  std::vector<ParkedFree> parked;
+};
+
+struct Bindings {
+  std::mutex mu;
+  std::atomic<int> count{0};
+  std::vector<Binding> list;
+};
+
+Bindings& bindings() {
+  static auto* b = new Bindings;  // leaked: buffers may be freed during static destruction
+  return *b;
+}
+
+}  // namespace
+
+void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool) {
+  if (!s || !pool) throw ValueError("[memory] bind_private_pool needs a stream and a pool");
+  Bindings& b = bindings();
+  std::lock_guard lock(b.mu);
+  for (const Binding& x : b.list)
+    if (x.stream == static_cast<CUstream>(s.handle()))
+      throw ValueError("[memory] the stream already has a private pool bound (nested capture)");
+  b.list.push_back(Binding{static_cast<CUstream>(s.handle()), std::move(pool), {}});
+  b.count.fetch_add(1, std::memory_order_release);
+}
+
+void unbind_private_pool(const Stream& s) noexcept {
+  std::vector<ParkedFree> parked;
+  {
+    Bindings& b = bindings();
+    std::lock_guard lock(b.mu);
+    auto it = std::find_if(b.list.begin(), b.list.end(),
+                           [&](const Binding& x) { return x.stream == static_cast<CUstream>(s.handle()); });
+    if (it == b.list.end()) return;
+    parked = std::move(it->parked);
+    b.list.erase(it);
+    b.count.fetch_sub(1, std::memory_order_release);
+  }
+  for (const ParkedFree& f : parked) recycle_block(f.ptr, f.bytes, f.stream, f.device);
+}
+
+std::shared_ptr<PrivatePool> bound_pool(void* stream) {
+  Bindings& b = bindings();
+  if (b.count.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard lock(b.mu);
+  for (const Binding& x : b.list)
+    if (x.stream == static_cast<CUstream>(stream)) return x.pool;
+  return nullptr;
+}
+
+bool park_if_bound(const ParkedFree& f) {
+  Bindings& b = bindings();
+  if (b.count.load(std::memory_order_acquire) == 0) return false;
+  try {
+    std::lock_guard lock(b.mu);
+    for (Binding& x : b.list)
+      if (x.stream == static_cast<CUstream>(f.stream)) {
+        x.parked.push_back(f);
+        return true;
+      }
+  } catch (const std::exception& e) {
+    log().error("[memory] parking a block freed during a capture: {}", e.what());
+  }
+  return false;
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,308 @@
+// Compiled steps on the GPU: a captured and replayed training step computes bit for bit what
+// the same step computes eagerly, and signatures, eviction, failures and memory behave.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../examples/mnist/models.h"
+#include "../support/error_message.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/memory.h"
+
+using namespace kiln;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+struct Config {
+  std::string model, optimizer, schedule;
+  bool dropout = false;
+};
+
+// A model, its optimizer and schedule, from fixed seeds.
+struct Trainer {
+  std::shared_ptr<nn::Sequential> net;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<optim::LrScheduler> sched;
+  Generator drop_gen{99};
+
+  explicit Trainer(const Config& c) {
+    Generator gen(11);
+    if (c.dropout) {
+      net = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(784, 256, true, &gen), nn::ReLU(),
+                                             nn::Dropout(0.25, &drop_gen), nn::Linear(256, 128, true, &gen), nn::ReLU(),
+                                             nn::Dropout(0.1), nn::Linear(128, 10, true, &gen));
+    } else {
+      net = mnist::make_model(c.model, gen);
+    }
+    net->to(kGpu);
+    if (c.optimizer == "sgd") opt = std::make_unique<optim::SGD>(net->parameters(), optim::SgdOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-4});
+    else if (c.optimizer == "adamw") opt = std::make_unique<optim::AdamW>(net->parameters(), optim::AdamOptions{.lr = 2e-3, .weight_decay = 0.01});
+    else opt = std::make_unique<optim::Adam>(net->parameters(), optim::AdamOptions{.lr = 1e-3});
+    if (c.schedule == "cosine") sched = std::make_unique<optim::CosineLR>(*opt, 1e-3, 10);
+    else if (c.schedule == "onecycle") sched = std::make_unique<optim::OneCycleLR>(*opt, 4e-3, 10);
+    else if (c.schedule == "step") sched = std::make_unique<optim::StepLR>(*opt, 0.05, 2, 0.5);
+  }
+
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy((*net)(in[0]), in[1]);
+    loss.backward();
+    opt->step();
+    if (sched) sched->step();
+    return {loss};
+  }
+};
+
+std::vector<std::pair<Tensor, Tensor>> batches(int count, std::int64_t batch) {
+  Generator g(5);
+  std::vector<std::pair<Tensor, Tensor>> out;
+  for (int i = 0; i < count; ++i)
+    out.emplace_back(randn({batch, 1, 28, 28}, {}, &g).to(kGpu), randint(0, 10, {batch}, {}, &g).to(kGpu));
+  return out;
+}
+
+std::vector<std::uint32_t> bits(const Tensor& t) {
+  const std::vector<float> v = t.to(Device::cpu()).to_vector<float>();
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+struct Outcome {
+  std::vector<std::uint32_t> losses;
+  std::vector<std::vector<std::uint32_t>> params;
+  std::int64_t steps = 0;
+  double lr = 0;
+};
+
+Outcome finish(Trainer& t, std::vector<std::uint32_t> losses) {
+  Outcome o{std::move(losses)};
+  for (const Tensor& p : t.net->parameters()) o.params.push_back(bits(p));
+  o.steps = t.opt->steps();
+  o.lr = t.opt->lr();
+  return o;
+}
+
+Outcome run(const Config& c, int steps, bool compiled, CompileStats* stats = nullptr) {
+  manual_seed(1234);  // the second dropout draws from the default generator
+  Trainer t(c);
+  const auto data = batches(3, 32);
+  std::vector<std::uint32_t> losses;
+  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) { return t.step(in); });
+  for (int i = 0; i < steps; ++i) {
+    const auto& [x, y] = data[static_cast<std::size_t>(i) % data.size()];
+    const Tensor loss = compiled ? cf({x, y})[0] : t.step({x, y})[0];
+    losses.push_back(bits(loss)[0]);
+  }
+  if (stats) *stats = cf.stats();
+  return finish(t, std::move(losses));
+}
+
+}  // namespace
+
+TEST_CASE("a compiled training step is bit-identical to eager: mlp and cnn, Adam, AdamW and SGD, schedules, dropout") {
+  const std::vector<Config> configs{{"mlp", "adam", "cosine"},
+                                    {"mlp", "adamw", "onecycle", true},
+                                    {"cnn", "sgd", "step"},
+                                    {"cnn", "adamw", "none"}};
+  for (const Config& c : configs) {
+    const std::string name = c.model + "/" + c.optimizer + "/" + c.schedule + (c.dropout ? "/dropout" : "");
+    CAPTURE(name);
+    constexpr int kSteps = 7;
+    CompileStats stats;
+    const Outcome eager = run(c, kSteps, false);
+    const Outcome compiled = run(c, kSteps, true, &stats);
+    CHECK(stats.eager_calls == 1);
+    CHECK(stats.captures == 1);
+    CHECK(stats.replays == kSteps - 2);
+    REQUIRE(stats.kernels_per_graph.size() == 1);
+    CHECK(stats.kernels_per_graph[0] > 10);
+    CHECK(compiled.steps == kSteps);  // host state advanced at every replay
+    CHECK(compiled.lr == eager.lr);
+    CHECK(compiled.losses == eager.losses);
+    CHECK(eager.losses.front() != eager.losses.back());  // it trains
+    REQUIRE(compiled.params.size() == eager.params.size());
+    for (std::size_t i = 0; i < eager.params.size(); ++i) {
+      CAPTURE(i);
+      CHECK(compiled.params[i] == eager.params[i]);
+    }
+  }
+}
+
+namespace {
+
+// A stateless function: its compiled results can be checked against eager calls.
+std::vector<Tensor> affine_relu(const Tensor& w, const std::vector<Tensor>& in) {
+  return {relu(add(matmul(in[0], w), 1.5)), sum(in[0])};
+}
+
+void check_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(want[i]));
+}
+
+}  // namespace
+
+TEST_CASE("compile: a signature change captures once more, then both signatures replay") {
+  Generator g(3);
+  const Tensor w = randn({16, 8}, {}, &g).to(kGpu);
+  auto fn = [&](const std::vector<Tensor>& in) { return affine_relu(w, in); };
+  CompiledFunction cf = compile(fn);
+  for (int round = 0; round < 2; ++round) {
+    for (std::int64_t batch : {32, 32, 32, 5, 5, 5, 32}) {
+      const Tensor x = randn({batch, 16}, {}, &g).to(kGpu);
+      check_same(cf({x}), fn({x}));  // new data every call reaches the graph
+    }
+  }
+  const CompileStats s = cf.stats();
+  CHECK(s.captures == 2);
+  CHECK(s.eager_calls == 2);
+  CHECK(s.replays == 14 - 4);
+  CHECK(s.graphs == 2);
+  CHECK(s.evictions == 0);
+  // A non-contiguous input is copied in as its contiguous values.
+  const Tensor xt_base = randn({16, 32}, {}, &g).to(kGpu);
+  const Tensor xt = transpose(xt_base, 0, 1);
+  check_same(cf({xt}), fn({xt}));
+}
+
+TEST_CASE("compile: outputs live in static buffers that the next call overwrites") {
+  Generator g(4);
+  const Tensor w = randn({16, 8}, {}, &g).to(kGpu);
+  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) { return affine_relu(w, in); });
+  const Tensor a = randn({4, 16}, {}, &g).to(kGpu), b = randn({4, 16}, {}, &g).to(kGpu);
+  cf({a});
+  const Tensor first = cf({a})[0];  // captured
+  const std::vector<std::uint32_t> kept = bits(first.clone());
+  const Tensor second = cf({b})[0];  // replayed into the same buffer
+  CHECK(first.data_ptr() == second.data_ptr());
+  CHECK(bits(first) == bits(second));
+  CHECK(bits(second) != kept);
+  CHECK_FALSE(second.requires_grad());
+}
+
+TEST_CASE("compile: the least recently used graph is evicted") {
+  Generator g(6);
+  const Tensor w = randn({16, 8}, {}, &g).to(kGpu);
+  auto fn = [&](const std::vector<Tensor>& in) { return affine_relu(w, in); };
+  CompiledFunction cf = compile(fn, {.max_graphs = 2});
+  auto call = [&](std::int64_t batch) {
+    const Tensor x = randn({batch, 16}, {}, &g).to(kGpu);
+    check_same(cf({x}), fn({x}));
+  };
+  for (std::int64_t b : {1, 1, 2, 2, 1}) call(b);  // two graphs, 1 used last
+  CHECK(cf.stats().graphs == 2);
+  call(3);  // evicts 2
+  CHECK(cf.stats().evictions == 1);
+  call(3);
+  call(1);  // still captured: a replay
+  CHECK(cf.stats().captures == 3);
+  call(2);  // evicted: eager again, evicting 3
+  call(2);
+  CHECK(cf.stats().captures == 4);
+  CHECK(cf.stats().evictions == 2);
+  CHECK(cf.stats().graphs == 2);
+}
+
+TEST_CASE("compile: what needs the host throws inside a capture and leaves the engine usable") {
+  Generator g(7);
+  const Tensor x = randn({8, 8}, {}, &g).to(kGpu);
+  const rt::KernelSpec& unloaded = [] () -> const rt::KernelSpec& {
+    rt::KernelSpec s;
+    s.op = "test_never_loaded";
+    s.template_name = "step_io";
+    s.entry = "kiln_store_words";
+    s.dtypes = {DTypes{DType::u8}};
+    s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
+    return rt::register_kernel(std::move(s));
+  }();
+  struct Case {
+    const char* name;
+    const char* message;
+    std::function<void(const Tensor&)> misuse;
+  };
+  const std::vector<Case> cases{
+      {"item", "[item]", [](const Tensor& t) { (void)sum(t).item<float>(); }},
+      {"to cpu", "[to]", [](const Tensor& t) { (void)t.to(Device::cpu()); }},
+      {"from host data", "[from_data]", [](const Tensor&) { (void)from_vector<float>({1, 2}, {2}, {.device = kGpu}); }},
+      {"op on a cpu tensor", "runs on a CPU tensor inside a captured step", [](const Tensor&) { (void)add(ones({2}), ones({2})); }},
+      {"kernel not loaded", "was not loaded before the capture",
+       [&](const Tensor&) { (void)rt::get_function(unloaded, DTypes{DType::u8}, 0, 0); }},
+  };
+  const std::size_t private_before = rt::pool_usage(0).private_bytes;
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    int calls = 0;
+    CompiledFunction cf = compile([&](const std::vector<Tensor>& in) {
+      Tensor y = mul(in[0], 2.0);
+      if (calls++ == 1) c.misuse(y);  // the second (capturing) call only
+      return std::vector<Tensor>{y};
+    });
+    cf({x});
+    const std::string msg = kiln_test::message_of<ValueError>([&] { cf({x}); });
+    CHECK(msg.find(c.message) != std::string::npos);
+    CHECK_FALSE(rt::thread_capturing());
+    CHECK_FALSE(capturing());
+    CHECK(cf.stats().captures == 0);
+    // The next eager work runs and reads back.
+    CHECK(bits(add(x, 1.0)) == bits(add(x, 1.0).to(Device::cpu()).to(kGpu)));
+    CHECK(rt::pool_usage(0).private_bytes == private_before);
+  }
+}
+
+TEST_CASE("compile: destroying a compiled function returns its memory; two can be alive at once") {
+  Trainer t({"mlp", "adam", "none"});
+  const auto data = batches(2, 64);
+  t.step({data[0].first, data[0].second});  // gradients and optimizer state exist before measuring
+  const rt::PoolUsage before = rt::pool_usage(0);
+  {
+    CompiledFunction train = compile([&](const std::vector<Tensor>& in) { return t.step(in); });
+    CompiledFunction eval = compile([&](const std::vector<Tensor>& in) {
+      NoGradGuard no_grad;
+      return std::vector<Tensor>{argmax((*t.net)(in[0]), 1)};
+    });
+    for (int i = 0; i < 4; ++i) {
+      const auto& [x, y] = data[static_cast<std::size_t>(i % 2)];
+      const Tensor loss = train({x, y})[0];
+      const Tensor pred = eval({x})[0];
+      NoGradGuard no_grad;
+      CHECK(bits(pred) == bits(argmax((*t.net)(x), 1)));  // the eval graph sees the trained weights
+      CHECK(std::isfinite(loss.item<float>()));
+    }
+    CHECK(train.stats().replays == 2);
+    CHECK(eval.stats().replays == 2);
+    CHECK(train.stats().bytes_held > 0);
+    CHECK(rt::pool_usage(0).private_bytes > before.private_bytes);
+  }
+  const rt::PoolUsage after = rt::pool_usage(0);
+  CHECK(after.private_bytes == before.private_bytes);
+  CHECK(after.used - after.cached == before.used - before.cached);
+}
+
+TEST_CASE("compile: inference under NoGradGuard is its own signature and matches eager") {
+  Generator g(8);
+  auto net = mnist::make_model("cnn", g);
+  net->to(kGpu);
+  net->eval();
+  auto fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*net)(in[0])}; };
+  CompiledFunction cf = compile(fn, {.key = [&] { return std::string(net->is_training() ? "train" : "eval"); }});
+  const Tensor x = randn({16, 1, 28, 28}, {}, &g).to(kGpu);
+  for (int i = 0; i < 3; ++i) {
+    NoGradGuard no_grad;
+    const std::vector<Tensor> got = cf({x});
+    check_same(got, fn({x}));
+  }
+  cf({x});  // grad mode on: another signature
+  CHECK(cf.stats().eager_calls == 2);
+  CHECK(cf.stats().captures == 1);
+}
