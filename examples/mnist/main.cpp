@@ -58,6 +58,8 @@ void print_summary(const mnist::RunResult& r) {
   std::printf("kernels: %llu compiled (%.0f ms), %llu loaded from the disk cache\n",
               static_cast<unsigned long long>(k.compiled), k.compile_ms,
               static_cast<unsigned long long>(k.loaded_from_disk));
+  if (r.train_step) std::printf("training step graphs: %s\n", mnist::describe(*r.train_step).c_str());
+  if (r.eval_step) std::printf("evaluation graphs: %s\n", mnist::describe(*r.eval_step).c_str());
 }
 
 }  // namespace
@@ -88,6 +90,9 @@ int main(int argc, char** argv) {
   app.add_option("--load", o.load, "start from a file written by --save");
   app.add_option("--metrics", o.metrics, "write one JSON object per epoch to this file");
   app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set");
+  app.add_flag("--eager", o.eager,
+               "on a GPU, run the training and evaluation steps op by op instead of replaying them as CUDA "
+               "graphs (same results, more host work per step)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -97,15 +102,16 @@ int main(int argc, char** argv) {
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
-    std::printf("kiln %s: %s on %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, data %s\n", kiln::version(),
-                o.model.c_str(), o.device.str().c_str(), *o.epochs, static_cast<long long>(o.batch_size),
-                o.optimizer.c_str(), *o.lr, o.schedule.c_str(), static_cast<unsigned long long>(o.seed), dir.c_str());
+    std::printf("kiln %s: %s on %s (%s steps), %d epochs, batch %lld, %s lr %g (%s), seed %llu, data %s\n",
+                kiln::version(), o.model.c_str(), o.device.str().c_str(), mnist::compiled_steps(o) ? "compiled" : "eager",
+                *o.epochs, static_cast<long long>(o.batch_size), o.optimizer.c_str(), *o.lr, o.schedule.c_str(),
+                static_cast<unsigned long long>(o.seed), dir.c_str());
     if (o.eval_only) {
       Generator gen(o.seed);
       auto model = mnist::make_model(o.model, gen);
       model->to(o.device);
       if (!o.load.empty()) io::load_checkpoint(o.load, *model);
-      const mnist::Evaluation e = mnist::evaluate(*model, data, o.device);
+      const mnist::Evaluation e = mnist::Evaluator(*model, data, o.device, mnist::compiled_steps(o))();
       std::printf("test loss %.4f, test accuracy %.2f%%\n", e.loss, 100 * e.accuracy);
       return 0;
     }

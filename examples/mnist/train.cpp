@@ -24,8 +24,6 @@ data::LoaderOptions loader_options(std::int64_t batch, bool shuffle, std::uint64
   return {.batch_size = batch, .shuffle = shuffle, .seed = seed, .device = device, .mean = kMean, .std = kStd};
 }
 
-Tensor as_images(const Tensor& x) { return x.reshape({x.size(0), 1, 28, 28}); }
-
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
   const double lr = o.lr.value();
   if (o.optimizer == "sgd")
@@ -119,21 +117,25 @@ void check_output_files(const TrainOptions& o) {
   check("--metrics", o.metrics, io::check_output_path);
 }
 
-Evaluation evaluate(nn::Module& model, const data::Mnist& data, Device device) {
-  NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
-  data::DataLoader test(data.test_images, data.test_labels, loader_options(1000, false, 0, device));
-  Tensor loss_sum = zeros({}, {.device = device});
-  Tensor correct = zeros({}, {.dtype = DType::i64, .device = device});
-  for (std::int64_t i = 0; i < test.batches(); ++i) {
-    data::Batch b = test.batch(i);
-    Tensor logits = model(as_images(b.inputs));
-    loss_sum.add_(cross_entropy(logits, b.labels, Reduction::sum));
-    correct.add_(sum(eq(argmax(logits, 1), b.labels)));
+bool compiled_steps(const TrainOptions& o) { return o.device.is_cuda() && !o.eager; }
+
+Evaluator::Evaluator(nn::Module& model, const data::Mnist& data, Device device, bool compiled)
+    : model_(model), test_(data.test_images, data.test_labels, loader_options(1000, false, 0, device)),
+      device_(device), step_(eval_step(model, compiled)) {}
+
+Evaluation Evaluator::operator()() {
+  const bool was_training = model_.is_training();
+  model_.eval();
+  Tensor loss_sum = zeros({}, {.device = device_});
+  Tensor correct = zeros({}, {.dtype = DType::i64, .device = device_});
+  for (std::int64_t i = 0; i < test_.batches(); ++i) {
+    data::Batch b = test_.batch(i);
+    const std::vector<Tensor> out = step_({b.inputs, b.labels});
+    loss_sum.add_(out[0]);
+    correct.add_(out[1]);
   }
-  model.train(was_training);
-  const double n = static_cast<double>(test.size());
+  model_.train(was_training);
+  const double n = static_cast<double>(test_.size());
   return {loss_sum.item<double>() / n, static_cast<double>(correct.item<std::int64_t>()) / n};
 }
 
@@ -146,6 +148,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
   data::DataLoader loader(data.train_images, data.train_labels, loader_options(o.batch_size, true, o.seed, o.device));
   const int epochs = o.epochs.value();
   auto schedule = make_schedule(o, *opt, loader.batches() * epochs);
+  Step step = train_step(*model, *opt, schedule.get(), compiled_steps(o));
+  Evaluator evaluate(*model, data, o.device, compiled_steps(o));
 
   MetricsFile metrics(o.metrics);
   RunResult r;
@@ -157,12 +161,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; i < loader.batches(); ++i) {
       data::Batch b = loader.batch(i);
-      Tensor loss = cross_entropy((*model)(as_images(b.inputs)), b.labels);
-      loss.backward();
-      opt->step();
-      opt->zero_grad();
-      if (schedule) schedule->step();
-      loss_sum.add_(loss.detach());
+      const Tensor loss = step({b.inputs, b.labels})[0];  // a compiled step's next call overwrites it
+      loss_sum.add_(loss);
       if (bar.wants_loss(i + 1)) bar.update(i + 1, loss.item<double>());
     }
     EpochMetrics m;
@@ -170,7 +170,7 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
     m.train_loss = loss_sum.item<double>() / static_cast<double>(loader.batches());  // waits for the epoch
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.samples_per_s = static_cast<double>(loader.size()) / m.seconds;
-    const Evaluation e = evaluate(*model, data, o.device);
+    const Evaluation e = evaluate();
     m.test_loss = e.loss;
     m.test_accuracy = e.accuracy;
     r.train_seconds += m.seconds;
@@ -186,6 +186,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
   }
   metrics.close();
   r.samples_per_s = static_cast<double>(loader.size()) * epochs / r.train_seconds;
+  r.train_step = step.stats();
+  r.eval_step = evaluate.stats();
   if (!o.save.empty()) io::save_checkpoint(o.save, *model, opt.get());
   return r;
 }

@@ -7,6 +7,8 @@
 
 #include <kiln/kiln.h>
 
+#include "steps.h"
+
 namespace mnist {
 
 // Bounds of the numeric flags, far past any useful run, so step counts stay small.
@@ -24,7 +26,11 @@ struct TrainOptions {
   std::uint64_t seed = 0;
   std::string save, load, metrics;
   bool eval_only = false;
+  bool eager = false;  // on a GPU, run the steps op by op instead of as CUDA graphs
 };
+
+// Whether the steps run compiled: on a CUDA device unless o.eager.
+bool compiled_steps(const TrainOptions& o);
 
 // The model's defaults filled in; ValueError for an unknown model, optimizer or schedule,
 // epochs or batch size outside [1, kMax...], or an lr that is not finite and > 0.
@@ -50,10 +56,23 @@ struct RunResult {
   double best_accuracy = 0;
   std::optional<double> seconds_to_98, seconds_to_99;  // cumulative training seconds
   double train_seconds = 0, samples_per_s = 0;
+  std::optional<kiln::CompileStats> train_step, eval_step;  // set when the steps ran compiled
 };
 
-// Mean cross-entropy and accuracy of `model` on the test set (eval mode, no grad).
-Evaluation evaluate(kiln::nn::Module& model, const kiln::data::Mnist& data, kiln::Device device);
+// Mean cross-entropy and accuracy of `model` on the test set (eval mode, no grad). One
+// evaluator serves every epoch, so a compiled pass is captured once per run.
+class Evaluator {
+ public:
+  Evaluator(kiln::nn::Module& model, const kiln::data::Mnist& data, kiln::Device device, bool compiled);
+  Evaluation operator()();
+  std::optional<kiln::CompileStats> stats() const { return step_.stats(); }
+
+ private:
+  kiln::nn::Module& model_;
+  kiln::data::DataLoader test_;
+  kiln::Device device_;
+  Step step_;
+};
 
 // Trains from `o` (defaults already applied), printing progress to stdout and, with
 // o.metrics, one JSON object per epoch to that file; IoError naming it when a write fails.

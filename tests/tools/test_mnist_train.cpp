@@ -13,6 +13,7 @@
 
 #include "jitcc_test_util.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
 #include "process.h"
 
 using namespace kiln;
@@ -111,6 +112,83 @@ TEST_CASE("mnist-train: the same seed gives the same run") {
   }
   CHECK(runs[0][0].at("train_loss").get<double>() == runs[1][0].at("train_loss").get<double>());
   CHECK(runs[0][0].at("test_accuracy").get<double>() == runs[1][0].at("test_accuracy").get<double>());
+}
+
+namespace {
+
+struct Run {
+  kiln_test::ProcessResult process;
+  std::vector<nlohmann::json> metrics;
+};
+
+// One run on s's data with `extra` flags after the common ones; metrics read back.
+Run run_with_metrics(const Scratch& s, const std::string& name, const std::vector<std::string>& extra) {
+  const fs::path m = s.dir.path() / (name + ".jsonl");
+  std::vector<std::string> args{"--data", s.dir.path().string(), "--metrics", m.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Run r{train(args), {}};
+  INFO(name << ": " << r.process.out << r.process.err);
+  REQUIRE(r.process.exit_code == 0);
+  r.metrics = json_lines(m);
+  return r;
+}
+
+// Every epoch's losses and accuracy bit for bit (times differ), and the printed best accuracy.
+void check_same_run(const Run& a, const Run& b) {
+  REQUIRE(a.metrics.size() == b.metrics.size());
+  for (std::size_t e = 0; e < a.metrics.size(); ++e) {
+    CAPTURE(e);
+    for (const char* key : {"train_loss", "test_loss", "test_accuracy"})
+      CHECK(a.metrics[e].at(key).get<double>() == b.metrics[e].at(key).get<double>());
+  }
+  auto best = [](const std::string& out) { return out.substr(out.find("best test accuracy")).substr(0, 30); };
+  CHECK(best(a.process.out) == best(b.process.out));
+}
+
+}  // namespace
+
+TEST_CASE("mnist-train --eager changes nothing on the CPU and is listed in --help") {
+  Scratch s;
+  const std::vector<std::string> common{"--device", "cpu", "--epochs", "1", "--batch-size", "128", "--seed", "3"};
+  std::vector<std::string> eager = common;
+  eager.push_back("--eager");
+  const Run a = run_with_metrics(s, "default", common), b = run_with_metrics(s, "eager", eager);
+  check_same_run(a, b);
+  CHECK(a.process.out.find("on cpu (eager steps)") != std::string::npos);
+  CHECK(a.process.out.find("graphs:") == std::string::npos);
+  auto help = train({"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("--eager") != std::string::npos);
+}
+
+TEST_CASE("mnist-train: compiled steps on the GPU give the same run as --eager") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why)) {
+    MESSAGE("skipped: compiled steps need a GPU (" << why << ")");
+    return;
+  }
+  Scratch s;
+  for (const char* model : {"mlp", "cnn"}) {
+    CAPTURE(model);
+    // Batch 100 of 1024 leaves a short last batch (a second signature); three epochs take
+    // both signatures and the one-batch evaluation through eager, capture and replay.
+    const std::vector<std::string> flags{"--device", "cuda", "--model", model,  "--epochs",
+                                         "3",        "--seed", "5",     "--batch-size", "100"};
+    std::vector<std::string> eager = flags;
+    eager.push_back("--eager");
+    const Run compiled = run_with_metrics(s, std::string(model) + "-compiled", flags);
+    const Run op_by_op = run_with_metrics(s, std::string(model) + "-eager", eager);
+    INFO(compiled.process.out);
+    check_same_run(compiled, op_by_op);
+    CHECK(compiled.process.out.find("(compiled steps)") != std::string::npos);
+    CHECK(op_by_op.process.out.find("(eager steps)") != std::string::npos);
+    // Per epoch 10 batches of 100 and one of 24: 30 calls of one signature (28 replays after
+    // the eager and the capturing call) and 3 of the other (1 replay).
+    CHECK(compiled.process.out.find("training step graphs: 2 captured, 29 replays") != std::string::npos);
+    CHECK(compiled.process.out.find("evaluation graphs: 1 captured, 1 replays") != std::string::npos);
+    CHECK(op_by_op.process.out.find("graphs:") == std::string::npos);
+    CHECK(compiled.metrics.back().at("test_accuracy").get<double>() > 0.5);
+  }
 }
 
 TEST_CASE("mnist-train says which files to put where when MNIST is missing") {

@@ -1,7 +1,9 @@
 // The MNIST figures of the trainer issue, for kiln; tools/bench/bench_mnist_torch.py measures
 // the same in PyTorch and prints both side by side:
-//   step  ms per training step (forward, backward, Adam step) with the batch already on the
-//         device: mlp at batch 128 and 1024, cnn at batch 128
+//   step  ms per training step (zero_grad, forward, backward, Adam step) with the batch already
+//         on the device: mlp at batch 128 and 1024, cnn at batch 128
+//   graph the same steps compiled (kiln::compile: CUDA graph replays, inputs copied in), with
+//         the ratio eager/compiled and the kernels per graph in the note
 //   tta   time to accuracy: seconds of training (evaluation, every quarter epoch, excluded)
 //         until the test accuracy reaches 98% (mlp) or 99% (cnn) with the trainer's defaults
 // Prints a table, then one JSON line. Exits 77 without a GPU.
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,20 +39,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Median ms per step over `steps` steps (after 20 warm-up steps), timed in 5 groups.
-double step_ms(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed) {
+struct StepTime {
+  double ms = 0;
+  CompileStats stats;  // of the compiled step; empty when eager
+};
+
+// Median ms per step over `steps` steps (after 20 warm-up steps), timed in 5 groups; with
+// `compiled` the same step runs through kiln::compile (captured at the second call).
+StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed, bool compiled) {
   Generator gen(seed);
   auto net = mnist::make_model(model, gen);
   net->to(kGpu);
   optim::Adam opt(net->parameters(), {.lr = 1e-3});
   Tensor x = randn({batch, 1, 28, 28}, {.device = kGpu}, &gen);
   Tensor y = randint(0, 10, {batch}, {.device = kGpu}, &gen);
-  auto step = [&] {
-    Tensor loss = cross_entropy((*net)(x), y);
+  StepFunction fn = [&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*net)(in[0]), in[1]);
     loss.backward();
     opt.step();
-    opt.zero_grad();
+    return std::vector<Tensor>{loss.detach()};
   };
+  std::optional<CompiledFunction> cf;
+  if (compiled) cf.emplace(compile(fn));
+  auto step = [&] { (void)(cf ? (*cf)({x, y}) : fn({x, y})); };
   for (int i = 0; i < 20; ++i) step();
   std::vector<double> ms;
   for (int g = 0; g < 5; ++g) {
@@ -60,7 +73,22 @@ double step_ms(const std::string& model, std::int64_t batch, int steps, std::uin
     ms.push_back(seconds_since(t0) * 1e3 / steps);
   }
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return {ms[ms.size() / 2], cf ? cf->stats() : CompileStats{}};
+}
+
+// step_<model>_b<batch> eager, then graph_<model>_b<batch>: the same step compiled, with the
+// ratio eager/compiled and the graph's kernel count in its note.
+void add_step_rows(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed) {
+  const std::string tag = model + "_b" + std::to_string(batch);
+  const StepTime eager = step_ms(model, batch, steps, seed, false);
+  g_rows.push_back({"step_" + tag, eager.ms, "ms", ""});
+  const StepTime graph = step_ms(model, batch, steps, seed, true);
+  const CompileStats& s = graph.stats;
+  char note[160];
+  std::snprintf(note, sizeof note, "eager/compiled %.2fx, %zu kernels per graph, %llu replays", eager.ms / graph.ms,
+                s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front(),
+                static_cast<unsigned long long>(s.replays));
+  g_rows.push_back({"graph_" + tag, graph.ms, "ms", note});
 }
 
 double accuracy(nn::Module& net, const data::Mnist& d) {
@@ -141,9 +169,9 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    g_rows.push_back({"step_mlp_b128", step_ms("mlp", 128, steps, seed), "ms", ""});
-    g_rows.push_back({"step_mlp_b1024", step_ms("mlp", 1024, steps, seed), "ms", ""});
-    g_rows.push_back({"step_cnn_b128", step_ms("cnn", 128, steps, seed), "ms", ""});
+    add_step_rows("mlp", 128, steps, seed);
+    add_step_rows("mlp", 1024, steps, seed);
+    add_step_rows("cnn", 128, steps, seed);
     if (data::has_mnist(dir)) {
       const data::Mnist d = data::load_mnist(dir);
       std::string note;

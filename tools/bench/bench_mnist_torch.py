@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch twin of bench_mnist (tools/bench/bench_mnist.cpp): the same models, optimizer,
-schedules, batch sizes and measurements in PyTorch eager on the same GPU. With --kiln FILE
-(bench_mnist's output) it prints both and the ratio kiln/PyTorch per row:
+schedules, batch sizes and measurements in PyTorch eager on the same GPU. Beside each eager
+step row: graph_* (the step captured with torch.cuda.graph and capturable Adam, set against
+kiln's compiled step of the same name) and inductor_* (torch.compile(mode="reduce-overhead"),
+no kiln twin; value -1 and the reason in the note when it fails). With --kiln FILE
+(bench_mnist's output) it prints both and the ratio torch/kiln per row:
 
     build/tools/bench_mnist > kiln.txt
     python3 tools/bench/bench_mnist_torch.py --kiln kiln.txt
@@ -76,20 +79,16 @@ def main():
     make = models(torch)
     rows = []
 
-    def step_ms(model, batch):
+    def setup(model, batch, **adam):
         torch.manual_seed(args.seed)
         net = make[model]().to(dev)
-        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3, **adam)
         x = torch.randn(batch, 1, 28, 28, device=dev)
         y = torch.randint(0, 10, (batch,), device=dev)
+        return net, opt, x, y
 
-        def step():
-            loss = torch.nn.functional.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-
-        for _ in range(20):
+    def median_ms(step, warmup=20):
+        for _ in range(warmup):
             step()
         ms = []
         for _ in range(5):
@@ -100,6 +99,76 @@ def main():
             torch.cuda.synchronize()
             ms.append((time.perf_counter() - t0) * 1e3 / args.steps)
         return statistics.median(ms)
+
+    def step_ms(model, batch):
+        net, opt, x, y = setup(model, batch)
+
+        def step():
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        return median_ms(step)
+
+    # The step captured whole with torch.cuda.graph as the PyTorch docs show ("Whole-network
+    # capture"): capturable Adam, warm-up on a side stream, grads set to None before capture so
+    # backward allocates them from the graph's pool; each replay copies the batch in, as kiln's
+    # compiled call does.
+    def graph_step_ms(model, batch):
+        net, opt, x, y = setup(model, batch, capturable=True)
+        static_x, static_y = x.clone(), y.clone()
+
+        def eager_step():
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(net(static_x), static_y).backward()
+            opt.step()
+
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                eager_step()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(g):
+            torch.nn.functional.cross_entropy(net(static_x), static_y).backward()
+            opt.step()
+
+        def replay():
+            static_x.copy_(x)
+            static_y.copy_(y)
+            g.replay()
+
+        return median_ms(replay)
+
+    # torch.compile(mode="reduce-overhead") of the whole step: Inductor kernels replayed as CUDA
+    # graphs (backward is a graph break; each piece is captured on its own).
+    def compile_step_ms(model, batch):
+        torch._dynamo.reset()
+        net, opt, x, y = setup(model, batch)
+
+        @torch.compile(mode="reduce-overhead")
+        def step(x, y):
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        return median_ms(lambda: step(x, y))
+
+    def step_rows(model, batch):
+        tag = f"{model}_b{batch}"
+        eager = step_ms(model, batch)
+        rows.append({"name": f"step_{tag}", "value": eager, "unit": "ms", "note": ""})
+        for name, fn, what in (("graph", graph_step_ms, "graph"), ("inductor", compile_step_ms, "compiled")):
+            try:
+                ms = fn(model, batch)
+                note = f"eager/{what} {eager / ms:.2f}x"
+            except Exception as e:  # report why in the row, measure the rest
+                ms, note = -1.0, f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+            rows.append({"name": f"{name}_{tag}", "value": ms, "unit": "ms", "note": note})
 
     def time_to_accuracy(model, target, data):
         cnn = model == "cnn"
@@ -146,9 +215,8 @@ def main():
                     t0 = time.perf_counter()
         return -1.0, "not reached"
 
-    rows.append({"name": "step_mlp_b128", "value": step_ms("mlp", 128), "unit": "ms", "note": ""})
-    rows.append({"name": "step_mlp_b1024", "value": step_ms("mlp", 1024), "unit": "ms", "note": ""})
-    rows.append({"name": "step_cnn_b128", "value": step_ms("cnn", 128), "unit": "ms", "note": ""})
+    for model, batch in (("mlp", 128), ("mlp", 1024), ("cnn", 128)):
+        step_rows(model, batch)
     data = load_mnist(args.data, torch)
     if data is not None:
         for model, target in (("mlp", 0.98), ("cnn", 0.99)):
@@ -162,12 +230,12 @@ def main():
                 if line.startswith("{"):
                     kiln = {r["name"]: r for r in json.loads(line)["rows"]}
     print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-    print(f"{'row':<16} {'kiln':>10} {'pytorch':>10} {'unit':<4} {'torch/kiln':>10}  notes")
+    print(f"{'row':<18} {'kiln':>10} {'pytorch':>10} {'unit':<4} {'torch/kiln':>10}  notes")
     for r in rows:
         k = kiln.get(r["name"])
         kv = k["value"] if k else None
         ratio = r["value"] / kv if kv and kv > 0 and r["value"] > 0 else None
-        print(f"{r['name']:<16} {kv if kv is not None else float('nan'):>10.4f} {r['value']:>10.4f} {r['unit']:<4} "
+        print(f"{r['name']:<18} {kv if kv is not None else float('nan'):>10.4f} {r['value']:>10.4f} {r['unit']:<4} "
               f"{ratio if ratio else float('nan'):>10.2f}  kiln: {k['note'] if k else ''}; torch: {r['note']}")
     print(json.dumps({"bench": "torch", "rows": rows}))
     return 0

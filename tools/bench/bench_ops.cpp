@@ -9,6 +9,10 @@
 //             launch queue's depth), with and without autograd recording; "sustained" is
 //             10000 in a row; launch/launch_raw/alloc_free/empty split the no-grad op into its
 //             parts (launch_raw: the kernel launch alone, its function looked up beforehand)
+//   replay    a compiled chain of n adds/muls of 1-element tensors (n = 10, 100): host_n* is
+//             the host's microseconds per replay call (inputs copied in, graph launched; no
+//             sync inside a batch) with eager/replay the same chain run op by op; gpu_n* is the
+//             GPU's microseconds per kernel node (event-timed replays / kernels in the graph)
 // GPU times are medians of event-timed repetitions after warm-up. Ops are looked up in the
 // registry, so a missing op prints n/a instead of failing. Exits 77 without a GPU.
 //   bench_ops [--reps N]
@@ -73,10 +77,11 @@ void add_row(Row r) {
     std::printf("%-10s %-10s %10s %12s %-8s %s\n", r.name.c_str(), r.dtype.c_str(), "n/a", "n/a", r.unit.c_str(),
                 r.note.c_str());
   else if (r.ref < 0)
-    std::printf("%-10s %-10s %10.4f %12.2f %-8s\n", r.name.c_str(), r.dtype.c_str(), r.ms, r.value, r.unit.c_str());
+    std::printf("%-10s %-10s %10.4f %12.2f %-8s %s\n", r.name.c_str(), r.dtype.c_str(), r.ms, r.value,
+                r.unit.c_str(), r.note.c_str());
   else
-    std::printf("%-10s %-10s %10.4f %12.2f %-8s %s %.3f\n", r.name.c_str(), r.dtype.c_str(), r.ms, r.value,
-                r.unit.c_str(), r.ref_label.c_str(), r.ref);
+    std::printf("%-10s %-10s %10.4f %12.2f %-8s %s %.3f %s\n", r.name.c_str(), r.dtype.c_str(), r.ms, r.value,
+                r.unit.c_str(), r.ref_label.c_str(), r.ref, r.note.c_str());
   std::fflush(stdout);
   g_rows.push_back(std::move(r));
 }
@@ -216,6 +221,48 @@ void bench_overhead() {
   add_overhead_row("empty", host_us_per_call([&] { (void)empty({1}, {.device = Device::cuda(0)}); }));
 }
 
+// A compiled chain of n elementwise ops. Host figure: batches of 64 calls, a quarter of the
+// overhead rows' 256, since each replay queues n kernels and the host must not wait for the GPU.
+// GPU figure: events around 100 replays back to back; when the host is the slower (small n),
+// the gaps between replays count too.
+void bench_replay() {
+  const Device gpu = Device::cuda(0);
+  for (int n : {10, 100}) {
+    const std::string tag = "n" + std::to_string(n);
+    const StepFunction chain = [n](const std::vector<Tensor>& in) {
+      Tensor y = in[0];
+      for (int i = 0; i < n; ++i) y = i % 2 ? mul(y, in[0]) : add(y, in[0]);
+      return std::vector<Tensor>{y};
+    };
+    try {
+      const Tensor x = ones({1}, {.dtype = DType::f32, .device = gpu});
+      CompiledFunction cf = compile(chain);
+      const double eager_us = host_us_per_call([&] { (void)chain({x}); }, 64, 100);
+      Row host{"replay", "host_" + tag, "us/call"};
+      host.value = host_us_per_call([&] { (void)cf({x}); }, 64, 100);
+      host.ms = host.value * 64 / 1e3;  // per batch
+      host.ref = eager_us / host.value, host.ref_label = "eager/replay";
+      const CompileStats st = cf.stats();
+      if (st.replays == 0 || st.kernels_per_graph.empty()) throw ValueError("[bench_ops] the chain was never replayed");
+      const std::size_t kernels = st.kernels_per_graph.front();
+      add_row(std::move(host));
+      constexpr int kReplays = 100;
+      Row node{"replay", "gpu_" + tag, "us/node"};
+      auto replays = [&] {
+        for (int i = 0; i < kReplays; ++i) (void)cf({x});
+      };
+      node.ms = time_ms(replays) / kReplays;  // per replay
+      node.value = node.ms * 1e3 / static_cast<double>(kernels);
+      node.note = std::to_string(kernels) + " kernels per graph";
+      add_row(std::move(node));
+    } catch (const std::exception& e) {
+      Row r{"replay", tag, "us"};
+      r.note = e.what();
+      add_row(std::move(r));
+    }
+  }
+}
+
 void print_json(const std::string& device, double copy_gbs) {
   std::string j =
       "{\"bench\":\"kiln\",\"device\":\"" + device + "\",\"copy_gbs\":" + std::to_string(copy_gbs) + ",\"rows\":[";
@@ -256,6 +303,7 @@ int main(int argc, char** argv) {
     bench_elementwise(copy_gbs);
     bench_matmul();
     bench_overhead();
+    bench_replay();
     print_json(info.name, copy_gbs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ops: %s\n", e.what());
