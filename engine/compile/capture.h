@@ -49,6 +49,8 @@ struct RngState {
 RngState rng_state(Generator& gen, Device device);
 
 // Kernels the compiled function itself launches (engine/compile/step_io.cpp).
+// Loads both before a capture, which cannot load modules.
+void load_step_kernels(int device);
 void launch_store_words(rt::DevicePtr dst, const Words& words, int count, const rt::Stream& s);
 struct InputCopies {
   static constexpr int kMax = 8;

@@ -128,6 +128,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   auto pool = std::make_shared<rt::PrivatePool>(e.device.index(), stream.handle());
   CaptureContext ctx{.device = e.device, .stream = &stream};
   std::vector<Tensor> statics, outs;
+  compile_detail::load_step_kernels(e.device.index());
   rt::bind_private_pool(stream, pool);
   bool began = false;
   try {

@@ -56,6 +56,11 @@ CopiesArg copies_arg(const InputCopies& c) {
 
 }  // namespace
 
+void load_step_kernels(int device) {
+  function(kStore, device);
+  function(kCopy, device);
+}
+
 void launch_store_words(rt::DevicePtr dst, const Words& words, int count, const rt::Stream& s) {
   const WordsArg a = words_arg(words);
   rt::LaunchConfig cfg;
