@@ -25,6 +25,7 @@ namespace {
 // One signature: eager once, then captured.
 struct Entry {
   std::string signature;
+  int eager_calls = 0;
   bool captured = false;
   Device device;
   std::shared_ptr<rt::PrivatePool> pool;
@@ -188,6 +189,7 @@ std::vector<Tensor> CompiledFunction::Impl::replay(Entry& e, const std::vector<T
 CompiledFunction::CompiledFunction(StepFunction fn, CompileOptions options) : impl_(std::make_unique<Impl>()) {
   if (!fn) throw ValueError("[compile] the function is empty");
   if (options.max_graphs == 0) throw ValueError("[compile] max_graphs must be at least 1");
+  if (options.warmup_calls < 1) throw ValueError("[compile] warmup_calls must be at least 1");
   impl_->fn = std::move(fn);
   impl_->options = std::move(options);
 }
@@ -214,10 +216,16 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     m.entries.emplace_front();
     m.entries.front().signature = sig;
     m.entries.front().device = device;
+    m.entries.front().eager_calls = 1;
     return out;
   }
   m.entries.splice(m.entries.begin(), m.entries, it);  // most recently used first
   Entry& e = m.entries.front();
+  if (!e.captured && e.eager_calls < m.options.warmup_calls) {
+    std::vector<Tensor> out = m.eager(inputs);
+    ++e.eager_calls;
+    return out;
+  }
   if (!e.captured) {
     std::vector<Tensor> dense;
     for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());

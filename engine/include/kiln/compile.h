@@ -11,7 +11,7 @@
 //   kiln::Tensor loss = step({x, y})[0];
 //
 // Per input signature (shapes, dtypes, devices, grad mode and CompileOptions::key), the
-// first call runs `fn` eagerly (kernels load, memory is sized), the second captures the same
+// first call (CompileOptions::warmup_calls) runs `fn` eagerly (kernels load, memory is sized), the next captures the same
 // work into a CUDA graph and launches it, and later calls copy the inputs into the graph's
 // static input buffers and launch the graph: the host does no work per op.
 //
@@ -47,6 +47,9 @@ using StepFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>
 
 struct CompileOptions {
   std::size_t max_graphs = 4;  // captured signatures kept, least recently used evicted first
+  // Eager calls per signature before the capture: more when a function's first steps do work
+  // its later steps do not (the capture can only use kernels an eager call loaded).
+  int warmup_calls = 1;
   // Host state that changes the work, joined into the signature (e.g. a module's train flag).
   std::function<std::string()> key;
   // The device of a function without tensor inputs (otherwise the inputs' device).

@@ -147,6 +147,13 @@ class BackwardEngine {
         leaf->grad = add(leaf->grad, g);
       return;
     }
+    if (compile_detail::in_compiled_call()) {
+      // The first step of a compiled function accumulates as later ones will (zeros, then add
+      // in place), so its eager call loads every kernel the capture needs.
+      leaf->grad = zeros(leaf->shape, {.dtype = leaf->dtype, .device = g.device()});
+      leaf->grad.add_(g);
+      return;
+    }
     const bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && g.is_contiguous();
     leaf->grad = exclusive ? std::move(g) : convert(g, g.dtype());
   }
