@@ -1,5 +1,5 @@
-// Fused optimizer updates over one contiguous parameter [n] and its gradient, one launch per
-// parameter. T is the parameter's storage type; S is the state and compute type (float for
+// Fused optimizer updates over contiguous parameters and their gradients, one launch for up to
+// 32 parameters of one dtype. T is the parameter's storage type; S is the state and compute type (float for
 // f16/bf16/f32, double for f64). Host scalars arrive as double and are rounded to S once per
 // thread; those that change per step (lr, bias corrections) are read from device memory at
 // `step`, which the optimizer writes before its updates, so a replayed CUDA graph sees new
@@ -26,23 +26,54 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, S v) { *p = __float2bflo
 __device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
 __device__ __forceinline__ double sqrt_(double x) { return sqrt(x); }
 
-__device__ __forceinline__ long long first_index() {
-  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+}  // namespace ko
+
+// One launch updates up to 32 parameters of one dtype: block b works on the tensor t with
+// first_block[t] <= b < first_block[t + 1], elements [(b - first_block[t]) * kChunk, +kChunk).
+// s0/s1 are the state arrays (SGD: the momentum buffer or 0; Adam: exp_avg, exp_avg_sq).
+#define KILN_MAX_TENSORS 32
+#define KILN_CHUNK 4096LL
+
+struct TensorList {
+  unsigned long long p[KILN_MAX_TENSORS], g[KILN_MAX_TENSORS], s0[KILN_MAX_TENSORS], s1[KILN_MAX_TENSORS];
+  long long n[KILN_MAX_TENSORS];
+  long long first_block[KILN_MAX_TENSORS + 1];
+  int flags[KILN_MAX_TENSORS];  // SGD: 1 on the buffer's first step
+  int count;
+};
+
+namespace ko {
+
+struct Span {
+  int t;
+  long long begin, end;
+};
+
+__device__ __forceinline__ Span block_span(const TensorList& L) {
+  const long long b = blockIdx.x;
+  int t = 0;
+  while (t + 1 < L.count && L.first_block[t + 1] <= b) ++t;
+  const long long begin = (b - L.first_block[t]) * KILN_CHUNK;
+  const long long end = begin + KILN_CHUNK < L.n[t] ? begin + KILN_CHUNK : L.n[t];
+  return {t, begin, end};
 }
-__device__ __forceinline__ long long stride() { return static_cast<long long>(gridDim.x) * blockDim.x; }
 
 }  // namespace ko
 
 // PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
 // (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g, lr = step[0].
 extern "C" __global__ void __launch_bounds__(256)
-kiln_sgd_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ buf, long long n,
-              const double* __restrict__ step, double momentum, double dampening, double weight_decay, int nesterov,
-              int first) {
+kiln_sgd_step(TensorList L, const double* __restrict__ step, double momentum, double dampening, double weight_decay,
+              int nesterov) {
+  const ko::Span sp = ko::block_span(L);
+  T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
+  const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
+  S* __restrict__ buf = reinterpret_cast<S*>(L.s0[sp.t]);
+  const int first = L.flags[sp.t];
   const double lr = step[0];
   const S lr_s = static_cast<S>(lr), mom = static_cast<S>(momentum);
   const S keep = static_cast<S>(1.0 - dampening), wd = static_cast<S>(weight_decay);
-  for (long long i = ko::first_index(); i < n; i += ko::stride()) {
+  for (long long i = sp.begin + threadIdx.x; i < sp.end; i += blockDim.x) {
     const S pi = ko::load(p[i]);
     S gi = ko::load(g[i]);
     if (weight_decay != 0.0) gi += wd * pi;
@@ -60,9 +91,13 @@ kiln_sgd_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ buf, l
 // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),
 // the order PyTorch's single-tensor Adam evaluates it in.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_adam_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ m, S* __restrict__ v, long long n,
-               const double* __restrict__ step, double beta1, double beta2, double eps, double weight_decay,
-               int decoupled) {
+kiln_adam_step(TensorList L, const double* __restrict__ step, double beta1, double beta2, double eps,
+               double weight_decay, int decoupled) {
+  const ko::Span sp = ko::block_span(L);
+  T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
+  const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
+  S* __restrict__ m = reinterpret_cast<S*>(L.s0[sp.t]);
+  S* __restrict__ v = reinterpret_cast<S*>(L.s1[sp.t]);
   const double lr = step[0], bc1 = step[1], bc2 = step[2];
   const S b1 = static_cast<S>(beta1), one_b1 = static_cast<S>(1.0 - beta1);
   const S b2 = static_cast<S>(beta2), one_b2 = static_cast<S>(1.0 - beta2);
@@ -70,7 +105,7 @@ kiln_adam_step(T* __restrict__ p, const T* __restrict__ g, S* __restrict__ m, S*
   const S bc2_sqrt = static_cast<S>(sqrt(bc2));
   const S decay = static_cast<S>(decoupled ? 1.0 - lr * weight_decay : 1.0);
   const S l2 = static_cast<S>(decoupled ? 0.0 : weight_decay);
-  for (long long i = ko::first_index(); i < n; i += ko::stride()) {
+  for (long long i = sp.begin + threadIdx.x; i < sp.end; i += blockDim.x) {
     S pi = ko::load(p[i]);
     S gi = ko::load(g[i]);
     if (decoupled) pi *= decay;

@@ -70,20 +70,34 @@ void Adam::update(std::size_t i, const Tensor& grad) {
   const Tensor m = slot(i, 0), v = slot(i, 1);
   const std::vector<double> sv = step_values();
   const AdamScalars a{sv[0], o_.beta1, o_.beta2, o_.eps, o_.weight_decay, sv[1], sv[2], decoupled()};
-  if (p.device().is_cuda()) {
-    kernels::launch_adam_step(p.dtype(), device_address(p), device_address(grad), device_address(m),
-                              device_address(v), p.numel(), step_values_on(p.device()), a.beta1, a.beta2, a.eps,
-                              a.weight_decay, a.decoupled, stream_of(p.device()));
-  } else {
-    detail::visit_floating(p.dtype(), [&]<class T>() {
-      using S = cpu::compute_t<T>;
-      adam_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()),
-                  static_cast<S*>(m.data_ptr()), static_cast<S*>(v.data_ptr()), p.numel(), a);
-    });
-  }
+  detail::visit_floating(p.dtype(), [&]<class T>() {
+    using S = cpu::compute_t<T>;
+    adam_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()), static_cast<S*>(m.data_ptr()),
+                static_cast<S*>(v.data_ptr()), p.numel(), a);
+  });
   bump_version(p);
   bump_version(m);
   bump_version(v);
+}
+
+void Adam::update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) {
+  kernels::OptimTensors ts;
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const Tensor& p = this->params()[params[k]];
+    const Tensor m = slot(params[k], 0), v = slot(params[k], 1);
+    ts.p[k] = device_address(p);
+    ts.g[k] = device_address(grads[k]);
+    ts.s0[k] = device_address(m);
+    ts.s1[k] = device_address(v);
+    ts.n[k] = p.numel();
+    bump_version(p);
+    bump_version(m);
+    bump_version(v);
+  }
+  ts.count = static_cast<int>(params.size());
+  const Tensor& p0 = this->params()[params.front()];
+  kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), o_.beta1, o_.beta2, o_.eps, o_.weight_decay,
+                            decoupled(), stream_of(p0.device()));
 }
 
 }  // namespace kiln::optim

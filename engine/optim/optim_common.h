@@ -42,14 +42,20 @@ void visit_floating(DType t, F&& f) {
 
 namespace kiln::kernels {
 
-// p, g: the parameter and its gradient, contiguous, of dtype t; the state arrays are
-// state_dtype(t). momentum_buffer is 0 without momentum; `first` makes it a copy of g.
-// step: the optimizer's per-step doubles on the device (Optimizer::step_values).
-void launch_sgd_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr momentum_buffer, std::int64_t n,
-                     rt::DevicePtr step, double momentum, double dampening, double weight_decay, bool nesterov,
-                     bool first, const rt::Stream& s);
-void launch_adam_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr exp_avg, rt::DevicePtr exp_avg_sq,
-                      std::int64_t n, rt::DevicePtr step, double beta1, double beta2, double eps, double weight_decay,
-                      bool decoupled, const rt::Stream& s);
+// Up to kMax parameters of one dtype t updated by one launch: p, g the parameter and its
+// gradient, contiguous; s0, s1 the state arrays in state_dtype(t) (SGD: the momentum buffer,
+// or 0 without momentum, with flags 1 on its first step, when it becomes a copy of g; Adam:
+// exp_avg, exp_avg_sq). step: the optimizer's per-step doubles on the device (step_values).
+struct OptimTensors {
+  static constexpr int kMax = 32;
+  rt::DevicePtr p[kMax] = {}, g[kMax] = {}, s0[kMax] = {}, s1[kMax] = {};
+  std::int64_t n[kMax] = {};
+  std::int32_t flags[kMax] = {};
+  int count = 0;
+};
+void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, double momentum, double dampening,
+                     double weight_decay, bool nesterov, const rt::Stream& s);
+void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, double beta1, double beta2, double eps,
+                      double weight_decay, bool decoupled, const rt::Stream& s);
 
 }  // namespace kiln::kernels

@@ -122,9 +122,27 @@ void Optimizer::step() {
   // A replay of a captured step redoes the host's part of the step before the graph runs.
   compile_detail::on_replay([this] { advance(); });
   write_step_values();
+  // CUDA parameters go in groups of one device and dtype, up to 32 per launch, in order.
+  std::vector<std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& g = params_[i].grad();
-    if (g.defined()) update(i, g.contiguous());
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    if (!p.device().is_cuda()) {
+      update(i, p.grad().contiguous());
+      continue;
+    }
+    auto same = [&](const std::vector<std::size_t>& g) {
+      const Tensor& q = params_[g.front()];
+      return q.device() == p.device() && q.dtype() == p.dtype() && g.size() < 32;
+    };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end()) groups.emplace_back(std::vector<std::size_t>{i});
+    else it->push_back(i);
+  }
+  for (const std::vector<std::size_t>& g : groups) {
+    std::vector<Tensor> grads;
+    for (std::size_t i : g) grads.push_back(params_[i].grad().contiguous());
+    update_gpu(g, grads);
   }
 }
 

@@ -58,19 +58,33 @@ void SGD::update(std::size_t i, const Tensor& grad) {
   // PyTorch starts the buffer as a copy of the first gradient, not from zeros.
   const bool first = momentum && !has_slot(i, 0);
   const Tensor buf = momentum ? slot(i, 0) : Tensor();
-  if (p.device().is_cuda()) {
-    kernels::launch_sgd_step(p.dtype(), device_address(p), device_address(grad), buf.defined() ? device_address(buf) : 0,
-                             p.numel(), step_values_on(p.device()), o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, first,
-                             stream_of(p.device()));
-  } else {
-    detail::visit_floating(p.dtype(), [&]<class T>() {
-      sgd_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()),
-                 buf.defined() ? static_cast<cpu::compute_t<T>*>(buf.data_ptr()) : nullptr, p.numel(), o_, lr(),
-                 first);
-    });
-  }
+  detail::visit_floating(p.dtype(), [&]<class T>() {
+    sgd_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+               buf.defined() ? static_cast<cpu::compute_t<T>*>(buf.data_ptr()) : nullptr, p.numel(), o_, lr(), first);
+  });
   bump_version(p);
   if (buf.defined()) bump_version(buf);
+}
+
+void SGD::update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) {
+  const bool momentum = o_.momentum != 0;
+  kernels::OptimTensors ts;
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const Tensor& p = this->params()[params[k]];
+    const bool first = momentum && !has_slot(params[k], 0);
+    const Tensor buf = momentum ? slot(params[k], 0) : Tensor();
+    ts.p[k] = device_address(p);
+    ts.g[k] = device_address(grads[k]);
+    ts.s0[k] = buf.defined() ? device_address(buf) : 0;
+    ts.n[k] = p.numel();
+    ts.flags[k] = first ? 1 : 0;
+    bump_version(p);
+    if (buf.defined()) bump_version(buf);
+  }
+  ts.count = static_cast<int>(params.size());
+  const Tensor& p0 = this->params()[params.front()];
+  kernels::launch_sgd_step(p0.dtype(), ts, step_values_on(p0.device()), o_.momentum, o_.dampening, o_.weight_decay,
+                           o_.nesterov, stream_of(p0.device()));
 }
 
 }  // namespace kiln::optim

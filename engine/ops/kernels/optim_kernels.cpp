@@ -1,7 +1,10 @@
-// Kernel specs and host launchers of kernel_templates/optim.cu: the fused SGD and Adam
-// updates, one tuple (t) per floating parameter dtype. The launchers are declared where
+// Kernel specs and host launchers of kernel_templates/optim.cu: the fused multi-tensor SGD and
+// Adam updates, one tuple (t) per floating parameter dtype. The launchers are declared where
 // they are used (engine/optim/optim_common.h).
+#include <cstdint>
 #include <string>
+
+#include "../../optim/optim_common.h"
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -28,26 +31,59 @@ rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());
 }
 
-}  // namespace
+// The kernels' TensorList, field for field (kernel_templates/optim.cu).
+struct TensorListArg {
+  std::uint64_t p[OptimTensors::kMax], g[OptimTensors::kMax], s0[OptimTensors::kMax], s1[OptimTensors::kMax];
+  std::int64_t n[OptimTensors::kMax];
+  std::int64_t first_block[OptimTensors::kMax + 1];
+  std::int32_t flags[OptimTensors::kMax];
+  std::int32_t count;
+};
 
-void launch_sgd_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr momentum_buffer, std::int64_t n,
-                     rt::DevicePtr step, double momentum, double dampening, double weight_decay, bool nesterov,
-                     bool first, const rt::Stream& s) {
-  if (n == 0) return;
-  const long long nn = n;
-  const std::int32_t nest = nesterov ? 1 : 0, fst = first ? 1 : 0;
-  rt::launch(function(kSgd, t, s), grid_stride_config(static_cast<std::uint64_t>(n), s.device()), s, param, grad,
-             momentum_buffer, nn, step, momentum, dampening, weight_decay, nest, fst);
+constexpr std::int64_t kChunk = 4096;  // elements per block, KILN_CHUNK in optim.cu
+
+// The argument and the grid: one block per chunk of every tensor.
+TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
+  if (ts.count < 1 || ts.count > OptimTensors::kMax)
+    throw ValueError("[optim] a fused update takes 1 to " + std::to_string(OptimTensors::kMax) + " tensors, got " +
+                     std::to_string(ts.count));
+  TensorListArg a{};
+  std::int64_t blocks = 0;
+  for (int t = 0; t < ts.count; ++t) {
+    a.p[t] = ts.p[t];
+    a.g[t] = ts.g[t];
+    a.s0[t] = ts.s0[t];
+    a.s1[t] = ts.s1[t];
+    a.n[t] = ts.n[t];
+    a.flags[t] = ts.flags[t];
+    a.first_block[t] = blocks;
+    blocks += (ts.n[t] + kChunk - 1) / kChunk;
+  }
+  a.first_block[ts.count] = blocks;
+  a.count = ts.count;
+  cfg.grid.x = static_cast<unsigned>(blocks);
+  cfg.block.x = 256;
+  return a;
 }
 
-void launch_adam_step(DType t, rt::DevicePtr param, rt::DevicePtr grad, rt::DevicePtr exp_avg, rt::DevicePtr exp_avg_sq,
-                      std::int64_t n, rt::DevicePtr step, double beta1, double beta2, double eps, double weight_decay,
-                      bool decoupled, const rt::Stream& s) {
-  if (n == 0) return;
-  const long long nn = n;
+}  // namespace
+
+void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, double momentum, double dampening,
+                     double weight_decay, bool nesterov, const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (cfg.grid.x == 0) return;
+  const std::int32_t nest = nesterov ? 1 : 0;
+  rt::launch(function(kSgd, t, s), cfg, s, a, step, momentum, dampening, weight_decay, nest);
+}
+
+void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, double beta1, double beta2, double eps,
+                      double weight_decay, bool decoupled, const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (cfg.grid.x == 0) return;
   const std::int32_t dec = decoupled ? 1 : 0;
-  rt::launch(function(kAdam, t, s), grid_stride_config(static_cast<std::uint64_t>(n), s.device()), s, param, grad,
-             exp_avg, exp_avg_sq, nn, step, beta1, beta2, eps, weight_decay, dec);
+  rt::launch(function(kAdam, t, s), cfg, s, a, step, beta1, beta2, eps, weight_decay, dec);
 }
 
 }  // namespace kiln::kernels

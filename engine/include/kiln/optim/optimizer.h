@@ -1,6 +1,7 @@
 #pragma once
-// Optimizers update parameters in place on their device with one fused kernel launch per
-// parameter and no host synchronisation; parameters whose .grad() is undefined are skipped.
+// Optimizers update parameters in place on their device with no host synchronisation: on a
+// GPU one fused launch updates up to 32 parameters of one dtype; parameters whose .grad() is
+// undefined are skipped.
 //   optim::Adam opt(net.parameters(), {.lr = 1e-3});
 //   loss.backward(); opt.step(); opt.zero_grad();
 #include <cstdint>
@@ -39,8 +40,11 @@ class Optimizer {
   void load_state(const nn::NamedTensors& state);
 
  protected:
-  // Updates params_[i] from its gradient; steps_ already counts this step (1 on the first).
+  // Updates params_[i], a CPU tensor, from its gradient; steps_ already counts this step.
   virtual void update(std::size_t i, const Tensor& grad) = 0;
+  // Updates params_[i] for every i in `params` (at most 32, one CUDA device and dtype) from
+  // grads (contiguous, in the same order) with one launch.
+  virtual void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) = 0;
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
   virtual std::vector<std::string> slot_names() const = 0;
   // What changes from step to step, as the GPU kernels read it (lr first); the base class
@@ -81,6 +85,7 @@ class SGD : public Optimizer {
 
  protected:
   void update(std::size_t i, const Tensor& grad) override;
+  void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) override;
   std::vector<std::string> slot_names() const override;
   std::string name() const override { return "optim.SGD"; }
 
@@ -104,6 +109,7 @@ class Adam : public Optimizer {
 
  protected:
   void update(std::size_t i, const Tensor& grad) override;
+  void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) override;
   std::vector<std::string> slot_names() const override;
   std::vector<double> step_values() const override;  // lr, 1 - beta1^t, 1 - beta2^t
   bool slot_nonnegative(std::size_t slot) const override { return slot == 1; }  // exp_avg_sq
