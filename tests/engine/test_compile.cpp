@@ -64,3 +64,19 @@ TEST_CASE("inside a compiled call zero_grad zeroes in place and backward accumul
   w.zero_grad();
   CHECK_FALSE(w.grad().defined());
 }
+
+TEST_CASE("a gradient zeroed inside a compiled call reads as zeros and is replaced, not added to, by the next backward") {
+  Tensor w = from_vector<double>({1.0, 2.0}, {2}, {.requires_grad = true});
+  sum(mul(w, 5.0)).backward();
+  CompiledFunction zero = compile([&](const std::vector<Tensor>& in) {
+    w.zero_grad();
+    return in;
+  });
+  zero({ones({1})});
+  const void* buffer = w.grad().data_ptr();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});  // read: zeros
+  CHECK(w.grad().data_ptr() == buffer);
+  zero({ones({1})});
+  sum(mul(w, 3.0)).backward();  // eager, after a compiled zero_grad: 3, not 5 + 3
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{3.0, 3.0});
+}

@@ -140,18 +140,25 @@ class BackwardEngine {
     if (!leaf->requires_grad) return;
     if (g.dtype() != leaf->dtype) g = convert(g, leaf->dtype);
     if (leaf->grad.defined()) {
-      // In a compiled step the gradient keeps its storage, which the graph writes into.
-      if (compile_detail::in_compiled_call() && leaf->grad.is_contiguous() && leaf->grad.shape() == g.shape())
+      // In a compiled step the gradient keeps its storage, which the graph writes into; one
+      // zeroed by zero_grad (grad_is_zero) takes a copy.
+      const bool in_place =
+          compile_detail::in_compiled_call() && leaf->grad.is_contiguous() && leaf->grad.shape() == g.shape();
+      if (leaf->grad_is_zero) {
+        if (in_place) copy_into(g, leaf->grad);
+        else leaf->grad = convert(g, g.dtype());
+      } else if (in_place) {
         leaf->grad.add_(g);
-      else
+      } else {
         leaf->grad = add(leaf->grad, g);
+      }
+      leaf->grad_is_zero = false;
       return;
     }
     if (compile_detail::in_compiled_call()) {
-      // The first step of a compiled function accumulates as later ones will (zeros, then add
-      // in place), so its eager call loads every kernel the capture needs.
-      leaf->grad = zeros(leaf->shape, {.dtype = leaf->dtype, .device = g.device()});
-      leaf->grad.add_(g);
+      // The first step of a compiled function copies as later ones will, so its eager call
+      // loads every kernel the capture needs.
+      leaf->grad = convert(g, g.dtype());
       return;
     }
     const bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && g.is_contiguous();

@@ -88,7 +88,15 @@ Tensor& Tensor::requires_grad_(bool on) {
 
 bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
 
-const Tensor& Tensor::grad() const { return checked(impl_).grad; }
+const Tensor& Tensor::grad() const {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
+  if (t.grad_is_zero) {
+    t.grad_is_zero = false;
+    NoGradGuard no_grad;
+    t.grad.zero_();
+  }
+  return t.grad;
+}
 
 void Tensor::set_grad(const Tensor& g) {
   TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
@@ -96,17 +104,18 @@ void Tensor::set_grad(const Tensor& g) {
     throw ShapeError("[grad] a gradient of shape " + shape_str(g.shape()) + " on " + g.device().str() +
                      " does not fit a tensor of shape " + shape_str(t.shape) + " on " + device().str());
   t.grad = g;
+  t.grad_is_zero = false;
 }
 
 void Tensor::zero_grad() {
-  Tensor& g = const_cast<TensorImpl&>(checked(impl_)).grad;
+  TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
   // A compiled step keeps each gradient's buffer across steps: the graph writes into it.
-  if (compile_detail::in_compiled_call() && g.defined()) {
-    NoGradGuard no_grad;
-    g.zero_();
+  if (compile_detail::in_compiled_call() && t.grad.defined()) {
+    t.grad_is_zero = true;
     return;
   }
-  g = Tensor();
+  t.grad = Tensor();
+  t.grad_is_zero = false;
 }
 
 std::shared_ptr<Node> Tensor::grad_fn() const { return checked(impl_).grad_fn; }

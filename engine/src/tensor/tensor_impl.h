@@ -47,6 +47,9 @@ struct TensorImpl {
   // Autograd: a leaf has requires_grad and no grad_fn; an op output has a grad_fn.
   bool requires_grad = false;
   Tensor grad;
+  // zero_grad inside a compiled call: `grad` holds stale values that count as zeros. The next
+  // accumulation copies instead of adding; any other read zeroes it first (one kernel fewer).
+  bool grad_is_zero = false;
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
 
