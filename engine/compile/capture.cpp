@@ -12,6 +12,7 @@ namespace kiln::compile_detail {
 
 thread_local CaptureContext* t_capture = nullptr;
 thread_local int t_compiled_calls = 0;
+std::atomic<int> g_captures{0};
 
 void keep_alive(const Tensor& t) {
   if (!t_capture || !t.defined()) return;

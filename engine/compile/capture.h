@@ -2,6 +2,7 @@
 // Internal to the engine: what ops, optimizers and generators do differently while a
 // compiled step is being captured (engine/compile/compiled_function.cpp drives it).
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -22,8 +23,11 @@ namespace kiln::compile_detail {
 struct CaptureContext;
 extern thread_local CaptureContext* t_capture;  // non-null while this thread captures
 extern thread_local int t_compiled_calls;       // > 0 inside a compiled function's call
+// Captures running in the process: eager ops (device_address on every launch) test this
+// plain global first, sparing them the call a thread_local of a shared library costs.
+extern std::atomic<int> g_captures;
 
-inline bool capturing() { return t_capture != nullptr; }
+inline bool capturing() { return g_captures.load(std::memory_order_relaxed) != 0 && t_capture != nullptr; }
 inline bool in_compiled_call() { return t_compiled_calls > 0; }
 
 // The graph reads or writes t's memory: keep it alive as long as the graph (no-op for a

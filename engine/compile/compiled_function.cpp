@@ -135,6 +135,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   try {
     for (const Tensor& t : inputs) statics.push_back(empty(t.shape(), {.dtype = t.dtype(), .device = e.device}));
     CompiledCall call;
+    compile_detail::g_captures.fetch_add(1);
     compile_detail::t_capture = &ctx;
     rt::begin_capture(stream);
     began = true;
@@ -152,10 +153,12 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
       e.rng_states.push_back(r.state);
     }
     compile_detail::t_capture = nullptr;
+    compile_detail::g_captures.fetch_sub(1);
     began = false;
     e.graph = rt::Graph::end_capture(stream);
     e.copy_nodes = std::move(nodes);
   } catch (...) {
+    if (compile_detail::t_capture) compile_detail::g_captures.fetch_sub(1);
     compile_detail::t_capture = nullptr;
     if (began) rt::abort_capture(stream);
     e.rng_states.clear();
