@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../compile/capture.h"
@@ -122,6 +123,17 @@ struct TestHints {
   std::vector<std::vector<Shape>> shapes{};  // explicit input shape sets; empty: the generic ones
 };
 
+// A pointwise op's device math, spliced into the elementwise templates' ${OP} and, later,
+// into fused kernels: one expression of x (unary) or a, b (binary) in the input's compute
+// type C, plus the double params p0, p1 (unary only); it may call the prelude's kiln::m
+// functions (kernel_templates/elementwise_common.cu) and nothing else.
+struct PointwiseExpr {
+  std::string expr;
+  kernels::PointwiseDomain domain = kernels::PointwiseDomain::numeric;
+  // p0, p1 from the call's attrs (leaky_relu's slope, clamp's bounds); empty: 0, 0.
+  std::function<std::pair<double, double>(const Attrs&)> params{};
+};
+
 struct OpDef {
   std::string name{};
   int num_inputs = 1;  // tensor inputs; -1: any number
@@ -131,6 +143,8 @@ struct OpDef {
   ShapeRule shape_rule{};       // empty: rules::broadcast
   Impl cpu{};
   Impl gpu{};                   // empty: the op runs on the CPU only (DeviceError on cuda)
+  // Set: register_op registers the op's elementwise kernel spec, named after the op.
+  std::optional<PointwiseExpr> pointwise{};
   bool makes_outputs = false;  // the impl creates the outputs itself (views, transfers)
   Vjp vjp{};                    // empty: not differentiable (outputs never require grad)
   SavePolicy save{};
@@ -138,8 +152,13 @@ struct OpDef {
 };
 
 // Registers `def` for the life of the process; the reference is stable. Throws
-// ValueError on a duplicate name or a definition without a CPU implementation.
+// ValueError on a duplicate name or a definition without a CPU implementation, and for a
+// pointwise op that is not unary or binary or whose kernel spec cannot be registered.
 const OpDef& register_op(OpDef def);
+// The op's device expression; nullptr for an op that is not pointwise.
+inline const PointwiseExpr* pointwise_expr(const OpDef& op) { return op.pointwise ? &*op.pointwise : nullptr; }
+// p0, p1 of a pointwise op for one call's attrs.
+std::pair<double, double> pointwise_params(const OpDef& op, const Attrs& attrs);
 const OpDef* find_op(std::string_view name);
 const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
 const std::vector<const OpDef*>& registered_ops();
