@@ -52,10 +52,13 @@ const OpDef& kRelu = [] () -> const OpDef& {
 
 // attrs "negative_slope" (double).
 const OpDef& kLeakyRelu = [] () -> const OpDef& {
-  OpDef d = float_unary("leaky_relu", "(x > C(0) ? x : x * C(p0))", [](auto x, double slope) {
-    using C = decltype(x);
-    return x > C(0) ? x : static_cast<C>(x * C(slope));
-  }, [](const Attrs& at) { return std::pair<double, double>{at.get_or<double>("negative_slope", 0.0), 0.0}; });
+  OpDef d = float_unary(
+      "leaky_relu", "(x > C(0) ? x : x * C(p0))",
+      [](auto x, double slope) {
+        using C = decltype(x);
+        return x > C(0) ? x : static_cast<C>(x * C(slope));
+      },
+      [](const Attrs& at) { return std::pair<double, double>{at.get_or<double>("negative_slope", 0.0), 0.0}; });
   d.vjp = [](const VjpContext& c, G g) -> V {
     const double slope = c.attrs().get<double>("negative_slope");
     return {where(gt(c.saved_input(0), 0), g[0], mul(g[0], slope))};

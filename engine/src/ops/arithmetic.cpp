@@ -27,10 +27,10 @@ OpDef binary(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, c
 
 // out = f(a, s) for the scalar in attrs "scalar"; f(s, a) when `scalar_first` (rsub, rdiv).
 template <bool FloatOnly, class F>
-OpDef binary_scalar(std::string name, std::string kernel, bool scalar_first, std::vector<DType> dtypes,
-                    DTypeRule rule, F f, Vjp vjp, SavePolicy save, double low = -2.0) {
-  OpDef d = ew::binary_scalar_def<FloatOnly, false>(std::move(name), std::move(kernel), scalar_first,
-                                                    std::move(dtypes), std::move(rule), f);
+OpDef binary_scalar(std::string name, std::string kernel, bool scalar_first, std::vector<DType> dtypes, DTypeRule rule,
+                    F f, Vjp vjp, SavePolicy save, double low = -2.0) {
+  OpDef d = ew::binary_scalar_def<FloatOnly, false>(std::move(name), std::move(kernel), scalar_first, std::move(dtypes),
+                                                    std::move(rule), f);
   d.vjp = std::move(vjp);
   d.save = std::move(save);
   d.test.low = low;
