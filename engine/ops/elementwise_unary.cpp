@@ -1,7 +1,7 @@
 // Unary math: abs, sign, square, exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tanh,
-// erf, floor, ceil, round, clamp. GPU: the unary kernels of the same names
-// (engine/ops/kernels/elementwise_kernels.cpp); the CPU loops follow their conventions
-// (kernel_templates/elementwise_common.cu) so both devices agree on NaN and signed zero.
+// erf, floor, ceil, round, clamp. Each OpDef holds its device expression (the kernel of the
+// same name) and a CPU loop that follows kernel_templates/elementwise_common.cu, so both
+// devices agree on NaN and signed zero.
 #include <cmath>
 #include <limits>
 

@@ -17,6 +17,8 @@
 //         kernels::launch_unary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
 //                               gpu::operand(out[0]), out[0].shape(), 0, 0, stream_of(a.device));
 //       },
+//       // The device math: register_op registers the kernel spec "square" from it.
+//       .pointwise = PointwiseExpr{.expr = "x * x", .domain = kernels::PointwiseDomain::numeric},
 //       .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
 //         return {g[0] * c.saved_input(0) * 2};  // public ops; grad mode is off in here
 //       },
@@ -32,7 +34,9 @@
 // given are contiguous. The engine casts each input's gradient back to that input's
 // dtype; vjps return gradients of the input's shape (sum_to for broadcast inputs).
 // Non-tensor arguments travel in Attrs (a.attrs.get<Scalar>("scalar")); TestHints tell
-// the registry-driven tests which attrs and input ranges to use.
+// the registry-driven tests which attrs and input ranges to use. Elementwise ops are
+// shorter through the builders of elementwise_common.h; a pointwise op also needs a host
+// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one).
 #include <atomic>
 #include <functional>
 #include <initializer_list>
