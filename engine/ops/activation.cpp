@@ -1,5 +1,5 @@
-// Activations: sigmoid, relu, leaky_relu, gelu (exact), silu, softplus. GPU: the unary
-// kernels of the same names; the CPU loops follow kernel_templates/elementwise_common.cu.
+// Activations: sigmoid, relu, leaky_relu, gelu (exact), silu, softplus. Each OpDef holds
+// its device expression (the kernel) and a CPU loop that follows elementwise_common.cu.
 #include <cmath>
 
 #include "elementwise_common.h"
@@ -12,10 +12,10 @@ using G = std::span<const Tensor>;
 using V = std::vector<Tensor>;
 
 template <class F>
-OpDef float_unary(std::string name, F f) {
+OpDef float_unary(std::string name, std::string expr, F f, decltype(PointwiseExpr::params) params = {}) {
   return ew::unary_def<true, false>(
       std::move(name), ew::kFloating, rules::promote_float, [f](auto x, double p0, double) { return f(x, p0); },
-      [](const Attrs& at) { return std::pair<double, double>{at.get_or<double>("negative_slope", 0.0), 0.0}; });
+      {.expr = std::move(expr), .domain = ew::PointwiseDomain::floating, .params = std::move(params)});
 }
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -23,7 +23,7 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double kSoftplusThreshold = 20;               // torch.nn.functional.softplus's
 
 const OpDef& kSigmoid = [] () -> const OpDef& {
-  OpDef d = float_unary("sigmoid", [](auto x, double) {
+  OpDef d = float_unary("sigmoid", "kiln::m::sigmoid(x)", [](auto x, double) {
     using C = decltype(x);
     return C(1) / (C(1) + std::exp(-x));
   });
@@ -44,7 +44,7 @@ const OpDef& kRelu = [] () -> const OpDef& {
         using C = decltype(x);
         return (x != x || x > C(0)) ? x : C(0);
       },
-      ew::no_params);
+      {.expr = "kiln::m::relu(x)", .domain = ew::PointwiseDomain::numeric});
   d.vjp = [](const VjpContext& c, G g) -> V { return {ew::masked(g[0], gt(c.saved_output(0), 0))}; };
   d.save = {.outputs = {0}};
   return register_op(std::move(d));
@@ -52,10 +52,13 @@ const OpDef& kRelu = [] () -> const OpDef& {
 
 // attrs "negative_slope" (double).
 const OpDef& kLeakyRelu = [] () -> const OpDef& {
-  OpDef d = float_unary("leaky_relu", [](auto x, double slope) {
-    using C = decltype(x);
-    return x > C(0) ? x : static_cast<C>(x * C(slope));
-  });
+  OpDef d = float_unary(
+      "leaky_relu", "(x > C(0) ? x : x * C(p0))",
+      [](auto x, double slope) {
+        using C = decltype(x);
+        return x > C(0) ? x : static_cast<C>(x * C(slope));
+      },
+      [](const Attrs& at) { return std::pair<double, double>{at.get_or<double>("negative_slope", 0.0), 0.0}; });
   d.vjp = [](const VjpContext& c, G g) -> V {
     const double slope = c.attrs().get<double>("negative_slope");
     return {where(gt(c.saved_input(0), 0), g[0], mul(g[0], slope))};
@@ -67,7 +70,7 @@ const OpDef& kLeakyRelu = [] () -> const OpDef& {
 
 // Exact gelu, x Phi(x); d/dx = Phi(x) + x phi(x).
 const OpDef& kGelu = [] () -> const OpDef& {
-  OpDef d = float_unary("gelu", [](auto x, double) {
+  OpDef d = float_unary("gelu", "kiln::m::gelu(x)", [](auto x, double) {
     using C = decltype(x);
     return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
   });
@@ -83,7 +86,7 @@ const OpDef& kGelu = [] () -> const OpDef& {
 
 // silu = x s(x); d/dx = s (1 + x (1 - s)).
 const OpDef& kSilu = [] () -> const OpDef& {
-  OpDef d = float_unary("silu", [](auto x, double) {
+  OpDef d = float_unary("silu", "kiln::m::silu(x)", [](auto x, double) {
     using C = decltype(x);
     return x / (C(1) + std::exp(-x));
   });
@@ -98,7 +101,7 @@ const OpDef& kSilu = [] () -> const OpDef& {
 
 // Above the threshold softplus is x itself, and so is its gradient (PyTorch's backward).
 const OpDef& kSoftplus = [] () -> const OpDef& {
-  OpDef d = float_unary("softplus", [](auto x, double) {
+  OpDef d = float_unary("softplus", "kiln::m::softplus(x)", [](auto x, double) {
     using C = decltype(x);
     return x > C(kSoftplusThreshold) ? x : static_cast<C>(std::log1p(std::exp(x)));
   });

@@ -8,8 +8,9 @@ namespace kiln {
 namespace {
 
 template <class F>
-const OpDef& compare_op(const char* name, F f) {
-  return register_op(ew::binary_def<false, true>(name, name, ew::kAll, rules::compare, f));
+const OpDef& compare_op(const char* name, const char* expr, F f) {
+  return register_op(ew::binary_def<false, true>(name, ew::kAll, rules::compare, f,
+                                                 {.expr = expr, .domain = ew::PointwiseDomain::any_to_bool}));
 }
 
 template <class F>
@@ -28,14 +29,14 @@ auto ge_fn = [](auto a, auto b) { return a >= b; };
 auto and_fn = [](auto a, auto b) { return a != decltype(a)(0) && b != decltype(b)(0); };
 auto or_fn = [](auto a, auto b) { return a != decltype(a)(0) || b != decltype(b)(0); };
 
-const OpDef& kEq = compare_op("eq", eq_fn);
-const OpDef& kNe = compare_op("ne", ne_fn);
-const OpDef& kLt = compare_op("lt", lt_fn);
-const OpDef& kLe = compare_op("le", le_fn);
-const OpDef& kGt = compare_op("gt", gt_fn);
-const OpDef& kGe = compare_op("ge", ge_fn);
-const OpDef& kAnd = compare_op("logical_and", and_fn);
-const OpDef& kOr = compare_op("logical_or", or_fn);
+const OpDef& kEq = compare_op("eq", "a == b", eq_fn);
+const OpDef& kNe = compare_op("ne", "a != b", ne_fn);
+const OpDef& kLt = compare_op("lt", "a < b", lt_fn);
+const OpDef& kLe = compare_op("le", "a <= b", le_fn);
+const OpDef& kGt = compare_op("gt", "a > b", gt_fn);
+const OpDef& kGe = compare_op("ge", "a >= b", ge_fn);
+const OpDef& kAnd = compare_op("logical_and", "(a != C(0)) && (b != C(0))", and_fn);
+const OpDef& kOr = compare_op("logical_or", "(a != C(0)) || (b != C(0))", or_fn);
 const OpDef& kEqScalar = compare_scalar_op("eq_scalar", "eq", eq_fn);
 const OpDef& kNeScalar = compare_scalar_op("ne_scalar", "ne", ne_fn);
 const OpDef& kLtScalar = compare_scalar_op("lt_scalar", "lt", lt_fn);
@@ -47,7 +48,7 @@ const OpDef& kOrScalar = compare_scalar_op("logical_or_scalar", "logical_or", or
 
 const OpDef& kLogicalNot = register_op(ew::unary_def<false, true>(
     "logical_not", ew::kAll, ew::to_bool_plan, [](auto x, double, double) { return x == decltype(x)(0); },
-    ew::no_params));
+    {.expr = "x == C(0)", .domain = ew::PointwiseDomain::any_to_bool}));
 
 // Integer and bool inputs are never NaN: the GPU fills false instead of converting them.
 const OpDef& kIsnan = register_op({
@@ -68,6 +69,7 @@ const OpDef& kIsnan = register_op({
             kernels::launch_fill(DType::boolean, gpu::operand(out[0]), out[0].shape(), kernels::Scalar(0),
                                  stream_of(a.device));
         },
+    .pointwise = PointwiseExpr{.expr = "x != x", .domain = kernels::PointwiseDomain::floating_to_bool},
 });
 
 }  // namespace

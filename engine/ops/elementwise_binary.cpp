@@ -30,7 +30,8 @@ Tensor pow_grad_exponent(const Tensor& g, const Tensor& a, const Tensor& b, cons
 }
 
 const OpDef& kPow = [] () -> const OpDef& {
-  OpDef d = ew::binary_def<true, false>("pow", "pow", ew::kFloating, rules::promote_float, pow_fn);
+  OpDef d = ew::binary_def<true, false>("pow", ew::kFloating, rules::promote_float, pow_fn,
+                                        {.expr = "kiln::m::pow(a, b)", .domain = ew::PointwiseDomain::floating});
   d.vjp = [](const VjpContext& c, G g) -> V {
     const Tensor a = c.saved_input(0), b = c.saved_input(1);
     V r(2);
@@ -80,8 +81,9 @@ Tensor share(const Tensor& g, const Tensor& wins, const Tensor& ties) {
 }
 
 template <class F>
-const OpDef& extremum(const char* name, F f, bool is_max) {
-  OpDef d = ew::binary_def<false, false>(name, name, ew::kNumeric, rules::promote, f);
+const OpDef& extremum(const char* name, const char* expr, F f, bool is_max) {
+  OpDef d = ew::binary_def<false, false>(name, ew::kNumeric, rules::promote, f,
+                                         {.expr = expr, .domain = ew::PointwiseDomain::numeric});
   d.vjp = [is_max](const VjpContext& c, G g) -> V {
     const Tensor a = c.saved_input(0), b = c.saved_input(1);
     const Tensor ties = eq(a, b);
@@ -106,8 +108,8 @@ const OpDef& extremum_scalar(const char* name, const char* kernel, F f, bool is_
   return register_op(std::move(d));
 }
 
-const OpDef& kMaximum = extremum("maximum", max_fn, true);
-const OpDef& kMinimum = extremum("minimum", min_fn, false);
+const OpDef& kMaximum = extremum("maximum", "kiln::m::maximum(a, b)", max_fn, true);
+const OpDef& kMinimum = extremum("minimum", "kiln::m::minimum(a, b)", min_fn, false);
 const OpDef& kMaximumScalar = extremum_scalar("maximum_scalar", "maximum", max_fn, true);
 const OpDef& kMinimumScalar = extremum_scalar("minimum_scalar", "minimum", min_fn, false);
 

@@ -1,7 +1,7 @@
 #pragma once
 // Shared pieces of the elementwise op files (elementwise_unary.cpp, elementwise_binary.cpp,
-// compare.cpp): the kernels' compute types on the host, scalar conversion, and OpDef
-// builders for "one kernel expression, one CPU lambda" ops.
+// compare.cpp, activation.cpp, src/ops/arithmetic.cpp): the kernels' compute types on the
+// host, scalar conversion, and OpDef builders for "one device expression, one CPU lambda" ops.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -13,6 +13,8 @@
 #include "registry.h"
 
 namespace kiln::ew {
+
+using kernels::PointwiseDomain;
 
 inline const std::vector<DType> kNumeric{DType::f32, DType::f64, DType::f16, DType::bf16,
                                          DType::i32, DType::i64, DType::u8};
@@ -91,21 +93,22 @@ void cpu_binary_scalar(const Tensor& in, const Scalar& s, bool scalar_first, con
   });
 }
 
-// A binary op: tensor-tensor with broadcasting; the GPU kernel named `kernel`.
-// `f` is a generic lambda over the compute type.
+// A binary pointwise op: tensor-tensor with broadcasting. `f` is the CPU reference, a
+// generic lambda over the compute type; `pw` the device expression of its kernel.
 template <bool FloatOnly, bool ToBool, class F>
-OpDef binary_def(std::string name, std::string kernel, std::vector<DType> dtypes, DTypeRule rule, F f) {
+OpDef binary_def(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, PointwiseExpr pw) {
   OpDef d;
-  d.name = std::move(name);
+  d.name = name;
   d.num_inputs = 2;
   d.dtypes = std::move(dtypes);
   d.dtype_rule = std::move(rule);
   d.cpu = [f](const OpArgs& a, std::span<Tensor> out) { cpu_binary<FloatOnly, ToBool>(a.inputs[0], a.inputs[1], out[0], f); };
-  d.gpu = [k = gpu::LazyKernel(kernel)](const OpArgs& a, std::span<Tensor> out) {
+  d.gpu = [k = gpu::LazyKernel(name)](const OpArgs& a, std::span<Tensor> out) {
     const Shape& s = out[0].shape();
     kernels::launch_binary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0], s),
                            gpu::operand(a.inputs[1], s), gpu::operand(out[0]), s, stream_of(a.device));
   };
+  d.pointwise = std::move(pw);
   return d;
 }
 
@@ -130,27 +133,27 @@ OpDef binary_scalar_def(std::string name, std::string kernel, bool scalar_first,
   return d;
 }
 
-// A unary op whose kernel takes (p0, p1) from `params(attrs)`.
-template <bool FloatOnly, bool ToBool, class F, class P>
-OpDef unary_def(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, P params) {
+// A unary pointwise op: `f(x, p0, p1)` is the CPU reference over the compute type, with
+// p0, p1 from pw.params as the kernel gets them.
+template <bool FloatOnly, bool ToBool, class F>
+OpDef unary_def(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, PointwiseExpr pw) {
   OpDef d;
   d.name = name;
   d.dtypes = std::move(dtypes);
   d.dtype_rule = std::move(rule);
-  d.cpu = [f, params](const OpArgs& a, std::span<Tensor> out) {
-    const auto [p0, p1] = params(a.attrs);
+  d.cpu = [f](const OpArgs& a, std::span<Tensor> out) {
+    const auto [p0, p1] = pointwise_params(a.op, a.attrs);
     // Copies: clang before 16 cannot capture structured bindings.
     cpu_unary<FloatOnly, ToBool>(a.inputs[0], out[0], [&, p0 = p0, p1 = p1](auto x) { return f(x, p0, p1); });
   };
-  d.gpu = [k = gpu::LazyKernel(name), params](const OpArgs& a, std::span<Tensor> out) {
-    const auto [p0, p1] = params(a.attrs);
+  d.gpu = [k = gpu::LazyKernel(name)](const OpArgs& a, std::span<Tensor> out) {
+    const auto [p0, p1] = pointwise_params(a.op, a.attrs);
     kernels::launch_unary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
                           gpu::operand(out[0]), out[0].shape(), p0, p1, stream_of(a.device));
   };
+  d.pointwise = std::move(pw);
   return d;
 }
-
-inline std::pair<double, double> no_params(const Attrs&) { return {0.0, 0.0}; }
 
 // The dtype plan of a unary op whose output is bool whatever the input.
 inline DTypePlan to_bool_plan(const OpArgs& a) {

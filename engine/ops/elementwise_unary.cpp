@@ -1,7 +1,7 @@
 // Unary math: abs, sign, square, exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tanh,
-// erf, floor, ceil, round, clamp. GPU: the unary kernels of the same names
-// (engine/ops/kernels/elementwise_kernels.cpp); the CPU loops follow their conventions
-// (kernel_templates/elementwise_common.cu) so both devices agree on NaN and signed zero.
+// erf, floor, ceil, round, clamp. Each OpDef holds its device expression (the kernel of the
+// same name) and a CPU loop that follows kernel_templates/elementwise_common.cu, so both
+// devices agree on NaN and signed zero.
 #include <cmath>
 #include <limits>
 
@@ -15,12 +15,14 @@ using G = std::span<const Tensor>;
 using V = std::vector<Tensor>;
 using ew::kFloating;
 using ew::kNumeric;
+using ew::PointwiseDomain;
 
 // A floating function: integer and bool inputs become f32.
 template <class F>
-const OpDef& float_unary(std::string name, F f, Vjp vjp, SavePolicy save, TestHints test = {}) {
-  OpDef d = ew::unary_def<true, false>(
-      std::move(name), kFloating, rules::promote_float, [f](auto x, double, double) { return f(x); }, ew::no_params);
+const OpDef& float_unary(std::string name, const char* expr, F f, Vjp vjp, SavePolicy save, TestHints test = {}) {
+  OpDef d = ew::unary_def<true, false>(std::move(name), kFloating, rules::promote_float,
+                                       [f](auto x, double, double) { return f(x); },
+                                       {.expr = expr, .domain = PointwiseDomain::floating});
   d.vjp = std::move(vjp);
   d.save = std::move(save);
   d.test = std::move(test);
@@ -29,9 +31,10 @@ const OpDef& float_unary(std::string name, F f, Vjp vjp, SavePolicy save, TestHi
 
 // A function of every numeric dtype (the result keeps the input's dtype).
 template <class F>
-const OpDef& numeric_unary(std::string name, F f, Vjp vjp, SavePolicy save, TestHints test = {}) {
-  OpDef d = ew::unary_def<false, false>(
-      std::move(name), kNumeric, rules::promote, [f](auto x, double, double) { return f(x); }, ew::no_params);
+const OpDef& numeric_unary(std::string name, const char* expr, F f, Vjp vjp, SavePolicy save, TestHints test = {}) {
+  OpDef d = ew::unary_def<false, false>(std::move(name), kNumeric, rules::promote,
+                                        [f](auto x, double, double) { return f(x); },
+                                        {.expr = expr, .domain = PointwiseDomain::numeric});
   d.vjp = std::move(vjp);
   d.save = std::move(save);
   d.test = std::move(test);
@@ -40,7 +43,7 @@ const OpDef& numeric_unary(std::string name, F f, Vjp vjp, SavePolicy save, Test
 
 // Rounding: the floating kernel, or a plain copy for integers (already whole numbers).
 template <class F>
-const OpDef& rounding_unary(std::string name, F f) {
+const OpDef& rounding_unary(std::string name, const char* expr, F f) {
   OpDef d;
   d.name = name;
   d.dtypes = kNumeric;
@@ -58,6 +61,7 @@ const OpDef& rounding_unary(std::string name, F f) {
     else
       kernels::launch_cast(t, t, gpu::operand(a.inputs[0]), gpu::operand(out[0]), out[0].shape(), stream_of(a.device));
   };
+  d.pointwise = PointwiseExpr{.expr = expr, .domain = PointwiseDomain::floating};
   // Piecewise constant: zero gradient, as PyTorch.
   d.vjp = [](const VjpContext&, G g) -> V { return {zeros_like(g[0])}; };
   return register_op(std::move(d));
@@ -66,7 +70,7 @@ const OpDef& rounding_unary(std::string name, F f) {
 constexpr double kInvSqrtPi2 = 1.12837916709551257390;  // 2 / sqrt(pi)
 
 const OpDef& kAbs = numeric_unary(
-    "abs",
+    "abs", "kiln::m::abs(x)",
     [](auto x) {
       using C = decltype(x);
       if constexpr (std::is_floating_point_v<C>) return std::fabs(x);
@@ -77,7 +81,7 @@ const OpDef& kAbs = numeric_unary(
 
 // sign(NaN) = 0 and sign(-0.0) = +0, like the kernel's kiln::m::sign.
 const OpDef& kSign = numeric_unary(
-    "sign",
+    "sign", "kiln::m::sign(x)",
     [](auto x) {
       using C = decltype(x);
       return static_cast<C>(static_cast<int>(C(0) < x) - static_cast<int>(x < C(0)));
@@ -86,7 +90,7 @@ const OpDef& kSign = numeric_unary(
 
 // Integers square in unsigned arithmetic: wrapping, never undefined overflow.
 const OpDef& kSquare = numeric_unary(
-    "square",
+    "square", "x * x",
     [](auto x) {
       using C = decltype(x);
       if constexpr (std::is_signed_v<C> && std::is_integral_v<C>) {
@@ -99,31 +103,31 @@ const OpDef& kSquare = numeric_unary(
     [](const VjpContext& c, G g) -> V { return {mul(mul(g[0], c.saved_input(0)), 2)}; }, {.inputs = {0}});
 
 const OpDef& kExp = float_unary(
-    "exp", [](auto x) { return std::exp(x); },
+    "exp", "kiln::m::exp(x)", [](auto x) { return std::exp(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], c.saved_output(0))}; }, {.outputs = {0}});
 
 const OpDef& kLog = float_unary(
-    "log", [](auto x) { return std::log(x); },
+    "log", "kiln::m::log(x)", [](auto x) { return std::log(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], c.saved_input(0))}; }, {.inputs = {0}},
     {.low = 0.5, .high = 3.0});
 
 const OpDef& kLog1p = float_unary(
-    "log1p", [](auto x) { return std::log1p(x); },
+    "log1p", "kiln::m::log1p(x)", [](auto x) { return std::log1p(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], add(c.saved_input(0), 1))}; }, {.inputs = {0}},
     {.low = -0.5, .high = 2.0});
 
 const OpDef& kExpm1 = float_unary(
-    "expm1", [](auto x) { return std::expm1(x); },
+    "expm1", "kiln::m::expm1(x)", [](auto x) { return std::expm1(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], add(c.saved_output(0), 1))}; }, {.outputs = {0}});
 
 const OpDef& kSqrt = float_unary(
-    "sqrt", [](auto x) { return std::sqrt(x); },
+    "sqrt", "kiln::m::sqrt(x)", [](auto x) { return std::sqrt(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], mul(c.saved_output(0), 2))}; }, {.outputs = {0}},
     {.low = 0.5, .high = 3.0});
 
 // d rsqrt(x) = -x^(-3/2) / 2 = -y^3 / 2.
 const OpDef& kRsqrt = float_unary(
-    "rsqrt",
+    "rsqrt", "kiln::m::rsqrt(x)",
     [](auto x) {
       using C = decltype(x);
       return C(1) / std::sqrt(x);
@@ -135,20 +139,20 @@ const OpDef& kRsqrt = float_unary(
     {.outputs = {0}}, {.low = 0.5, .high = 3.0});
 
 const OpDef& kSin = float_unary(
-    "sin", [](auto x) { return std::sin(x); },
+    "sin", "kiln::m::sin(x)", [](auto x) { return std::sin(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], cos(c.saved_input(0)))}; }, {.inputs = {0}});
 
 const OpDef& kCos = float_unary(
-    "cos", [](auto x) { return std::cos(x); },
+    "cos", "kiln::m::cos(x)", [](auto x) { return std::cos(x); },
     [](const VjpContext& c, G g) -> V { return {neg(mul(g[0], sin(c.saved_input(0))))}; }, {.inputs = {0}});
 
 const OpDef& kTanh = float_unary(
-    "tanh", [](auto x) { return std::tanh(x); },
+    "tanh", "kiln::m::tanh(x)", [](auto x) { return std::tanh(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], sub(1, square(c.saved_output(0))))}; },
     {.outputs = {0}});
 
 const OpDef& kErf = float_unary(
-    "erf", [](auto x) { return std::erf(x); },
+    "erf", "kiln::m::erf(x)", [](auto x) { return std::erf(x); },
     [](const VjpContext& c, G g) -> V {
       const Tensor& x = c.saved_input(0);
       return {mul(g[0], mul(exp(neg(square(x))), kInvSqrtPi2))};
@@ -156,9 +160,9 @@ const OpDef& kErf = float_unary(
     {.inputs = {0}});
 
 // std::nearbyint rounds half to even in the default rounding mode, as the kernel's rint.
-const OpDef& kFloor = rounding_unary("floor", [](auto x) { return std::floor(x); });
-const OpDef& kCeil = rounding_unary("ceil", [](auto x) { return std::ceil(x); });
-const OpDef& kRound = rounding_unary("round", [](auto x) { return std::nearbyint(x); });
+const OpDef& kFloor = rounding_unary("floor", "kiln::m::floor(x)", [](auto x) { return std::floor(x); });
+const OpDef& kCeil = rounding_unary("ceil", "kiln::m::ceil(x)", [](auto x) { return std::ceil(x); });
+const OpDef& kRound = rounding_unary("round", "kiln::m::rint(x)", [](auto x) { return std::nearbyint(x); });
 
 // ---- clamp: attrs "min" and/or "max" (Scalars) ----
 
@@ -195,7 +199,7 @@ const OpDef& kClamp = [] () -> const OpDef& {
         if (xd < lo) return static_cast<C>(lo);
         return x;
       },
-      clamp_params);
+      {.expr = "kiln::m::clamp(x, p0, p1)", .domain = PointwiseDomain::numeric, .params = clamp_params});
   // The gradient flows where min <= x <= max (nowhere when min > max).
   d.vjp = [](const VjpContext& c, G g) -> V {
     const Tensor& x = c.saved_input(0);

@@ -101,10 +101,21 @@ const OpDef& register_op(OpDef def) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   if (r.by_name.count(def.name)) throw ValueError("[registry] op '" + def.name + "' is registered twice");
+  // The kernel first: an op whose spec is refused is not registered either.
+  if (const PointwiseExpr* pw = pointwise_expr(def)) {
+    if (pw->params && def.num_inputs != 1)
+      throw ValueError("[registry] op '" + def.name + "': only unary pointwise ops take params");
+    kernels::register_pointwise_kernel(def.name, def.num_inputs, pw->expr, pw->domain);
+  }
   const OpDef& stored = r.defs.emplace_back(std::move(def));
   r.list.push_back(&stored);
   r.by_name.emplace(stored.name, &stored);
   return stored;
+}
+
+std::pair<double, double> pointwise_params(const OpDef& op, const Attrs& attrs) {
+  const PointwiseExpr* pw = pointwise_expr(op);
+  return pw && pw->params ? pw->params(attrs) : std::pair<double, double>{0.0, 0.0};
 }
 
 const OpDef* find_op(std::string_view name) {

@@ -17,6 +17,8 @@
 //         kernels::launch_unary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
 //                               gpu::operand(out[0]), out[0].shape(), 0, 0, stream_of(a.device));
 //       },
+//       // The device math: register_op registers the kernel spec "square" from it.
+//       .pointwise = PointwiseExpr{.expr = "x * x", .domain = kernels::PointwiseDomain::numeric},
 //       .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
 //         return {g[0] * c.saved_input(0) * 2};  // public ops; grad mode is off in here
 //       },
@@ -32,7 +34,9 @@
 // given are contiguous. The engine casts each input's gradient back to that input's
 // dtype; vjps return gradients of the input's shape (sum_to for broadcast inputs).
 // Non-tensor arguments travel in Attrs (a.attrs.get<Scalar>("scalar")); TestHints tell
-// the registry-driven tests which attrs and input ranges to use.
+// the registry-driven tests which attrs and input ranges to use. Elementwise ops are
+// shorter through the builders of elementwise_common.h; a pointwise op also needs a host
+// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one).
 #include <atomic>
 #include <functional>
 #include <initializer_list>
@@ -40,6 +44,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../compile/capture.h"
@@ -122,6 +127,17 @@ struct TestHints {
   std::vector<std::vector<Shape>> shapes{};  // explicit input shape sets; empty: the generic ones
 };
 
+// A pointwise op's device math, spliced into the elementwise templates' ${OP} and, later,
+// into fused kernels: one expression of x (unary) or a, b (binary) in the input's compute
+// type C, plus the double params p0, p1 (unary only); it may call the prelude's kiln::m
+// functions (kernel_templates/elementwise_common.cu) and nothing else.
+struct PointwiseExpr {
+  std::string expr;
+  kernels::PointwiseDomain domain = kernels::PointwiseDomain::numeric;
+  // p0, p1 from the call's attrs (leaky_relu's slope, clamp's bounds); empty: 0, 0.
+  std::function<std::pair<double, double>(const Attrs&)> params{};
+};
+
 struct OpDef {
   std::string name{};
   int num_inputs = 1;  // tensor inputs; -1: any number
@@ -131,6 +147,8 @@ struct OpDef {
   ShapeRule shape_rule{};       // empty: rules::broadcast
   Impl cpu{};
   Impl gpu{};                   // empty: the op runs on the CPU only (DeviceError on cuda)
+  // Set: register_op registers the op's elementwise kernel spec, named after the op.
+  std::optional<PointwiseExpr> pointwise{};
   bool makes_outputs = false;  // the impl creates the outputs itself (views, transfers)
   Vjp vjp{};                    // empty: not differentiable (outputs never require grad)
   SavePolicy save{};
@@ -138,8 +156,13 @@ struct OpDef {
 };
 
 // Registers `def` for the life of the process; the reference is stable. Throws
-// ValueError on a duplicate name or a definition without a CPU implementation.
+// ValueError on a duplicate name or a definition without a CPU implementation, and for a
+// pointwise op that is not unary or binary or whose kernel spec cannot be registered.
 const OpDef& register_op(OpDef def);
+// The op's device expression; nullptr for an op that is not pointwise.
+inline const PointwiseExpr* pointwise_expr(const OpDef& op) { return op.pointwise ? &*op.pointwise : nullptr; }
+// p0, p1 of a pointwise op for one call's attrs.
+std::pair<double, double> pointwise_params(const OpDef& op, const Attrs& attrs);
 const OpDef* find_op(std::string_view name);
 const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
 const std::vector<const OpDef*>& registered_ops();

@@ -137,6 +137,7 @@ inline const std::map<std::string, UnaryRef>& unary_refs() {
       {"sin", [](double x, double, double) { return std::sin(x); }},
       {"cos", [](double x, double, double) { return std::cos(x); }},
       {"tanh", [](double x, double, double) { return std::tanh(x); }},
+      {"erf", [](double x, double, double) { return std::erf(x); }},
       {"sigmoid", [](double x, double, double) { return 1.0 / (1.0 + std::exp(-x)); }},
       {"leaky_relu", [](double x, double slope, double) { return x > 0 ? x : x * slope; }},
       {"gelu", [](double x, double, double) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }},

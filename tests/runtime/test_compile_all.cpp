@@ -92,12 +92,12 @@ TEST_CASE("every registered kernel compiles for sm_80 and sm_90") {
 }
 
 TEST_CASE("the elementwise kernels cover the ops and dtypes the engine needs") {
-  const char* ops[] = {"neg",     "abs",        "sign",  "exp",         "log",   "log1p",       "expm1", "sqrt",
-                       "rsqrt",   "square",     "sin",   "cos",         "tanh",  "sigmoid",     "relu",  "leaky_relu",
-                       "gelu",    "silu",       "softplus", "floor",    "ceil",  "round",       "logical_not",
-                       "isnan",   "clamp",      "add",   "sub",         "mul",   "div",         "pow",   "maximum",
-                       "minimum", "eq",         "ne",    "lt",          "le",    "gt",          "ge",
-                       "logical_and", "logical_or", "cast", "fill",     "where"};
+  const char* ops[] = {"neg",        "abs",    "sign", "exp",      "log",   "log1p", "expm1",   "sqrt",
+                       "rsqrt",      "square", "sin",  "cos",      "tanh",  "erf",   "sigmoid", "relu",
+                       "leaky_relu", "gelu",   "silu", "softplus", "floor", "ceil",  "round",   "logical_not",
+                       "isnan",      "clamp",  "add",  "sub",      "mul",   "div",   "pow",     "maximum",
+                       "minimum",    "eq",     "ne",   "lt",       "le",    "gt",    "ge",      "logical_and",
+                       "logical_or", "cast",   "fill", "where"};
   for (const char* op : ops) {
     CAPTURE(op);
     const rt::KernelSpec* spec = rt::find_kernel(op);

@@ -7,7 +7,9 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/device.h"
@@ -50,6 +52,22 @@ rt::LaunchConfig grid_stride_config(std::uint64_t items, int device);
 
 // ---- Elementwise (elementwise_unary.cu, elementwise_binary.cu, fill.cu, where.cu) ----
 // Dtype tuples: (in, out) for unary, binary and cast; (t) for fill and where.
+
+// Which (input, output) tuples a pointwise op's kernel is instantiated for.
+enum class PointwiseDomain {
+  numeric,           // (t, t), t in f32 f64 f16 bf16 i32 i64 u8
+  floating,          // (t, t), t in f32 f64 f16 bf16
+  any_to_bool,       // (t, bool), every dtype
+  floating_to_bool,  // (t, bool), t floating
+  all_pairs,         // (t, u), every pair of dtypes (cast)
+};
+std::vector<DTypes> pointwise_tuples(PointwiseDomain domain);
+
+// Registers the spec `op` of the unary (arity 1) or binary (arity 2) elementwise template
+// with `expr` bound to ${OP}; register_op calls this for every OpDef with a pointwise expr.
+// Variants: 0 contiguous, 1 strided, and for binary ops 2 with a host scalar.
+const rt::KernelSpec& register_pointwise_kernel(const std::string& op, int arity, const std::string& expr,
+                                                PointwiseDomain domain);
 
 // y = op(x; p0, p1) (p0/p1: leaky_relu slope, clamp bounds; ignored by other ops).
 void launch_unary(const rt::KernelSpec& spec, DType in, DType out, const Operand& x, const Operand& y,

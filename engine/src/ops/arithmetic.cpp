@@ -1,44 +1,24 @@
-// add, sub, mul, div (tensor-tensor with broadcasting, and tensor-scalar) and neg.
-// GPU: the elementwise kernels of engine/ops/kernels (same op names).
-#include "../../ops/registry.h"
+// add, sub, mul, div (tensor-tensor with broadcasting, and tensor-scalar) and neg, built
+// like the other elementwise ops (engine/ops/elementwise_common.h); the scalar forms run
+// the kernels of add, sub, mul and div with a host scalar.
+#include "../../ops/elementwise_common.h"
 
 namespace kiln {
 
 namespace {
 
-const std::vector<DType> kNumeric{DType::f32, DType::f64, DType::f16, DType::bf16,
-                                  DType::i32, DType::i64, DType::u8};
-const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
+using ew::kFloating;
+using ew::kNumeric;
+using ew::PointwiseDomain;
+using ew::scalar_of;
 
-// The kernel's scalar: exact integers for integer scalars.
-kernels::Scalar kernel_scalar(const Scalar& s) {
-  return s.is_floating() ? kernels::Scalar(s.to_double()) : kernels::Scalar(s.to_int());
-}
-
-// The scalar in compute type C, as the kernels' from_scalar converts it.
-template <class C>
-C scalar_as(const Scalar& s) {
-  if constexpr (std::is_integral_v<C>) return static_cast<C>(s.to_int());
-  else return static_cast<C>(s.to_double());
-}
-
-// out = f(a, b) with broadcasting; the GPU kernel has the op's name.
-template <class F>
-OpDef binary(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, Vjp vjp, SavePolicy save,
-             TestHints test = {}) {
-  OpDef d;
-  d.name = name;
-  d.num_inputs = 2;
-  d.dtypes = std::move(dtypes);
-  d.dtype_rule = std::move(rule);
-  d.cpu = [f](const OpArgs& a, std::span<Tensor> out) {
-    cpu::visit(out[0].dtype(), [&]<class T>() { cpu::map_binary<T, T, T>(a.inputs[0], a.inputs[1], out[0], f); });
-  };
-  d.gpu = [k = gpu::LazyKernel(name)](const OpArgs& a, std::span<Tensor> out) {
-    const Shape& s = out[0].shape();
-    kernels::launch_binary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0], s),
-                           gpu::operand(a.inputs[1], s), gpu::operand(out[0]), s, stream_of(a.device));
-  };
+// out = f(a, b) with broadcasting; `expr` is the kernel's device expression.
+template <bool FloatOnly, class F>
+OpDef binary(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, const char* expr, Vjp vjp,
+             SavePolicy save, TestHints test = {}) {
+  const PointwiseDomain domain = FloatOnly ? PointwiseDomain::floating : PointwiseDomain::numeric;
+  OpDef d = ew::binary_def<FloatOnly, false>(std::move(name), std::move(dtypes), std::move(rule), f,
+                                             {.expr = expr, .domain = domain});
   d.vjp = std::move(vjp);
   d.save = std::move(save);
   d.test = std::move(test);
@@ -46,53 +26,34 @@ OpDef binary(std::string name, std::vector<DType> dtypes, DTypeRule rule, F f, V
 }
 
 // out = f(a, s) for the scalar in attrs "scalar"; f(s, a) when `scalar_first` (rsub, rdiv).
-template <class F>
-OpDef binary_scalar(std::string name, std::string kernel, bool scalar_first, std::vector<DType> dtypes,
-                    DTypeRule rule, F f, Vjp vjp, SavePolicy save, double low = -2.0) {
-  OpDef d;
-  d.name = std::move(name);
-  d.dtypes = std::move(dtypes);
-  d.dtype_rule = std::move(rule);
-  d.shape_rule = rules::same_shape_as_input;
-  d.cpu = [f, scalar_first](const OpArgs& a, std::span<Tensor> out) {
-    const Scalar& s = a.attrs.get<Scalar>("scalar");
-    cpu::visit(out[0].dtype(), [&]<class T>() {
-      using C = cpu::compute_t<T>;
-      const C sc = scalar_as<C>(s);
-      if (scalar_first) cpu::map_unary<T, T>(a.inputs[0], out[0], [&](C x) { return f(sc, x); });
-      else cpu::map_unary<T, T>(a.inputs[0], out[0], [&](C x) { return f(x, sc); });
-    });
-  };
-  d.gpu = [k = gpu::LazyKernel(kernel), scalar_first](const OpArgs& a, std::span<Tensor> out) {
-    kernels::launch_binary_scalar(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
-                                  kernel_scalar(a.attrs.get<Scalar>("scalar")), scalar_first, gpu::operand(out[0]),
-                                  out[0].shape(), stream_of(a.device));
-  };
+template <bool FloatOnly, class F>
+OpDef binary_scalar(std::string name, std::string kernel, bool scalar_first, std::vector<DType> dtypes, DTypeRule rule,
+                    F f, Vjp vjp, SavePolicy save, double low = -2.0) {
+  OpDef d = ew::binary_scalar_def<FloatOnly, false>(std::move(name), std::move(kernel), scalar_first, std::move(dtypes),
+                                                    std::move(rule), f);
   d.vjp = std::move(vjp);
   d.save = std::move(save);
-  d.test.attrs = {Attrs{{"scalar", Scalar(2)}}, Attrs{{"scalar", Scalar(-1.5)}}};
   d.test.low = low;
   return d;
 }
 
 using G = std::span<const Tensor>;
 using V = std::vector<Tensor>;
-Scalar scalar_of(const VjpContext& c) { return c.attrs().get<Scalar>("scalar"); }
 
-const OpDef& kAdd = register_op(binary(
-    "add", kNumeric, rules::promote, [](auto a, auto b) { return a + b; },
+const OpDef& kAdd = register_op(binary<false>(
+    "add", kNumeric, rules::promote, [](auto a, auto b) { return a + b; }, "a + b",
     [](const VjpContext& c, G g) -> V { return {sum_to(g[0], c.input(0).shape), sum_to(g[0], c.input(1).shape)}; },
     {}));
 
-const OpDef& kSub = register_op(binary(
-    "sub", kNumeric, rules::promote, [](auto a, auto b) { return a - b; },
+const OpDef& kSub = register_op(binary<false>(
+    "sub", kNumeric, rules::promote, [](auto a, auto b) { return a - b; }, "a - b",
     [](const VjpContext& c, G g) -> V {
       return {sum_to(g[0], c.input(0).shape), c.needs_grad(1) ? sum_to(neg(g[0]), c.input(1).shape) : Tensor()};
     },
     {}));
 
-const OpDef& kMul = register_op(binary(
-    "mul", kNumeric, rules::promote, [](auto a, auto b) { return a * b; },
+const OpDef& kMul = register_op(binary<false>(
+    "mul", kNumeric, rules::promote, [](auto a, auto b) { return a * b; }, "a * b",
     [](const VjpContext& c, G g) -> V {
       V r(2);
       if (c.needs_grad(0)) r[0] = sum_to(mul(g[0], c.saved_input(1)), c.input(0).shape);
@@ -103,8 +64,8 @@ const OpDef& kMul = register_op(binary(
 
 // d(a/b) = g/b, -g*a/b^2 = -g * (out / b): out / b is 0 where a is, while g/b may
 // overflow a subnormal b and turn (g/b) * out into inf * 0 = NaN (PyTorch's order too).
-const OpDef& kDiv = register_op(binary(
-    "div", kFloating, rules::promote_float, [](auto a, auto b) { return a / b; },
+const OpDef& kDiv = register_op(binary<true>(
+    "div", kFloating, rules::promote_float, [](auto a, auto b) { return a / b; }, "a / b",
     [](const VjpContext& c, G g) -> V {
       V r(2);
       if (c.needs_grad(0)) r[0] = sum_to(div(g[0], c.saved_input(1)), c.input(0).shape);
@@ -113,48 +74,38 @@ const OpDef& kDiv = register_op(binary(
     },
     {.inputs = {1}, .outputs = {0}}, {.low = 0.5, .high = 2.0}));  // away from the pole at b = 0
 
-const OpDef& kAddScalar = register_op(binary_scalar(
+const OpDef& kAddScalar = register_op(binary_scalar<false>(
     "add_scalar", "add", false, kNumeric, rules::promote, [](auto a, auto b) { return a + b; },
     [](const VjpContext&, G g) -> V { return {g[0]}; }, {}));
 
-const OpDef& kSubScalar = register_op(binary_scalar(
+const OpDef& kSubScalar = register_op(binary_scalar<false>(
     "sub_scalar", "sub", false, kNumeric, rules::promote, [](auto a, auto b) { return a - b; },
     [](const VjpContext&, G g) -> V { return {g[0]}; }, {}));
 
-const OpDef& kRsubScalar = register_op(binary_scalar(
+const OpDef& kRsubScalar = register_op(binary_scalar<false>(
     "rsub_scalar", "sub", true, kNumeric, rules::promote, [](auto a, auto b) { return a - b; },
     [](const VjpContext&, G g) -> V { return {neg(g[0])}; }, {}));
 
-const OpDef& kMulScalar = register_op(binary_scalar(
+const OpDef& kMulScalar = register_op(binary_scalar<false>(
     "mul_scalar", "mul", false, kNumeric, rules::promote, [](auto a, auto b) { return a * b; },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], scalar_of(c))}; }, {}));
 
-const OpDef& kDivScalar = register_op(binary_scalar(
+const OpDef& kDivScalar = register_op(binary_scalar<true>(
     "div_scalar", "div", false, kFloating, rules::promote_float, [](auto a, auto b) { return a / b; },
     [](const VjpContext& c, G g) -> V { return {div(g[0], scalar_of(c))}; }, {}));
 
 // d(s/a) = -g*s/a^2 = -g*out/a.
-const OpDef& kRdivScalar = register_op(binary_scalar(
+const OpDef& kRdivScalar = register_op(binary_scalar<true>(
     "rdiv_scalar", "div", true, kFloating, rules::promote_float, [](auto a, auto b) { return a / b; },
     [](const VjpContext& c, G g) -> V { return {neg(div(mul(g[0], c.saved_output(0)), c.saved_input(0)))}; },
     {.inputs = {0}, .outputs = {0}}, 0.5));
 
-const OpDef& kNeg = register_op({
-    .name = "neg",
-    .dtypes = kNumeric,
-    .cpu =
-        [](const OpArgs& a, std::span<Tensor> out) {
-          cpu::visit(out[0].dtype(), [&]<class T>() { cpu::map_unary<T, T>(a.inputs[0], out[0], [](auto x) { return -x; }); });
-        },
-    .gpu =
-        [k = gpu::LazyKernel("neg")](const OpArgs& a, std::span<Tensor> out) {
-          kernels::launch_unary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0]),
-                                gpu::operand(out[0]), out[0].shape(), 0, 0, stream_of(a.device));
-        },
-    .vjp = [](const VjpContext&, G g) -> V { return {neg(g[0])}; },
-});
-
-Attrs scalar_attrs(const Scalar& s) { return Attrs{{"scalar", s}}; }
+const OpDef& kNeg = [] () -> const OpDef& {
+  OpDef d = ew::unary_def<false, false>("neg", kNumeric, rules::promote, [](auto x, double, double) { return -x; },
+                                        {.expr = "-x", .domain = PointwiseDomain::numeric});
+  d.vjp = [](const VjpContext&, G g) -> V { return {neg(g[0])}; };
+  return register_op(std::move(d));
+}();
 
 }  // namespace
 
@@ -162,12 +113,12 @@ Tensor add(const Tensor& a, const Tensor& b) { return call(kAdd, {a, b}); }
 Tensor sub(const Tensor& a, const Tensor& b) { return call(kSub, {a, b}); }
 Tensor mul(const Tensor& a, const Tensor& b) { return call(kMul, {a, b}); }
 Tensor div(const Tensor& a, const Tensor& b) { return call(kDiv, {a, b}); }
-Tensor add(const Tensor& a, const Scalar& b) { return call(kAddScalar, {a}, scalar_attrs(b)); }
-Tensor sub(const Tensor& a, const Scalar& b) { return call(kSubScalar, {a}, scalar_attrs(b)); }
-Tensor sub(const Scalar& a, const Tensor& b) { return call(kRsubScalar, {b}, scalar_attrs(a)); }
-Tensor mul(const Tensor& a, const Scalar& b) { return call(kMulScalar, {a}, scalar_attrs(b)); }
-Tensor div(const Tensor& a, const Scalar& b) { return call(kDivScalar, {a}, scalar_attrs(b)); }
-Tensor div(const Scalar& a, const Tensor& b) { return call(kRdivScalar, {b}, scalar_attrs(a)); }
+Tensor add(const Tensor& a, const Scalar& b) { return call(kAddScalar, {a}, ew::scalar_attrs(b)); }
+Tensor sub(const Tensor& a, const Scalar& b) { return call(kSubScalar, {a}, ew::scalar_attrs(b)); }
+Tensor sub(const Scalar& a, const Tensor& b) { return call(kRsubScalar, {b}, ew::scalar_attrs(a)); }
+Tensor mul(const Tensor& a, const Scalar& b) { return call(kMulScalar, {a}, ew::scalar_attrs(b)); }
+Tensor div(const Tensor& a, const Scalar& b) { return call(kDivScalar, {a}, ew::scalar_attrs(b)); }
+Tensor div(const Scalar& a, const Tensor& b) { return call(kRdivScalar, {b}, ew::scalar_attrs(a)); }
 Tensor neg(const Tensor& a) { return call(kNeg, {a}); }
 
 }  // namespace kiln

@@ -22,6 +22,8 @@ const OpDef& kCast = register_op({
     .shape_rule = rules::same_shape_as_input,
     .cpu = copy_impl,
     .gpu = copy_impl,
+    // The kernel copy_impl launches for a conversion: the template's cvt does the work.
+    .pointwise = PointwiseExpr{.expr = "x", .domain = kernels::PointwiseDomain::all_pairs},
     .vjp = pass_through,
     .test = {.attrs = {Attrs{{"dtype", DType::f32}}, Attrs{{"dtype", DType::f16}}, Attrs{{"dtype", DType::bf16}},
                        Attrs{{"dtype", DType::f64}}, Attrs{{"dtype", DType::i32}}, Attrs{{"dtype", DType::i64}},

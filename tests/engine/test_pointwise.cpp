@@ -1,0 +1,110 @@
+// Pointwise ops: the device expression on each OpDef is the one source of its kernel, is
+// self-contained (a later fusion pass splices it), and has an independent host reference
+// for the GPU kernel tests (tests/gpu/elementwise_reference.h). No GPU needed.
+#include <doctest/doctest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+
+#include "../../engine/ops/registry.h"
+#include "../gpu/elementwise_reference.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/templates.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<const OpDef*> pointwise_ops() {
+  std::vector<const OpDef*> out;
+  for (const OpDef* op : registered_ops())
+    if (pointwise_expr(*op)) out.push_back(op);
+  return out;
+}
+
+std::string binding(const rt::Bindings& b, const std::string& key) {
+  for (const auto& [k, v] : b)
+    if (k == key) return v;
+  return "<unbound>";
+}
+
+}  // namespace
+
+TEST_CASE("every pointwise op has a host reference of its arity for the GPU kernel tests") {
+  std::set<std::string> unary, binary;
+  for (const OpDef* op : pointwise_ops()) {
+    INFO(op->name, " has a device expression but no reference in tests/gpu/elementwise_reference.h");
+    if (op->num_inputs == 1)
+      CHECK(elt::unary_refs().count(op->name) == 1);
+    else
+      CHECK(elt::binary_refs().count(op->name) == 1);
+    (op->num_inputs == 1 ? unary : binary).insert(op->name);
+  }
+  // A reference for no pointwise op would test nothing.
+  for (const auto& [name, f] : elt::unary_refs()) CHECK_MESSAGE(unary.count(name), name);
+  for (const auto& [name, f] : elt::binary_refs()) CHECK_MESSAGE(binary.count(name), name);
+  CHECK(unary.count("relu"));
+  CHECK(binary.count("add"));
+}
+
+TEST_CASE("a pointwise op's kernel spec is generated from its OpDef") {
+  for (const OpDef* op : pointwise_ops()) {
+    CAPTURE(op->name);
+    const PointwiseExpr& pw = *pointwise_expr(*op);
+    const rt::KernelSpec* spec = rt::find_kernel(op->name);
+    REQUIRE(spec != nullptr);
+    CHECK(spec->template_name == (op->num_inputs == 1 ? "elementwise_unary" : "elementwise_binary"));
+    CHECK(spec->dtypes == kernels::pointwise_tuples(pw.domain));
+    CHECK(binding(spec->bind(spec->dtypes.front(), 0), "OP") == pw.expr);
+  }
+  CHECK(pointwise_expr(get_op("sum")) == nullptr);
+  CHECK(pointwise_expr(get_op("add_scalar")) == nullptr);  // runs add's kernel with a host scalar
+  CHECK(pointwise_params(get_op("leaky_relu"), Attrs{{"negative_slope", 0.25}}) == std::pair{0.25, 0.0});
+  CHECK(pointwise_params(get_op("clamp"), Attrs{{"min", Scalar(-1)}, {"max", Scalar(2)}}) == std::pair{-1.0, 2.0});
+  CHECK(pointwise_params(get_op("relu"), Attrs{}) == std::pair{0.0, 0.0});
+}
+
+TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelude's kiln::m") {
+  const std::string prelude = rt::template_source("elementwise_common");
+  const std::regex name(R"([A-Za-z_][A-Za-z_0-9]*(::[A-Za-z_][A-Za-z_0-9]*)*)");
+  for (const OpDef* op : pointwise_ops()) {
+    const std::string& expr = pointwise_expr(*op)->expr;
+    const std::set<std::string> allowed =
+        op->num_inputs == 1 ? std::set<std::string>{"x", "C", "p0", "p1"} : std::set<std::string>{"a", "b", "C"};
+    for (std::sregex_iterator it(expr.begin(), expr.end(), name), end; it != end; ++it) {
+      const std::string id = it->str();
+      INFO(op->name, ": '", expr, "' names ", id);
+      const std::string fn = id.rfind("kiln::m::", 0) == 0 ? id.substr(9) : "";
+      // Declared as `name(` or through the prelude's KILN_MATH1(name).
+      if (!fn.empty())
+        CHECK((prelude.find(" " + fn + "(") != std::string::npos ||
+               prelude.find("KILN_MATH1(" + fn + ")") != std::string::npos));
+      else
+        CHECK(allowed.count(id));
+    }
+  }
+}
+
+TEST_CASE("register_op refuses a pointwise op it cannot generate a kernel for, and registers nothing") {
+  auto noop = [](const OpArgs&, std::span<Tensor>) {};
+  CHECK_THROWS_AS(
+      register_op({.name = "test_pw_ternary", .num_inputs = 3, .cpu = noop, .pointwise = PointwiseExpr{.expr = "a"}}),
+      ValueError);
+  CHECK(find_op("test_pw_ternary") == nullptr);
+  CHECK(rt::find_kernel("test_pw_ternary") == nullptr);
+  CHECK_THROWS_AS(register_op({.name = "test_pw_binary_params",
+                               .num_inputs = 2,
+                               .cpu = noop,
+                               .pointwise = PointwiseExpr{.expr = "a + b",
+                                                          .params =
+                                                              [](const Attrs&) {
+                                                                return std::pair{1.0, 0.0};
+                                                              }}}),
+                  ValueError);
+  CHECK(find_op("test_pw_binary_params") == nullptr);
+  // "fill" is a kernel spec but no op: the clash is refused before the op exists.
+  REQUIRE(find_op("fill") == nullptr);
+  CHECK_THROWS_AS(register_op({.name = "fill", .cpu = noop, .pointwise = PointwiseExpr{.expr = "x"}}), ValueError);
+  CHECK(find_op("fill") == nullptr);
+}
