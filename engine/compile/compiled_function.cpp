@@ -246,6 +246,7 @@ CompileStats CompiledFunction::stats() const {
     const rt::GraphCounts c = e.graph.counts();
     s.kernels_per_graph.push_back(c.kernels);
     s.nodes_per_graph.push_back(c.nodes);
+    s.kernel_names_per_graph.push_back(c.kernel_names);
     s.bytes_held += e.pool ? e.pool->bytes_held() : 0;
   }
   return s;

@@ -65,7 +65,8 @@ namespace kiln::rt {
   X(cuGraphGetNodes)               \
   X(cuGraphNodeGetType)            \
   X(cuGraphKernelNodeGetParams)    \
-  X(cuGraphExecKernelNodeSetParams)
+  X(cuGraphExecKernelNodeSetParams) \
+  X(cuFuncGetName)
 
 struct Driver {
 #define KILN_DECLARE_PTR(name) decltype(&::name) name = nullptr;

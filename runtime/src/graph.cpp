@@ -98,7 +98,13 @@ Graph Graph::end_capture(const Stream& s) {
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type{};
     KILN_CU(cuGraphNodeGetType(node, &type));
-    if (type == CU_GRAPH_NODE_TYPE_KERNEL) ++g.counts.kernels;
+    if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+    ++g.counts.kernels;
+    CUDA_KERNEL_NODE_PARAMS p{};
+    const char* name = nullptr;
+    KILN_CU(cuGraphKernelNodeGetParams(node, &p));
+    if (p.func) KILN_CU(cuFuncGetName(&name, p.func));
+    ++g.counts.kernel_names[name ? name : "?"];
   }
   KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
   KILN_CU(cuGraphUpload(g.exec, stream));

@@ -127,6 +127,14 @@ TEST_CASE("a compiled training step is bit-identical to eager: mlp and cnn, Adam
     CHECK(stats.replays == kSteps - 2);
     REQUIRE(stats.kernels_per_graph.size() == 1);
     CHECK(stats.kernels_per_graph[0] > 10);
+    REQUIRE(stats.kernel_names_per_graph.size() == 1);
+    std::size_t named = 0;
+    for (const auto& entry : stats.kernel_names_per_graph[0]) named += entry.second;
+    CHECK(named == stats.kernels_per_graph[0]);
+    // Every parameter is f32: one multi-tensor update.
+    const std::string update = c.optimizer == "sgd" ? "kiln_sgd_step" : "kiln_adam_step";
+    CHECK(stats.kernel_names_per_graph[0].count(update) == 1);
+    if (stats.kernel_names_per_graph[0].count(update)) CHECK(stats.kernel_names_per_graph[0].at(update) == 1);
     CHECK(compiled.steps == kSteps);  // host state advanced at every replay
     CHECK(compiled.lr == eager.lr);
     CHECK(compiled.losses == eager.losses);

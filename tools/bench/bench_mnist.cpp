@@ -89,6 +89,15 @@ void add_step_rows(const std::string& model, std::int64_t batch, int steps, std:
                 s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front(),
                 static_cast<unsigned long long>(s.replays));
   g_rows.push_back({"graph_" + tag, graph.ms, "ms", note});
+  // Which kernels the graph holds, most frequent first (names cut to 48 characters).
+  if (!s.kernel_names_per_graph.empty()) {
+    std::vector<std::pair<std::size_t, std::string>> names;
+    for (const auto& [name, count] : s.kernel_names_per_graph.front()) names.emplace_back(count, name.substr(0, 48));
+    std::sort(names.rbegin(), names.rend());
+    std::printf("graph_%s kernel nodes:", tag.c_str());
+    for (const auto& [count, name] : names) std::printf(" %s x%zu;", name.c_str(), count);
+    std::printf("\n");
+  }
 }
 
 double accuracy(nn::Module& net, const data::Mnist& d) {

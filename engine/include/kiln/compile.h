@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,7 @@ struct CompileStats {
   std::size_t graphs = 0;         // captured graphs held now
   std::vector<std::size_t> kernels_per_graph;  // kernel nodes of each held graph, most recent first
   std::vector<std::size_t> nodes_per_graph;    // all nodes (kernels, copies, memsets)
+  std::vector<std::map<std::string, std::size_t>> kernel_names_per_graph;  // kernel nodes by function name
   std::size_t bytes_held = 0;     // device memory the held graphs own (private pools, static inputs)
 };
 

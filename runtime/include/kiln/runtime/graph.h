@@ -2,7 +2,9 @@
 // CUDA graphs made by stream capture: begin on a stream, run the work as usual, end to get
 // an instantiated graph that replays it. Handles are opaque so engine headers stay plain C++.
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <string>
 
 namespace kiln::rt {
 
@@ -24,6 +26,7 @@ void abort_capture(const Stream& s) noexcept;
 struct GraphCounts {
   std::size_t nodes = 0;
   std::size_t kernels = 0;
+  std::map<std::string, std::size_t> kernel_names;  // kernel nodes by function name
 };
 
 class Graph {
