@@ -14,6 +14,8 @@ thread_local CaptureContext* t_capture = nullptr;
 thread_local int t_compiled_calls = 0;
 std::atomic<int> g_captures{0};
 
+Device capture_device() { return t_capture ? t_capture->device : Device::cpu(); }
+
 void keep_alive(const Tensor& t) {
   if (!t_capture || !t.defined()) return;
   const std::shared_ptr<Storage>& s = t.impl()->storage;

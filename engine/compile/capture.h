@@ -30,6 +30,8 @@ extern std::atomic<int> g_captures;
 inline bool capturing() { return g_captures.load(std::memory_order_relaxed) != 0 && t_capture != nullptr; }
 inline bool in_compiled_call() { return t_compiled_calls > 0; }
 
+// The device of this thread's capture (only while capturing).
+Device capture_device();
 // The graph reads or writes t's memory: keep it alive as long as the graph (no-op for a
 // private-pool tensor, which the graph's pool owns already).
 void keep_alive(const Tensor& t);

@@ -96,7 +96,7 @@ struct CompiledFunction::Impl {
   }
 
   std::string signature(const std::vector<Tensor>& inputs) const {
-    std::string sig = grad_enabled() ? "grad" : "nograd";
+    std::string sig = (grad_enabled() ? "grad|" : "nograd|") + device_of(inputs).str();
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& t = inputs[i];
       if (t.requires_grad())

@@ -75,11 +75,11 @@ std::vector<Shape> make_shapes(const OpArgs& args) {
 }
 
 const Impl& impl_for(const OpDef& op, Device d) {
-  if (d.is_cpu()) {
-    if (compile_detail::capturing())
-      throw ValueError(bracket(op) + "runs on a CPU tensor inside a captured step; a CUDA graph holds device work only");
-    return op.cpu;
-  }
+  if (compile_detail::capturing() && d != compile_detail::capture_device())
+    throw ValueError(bracket(op) + (d.is_cpu() ? "runs on a CPU tensor" : "runs on " + d.str()) +
+                     " inside a step captured on " + compile_detail::capture_device().str() +
+                     "; a CUDA graph holds the work of one device");
+  if (d.is_cpu()) return op.cpu;
   if (!op.gpu) throw DeviceError(bracket(op) + "has no GPU implementation (tensors on " + d.str() + ")");
   return op.gpu;
 }

@@ -244,7 +244,7 @@ TEST_CASE("compile: what needs the host throws inside a capture and leaves the e
       {"item", "[item]", [](const Tensor& t) { (void)sum(t).item<float>(); }},
       {"to cpu", "[to]", [](const Tensor& t) { (void)t.to(Device::cpu()); }},
       {"from host data", "[from_data]", [](const Tensor&) { (void)from_vector<float>({1, 2}, {2}, {.device = kGpu}); }},
-      {"op on a cpu tensor", "runs on a CPU tensor inside a captured step", [](const Tensor&) { (void)add(ones({2}), ones({2})); }},
+      {"op on a cpu tensor", "runs on a CPU tensor inside a step captured on cuda:0", [](const Tensor&) { (void)add(ones({2}), ones({2})); }},
       {"kernel not loaded", "was not loaded before the capture",
        [&](const Tensor&) { (void)rt::get_function(unloaded, DTypes{DType::u8}, 0, 0); }},
   };

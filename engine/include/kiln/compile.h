@@ -28,7 +28,9 @@
 // - Inside a capture, whatever needs the host throws a ValueError naming the op (item(),
 //   to_host(), to(cpu), a tensor made from host data, an op on a CPU tensor, a kernel that the
 //   eager call did not load); the capture is abandoned and the engine stays usable.
-// - Objects `fn` uses (modules, optimizers, schedulers, generators) must outlive it.
+// - Objects `fn` uses (modules, optimizers, schedulers, generators) must outlive it, and one
+//   thread at a time calls a compiled function. Ops on another device than the inputs' throw
+//   inside a capture.
 // On the CPU device (all inputs on the CPU) every call runs `fn` eagerly.
 #include <cstddef>
 #include <cstdint>
