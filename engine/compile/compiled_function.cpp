@@ -6,6 +6,7 @@
 
 #include "../ops/registry.h"
 #include "capture_context.h"
+#include "fusion.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
 #include "kiln/creation.h"
@@ -114,10 +115,13 @@ struct CompiledFunction::Impl {
     return entries.end();
   }
 
-  std::vector<Tensor> eager(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> eager(const std::vector<Tensor>& inputs, Device device) {
     CompiledCall call;
     ++counts.eager_calls;
-    return detached(fn(inputs));
+    compile_detail::FusionScope fuse(options.fuse ? device : Device::cpu());
+    std::vector<Tensor> out = fn(inputs);
+    fuse.finish();
+    return detached(out);
   }
 
   std::vector<Tensor> capture(Entry& e, const std::vector<Tensor>& inputs);
@@ -144,7 +148,11 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
       compile_detail::launch_copy_inputs(c, stream);
       nodes.push_back(rt::last_captured_node(stream));
     }
-    outs = fn(statics);
+    {
+      compile_detail::FusionScope fuse(options.fuse ? e.device : Device::cpu());
+      outs = fn(statics);
+      fuse.finish();
+    }
     for (const Tensor& t : outs) compile_detail::keep_alive(t);
     for (compile_detail::CapturedRng& r : ctx.rngs) {
       if (r.gen->seed() != r.seed || r.gen->offset() < r.base)
@@ -206,11 +214,11 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   Impl& m = *impl_;
   if (compile_detail::in_compiled_call()) throw ValueError("[compile] a compiled function cannot call a compiled function");
   const Device device = m.device_of(inputs);
-  if (device.is_cpu()) return m.eager(inputs);
+  if (device.is_cpu()) return m.eager(inputs, device);
   const std::string sig = m.signature(inputs);
   auto it = m.find(sig);
   if (it == m.entries.end()) {
-    std::vector<Tensor> out = m.eager(inputs);
+    std::vector<Tensor> out = m.eager(inputs, device);
     // Made only after the eager call succeeded, so a failing first call captures nothing later.
     if (m.entries.size() >= m.options.max_graphs) {
       m.entries.pop_back();
@@ -225,7 +233,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   m.entries.splice(m.entries.begin(), m.entries, it);  // most recently used first
   Entry& e = m.entries.front();
   if (!e.captured && e.eager_calls < m.options.warmup_calls) {
-    std::vector<Tensor> out = m.eager(inputs);
+    std::vector<Tensor> out = m.eager(inputs, device);
     ++e.eager_calls;
     return out;
   }

@@ -145,7 +145,9 @@ std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, co
   std::vector<Tensor> outputs(static_cast<std::size_t>(op.num_outputs));
   if (!op.makes_outputs)
     for (std::size_t i = 0; i < outputs.size(); ++i) outputs[i] = Tensor(make_impl(shapes[i], plan.outputs[i], device));
-  impl(args, outputs);
+  // Inside a compiled call a pointwise op may be held back, to run fused with the next ones.
+  if (!(compile_detail::g_fusions.load(std::memory_order_relaxed) && compile_detail::defer_pointwise(op, args, outputs)))
+    impl(args, outputs);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].defined()) throw ValueError(bracket(op) + "implementation left output " + std::to_string(i) + " unset");
     // An output must be a new handle, or autograd would rewrite an input's history.

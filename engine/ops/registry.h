@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "../compile/capture.h"
+#include "../compile/fusion.h"
 #include "../src/cpu/loops.h"
 #include "kernels/launchers.h"
 #include "kiln/attrs.h"
@@ -210,6 +211,7 @@ void bump_version(const Tensor& t);
 const rt::Stream& stream_of(Device d);  // the stream ops on `d` run on
 // While a step is captured, the graph keeps every tensor whose address it takes alive.
 inline std::uint64_t device_address(const Tensor& t) {
+  if (compile_detail::g_fusions.load(std::memory_order_relaxed)) compile_detail::before_use(t);
   if (compile_detail::capturing()) compile_detail::keep_alive(t);
   return reinterpret_cast<std::uint64_t>(t.data_ptr());
 }

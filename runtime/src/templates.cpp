@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "kiln/error.h"
@@ -51,10 +53,34 @@ std::string joined_placeholders(std::string_view text) {
   return out.empty() ? "none" : out;
 }
 
+struct Generated {
+  std::mutex mu;
+  std::map<std::string, std::string, std::less<>> by_name;
+};
+
+Generated& generated() {
+  static auto* g = new Generated;  // leaked: specs naming these live for the process
+  return *g;
+}
+
 }  // namespace
+
+void add_generated_template(std::string_view name, std::string text) {
+  check_name(name);
+  Generated& g = generated();
+  std::lock_guard lock(g.mu);
+  auto [it, fresh] = g.by_name.try_emplace(std::string(name), std::move(text));
+  if (!fresh && it->second != text)
+    throw ValueError("[templates] generated template '" + std::string(name) + "' exists with other text");
+}
 
 std::string template_source(std::string_view name) {
   check_name(name);
+  {
+    Generated& g = generated();
+    std::lock_guard lock(g.mu);
+    if (auto it = g.by_name.find(name); it != g.by_name.end()) return it->second;
+  }
   if (std::string dir = template_dir(); !dir.empty()) {
     std::filesystem::path path = std::filesystem::path(dir) / (std::string(name) + ".cu");
     std::ifstream in(path, std::ios::binary);

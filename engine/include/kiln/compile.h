@@ -53,6 +53,9 @@ struct CompileOptions {
   // Eager calls per signature before the capture: more when a function's first steps do work
   // its later steps do not (the capture can only use kernels an eager call loaded).
   int warmup_calls = 1;
+  // Chains of pointwise ops (f32/f64, one shape) run as one generated kernel; intermediate
+  // values nothing else holds are never written. Results match the single ops bit for bit.
+  bool fuse = true;
   // Host state that changes the work, joined into the signature (e.g. a module's train flag).
   std::function<std::string()> key;
   // The device of a function without tensor inputs (otherwise the inputs' device).

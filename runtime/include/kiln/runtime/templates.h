@@ -12,6 +12,9 @@ using Bindings = std::vector<std::pair<std::string, std::string>>;
 
 // The template's text; throws ValueError naming the template when it does not exist.
 std::string template_source(std::string_view name);
+// Source made at run time (a fused kernel), found by template_source under `name` before the
+// files. Adding a name again with the same text is a no-op; with other text a ValueError.
+void add_generated_template(std::string_view name, std::string text);
 std::vector<std::string> template_names();
 // The distinct placeholder names in `text`, in order of first appearance.
 std::vector<std::string> template_placeholders(std::string_view text);

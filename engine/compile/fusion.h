@@ -1,0 +1,43 @@
+#pragma once
+// Internal to the engine: inside a compiled call on the GPU, chains of pointwise ops of one
+// shape and dtype (f32 or f64) are held back and run as one generated kernel when something
+// needs their values. Values nothing else holds are never written.
+#include <atomic>
+#include <span>
+
+#include "kiln/device.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+struct OpDef;
+struct OpArgs;
+}  // namespace kiln
+
+namespace kiln::compile_detail {
+
+struct Fusion;
+extern thread_local Fusion* t_fusion;  // set for the duration of a compiled call on a GPU
+extern std::atomic<int> g_fusions;       // threads with fusion on: eager ops test this first
+
+// Holds the op back when it can join the pending group (flushing the group first when it
+// cannot join it); false: the caller runs it now.
+bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs);
+// t is about to be read or written by other work: run the pending group if it involves t.
+void before_use(const Tensor& t);
+// Runs the pending group.
+void flush_pointwise();
+
+// Turns fusion on for the calling thread while alive (nested scopes are no-ops).
+class FusionScope {
+ public:
+  explicit FusionScope(Device device);
+  ~FusionScope();  // drops what is pending when unwinding from an exception
+  FusionScope(const FusionScope&) = delete;
+  FusionScope& operator=(const FusionScope&) = delete;
+  void finish();  // flushes; call before the results are used
+
+ private:
+  Fusion* own_ = nullptr;
+};
+
+}  // namespace kiln::compile_detail
