@@ -129,12 +129,12 @@ struct TestHints {
 
 // A pointwise op's device math, spliced into the elementwise templates' ${OP} and, later,
 // into fused kernels: one expression of x (unary) or a, b (binary) in the input's compute
-// type C, plus the double params p0, p1 (unary only); it may call the prelude's kiln::m
+// type C, plus the double params p0, p1; it may call the prelude's kiln::m
 // functions (kernel_templates/elementwise_common.cu) and nothing else.
 struct PointwiseExpr {
   std::string expr;
   kernels::PointwiseDomain domain = kernels::PointwiseDomain::numeric;
-  // p0, p1 from the call's attrs (leaky_relu's slope, clamp's bounds); empty: 0, 0.
+  // p0, p1 from the call's attrs (leaky_relu's slope, clamp's bounds, user params); empty: 0, 0.
   std::function<std::pair<double, double>(const Attrs&)> params{};
 };
 
