@@ -12,6 +12,7 @@
 #include "../../engine/ops/registry.h"
 #include "../../engine/ops/user_pointwise.h"
 #include "../support/gradcheck.h"
+#include "../support/user_ops.h"
 #include "kiln/kiln.h"
 #include "kiln/pointwise.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -19,25 +20,11 @@
 using namespace kiln;
 using kiln::testing::gradcheck;
 using kiln_test::message_of;
+using kiln_test::mix;
+using kiln_test::ratio;
+using kiln_test::swish;
 
 namespace {
-
-const std::string kSwishGrad = "g * (sigmoid(beta*x) * (1 + beta*x*(1 - sigmoid(beta*x))))";
-
-Tensor swish(const Tensor& x, double beta) {
-  return pointwise("swish", "x * sigmoid(beta * x)", {x}, {.params = {{"beta", beta}}, .grads = {kSwishGrad}});
-}
-
-// a + w (b - a) + c a b: two params on a binary op.
-Tensor mix(const Tensor& a, const Tensor& b, double w, double c) {
-  return pointwise("mix", "a + w * (b - a) + c * a * b", {a, b},
-                   {.params = {{"w", w}, {"c", c}}, .grads = {"g * (1 - w + c * b)", "g * (w + c * a)"}});
-}
-
-// db reads a, b and g: three tensors, so it runs as steps.
-Tensor ratio(const Tensor& a, const Tensor& b) {
-  return pointwise("ratio", "a / b", {a, b}, {.grads = {"g / b", "-g * a / (b * b)"}});
-}
 
 // Storage rounding of dtype t for a value computed in C.
 double stored(DType t, double v) {
