@@ -15,6 +15,7 @@
 #include "../support/user_ops.h"
 #include "kiln/kiln.h"
 #include "kiln/pointwise.h"
+#include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
 
 using namespace kiln;
@@ -243,4 +244,25 @@ TEST_CASE("an op without gradient expressions refuses an input that requires gra
   CHECK(msg.rfind("[pointwise no_grad_op] an input requires grad", 0) == 0);
   NoGradGuard guard;
   CHECK(pointwise("no_grad_op", "2 * x", {x}).to_vector<float>() == std::vector<float>{2, 2});
+}
+
+TEST_CASE("user op kernels, forward and gradient steps, compile with NVRTC (no GPU needed)") {
+  (void)swish(ones({1}), 1.0);
+  (void)mix(ones({1}), ones({1}), 0.5, 0.5);
+  (void)ratio(ones({1}), ones({1}));
+  // "add" covers the scalar variant of the binary template that user ops share.
+  for (const char* op : {"swish", "swish.grad_x", "mix", "mix.grad_b", "ratio.grad_b.0", "ratio.grad_b.1", "ratio.grad_b.2", "add"}) {
+    const rt::KernelSpec* spec = rt::find_kernel(op);
+    REQUIRE_MESSAGE(spec != nullptr, op);
+    for (DType t : {DType::f16, DType::f64}) {
+      const DTypes d{t, t};
+      for (std::uint32_t v : spec->variants) {
+        CAPTURE(op);
+        CAPTURE(d.str());
+        CAPTURE(v);
+        const rt::CompiledModule m = rt::compile({op, d.str(), rt::instantiate_kernel(*spec, d, v), 90});
+        CHECK(m.ptx.find(spec->entry) != std::string::npos);
+      }
+    }
+  }
 }
