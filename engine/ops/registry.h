@@ -36,7 +36,8 @@
 // Non-tensor arguments travel in Attrs (a.attrs.get<Scalar>("scalar")); TestHints tell
 // the registry-driven tests which attrs and input ranges to use. Elementwise ops are
 // shorter through the builders of elementwise_common.h; a pointwise op also needs a host
-// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one).
+// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one), except
+// the ops kiln::pointwise registers at run time (engine/ops/user_pointwise.cpp).
 #include <atomic>
 #include <functional>
 #include <initializer_list>
