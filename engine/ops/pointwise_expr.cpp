@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <utility>
 
 #include "kiln/pointwise.h"
@@ -104,34 +105,22 @@ class Parser {
   }
   int binary(Kind k, int lhs, int rhs) { return add(Node{.kind = k, .lhs = lhs, .rhs = rhs}); }
 
+  // next (op next)* for one precedence level's operators, left to right; "<=" is tried before "<".
+  int level(int (Parser::*next)(), std::initializer_list<std::pair<const char*, Kind>> ops) {
+    int lhs = (this->*next)();
+    for (;;) {
+      const auto* op = std::find_if(ops.begin(), ops.end(), [&](const auto& o) { return accept(o.first); });
+      if (op == ops.end()) return lhs;
+      lhs = binary(op->second, lhs, (this->*next)());
+    }
+  }
+
   int compare() {
-    static constexpr std::pair<const char*, Kind> kOps[] = {{"<=", Kind::le}, {">=", Kind::ge}, {"==", Kind::eq},
-                                                            {"!=", Kind::ne}, {"<", Kind::lt},  {">", Kind::gt}};
-    int lhs = sum();
-    for (;;) {
-      const auto* op = std::find_if(std::begin(kOps), std::end(kOps), [&](const auto& o) { return accept(o.first); });
-      if (op == std::end(kOps)) return lhs;
-      lhs = binary(op->second, lhs, sum());
-    }
+    return level(&Parser::sum, {{"<=", Kind::le}, {">=", Kind::ge}, {"==", Kind::eq},
+                                {"!=", Kind::ne}, {"<", Kind::lt}, {">", Kind::gt}});
   }
-
-  int sum() {
-    int lhs = product();
-    for (;;) {
-      if (accept("+")) lhs = binary(Kind::add, lhs, product());
-      else if (accept("-")) lhs = binary(Kind::sub, lhs, product());
-      else return lhs;
-    }
-  }
-
-  int product() {
-    int lhs = unary();
-    for (;;) {
-      if (accept("*")) lhs = binary(Kind::mul, lhs, unary());
-      else if (accept("/")) lhs = binary(Kind::div, lhs, unary());
-      else return lhs;
-    }
-  }
+  int sum() { return level(&Parser::product, {{"+", Kind::add}, {"-", Kind::sub}}); }
+  int product() { return level(&Parser::unary, {{"*", Kind::mul}, {"/", Kind::div}}); }
 
   int unary() {
     if (accept("-")) return add(Node{.kind = Kind::neg, .lhs = unary()});
