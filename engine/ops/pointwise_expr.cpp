@@ -182,7 +182,8 @@ class Parser {
     const std::string s(text_.substr(start, pos_ - start));
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
-    if (end != s.c_str() + s.size() || std::count(s.begin(), s.end(), '.') > 1) fail("malformed number '" + s + "'", start);
+    if (end != s.c_str() + s.size() || std::count(s.begin(), s.end(), '.') > 1)
+      fail("malformed number '" + s + "'", start);
     if (!std::isfinite(v)) fail("number '" + s + "' is out of range", start);
     return add(Node{.kind = Kind::number, .value = v});
   }

@@ -4,6 +4,7 @@
 // "<name>.grad_<input>.<k>" when it reads more than the two tensors a kernel takes.
 #include "user_pointwise.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,8 +82,8 @@ OpDef make_def(const std::string& name, const expr::Ast& ast, int arity, const s
     return expr::eval<decltype(x)>(ast, ast.root, &x, p);
   };
   OpDef d = arity == 1 ? ew::unary_def<true, false>(name, ew::kFloating, rules::promote_float, eval, std::move(pw))
-                       : ew::binary_def<true, false>(name, ew::kFloating, rules::promote_float,
-                                                     [](auto u, auto) { return u; }, std::move(pw));
+                       : ew::binary_def<true, false>(
+                             name, ew::kFloating, rules::promote_float, [](auto u, auto) { return u; }, std::move(pw));
   if (arity == 2) {
     // binary_def's host loop takes no params; this one reads them like the unary one.
     d.cpu = [ast](const OpArgs& a, std::span<Tensor> out) {
@@ -141,15 +142,15 @@ std::unique_ptr<UserOp> define(UserOps& u, const std::string& name, Definition d
   const int n = static_cast<int>(def.inputs.size());
   std::vector<std::string> names = def.inputs;
   names.insert(names.end(), def.params.begin(), def.params.end());
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const std::string& s = names[i];
+  for (const std::string& s : names) {
     if (!is_identifier(s) || expr::is_function_name(s) || s == "y" || s == "g")
       throw ValueError("[" + who + "] '" + s + "' cannot name an input or param (an identifier other than y, g " +
                        "and the functions)");
-    if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), s) != names.begin() + static_cast<std::ptrdiff_t>(i))
+    if (std::count(names.begin(), names.end(), s) > 1)
       throw ValueError("[" + who + "] the name '" + s + "' is given twice");
   }
-  if (def.params.size() > 2) throw ValueError("[" + who + "] takes at most 2 params, got " + std::to_string(def.params.size()));
+  if (def.params.size() > 2)
+    throw ValueError("[" + who + "] takes at most 2 params, got " + std::to_string(def.params.size()));
   if (!def.grads.empty() && static_cast<int>(def.grads.size()) != n)
     throw ValueError("[" + who + "] needs one gradient expression per input (" + std::to_string(n) + "), got " +
                      std::to_string(def.grads.size()));
@@ -207,10 +208,11 @@ Tensor pointwise(const std::string& name, const std::string& expr, const std::ve
   if (inputs.empty() || inputs.size() > 2)
     throw ValueError(who + "takes 1 or 2 tensors, got " + std::to_string(inputs.size()));
   Definition def{.expr = expr, .inputs = options.inputs, .params = {}, .grads = options.grads};
-  if (def.inputs.empty()) def.inputs = inputs.size() == 1 ? std::vector<std::string>{"x"} : std::vector<std::string>{"a", "b"};
+  if (def.inputs.empty())
+    def.inputs = inputs.size() == 1 ? std::vector<std::string>{"x"} : std::vector<std::string>{"a", "b"};
   if (def.inputs.size() != inputs.size())
-    throw ValueError(who + "names " + std::to_string(def.inputs.size()) + " inputs (" + join(def.inputs) + ") but got " +
-                     std::to_string(inputs.size()) + " tensors");
+    throw ValueError(who + "names " + std::to_string(def.inputs.size()) + " inputs (" + join(def.inputs) +
+                     ") but got " + std::to_string(inputs.size()) + " tensors");
   Attrs attrs;
   for (const PointwiseParam& p : options.params) {
     def.params.push_back(p.name);
@@ -233,8 +235,9 @@ Tensor pointwise(const std::string& name, const std::string& expr, const std::ve
   if (have.grads.empty() && grad_enabled())
     for (const Tensor& t : inputs)
       if (t.defined() && t.requires_grad())
-        throw ValueError(who + "an input requires grad but the op has no gradient expressions (give options.grads, "
-                               "or detach the input)");
+        throw ValueError(who +
+                         "an input requires grad but the op has no gradient expressions (give options.grads, "
+                         "or detach the input)");
   return dispatch(*user->op, inputs, attrs)[0];
 }
 

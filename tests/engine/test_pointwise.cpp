@@ -73,7 +73,8 @@ TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelu
   for (const OpDef* op : pointwise_ops()) {
     const std::string& expr = pointwise_expr(*op)->expr;
     const std::set<std::string> allowed =
-        op->num_inputs == 1 ? std::set<std::string>{"x", "C", "p0", "p1"} : std::set<std::string>{"a", "b", "C", "p0", "p1"};
+        op->num_inputs == 1 ? std::set<std::string>{"x", "C", "p0", "p1"}
+                            : std::set<std::string>{"a", "b", "C", "p0", "p1"};
     for (std::sregex_iterator it(expr.begin(), expr.end(), name), end; it != end; ++it) {
       const std::string id = it->str();
       INFO(op->name, ": '", expr, "' names ", id);

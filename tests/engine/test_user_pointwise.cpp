@@ -3,8 +3,6 @@
 // the parser's errors with their columns, and registration rules. No GPU needed.
 #include <doctest/doctest.h>
 
-#include "error_message.h"
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,6 +11,7 @@
 #include "../../engine/ops/user_pointwise.h"
 #include "../support/gradcheck.h"
 #include "../support/user_ops.h"
+#include "error_message.h"
 #include "kiln/kiln.h"
 #include "kiln/pointwise.h"
 #include "kiln/runtime/compiler.h"
@@ -30,10 +29,14 @@ namespace {
 // Storage rounding of dtype t for a value computed in C.
 double stored(DType t, double v) {
   switch (t) {
-    case DType::f32: return static_cast<float>(v);
-    case DType::f16: return static_cast<float>(Half(static_cast<float>(v)));
-    case DType::bf16: return static_cast<float>(BFloat16(static_cast<float>(v)));
-    default: return v;
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::f16:
+      return static_cast<float>(Half(static_cast<float>(v)));
+    case DType::bf16:
+      return static_cast<float>(BFloat16(static_cast<float>(v)));
+    default:
+      return v;
   }
 }
 
@@ -92,7 +95,8 @@ TEST_CASE("a binary user op broadcasts and reads its params per call") {
     }
   }
   // Mixed dtypes promote before the expression runs.
-  Tensor y = mix(from_vector(std::vector<float>{1}), from_vector(std::vector<double>{3}, {1}, {.dtype = DType::f64}), 0.5, 0);
+  Tensor y =
+      mix(from_vector(std::vector<float>{1}), from_vector(std::vector<double>{3}, {1}, {.dtype = DType::f64}), 0.5, 0);
   CHECK(y.dtype() == DType::f64);
   CHECK(y.to_vector<double>()[0] == 2.0);
 }
@@ -215,7 +219,8 @@ TEST_CASE("syntax errors and unknown names are CompileErrors naming the op, the 
   CHECK_THROWS_AS(pointwise("bad_syntax", "x +", {zeros({1})}), CompileError);
   CHECK(find_op("bad_syntax") == nullptr);
   // A bad gradient names the gradient and registers nothing either.
-  const std::string g = message_of<CompileError>([] { pointwise("bad_grad", "x", {zeros({1})}, {.grads = {"g * w"}}); });
+  const std::string g =
+      message_of<CompileError>([] { pointwise("bad_grad", "x", {zeros({1})}, {.grads = {"g * w"}}); });
   CHECK(g == R"([pointwise bad_grad.grad_x] unknown name 'w' at column 5 in "g * w")");
   CHECK(find_op("bad_grad") == nullptr);
 }
@@ -225,8 +230,9 @@ TEST_CASE("registration: the same definition reuses the op, a different one is a
   const OpDef* first = find_op("swish");
   (void)swish(ones({2}), 3.0);  // another param value: the same op
   CHECK(find_op("swish") == first);
-  CHECK(message_of<ValueError>([] { pointwise("swish", "x * sigmoid(x)", {ones({1})}); })
-            .rfind("[pointwise swish] is already registered as \"x * sigmoid(beta * x)\"", 0) == 0);
+  CHECK(message_of<ValueError>([] {
+          pointwise("swish", "x * sigmoid(x)", {ones({1})});
+        }).rfind("[pointwise swish] is already registered as \"x * sigmoid(beta * x)\"", 0) == 0);
   CHECK_THROWS_AS(pointwise("swish", "x * sigmoid(beta * x)", {ones({1})}, {.params = {{"beta", 1.0}}}), ValueError);
   CHECK_THROWS_AS(pointwise("relu", "x", {ones({1})}), ValueError);  // a built-in op's name
   CHECK_THROWS_AS(pointwise("two.words", "x", {ones({1})}), ValueError);
@@ -251,7 +257,8 @@ TEST_CASE("user op kernels, forward and gradient steps, compile with NVRTC (no G
   (void)mix(ones({1}), ones({1}), 0.5, 0.5);
   (void)ratio(ones({1}), ones({1}));
   // "add" covers the scalar variant of the binary template that user ops share.
-  for (const char* op : {"swish", "swish.grad_x", "mix", "mix.grad_b", "ratio.grad_b.0", "ratio.grad_b.1", "ratio.grad_b.2", "add"}) {
+  for (const char* op :
+       {"swish", "swish.grad_x", "mix", "mix.grad_b", "ratio.grad_b.0", "ratio.grad_b.1", "ratio.grad_b.2", "add"}) {
     const rt::KernelSpec* spec = rt::find_kernel(op);
     REQUIRE_MESSAGE(spec != nullptr, op);
     for (DType t : {DType::f16, DType::f64}) {

@@ -47,8 +47,9 @@ TEST_CASE("user pointwise ops: GPU matches CPU in every floating dtype and layou
     check_match(mix(a, b, 0.3, -0.6), mix(a.to(kGpu), b.to(kGpu), 0.3, -0.6), tol, case_name("mix", t, "broadcast"));
     Tensor y = randn({37, 53}, {.dtype = t}, &gen);
     check_match(mix(x, y, 0.5, 0.1), mix(x.to(kGpu), y.to(kGpu), 0.5, 0.1), tol, case_name("mix", t, "contiguous"));
-    check_match(mix(xt, b.reshape({53, 1}), 0.5, 0.1), mix(transpose(x.to(kGpu), 0, 1), b.to(kGpu).reshape({53, 1}), 0.5, 0.1),
-                tol, case_name("mix", t, "transposed_broadcast"));
+    check_match(mix(xt, b.reshape({53, 1}), 0.5, 0.1),
+                mix(transpose(x.to(kGpu), 0, 1), b.to(kGpu).reshape({53, 1}), 0.5, 0.1), tol,
+                case_name("mix", t, "transposed_broadcast"));
     Tensor d = add(rand({1, 53}, {.dtype = t}, &gen), 0.5);  // away from 0
     check_match(ratio(x, d), ratio(x.to(kGpu), d.to(kGpu)), tol, case_name("ratio", t, "broadcast"));
   }

@@ -8,9 +8,9 @@
 namespace kiln_test {
 
 inline kiln::Tensor swish(const kiln::Tensor& x, double beta) {
-  return kiln::pointwise("swish", "x * sigmoid(beta * x)", {x},
-                         {.params = {{"beta", beta}},
-                          .grads = {"g * (sigmoid(beta*x) * (1 + beta*x*(1 - sigmoid(beta*x))))"}});
+  return kiln::pointwise(
+      "swish", "x * sigmoid(beta * x)", {x},
+      {.params = {{"beta", beta}}, .grads = {"g * (sigmoid(beta*x) * (1 + beta*x*(1 - sigmoid(beta*x))))"}});
 }
 
 // a + w (b - a) + c a b: two params on a binary op.
