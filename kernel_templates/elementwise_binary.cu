@@ -1,5 +1,5 @@
 // y = OP(a, b) for one (input, output) dtype pair; a and b are both inputs in their
-// compute type. Variant 0: contiguous; 1: strided/broadcast (up to 8 dims); 2: one
+// compute type and p0, p1 carry op parameters (user pointwise ops). Variant 0: contiguous; 1: strided/broadcast (up to 8 dims); 2: one
 // operand is a host scalar (s as double, si exact for integers), first when
 // scalar_first != 0, and the tensor operand is contiguous (L.ndim == 0) or strided.
 ${PRELUDE}
@@ -12,6 +12,7 @@ typedef ${COMPUTE} C;
 struct ScalarOp {
   C s;
   bool scalar_first;
+  double p0, p1;
   __device__ __forceinline__ Tout operator()(Tin in) const {
     const C t = kiln::cvt<C>(in);
     const C a = scalar_first ? s : t;
@@ -22,13 +23,15 @@ struct ScalarOp {
 
 // L: operand 0 = y, 1 = the tensor operand.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_binary(const Tin* t, Tout* y, kiln::Layout<2> L, double s, long long si, int scalar_first) {
-  const ScalarOp op{kiln::from_scalar<C>(s, si), scalar_first != 0};
+kiln_binary(const Tin* t, Tout* y, kiln::Layout<2> L, double s, long long si, int scalar_first, double p0,
+            double p1) {
+  const ScalarOp op{kiln::from_scalar<C>(s, si), scalar_first != 0, p0, p1};
   if (L.ndim == 0) kiln::map_contiguous(op, y, L.n, t);
   else kiln::map_strided(op, y, L, t);
 }
 #else
 struct BinaryOp {
+  double p0, p1;
   __device__ __forceinline__ Tout operator()(Tin ain, Tin bin) const {
     const C a = kiln::cvt<C>(ain);
     const C b = kiln::cvt<C>(bin);
@@ -39,14 +42,15 @@ struct BinaryOp {
 #if KILN_VARIANT == 0
 // a, b, y: n contiguous elements.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_binary(const Tin* __restrict__ a, const Tin* __restrict__ b, Tout* __restrict__ y, long long n) {
-  kiln::map_contiguous(BinaryOp{}, y, n, a, b);
+kiln_binary(const Tin* __restrict__ a, const Tin* __restrict__ b, Tout* __restrict__ y, long long n, double p0,
+            double p1) {
+  kiln::map_contiguous(BinaryOp{p0, p1}, y, n, a, b);
 }
 #else
 // L: operand 0 = y, 1 = a, 2 = b.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_binary(const Tin* a, const Tin* b, Tout* y, kiln::Layout<3> L) {
-  kiln::map_strided(BinaryOp{}, y, L, a, b);
+kiln_binary(const Tin* a, const Tin* b, Tout* y, kiln::Layout<3> L, double p0, double p1) {
+  kiln::map_strided(BinaryOp{p0, p1}, y, L, a, b);
 }
 #endif
 #endif

@@ -105,8 +105,9 @@ OpDef binary_def(std::string name, std::vector<DType> dtypes, DTypeRule rule, F 
   d.cpu = [f](const OpArgs& a, std::span<Tensor> out) { cpu_binary<FloatOnly, ToBool>(a.inputs[0], a.inputs[1], out[0], f); };
   d.gpu = [k = gpu::LazyKernel(name)](const OpArgs& a, std::span<Tensor> out) {
     const Shape& s = out[0].shape();
+    const auto [p0, p1] = pointwise_params(a.op, a.attrs);
     kernels::launch_binary(k.get(), a.inputs[0].dtype(), out[0].dtype(), gpu::operand(a.inputs[0], s),
-                           gpu::operand(a.inputs[1], s), gpu::operand(out[0]), s, stream_of(a.device));
+                           gpu::operand(a.inputs[1], s), gpu::operand(out[0]), s, stream_of(a.device), p0, p1);
   };
   d.pointwise = std::move(pw);
   return d;

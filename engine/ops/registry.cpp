@@ -103,8 +103,6 @@ const OpDef& register_op(OpDef def) {
   if (r.by_name.count(def.name)) throw ValueError("[registry] op '" + def.name + "' is registered twice");
   // The kernel first: an op whose spec is refused is not registered either.
   if (const PointwiseExpr* pw = pointwise_expr(def)) {
-    if (pw->params && def.num_inputs != 1)
-      throw ValueError("[registry] op '" + def.name + "': only unary pointwise ops take params");
     kernels::register_pointwise_kernel(def.name, def.num_inputs, pw->expr, pw->domain);
   }
   const OpDef& stored = r.defs.emplace_back(std::move(def));

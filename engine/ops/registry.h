@@ -36,7 +36,8 @@
 // Non-tensor arguments travel in Attrs (a.attrs.get<Scalar>("scalar")); TestHints tell
 // the registry-driven tests which attrs and input ranges to use. Elementwise ops are
 // shorter through the builders of elementwise_common.h; a pointwise op also needs a host
-// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one).
+// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one), except
+// the ops kiln::pointwise registers at run time (engine/ops/user_pointwise.cpp).
 #include <atomic>
 #include <functional>
 #include <initializer_list>
@@ -130,12 +131,12 @@ struct TestHints {
 
 // A pointwise op's device math, spliced into the elementwise templates' ${OP} and, later,
 // into fused kernels: one expression of x (unary) or a, b (binary) in the input's compute
-// type C, plus the double params p0, p1 (unary only); it may call the prelude's kiln::m
+// type C, plus the double params p0, p1; it may call the prelude's kiln::m
 // functions (kernel_templates/elementwise_common.cu) and nothing else.
 struct PointwiseExpr {
   std::string expr;
   kernels::PointwiseDomain domain = kernels::PointwiseDomain::numeric;
-  // p0, p1 from the call's attrs (leaky_relu's slope, clamp's bounds); empty: 0, 0.
+  // p0, p1 from the call's attrs (leaky_relu's slope, clamp's bounds, user params); empty: 0, 0.
   std::function<std::pair<double, double>(const Attrs&)> params{};
 };
 

@@ -216,7 +216,9 @@ void bench_overhead() {
   const rt::Function add_fn = rt::get_function(add_spec, {DType::f32, DType::f32}, 0, 0);
   const rt::LaunchConfig one = kernels::grid_stride_config(1, 0);
   const long long n = 1;
-  add_overhead_row("launch_raw", host_us_per_call([&] { rt::launch(add_fn, one, stream(), oa.ptr, oa.ptr, oy.ptr, n); }));
+  const double p0 = 0, p1 = 0;
+  add_overhead_row("launch_raw",
+                   host_us_per_call([&] { rt::launch(add_fn, one, stream(), oa.ptr, oa.ptr, oy.ptr, n, p0, p1); }));
   add_overhead_row("alloc_free", host_us_per_call([&] { rt::DeviceBuffer b(4, stream()); }));
   add_overhead_row("empty", host_us_per_call([&] { (void)empty({1}, {.device = Device::cuda(0)}); }));
 }

@@ -11,6 +11,7 @@
 #include "kiln/device.h"
 #include "kiln/dtype_promotion.h"
 #include "kiln/elementwise.h"
+#include "kiln/pointwise.h"
 #include "kiln/half.h"
 #include "kiln/kernel_stats.h"
 #include "kiln/ops.h"

@@ -56,17 +56,18 @@ void launch_unary(const rt::KernelSpec& spec, DType in, DType out, const Operand
 }
 
 void launch_binary(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, const Operand& b,
-                   const Operand& y, std::span<const std::int64_t> shape, const rt::Stream& s) {
+                   const Operand& y, std::span<const std::int64_t> shape, const rt::Stream& s, double p0,
+                   double p1) {
   const auto L = make_layout<3>(spec.op, shape, {&y, &a, &b});
   if (L.n == 0) return;
   const DTypes d{in, out};
   if (L.ndim == 0) {
     const long long n = L.n;
     rt::launch(function(spec, d, Variant::contiguous, s), grid_stride_config(vector_items(n, {in, out}), s.device()),
-               s, a.ptr, b.ptr, y.ptr, n);
+               s, a.ptr, b.ptr, y.ptr, n, p0, p1);
   } else {
     rt::launch(function(spec, d, Variant::strided, s), grid_stride_config(L.n, s.device()), s, a.ptr, b.ptr, y.ptr,
-               L);
+               L, p0, p1);
   }
 }
 
@@ -78,8 +79,9 @@ void launch_binary_scalar(const rt::KernelSpec& spec, DType in, DType out, const
   const std::uint64_t items = L.ndim == 0 ? vector_items(L.n, {in, out}) : static_cast<std::uint64_t>(L.n);
   const long long si = scalar.i;
   const int first = scalar_first ? 1 : 0;
+  const double p0 = 0, p1 = 0;  // the scalar ops (add_scalar...) have no params
   rt::launch(function(spec, {in, out}, Variant::scalar, s), grid_stride_config(items, s.device()), s, a.ptr, y.ptr,
-             L, scalar.f, si, first);
+             L, scalar.f, si, first, p0, p1);
 }
 
 void launch_cast(DType in, DType out, const Operand& x, const Operand& y, std::span<const std::int64_t> shape,

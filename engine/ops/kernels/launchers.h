@@ -72,9 +72,10 @@ const rt::KernelSpec& register_pointwise_kernel(const std::string& op, int arity
 // y = op(x; p0, p1) (p0/p1: leaky_relu slope, clamp bounds; ignored by other ops).
 void launch_unary(const rt::KernelSpec& spec, DType in, DType out, const Operand& x, const Operand& y,
                   std::span<const std::int64_t> shape, double p0, double p1, const rt::Stream& s);
-// y = op(a, b); a and b share the input dtype.
+// y = op(a, b; p0, p1); a and b share the input dtype (p0/p1: user pointwise params).
 void launch_binary(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, const Operand& b,
-                   const Operand& y, std::span<const std::int64_t> shape, const rt::Stream& s);
+                   const Operand& y, std::span<const std::int64_t> shape, const rt::Stream& s, double p0 = 0,
+                   double p1 = 0);
 // y = op(scalar, a) when scalar_first, else op(a, scalar). The scalar converts to the
 // input's compute type (float for f16/bf16).
 void launch_binary_scalar(const rt::KernelSpec& spec, DType in, DType out, const Operand& a, Scalar scalar,
