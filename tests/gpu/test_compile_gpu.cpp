@@ -2,6 +2,7 @@
 // the same step computes eagerly, and signatures, eviction, failures and memory behave.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -93,12 +94,12 @@ Outcome finish(Trainer& t, std::vector<std::uint32_t> losses) {
   return o;
 }
 
-Outcome run(const Config& c, int steps, bool compiled, CompileStats* stats = nullptr) {
+Outcome run(const Config& c, int steps, bool compiled, CompileStats* stats = nullptr, bool fuse = false) {
   manual_seed(1234);  // the second dropout draws from the default generator
   Trainer t(c);
   const auto data = batches(3, 32);
   std::vector<std::uint32_t> losses;
-  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) { return t.step(in); });
+  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) { return t.step(in); }, {.fuse = fuse});
   for (int i = 0; i < steps; ++i) {
     const auto& [x, y] = data[static_cast<std::size_t>(i) % data.size()];
     const Tensor loss = compiled ? cf({x, y})[0] : t.step({x, y})[0];
@@ -144,6 +145,33 @@ TEST_CASE("a compiled training step is bit-identical to eager: mlp and cnn, Adam
       CAPTURE(i);
       CHECK(compiled.params[i] == eager.params[i]);
     }
+  }
+}
+
+TEST_CASE("fused training steps: how far they are from eager (reported; within f32 rounding growth)") {
+  const std::vector<Config> configs{{"mlp", "adam", "cosine"}, {"mlp", "adamw", "onecycle", true}, {"cnn", "sgd", "step"},
+                                    {"cnn", "adamw", "none"}};
+  for (const Config& c : configs) {
+    const std::string name = c.model + "/" + c.optimizer + "/" + c.schedule + (c.dropout ? "/dropout" : "");
+    CAPTURE(name);
+    CompileStats stats;
+    const Outcome eager = run(c, 7, false);
+    const Outcome fused = run(c, 7, true, &stats, true);
+    std::size_t first_loss = eager.losses.size(), differing = 0;
+    for (std::size_t i = 0; i < eager.losses.size(); ++i)
+      if (fused.losses[i] != eager.losses[i] && first_loss == eager.losses.size()) first_loss = i;
+    double worst = 0;
+    for (std::size_t i = 0; i < eager.params.size(); ++i)
+      for (std::size_t j = 0; j < eager.params[i].size(); ++j) {
+        float a = 0, b = 0;
+        std::memcpy(&a, &eager.params[i][j], 4);
+        std::memcpy(&b, &fused.params[i][j], 4);
+        if (a != b) ++differing;
+        worst = std::max(worst, static_cast<double>(std::abs(a - b)) / (1e-3 + std::abs(a)));
+      }
+    MESSAGE(name << ": fused graph " << stats.kernels_per_graph.at(0) << " kernels; first differing loss at step "
+                 << first_loss << " of 7; " << differing << " parameter elements differ, worst relative " << worst);
+    CHECK(worst < 1e-2);
   }
 }
 

@@ -70,7 +70,7 @@ TEST_CASE("fusion: random pointwise chains match the unfused ops bit for bit in 
       }
       return std::vector<Tensor>{values.back(), values[values.size() / 2 + 1]};
     };
-    CompiledFunction fused = compile(fn), plain = compile(fn, {.fuse = false});
+    CompiledFunction fused = compile(fn, {.fuse = true}), plain = compile(fn);
     std::vector<Tensor> a, b;
     for (int call_no = 0; call_no < 3; ++call_no) {  // eager, capture, replay
       a = fused({x, row, xt});
@@ -97,7 +97,7 @@ TEST_CASE("fusion: a value read outside its group is written; a dropped one is n
     Tensor y = relu(mul(kept, kept));
     return std::vector<Tensor>{sigmoid(y)};
   };
-  CompiledFunction cf = compile(fn);
+  CompiledFunction cf = compile(fn, {.fuse = true});
   for (int i = 0; i < 3; ++i) {
     const Tensor out = cf({x, bias})[0];
     const Tensor want = sigmoid(relu(mul(add(x, bias), add(x, bias))));

@@ -54,8 +54,9 @@ struct CompileOptions {
   // its later steps do not (the capture can only use kernels an eager call loaded).
   int warmup_calls = 1;
   // Chains of pointwise ops (f32/f64, one shape) run as one generated kernel; intermediate
-  // values nothing else holds are never written. Results match the single ops bit for bit.
-  bool fuse = true;
+  // values nothing else holds are never written. Off by default: random chains match the
+  // single ops bit for bit, but a compiled cnn step with SGD does not yet match eager exactly.
+  bool fuse = false;
   // Host state that changes the work, joined into the signature (e.g. a module's train flag).
   std::function<std::string()> key;
   // The device of a function without tensor inputs (otherwise the inputs' device).
