@@ -7,7 +7,8 @@
 //   tta   time to accuracy: seconds of training (evaluation, every quarter epoch, excluded)
 //         until the test accuracy reaches 98% (mlp) or 99% (cnn) with the trainer's defaults
 // Prints a table, then one JSON line. Exits 77 without a GPU.
-//   bench_mnist [--data DIR] [--steps N] [--seed S]
+//   fused the compiled steps with fusion on (CompileOptions::fuse)
+//   bench_mnist [--data DIR] [--steps N] [--seed S] [--only mlp|cnn] [--no-tta]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,7 +47,8 @@ struct StepTime {
 
 // Median ms per step over `steps` steps (after 20 warm-up steps), timed in 5 groups; with
 // `compiled` the same step runs through kiln::compile (captured at the second call).
-StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed, bool compiled) {
+StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed, bool compiled,
+                 bool fuse = false) {
   Generator gen(seed);
   auto net = mnist::make_model(model, gen);
   net->to(kGpu);
@@ -61,7 +63,7 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
     return std::vector<Tensor>{loss.detach()};
   };
   std::optional<CompiledFunction> cf;
-  if (compiled) cf.emplace(compile(fn));
+  if (compiled) cf.emplace(compile(fn, {.fuse = fuse}));
   auto step = [&] { (void)(cf ? (*cf)({x, y}) : fn({x, y})); };
   for (int i = 0; i < 20; ++i) step();
   std::vector<double> ms;
@@ -76,28 +78,32 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
   return {ms[ms.size() / 2], cf ? cf->stats() : CompileStats{}};
 }
 
-// step_<model>_b<batch> eager, then graph_<model>_b<batch>: the same step compiled, with the
-// ratio eager/compiled and the graph's kernel count in its note.
+// Adds the row of a compiled step, with the ratio to eager and the graph's kernel count in its
+// note, and prints which kernels the graph holds, most frequent first (names cut to 48 characters).
+void add_graph_row(const std::string& row, const StepTime& graph, double eager_ms) {
+  const CompileStats& s = graph.stats;
+  char note[160];
+  std::snprintf(note, sizeof note, "eager/compiled %.2fx, %zu kernels per graph, %llu replays", eager_ms / graph.ms,
+                s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front(),
+                static_cast<unsigned long long>(s.replays));
+  g_rows.push_back({row, graph.ms, "ms", note});
+  if (s.kernel_names_per_graph.empty()) return;
+  std::vector<std::pair<std::size_t, std::string>> names;
+  for (const auto& [name, count] : s.kernel_names_per_graph.front()) names.emplace_back(count, name.substr(0, 48));
+  std::sort(names.rbegin(), names.rend());
+  std::printf("%s kernel nodes:", row.c_str());
+  for (const auto& [count, name] : names) std::printf(" %s x%zu;", name.c_str(), count);
+  std::printf("\n");
+}
+
+// step_<model>_b<batch> eager, graph_<model>_b<batch> the same step compiled, and fused_<...>
+// compiled with fusion on (kernels per step before and after fusion in the notes).
 void add_step_rows(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed) {
   const std::string tag = model + "_b" + std::to_string(batch);
   const StepTime eager = step_ms(model, batch, steps, seed, false);
   g_rows.push_back({"step_" + tag, eager.ms, "ms", ""});
-  const StepTime graph = step_ms(model, batch, steps, seed, true);
-  const CompileStats& s = graph.stats;
-  char note[160];
-  std::snprintf(note, sizeof note, "eager/compiled %.2fx, %zu kernels per graph, %llu replays", eager.ms / graph.ms,
-                s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front(),
-                static_cast<unsigned long long>(s.replays));
-  g_rows.push_back({"graph_" + tag, graph.ms, "ms", note});
-  // Which kernels the graph holds, most frequent first (names cut to 48 characters).
-  if (!s.kernel_names_per_graph.empty()) {
-    std::vector<std::pair<std::size_t, std::string>> names;
-    for (const auto& [name, count] : s.kernel_names_per_graph.front()) names.emplace_back(count, name.substr(0, 48));
-    std::sort(names.rbegin(), names.rend());
-    std::printf("graph_%s kernel nodes:", tag.c_str());
-    for (const auto& [count, name] : names) std::printf(" %s x%zu;", name.c_str(), count);
-    std::printf("\n");
-  }
+  add_graph_row("graph_" + tag, step_ms(model, batch, steps, seed, true), eager.ms);
+  add_graph_row("fused_" + tag, step_ms(model, batch, steps, seed, true, true), eager.ms);
 }
 
 double accuracy(nn::Module& net, const data::Mnist& d) {
@@ -168,7 +174,12 @@ int main(int argc, char** argv) {
   std::string dir = std::getenv("KILN_MNIST_DIR") ? std::getenv("KILN_MNIST_DIR") : "data/mnist";
   int steps = 200;
   std::uint64_t seed = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string only;
+  bool tta = true;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--no-tta")) tta = false;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--data")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--steps")) steps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(argv[i + 1], nullptr, 10);
@@ -178,17 +189,19 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    add_step_rows("mlp", 128, steps, seed);
-    add_step_rows("mlp", 1024, steps, seed);
-    add_step_rows("cnn", 128, steps, seed);
-    if (data::has_mnist(dir)) {
+    const bool mlp = only.empty() || only == "mlp", cnn = only.empty() || only == "cnn";
+    if (mlp) add_step_rows("mlp", 128, steps, seed);
+    if (mlp) add_step_rows("mlp", 1024, steps, seed);
+    if (cnn) add_step_rows("cnn", 128, steps, seed);
+    if (tta && data::has_mnist(dir)) {
       const data::Mnist d = data::load_mnist(dir);
       std::string note;
-      double s = time_to_accuracy("mlp", 0.98, d, seed, note);
-      g_rows.push_back({"tta_mlp_98", s, "s", note});
-      s = time_to_accuracy("cnn", 0.99, d, seed, note);
-      g_rows.push_back({"tta_cnn_99", s, "s", note});
-    } else {
+      double s = 0;
+      if (mlp) s = time_to_accuracy("mlp", 0.98, d, seed, note);
+      if (mlp) g_rows.push_back({"tta_mlp_98", s, "s", note});
+      if (cnn) s = time_to_accuracy("cnn", 0.99, d, seed, note);
+      if (cnn) g_rows.push_back({"tta_cnn_99", s, "s", note});
+    } else if (tta) {
       std::printf("no MNIST files in %s: time to accuracy not measured\n", dir.c_str());
     }
   } catch (const std::exception& e) {
