@@ -37,10 +37,12 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool bias, Generator* gen) : i
 
 const Tensor& Linear::bias() const { return has_bias_ ? parameter(1) : undefined_tensor(); }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x) { return forward(x, Activation::none); }
+
+Tensor Linear::forward(const Tensor& x, Activation activation) {
   if (x.dim() < 1 || x.size(-1) != in_)
     throw ShapeError("[nn.Linear] expected input (..., " + std::to_string(in_) + "), got " + shape_str(x.shape()));
-  return linear(x, weight(), bias());
+  return linear(x, weight(), bias(), activation);
 }
 
 std::string Linear::describe() const {

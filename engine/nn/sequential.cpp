@@ -1,5 +1,6 @@
 // Sequential: children named by position, run in order, printed as PyTorch prints them.
 #include <string>
+#include <typeinfo>
 
 #include "kiln/error.h"
 #include "kiln/nn/layers.h"
@@ -20,7 +21,17 @@ Module& Sequential::operator[](std::size_t i) const {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& [name, m] : children()) y = m->forward(y);
+  const auto& mods = children();
+  for (std::size_t i = 0; i < mods.size(); ++i) {
+    Module& m = *mods[i].second;
+    // Linear then ReLU (exactly those classes, not subclasses) run as one fused linear.
+    if (i + 1 < mods.size() && typeid(m) == typeid(Linear) && typeid(*mods[i + 1].second) == typeid(ReLU)) {
+      y = static_cast<Linear&>(m).forward(y, Activation::relu);
+      ++i;
+      continue;
+    }
+    y = m.forward(y);
+  }
   return y;
 }
 

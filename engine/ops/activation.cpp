@@ -36,6 +36,20 @@ const OpDef& kSigmoid = [] () -> const OpDef& {
   return register_op(std::move(d));
 }();
 
+// relu's gradient from its saved output in one kernel: g where y > 0, else 0 (a where over a
+// comparison takes three). Also the gradient of linear's fused ReLU.
+const OpDef& kReluBackward = [] () -> const OpDef& {
+  OpDef d = ew::binary_def<true, false>(
+      "relu_backward", ew::kFloating, rules::promote_float,
+      [](auto g, auto y) {
+        using C = decltype(g);
+        return y > C(0) ? g : C(0);
+      },
+      {.expr = "(b > C(0) ? a : C(0))", .domain = ew::PointwiseDomain::floating});
+  d.test.gradcheck = false;
+  return register_op(std::move(d));
+}();
+
 // relu keeps every numeric dtype; NaN stays NaN as in the kernel's kiln::m::relu.
 const OpDef& kRelu = [] () -> const OpDef& {
   OpDef d = ew::unary_def<false, false>(
@@ -45,7 +59,7 @@ const OpDef& kRelu = [] () -> const OpDef& {
         return (x != x || x > C(0)) ? x : C(0);
       },
       {.expr = "kiln::m::relu(x)", .domain = ew::PointwiseDomain::numeric});
-  d.vjp = [](const VjpContext& c, G g) -> V { return {ew::masked(g[0], gt(c.saved_output(0), 0))}; };
+  d.vjp = [](const VjpContext& c, G g) -> V { return {relu_backward(g[0], c.saved_output(0))}; };
   d.save = {.outputs = {0}};
   return register_op(std::move(d));
 }();
@@ -119,6 +133,7 @@ const OpDef& kSoftplus = [] () -> const OpDef& {
 
 Tensor sigmoid(const Tensor& x) { return call(kSigmoid, {x}); }
 Tensor relu(const Tensor& x) { return call(kRelu, {x}); }
+Tensor relu_backward(const Tensor& g, const Tensor& y) { return call(kReluBackward, {g, y}); }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return call(kLeakyRelu, {x}, Attrs{{"negative_slope", negative_slope}});
 }

@@ -1,6 +1,6 @@
-// matmul (torch.matmul semantics, batch dims broadcast) and linear as a composite.
-// One op, "matmul", with attr transpose_b: linear passes w as it is stored, and the
-// transposed view costs nothing on either device. GPU: kernels::gemm (cuBLAS), CPU: cpu::gemm.
+// matmul (torch.matmul semantics, batch dims broadcast). One op, "matmul", with attr
+// transpose_b: linear (linear.cpp) passes w as it is stored, and the transposed view costs
+// nothing on either device. GPU: kernels::gemm (cuBLAS), CPU: cpu::gemm.
 #include "../src/cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
 #include "kiln/linalg.h"
@@ -225,19 +225,8 @@ const OpDef& kMatmul = register_op({
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return call(kMatmul, {a, b}); }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  if (w.dim() != 2)
-    throw ShapeError("[linear] weight must be 2-D (out_features, in_features), got shape " + paren(w.shape()));
-  if (x.dim() < 1 || x.shape().back() != w.shape()[1])
-    throw ShapeError("[linear] input of shape " + paren(x.shape()) + " does not end in in_features = " +
-                     std::to_string(w.shape()[1]) + " of weight " + paren(w.shape()));
-  Tensor y = call(kMatmul, {x, w}, Attrs{{"transpose_b", true}});
-  if (!bias.defined()) return y;
-  if (bias.shape() != Shape{w.shape()[0]})
-    throw ShapeError("[linear] bias must have shape (" + std::to_string(w.shape()[0]) + ") to match weight " +
-                     paren(w.shape()) + ", got " + paren(bias.shape()));
-  return add(y, bias);
-}
+// x @ w^T for linear without a bias: w's transposed view costs no copy.
+Tensor matmul_transposed_b(const Tensor& x, const Tensor& w) { return call(kMatmul, {x, w}, Attrs{{"transpose_b", true}}); }
 
 void set_allow_tf32(bool allow) { kernels::set_allow_tf32(allow); }
 bool allow_tf32() { return kernels::allow_tf32(); }

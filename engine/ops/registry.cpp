@@ -132,7 +132,8 @@ const OpDef& get_op(std::string_view name) {
 
 const std::vector<const OpDef*>& registered_ops() { return registry().list; }
 
-std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
+                             std::span<const Tensor> into) {
   const Device device = common_device(op, inputs, attrs);
   const DTypePlan plan = make_plan(OpArgs{op, inputs, attrs, device});
   std::vector<Tensor> converted;
@@ -141,8 +142,15 @@ std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, co
   const Impl& impl = impl_for(op, device);
 
   std::vector<Tensor> outputs(static_cast<std::size_t>(op.num_outputs));
+  if (!into.empty() && (op.makes_outputs || op.pointwise || (grad_enabled() && any_requires_grad(inputs))))
+    throw ValueError(bracket(op) + "cannot write into given outputs: the op is pointwise, makes its outputs or records history");
+  auto usable = [&](std::size_t i) {
+    return i < into.size() && into[i].defined() && into[i].shape() == shapes[i] && into[i].dtype() == plan.outputs[i] &&
+           into[i].device() == device && into[i].is_contiguous();
+  };
   if (!op.makes_outputs)
-    for (std::size_t i = 0; i < outputs.size(); ++i) outputs[i] = Tensor(make_impl(shapes[i], plan.outputs[i], device));
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+      outputs[i] = usable(i) ? into[i] : Tensor(make_impl(shapes[i], plan.outputs[i], device));
   // Inside a compiled call a pointwise op may be held back, to run fused with the next ones.
   if (!(compile_detail::g_fusions.load(std::memory_order_relaxed) && compile_detail::defer_pointwise(op, args, outputs)))
     impl(args, outputs);

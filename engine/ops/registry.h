@@ -87,7 +87,8 @@ using Impl = std::function<void(const OpArgs&, std::span<Tensor> outputs)>;
 // What a vjp sees: the call's attrs, input/output metadata and the saved tensors.
 class VjpContext {
  public:
-  VjpContext(const Node& node, const std::vector<bool>& needs) : node_(node), needs_(needs) {}
+  VjpContext(const Node& node, const std::vector<bool>& needs, const std::vector<Tensor>* sinks = nullptr)
+      : node_(node), needs_(needs), sinks_(sinks) {}
   const Attrs& attrs() const;
   const TensorMeta& input(int i) const;   // as the caller passed it (before casts)
   const TensorMeta& output(int i) const;
@@ -96,10 +97,17 @@ class VjpContext {
   bool needs_grad(int i) const { return needs_[static_cast<std::size_t>(i)]; }
   int num_inputs() const { return static_cast<int>(needs_.size()); }
   const std::string& name() const;
+  // In a compiled step: input i's .grad() buffer when i is a leaf whose gradient zero_grad
+  // left pending, so the vjp may write its result there and return that tensor (no copy).
+  // Undefined otherwise.
+  Tensor grad_sink(int i) const {
+    return sinks_ && static_cast<std::size_t>(i) < sinks_->size() ? (*sinks_)[static_cast<std::size_t>(i)] : Tensor();
+  }
 
  private:
   const Node& node_;
   const std::vector<bool>& needs_;
+  const std::vector<Tensor>* sinks_;
 };
 
 // One gradient per input (undefined where none flows); one incoming gradient per output.
@@ -169,8 +177,11 @@ const OpDef* find_op(std::string_view name);
 const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
 const std::vector<const OpDef*>& registered_ops();
 
-// Runs one op call (see the guide above). Returns every output.
-std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});
+// Runs one op call (see the guide above). Returns every output. `into`: tensors the outputs
+// may be written to (by index; used when defined, contiguous and of the output's shape and
+// dtype), for an op that is not pointwise and records no history (a vjp's grad sinks).
+std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {},
+                             std::span<const Tensor> into = {});
 // The first output.
 Tensor call(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {});
 // `self` op= inputs: runs op on (self, inputs...) and writes the result into self,

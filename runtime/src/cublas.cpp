@@ -1,5 +1,6 @@
 #include "kiln/runtime/cublas.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <map>
@@ -20,9 +21,15 @@ constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
 // Handles and their workspaces are never destroyed: they live for the process, and
 // destroying them at exit could run after the driver is gone.
+struct StreamHandle {
+  cublasHandle_t handle = nullptr;
+  DevicePtr workspace = 0;
+};
+
 struct Handles {
   std::mutex mu;
-  std::map<std::pair<int, CUstream>, cublasHandle_t> by_stream;
+  std::map<std::pair<int, CUstream>, StreamHandle> by_stream;
+  std::map<int, cublasLtHandle_t> lt_by_device;
 };
 
 Handles& handles() {
@@ -30,7 +37,7 @@ Handles& handles() {
   return *h;
 }
 
-cublasHandle_t create_handle(const Stream& s) {
+StreamHandle create_handle(const Stream& s) {
   make_current(s.device());
   cublasHandle_t h = nullptr;
   KILN_CUBLAS(cublasCreate(&h));
@@ -44,12 +51,10 @@ cublasHandle_t create_handle(const Stream& s) {
     cublasDestroy(h);
     throw;
   }
-  return h;
+  return {h, workspace};
 }
 
-}  // namespace
-
-void* cublas_handle(const Stream& s) {
+StreamHandle& stream_handle(const Stream& s) {
   if (!s) {
     driver();  // without a GPU, say why rather than "empty"
     throw DeviceError("[cublas] cublas_handle needs a stream; this one is empty");
@@ -59,6 +64,25 @@ void* cublas_handle(const Stream& s) {
   auto key = std::make_pair(s.device(), static_cast<CUstream>(s.handle()));
   auto it = hs.by_stream.find(key);
   if (it == hs.by_stream.end()) it = hs.by_stream.emplace(key, create_handle(s)).first;
+  return it->second;  // map nodes never move
+}
+
+}  // namespace
+
+void* cublas_handle(const Stream& s) { return stream_handle(s).handle; }
+
+GemmWorkspace cublas_workspace(const Stream& s) { return {stream_handle(s).workspace, kWorkspaceBytes}; }
+
+void* cublaslt_handle(int device) {
+  Handles& hs = handles();
+  std::lock_guard lock(hs.mu);
+  auto it = hs.lt_by_device.find(device);
+  if (it == hs.lt_by_device.end()) {
+    make_current(device);
+    cublasLtHandle_t h = nullptr;
+    KILN_CUBLAS(cublasLtCreate(&h));
+    it = hs.lt_by_device.emplace(device, h).first;
+  }
   return it->second;
 }
 

@@ -161,6 +161,7 @@ inline const std::map<std::string, BinaryRef>& binary_refs() {
       {"div", [](double a, double b) { return a / b; }},
       {"pow", [](double a, double b) { return std::pow(a, b); }},
       {"maximum", [](double a, double b) { return std::isnan(a) ? a : std::isnan(b) ? b : std::max(a, b); }},
+      {"relu_backward", [](double g, double y) { return y > 0 ? g : 0.0; }},
       {"minimum", [](double a, double b) { return std::isnan(a) ? a : std::isnan(b) ? b : std::min(a, b); }},
       {"eq", [](double a, double b) { return a == b ? 1.0 : 0.0; }},
       {"ne", [](double a, double b) { return a != b ? 1.0 : 0.0; }},

@@ -27,6 +27,8 @@ Tensor tanh(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);  // NaN stays NaN
+// relu's gradient from its output y: g where y > 0, else 0 (one kernel).
+Tensor relu_backward(const Tensor& g, const Tensor& y);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor gelu(const Tensor& x);      // exact: x * Phi(x), Phi through erf
 Tensor silu(const Tensor& x);      // x * sigmoid(x)

@@ -10,8 +10,13 @@ namespace kiln {
 // accumulate in f32). Transposed views go to cuBLAS without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-// x (.., in) @ w^T with w (out, in), plus bias (out) when defined.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+enum class Activation { none, relu };
+
+// x (.., in) @ w^T with w (out, in), plus bias (out) when defined, then the activation. With a
+// bias, on the GPU, one cuBLASLt product adds the bias and applies the ReLU in its epilogue, and
+// the backward pass takes the bias gradient in the weight gradient's epilogue (f32, f16, bf16;
+// f64 runs the same math as separate kernels). nn::Sequential uses it for Linear then ReLU.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Activation activation = Activation::none);
 
 // f32 matmuls on the GPU may use TF32 tensor cores (about 10 mantissa bits): opt-in,
 // process-wide, off by default.

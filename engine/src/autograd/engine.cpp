@@ -116,7 +116,8 @@ class BackwardEngine {
     }
     std::vector<bool> needs(n.next_.size());
     for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = n.next_[i].requires_grad();
-    std::vector<Tensor> out = n.op_->vjp(VjpContext(n, needs), grads);
+    const std::vector<Tensor> sinks = grad_sinks(n, needs);
+    std::vector<Tensor> out = n.op_->vjp(VjpContext(n, needs, &sinks), grads);
     if (out.size() != n.inputs_.size())
       throw Error("[autograd] the vjp of " + name + " returned " + std::to_string(out.size()) + " gradients for " +
                   std::to_string(n.inputs_.size()) + " inputs");
@@ -134,6 +135,23 @@ class BackwardEngine {
     return out;
   }
 
+  // In a compiled step, the .grad() buffers of leaf inputs whose gradient zero_grad left
+  // pending: the vjp may write there directly, saving a copy per parameter per step.
+  static std::vector<Tensor> grad_sinks(const Node& n, const std::vector<bool>& needs) {
+    std::vector<Tensor> sinks;
+    if (!compile_detail::in_compiled_call()) return sinks;
+    sinks.resize(needs.size());
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+      const Node::Edge& e = n.next_[i];
+      if (!needs[i] || e.node) continue;
+      auto leaf = e.leaf.lock();
+      if (!leaf || !leaf->grad_is_zero || !leaf->grad.defined() || !leaf->grad.is_contiguous()) continue;
+      const TensorMeta& m = n.inputs_[i];
+      if (leaf->grad.shape() == m.shape && leaf->grad.dtype() == m.dtype && leaf->dtype == m.dtype) sinks[i] = leaf->grad;
+    }
+    return sinks;
+  }
+
   // .grad() takes g itself when nothing else can see it, else a private copy, so an
   // optimizer updating .grad() in place never writes into another tensor.
   static void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
@@ -145,7 +163,8 @@ class BackwardEngine {
       const bool in_place =
           compile_detail::in_compiled_call() && leaf->grad.is_contiguous() && leaf->grad.shape() == g.shape();
       if (leaf->grad_is_zero) {
-        if (in_place) copy_into(g, leaf->grad);
+        if (g.is_same(leaf->grad)) {}  // the vjp wrote into the grad sink
+        else if (in_place) copy_into(g, leaf->grad);
         else leaf->grad = convert(g, g.dtype());
       } else if (in_place) {
         leaf->grad.add_(g);

@@ -12,6 +12,7 @@
 
 #include "kiln/conv.h"
 #include "kiln/nn/module.h"
+#include "kiln/linalg.h"
 #include "kiln/random.h"
 
 namespace kiln::nn {
@@ -21,6 +22,8 @@ class Linear : public Module {
  public:
   Linear(std::int64_t in, std::int64_t out, bool bias = true, Generator* gen = nullptr);
   Tensor forward(const Tensor& x) override;
+  // forward, then the activation, fused into the product where the device allows.
+  Tensor forward(const Tensor& x, Activation activation);
   std::string describe() const override;
   const Tensor& weight() const { return parameter(0); }
   const Tensor& bias() const;  // undefined without bias
