@@ -1,5 +1,5 @@
-// softmax / log_softmax over contiguous rows [rows, C], and the gather/scatter kernels of
-// nll_loss. One module per dtype holds every entry; T is the storage type, Acc the compute
+// softmax / log_softmax over contiguous rows [rows, C], the gather/scatter kernels of
+// nll_loss and the fused softmax cross-entropy. One module per dtype holds every entry; T is the storage type, Acc the compute
 // type (float for f16/bf16/f32, double for f64). NVRTC -std=c++17, no C++ library.
 ${HEADERS}
 typedef ${T} T;
@@ -114,6 +114,105 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
     const long long label = labels[i];
     const bool hit = label == c && !(has_ignore && label == ignore);
     ks::store(grad + j, hit ? -ks::to_acc(g[i]) : Acc(0));
+  }
+}
+
+// Blocks of one softmax_cross_entropy launch that have finished; the last one resets it to 0,
+// so the next launch (or graph replay) starts from 0. Per module, and kiln launches one
+// device's kernels on one stream, so launches never overlap.
+__device__ unsigned int kiln_ce_blocks_done;
+
+// Fused softmax cross-entropy over contiguous logits x (N, C) and labels (N). Per row r:
+// lse[r] = m + log s (m the max, s = sum exp(x - m)) and, for label y,
+// loss = (1 - eps) * ((m - x[y]) + log s) + eps * ((m - mean x) + log s): 0 where y is
+// ignored, NaN where y is outside [0, C). reduction 0 (none) writes each row's loss to
+// out[r]; 1 (sum) and 2 (mean) park them in `rows` and the last block to finish sums them
+// in a fixed order (bit-identical runs, no float atomics) into out[0]. count[0] = the rows
+// not ignored. Rows as kiln_softmax: width 32 a warp per row, 256 a block per row.
+extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
+                                                      T* __restrict__ out, Acc* rows, Acc* __restrict__ lse,
+                                                      Acc* __restrict__ count, long long N, long long C, int width,
+                                                      int reduction, double smoothing, long long ignore,
+                                                      int has_ignore) {
+  const Acc eps = static_cast<Acc>(smoothing);
+  const int per_block = ks::kBlock / width;
+  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
+  const long long step = static_cast<long long>(gridDim.x) * per_block;
+  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < N; first += step) {
+    const long long r = first + slot;
+    const bool live = r < N;
+    const T* xr = x + (live ? r : 0) * C;
+    Acc m = ks::neg_inf();
+    if (live)
+      for (long long k = lane; k < C; k += width) m = ks::max_(m, ks::to_acc(xr[k]));
+    m = ks::group_reduce<true>(m, width);
+    Acc s = 0, sx = 0;
+    if (live)
+      for (long long k = lane; k < C; k += width) {
+        const Acc v = ks::to_acc(xr[k]);
+        s += ks::exp_(v - m);
+        sx += v;
+      }
+    s = ks::group_reduce<false>(s, width);
+    if (eps != Acc(0)) sx = ks::group_reduce<false>(sx, width);
+    if (!live || lane != 0) continue;
+    const Acc log_s = ks::log_(s);
+    lse[r] = m + log_s;
+    const long long y = labels[r];
+    Acc l = 0;
+    if (has_ignore && y == ignore) l = 0;
+    else if (y < 0 || y >= C) l = ks::nan_();
+    else {
+      l = (m - ks::to_acc(xr[y])) + log_s;
+      if (eps != Acc(0)) l = (Acc(1) - eps) * l + eps * ((m - sx / static_cast<Acc>(C)) + log_s);
+    }
+    if (reduction == 0) ks::store(out + r, l);
+    else rows[r] = l;
+  }
+  // Classic last-block reduction: each block's writes are visible before its ticket.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&kiln_ce_blocks_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  const volatile Acc* parked = rows;  // written by other blocks: skip this SM's L1
+  Acc total = 0, valid = 0;
+  for (long long i = threadIdx.x; i < N; i += ks::kBlock) {
+    if (reduction != 0) total += parked[i];
+    if (!(has_ignore && labels[i] == ignore)) valid += Acc(1);
+  }
+  total = ks::group_reduce<false>(total, ks::kBlock);
+  valid = ks::group_reduce<false>(valid, ks::kBlock);
+  if (threadIdx.x != 0) return;
+  count[0] = valid;
+  if (reduction == 1) ks::store(out, total);
+  if (reduction == 2) ks::store(out, total / valid);
+  kiln_ce_blocks_done = 0;
+}
+
+// dx[r, c] = s_r * (exp(x[r, c] - lse[r]) - (1 - eps) * [c == y_r] - eps / C) over (N, C),
+// with s_r = g[r] (none), g[0] (sum) or g[0] / count[0] (mean), read on the device; 0 for
+// rows whose label is ignored or outside [0, C).
+extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restrict__ g, const T* __restrict__ x,
+                                                               const long long* __restrict__ labels,
+                                                               const Acc* __restrict__ lse,
+                                                               const Acc* __restrict__ count, T* __restrict__ dx,
+                                                               long long N, long long C, int reduction,
+                                                               double smoothing, long long ignore, int has_ignore) {
+  const Acc eps = static_cast<Acc>(smoothing);
+  const long long total = N * C;
+  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < total;
+       j += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long r = j / C, c = j - r * C;
+    const long long y = labels[r];
+    if ((has_ignore && y == ignore) || y < 0 || y >= C) {
+      ks::store(dx + j, Acc(0));
+      continue;
+    }
+    const Acc s = reduction == 0 ? ks::to_acc(g[r]) : reduction == 1 ? ks::to_acc(g[0]) : ks::to_acc(g[0]) / count[0];
+    const Acc target = eps / static_cast<Acc>(C) + (c == y ? Acc(1) - eps : Acc(0));
+    ks::store(dx + j, s * (ks::exp_(ks::to_acc(x[j]) - lse[r]) - target));
   }
 }
 
