@@ -2,9 +2,9 @@
 // pays one kernel forward and one backward (kernel_templates/softmax.cu) instead of the
 // log_softmax + nll_loss + reduction composite. The CPU references below accumulate in
 // double, separately from the kernels. Against the composite the result differs by rounding
-// only: the composite rounds log_softmax to the logits' dtype before the gather and sums
-// in that dtype, the fused op keeps f32 (f64 for f64) until the final store, so the tests
-// allow ~1e-12 relative in f64, ~1e-5 in f32 and the dtype's own rounding for f16/bf16.
+// only (the fused op keeps f32, f64 for f64, until one final store, where the composite
+// rounds every intermediate): tests allow 1e-13 relative in f64, 1e-6 in f32, 1e-3 in f16
+// and 8e-3 in bf16 against the composite computed in f64.
 #include <cmath>
 #include <limits>
 #include <string>
