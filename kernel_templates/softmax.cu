@@ -49,29 +49,43 @@ __device__ Acc group_reduce(Acc v, int width) {
   return v;
 }
 
+// A row's max m (NaN wins) and s = sum exp(x - m), reduced over the `width` lanes that share
+// it. Every lane calls it, dead rows too, so the shuffles and barriers see whole groups.
+__device__ void row_stats(const T* x, long long C, int lane, int width, bool live, Acc& m, Acc& s) {
+  m = neg_inf();
+  if (live)
+    for (long long k = lane; k < C; k += width) m = max_(m, to_acc(x[k]));
+  m = group_reduce<true>(m, width);
+  s = 0;
+  if (live)
+    for (long long k = lane; k < C; k += width) s += exp_(to_acc(x[k]) - m);
+  s = group_reduce<false>(s, width);
+}
+
+// Calls f(r, live, lane) for the row r of each round that this thread's group of `width`
+// lanes owns (32: a warp, eight rows per block; kBlock: the block), rounds grid-stride. Every
+// lane runs every round (live false past the last row) so shuffles and barriers see whole
+// groups.
+template <class F>
+__device__ void for_each_row(long long rows, int width, F f) {
+  const int per_block = kBlock / width;
+  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
+  const long long step = static_cast<long long>(gridDim.x) * per_block;
+  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step)
+    f(first + slot, first + slot < rows, lane);
+}
+
 }  // namespace ks
 
 // out[r, :] = softmax(in[r, :]) (log_mode: log_softmax). width 32: a warp per row, eight
-// rows per block; width 256: a block per row. Rows loop grid-stride.
+// rows per block; width 256: a block per row (ks::for_each_row).
 extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict__ out, long long rows, long long C,
                                         int width, int log_mode) {
-  const int per_block = ks::kBlock / width;
-  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
-  const long long step = static_cast<long long>(gridDim.x) * per_block;
-  // Every lane runs every round so the shuffles and barriers see whole groups.
-  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step) {
-    const long long r = first + slot;
-    const bool live = r < rows;
+  ks::for_each_row(rows, width, [&](long long r, bool live, int lane) {
     const T* x = in + (live ? r : 0) * C;
-    Acc m = ks::neg_inf();
-    if (live)
-      for (long long k = lane; k < C; k += width) m = ks::max_(m, ks::to_acc(x[k]));
-    m = ks::group_reduce<true>(m, width);
-    Acc s = 0;
-    if (live)
-      for (long long k = lane; k < C; k += width) s += ks::exp_(ks::to_acc(x[k]) - m);
-    s = ks::group_reduce<false>(s, width);
-    if (!live) continue;
+    Acc m, s;
+    ks::row_stats(x, C, lane, width, live, m, s);
+    if (!live) return;
     T* y = out + r * C;
     if (log_mode) {
       const Acc log_s = ks::log_(s);  // subtracted after m: m + log_s would round at m's scale
@@ -80,7 +94,7 @@ extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict_
       const Acc inv = Acc(1) / s;
       for (long long k = lane; k < C; k += width) ks::store(y + k, ks::exp_(ks::to_acc(x[k]) - m) * inv);
     }
-  }
+  });
 }
 
 // loss[i] = -lp[n, label_i, d] for i = n * inner + d over [N, C, inner] log-probabilities;
@@ -128,34 +142,23 @@ __device__ unsigned int kiln_ce_blocks_done;
 // ignored, NaN where y is outside [0, C). reduction 0 (none) writes each row's loss to
 // out[r]; 1 (sum) and 2 (mean) park them in `rows` and the last block to finish sums them
 // in a fixed order (bit-identical runs, no float atomics) into out[0]. count[0] = the rows
-// not ignored. Rows as kiln_softmax: width 32 a warp per row, 256 a block per row.
+// not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
 extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
                                                       T* __restrict__ out, Acc* rows, Acc* __restrict__ lse,
                                                       Acc* __restrict__ count, long long N, long long C, int width,
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
   const Acc eps = static_cast<Acc>(smoothing);
-  const int per_block = ks::kBlock / width;
-  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
-  const long long step = static_cast<long long>(gridDim.x) * per_block;
-  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < N; first += step) {
-    const long long r = first + slot;
-    const bool live = r < N;
+  ks::for_each_row(N, width, [&](long long r, bool live, int lane) {
     const T* xr = x + (live ? r : 0) * C;
-    Acc m = ks::neg_inf();
-    if (live)
-      for (long long k = lane; k < C; k += width) m = ks::max_(m, ks::to_acc(xr[k]));
-    m = ks::group_reduce<true>(m, width);
-    Acc s = 0, sx = 0;
-    if (live)
-      for (long long k = lane; k < C; k += width) {
-        const Acc v = ks::to_acc(xr[k]);
-        s += ks::exp_(v - m);
-        sx += v;
-      }
-    s = ks::group_reduce<false>(s, width);
-    if (eps != Acc(0)) sx = ks::group_reduce<false>(sx, width);
-    if (!live || lane != 0) continue;
+    Acc m, s, sx = 0;
+    ks::row_stats(xr, C, lane, width, live, m, s);
+    if (eps != Acc(0)) {  // the smoothing term's mean of x: a third pass over the cached row
+      if (live)
+        for (long long k = lane; k < C; k += width) sx += ks::to_acc(xr[k]);
+      sx = ks::group_reduce<false>(sx, width);
+    }
+    if (!live || lane != 0) return;
     const Acc log_s = ks::log_(s);
     lse[r] = m + log_s;
     const long long y = labels[r];
@@ -168,7 +171,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
     }
     if (reduction == 0) ks::store(out + r, l);
     else rows[r] = l;
-  }
+  });
   // Classic last-block reduction: each block's writes are visible before its ticket.
   __shared__ bool last;
   __threadfence();
