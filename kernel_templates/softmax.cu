@@ -137,15 +137,15 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
 __device__ unsigned int kiln_ce_blocks_done;
 
 // Fused softmax cross-entropy over contiguous logits x (N, C) and labels (N). Per row r:
-// lse[r] = m + log s (m the max, s = sum exp(x - m)) and, for label y,
+// stats[r] = lse = m + log s (m the max, s = sum exp(x - m)) and, for label y,
 // loss = (1 - eps) * ((m - x[y]) + log s) + eps * ((m - mean x) + log s): 0 where y is
 // ignored, NaN where y is outside [0, C). reduction 0 (none) writes each row's loss to
 // out[r]; 1 (sum) and 2 (mean) park them in `rows` and the last block to finish sums them
-// in a fixed order (bit-identical runs, no float atomics) into out[0]. count[0] = the rows
-// not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
+// in a fixed order (bit-identical runs, no float atomics) into out[0]. stats[N] = the count
+// of rows not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
 extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
-                                                      T* __restrict__ out, Acc* rows, Acc* __restrict__ lse,
-                                                      Acc* __restrict__ count, long long N, long long C, int width,
+                                                      T* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
+                                                      long long N, long long C, int width,
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
   const Acc eps = static_cast<Acc>(smoothing);
@@ -160,7 +160,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
     }
     if (!live || lane != 0) return;
     const Acc log_s = ks::log_(s);
-    lse[r] = m + log_s;
+    stats[r] = m + log_s;
     const long long y = labels[r];
     Acc l = 0;
     if (has_ignore && y == ignore) l = 0;
@@ -188,19 +188,18 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
   total = ks::group_reduce<false>(total, ks::kBlock);
   valid = ks::group_reduce<false>(valid, ks::kBlock);
   if (threadIdx.x != 0) return;
-  count[0] = valid;
+  stats[N] = valid;
   if (reduction == 1) ks::store(out, total);
   if (reduction == 2) ks::store(out, total / valid);
   kiln_ce_blocks_done = 0;
 }
 
 // dx[r, c] = s_r * (exp(x[r, c] - lse[r]) - (1 - eps) * [c == y_r] - eps / C) over (N, C),
-// with s_r = g[r] (none), g[0] (sum) or g[0] / count[0] (mean), read on the device; 0 for
-// rows whose label is ignored or outside [0, C).
+// with lse = stats[0, N) and s_r = g[r] (none), g[0] (sum) or g[0] / stats[N] (mean), read
+// on the device; 0 for rows whose label is ignored or outside [0, C).
 extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restrict__ g, const T* __restrict__ x,
                                                                const long long* __restrict__ labels,
-                                                               const Acc* __restrict__ lse,
-                                                               const Acc* __restrict__ count, T* __restrict__ dx,
+                                                               const Acc* __restrict__ stats, T* __restrict__ dx,
                                                                long long N, long long C, int reduction,
                                                                double smoothing, long long ignore, int has_ignore) {
   const Acc eps = static_cast<Acc>(smoothing);
@@ -213,9 +212,9 @@ extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restri
       ks::store(dx + j, Acc(0));
       continue;
     }
-    const Acc s = reduction == 0 ? ks::to_acc(g[r]) : reduction == 1 ? ks::to_acc(g[0]) : ks::to_acc(g[0]) / count[0];
+    const Acc s = reduction == 0 ? ks::to_acc(g[r]) : reduction == 1 ? ks::to_acc(g[0]) : ks::to_acc(g[0]) / stats[N];
     const Acc target = eps / static_cast<Acc>(C) + (c == y ? Acc(1) - eps : Acc(0));
-    ks::store(dx + j, s * (ks::exp_(ks::to_acc(x[j]) - lse[r]) - target));
+    ks::store(dx + j, s * (ks::exp_(ks::to_acc(x[j]) - stats[r]) - target));
   }
 }
 

@@ -10,27 +10,25 @@
 #include <string>
 #include <type_traits>
 
-#include "kiln/elementwise.h"
-#include "kiln/shape_ops.h"
 #include "loss_common.h"
 
 namespace kiln {
 
 namespace kernels {
 void launch_cross_entropy(DType t, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out, rt::DevicePtr rows,
-                          rt::DevicePtr lse, rt::DevicePtr count, std::int64_t n, std::int64_t classes, int reduction,
-                          double smoothing, std::int64_t ignore, bool has_ignore, const rt::Stream& s);
+                          rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction, double smoothing,
+                          std::int64_t ignore, bool has_ignore, const rt::Stream& s);
 void launch_cross_entropy_backward(DType t, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
-                                   rt::DevicePtr lse, rt::DevicePtr count, rt::DevicePtr dx, std::int64_t n,
-                                   std::int64_t classes, int reduction, double smoothing, std::int64_t ignore,
-                                   bool has_ignore, const rt::Stream& s);
+                                   rt::DevicePtr stats, rt::DevicePtr dx, std::int64_t n, std::int64_t classes,
+                                   int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
+                                   const rt::Stream& s);
 }  // namespace kernels
 
 namespace {
 
 using namespace loss_detail;
 
-// The kernels' accumulator, and the dtype of the saved lse and count: f64 for f64, else f32.
+// The kernels' accumulator, and the dtype of the saved stats: f64 for f64, else f32.
 DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 // Attrs: reduction ("none", "sum", "mean"; the kernels' 0, 1, 2), label_smoothing (double,
@@ -87,7 +85,8 @@ RowStats row_stats(const T* x, std::int64_t stride, std::int64_t classes) {
   return st;
 }
 
-// out[0]: the loss ((N) or ()), out[1]: lse (N), out[2]: the count of rows not ignored ().
+// out[0]: the loss ((N) or ()); out[1]: stats (N + 1), each row's lse, then the count of
+// rows not ignored.
 template <class T>
 void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   using A = acc_t<T>;
@@ -97,12 +96,12 @@ void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   const T* px = cpu::ptr<const T>(x);
   const std::int64_t* pl = cpu::ptr<const std::int64_t>(labels);
   T* loss = cpu::ptr<T>(out[0]);
-  A* lse = cpu::ptr<A>(out[1]);
+  A* stats = cpu::ptr<A>(out[1]);
   double total = 0, count = 0;
   for (std::int64_t r = 0; r < n; ++r) {
     const T* row = px + r * rs;
     const RowStats st = row_stats(row, cs, classes);
-    lse[r] = static_cast<A>(st.m + st.log_s);
+    stats[r] = static_cast<A>(st.m + st.log_s);
     const std::int64_t y = pl[r * ls];
     double l = 0;
     if (!p.ignore.skips(y)) {
@@ -118,27 +117,27 @@ void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   }
   if (p.reduction == 1) loss[0] = cpu::store<T>(total);
   if (p.reduction == 2) loss[0] = cpu::store<T>(total / count);
-  cpu::ptr<A>(out[2])[0] = static_cast<A>(count);
+  stats[n] = static_cast<A>(count);
 }
 
-// inputs: g (the loss's shape), logits, labels, lse, count; out[0]: dlogits (N, C).
+// inputs: g (the loss's shape), logits, labels, stats (lse, count); out[0]: dlogits (N, C).
 template <class T>
 void backward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   using A = acc_t<T>;
-  const Tensor &g = a.inputs[0], &x = a.inputs[1], &labels = a.inputs[2], &lse = a.inputs[3];
+  const Tensor &g = a.inputs[0], &x = a.inputs[1], &labels = a.inputs[2], &stats = a.inputs[3];
   const std::int64_t n = x.shape()[0], classes = x.shape()[1];
   const T* pg = cpu::ptr<const T>(g);
   const T* px = cpu::ptr<const T>(x);
   const std::int64_t* pl = cpu::ptr<const std::int64_t>(labels);
-  const A* plse = cpu::ptr<const A>(lse);
-  const double count = cpu::ptr<const A>(a.inputs[4])[0];
+  const A* lse = cpu::ptr<const A>(stats);
+  const double count = lse[n * stats.strides()[0]];
   T* dx = cpu::ptr<T>(out[0]);
   for (std::int64_t r = 0; r < n; ++r) {
     const std::int64_t y = pl[r * labels.strides()[0]];
     const bool dead = p.ignore.skips(y) || y < 0 || y >= classes;
     const double gr = p.reduction == 0 ? cpu::load(pg[r * g.strides()[0]]) : cpu::load(pg[0]);
     const double s = p.reduction == 2 ? gr / count : gr;
-    const double l = plse[r * lse.strides()[0]];
+    const double l = lse[r * stats.strides()[0]];
     for (std::int64_t c = 0; c < classes; ++c) {
       const double target = p.eps / static_cast<double>(classes) + (c == y ? 1 - p.eps : 0.0);
       const double v = cpu::load(px[r * x.strides()[0] + c * x.strides()[1]]);
@@ -159,12 +158,12 @@ std::vector<Attrs> test_attrs() {
 
 const OpDef& kCrossEntropyBackward = register_op({
     .name = "softmax_cross_entropy_backward",
-    .num_inputs = 5,
+    .num_inputs = 4,
     .dtypes = kFloating,
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 1, 2);
-          p.inputs[3] = p.inputs[4] = acc_of(p.key);
+          p.inputs[3] = acc_of(p.key);
           return p;
         },
     .shape_rule =
@@ -173,10 +172,9 @@ const OpDef& kCrossEntropyBackward = register_op({
           check_rows(a, a.inputs[1], a.inputs[2]);
           const Shape rows{a.inputs[1].shape()[0]};
           const Shape g = p.reduction == 0 ? rows : Shape{};
-          if (a.inputs[0].shape() != g || a.inputs[3].shape() != rows || !a.inputs[4].shape().empty())
-            throw ShapeError("[" + a.op.name + "] gradient " + shape_str(a.inputs[0].shape()) + ", lse " +
-                             shape_str(a.inputs[3].shape()) + " and count " + shape_str(a.inputs[4].shape()) +
-                             " do not fit logits " + shape_str(a.inputs[1].shape()));
+          if (a.inputs[0].shape() != g || a.inputs[3].shape() != Shape{rows[0] + 1})
+            throw ShapeError("[" + a.op.name + "] gradient " + shape_str(a.inputs[0].shape()) + " and stats " +
+                             shape_str(a.inputs[3].shape()) + " do not fit logits " + shape_str(a.inputs[1].shape()));
           return std::vector<Shape>{a.inputs[1].shape()};
         },
     .cpu =
@@ -189,34 +187,33 @@ const OpDef& kCrossEntropyBackward = register_op({
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
-          Tensor in[5];
-          for (int i = 0; i < 5; ++i) in[i] = contiguous_on_device(a.inputs[static_cast<std::size_t>(i)]);
-          kernels::launch_cross_entropy_backward(
-              out[0].dtype(), device_address(in[0]), device_address(in[1]), device_address(in[2]),
-              device_address(in[3]), device_address(in[4]), device_address(out[0]), in[1].shape()[0],
-              in[1].shape()[1], p.reduction, p.eps, p.ignore.index, p.ignore.on, stream_of(a.device));
+          Tensor in[4];
+          for (int i = 0; i < 4; ++i) in[i] = contiguous_on_device(a.inputs[static_cast<std::size_t>(i)]);
+          kernels::launch_cross_entropy_backward(out[0].dtype(), device_address(in[0]), device_address(in[1]),
+                                                 device_address(in[2]), device_address(in[3]), device_address(out[0]),
+                                                 in[1].shape()[0], in[1].shape()[1], p.reduction, p.eps,
+                                                 p.ignore.index, p.ignore.on, stream_of(a.device));
         },
-    // Labels, and a count of at least 1 (whole numbers, as the forward saves): no NaN/Inf
-    // mixed into the divisor, where CPU and GPU could round p - target to 0 differently.
+    // Labels, and stats of whole numbers in [1, 5) (the count at the end is one): no NaN/Inf
+    // in the divisor, where CPU and GPU could round p - target to 0 differently.
     .test = {.attrs = test_attrs(),
              .gradcheck = false,
-             .inputs = {{}, {}, {.dtype = DType::i64, .low = 0, .high = 5}, {.low = 0, .high = 3},
-                        {.dtype = DType::i64, .low = 1, .high = 5}},
-             .shapes = {{{4}, {4, 5}, {4}, {4}, {}},
-                        {{}, {4, 5}, {4}, {4}, {}},
-                        {{3}, {3, 1100}, {3}, {3}, {}},
-                        {{}, {3, 1100}, {3}, {3}, {}}}},
+             .inputs = {{}, {}, {.dtype = DType::i64, .low = 0, .high = 5}, {.dtype = DType::i64, .low = 1, .high = 5}},
+             .shapes = {{{4}, {4, 5}, {4}, {5}},
+                        {{}, {4, 5}, {4}, {5}},
+                        {{3}, {3, 1100}, {3}, {4}},
+                        {{}, {3, 1100}, {3}, {4}}}},
 });
 
 const OpDef& kCrossEntropy = register_op({
     .name = "softmax_cross_entropy",
     .num_inputs = 2,
-    .num_outputs = 3,
+    .num_outputs = 2,
     .dtypes = kFloating,
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 0, 1);
-          p.outputs = {p.key, acc_of(p.key), acc_of(p.key)};
+          p.outputs = {p.key, acc_of(p.key)};
           return p;
         },
     .shape_rule =
@@ -224,7 +221,7 @@ const OpDef& kCrossEntropy = register_op({
           const Params p = params_of(a);
           check_rows(a, a.inputs[0], a.inputs[1]);
           const Shape rows{a.inputs[0].shape()[0]};
-          return std::vector<Shape>{p.reduction == 0 ? rows : Shape{}, rows, Shape{}};
+          return std::vector<Shape>{p.reduction == 0 ? rows : Shape{}, Shape{rows[0] + 1}};
         },
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
@@ -242,24 +239,16 @@ const OpDef& kCrossEntropy = register_op({
           const Tensor rows = p.reduction == 0 ? Tensor() : empty({n}, {.dtype = out[1].dtype(), .device = a.device});
           kernels::launch_cross_entropy(out[0].dtype(), device_address(x), device_address(labels),
                                         device_address(out[0]), rows.defined() ? device_address(rows) : 0,
-                                        device_address(out[1]), device_address(out[2]), n, x.shape()[1], p.reduction,
-                                        p.eps, p.ignore.index, p.ignore.on, stream_of(a.device));
+                                        device_address(out[1]), n, x.shape()[1], p.reduction, p.eps, p.ignore.index,
+                                        p.ignore.on, stream_of(a.device));
         },
-    // The loss's gradient through the fused backward; lse's (softmax times its gradient) only
-    // when something used lse; count and the labels have none.
+    // Only the loss carries a gradient: stats is state saved for the backward, and its
+    // gradient (zeros the engine fills in: one output keeps that to one small fill) is dropped.
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
-      const Tensor x = c.saved_input(0);
-      Tensor dx;
-      if (g[0].defined())
-        dx = call(kCrossEntropyBackward, {g[0], x, c.saved_input(1), c.saved_output(1), c.saved_output(2)},
-                  c.attrs());
-      if (g[1].defined()) {
-        const Tensor dl = mul(softmax(x, 1), unsqueeze(g[1].to(x.dtype()), 1));
-        dx = dx.defined() ? add(dx, dl) : dl;
-      }
-      return {dx, Tensor()};
+      return {call(kCrossEntropyBackward, {g[0], c.saved_input(0), c.saved_input(1), c.saved_output(1)}, c.attrs()),
+              Tensor()};
     },
-    .save = {.inputs = {0, 1}, .outputs = {1, 2}},
+    .save = {.inputs = {0, 1}, .outputs = {1}},
     // gradcheck_op feeds f64 labels, which the dtype rule refuses: tests/engine/
     // test_nn_functional.cpp checks the gradients by hand.
     .test = {.attrs = test_attrs(),

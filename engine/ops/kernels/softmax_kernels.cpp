@@ -68,26 +68,26 @@ void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t r
 }
 
 // One launch for any N, even 0 (the last block writes count and the reduction). reduction:
-// 0 none, 1 sum, 2 mean; rows: Acc scratch of N for sum and mean.
+// 0 none, 1 sum, 2 mean; rows: Acc scratch of N for sum and mean; stats: N lse, then count.
 void launch_cross_entropy(DType t, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out, rt::DevicePtr rows,
-                          rt::DevicePtr lse, rt::DevicePtr count, std::int64_t n, std::int64_t classes, int reduction,
-                          double smoothing, std::int64_t ignore, bool has_ignore, const rt::Stream& s) {
+                          rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction, double smoothing,
+                          std::int64_t ignore, bool has_ignore, const rt::Stream& s) {
   const RowLaunch l = row_launch(n, classes, s);
   const long long nn = n, cc = classes, ig = ignore;
   const std::int32_t red = reduction, hi = has_ignore ? 1 : 0;
-  rt::launch(function(kCrossEntropy, t, s), l.config, s, logits, labels, out, rows, lse, count, nn, cc, l.width, red,
-             smoothing, ig, hi);
+  rt::launch(function(kCrossEntropy, t, s), l.config, s, logits, labels, out, rows, stats, nn, cc, l.width, red, smoothing,
+             ig, hi);
 }
 
 void launch_cross_entropy_backward(DType t, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
-                                   rt::DevicePtr lse, rt::DevicePtr count, rt::DevicePtr dx, std::int64_t n,
-                                   std::int64_t classes, int reduction, double smoothing, std::int64_t ignore,
-                                   bool has_ignore, const rt::Stream& s) {
+                                   rt::DevicePtr stats, rt::DevicePtr dx, std::int64_t n, std::int64_t classes,
+                                   int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
+                                   const rt::Stream& s) {
   if (n * classes == 0) return;
   const long long nn = n, cc = classes, ig = ignore;
   const std::int32_t red = reduction, hi = has_ignore ? 1 : 0;
   const rt::LaunchConfig c = grid_stride_config(static_cast<std::uint64_t>(n * classes), s.device());
-  rt::launch(function(kCrossEntropyBackward, t, s), c, s, g, logits, labels, lse, count, dx, nn, cc, red, smoothing, ig, hi);
+  rt::launch(function(kCrossEntropyBackward, t, s), c, s, g, logits, labels, stats, dx, nn, cc, red, smoothing, ig, hi);
 }
 
 void launch_nll_forward(DType t, rt::DevicePtr lp, rt::DevicePtr labels, rt::DevicePtr loss, rt::DevicePtr valid,
