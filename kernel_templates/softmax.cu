@@ -1,5 +1,5 @@
-// softmax / log_softmax over contiguous rows [rows, C], and the gather/scatter kernels of
-// nll_loss. One module per dtype holds every entry; T is the storage type, Acc the compute
+// softmax / log_softmax over contiguous rows [rows, C], the gather/scatter kernels of
+// nll_loss and the fused softmax cross-entropy. One module per dtype holds every entry; T is the storage type, Acc the compute
 // type (float for f16/bf16/f32, double for f64). NVRTC -std=c++17, no C++ library.
 ${HEADERS}
 typedef ${T} T;
@@ -49,29 +49,43 @@ __device__ Acc group_reduce(Acc v, int width) {
   return v;
 }
 
+// A row's max m (NaN wins) and s = sum exp(x - m), reduced over the `width` lanes that share
+// it. Every lane calls it, dead rows too, so the shuffles and barriers see whole groups.
+__device__ void row_stats(const T* x, long long C, int lane, int width, bool live, Acc& m, Acc& s) {
+  m = neg_inf();
+  if (live)
+    for (long long k = lane; k < C; k += width) m = max_(m, to_acc(x[k]));
+  m = group_reduce<true>(m, width);
+  s = 0;
+  if (live)
+    for (long long k = lane; k < C; k += width) s += exp_(to_acc(x[k]) - m);
+  s = group_reduce<false>(s, width);
+}
+
+// Calls f(r, live, lane) for the row r of each round that this thread's group of `width`
+// lanes owns (32: a warp, eight rows per block; kBlock: the block), rounds grid-stride. Every
+// lane runs every round (live false past the last row) so shuffles and barriers see whole
+// groups.
+template <class F>
+__device__ void for_each_row(long long rows, int width, F f) {
+  const int per_block = kBlock / width;
+  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
+  const long long step = static_cast<long long>(gridDim.x) * per_block;
+  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step)
+    f(first + slot, first + slot < rows, lane);
+}
+
 }  // namespace ks
 
 // out[r, :] = softmax(in[r, :]) (log_mode: log_softmax). width 32: a warp per row, eight
-// rows per block; width 256: a block per row. Rows loop grid-stride.
+// rows per block; width 256: a block per row (ks::for_each_row).
 extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict__ out, long long rows, long long C,
                                         int width, int log_mode) {
-  const int per_block = ks::kBlock / width;
-  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
-  const long long step = static_cast<long long>(gridDim.x) * per_block;
-  // Every lane runs every round so the shuffles and barriers see whole groups.
-  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step) {
-    const long long r = first + slot;
-    const bool live = r < rows;
+  ks::for_each_row(rows, width, [&](long long r, bool live, int lane) {
     const T* x = in + (live ? r : 0) * C;
-    Acc m = ks::neg_inf();
-    if (live)
-      for (long long k = lane; k < C; k += width) m = ks::max_(m, ks::to_acc(x[k]));
-    m = ks::group_reduce<true>(m, width);
-    Acc s = 0;
-    if (live)
-      for (long long k = lane; k < C; k += width) s += ks::exp_(ks::to_acc(x[k]) - m);
-    s = ks::group_reduce<false>(s, width);
-    if (!live) continue;
+    Acc m, s;
+    ks::row_stats(x, C, lane, width, live, m, s);
+    if (!live) return;
     T* y = out + r * C;
     if (log_mode) {
       const Acc log_s = ks::log_(s);  // subtracted after m: m + log_s would round at m's scale
@@ -80,7 +94,7 @@ extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict_
       const Acc inv = Acc(1) / s;
       for (long long k = lane; k < C; k += width) ks::store(y + k, ks::exp_(ks::to_acc(x[k]) - m) * inv);
     }
-  }
+  });
 }
 
 // loss[i] = -lp[n, label_i, d] for i = n * inner + d over [N, C, inner] log-probabilities;
@@ -114,6 +128,93 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
     const long long label = labels[i];
     const bool hit = label == c && !(has_ignore && label == ignore);
     ks::store(grad + j, hit ? -ks::to_acc(g[i]) : Acc(0));
+  }
+}
+
+// Blocks of one softmax_cross_entropy launch that have finished; the last one resets it to 0,
+// so the next launch (or graph replay) starts from 0. Per module, and kiln launches one
+// device's kernels on one stream, so launches never overlap.
+__device__ unsigned int kiln_ce_blocks_done;
+
+// Fused softmax cross-entropy over contiguous logits x (N, C) and labels (N). Per row r:
+// stats[r] = lse = m + log s (m the max, s = sum exp(x - m)) and, for label y,
+// loss = (1 - eps) * ((m - x[y]) + log s) + eps * ((m - mean x) + log s): 0 where y is
+// ignored, NaN where y is outside [0, C). reduction 0 (none) writes each row's loss to
+// out[r]; 1 (sum) and 2 (mean) park them in `rows` and the last block to finish sums them
+// in a fixed order (bit-identical runs, no float atomics) into out[0]. stats[N] = the count
+// of rows not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
+extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
+                                                      T* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
+                                                      long long N, long long C, int width,
+                                                      int reduction, double smoothing, long long ignore,
+                                                      int has_ignore) {
+  const Acc eps = static_cast<Acc>(smoothing);
+  ks::for_each_row(N, width, [&](long long r, bool live, int lane) {
+    const T* xr = x + (live ? r : 0) * C;
+    Acc m, s, sx = 0;
+    ks::row_stats(xr, C, lane, width, live, m, s);
+    if (eps != Acc(0)) {  // the smoothing term's mean of x: a third pass over the cached row
+      if (live)
+        for (long long k = lane; k < C; k += width) sx += ks::to_acc(xr[k]);
+      sx = ks::group_reduce<false>(sx, width);
+    }
+    if (!live || lane != 0) return;
+    const Acc log_s = ks::log_(s);
+    stats[r] = m + log_s;
+    const long long y = labels[r];
+    Acc l = 0;
+    if (has_ignore && y == ignore) l = 0;
+    else if (y < 0 || y >= C) l = ks::nan_();
+    else {
+      l = (m - ks::to_acc(xr[y])) + log_s;
+      if (eps != Acc(0)) l = (Acc(1) - eps) * l + eps * ((m - sx / static_cast<Acc>(C)) + log_s);
+    }
+    if (reduction == 0) ks::store(out + r, l);
+    else rows[r] = l;
+  });
+  // Classic last-block reduction: each block's writes are visible before its ticket.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&kiln_ce_blocks_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  const volatile Acc* parked = rows;  // written by other blocks: skip this SM's L1
+  Acc total = 0, valid = 0;
+  for (long long i = threadIdx.x; i < N; i += ks::kBlock) {
+    if (reduction != 0) total += parked[i];
+    if (!(has_ignore && labels[i] == ignore)) valid += Acc(1);
+  }
+  total = ks::group_reduce<false>(total, ks::kBlock);
+  valid = ks::group_reduce<false>(valid, ks::kBlock);
+  if (threadIdx.x != 0) return;
+  stats[N] = valid;
+  if (reduction == 1) ks::store(out, total);
+  if (reduction == 2) ks::store(out, total / valid);
+  kiln_ce_blocks_done = 0;
+}
+
+// dx[r, c] = s_r * (exp(x[r, c] - lse[r]) - (1 - eps) * [c == y_r] - eps / C) over (N, C),
+// with lse = stats[0, N) and s_r = g[r] (none), g[0] (sum) or g[0] / stats[N] (mean), read
+// on the device; 0 for rows whose label is ignored or outside [0, C).
+extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restrict__ g, const T* __restrict__ x,
+                                                               const long long* __restrict__ labels,
+                                                               const Acc* __restrict__ stats, T* __restrict__ dx,
+                                                               long long N, long long C, int reduction,
+                                                               double smoothing, long long ignore, int has_ignore) {
+  const Acc eps = static_cast<Acc>(smoothing);
+  const long long total = N * C;
+  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < total;
+       j += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long r = j / C, c = j - r * C;
+    const long long y = labels[r];
+    if ((has_ignore && y == ignore) || y < 0 || y >= C) {
+      ks::store(dx + j, Acc(0));
+      continue;
+    }
+    const Acc s = reduction == 0 ? ks::to_acc(g[r]) : reduction == 1 ? ks::to_acc(g[0]) : ks::to_acc(g[0]) / stats[N];
+    const Acc target = eps / static_cast<Acc>(C) + (c == y ? Acc(1) - eps : Acc(0));
+    ks::store(dx + j, s * (ks::exp_(ks::to_acc(x[j]) - stats[r]) - target));
   }
 }
 

@@ -1,10 +1,11 @@
 // nll_loss (a registry op: per-element gather with a validity mask, and its scatter
-// backward), and the composites cross_entropy and mse_loss. GPU: the nll kernels of
-// kernel_templates/softmax.cu.
+// backward), cross_entropy (the fused op of cross_entropy.cpp for logits (N, C), else
+// log_softmax + nll_loss) and mse_loss. GPU: the nll kernels of kernel_templates/softmax.cu.
 #include <string>
 
 #include "kiln/elementwise.h"
 #include "kiln/nn_functional.h"
+#include "loss_common.h"
 #include "registry.h"
 
 namespace kiln {
@@ -20,27 +21,7 @@ void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::Dev
 
 namespace {
 
-const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
-
-struct Ignore {
-  bool on = false;
-  std::int64_t index = 0;
-  bool skips(std::int64_t label) const { return on && label == index; }
-};
-Ignore ignore_of(const Attrs& a) {
-  return a.has("ignore_index") ? Ignore{true, a.get<std::int64_t>("ignore_index")} : Ignore{};
-}
-
-// Input `f` is floating (its dtype is the key), input `l` holds integer labels (cast to i64).
-DTypePlan float_and_labels(const OpArgs& a, int f, int l) {
-  const DType ft = a.inputs[static_cast<std::size_t>(f)].dtype(), lt = a.inputs[static_cast<std::size_t>(l)].dtype();
-  if (!is_floating(ft) || is_floating(lt) || lt == DType::boolean)
-    throw DTypeError("[" + a.op.name + "] needs floating values and integer labels; got " +
-                     std::string(dtype_name(ft)) + " and " + std::string(dtype_name(lt)));
-  DTypePlan p{{ft, ft}, {ft}, ft};
-  p.inputs[static_cast<std::size_t>(l)] = DType::i64;
-  return p;
-}
+using namespace loss_detail;
 
 // Labels (N, d...) against log-probabilities (N, C, d...): C, and the (N, d...) shape.
 std::int64_t classes_of(const std::string& op, const Shape& lp, const Shape& labels) {
@@ -57,13 +38,6 @@ Shape without_class_dim(const Shape& s) {
   Shape r = s;
   r.erase(r.begin() + 1);
   return r;
-}
-
-Tensor contiguous_on_device(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  gpu::copy(t, c);
-  return c;
 }
 
 std::int64_t inner_of(const Shape& labels) {
@@ -221,6 +195,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
     throw ValueError("[cross_entropy] label_smoothing must be in [0, 1); got " + std::to_string(label_smoothing));
   if (logits.defined() && labels.defined()) classes_of("cross_entropy", logits.shape(), labels.shape());
+  if (logits.defined() && logits.dim() == 2)
+    return fused_cross_entropy(logits, labels, reduction, label_smoothing, ignore_index);
   const Tensor lp = log_softmax(logits, 1);
   const Tensor inputs[] = {lp, labels};
   std::vector<Tensor> out = dispatch(kNll, inputs, nll_attrs(ignore_index));

@@ -1,4 +1,5 @@
-// NN functions on the CPU: softmax/log_softmax, nll_loss, cross_entropy, mse_loss,
+// NN functions on the CPU: softmax/log_softmax, nll_loss, cross_entropy (the fused
+// softmax_cross_entropy op against the log_softmax + nll_loss composite), mse_loss,
 // dropout, layer_norm and batch_norm against hand-computed values and independent loops,
 // their errors, and gradient checks in f64.
 #include <doctest/doctest.h>
@@ -6,6 +7,7 @@
 #include "error_message.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -156,6 +158,124 @@ TEST_CASE("cross_entropy with every label ignored: a NaN mean, zero gradients, w
     loss.backward();
     CHECK_MESSAGE(logits.grad().to_vector<double>() == std::vector<double>(6, 0.0), "smoothing " << eps);
   }
+}
+
+namespace {
+
+// cross_entropy as it was before the fused op, written out: log_softmax, the nll gather,
+// the smoothing term selected away on ignored rows, and the reduction.
+Tensor composite_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction r, double eps,
+                               std::optional<std::int64_t> ignore) {
+  const Tensor lp = log_softmax(logits, 1);
+  Tensor loss = nll_loss(lp, labels, Reduction::none, ignore);
+  Tensor valid = ones(labels.shape(), {.dtype = logits.dtype()});
+  if (ignore) valid = where(ne(labels, Scalar(*ignore)), valid, Scalar(0));
+  if (eps > 0) {
+    const Tensor smooth = where(ne(valid, Scalar(0)), div(neg(sum(lp, {1})), double(logits.shape()[1])), Scalar(0));
+    loss = add(mul(loss, 1 - eps), mul(smooth, eps));
+  }
+  if (r == Reduction::none) return loss;
+  if (r == Reduction::sum) return sum(loss);
+  return div(sum(loss), sum(valid));
+}
+
+const char* reduction_name(Reduction r) {
+  return r == Reduction::none ? "none" : r == Reduction::sum ? "sum" : "mean";
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy on (N, C) logits is one softmax_cross_entropy node") {
+  Tensor logits = random_f64({5, 4}, 30);
+  logits.requires_grad_();
+  Tensor loss = cross_entropy(logits, i64({0, 3, 1, 1, 2}, {5}));
+  REQUIRE(loss.grad_fn());
+  CHECK(loss.grad_fn()->op().name == "softmax_cross_entropy");
+  // (N, C, d) logits keep the composite.
+  Tensor l3 = cross_entropy(random_f64({2, 3, 2}, 31).requires_grad_(), i64({0, 1, 2, 0}, {2, 2}));
+  CHECK(l3.grad_fn()->op().name != "softmax_cross_entropy");
+}
+
+TEST_CASE("fused cross_entropy matches the composite: every dtype and reduction, smoothing, ignore_index") {
+  // Against the composite in f64 on the same values: the fused op computes in f32 (f64 for
+  // f64) and rounds once to the storage type, so the relative error is about one rounding.
+  const std::pair<DType, double> dtypes[] = {{DType::f64, 1e-13}, {DType::f32, 1e-6}, {DType::f16, 1e-3},
+                                             {DType::bf16, 8e-3}};
+  const std::int64_t n = 37, c = 11;
+  Generator gen(7);
+  Tensor labels = randint(0, c, {n}, {}, &gen);
+  // Every fourth label ignored (-100), and one ignore_index that is also a class (3).
+  std::vector<std::int64_t> lv = labels.to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < lv.size(); i += 4) lv[i] = -100;
+  Tensor with_ignored = i64(lv, {n});
+  for (auto [dt, tol] : dtypes) {
+    Tensor x = random_f64({n, c}, 32, 3.0).to(dt);
+    for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean})
+      for (double eps : {0.0, 0.1, 0.35}) {
+        struct Labelled {
+          Tensor labels;
+          std::optional<std::int64_t> ignore;
+        };
+        for (const Labelled& l : {Labelled{labels, std::nullopt}, Labelled{with_ignored, -100},
+                                  Labelled{labels, std::int64_t{3}}}) {
+          const Tensor fused = cross_entropy(x, l.labels, r, eps, l.ignore);
+          const Tensor want = composite_cross_entropy(x.to(DType::f64), l.labels, r, eps, l.ignore);
+          CHECK(fused.dtype() == dt);
+          INFO(dtype_name(dt), " reduction=", reduction_name(r), " eps=", eps, " ignore=", l.ignore.value_or(0));
+          const std::vector<double> got = fused.to_vector<double>(), w = want.to_vector<double>();
+          REQUIRE(got.size() == w.size());
+          for (std::size_t i = 0; i < w.size(); ++i)
+            CHECK_MESSAGE(std::abs(got[i] - w[i]) <= tol * std::abs(w[i]), "index ", i, ": ", got[i], " vs ", w[i]);
+        }
+      }
+  }
+}
+
+TEST_CASE("fused cross_entropy: gradients equal the composite's, and pass f64 finite differences") {
+  Tensor x = random_f64({6, 5}, 33, 2.0);
+  Tensor labels = i64({4, 0, 2, 2, 1, 3}, {6}), ignored = i64({4, -1, 2, -1, 1, 3}, {6});
+  auto ok = [](const testing::GradcheckResult& r) { CHECK_MESSAGE(r.ok, r.message); };
+  for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean})
+    for (double eps : {0.0, 0.2}) {
+      INFO("reduction=", reduction_name(r), " eps=", eps);
+      ok(gradcheck([&](const auto& v) { return cross_entropy(v[0], labels, r, eps); }, {x}));
+      ok(gradcheck([&](const auto& v) { return cross_entropy(v[0], ignored, r, eps, -1); }, {x}));
+      Tensor a = x.clone().requires_grad_(), b = x.clone().requires_grad_();
+      Tensor cot = r == Reduction::none ? random_f64({6}, 34) : scalar_tensor(1.5);
+      cross_entropy(a, ignored, r, eps, -1).backward(cot);
+      composite_cross_entropy(b, ignored, r, eps, -1).backward(cot);
+      check_close(a.grad().to_vector<double>(), b.grad().to_vector<double>(), 1e-14);
+    }
+  // The op itself (its stats output is saved state: no gradient flows through it).
+  const OpDef& op = get_op("softmax_cross_entropy");
+  const Attrs attrs{{"reduction", std::string("mean")}, {"label_smoothing", 0.1}, {"ignore_index", std::int64_t{-1}}};
+  ok(gradcheck([&](const auto& v) { return dispatch(op, {{v[0], ignored}}, attrs)[0]; }, {x}));
+}
+
+TEST_CASE("softmax_cross_entropy saves each row's lse and the count; errors name the op") {
+  const OpDef& op = get_op("softmax_cross_entropy");
+  Tensor x = f64({1, 2, 3, 0, 0, 0}, {2, 3});
+  const Attrs mean{{"reduction", std::string("mean")}, {"ignore_index", std::int64_t{7}}};
+  std::vector<Tensor> out = dispatch(op, {{x, i64({2, 7}, {2})}}, mean);
+  REQUIRE(out.size() == 2);
+  check_close(out[1].to_vector<double>(), {3 + std::log(1 + std::exp(-1.0) + std::exp(-2.0)), std::log(3.0), 1}, 1e-14);
+  CHECK(out[0].item<double>() == doctest::Approx(std::log(1 + std::exp(-1.0) + std::exp(-2.0))).epsilon(1e-14));
+  // f16 logits keep the stats in f32.
+  std::vector<Tensor> half = dispatch(op, {{x.to(DType::f16), i64({2, 1}, {2})}}, mean);
+  CHECK(half[0].dtype() == DType::f16);
+  CHECK(half[1].dtype() == DType::f32);
+  std::string m = message_of<ValueError>([&] { cross_entropy(x, i64({0, 3}, {2})); });
+  CHECK(m.find("[softmax_cross_entropy] label 3 is out of range for 3 classes") != std::string::npos);
+  CHECK(message_of<DTypeError>([&] { cross_entropy(x, f64({0, 1}, {2})); }).find("[softmax_cross_entropy]") !=
+        std::string::npos);
+  CHECK(message_of<ValueError>([&] { dispatch(op, {{x, i64({0, 1}, {2})}}, Attrs{{"reduction", std::string("max")}}); })
+            .find("[softmax_cross_entropy] reduction must be none, sum or mean") != std::string::npos);
+  CHECK(message_of<ShapeError>([&] { dispatch(op, {{x, i64({0, 1, 1}, {3})}}, mean); })
+            .find("[softmax_cross_entropy] needs logits (N, C) and labels (N)") != std::string::npos);
+  // cross_entropy's own checks come first, with today's messages.
+  CHECK(message_of<ShapeError>([&] { cross_entropy(x, i64({0}, {1})); }).find("[cross_entropy]") != std::string::npos);
+  CHECK(message_of<ValueError>([&] { cross_entropy(x, i64({0, 1}, {2}), Reduction::mean, 1.0); })
+            .find("[cross_entropy] label_smoothing must be in [0, 1)") != std::string::npos);
 }
 
 TEST_CASE("mse_loss reduces the squared difference") {

@@ -1,7 +1,7 @@
 #pragma once
 // Neural-network functions: softmax, losses, dropout and normalisation. softmax,
-// log_softmax and nll_loss are registry ops with GPU kernels; the rest are composites of
-// public ops, so autograd comes from their parts.
+// log_softmax, nll_loss and cross_entropy on (N, C) logits are registry ops with GPU
+// kernels; the rest are composites of public ops, so autograd comes from their parts.
 #include <cstdint>
 #include <optional>
 
@@ -26,7 +26,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, Reduction reducti
 
 // nll_loss(log_softmax(logits, 1), labels) for logits (N, C, d...). With label_smoothing
 // eps in [0, 1) each element's loss is (1 - eps) * nll + eps * mean over classes of
-// -log_softmax; ignored elements contribute neither term.
+// -log_softmax; ignored elements contribute neither term. Logits (N, C) take one fused op
+// (on the GPU one kernel forward, one backward; f16/bf16 computed in f32); labels out of
+// range behave as in nll_loss (the fused op names itself: [softmax_cross_entropy]).
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction = Reduction::mean,
                      double label_smoothing = 0.0, std::optional<std::int64_t> ignore_index = std::nullopt);
 

@@ -1,0 +1,173 @@
+// The fused softmax cross-entropy on the GPU (kernel_templates/softmax.cu): forward and
+// backward against the CPU reference for every floating dtype, reduction, label smoothing
+// and ignore_index, warp rows (C <= 1024) and block rows; bit-identical repeats (the
+// last-block counter resets itself, also across CUDA graph replays); out-of-range labels.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../support/gradcheck.h"
+#include "gpu_match.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+using kiln_test::check_match;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// GPU (f32 accumulation, tree order) against the CPU (double, in order): f32 allows for
+// sums over 1000 rows of 1000 classes; f16/bf16 one rounding of the storage type and a bit.
+double tolerance(DType t) {
+  switch (t) {
+    case DType::f16:
+      return 2e-3;
+    case DType::bf16:
+      return 1e-2;
+    case DType::f64:
+      return 1e-12;
+    default:
+      return 2e-5;
+  }
+}
+
+const char* reduction_name(Reduction r) {
+  return r == Reduction::none ? "none" : r == Reduction::sum ? "sum" : "mean";
+}
+
+Tensor normal(const Shape& s, std::uint64_t seed, double scale) {
+  Generator g(seed);
+  return mul(randn(s, {.dtype = DType::f64}, &g), scale);
+}
+
+// Labels in [0, c), every seventh one -100 when `ignored`.
+Tensor make_labels(std::int64_t n, std::int64_t c, bool ignored, std::uint64_t seed) {
+  Generator g(seed);
+  std::vector<std::int64_t> v = randint(0, c, {n}, {}, &g).to_vector<std::int64_t>();
+  if (ignored)
+    for (std::size_t i = 0; i < v.size(); i += 7) v[i] = -100;
+  return from_vector(v, {n});
+}
+
+std::vector<std::uint64_t> bits(const Tensor& t) {
+  std::vector<double> v = t.to(Device::cpu()).to_vector<double>();
+  std::vector<std::uint64_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("softmax_cross_entropy on the GPU matches the CPU: dtypes, reductions, smoothing, ignore_index, shapes") {
+  struct Size {
+    std::int64_t n, c;
+  };
+  const Size sizes[] = {{1, 10}, {1, 1000}, {1000, 10}, {1000, 1000}, {37, 1500}, {0, 10}};
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (const Size& sz : sizes) {
+      const Tensor x = normal({sz.n, sz.c}, 1, 3.0).to(t);
+      for (bool ignored : {false, true}) {
+        const Tensor labels = make_labels(sz.n, sz.c, ignored, 2);
+        const std::optional<std::int64_t> ignore = ignored ? std::optional<std::int64_t>(-100) : std::nullopt;
+        for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean}) {
+          for (double eps : {0.0, 0.1}) {
+            const std::string name = "cross_entropy(dtype=" + std::string(dtype_name(t)) + ", shape=" +
+                                     shape_str(x.shape()) + ", reduction=" + reduction_name(r) +
+                                     ", label_smoothing=" + std::to_string(eps) + (ignored ? ", ignore_index=-100)" : ")");
+            Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
+            const Tensor yc = cross_entropy(xc, labels, r, eps, ignore);
+            const Tensor yg = cross_entropy(xg, labels.to(kGpu), r, eps, ignore);
+            check_match(yc, yg, tolerance(t), name + " forward");
+            Generator gen(3);
+            const Tensor cot = randn(yc.shape(), {.dtype = t}, &gen);
+            yc.backward(cot);
+            yg.backward(cot.to(kGpu));
+            check_match(xc.grad(), xg.grad(), tolerance(t), name + " backward");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax_cross_entropy on the GPU: the same call twice gives the same bits (the counter resets)") {
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    for (std::int64_t c : {10, 1000, 3000}) {
+      const Tensor x = normal({1000, c}, 4, 2.0).to(t).to(kGpu);
+      const Tensor labels = make_labels(1000, c, true, 5).to(kGpu);
+      for (Reduction r : {Reduction::sum, Reduction::mean}) {
+        CAPTURE(dtype_name(t));
+        CAPTURE(c);
+        CAPTURE(reduction_name(r));
+        const std::vector<std::uint64_t> first = bits(cross_entropy(x, labels, r, 0.1, -100));
+        for (int k = 0; k < 3; ++k) CHECK(bits(cross_entropy(x, labels, r, 0.1, -100)) == first);
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax_cross_entropy in a compiled step: one kernel each way, replays match eager bit for bit") {
+  Generator g(8);
+  Tensor w = randn({32, 10}, {}, &g).to(kGpu).requires_grad_();
+  auto fn = [&](const std::vector<Tensor>& in) {
+    w.zero_grad();
+    Tensor loss = cross_entropy(matmul(in[0], w), in[1], Reduction::mean, 0.1, -100);
+    loss.backward();
+    return std::vector<Tensor>{loss.detach(), w.grad()};
+  };
+  const Tensor x = randn({256, 32}, {}, &g).to(kGpu);
+  const Tensor labels = make_labels(256, 10, true, 9).to(kGpu);
+  std::vector<Tensor> eager = fn({x, labels});
+  const std::vector<std::uint64_t> want_loss = bits(eager[0]), want_grad = bits(eager[1]);
+  CompiledFunction cf = compile(fn);
+  for (int k = 0; k < 20; ++k) {
+    std::vector<Tensor> out = cf({x, labels});
+    CAPTURE(k);
+    CHECK(bits(out[0]) == want_loss);
+    CHECK(bits(out[1]) == want_grad);
+  }
+  const CompileStats s = cf.stats();
+  CHECK(s.replays == 18);
+  REQUIRE(s.kernel_names_per_graph.size() == 1);
+  const auto& names = s.kernel_names_per_graph[0];
+  auto count = [&](const char* k) { return names.count(k) ? names.at(k) : std::size_t{0}; };
+  CHECK(count("kiln_softmax_cross_entropy") == 1);
+  CHECK(count("kiln_softmax_cross_entropy_backward") == 1);
+  CHECK(count("kiln_softmax") == 0);
+  CHECK(count("kiln_nll_forward") == 0);
+  CHECK(count("kiln_nll_backward") == 0);
+}
+
+TEST_CASE("softmax_cross_entropy on the GPU: an out-of-range label gives a NaN loss and a zero gradient") {
+  const Tensor labels = from_vector(std::vector<std::int64_t>{1, 7, 0}, {3}).to(kGpu);
+  Tensor x = normal({3, 4}, 10, 1.0).to(DType::f32).to(kGpu).requires_grad_();
+  const Tensor loss = cross_entropy(x, labels, Reduction::none, 0.1);
+  const std::vector<float> l = loss.to(Device::cpu()).to_vector<float>();
+  CHECK(std::isfinite(l[0]));
+  CHECK(std::isnan(l[1]));
+  CHECK(std::isfinite(l[2]));
+  loss.backward(ones({3}, {.device = kGpu}));
+  const std::vector<float> gr = x.grad().to(Device::cpu()).to_vector<float>();
+  for (int c = 0; c < 4; ++c) {
+    CHECK(gr[static_cast<std::size_t>(4 + c)] == 0);
+    CHECK(gr[static_cast<std::size_t>(c)] != 0);
+  }
+  CHECK(std::isnan(cross_entropy(x, labels, Reduction::sum).item<float>()));
+}
+
+TEST_CASE("softmax_cross_entropy: gradient checks in f64 on the GPU") {
+  const Tensor x = normal({5, 7}, 11, 2.0).to(kGpu);
+  const Tensor labels = from_vector(std::vector<std::int64_t>{6, -1, 3, 3, 0}, {5}).to(kGpu);
+  for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean})
+    for (double eps : {0.0, 0.2}) {
+      const testing::GradcheckResult res =
+          testing::gradcheck([&](const auto& v) { return cross_entropy(v[0], labels, r, eps, -1); }, {x});
+      CHECK_MESSAGE(res.ok, reduction_name(r) << " eps " << eps << ": " << res.message);
+    }
+}
