@@ -242,12 +242,12 @@ const OpDef& kCrossEntropy = register_op({
                                         device_address(out[1]), n, x.shape()[1], p.reduction, p.eps, p.ignore.index,
                                         p.ignore.on, stream_of(a.device));
         },
-    // Only the loss carries a gradient: stats is state saved for the backward, and its
-    // gradient (zeros the engine fills in: one output keeps that to one small fill) is dropped.
+    // Only the loss carries a gradient: stats is state saved for the backward.
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       return {call(kCrossEntropyBackward, {g[0], c.saved_input(0), c.saved_input(1), c.saved_output(1)}, c.attrs()),
               Tensor()};
     },
+    .differentiable_outputs = 1,
     .save = {.inputs = {0, 1}, .outputs = {1}},
     // gradcheck_op feeds f64 labels, which the dtype rule refuses: tests/engine/
     // test_nn_functional.cpp checks the gradients by hand.

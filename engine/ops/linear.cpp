@@ -64,7 +64,7 @@ void linear_cpu(const OpArgs& a, std::span<Tensor> out) {
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
         auto v = cpu::load(py[i * n + j]) + cpu::load(pb[j * b.strides()[0]]);
-        if (relu && !(v > decltype(v)(0))) v = decltype(v)(0);
+        if (relu && v <= decltype(v)(0)) v = decltype(v)(0);  // NaN stays NaN, as relu keeps it
         py[i * n + j] = cpu::store<T>(v);
       }
   });

@@ -153,6 +153,7 @@ const OpDef& kNll = register_op({
       attrs.set("classes", c.input(0).shape[1]);
       return {call(kNllBackward, {g[0], c.saved_input(1)}, attrs), Tensor()};
     },
+    .differentiable_outputs = 1,  // the mask carries no gradient
     .save = {.inputs = {1}},
     .test = {.attrs = {Attrs{}, Attrs{{"ignore_index", std::int64_t{1}}}},
              .gradcheck = false,

@@ -161,6 +161,9 @@ struct OpDef {
   std::optional<PointwiseExpr> pointwise{};
   bool makes_outputs = false;  // the impl creates the outputs itself (views, transfers)
   Vjp vjp{};                    // empty: not differentiable (outputs never require grad)
+  // -1: every output carries a gradient (missing ones reach the vjp as zeros); n: outputs from
+  // n on (masks, statistics) carry none, and reach the vjp undefined at no cost.
+  int differentiable_outputs = -1;
   SavePolicy save{};
   TestHints test{};
 };

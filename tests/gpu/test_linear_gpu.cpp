@@ -22,7 +22,7 @@ const Device kGpu = Device::cuda(0);
 double tolerance(DType t) {
   switch (t) {
     case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
+    case DType::f32: return 1e-4;  // sums of up to 300 terms of either sign
     case DType::f16: return 4e-3;
     default: return 3e-2;  // bf16
   }

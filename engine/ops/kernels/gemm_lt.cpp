@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -23,7 +24,11 @@ namespace kiln::kernels {
 
 namespace {
 
-std::atomic<bool> g_autotune{false};
+// KILN_GEMM_AUTOTUNE=1 turns autotuning on from the start (benchmarks, a trainer run).
+std::atomic<bool> g_autotune{[] {
+  const char* v = std::getenv("KILN_GEMM_AUTOTUNE");
+  return v && std::string(v) == "1";
+}()};
 
 struct LtTypes {
   cudaDataType data, scale;

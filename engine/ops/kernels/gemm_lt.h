@@ -32,7 +32,7 @@ struct LtMatmul {
 
 // Autotuning: the first call of a configuration outside a capture runs each heuristic
 // candidate a few times and keeps the fastest. Off by default: which algorithm wins can vary
-// between processes, and with it the rounding of the results.
+// between processes, and with it the rounding of the results. KILN_GEMM_AUTOTUNE=1 turns it on.
 void set_gemm_autotune(bool on);
 bool gemm_autotune();
 

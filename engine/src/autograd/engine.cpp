@@ -1,4 +1,6 @@
 // backward(): a reverse topological walk over the recorded nodes.
+#include <map>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -9,6 +11,23 @@
 #include "record.h"
 
 namespace kiln {
+
+// The implicit gradient 1 of a one-element root: one constant per (device, dtype), so a
+// compiled step's backward starts without a fill kernel. Only made outside a capture, where
+// its value is written at once; nothing writes into it (a leaf that receives it copies it).
+Tensor seed_one(const Tensor& root) {
+  if (!root.device().is_cuda()) return ones_like(root);
+  static std::mutex mu;
+  static std::map<std::pair<int, DType>, Tensor> ones;
+  std::lock_guard lock(mu);
+  const auto key = std::make_pair(root.device().index(), root.dtype());
+  auto it = ones.find(key);
+  if (it == ones.end()) {
+    if (compile_detail::capturing()) return ones_like(root);
+    it = ones.emplace(key, ones_like(root)).first;
+  }
+  return it->second.reshape(root.shape());
+}
 
 class BackwardEngine {
  public:
@@ -22,7 +41,7 @@ class BackwardEngine {
       if (root.numel() != 1)
         throw ShapeError("[backward] a gradient must be given for a tensor of shape " + shape_str(root.shape()) +
                          "; only one-element tensors get 1 implicitly");
-      grad = ones_like(root);
+      grad = seed_one(root);
     }
     if (grad.shape() != root.shape() || grad.device() != root.device())
       throw ShapeError("[backward] a gradient of shape " + shape_str(grad.shape()) + " on " + grad.device().str() +
@@ -111,6 +130,8 @@ class BackwardEngine {
     grads.resize(n.outputs_.size());
     for (std::size_t k = 0; k < grads.size(); ++k) {
       const TensorMeta& m = n.outputs_[k];
+      const int first_plain = n.op_->differentiable_outputs;
+      if (!grads[k].defined() && first_plain >= 0 && static_cast<int>(k) >= first_plain) continue;
       if (!grads[k].defined()) grads[k] = zeros(m.shape, {.dtype = m.dtype, .device = m.device});
       else if (grads[k].dtype() != m.dtype) grads[k] = convert(grads[k], m.dtype);
     }
