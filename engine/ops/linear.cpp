@@ -70,6 +70,11 @@ void linear_cpu(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
+void relu_in_place(const Tensor& y, const rt::Stream& s) {
+  static const gpu::LazyKernel relu("relu");
+  kernels::launch_unary(relu.get(), y.dtype(), y.dtype(), gpu::operand(y), gpu::operand(y), y.shape(), 0, 0, s);
+}
+
 // Without an algorithm for the epilogue (f64): the bias copied into y, a GEMM adding onto it,
 // then an in-place ReLU.
 void linear_gpu_fallback(const OpArgs& a, const Tensor& x, const Tensor& w, const Tensor& y) {
@@ -81,15 +86,16 @@ void linear_gpu_fallback(const OpArgs& a, const Tensor& x, const Tensor& w, cons
                                 {device_address(w), 0, w.strides()[1], w.strides()[0]}, 1.0,
                                 {device_address(y), 0, n, 1}, s);
   if (!ok) throw Error("[linear] cuBLAS refused the layout of x and w after making them contiguous");
-  if (!relu_of(a.attrs)) return;
-  static const gpu::LazyKernel relu("relu");
-  kernels::launch_unary(relu.get(), y.dtype(), y.dtype(), gpu::operand(y), gpu::operand(y), y.shape(), 0, 0, s);
+  if (relu_of(a.attrs)) relu_in_place(y, s);
 }
 
 void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor x = lt_ready(a.inputs[0]), w = lt_ready(a.inputs[1]), b = dense(a.inputs[2]);
   const Tensor& y = out[0];
   const LtOperand lx = lt_operand(x), lw = lt_operand(w);
+  // cuBLASLt's f16 ReLU epilogue turns NaN into 0 (its f32 and bf16 ones keep it, as relu
+  // does): f16 adds the bias in the epilogue and runs relu as its own kernel.
+  const bool relu = relu_of(a.attrs), epilogue_relu = relu && y.dtype() != DType::f16;
   // Column-major: y^T (n x m) = w (n x k) @ x^T (k x m); w's storage read as (k x n) is w^T.
   kernels::LtMatmul g{.dtype = y.dtype(),
                       .m = w.shape()[0],
@@ -100,12 +106,14 @@ void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .lda = lw.ld,
                       .ldb = lx.ld,
                       .ldd = w.shape()[0],
-                      .epilogue = relu_of(a.attrs) ? kernels::LtEpilogue::relu_bias : kernels::LtEpilogue::bias,
+                      .epilogue = epilogue_relu ? kernels::LtEpilogue::relu_bias : kernels::LtEpilogue::bias,
                       .a = device_address(w),
                       .b = device_address(x),
                       .d = device_address(y),
                       .bias = device_address(b)};
-  if (!kernels::lt_matmul(g, stream_of(a.device))) linear_gpu_fallback(a, x, w, y);
+  const rt::Stream& s = stream_of(a.device);
+  if (!kernels::lt_matmul(g, s)) return linear_gpu_fallback(a, x, w, y);
+  if (relu && !epilogue_relu) relu_in_place(y, s);
 }
 
 // Weight and bias gradients of linear from gp = dL/d(pre-activation) (m, n) and x (m, k):
