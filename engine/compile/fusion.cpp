@@ -143,15 +143,23 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
   return s;
 }
 
-// One registered spec per distinct source, named after its hash.
-const rt::KernelSpec& spec_for(const std::string& src) {
+// One registered spec per distinct source, named after its hash alone: a name that depended on
+// the order groups first ran in would differ between processes, and the disk cache would then
+// take its own entries for foreign ones. The label "fused(mul,add) f32" is what people see.
+const rt::KernelSpec& spec_for(const std::string& src, const std::vector<Pending>& ops) {
   static std::mutex mu;
   static auto* specs = new std::unordered_map<std::string, const rt::KernelSpec*>;
   std::lock_guard lock(mu);
   if (auto it = specs->find(src); it != specs->end()) return *it->second;
-  char name[32];
-  std::snprintf(name, sizeof name, "fused_%016zx_%zu", std::hash<std::string>{}(src), specs->size());
-  rt::add_generated_template(name, src);
+  char hash[32];
+  std::snprintf(hash, sizeof hash, "fused_%016zx", std::hash<std::string>{}(src));
+  std::string name = hash;
+  for (int k = 1; rt::find_kernel(name); ++k) name = std::string(hash) + "_" + std::to_string(k);  // a 64-bit collision
+  std::string names;
+  for (const Pending& p : ops) (names += names.empty() ? "" : ",") += p.op->name;
+  std::string label = "fused(";
+  ((label += names) += ") ") += dtype_name(ops.front().output.dtype());
+  rt::add_generated_template(name, src, std::move(label));
   rt::KernelSpec s;
   s.op = name;
   s.template_name = name;
@@ -192,7 +200,7 @@ void run(std::vector<Pending> ops) {
   const Shape shape = ops.front().output.shape();
   const std::string src = source(ops, ext, stored, nop);
   const int device = ops.front().output.device().index();
-  const rt::Function fn = rt::get_function(spec_for(src), DTypes{DType::u8}, 0, device);
+  const rt::Function fn = rt::get_function(spec_for(src, ops), DTypes{DType::u8}, 0, device);
   std::vector<kernels::Operand> operands;
   std::vector<rt::DevicePtr> ptrs;
   for (int k : stored) operands.push_back(gpu::operand(ops[static_cast<std::size_t>(k)].output));

@@ -79,6 +79,7 @@ std::string header_text(const EntryHeader& h) {
   line("nvrtc", h.key.nvrtc_version);
   line("options", h.key.options);
   line("digest", h.key.digest);
+  if (!h.key.label.empty()) line("label", h.key.label);
   line("created", std::to_string(h.created));
   line("source_bytes", std::to_string(h.source_bytes));
   line("ptx_bytes", std::to_string(h.ptx_bytes));
@@ -120,6 +121,7 @@ std::string parse_header(std::string_view text, EntryHeader* h) {
             text_field("options", &k.options) && text_field("digest", &k.digest) && int_field("created", &h->created) &&
             int_field("source_bytes", &h->source_bytes) && int_field("ptx_bytes", &h->ptx_bytes) &&
             int_field("cubin_bytes", &h->cubin_bytes);
+  if (auto it = fields.find("label"); it != fields.end()) k.label = it->second;
   return ok ? "" : "field '" + missing + "' missing or malformed";
 }
 

@@ -17,6 +17,7 @@
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
+#include "kiln/runtime/templates.h"
 
 namespace kiln::rt {
 
@@ -72,12 +73,11 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int arch, const std::string& source) {
-  EntryKey k;
-  k.op = spec.op;
-  k.dtypes = d.str();
-  k.variant = variant;
+// `named` carries op, dtypes, variant and label; the rest follows from the arch and NVRTC.
+EntryKey key_for_arch(EntryKey named, int arch, const std::string& source) {
+  EntryKey k = std::move(named);
   k.arch = arch;
+  k.options.clear();
   k.kind = nvrtc_can_emit_cubin(arch) ? "cubin" : "ptx";
   k.nvrtc_version = nvrtc_version();
   for (const auto& o : nvrtc_options(arch)) k.options += (k.options.empty() ? "" : " ") + o;
@@ -85,15 +85,27 @@ EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant
   return k;
 }
 
+EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int arch, const std::string& source) {
+  EntryKey k;
+  k.op = spec.op;
+  k.dtypes = d.str();
+  k.variant = variant;
+  k.label = generated_template_label(spec.template_name).value_or("");
+  return key_for_arch(std::move(k), arch, source);
+}
+
+// Outside the cache a generated kernel is known by its label, not its hash name.
+std::string display_name(const EntryKey& key) { return key.label.empty() ? key.op : key.label; }
+
 Entry compile_entry(const EntryKey& key, std::string source) {
   if (const char* env = std::getenv("KILN_NO_COMPILE"); env && *env && std::string(env) != "0")
-    throw Error("[cache] KILN_NO_COMPILE is set but " + key.op + " (" + key.dtypes + ") for sm_" +
+    throw Error("[cache] KILN_NO_COMPILE is set but " + display_name(key) + " (" + key.dtypes + ") for sm_" +
                 std::to_string(key.arch) + " is not in the disk cache " + DiskCache::global().dir().string());
   static std::once_flag first;
   std::call_once(first, [] {
     log().info("compiling GPU kernels on first use; `jitcc warm` fills the kernel cache ahead of time");
   });
-  CompiledModule m = compile({key.op, key.dtypes, source, key.arch});
+  CompiledModule m = compile({display_name(key), key.dtypes, source, key.arch});
   counters.compiles++;
   counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
   Entry e{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};
@@ -146,6 +158,16 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   return Function{fn, device};
 }
 
+WarmOutcome warm_key(const EntryKey& key, std::string source, std::string* digest) {
+  if (digest) *digest = key.digest;
+  if (DiskCache::global().load(key)) {
+    counters.disk_hits++;
+    return WarmOutcome::cached;
+  }
+  compile_entry(key, std::move(source));
+  return WarmOutcome::compiled;
+}
+
 }  // namespace
 
 Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
@@ -170,14 +192,12 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
 WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
                         std::string* digest) {
   std::string source = instantiate_kernel(spec, dtypes, variant);
-  EntryKey key = make_key(spec, dtypes, variant, arch, source);
-  if (digest) *digest = key.digest;
-  if (DiskCache::global().load(key)) {
-    counters.disk_hits++;
-    return WarmOutcome::cached;
-  }
-  compile_entry(key, std::move(source));
-  return WarmOutcome::compiled;
+  EntryKey key = make_key(spec, dtypes, variant, arch, source);  // before the source moves
+  return warm_key(key, std::move(source), digest);
+}
+
+WarmOutcome warm_source(const EntryKey& recorded, const std::string& source, int arch, std::string* digest) {
+  return warm_key(key_for_arch(recorded, arch, source), source, digest);
 }
 
 CacheCounters cache_counters() {

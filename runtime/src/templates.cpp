@@ -53,9 +53,13 @@ std::string joined_placeholders(std::string_view text) {
   return out.empty() ? "none" : out;
 }
 
+struct GeneratedText {
+  std::string text, label;
+};
+
 struct Generated {
   std::mutex mu;
-  std::map<std::string, std::string, std::less<>> by_name;
+  std::map<std::string, GeneratedText, std::less<>> by_name;
 };
 
 Generated& generated() {
@@ -65,13 +69,24 @@ Generated& generated() {
 
 }  // namespace
 
-void add_generated_template(std::string_view name, std::string text) {
+void add_generated_template(std::string_view name, std::string text, std::string label) {
   check_name(name);
+  if (label.empty()) label = name;
   Generated& g = generated();
   std::lock_guard lock(g.mu);
-  auto [it, fresh] = g.by_name.try_emplace(std::string(name), std::move(text));
-  if (!fresh && it->second != text)
-    throw ValueError("[templates] generated template '" + std::string(name) + "' exists with other text");
+  if (auto it = g.by_name.find(name); it != g.by_name.end()) {
+    if (it->second.text != text)
+      throw ValueError("[templates] generated template '" + std::string(name) + "' exists with other text");
+    return;
+  }
+  g.by_name.emplace(std::string(name), GeneratedText{std::move(text), std::move(label)});
+}
+
+std::optional<std::string> generated_template_label(std::string_view name) {
+  Generated& g = generated();
+  std::lock_guard lock(g.mu);
+  if (auto it = g.by_name.find(name); it != g.by_name.end()) return it->second.label;
+  return std::nullopt;
 }
 
 std::string template_source(std::string_view name) {
@@ -79,7 +94,7 @@ std::string template_source(std::string_view name) {
   {
     Generated& g = generated();
     std::lock_guard lock(g.mu);
-    if (auto it = g.by_name.find(name); it != g.by_name.end()) return it->second;
+    if (auto it = g.by_name.find(name); it != g.by_name.end()) return it->second.text;
   }
   if (std::string dir = template_dir(); !dir.empty()) {
     std::filesystem::path path = std::filesystem::path(dir) / (std::string(name) + ".cu");

@@ -3,12 +3,17 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "../../engine/ops/registry.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/disk_cache.h"
+#include "process.h"
+#include "temp_dir.h"
 
 using namespace kiln;
 
@@ -105,4 +110,30 @@ TEST_CASE("fusion: a value read outside its group is written; a dropped one is n
     CHECK(bits(kept) == bits(add(x, bias)));
   }
   CHECK(cf.stats().kernels_per_graph.at(0) <= 2);  // the input copy and one fused kernel
+}
+
+// kiln_test_helper fused-steps runs two compiled, fused steps; a second process, meeting them in
+// the other order, must find every kernel (the generated ones too) in the disk cache.
+TEST_CASE("fusion: a second process runs the same fused steps in another order and compiles nothing") {
+  kiln_test::TempDir dir;
+  const kiln_test::EnvOverrides env{{"KILN_CACHE", "rw"},
+                                    {"KILN_CACHE_DIR", dir.path().string()},
+                                    {"KILN_CACHE_MAX_SIZE", std::nullopt},
+                                    {"KILN_NO_COMPILE", std::nullopt}};
+  auto run = [&](const std::string& order) {
+    const kiln_test::ProcessResult r = kiln_test::run_process({KILN_TEST_HELPER_PATH, "fused-steps", order}, env);
+    INFO("fused-steps " << order << ": " << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json first = run("ab");
+  CHECK(first.at("compiles").get<int>() > 0);
+  std::set<std::string> labels;
+  for (const rt::EntryInfo& e : rt::DiskCache(dir.path(), rt::CacheMode::read_only, 0).list()) labels.insert(e.key.label);
+  CHECK(labels.count("fused(mul,add,relu) f32") == 1);
+  CHECK(labels.count("fused(sigmoid,mul,tanh) f32") == 1);
+
+  const nlohmann::json second = run("ba");
+  CHECK(second.at("compiles") == 0);
+  CHECK(second.at("disk_hits") == first.at("compiles"));
 }

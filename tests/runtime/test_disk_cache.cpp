@@ -6,6 +6,9 @@
 
 #include "disk_cache_test_util.h"
 #include "kiln/error.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
 
 using namespace kiln::rt;
 using namespace kiln_test;
@@ -360,4 +363,89 @@ TEST_CASE("disk cache: sizes and directories from the environment") {
   CHECK(DiskCache::default_dir() == fs::path("/home/u/.cache/kiln"));
   ::unsetenv("HOME");
   CHECK(DiskCache::default_dir() == fs::path("/tmp/kiln-cache-" + std::to_string(::getuid())));
+}
+
+TEST_CASE("disk cache: a generated kernel's label is recorded and read back; entries without one still read") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  Entry e = make_entry("extern \"C\" __global__ void kiln_fused() {}\n");
+  e.key.op = "fused_0123456789abcdef";
+  e.key.label = "fused(mul,add,relu) f32";
+  // The label names the kernel for people; identity stays with the digest.
+  CHECK(entry_digest(e.key, e.source) == e.key.digest);
+  cache.store(e);
+  const fs::path file = entry_file(cache.dir(), e.key.digest);
+
+  std::optional<Entry> got = cache.load(e.key);
+  REQUIRE(got.has_value());
+  CHECK(got->key.label == "fused(mul,add,relu) f32");
+  CHECK(got->key.op == e.key.op);
+  std::optional<Entry> read = cache.read(file);
+  REQUIRE(read.has_value());
+  CHECK(read->key.label == e.key.label);
+  std::vector<EntryInfo> infos = cache.list();
+  REQUIRE(infos.size() == 1);
+  CHECK(infos[0].ok);
+  CHECK(infos[0].key.label == e.key.label);
+
+  SUBCASE("an entry stored without a label (as older builds wrote it) is a hit for a labelled request") {
+    Entry old = e;
+    old.key.label.clear();
+    cache.store(old);
+    CHECK(read_bytes(file).find("label=") == std::string::npos);  // a built-in's header is unchanged
+    std::optional<Entry> hit = cache.load(e.key);
+    REQUIRE(hit.has_value());
+    CHECK(hit->key.label.empty());
+    CHECK(cache.quarantine_count() == 0);
+  }
+  SUBCASE("a label with a newline and backslashes round-trips") {
+    Entry odd = e;
+    odd.key.label = "fused(a\\b,\nc) f64";
+    cache.store(odd);
+    std::optional<Entry> hit = cache.load(odd.key);
+    REQUIRE(hit.has_value());
+    CHECK(hit->key.label == odd.key.label);
+  }
+}
+
+TEST_CASE("module cache: a generated template's kernel is stored under its label; warm_source rebuilds it for another arch") {
+  DiskCache& global = DiskCache::global();
+  if (global.mode() != CacheMode::read_write) {
+    MESSAGE("skipped: KILN_CACHE is not rw");
+    return;
+  }
+  const std::string name = "test_generated_label_kernel";
+  add_generated_template(name, "extern \"C\" __global__ void kiln_test_generated(float* p) { p[threadIdx.x] *= -2.f; }\n",
+                         "fused(neg,mul) f32");
+  CHECK(generated_template_label(name) == "fused(neg,mul) f32");
+  CHECK_FALSE(generated_template_label("elementwise_unary").has_value());
+  add_generated_template("test_generated_unlabelled", "// nothing\n");
+  CHECK(generated_template_label("test_generated_unlabelled") == "test_generated_unlabelled");
+
+  KernelSpec s;
+  s.op = name;
+  s.template_name = name;
+  s.entry = "kiln_test_generated";
+  s.dtypes = {kiln::DTypes{kiln::DType::u8}};
+  s.bind = [](const kiln::DTypes&, std::uint32_t) { return Bindings{}; };
+  const KernelSpec& spec = register_kernel(std::move(s));
+  std::string digest;
+  warm_kernel(spec, kiln::DTypes{kiln::DType::u8}, 0, 80, &digest);  // compiled, or cached by an earlier run
+  std::optional<Entry> e = global.read(entry_file(global.dir(), digest));
+  REQUIRE(e.has_value());
+  CHECK(e->key.label == "fused(neg,mul) f32");
+  CHECK(e->key.op == name);
+  CHECK(e->key.arch == 80);
+
+  std::string other;
+  warm_source(e->key, e->source, 86, &other);
+  CHECK(other != digest);
+  std::optional<Entry> rebuilt = global.read(entry_file(global.dir(), other));
+  REQUIRE(rebuilt.has_value());
+  CHECK(rebuilt->key.arch == 86);
+  CHECK(rebuilt->key.label == e->key.label);
+  CHECK(rebuilt->key.op == e->key.op);
+  CHECK(rebuilt->key.dtypes == e->key.dtypes);
+  CHECK(rebuilt->source == e->source);
+  CHECK(warm_source(e->key, e->source, 86) == WarmOutcome::cached);
 }

@@ -5,6 +5,7 @@
 //   kiln_test_helper load-threads OP DTYPES N       N threads load one function at once on GPU 0
 //   kiln_test_helper load-all                       load every registered kernel on GPU 0
 //   kiln_test_helper nvrtc-median ARCH              compile one instantiation per kernel, print median ms
+//   kiln_test_helper fused-steps ab|ba               run two compiled, fused steps on GPU 0 in that order
 // The cache directory comes from the environment (KILN_CACHE_DIR).
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
@@ -76,6 +78,24 @@ int nvrtc_median(int arch) {
   return 0;
 }
 
+// Two compiled steps whose pointwise chains fuse: a relu(x * y + x), b tanh(sigmoid(x) * y).
+// The order changes which fused kernel a process meets first, not what is compiled.
+int fused_steps(const std::string& order) {
+  using namespace kiln;
+  Generator g(7);
+  const Device gpu = Device::cuda(0);
+  const Tensor x = randn({64, 32}, {}, &g).to(gpu), y = randn({64, 32}, {}, &g).to(gpu);
+  CompiledFunction a = compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0] * in[1] + in[0])}; },
+                               {.fuse = true});
+  CompiledFunction b = compile(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{kiln::tanh(sigmoid(in[0]) * in[1])}; },
+      {.fuse = true});
+  for (char step : order)
+    for (int call = 0; call < 3; ++call) (step == 'a' ? a : b)({x, y})[0].to(Device::cpu());  // eager, capture, replay
+  print_counters("ran");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,6 +105,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "load-all" && argc == 2) return load_all();
     if (cmd == "nvrtc-median" && argc == 3) return nvrtc_median(kiln::rt::parse_arch(argv[2]));
+    if (cmd == "fused-steps" && argc == 3) return fused_steps(argv[2]);
     if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {

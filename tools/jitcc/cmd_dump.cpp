@@ -20,14 +20,19 @@ struct DumpArgs {
   std::optional<std::string> ops;  // unset: every entry
 };
 
-// <op>_<dtypes>_v<variant>_sm<arch>_<digest8>, dtypes joined by '-'; nothing a shell must quote.
+// <op>_<dtypes>_v<variant>_sm<arch>_<digest8>, dtypes joined by '-'; a generated kernel's
+// <label>_sm<arch>_<digest8> ("fused_mul_add_f32_sm90_..."); nothing a shell must quote.
 std::string file_stem(const rt::EntryKey& k) {
   std::string dtypes = k.dtypes;
   std::replace(dtypes.begin(), dtypes.end(), ',', '-');
-  std::string stem = k.op + "_" + dtypes + "_v" + std::to_string(k.variant) + "_sm" + std::to_string(k.arch) + "_" +
-                     k.digest.substr(0, 8);
-  for (char& c : stem)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') c = '_';
+  const std::string name = k.label.empty() ? k.op + "_" + dtypes + "_v" + std::to_string(k.variant) : k.label;
+  std::string stem;
+  for (char c : name + "_sm" + std::to_string(k.arch) + "_" + k.digest.substr(0, 8)) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+    // A label's punctuation runs ("fused(a,b) f32") become one '_'; op names keep theirs.
+    if (c == '_' && !k.label.empty() && !stem.empty() && stem.back() == '_') continue;
+    stem += c;
+  }
   return stem;
 }
 
@@ -40,7 +45,9 @@ void write_file(const fs::path& p, const std::string& bytes) {
 
 Json key_json(const rt::EntryInfo& info) {
   const rt::EntryKey& k = info.key;
-  return Json{{"op", k.op},
+  return Json{{"name", entry_name(k)},
+              {"op", k.op},
+              {"label", k.label},
               {"dtypes", k.dtypes},
               {"variant", k.variant},
               {"arch", arch_name(k.arch)},

@@ -18,8 +18,9 @@ int run_list(const Common& common) {
   auto cache = open_cache(common);
   auto entries = cache.list();
   std::sort(entries.begin(), entries.end(), [](const rt::EntryInfo& a, const rt::EntryInfo& b) {
-    return std::tie(a.key.op, a.key.dtypes, a.key.variant, a.key.arch, a.path) <
-           std::tie(b.key.op, b.key.dtypes, b.key.variant, b.key.arch, b.path);
+    const std::string an = entry_name(a.key), bn = entry_name(b.key);
+    return std::tie(an, a.key.dtypes, a.key.variant, a.key.arch, a.path) <
+           std::tie(bn, b.key.dtypes, b.key.variant, b.key.arch, b.path);
   });
 
   Json list = Json::array();
@@ -30,7 +31,9 @@ int run_list(const Common& common) {
   std::string bad_text;  // below the table: a bad entry has no key to fill its columns
   for (const auto& e : entries) {
     total += e.bytes;
-    Json j = Json{{"op", e.key.op},
+    Json j = Json{{"name", entry_name(e.key)},
+                  {"op", e.key.op},
+                  {"label", e.key.label},
                   {"dtypes", e.key.dtypes},
                   {"variant", e.key.variant},
                   {"arch", e.key.arch ? Json(arch_name(e.key.arch)) : Json()},
@@ -46,8 +49,11 @@ int run_list(const Common& common) {
       j["problem"] = e.problem;
       bad_text += "bad: " + e.path.string() + ": " + e.problem + "\n";
     } else {
-      rows.push_back({e.key.op, e.key.dtypes, std::to_string(e.key.variant), arch_name(e.key.arch), e.key.kind,
-                      human_bytes(e.bytes), time_text(e.created), time_text(e.last_used)});
+      // A generated kernel's label holds its dtype; its recorded dtypes and variant are placeholders.
+      const bool generated = !e.key.label.empty();
+      rows.push_back({entry_name(e.key), generated ? "-" : e.key.dtypes, generated ? "-" : std::to_string(e.key.variant),
+                      arch_name(e.key.arch), e.key.kind, human_bytes(e.bytes), time_text(e.created),
+                      time_text(e.last_used)});
     }
     list.push_back(std::move(j));
   }
@@ -64,7 +70,7 @@ int run_list(const Common& common) {
 }  // namespace
 
 void add_list(CLI::App& app, Context& ctx) {
-  auto* sub = app.add_subcommand("list", "List cache entries: op, dtypes, arch, kind, size, created, last used");
+  auto* sub = app.add_subcommand("list", "List cache entries: op (a generated kernel's label), dtypes, arch, kind, size, created, last used");
   add_common_options(*sub, ctx.common);
   sub->callback([&ctx] { ctx.run = [&ctx] { return run_list(ctx.common); }; });
 }

@@ -1,5 +1,6 @@
 // jitcc show: the instantiated source of one (op, dtypes, variant), or its PTX compiled
-// on the spot; the cache is neither read nor written.
+// on the spot. Registered ops never touch the cache; a kernel made at run time (fused, user
+// defined) is read from it, by op or label, and the cache is never written.
 #include <algorithm>
 #include <memory>
 
@@ -15,21 +16,84 @@ namespace {
 
 struct ShowArgs {
   std::string op;
-  std::string dtypes;
+  std::optional<std::string> dtypes;
   std::optional<std::uint32_t> variant;
   bool ptx = false;
   std::string arch = "auto";
 };
 
-int run_show(const ShowArgs& a, const Common& common) {
-  if (split_list(a.op).size() != 1 || a.op == "all") throw UsageError("show takes one op (got '" + a.op + "')");
-  const rt::KernelSpec* spec = select_kernels(a.op).front();
-  kiln::DTypes dtypes;
+kiln::DTypes parse_dtypes(const std::string& text) {
   try {
-    dtypes = kiln::DTypes::parse(a.dtypes);
+    return kiln::DTypes::parse(text);
   } catch (const kiln::Error& e) {
     throw UsageError(e.what());
   }
+}
+
+// Prints the source (or PTX compiled on the spot) and the key fields of one kernel.
+int print_kernel(Json j, const std::string& name, const std::string& dtypes, const std::string& source,
+                 const ShowArgs& a, const Common& common) {
+  if (!a.ptx) {
+    j["source"] = source;
+    emit(common, j, source);
+    return 0;
+  }
+  const int arch = resolve_arch(a.arch);
+  rt::CompiledModule m = rt::compile({name, dtypes, source, arch});
+  j["arch"] = arch_name(arch);
+  j["ms"] = m.ms;
+  j["cubin_bytes"] = m.cubin.size();
+  j["ptx"] = m.ptx;
+  emit(common, j, m.ptx);
+  return 0;
+}
+
+// A kernel jitcc has no spec for (a fused kernel, a user-defined op) is shown from the cache,
+// found by its op or label. nullopt when no entry matches; UsageError when several sources do.
+std::optional<rt::Entry> cached_kernel(const ShowArgs& a, const Common& common) {
+  if (!cache_dir_problem(cache_dir(common), false).empty()) return std::nullopt;
+  auto cache = unchecked_cache(common);
+  const std::optional<std::string> dtypes = a.dtypes ? std::optional(parse_dtypes(*a.dtypes).str()) : std::nullopt;
+  std::vector<rt::Entry> found;
+  for (const rt::EntryInfo& info : cache.list()) {
+    const rt::EntryKey& k = info.key;
+    if (!info.ok || (k.op != a.op && k.label != a.op) || (dtypes && k.dtypes != *dtypes) ||
+        (a.variant && k.variant != *a.variant))
+      continue;
+    std::optional<rt::Entry> e = cache.read(info.path);
+    if (e && std::none_of(found.begin(), found.end(), [&](const rt::Entry& f) { return f.source == e->source; }))
+      found.push_back(std::move(*e));
+  }
+  if (found.size() > 1) {
+    std::string which;
+    for (const rt::Entry& e : found) which += " (" + e.key.dtypes + ") variant " + std::to_string(e.key.variant) + ";";
+    throw UsageError("'" + a.op + "' names " + std::to_string(found.size()) + " kernels in the cache:" + which +
+                     " pick one with --dtypes and --variant");
+  }
+  if (found.empty()) return std::nullopt;
+  return std::move(found.front());
+}
+
+int show_cached(const rt::Entry& e, const ShowArgs& a, const Common& common) {
+  const rt::EntryKey& k = e.key;
+  Json j = Json{{"op", k.op}, {"name", entry_name(k)}, {"label", k.label}, {"dtypes", k.dtypes}, {"variant", k.variant}};
+  return print_kernel(std::move(j), entry_name(k), k.dtypes, e.source, a, common);
+}
+
+int run_show(const ShowArgs& a, const Common& common) {
+  const rt::KernelSpec* spec = rt::find_kernel(a.op);
+  if (!spec) {
+    if (std::optional<rt::Entry> e = cached_kernel(a, common)) return show_cached(*e, a, common);
+    if (split_list(a.op).size() != 1 || a.op == "all") throw UsageError("show takes one op (got '" + a.op + "')");
+    try {
+      spec = select_kernels(a.op).front();
+    } catch (const UsageError& e) {
+      throw UsageError(std::string(e.what()) + "; nor is it the op or label of an entry in the cache " +
+                       cache_dir(common).string());
+    }
+  }
+  if (!a.dtypes) throw UsageError("show " + spec->op + " needs --dtypes (e.g. --dtypes " + spec->dtypes.front().str() + ")");
+  const kiln::DTypes dtypes = parse_dtypes(*a.dtypes);
   if (std::find(spec->dtypes.begin(), spec->dtypes.end(), dtypes) == spec->dtypes.end()) {
     std::string known;
     for (const auto& d : spec->dtypes) known += (known.empty() ? "" : " ") + d.str();
@@ -48,29 +112,18 @@ int run_show(const ShowArgs& a, const Common& common) {
                 {"variant", variant},
                 {"entry", spec->entry},
                 {"template", spec->template_name}};
-  if (!a.ptx) {
-    j["source"] = source;
-    emit(common, j, source);
-    return 0;
-  }
-  const int arch = resolve_arch(a.arch);
-  rt::CompiledModule m = rt::compile({spec->op, dtypes.str(), source, arch});
-  j["arch"] = arch_name(arch);
-  j["ms"] = m.ms;
-  j["cubin_bytes"] = m.cubin.size();
-  j["ptx"] = m.ptx;
-  emit(common, j, m.ptx);
-  return 0;
+  return print_kernel(std::move(j), spec->op, dtypes.str(), source, a, common);
 }
 
 }  // namespace
 
 void add_show(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<ShowArgs>();
-  auto* sub = app.add_subcommand("show", "Print one kernel's instantiated source (or PTX) without using the cache");
-  sub->add_option("op", args->op, "Op name")->required();
-  sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16")
-      ->required()
+  auto* sub = app.add_subcommand(
+      "show", "Print one kernel's instantiated source (or PTX); a kernel made at run time comes from the cache");
+  sub->add_option("op", args->op, "Op name, or a cached kernel's op or label, e.g. \"fused(mul,add) f32\"")
+      ->required();
+  sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16 (required for registered ops)")
       ->check(not_a_flag());
   sub->add_option("--variant", args->variant, "Variant (default: the op's first)");
   sub->add_flag("--ptx", args->ptx, "Compile with NVRTC and print the PTX");

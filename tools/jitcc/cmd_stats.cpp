@@ -46,7 +46,7 @@ int run_stats(const Common& common) {
     }
     ++per_arch[arch_name(e.key.arch)];
     ++per_kind[e.key.kind];
-    ++per_op[e.key.op];
+    ++per_op[entry_name(e.key)];
     if (e.created > 0 && (oldest == 0 || e.created < oldest)) oldest = e.created;
     last_used = std::max(last_used, e.last_used);
   }

@@ -1,12 +1,11 @@
 // jitcc warm: compiles every selected registered instantiation into the disk cache,
-// so that a production process compiles nothing.
+// so that a production process compiles nothing (--from-cache: cmd_warm_from_cache.cpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "cli.h"
 #include "kiln/error.h"
@@ -24,6 +23,7 @@ struct WarmArgs {
   std::string arch = "auto";
   int jobs = 0;  // 0: hardware_concurrency
   bool allow_unstored = false;
+  std::optional<std::string> from_cache;  // a cache directory whose run-time kernels to rebuild
 };
 
 struct Job {
@@ -37,15 +37,6 @@ struct Failure {
   std::string error;  // first line of the message
   std::string log;    // NVRTC log, for compile errors
 };
-
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-// Why fewer kernels are in the cache than were built; the disk cache has already logged the cause.
-std::string unstored_reason(const rt::DiskCache& cache) {
-  if (cache.mode() != rt::CacheMode::read_write) return "KILN_CACHE is not rw";
-  if (!cache.writable()) return "writes to " + cache.dir().string() + " failed (see the warning above)";
-  return "the size bound KILN_CACHE_MAX_SIZE=" + human_bytes(cache.max_bytes()) + " evicted them";
-}
 
 std::vector<Job> select_jobs(const WarmArgs& a) {
   auto specs = select_kernels(a.ops);
@@ -66,53 +57,36 @@ std::vector<Job> select_jobs(const WarmArgs& a) {
 
 int run_warm(const WarmArgs& a, const Common& common) {
   apply_cache_dir(common);
-  if (a.jobs < 0) throw UsageError("--jobs must be positive (got " + std::to_string(a.jobs) + ")");
+  if (a.from_cache) return run_warm_from_cache(*a.from_cache, a.arch, a.jobs, a.allow_unstored, common);
+  warm_threads(a.jobs, 1);  // a bad --jobs is reported before the kernels are selected
   const std::vector<Job> jobs = select_jobs(a);
   const int arch = resolve_arch(a.arch);
-  int threads = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min<int>(threads, static_cast<int>(jobs.size()));
+  const int threads = warm_threads(a.jobs, jobs.size());
+  auto& cache = open_warm_cache();
 
-  auto& cache = rt::DiskCache::global();
-  if (cache.mode() != rt::CacheMode::read_write)
-    warn("KILN_CACHE is not rw: kernels are compiled but not stored in " + cache.dir().string());
-  else
-    cache.remove_abandoned_temps();  // left by a killed warm; they would never be collected otherwise
-
-  std::atomic<std::size_t> next{0};
   std::atomic<int> compiled{0}, cached{0};
   std::mutex mu;
   std::vector<Failure> failures;
   std::vector<std::string> digests(jobs.size());  // empty for failed jobs
   const auto start = std::chrono::steady_clock::now();
-  auto worker = [&] {
-    for (std::size_t i = next++; i < jobs.size(); i = next++) {
-      const Job& j = jobs[i];
-      try {
-        auto outcome = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch, &digests[i]);
-        (outcome == rt::WarmOutcome::compiled ? compiled : cached)++;
-      } catch (const kiln::CompileError& e) {
-        std::lock_guard lock(mu);
-        failures.push_back({&j, first_line(e.what()), e.log()});
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mu);
-        failures.push_back({&j, first_line(e.what()), ""});
-      }
+  parallel_for(jobs.size(), threads, [&](std::size_t i) {
+    const Job& j = jobs[i];
+    try {
+      auto outcome = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch, &digests[i]);
+      (outcome == rt::WarmOutcome::compiled ? compiled : cached)++;
+    } catch (const kiln::CompileError& e) {
+      std::lock_guard lock(mu);
+      failures.push_back({&j, first_line(e.what()), e.log()});
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu);
+      failures.push_back({&j, first_line(e.what()), ""});
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+  });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::sort(failures.begin(), failures.end(), [](const Failure& x, const Failure& y) { return x.job < y.job; });
-  // Counted on disk at the end: a failed write, an eviction or another process's gc all show.
   const std::size_t built = jobs.size() - failures.size();
-  std::size_t stored = 0;
-  for (std::size_t i = 0; i < jobs.size(); ++i) stored += !digests[i].empty() && cache.contains(digests[i]);
-  if (stored < built)
-    warn("stored " + std::to_string(stored) + " of " + std::to_string(built) + " kernels in " + cache.dir().string() +
-         "; the others are compiled but not cached (" + unstored_reason(cache) + ")");
+  const std::size_t stored = count_stored(cache, digests, built);
 
   Json fails = Json::array();
   std::string text;
@@ -150,12 +124,21 @@ int run_warm(const WarmArgs& a, const Common& common) {
 
 void add_warm(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<WarmArgs>();
-  auto* sub = app.add_subcommand("warm", "Compile registered kernels into the disk cache");
-  sub->add_option("--ops", args->ops, "Comma-separated op names, or all")->capture_default_str()->check(not_a_flag());
-  sub->add_option("--dtypes", args->dtypes,
-                  "Comma-separated dtypes: keeps instantiations whose dtypes are all listed, or all")
-      ->capture_default_str()
-      ->check(not_a_flag());
+  auto* sub = app.add_subcommand(
+      "warm", "Compile registered kernels (or, with --from-cache, the kernels another cache recorded) into the disk cache");
+  auto* ops =
+      sub->add_option("--ops", args->ops, "Comma-separated op names, or all")->capture_default_str()->check(not_a_flag());
+  auto* dtypes = sub->add_option("--dtypes", args->dtypes,
+                                 "Comma-separated dtypes: keeps instantiations whose dtypes are all listed, or all")
+                     ->capture_default_str()
+                     ->check(not_a_flag());
+  sub->add_option("--from-cache", args->from_cache,
+                  "Instead: recompile the kernels made at run time (fused, user-defined ops) whose sources the "
+                  "cache DIR recorded, e.g. by a training run, for --arch")
+      ->type_name("DIR")
+      ->check(not_a_flag())
+      ->excludes(ops)
+      ->excludes(dtypes);
   sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")
       ->capture_default_str()
       ->check(not_a_flag());

@@ -1,4 +1,4 @@
-// jitcc: manages kiln's kernel cache (warm, list, dump, show, verify, gc, clear, stats).
+// jitcc: manages kiln's kernel cache (warm, warm --from-cache, list, dump, show, verify, gc, clear, stats).
 // Results go to stdout (one JSON object with --json); logs and errors go to stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -37,6 +37,13 @@ int main(int argc, char** argv) {
 
   CLI::App app{"jitcc " + version + ": fill, inspect and maintain kiln's kernel cache"};
   app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  jitcc warm --arch sm_90                     compile every registered kernel for sm_90\n"
+      "  jitcc warm --from-cache DIR --arch sm_80    recompile the fused and user-defined kernels that the\n"
+      "                                              cache DIR recorded (e.g. a training run's) for sm_80\n"
+      "  jitcc list                                  fused kernels show as e.g. fused(mul,add,relu) f32\n"
+      "  jitcc show 'fused(mul,add,relu) f32'        the source of a kernel made at run time, from the cache");
   jitcc::Context ctx;
   jitcc::add_warm(app, ctx);
   jitcc::add_list(app, ctx);

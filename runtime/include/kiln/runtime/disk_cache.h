@@ -22,6 +22,9 @@ struct EntryKey {
   std::string nvrtc_version;
   std::string options;  // NVRTC options joined by spaces
   std::string digest;
+  // Readable name of a generated kernel ("fused(mul,add) f32"); empty for templates shipped
+  // with kiln. An optional header line, outside the digest: entries without it still read.
+  std::string label;
 };
 
 struct Entry {

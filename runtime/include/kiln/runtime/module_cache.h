@@ -9,6 +9,7 @@
 namespace kiln::rt {
 
 struct KernelSpec;
+struct EntryKey;
 
 struct Function {
   void* handle = nullptr;  // CUfunction
@@ -23,6 +24,11 @@ enum class WarmOutcome { compiled, cached };
 // Fills the disk cache for `arch` without a GPU. Throws CompileError on failure. `digest`
 // receives the entry's name, so a caller can check that the store took.
 WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
+                        std::string* digest = nullptr);
+
+// Compiles a source recorded in a cache entry (its op, dtypes, variant and label kept) for
+// `arch` into the disk cache, unless already there: a generated kernel has no spec to warm.
+WarmOutcome warm_source(const EntryKey& recorded, const std::string& source, int arch,
                         std::string* digest = nullptr);
 
 struct CacheCounters {

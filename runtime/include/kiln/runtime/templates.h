@@ -1,6 +1,7 @@
 #pragma once
 // Kernel templates: CUDA C++ text with ${NAME} placeholders, embedded into the
 // library at build time. KILN_TEMPLATE_DIR reads them from disk instead.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,7 +15,11 @@ using Bindings = std::vector<std::pair<std::string, std::string>>;
 std::string template_source(std::string_view name);
 // Source made at run time (a fused kernel), found by template_source under `name` before the
 // files. Adding a name again with the same text is a no-op; with other text a ValueError.
-void add_generated_template(std::string_view name, std::string text);
+// `label` is the readable name the disk cache records and jitcc shows ("fused(mul,add) f32").
+void add_generated_template(std::string_view name, std::string text, std::string label = {});
+// The label of a generated template (its name when it was given none); nullopt when `name`
+// is not a generated template.
+std::optional<std::string> generated_template_label(std::string_view name);
 std::vector<std::string> template_names();
 // The distinct placeholder names in `text`, in order of first appearance.
 std::vector<std::string> template_placeholders(std::string_view text);
