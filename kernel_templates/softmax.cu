@@ -1,7 +1,7 @@
 // softmax / log_softmax over contiguous rows [rows, C], and the gather/scatter kernels of
 // nll_loss. One module per dtype holds every entry; T is the storage type, Acc the compute
 // type (float for f16/bf16/f32, double for f64). NVRTC -std=c++17, no C++ library.
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
 
