@@ -14,13 +14,13 @@
 #include <utility>
 #include <vector>
 
-#include "../ops/kernels/layout.h"
-#include "../ops/registry.h"
-#include "../src/tensor/tensor_impl.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
+#include "ops/kernels/layout.h"
+#include "ops/registry.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
 

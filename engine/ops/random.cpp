@@ -8,16 +8,15 @@
 #endif
 
 #include "kiln/random.h"
-#include "../src/tensor/copy.h"
 
 #include <bit>
 #include <cmath>
 
-#include "../src/tensor/copy.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 
