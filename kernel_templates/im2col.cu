@@ -1,19 +1,13 @@
 // im2col / col2im for conv2d on NCHW, one module per dtype. cols is (C*kh*kw, n*L) with
 // L = oh*ow: row (c, ki, kj), column (b, oy, ox); conv2d's GEMMs read it per group.
 // KIND selects the entry (0: im2col, 1: col2im); f16/bf16 accumulate in f32.
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
 
 struct ConvParams {
   long long n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
 };
-
-__device__ __forceinline__ Acc to_acc(T v) { return ${LOAD}(v); }
-__device__ __forceinline__ T from_acc(Acc v) { return ${STORE}(v); }
-
-#define KILN_GRID_LOOP(i, total) \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (total); i += (long long)gridDim.x * blockDim.x)
 
 #if ${KIND} == 0
 // x (n, c, h, w) contiguous -> cols; padding reads as zero.
@@ -24,7 +18,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_im2col(const T* __restric
     const long long b = col / L, l = col % L, oy = l / p.ow, ox = l % p.ow;
     const long long kj = row % p.kw, ki = (row / p.kw) % p.kh, c = row / (p.kw * p.kh);
     const long long iy = oy * p.sh - p.ph + ki * p.dh, ix = ox * p.sw - p.pw + kj * p.dw;
-    T v = from_acc(Acc(0));
+    T v = kiln::cvt<T>(Acc(0));
     if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) v = x[((b * p.c + c) * p.h + iy) * p.w + ix];
     cols[i] = v;
   }
@@ -44,10 +38,10 @@ extern "C" __global__ void __launch_bounds__(256) kiln_col2im(const T* __restric
         const long long xx = ix + p.pw - kj * p.dw;
         if (xx < 0 || xx % p.sw != 0 || xx / p.sw >= p.ow) continue;
         const long long row = (c * p.kh + ki) * p.kw + kj;
-        s += to_acc(cols[row * ncols + b * L + oy * p.ow + xx / p.sw]);
+        s += kiln::cvt<Acc>(cols[row * ncols + b * L + oy * p.ow + xx / p.sw]);
       }
     }
-    dx[i] = from_acc(s);
+    dx[i] = kiln::cvt<T>(s);
   }
 }
 #endif

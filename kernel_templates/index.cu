@@ -4,15 +4,10 @@
 // drops the element and one_hot leaves the row zero (PyTorch asserts on the device instead).
 // KIND: 0 gather, 1 scatter_add, 2 one_hot. T: value storage; ACC: scatter accumulator
 // (float for f16/bf16, which the launcher accumulates in an f32 scratch tensor).
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
 #define KILN_INDEX_KIND ${KIND}
-#define KILN_TO_ACC(v) ${TO_ACC}  // f16/bf16 widen through their intrinsics
-
-namespace ki {
-
-constexpr int kMaxDims = 8;
 
 // Mirrors IndexLayout in engine/ops/index.cpp. Iteration runs row-major over `size`
 // (the index's shape); `dim` is the indexed dim of the `a` operand, whose stride there is
@@ -22,18 +17,11 @@ struct IndexLayout {
   int ndim;
   int dim;
   long long dim_size;
-  long long size[kMaxDims];
-  long long a_stride[kMaxDims];
-  long long idx_stride[kMaxDims];
-  long long b_stride[kMaxDims];
+  long long size[kiln::kMaxDims];
+  long long a_stride[kiln::kMaxDims];
+  long long idx_stride[kiln::kMaxDims];
+  long long b_stride[kiln::kMaxDims];
 };
-
-__device__ __forceinline__ long long thread_index() {
-  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ long long thread_count() {
-  return static_cast<long long>(gridDim.x) * blockDim.x;
-}
 
 // Offsets of linear position i: into `a` with the indexed dim left out, into the index, and into `b`.
 __device__ __forceinline__ void offsets(const IndexLayout& L, long long i, long long& a, long long& idx,
@@ -57,15 +45,13 @@ __device__ __forceinline__ void atomic_add(long long* p, long long v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
-}  // namespace ki
-
 #if KILN_INDEX_KIND == 0
 // out (contiguous, the index's shape)[i] = in[..., index[i], ...]; a = in, b unused.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_gather(const T* __restrict__ in, const long long* __restrict__ index, T* __restrict__ out, ki::IndexLayout L) {
-  for (long long i = ki::thread_index(); i < L.n; i += ki::thread_count()) {
+kiln_gather(const T* __restrict__ in, const long long* __restrict__ index, T* __restrict__ out, IndexLayout L) {
+  for (long long i = kiln::thread_index(); i < L.n; i += kiln::thread_count()) {
     long long a, ix, b;
-    ki::offsets(L, i, a, ix, b);
+    offsets(L, i, a, ix, b);
     const long long k = index[ix];
     out[i] = (k >= 0 && k < L.dim_size) ? in[a + k * L.a_stride[L.dim]] : T{};
   }
@@ -73,19 +59,19 @@ kiln_gather(const T* __restrict__ in, const long long* __restrict__ index, T* __
 #elif KILN_INDEX_KIND == 1
 // acc[..., index[i], ...] += src[i] over the index's shape; a = acc, b = src.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_scatter_add(const T* __restrict__ src, const long long* __restrict__ index, Acc* acc, ki::IndexLayout L) {
-  for (long long i = ki::thread_index(); i < L.n; i += ki::thread_count()) {
+kiln_scatter_add(const T* __restrict__ src, const long long* __restrict__ index, Acc* acc, IndexLayout L) {
+  for (long long i = kiln::thread_index(); i < L.n; i += kiln::thread_count()) {
     long long a, ix, b;
-    ki::offsets(L, i, a, ix, b);
+    offsets(L, i, a, ix, b);
     const long long k = index[ix];
-    if (k >= 0 && k < L.dim_size) ki::atomic_add(acc + a + k * L.a_stride[L.dim], static_cast<Acc>(KILN_TO_ACC(src[b])));
+    if (k >= 0 && k < L.dim_size) atomic_add(acc + a + k * L.a_stride[L.dim], kiln::cvt<Acc>(src[b]));
   }
 }
 #else
 // out (contiguous, [n / classes, classes])[j, c] = index[j] == c; index contiguous.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_one_hot(const long long* __restrict__ index, T* __restrict__ out, long long n, long long classes) {
-  for (long long i = ki::thread_index(); i < n; i += ki::thread_count())
+  for (long long i = kiln::thread_index(); i < n; i += kiln::thread_count())
     out[i] = index[i / classes] == i % classes ? T(1) : T{};
 }
 #endif

@@ -4,29 +4,9 @@
 // thread; those that change per step (lr, bias corrections) are read from device memory at
 // `step`, which the optimizer writes before its updates, so a replayed CUDA graph sees new
 // values. NVRTC -std=c++17, no C++ library.
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 typedef ${S} S;
-
-namespace ko {
-
-__device__ __forceinline__ S load(float v) { return v; }
-__device__ __forceinline__ S load(double v) { return static_cast<S>(v); }
-__device__ __forceinline__ void store(float* p, S v) { *p = static_cast<float>(v); }
-__device__ __forceinline__ void store(double* p, S v) { *p = static_cast<double>(v); }
-#ifdef __CUDA_FP16_H__
-__device__ __forceinline__ S load(__half v) { return __half2float(v); }
-__device__ __forceinline__ void store(__half* p, S v) { *p = __float2half_rn(static_cast<float>(v)); }
-#endif
-#ifdef __CUDA_BF16_H__
-__device__ __forceinline__ S load(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store(__nv_bfloat16* p, S v) { *p = __float2bfloat16_rn(static_cast<float>(v)); }
-#endif
-
-__device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
-__device__ __forceinline__ double sqrt_(double x) { return sqrt(x); }
-
-}  // namespace ko
 
 // One launch updates up to 32 parameters of one dtype: block b works on the tensor t with
 // first_block[t] <= b < first_block[t + 1], elements [(b - first_block[t]) * kChunk, +kChunk).
@@ -42,8 +22,6 @@ struct TensorList {
   int count;
 };
 
-namespace ko {
-
 struct Span {
   int t;
   long long begin, end;
@@ -58,14 +36,12 @@ __device__ __forceinline__ Span block_span(const TensorList& L) {
   return {t, begin, end};
 }
 
-}  // namespace ko
-
 // PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
 // (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g, lr = step[0].
 extern "C" __global__ void __launch_bounds__(256)
 kiln_sgd_step(TensorList L, const double* __restrict__ step, double momentum, double dampening, double weight_decay,
               int nesterov) {
-  const ko::Span sp = ko::block_span(L);
+  const Span sp = block_span(L);
   T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
   const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
   S* __restrict__ buf = reinterpret_cast<S*>(L.s0[sp.t]);
@@ -74,15 +50,15 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, double momentum, do
   const S lr_s = static_cast<S>(lr), mom = static_cast<S>(momentum);
   const S keep = static_cast<S>(1.0 - dampening), wd = static_cast<S>(weight_decay);
   for (long long i = sp.begin + threadIdx.x; i < sp.end; i += blockDim.x) {
-    const S pi = ko::load(p[i]);
-    S gi = ko::load(g[i]);
+    const S pi = kiln::cvt<S>(p[i]);
+    S gi = kiln::cvt<S>(g[i]);
     if (weight_decay != 0.0) gi += wd * pi;
     if (buf != nullptr) {
       const S b = first ? gi : mom * buf[i] + keep * gi;
       buf[i] = b;
       gi = nesterov ? gi + mom * b : b;
     }
-    ko::store(p + i, pi - lr_s * gi);
+    kiln::store(p + i, pi - lr_s * gi);
   }
 }
 
@@ -93,7 +69,7 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, double momentum, do
 extern "C" __global__ void __launch_bounds__(256)
 kiln_adam_step(TensorList L, const double* __restrict__ step, double beta1, double beta2, double eps,
                double weight_decay, int decoupled) {
-  const ko::Span sp = ko::block_span(L);
+  const Span sp = block_span(L);
   T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
   const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
   S* __restrict__ m = reinterpret_cast<S*>(L.s0[sp.t]);
@@ -106,14 +82,14 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, double beta1, doub
   const S decay = static_cast<S>(decoupled ? 1.0 - lr * weight_decay : 1.0);
   const S l2 = static_cast<S>(decoupled ? 0.0 : weight_decay);
   for (long long i = sp.begin + threadIdx.x; i < sp.end; i += blockDim.x) {
-    S pi = ko::load(p[i]);
-    S gi = ko::load(g[i]);
+    S pi = kiln::cvt<S>(p[i]);
+    S gi = kiln::cvt<S>(g[i]);
     if (decoupled) pi *= decay;
     else if (weight_decay != 0.0) gi += l2 * pi;
     const S mi = b1 * m[i] + one_b1 * gi;
     const S vi = b2 * v[i] + one_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    ko::store(p + i, pi - step_size * mi / (ko::sqrt_(vi) / bc2_sqrt + eps_s));
+    kiln::store(p + i, pi - step_size * mi / (kiln::m::sqrt(vi) / bc2_sqrt + eps_s));
   }
 }

@@ -1,19 +1,13 @@
 // max_pool2d / avg_pool2d on NCHW contiguous tensors, forward and backward, one module
 // per (kind, dtype). Planes are (n*c); max indices are flat h*w offsets within a plane.
 // Backward kernels run one thread per input element and gather (no atomics).
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
 
 struct PoolParams {
   long long planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, include_pad;
 };
-
-__device__ __forceinline__ Acc to_acc(T v) { return ${LOAD}(v); }
-__device__ __forceinline__ T from_acc(Acc v) { return ${STORE}(v); }
-
-#define KILN_GRID_LOOP(i, total) \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (total); i += (long long)gridDim.x * blockDim.x)
 
 // The divisor of window (oy, ox): the whole window, or only its elements inside the input.
 __device__ __forceinline__ Acc avg_divisor(const PoolParams& p, long long oy, long long ox) {
@@ -40,7 +34,7 @@ kiln_max_pool2d(const T* __restrict__ x, T* __restrict__ y, long long* __restric
       for (long long kj = 0; kj < p.kw && !nan_seen; ++kj) {
         const long long ix = ox * p.sw - p.pw + kj * p.dw;
         if (ix < 0 || ix >= p.w) continue;
-        const Acc v = to_acc(xp[iy * p.w + ix]);
+        const Acc v = kiln::cvt<Acc>(xp[iy * p.w + ix]);
         if (best_i < 0 || v > best || v != v) {
           best = v;
           best_i = iy * p.w + ix;
@@ -48,7 +42,7 @@ kiln_max_pool2d(const T* __restrict__ x, T* __restrict__ y, long long* __restric
         }
       }
     }
-    y[i] = from_acc(best);
+    y[i] = kiln::cvt<T>(best);
     idx[i] = best_i;
   }
 }
@@ -63,10 +57,10 @@ extern "C" __global__ void __launch_bounds__(256) kiln_avg_pool2d(const T* __res
       if (iy < 0 || iy >= p.h) continue;
       for (long long kj = 0; kj < p.kw; ++kj) {
         const long long ix = ox * p.sw - p.pw + kj;
-        if (ix >= 0 && ix < p.w) s += to_acc(xp[iy * p.w + ix]);
+        if (ix >= 0 && ix < p.w) s += kiln::cvt<Acc>(xp[iy * p.w + ix]);
       }
     }
-    y[i] = from_acc(s / avg_divisor(p, oy, ox));
+    y[i] = kiln::cvt<T>(s / avg_divisor(p, oy, ox));
   }
 }
 #elif ${KIND} == 2
@@ -84,10 +78,10 @@ kiln_max_pool2d_backward(const T* __restrict__ g, const long long* __restrict__ 
         const long long xx = ix + p.pw - kj * p.dw;
         if (xx < 0 || xx % p.sw != 0 || xx / p.sw >= p.ow) continue;
         const long long o = base + (yy / p.sh) * p.ow + xx / p.sw;
-        if (idx[o] == me) s += to_acc(g[o]);
+        if (idx[o] == me) s += kiln::cvt<Acc>(g[o]);
       }
     }
-    dx[i] = from_acc(s);
+    dx[i] = kiln::cvt<T>(s);
   }
 }
 #else
@@ -103,10 +97,10 @@ extern "C" __global__ void __launch_bounds__(256) kiln_avg_pool2d_backward(const
         const long long xx = ix + p.pw - kj;
         if (xx < 0 || xx % p.sw != 0 || xx / p.sw >= p.ow) continue;
         const long long oy = yy / p.sh, ox = xx / p.sw;
-        s += to_acc(g[base + oy * p.ow + ox]) / avg_divisor(p, oy, ox);
+        s += kiln::cvt<Acc>(g[base + oy * p.ow + ox]) / avg_divisor(p, oy, ox);
       }
     }
-    dx[i] = from_acc(s);
+    dx[i] = kiln::cvt<T>(s);
   }
 }
 #endif

@@ -2,14 +2,11 @@
 // arithmetic repeats engine/ops/random.cpp operation for operation; doubles go through
 // explicitly rounded intrinsics so no FMA contraction can make the two devices differ.
 // DIST: 0 uniform, 1 normal, 2 randint, 3 bernoulli (scalar p), 4 bernoulli (tensor p).
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 #define KILN_DIST ${DIST}
 
-namespace kr {
-
-template <class A, class B> struct is_same { static constexpr bool value = false; };
-template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+namespace rng {
 
 struct U4 {
   unsigned x[4];
@@ -120,64 +117,21 @@ __device__ __forceinline__ void box_muller(double u1, double u2, double* z0, dou
   *z1 = __dmul_rn(r, s);
 }
 
-// A double in T (f16/bf16 through f32, as the CPU's store does).
-template <class U>
-__device__ __forceinline__ U from_double(double v) {
-  if constexpr (is_same<U, double>::value) return v;
-  else if constexpr (is_same<U, float>::value) return __double2float_rn(v);
-#ifdef __CUDA_FP16_H__
-  else if constexpr (is_same<U, __half>::value) return __float2half_rn(__double2float_rn(v));
-#endif
-#ifdef __CUDA_BF16_H__
-  else if constexpr (is_same<U, __nv_bfloat16>::value) return __float2bfloat16_rn(__double2float_rn(v));
-#endif
-  else if constexpr (is_same<U, bool>::value) return v != 0.0;
-  else return (U)v;
-}
-
-// An integer in T (floats round to nearest through f32 or f64, integers wrap).
-template <class U>
-__device__ __forceinline__ U from_ll(long long v) {
-  if constexpr (is_same<U, double>::value) return __ll2double_rn(v);
-  else if constexpr (is_same<U, float>::value) return __ll2float_rn(v);
-#ifdef __CUDA_FP16_H__
-  else if constexpr (is_same<U, __half>::value) return __float2half_rn(__ll2float_rn(v));
-#endif
-#ifdef __CUDA_BF16_H__
-  else if constexpr (is_same<U, __nv_bfloat16>::value) return __float2bfloat16_rn(__ll2float_rn(v));
-#endif
-  else if constexpr (is_same<U, bool>::value) return v != 0;
-  else return (U)v;
-}
-
-template <class U>
-__device__ __forceinline__ double to_double(U v) {
-#ifdef __CUDA_FP16_H__
-  if constexpr (is_same<U, __half>::value) return (double)__half2float(v);
-  else
-#endif
-#ifdef __CUDA_BF16_H__
-  if constexpr (is_same<U, __nv_bfloat16>::value) return (double)__bfloat162float(v);
-  else
-#endif
-  return (double)v;
-}
-
 // The uniform of one word, exact in T: 24 bits (f32), 11 (f16), 8 (bf16).
 template <class U>
 __device__ __forceinline__ double uniform_word(unsigned x) {
 #ifdef __CUDA_FP16_H__
-  if constexpr (is_same<U, __half>::value) return __dmul_rn((double)(x >> 21), 4.8828125e-04);
+  if constexpr (kiln::is_same<U, __half>::value) return __dmul_rn((double)(x >> 21), 4.8828125e-04);
   else
 #endif
 #ifdef __CUDA_BF16_H__
-  if constexpr (is_same<U, __nv_bfloat16>::value) return __dmul_rn((double)(x >> 24), 3.90625e-03);
+  if constexpr (kiln::is_same<U, __nv_bfloat16>::value) return __dmul_rn((double)(x >> 24), 3.90625e-03);
   else
 #endif
   return u24(x);
 }
 
-}  // namespace kr
+}  // namespace rng
 
 // y: n contiguous elements. Thread work item b is Philox block offset + b.
 extern "C" __global__ void __launch_bounds__(256)
@@ -189,7 +143,7 @@ kiln_random(T* y, long long n, unsigned long long seed, unsigned long long offse
     offset += state[1];
   }
 #if KILN_DIST == 0 || KILN_DIST == 1
-  const long long per = kr::is_same<T, double>::value ? 2 : 4;
+  const long long per = kiln::is_same<T, double>::value ? 2 : 4;
 #elif KILN_DIST == 2
   const long long per = range <= (1ULL << 32) ? 4 : 2;
 #else
@@ -198,40 +152,40 @@ kiln_random(T* y, long long n, unsigned long long seed, unsigned long long offse
   const long long blocks = (n + per - 1) / per;
   for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < blocks;
        b += (long long)gridDim.x * blockDim.x) {
-    const kr::U4 x = kr::philox(offset + (unsigned long long)b, seed);
+    const rng::U4 x = rng::philox(offset + (unsigned long long)b, seed);
     const long long base = b * per;
 #if KILN_DIST == 0
     double v[4];
     if (per == 2) {
-      v[0] = kr::u53(kr::wide(x.x[0], x.x[1]));
-      v[1] = kr::u53(kr::wide(x.x[2], x.x[3]));
+      v[0] = rng::u53(rng::wide(x.x[0], x.x[1]));
+      v[1] = rng::u53(rng::wide(x.x[2], x.x[3]));
     } else {
-      for (int j = 0; j < 4; ++j) v[j] = kr::uniform_word<T>(x.x[j]);
+      for (int j = 0; j < 4; ++j) v[j] = rng::uniform_word<T>(x.x[j]);
     }
-    for (int j = 0; j < per && base + j < n; ++j) y[base + j] = kr::from_double<T>(v[j]);
+    for (int j = 0; j < per && base + j < n; ++j) y[base + j] = kiln::cvt<T>(v[j]);
 #elif KILN_DIST == 1
     double v[4];
     if (per == 2) {
-      kr::box_muller(__dadd_rn(kr::u53(kr::wide(x.x[0], x.x[1])), 1.1102230246251565e-16),
-                     kr::u53(kr::wide(x.x[2], x.x[3])), &v[0], &v[1]);
+      rng::box_muller(__dadd_rn(rng::u53(rng::wide(x.x[0], x.x[1])), 1.1102230246251565e-16),
+                  rng::u53(rng::wide(x.x[2], x.x[3])), &v[0], &v[1]);
     } else {
-      kr::box_muller(__dadd_rn(kr::u24(x.x[0]), 5.9604644775390625e-08), kr::u24(x.x[1]), &v[0], &v[1]);
-      kr::box_muller(__dadd_rn(kr::u24(x.x[2]), 5.9604644775390625e-08), kr::u24(x.x[3]), &v[2], &v[3]);
+      rng::box_muller(__dadd_rn(rng::u24(x.x[0]), 5.9604644775390625e-08), rng::u24(x.x[1]), &v[0], &v[1]);
+      rng::box_muller(__dadd_rn(rng::u24(x.x[2]), 5.9604644775390625e-08), rng::u24(x.x[3]), &v[2], &v[3]);
     }
-    for (int j = 0; j < per && base + j < n; ++j) y[base + j] = kr::from_double<T>(v[j]);
+    for (int j = 0; j < per && base + j < n; ++j) y[base + j] = kiln::cvt<T>(v[j]);
 #elif KILN_DIST == 2
     for (int j = 0; j < per && base + j < n; ++j) {
-      const unsigned long long w = per == 2 ? kr::wide(x.x[2 * j], x.x[2 * j + 1]) : (unsigned long long)x.x[j];
-      y[base + j] = kr::from_ll<T>(low + (long long)(w % range));
+      const unsigned long long w = per == 2 ? rng::wide(x.x[2 * j], x.x[2 * j + 1]) : (unsigned long long)x.x[j];
+      y[base + j] = kiln::cvt<T>(low + (long long)(w % range));
     }
 #else
     for (int j = 0; j < 4 && base + j < n; ++j) {
 #if KILN_DIST == 3
       const double pj = p;
 #else
-      const double pj = kr::to_double(probs[base + j]);
+      const double pj = kiln::cvt<double>(probs[base + j]);
 #endif
-      y[base + j] = kr::from_double<T>(kr::u24(x.x[j]) < pj ? 1.0 : 0.0);
+      y[base + j] = kiln::cvt<T>(rng::u24(x.x[j]) < pj ? 1.0 : 0.0);
     }
 #endif
   }

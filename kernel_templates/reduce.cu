@@ -3,7 +3,7 @@
 // inner > 1 reduces columns (lanes across inner, coalesced, looping over r). A launch
 // may instead write partial states [outer, splits, inner] that a second launch of the
 // same kernel combines and finalizes. The ops themselves are in reduce_ops.cu.
-${HEADERS}
+${PRELUDE}
 
 typedef ${IN} In;
 typedef ${OUT} Out;

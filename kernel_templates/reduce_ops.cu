@@ -1,31 +1,7 @@
-// Numbers and the reduction ops of reduce.cu, pasted in at its OPS placeholder: each op is a
+// Wrapping integer arithmetic and the reduction ops of reduce.cu, pasted in at its OPS placeholder: each op is a
 // struct template over the accumulator type with identity, update (one element and its
 // index along r), combine (two states; commutative, so any tree order is valid) and
 // finalize (n = elements reduced). Sees In, Out, Acc and kVec from reduce.cu.
-
-// ---- numbers (NVRTC has no <limits>)
-template <class T> struct Lim;
-template <> struct Lim<float> {
-  static __device__ float lowest() { return __int_as_float(0xff800000); }  // -inf
-  static __device__ float highest() { return __int_as_float(0x7f800000); }
-  static __device__ float nan() { return __int_as_float(0x7fffffff); }
-};
-template <> struct Lim<double> {
-  static __device__ double lowest() { return __longlong_as_double(0xfff0000000000000ULL); }
-  static __device__ double highest() { return __longlong_as_double(0x7ff0000000000000ULL); }
-  static __device__ double nan() { return __longlong_as_double(0x7fffffffffffffffULL); }
-};
-template <> struct Lim<long long> {
-  static __device__ long long lowest() { return -9223372036854775807LL - 1; }
-  static __device__ long long highest() { return 9223372036854775807LL; }
-};
-
-__device__ __forceinline__ float exp_(float x) { return expf(x); }
-__device__ __forceinline__ double exp_(double x) { return exp(x); }
-__device__ __forceinline__ float log_(float x) { return logf(x); }
-__device__ __forceinline__ double log_(double x) { return log(x); }
-__device__ __forceinline__ float sqrt_(float x) { return sqrtf(x); }
-__device__ __forceinline__ double sqrt_(double x) { return sqrt(x); }
 
 // Integer sums and products wrap like PyTorch's instead of being undefined.
 __device__ __forceinline__ float add_(float a, float b) { return a + b; }
@@ -39,26 +15,11 @@ __device__ __forceinline__ long long mul_(long long a, long long b) {
   return (long long)((unsigned long long)a * (unsigned long long)b);
 }
 
-// NaN wins, as in PyTorch (x != x is false for integers).
-__device__ __forceinline__ Acc max_(Acc a, Acc b) { return (a != a || a > b) ? a : b; }
-__device__ __forceinline__ Acc min_(Acc a, Acc b) { return (a != a || a < b) ? a : b; }
-
-template <class T> __device__ __forceinline__ Acc to_acc(T x) { return static_cast<Acc>(x); }
-template <> __device__ __forceinline__ Acc to_acc<bool>(bool x) { return x ? Acc(1) : Acc(0); }
-template <class T> __device__ __forceinline__ T from_acc(Acc x) { return static_cast<T>(x); }
-template <> __device__ __forceinline__ bool from_acc<bool>(Acc x) { return x != Acc(0); }
-#ifdef __CUDA_FP16_H__
-template <> __device__ __forceinline__ Acc to_acc<__half>(__half x) { return static_cast<Acc>(__half2float(x)); }
-template <> __device__ __forceinline__ __half from_acc<__half>(Acc x) { return __float2half_rn(static_cast<float>(x)); }
-#endif
-#ifdef __CUDA_BF16_H__
-template <> __device__ __forceinline__ Acc to_acc<__nv_bfloat16>(__nv_bfloat16 x) {
-  return static_cast<Acc>(__bfloat162float(x));
+// A bool counts as x ? 1 : 0, tested as a byte (a static_cast would trust the byte to be 0 or 1).
+template <class T> __device__ __forceinline__ Acc to_acc(T x) {
+  if constexpr (kiln::is_same<T, bool>::value) return x ? Acc(1) : Acc(0);
+  else return kiln::cvt<Acc>(x);
 }
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(Acc x) {
-  return __float2bfloat16_rn(static_cast<float>(x));
-}
-#endif
 
 // ---- ops
 template <class A> struct SumOp {
@@ -66,11 +27,11 @@ template <class A> struct SumOp {
   static __device__ State identity() { return A(0); }
   static __device__ void update(State& s, A x, long long) { s = add_(s, x); }
   static __device__ State combine(State a, State b) { return add_(a, b); }
-  static __device__ Out finalize(State s, long long, double) { return from_acc<Out>(s); }
+  static __device__ Out finalize(State s, long long, double) { return kiln::cvt<Out>(s); }
 };
 
 template <class A> struct MeanOp : SumOp<A> {
-  static __device__ Out finalize(A s, long long n, double) { return from_acc<Out>(s / static_cast<A>(n)); }
+  static __device__ Out finalize(A s, long long n, double) { return kiln::cvt<Out>(s / static_cast<A>(n)); }
 };
 
 template <class A> struct ProdOp {
@@ -78,23 +39,23 @@ template <class A> struct ProdOp {
   static __device__ State identity() { return A(1); }
   static __device__ void update(State& s, A x, long long) { s = mul_(s, x); }
   static __device__ State combine(State a, State b) { return mul_(a, b); }
-  static __device__ Out finalize(State s, long long, double) { return from_acc<Out>(s); }
+  static __device__ Out finalize(State s, long long, double) { return kiln::cvt<Out>(s); }
 };
 
 template <class A> struct MaxOp {
   typedef A State;
-  static __device__ State identity() { return Lim<A>::lowest(); }
-  static __device__ void update(State& s, A x, long long) { s = max_(s, x); }
-  static __device__ State combine(State a, State b) { return max_(a, b); }
-  static __device__ Out finalize(State s, long long, double) { return from_acc<Out>(s); }
+  static __device__ State identity() { return kiln::Lim<A>::lowest(); }
+  static __device__ void update(State& s, A x, long long) { s = kiln::m::maximum(s, x); }
+  static __device__ State combine(State a, State b) { return kiln::m::maximum(a, b); }
+  static __device__ Out finalize(State s, long long, double) { return kiln::cvt<Out>(s); }
 };
 
 template <class A> struct MinOp {
   typedef A State;
-  static __device__ State identity() { return Lim<A>::highest(); }
-  static __device__ void update(State& s, A x, long long) { s = min_(s, x); }
-  static __device__ State combine(State a, State b) { return min_(a, b); }
-  static __device__ Out finalize(State s, long long, double) { return from_acc<Out>(s); }
+  static __device__ State identity() { return kiln::Lim<A>::highest(); }
+  static __device__ void update(State& s, A x, long long) { s = kiln::m::minimum(s, x); }
+  static __device__ State combine(State a, State b) { return kiln::m::minimum(a, b); }
+  static __device__ Out finalize(State s, long long, double) { return kiln::cvt<Out>(s); }
 };
 
 template <class A> struct ArgState {
@@ -108,8 +69,8 @@ template <class A, bool kMax> struct ArgOp {
   typedef ArgState<A> State;
   static __device__ State identity() {
     State s;
-    s.v = kMax ? Lim<A>::lowest() : Lim<A>::highest();
-    s.i = Lim<long long>::highest();
+    s.v = kMax ? kiln::Lim<A>::lowest() : kiln::Lim<A>::highest();
+    s.i = kiln::Lim<long long>::highest();
     return s;
   }
   static __device__ bool beats(const State& a, const State& b) {
@@ -175,12 +136,12 @@ template <class A> struct VarOp {
     double dof = static_cast<double>(n) - correction;
     return s.m2 / static_cast<A>(dof > 0 ? dof : 0.0);
   }
-  static __device__ Out finalize(State s, long long n, double c) { return from_acc<Out>(variance(s, n, c)); }
+  static __device__ Out finalize(State s, long long n, double c) { return kiln::cvt<Out>(variance(s, n, c)); }
 };
 
 template <class A> struct StdOp : VarOp<A> {
   static __device__ Out finalize(VarState<A> s, long long n, double c) {
-    return from_acc<Out>(sqrt_(VarOp<A>::variance(s, n, c)));
+    return kiln::cvt<Out>(kiln::m::sqrt(VarOp<A>::variance(s, n, c)));
   }
 };
 
@@ -193,18 +154,18 @@ template <class A> struct LogSumExpOp {
   typedef LseState<A> State;
   static __device__ State identity() {
     State s;
-    s.m = Lim<A>::lowest();
+    s.m = kiln::Lim<A>::lowest();
     s.s = A(0);
     return s;
   }
   static __device__ State combine(State a, State b) {
     State r;
-    r.m = max_(a.m, b.m);
-    if (!(r.m > Lim<A>::lowest() && r.m < Lim<A>::highest())) {
+    r.m = kiln::m::maximum(a.m, b.m);
+    if (!(r.m > kiln::Lim<A>::lowest() && r.m < kiln::Lim<A>::highest())) {
       r.s = A(0);
       return r;
     }
-    r.s = a.m < b.m ? b.s + a.s * exp_(a.m - b.m) : a.s + b.s * exp_(b.m - a.m);
+    r.s = a.m < b.m ? b.s + a.s * kiln::m::exp(a.m - b.m) : a.s + b.s * kiln::m::exp(b.m - a.m);
     return r;
   }
   static __device__ void update(State& s, A x, long long) {
@@ -217,21 +178,21 @@ template <class A> struct LogSumExpOp {
   static __device__ void update_batch(State& s, const A* x, long long) {
     A m = s.m;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) m = max_(m, x[j]);
-    if (!(m > Lim<A>::lowest() && m < Lim<A>::highest())) {
+    for (int j = 0; j < kVec; ++j) m = kiln::m::maximum(m, x[j]);
+    if (!(m > kiln::Lim<A>::lowest() && m < kiln::Lim<A>::highest())) {
       s.m = m;
       s.s = A(0);
       return;
     }
     if (m > s.m) {
-      s.s *= exp_(s.m - m);
+      s.s *= kiln::m::exp(s.m - m);
       s.m = m;
     }
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) s.s += exp_(x[j] - m);
+    for (int j = 0; j < kVec; ++j) s.s += kiln::m::exp(x[j] - m);
   }
   static __device__ Out finalize(State s, long long, double) {
-    bool finite = s.m > Lim<A>::lowest() && s.m < Lim<A>::highest();
-    return from_acc<Out>(finite ? s.m + log_(s.s) : s.m);
+    bool finite = s.m > kiln::Lim<A>::lowest() && s.m < kiln::Lim<A>::highest();
+    return kiln::cvt<Out>(finite ? s.m + kiln::m::log(s.s) : s.m);
   }
 };

@@ -1,32 +1,11 @@
 // softmax / log_softmax over contiguous rows [rows, C], the gather/scatter kernels of
 // nll_loss and the fused softmax cross-entropy. One module per dtype holds every entry; T is the storage type, Acc the compute
 // type (float for f16/bf16/f32, double for f64). NVRTC -std=c++17, no C++ library.
-${HEADERS}
+${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
 
 namespace ks {
-
-__device__ __forceinline__ Acc to_acc(float v) { return v; }
-__device__ __forceinline__ Acc to_acc(double v) { return static_cast<Acc>(v); }
-#ifdef __CUDA_FP16_H__
-__device__ __forceinline__ Acc to_acc(__half v) { return __half2float(v); }
-__device__ __forceinline__ void store(__half* p, Acc v) { *p = __float2half_rn(static_cast<float>(v)); }
-#endif
-#ifdef __CUDA_BF16_H__
-__device__ __forceinline__ Acc to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store(__nv_bfloat16* p, Acc v) { *p = __float2bfloat16_rn(static_cast<float>(v)); }
-#endif
-__device__ __forceinline__ void store(float* p, Acc v) { *p = static_cast<float>(v); }
-__device__ __forceinline__ void store(double* p, Acc v) { *p = static_cast<double>(v); }
-
-__device__ __forceinline__ float exp_(float x) { return expf(x); }
-__device__ __forceinline__ double exp_(double x) { return exp(x); }
-__device__ __forceinline__ float log_(float x) { return logf(x); }
-__device__ __forceinline__ double log_(double x) { return log(x); }
-__device__ __forceinline__ Acc max_(Acc a, Acc b) { return a != a || a > b ? a : b; }  // NaN wins
-__device__ __forceinline__ Acc nan_() { return Acc(0) / Acc(0); }
-__device__ __forceinline__ Acc neg_inf() { return -Acc(1) / Acc(0); }
 
 constexpr int kBlock = 256;  // the launcher always launches 256 threads
 
@@ -36,7 +15,7 @@ template <bool kMax>
 __device__ Acc group_reduce(Acc v, int width) {
   for (int d = 16; d > 0; d /= 2) {
     const Acc o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = kMax ? max_(v, o) : v + o;
+    v = kMax ? kiln::m::maximum(v, o) : v + o;
   }
   if (width == 32) return v;
   __shared__ Acc part[kBlock / 32];
@@ -44,7 +23,7 @@ __device__ Acc group_reduce(Acc v, int width) {
   if (lane == 0) part[warp] = v;
   __syncthreads();
   v = part[0];
-  for (int w = 1; w < kBlock / 32; ++w) v = kMax ? max_(v, part[w]) : v + part[w];
+  for (int w = 1; w < kBlock / 32; ++w) v = kMax ? kiln::m::maximum(v, part[w]) : v + part[w];
   __syncthreads();  // part is reused by the next reduction
   return v;
 }
@@ -52,13 +31,13 @@ __device__ Acc group_reduce(Acc v, int width) {
 // A row's max m (NaN wins) and s = sum exp(x - m), reduced over the `width` lanes that share
 // it. Every lane calls it, dead rows too, so the shuffles and barriers see whole groups.
 __device__ void row_stats(const T* x, long long C, int lane, int width, bool live, Acc& m, Acc& s) {
-  m = neg_inf();
+  m = kiln::Lim<Acc>::lowest();
   if (live)
-    for (long long k = lane; k < C; k += width) m = max_(m, to_acc(x[k]));
+    for (long long k = lane; k < C; k += width) m = kiln::m::maximum(m, kiln::cvt<Acc>(x[k]));
   m = group_reduce<true>(m, width);
   s = 0;
   if (live)
-    for (long long k = lane; k < C; k += width) s += exp_(to_acc(x[k]) - m);
+    for (long long k = lane; k < C; k += width) s += kiln::m::exp(kiln::cvt<Acc>(x[k]) - m);
   s = group_reduce<false>(s, width);
 }
 
@@ -88,11 +67,11 @@ extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict_
     if (!live) return;
     T* y = out + r * C;
     if (log_mode) {
-      const Acc log_s = ks::log_(s);  // subtracted after m: m + log_s would round at m's scale
-      for (long long k = lane; k < C; k += width) ks::store(y + k, (ks::to_acc(x[k]) - m) - log_s);
+      const Acc log_s = kiln::m::log(s);  // subtracted after m: m + log_s would round at m's scale
+      for (long long k = lane; k < C; k += width) kiln::store(y + k, (kiln::cvt<Acc>(x[k]) - m) - log_s);
     } else {
       const Acc inv = Acc(1) / s;
-      for (long long k = lane; k < C; k += width) ks::store(y + k, ks::exp_(ks::to_acc(x[k]) - m) * inv);
+      for (long long k = lane; k < C; k += width) kiln::store(y + k, kiln::m::exp(kiln::cvt<Acc>(x[k]) - m) * inv);
     }
   });
 }
@@ -109,10 +88,10 @@ extern "C" __global__ void kiln_nll_forward(const T* __restrict__ lp, const long
     const long long n = i / inner, d = i - n * inner;
     Acc l = 0, w = 1;
     if (has_ignore && label == ignore) w = 0;
-    else if (label < 0 || label >= C) l = ks::nan_();
-    else l = -ks::to_acc(lp[(n * C + label) * inner + d]);
-    ks::store(loss + i, l);
-    ks::store(valid + i, w);
+    else if (label < 0 || label >= C) l = kiln::Lim<Acc>::nan();
+    else l = -kiln::cvt<Acc>(lp[(n * C + label) * inner + d]);
+    kiln::store(loss + i, l);
+    kiln::store(valid + i, w);
   }
 }
 
@@ -127,7 +106,7 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
     const long long i = n * inner + d;
     const long long label = labels[i];
     const bool hit = label == c && !(has_ignore && label == ignore);
-    ks::store(grad + j, hit ? -ks::to_acc(g[i]) : Acc(0));
+    kiln::store(grad + j, hit ? -kiln::cvt<Acc>(g[i]) : Acc(0));
   }
 }
 
@@ -155,21 +134,21 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
     ks::row_stats(xr, C, lane, width, live, m, s);
     if (eps != Acc(0)) {  // the smoothing term's mean of x: a third pass over the cached row
       if (live)
-        for (long long k = lane; k < C; k += width) sx += ks::to_acc(xr[k]);
+        for (long long k = lane; k < C; k += width) sx += kiln::cvt<Acc>(xr[k]);
       sx = ks::group_reduce<false>(sx, width);
     }
     if (!live || lane != 0) return;
-    const Acc log_s = ks::log_(s);
+    const Acc log_s = kiln::m::log(s);
     stats[r] = m + log_s;
     const long long y = labels[r];
     Acc l = 0;
     if (has_ignore && y == ignore) l = 0;
-    else if (y < 0 || y >= C) l = ks::nan_();
+    else if (y < 0 || y >= C) l = kiln::Lim<Acc>::nan();
     else {
-      l = (m - ks::to_acc(xr[y])) + log_s;
+      l = (m - kiln::cvt<Acc>(xr[y])) + log_s;
       if (eps != Acc(0)) l = (Acc(1) - eps) * l + eps * ((m - sx / static_cast<Acc>(C)) + log_s);
     }
-    if (reduction == 0) ks::store(out + r, l);
+    if (reduction == 0) kiln::store(out + r, l);
     else rows[r] = l;
   });
   // Classic last-block reduction: each block's writes are visible before its ticket.
@@ -189,8 +168,8 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
   valid = ks::group_reduce<false>(valid, ks::kBlock);
   if (threadIdx.x != 0) return;
   stats[N] = valid;
-  if (reduction == 1) ks::store(out, total);
-  if (reduction == 2) ks::store(out, total / valid);
+  if (reduction == 1) kiln::store(out, total);
+  if (reduction == 2) kiln::store(out, total / valid);
   kiln_ce_blocks_done = 0;
 }
 
@@ -209,12 +188,12 @@ extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restri
     const long long r = j / C, c = j - r * C;
     const long long y = labels[r];
     if ((has_ignore && y == ignore) || y < 0 || y >= C) {
-      ks::store(dx + j, Acc(0));
+      kiln::store(dx + j, Acc(0));
       continue;
     }
-    const Acc s = reduction == 0 ? ks::to_acc(g[r]) : reduction == 1 ? ks::to_acc(g[0]) : ks::to_acc(g[0]) / stats[N];
+    const Acc s = reduction == 0 ? kiln::cvt<Acc>(g[r]) : reduction == 1 ? kiln::cvt<Acc>(g[0]) : kiln::cvt<Acc>(g[0]) / stats[N];
     const Acc target = eps / static_cast<Acc>(C) + (c == y ? Acc(1) - eps : Acc(0));
-    ks::store(dx + j, s * (ks::exp_(ks::to_acc(x[j]) - stats[r]) - target));
+    kiln::store(dx + j, s * (kiln::m::exp(kiln::cvt<Acc>(x[j]) - stats[r]) - target));
   }
 }
 
@@ -228,13 +207,13 @@ extern "C" __global__ void kiln_exclusive_prod(const T* __restrict__ in, T* __re
     T* y = out + r * C;
     Acc suffix = 1;
     for (long long k = C - 1; k >= 0; --k) {
-      ks::store(y + k, suffix);
-      suffix *= ks::to_acc(x[k]);
+      kiln::store(y + k, suffix);
+      suffix *= kiln::cvt<Acc>(x[k]);
     }
     Acc prefix = 1;
     for (long long k = 0; k < C; ++k) {
-      ks::store(y + k, prefix * ks::to_acc(y[k]));
-      prefix *= ks::to_acc(x[k]);
+      kiln::store(y + k, prefix * kiln::cvt<Acc>(y[k]));
+      prefix *= kiln::cvt<Acc>(x[k]);
     }
   }
 }

@@ -1,12 +1,12 @@
 // The hooks ops, optimizers and generators call while a compiled step is captured.
 #include <string>
 
-#include "../ops/registry.h"
-#include "../src/tensor/tensor_impl.h"
 #include "capture_context.h"
 #include "kiln/error.h"
 #include "kiln/random.h"
 #include "kiln/runtime/graph.h"
+#include "ops/registry.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
 

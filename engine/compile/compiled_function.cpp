@@ -4,7 +4,6 @@
 #include <string>
 #include <utility>
 
-#include "../ops/registry.h"
 #include "capture_context.h"
 #include "fusion.h"
 #include "kiln/autograd.h"
@@ -14,6 +13,7 @@
 #include "kiln/random.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/memory.h"
+#include "ops/registry.h"
 
 namespace kiln {
 

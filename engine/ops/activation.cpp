@@ -1,5 +1,5 @@
 // Activations: sigmoid, relu, leaky_relu, gelu (exact), silu, softplus. Each OpDef holds
-// its device expression (the kernel) and a CPU loop that follows elementwise_common.cu.
+// its device expression (the kernel) and a CPU loop that follows prelude.cu.
 #include <cmath>
 
 #include "elementwise_common.h"

@@ -3,8 +3,8 @@
 // ops are GEMMs + col2im. CPU: direct nested loops, independent of im2col.
 #include "kiln/conv.h"
 
-#include "../src/cpu/gemm_cpu.h"
 #include "conv_common.h"
+#include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
 #include "registry.h"
 

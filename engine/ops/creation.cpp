@@ -3,9 +3,9 @@
 // arange and linspace compute their (small) values on the host and copy them over.
 #include <cmath>
 
-#include "../src/tensor/copy.h"
-#include "../src/tensor/tensor_impl.h"
 #include "registry.h"
+#include "tensor/copy.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Shared pieces of the elementwise op files (elementwise_unary.cpp, elementwise_binary.cpp,
-// compare.cpp, activation.cpp, src/ops/arithmetic.cpp): the kernels' compute types on the
+// compare.cpp, activation.cpp, arithmetic.cpp): the kernels' compute types on the
 // host, scalar conversion, and OpDef builders for "one device expression, one CPU lambda" ops.
 #include <cmath>
 #include <limits>

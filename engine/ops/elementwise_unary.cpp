@@ -1,6 +1,6 @@
 // Unary math: abs, sign, square, exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tanh,
 // erf, floor, ceil, round, clamp. Each OpDef holds its device expression (the kernel of the
-// same name) and a CPU loop that follows kernel_templates/elementwise_common.cu, so both
+// same name) and a CPU loop that follows kernel_templates/prelude.cu, so both
 // devices agree on NaN and signed zero.
 #include <cmath>
 #include <limits>

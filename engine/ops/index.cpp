@@ -2,10 +2,10 @@
 // dtype rule). The CPU reference checks every index (ValueError); the GPU kernels
 // (kernel_templates/index.cu) cannot without a host sync, so there an out-of-range index
 // reads 0 (gather), is dropped (scatter_add) or gives a zero row (one_hot).
-#include "../src/tensor/copy.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/shape_ops.h"
 #include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 

@@ -1,9 +1,9 @@
 // cat writes each input into its slice of the output (a strided copy: plain loops on the
 // CPU, the cast kernel with in == out dtype on the GPU); its vjp hands each input the
 // matching slice of the gradient. stack, split and chunk are built from cat and views.
-#include "../src/tensor/copy.h"
 #include "kiln/shape_ops.h"
 #include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 

@@ -2,8 +2,8 @@
 // whose epilogue adds the bias (and applies the ReLU), and in the backward pass one product
 // for the weight gradient whose epilogue also sums the bias gradient. The CPU side is the
 // blocked GEMM followed by plain loops, the reference the GPU is tested against.
-#include "../src/cpu/gemm_cpu.h"
-#include "../src/cpu/loops.h"
+#include "cpu/gemm_cpu.h"
+#include "cpu/loops.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_lt.h"
 #include "kernels/launchers.h"

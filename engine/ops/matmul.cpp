@@ -1,7 +1,7 @@
 // matmul (torch.matmul semantics, batch dims broadcast). One op, "matmul", with attr
 // transpose_b: linear (linear.cpp) passes w as it is stored, and the transposed view costs
 // nothing on either device. GPU: kernels::gemm (cuBLAS), CPU: cpu::gemm.
-#include "../src/cpu/gemm_cpu.h"
+#include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
 #include "kiln/linalg.h"
 #include "registry.h"

@@ -1,9 +1,9 @@
 // Constant padding with PyTorch's pad list (last dim first: {lo, hi, lo, hi, ...}): the
 // output is filled with the value, then the input is copied into its interior view
 // (loops on the CPU, the fill and cast kernels on the GPU). The vjp slices the gradient.
-#include "../src/tensor/copy.h"
 #include "kiln/shape_ops.h"
 #include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 

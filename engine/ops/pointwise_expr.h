@@ -1,7 +1,7 @@
 #pragma once
 // The expression language of user pointwise ops (kiln/pointwise.h): a recursive-descent
 // parser into a flat AST, a host evaluator in the compute type, and the CUDA text that the
-// elementwise templates splice in as ${OP}. Both follow kernel_templates/elementwise_common.cu.
+// elementwise templates splice in as ${OP}. Both follow kernel_templates/prelude.cu.
 #include <cmath>
 #include <string>
 #include <string_view>

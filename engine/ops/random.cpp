@@ -8,16 +8,15 @@
 #endif
 
 #include "kiln/random.h"
-#include "../src/tensor/copy.h"
 
 #include <bit>
 #include <cmath>
 
-#include "../src/tensor/copy.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 
@@ -235,10 +234,7 @@ const rt::KernelSpec& register_spec(const char* op, Dist dist, std::vector<DType
   s.entry = "kiln_random";
   for (DType t : dtypes) s.dtypes.push_back({t});
   s.bind = [dist](const DTypes& d, std::uint32_t) {
-    std::string headers;
-    if (d[0] == DType::f16) headers = "#include <cuda_fp16.h>";
-    if (d[0] == DType::bf16) headers = "#include <cuda_bf16.h>";
-    return rt::Bindings{{"HEADERS", headers}, {"T", std::string(cuda_storage_type(d[0]))}, {"DIST", std::to_string(static_cast<int>(dist))}};
+    return rt::Bindings{{"PRELUDE", kernels::device_prelude(d)}, {"T", std::string(cuda_storage_type(d[0]))}, {"DIST", std::to_string(static_cast<int>(dist))}};
   };
   return rt::register_kernel(std::move(s));
 }

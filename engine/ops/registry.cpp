@@ -5,10 +5,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "../src/autograd/record.h"
-#include "../src/tensor/copy.h"
-#include "../src/tensor/tensor_impl.h"
+#include "autograd/record.h"
 #include "kiln/runtime/device.h"
+#include "tensor/copy.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln {
 

@@ -48,9 +48,9 @@
 #include <utility>
 #include <vector>
 
-#include "../compile/capture.h"
-#include "../compile/fusion.h"
-#include "../src/cpu/loops.h"
+#include "compile/capture.h"
+#include "compile/fusion.h"
+#include "cpu/loops.h"
 #include "kernels/launchers.h"
 #include "kiln/attrs.h"
 #include "kiln/autograd.h"
@@ -59,6 +59,7 @@
 #include "kiln/error.h"
 #include "kiln/ops.h"
 #include "kiln/tensor.h"
+#include "tensor/dispatch.h"
 
 namespace kiln {
 
@@ -140,7 +141,7 @@ struct TestHints {
 // A pointwise op's device math, spliced into the elementwise templates' ${OP} and, later,
 // into fused kernels: one expression of x (unary) or a, b (binary) in the input's compute
 // type C, plus the double params p0, p1; it may call the prelude's kiln::m
-// functions (kernel_templates/elementwise_common.cu) and nothing else.
+// functions (kernel_templates/prelude.cu) and nothing else.
 struct PointwiseExpr {
   std::string expr;
   kernels::PointwiseDomain domain = kernels::PointwiseDomain::numeric;
@@ -177,19 +178,14 @@ inline const PointwiseExpr* pointwise_expr(const OpDef& op) { return op.pointwis
 // p0, p1 of a pointwise op for one call's attrs.
 std::pair<double, double> pointwise_params(const OpDef& op, const Attrs& attrs);
 const OpDef* find_op(std::string_view name);
-const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
 const std::vector<const OpDef*>& registered_ops();
 
-// Runs one op call (see the guide above). Returns every output. `into`: tensors the outputs
-// may be written to (by index; used when defined, contiguous and of the output's shape and
-// dtype), for an op that is not pointwise and records no history (a vjp's grad sinks).
+// Runs one op call (see the guide above). Returns every output; call and call_inplace
+// (tensor/dispatch.h) return the first. `into`: tensors the outputs may be written to (by
+// index; used when defined, contiguous and of the output's shape and dtype), for an op that
+// is not pointwise and records no history (a vjp's grad sinks).
 std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {},
                              std::span<const Tensor> into = {});
-// The first output.
-Tensor call(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {});
-// `self` op= inputs: runs op on (self, inputs...) and writes the result into self,
-// which must already have the result's shape and a dtype the result casts to.
-Tensor& call_inplace(const OpDef& op, Tensor& self, std::initializer_list<Tensor> others, const Attrs& attrs = {});
 
 namespace rules {
 // Inputs promoted together (and with attrs "scalar" when present); outputs that dtype.
@@ -205,31 +201,17 @@ std::vector<Shape> broadcast(const OpArgs& a);
 std::vector<Shape> same_shape_as_input(const OpArgs& a);
 }  // namespace rules
 
-// Broadcasting. Errors name the op and both shapes.
-Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+// Broadcasting (broadcast_shapes), axis handling, make_view and bump_version: tensor/dispatch.h.
+
 // Sums `grad` down to `shape` (leading dims, and dims where shape has 1): the
 // backward of broadcasting `shape` to grad's shape.
 Tensor sum_to(const Tensor& grad, const Shape& shape);
-
-// Axis handling: negative axes count from the end; ShapeError names the op.
-int normalize_axis(std::int64_t axis, int ndim, std::string_view op);
-std::vector<int> normalize_axes(const std::vector<std::int64_t>& axes, int ndim, std::string_view op);
 
 // Reductions share the attrs "axes" (every dim for a full reduction) and "keepdim".
 std::vector<int> reduction_axes(const Attrs& attrs, int ndim, std::string_view op);
 Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim);
 
 // For implementations.
-// A view of `base`'s storage (same version counter) with no autograd history.
-Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
-void bump_version(const Tensor& t);
-const rt::Stream& stream_of(Device d);  // the stream ops on `d` run on
-// While a step is captured, the graph keeps every tensor whose address it takes alive.
-inline std::uint64_t device_address(const Tensor& t) {
-  if (compile_detail::g_fusions.load(std::memory_order_relaxed)) compile_detail::before_use(t);
-  if (compile_detail::capturing()) compile_detail::keep_alive(t);
-  return reinterpret_cast<std::uint64_t>(t.data_ptr());
-}
 std::string dtypes_str(const std::vector<DType>& dtypes);  // "f32, f64"
 
 // GPU building blocks over engine/ops/kernels.
@@ -257,8 +239,6 @@ class LazyKernel {
 // t's address with its strides viewed at `shape` (broadcast dims get stride 0).
 kernels::Operand operand(const Tensor& t, const Shape& shape);
 inline kernels::Operand operand(const Tensor& t) { return operand(t, t.shape()); }
-// dst = src broadcast to dst's shape and converted to dst's dtype; any strides.
-void copy(const Tensor& src, const Tensor& dst);
 // Reduces `in` over `axes` (normalised, sorted) into the contiguous `out`, whose elements
 // are the kept dims in row-major order, with a reduction kernel (reduce_launchers.h).
 // Reduced dims are first gathered into one contiguous run when the layout needs it.

@@ -4,9 +4,9 @@
 // thin wrappers over these and reshape/broadcast_to.
 #include <algorithm>
 
-#include "../src/tensor/copy.h"
 #include "kiln/shape_ops.h"
 #include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "../ops/registry.h"
 #include "cpu/loops.h"
 #include "kiln/optim/optimizer.h"
+#include "ops/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {

@@ -14,7 +14,7 @@
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
-#include "../ops/registry.h"
+#include "ops/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numbers>
 
-#include "../compile/capture.h"
+#include "compile/capture.h"
 #include "kiln/error.h"
 #include "optim_common.h"
 

@@ -2,9 +2,9 @@
 // loop on the CPU (the reference the GPU tests compare with).
 #include <limits>
 
-#include "../ops/registry.h"
 #include "cpu/loops.h"
 #include "kiln/optim/optimizer.h"
+#include "ops/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {

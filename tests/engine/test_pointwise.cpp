@@ -69,7 +69,7 @@ TEST_CASE("a pointwise op's kernel spec is generated from its OpDef") {
 }
 
 TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelude's kiln::m") {
-  const std::string prelude = rt::template_source("elementwise_common");
+  const std::string prelude = rt::template_source("prelude");
   const std::regex name(R"([A-Za-z_][A-Za-z_0-9]*(::[A-Za-z_][A-Za-z_0-9]*)*)");
   for (const OpDef* op : pointwise_ops()) {
     const std::string& expr = pointwise_expr(*op)->expr;

@@ -4,10 +4,12 @@
 
 #include "error_message.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "../../engine/ops/kernels/launchers.h"
@@ -78,7 +80,7 @@ TEST_CASE("instantiate errors name the template and the placeholder or binding")
 
 TEST_CASE("embedded templates are listed and readable") {
   auto names = rt::template_names();
-  for (const char* n : {"elementwise_common", "elementwise_unary", "elementwise_binary", "fill", "where"}) {
+  for (const char* n : {"prelude", "elementwise_unary", "elementwise_binary", "fill", "where"}) {
     CAPTURE(n);
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
     CHECK_FALSE(rt::template_source(n).empty());
@@ -89,14 +91,38 @@ TEST_CASE("embedded templates are listed and readable") {
   CHECK_THROWS_AS(rt::template_source("../etc/passwd"), ValueError);
 }
 
+TEST_CASE("every template takes the one device prelude and repeats none of its helpers") {
+  // step_io moves bytes only; reduce_ops is pasted into reduce.cu after the prelude.
+  const std::vector<std::string> without{"prelude", "reduce_ops", "step_io"};
+  for (const std::string& name : rt::template_names()) {
+    const std::string text = rt::template_source(name);
+    const auto p = rt::template_placeholders(text);
+    const bool takes = std::find(p.begin(), p.end(), "PRELUDE") != p.end();
+    const bool exempt = std::find(without.begin(), without.end(), name) != without.end();
+    CHECK_MESSAGE(takes == !exempt, name);
+    if (name == "prelude") continue;
+    for (const std::string helper : {"__half2float", "__bfloat162float", "__float2half_rn", "__float2bfloat16_rn",
+                                     "struct Lim", "struct is_same", "thread_index() {", "kMaxDims ="})
+      CHECK_MESSAGE(!contains(text, helper), name, " defines its own ", helper);
+  }
+  // Only the half headers a tuple needs: they dominate NVRTC's compile time.
+  const std::string f16 = rt::instantiate_kernel(kernels::kernel("sum"), {DType::f16, DType::f16}, 0);
+  CHECK(contains(f16, "namespace kiln {"));
+  CHECK(f16.find("#include <cuda_fp16.h>\n") < f16.find("namespace kiln {"));
+  CHECK_FALSE(contains(f16, "cuda_bf16.h"));
+  const std::string f32 = rt::instantiate_kernel(kernels::kernel("softmax"), {DType::f32}, 0);
+  CHECK(contains(f32, "namespace kiln"));
+  CHECK_FALSE(contains(f32, "cuda_fp16.h"));
+}
+
 TEST_CASE("KILN_TEMPLATE_DIR reads templates from disk") {
   const std::string embedded = rt::template_source("fill");
   {
     TemplateDirScope scope;
     scope.write("fill", "// edited ${PRELUDE} ${VARIANT} ${T}\n");
-    scope.write("elementwise_common", "// prelude");
+    scope.write("prelude", "// prelude");
     CHECK(rt::template_source("fill") == "// edited ${PRELUDE} ${VARIANT} ${T}\n");
-    CHECK(rt::template_names() == std::vector<std::string>{"elementwise_common", "fill"});
+    CHECK(rt::template_names() == std::vector<std::string>{"fill", "prelude"});
 
     std::string missing = message_of<ValueError>([] { rt::template_source("where"); });
     CHECK(contains(missing, "'where'"));

@@ -5,28 +5,11 @@
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
-#include "kiln/runtime/templates.h"
+#include "launchers.h"
 
 namespace kiln::kernels {
 
 namespace {
-
-struct Conversions {
-  const char *load, *store, *acc, *header;
-};
-
-Conversions conversions(DType t) {
-  switch (t) {
-    case DType::f16:
-      return {"__half2float", "__float2half_rn", "float", "#include <cuda_fp16.h>\n"};
-    case DType::bf16:
-      return {"__bfloat162float", "__float2bfloat16_rn", "float", "#include <cuda_bf16.h>\n"};
-    case DType::f64:
-      return {"", "", "double", ""};
-    default:
-      return {"", "", "float", ""};
-  }
-}
 
 void register_entry(const char* op, const char* tmpl, const char* entry, int kind) {
   rt::KernelSpec s;
@@ -35,10 +18,10 @@ void register_entry(const char* op, const char* tmpl, const char* entry, int kin
   s.entry = entry;
   s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
   s.bind = [kind](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    const Conversions c = conversions(d[0]);
-    return {{"HEADERS", c.header}, {"T", std::string(cuda_storage_type(d[0]))},
-            {"ACC", c.acc},        {"LOAD", c.load},
-            {"STORE", c.store},    {"KIND", std::to_string(kind)}};
+    return {{"PRELUDE", device_prelude(d)},
+            {"T", std::string(cuda_storage_type(d[0]))},
+            {"ACC", d[0] == DType::f64 ? "double" : "float"},
+            {"KIND", std::to_string(kind)}};
   };
   rt::register_kernel(std::move(s));
 }

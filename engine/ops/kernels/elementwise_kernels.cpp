@@ -7,7 +7,6 @@
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
-#include "kiln/runtime/templates.h"
 #include "launchers.h"
 
 namespace kiln::kernels {
@@ -19,7 +18,7 @@ using rt::KernelSpec;
 
 // Bindings shared by the unary and binary templates for an (input, output) tuple.
 Bindings pair_bindings(const DTypes& d, std::uint32_t variant, const std::string& expr) {
-  return {{"PRELUDE", rt::template_source("elementwise_common")},
+  return {{"PRELUDE", device_prelude(d)},
           {"VARIANT", std::to_string(variant)},
           {"TIN", std::string(cuda_storage_type(d[0]))},
           {"TOUT", std::string(cuda_storage_type(d[1]))},
@@ -28,7 +27,7 @@ Bindings pair_bindings(const DTypes& d, std::uint32_t variant, const std::string
 }
 
 Bindings value_bindings(const DTypes& d, std::uint32_t variant) {
-  return {{"PRELUDE", rt::template_source("elementwise_common")},
+  return {{"PRELUDE", device_prelude(d)},
           {"VARIANT", std::to_string(variant)},
           {"T", std::string(cuda_storage_type(d[0]))}};
 }

@@ -2,7 +2,6 @@
 #include <string>
 #include <utility>
 
-#include "kiln/runtime/templates.h"
 #include "launchers.h"
 
 namespace kiln::kernels {
@@ -15,10 +14,7 @@ const rt::KernelSpec& register_float_spec(const char* op, const char* template_n
   s.entry = entry;
   s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
   s.bind = [compute_placeholder](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    std::string headers;
-    if (d[0] == DType::f16) headers = "#include <cuda_fp16.h>\n";
-    if (d[0] == DType::bf16) headers = "#include <cuda_bf16.h>\n";
-    return {{"HEADERS", headers},
+    return {{"PRELUDE", device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {compute_placeholder, d[0] == DType::f64 ? "double" : "float"}};
   };

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "../../src/cpu/gemm_cpu.h"
 #include "check.h"
+#include "cpu/gemm_cpu.h"
 #include "gemm.h"
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"

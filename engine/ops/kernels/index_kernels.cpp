@@ -5,7 +5,7 @@
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
-#include "kiln/runtime/templates.h"
+#include "launchers.h"
 
 namespace kiln::kernels {
 
@@ -14,22 +14,10 @@ namespace {
 using rt::Bindings;
 using rt::KernelSpec;
 
-std::string headers(DType t) {
-  if (t == DType::f16) return "#include <cuda_fp16.h>\n";
-  if (t == DType::bf16) return "#include <cuda_bf16.h>\n";
-  return "";
-}
-
 // The scatter accumulator: atomics exist for float, double, int and 64-bit integers.
 std::string accumulator(DType t) {
   if (t == DType::f16 || t == DType::bf16) return "float";
   return std::string(cuda_storage_type(t));
-}
-
-std::string to_acc(DType t) {
-  if (t == DType::f16) return "__half2float(v)";
-  if (t == DType::bf16) return "__bfloat162float(v)";
-  return "(v)";
 }
 
 void register_index_kernel(const char* op, const char* entry, int kind, std::vector<DType> dtypes) {
@@ -39,10 +27,9 @@ void register_index_kernel(const char* op, const char* entry, int kind, std::vec
   s.entry = entry;
   for (DType t : dtypes) s.dtypes.push_back({t});
   s.bind = [kind](const DTypes& d, std::uint32_t) -> Bindings {
-    return {{"HEADERS", headers(d[0])},
+    return {{"PRELUDE", device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {"ACC", accumulator(d[0])},
-            {"TO_ACC", to_acc(d[0])},
             {"KIND", std::to_string(kind)}};
   };
   rt::register_kernel(std::move(s));

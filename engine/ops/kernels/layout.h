@@ -1,6 +1,6 @@
 #pragma once
 // Operand layouts as the kernels take them by value (kiln::Layout in
-// kernel_templates/elementwise_common.cu): dims innermost first, element strides per
+// kernel_templates/prelude.cu): dims innermost first, element strides per
 // operand with operand 0 the output, and ndim == 0 when every operand is contiguous.
 #include <array>
 #include <cstdint>

@@ -4,14 +4,13 @@
 #include <cstdint>
 #include <string>
 
-#include "../../optim/optim_common.h"
-
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
 #include "launchers.h"
+#include "optim/optim_common.h"
 
 namespace kiln::kernels {
 

@@ -8,6 +8,7 @@
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/templates.h"
+#include "launchers.h"
 
 namespace kiln::kernels {
 
@@ -67,19 +68,6 @@ std::string accumulator(DType in, bool wide) {
   return is_floating(in) ? "float" : "long long";
 }
 
-// Only the half-precision headers a tuple needs: they dominate NVRTC's compile time.
-std::string headers(const DTypes& d) {
-  bool f16 = false, bf16 = false;
-  for (int i = 0; i < d.size(); ++i) {
-    f16 = f16 || d[i] == DType::f16;
-    bf16 = bf16 || d[i] == DType::bf16;
-  }
-  std::string h;
-  if (f16) h += "#include <cuda_fp16.h>\n";
-  if (bf16) h += "#include <cuda_bf16.h>\n";
-  return h;
-}
-
 void register_reduction(const ReduceDef& def) {
   KernelSpec s;
   s.op = def.op;
@@ -87,7 +75,7 @@ void register_reduction(const ReduceDef& def) {
   s.entry = "kiln_reduce";
   s.dtypes = tuples(def.domain);
   s.bind = [functor = std::string(def.functor), wide = def.wide](const DTypes& d, std::uint32_t) -> Bindings {
-    return {{"HEADERS", headers(d)},
+    return {{"PRELUDE", device_prelude(d)},
             {"IN", std::string(cuda_storage_type(d[0]))},
             {"OUT", std::string(cuda_storage_type(d[1]))},
             {"ACC", accumulator(d[0], wide)},

@@ -4,11 +4,11 @@
 #include <queue>
 #include <unordered_map>
 
-#include "../../ops/registry.h"
-#include "../tensor/copy.h"
-#include "../tensor/tensor_impl.h"
 #include "kiln/autograd.h"
+#include "ops/registry.h"
 #include "record.h"
+#include "tensor/copy.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln {
 

@@ -1,9 +1,9 @@
 // Grad mode, graph nodes and how op calls are recorded into them.
 #include <atomic>
 
-#include "../../ops/registry.h"
-#include "../tensor/tensor_impl.h"
+#include "ops/registry.h"
 #include "record.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln {
 

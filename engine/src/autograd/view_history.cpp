@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <numeric>
 
-#include "../../ops/registry.h"
-#include "../tensor/copy.h"
-#include "../tensor/tensor_impl.h"
+#include "ops/registry.h"
 #include "record.h"
+#include "tensor/copy.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln {
 

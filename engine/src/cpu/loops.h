@@ -48,7 +48,7 @@ inline I saturate(F v) {
 }
 
 // Converts a compute value to storage type T with the kernels' conventions
-// (kernel_templates/elementwise_common.cu): f16/bf16 through f32, nonzero (and NaN) to
+// (kernel_templates/prelude.cu): f16/bf16 through f32, nonzero (and NaN) to
 // bool is true, float to integer truncates and saturates, float to u8 wraps through i64.
 template <class T, class V>
 inline T store(V v) {

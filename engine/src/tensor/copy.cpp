@@ -3,7 +3,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "../../ops/registry.h"
+#include "cpu/loops.h"
+#include "dispatch.h"
 #include "kiln/runtime/memory.h"
 #include "tensor_impl.h"
 
@@ -50,8 +51,7 @@ void check_fits(const Scalar& value, DType dtype, std::string_view op) {
 void fill_into(const Tensor& dst, const Scalar& value) {
   if (dst.numel() == 0) return;
   if (dst.device().is_cuda()) {
-    kernels::Scalar v = value.is_floating() ? kernels::Scalar(value.to_double()) : kernels::Scalar(value.to_int());
-    kernels::launch_fill(dst.dtype(), gpu::operand(dst), dst.shape(), v, stream_of(dst.device()));
+    gpu::fill(dst, value);
     return;
   }
   cpu::visit(dst.dtype(), [&]<class T>() {

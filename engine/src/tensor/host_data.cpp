@@ -1,8 +1,9 @@
 // Moving values between host containers and tensors: item, to_vector, from_data, from_vector.
 #include <cstring>
 
-#include "../../ops/registry.h"
 #include "copy.h"
+#include "cpu/loops.h"
+#include "dispatch.h"
 #include "kiln/creation.h"
 #include "kiln/runtime/memory.h"
 #include "tensor_impl.h"

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "../../ops/registry.h"
 #include "copy.h"
+#include "cpu/loops.h"
 #include "kiln/autograd.h"
 
 namespace kiln {

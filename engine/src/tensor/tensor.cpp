@@ -3,9 +3,10 @@
 #include <cstddef>
 #include <string>
 
-#include "../../ops/registry.h"
-#include "../autograd/record.h"
+#include "autograd/record.h"
 #include "copy.h"
+#include "cpu/loops.h"
+#include "dispatch.h"
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
 #include "kiln/ops.h"

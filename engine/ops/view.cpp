@@ -1,8 +1,8 @@
 // reshape, view and broadcast_to: new shapes over the same storage.
 #include <optional>
 
-#include "../../ops/registry.h"
-#include "../tensor/copy.h"
+#include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 

@@ -1,6 +1,6 @@
 // cast, clone and to_device: copies that autograd sees through.
-#include "../../ops/registry.h"
-#include "../tensor/copy.h"
+#include "registry.h"
+#include "tensor/copy.h"
 
 namespace kiln {
 

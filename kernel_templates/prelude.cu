@@ -1,22 +1,34 @@
-// Shared device code of the elementwise templates, pasted in as their PRELUDE binding
-// (this text has no placeholders of its own). NVRTC -std=c++17, no C++ library.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+// Device code shared by every template: kernels::device_prelude binds it to each template's
+// PRELUDE placeholder after the half-precision headers the dtypes need, so the f16/bf16
+// helpers exist only where their header was included. No placeholders here. NVRTC -std=c++17.
 
 namespace kiln {
 
 template <class A, class B> struct is_same { static constexpr bool value = false; };
 template <class A> struct is_same<A, A> { static constexpr bool value = true; };
-template <class T>
-constexpr bool is_half = is_same<T, __half>::value || is_same<T, __nv_bfloat16>::value;
-template <class T>
-constexpr bool is_float = is_same<T, float>::value || is_same<T, double>::value;
+
+// f16 and bf16 through f32; Half<T>::value is false for every other type (and when the header is absent).
+template <class T> struct Half { static constexpr bool value = false; };
+#ifdef __CUDA_FP16_H__
+template <> struct Half<__half> {
+  static constexpr bool value = true;
+  static __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half narrow(float v) { return __float2half_rn(v); }
+};
+#endif
+#ifdef __CUDA_BF16_H__
+template <> struct Half<__nv_bfloat16> {
+  static constexpr bool value = true;
+  static __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 narrow(float v) { return __float2bfloat16_rn(v); }
+};
+#endif
+
+template <class T> constexpr bool is_half = Half<T>::value;
+template <class T> constexpr bool is_float = is_same<T, float>::value || is_same<T, double>::value;
 template <class T>
 constexpr bool is_int = is_same<T, int>::value || is_same<T, long long>::value ||
                         is_same<T, unsigned int>::value || is_same<T, unsigned char>::value;
-
-__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // Value conversion between storage and compute types. Conventions (the CPU reference
 // follows them): f16/bf16 convert through float (so f64 -> f16 rounds twice, as PyTorch
@@ -26,15 +38,13 @@ __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162floa
 template <class To, class From>
 __device__ __forceinline__ To cvt(From v) {
   if constexpr (is_half<From>) {
-    return cvt<To>(widen(v));
+    return cvt<To>(Half<From>::widen(v));
   } else if constexpr (is_same<To, From>::value) {
     return v;
   } else if constexpr (is_same<To, bool>::value) {
     return v != From(0);
-  } else if constexpr (is_same<To, __half>::value) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (is_same<To, __nv_bfloat16>::value) {
-    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (is_half<To>) {
+    return Half<To>::narrow(static_cast<float>(v));
   } else if constexpr (is_float<From> && is_int<To>) {
     // cvt saturates, but NaN -> i64 (and f64 -> i32) comes out as INT_MIN on sm_90: make NaN 0.
     if (v != v) return To(0);
@@ -45,12 +55,34 @@ __device__ __forceinline__ To cvt(From v) {
   }
 }
 
+// *p = v in p's type; a store through a pointer parameter keeps NVVM's read-only (ld.global.nc)
+// loads of the kernel's other __restrict__ inputs, which an inline `p[i] = cvt<T>(v)` loses.
+template <class T, class From>
+__device__ __forceinline__ void store(T* p, From v) { *p = cvt<T>(v); }
+
 // A host scalar (double, plus an exact long long for integers) in type T.
 template <class T>
 __device__ __forceinline__ T from_scalar(double v, long long vi) {
   if constexpr (is_int<T>) return static_cast<T>(vi);
   else return cvt<T>(v);
 }
+
+// NVRTC has no <limits>: the identities of max, min and their arg forms.
+template <class T> struct Lim;
+template <> struct Lim<float> {
+  static __device__ float lowest() { return __int_as_float(0xff800000); }  // -inf
+  static __device__ float highest() { return __int_as_float(0x7f800000); }
+  static __device__ float nan() { return __int_as_float(0x7fffffff); }
+};
+template <> struct Lim<double> {
+  static __device__ double lowest() { return __longlong_as_double(0xfff0000000000000ULL); }
+  static __device__ double highest() { return __longlong_as_double(0x7ff0000000000000ULL); }
+  static __device__ double nan() { return __longlong_as_double(0x7fffffffffffffffULL); }
+};
+template <> struct Lim<long long> {
+  static __device__ long long lowest() { return -9223372036854775807LL - 1; }
+  static __device__ long long highest() { return 9223372036854775807LL; }
+};
 
 // Math over the compute types (float, double, int, long long, unsigned int), so an
 // op's expression is written once for every dtype.
@@ -85,12 +117,9 @@ template <class C> __device__ __forceinline__ C clamp(C x, double lo, double hi)
   if (xd < lo) return static_cast<C>(lo);
   return x;
 }
-template <class C> __device__ __forceinline__ C maximum(C a, C b) {
-  return a != a ? a : b != b ? b : (a > b ? a : b);
-}
-template <class C> __device__ __forceinline__ C minimum(C a, C b) {
-  return a != a ? a : b != b ? b : (a < b ? a : b);
-}
+// A NaN b falls through to b: comparisons with NaN are false.
+template <class C> __device__ __forceinline__ C maximum(C a, C b) { return (a != a || a > b) ? a : b; }
+template <class C> __device__ __forceinline__ C minimum(C a, C b) { return (a != a || a < b) ? a : b; }
 template <class C> __device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + exp(-x)); }
 template <class C> __device__ __forceinline__ C silu(C x) { return x / (C(1) + exp(-x)); }
 // Exact gelu: x * Phi(x).
@@ -104,6 +133,17 @@ template <class C> __device__ __forceinline__ C softplus(C x) { return x > C(20)
 // ---- Launch shapes. Operand 0 is the output; inputs follow in parameter order. ----
 
 constexpr int kMaxDims = 8;
+
+__device__ __forceinline__ long long thread_index() {
+  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long thread_count() {
+  return static_cast<long long>(gridDim.x) * blockDim.x;
+}
+// Grid-stride loop over [0, total), for templates that index by hand.
+#define KILN_GRID_LOOP(i, total) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (total); i += (long long)gridDim.x * blockDim.x)
+
 
 // Mirrors kiln::kernels::Layout on the host (same field order and sizes). Dims are
 // innermost first; strides are in elements (0 = broadcast); ndim == 0 means every
@@ -133,13 +173,6 @@ template <int N, class Op, class Tout, class... Vs>
 __device__ __forceinline__ void apply_lanes(const Op& op, Vec<Tout, N>& out, const Vs... in) {
 #pragma unroll
   for (int j = 0; j < N; ++j) out.v[j] = op(in.v[j]...);
-}
-
-__device__ __forceinline__ long long thread_index() {
-  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ long long thread_count() {
-  return static_cast<long long>(gridDim.x) * blockDim.x;
 }
 
 // y[i] = op(x[i]...) for i < n, grid-stride. 16-byte vectors (sized by the widest

@@ -1,7 +1,7 @@
 // add, sub, mul, div (tensor-tensor with broadcasting, and tensor-scalar) and neg, built
 // like the other elementwise ops (engine/ops/elementwise_common.h); the scalar forms run
 // the kernels of add, sub, mul and div with a host scalar.
-#include "../../ops/elementwise_common.h"
+#include "elementwise_common.h"
 
 namespace kiln {
 

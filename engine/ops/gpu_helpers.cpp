@@ -1,12 +1,13 @@
-// GPU building blocks shared by op implementations (declared in engine/ops/registry.h).
+// GPU building blocks shared by op implementations (declared in engine/ops/registry.h and,
+// for the tensor layer, engine/src/tensor/dispatch.h).
 #include <numeric>
 #include <string_view>
 #include <utility>
 
-#include "../../ops/kernels/reduce_launchers.h"
-#include "../../ops/registry.h"
-#include "../tensor/tensor_impl.h"
+#include "kernels/reduce_launchers.h"
 #include "kiln/runtime/device.h"
+#include "registry.h"
+#include "tensor/tensor_impl.h"
 
 namespace kiln::gpu {
 
@@ -24,6 +25,11 @@ kernels::Operand operand(const Tensor& t, const Shape& shape) {
 void copy(const Tensor& src, const Tensor& dst) {
   kernels::launch_cast(src.dtype(), dst.dtype(), operand(src, dst.shape()), operand(dst), dst.shape(),
                        stream_of(dst.device()));
+}
+
+void fill(const Tensor& dst, const Scalar& value) {
+  const kernels::Scalar v = value.is_floating() ? kernels::Scalar(value.to_double()) : kernels::Scalar(value.to_int());
+  kernels::launch_fill(dst.dtype(), operand(dst), dst.shape(), v, stream_of(dst.device()));
 }
 
 namespace {

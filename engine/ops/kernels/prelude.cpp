@@ -1,0 +1,23 @@
+// The text bound to every template's ${PRELUDE}: the half-precision headers a dtype tuple
+// needs, then kernel_templates/prelude.cu.
+#include <string>
+
+#include "kiln/runtime/templates.h"
+#include "launchers.h"
+
+namespace kiln::kernels {
+
+std::string device_prelude(const DTypes& d) {
+  bool f16 = false, bf16 = false;
+  for (int i = 0; i < d.size(); ++i) {
+    f16 = f16 || d[i] == DType::f16;
+    bf16 = bf16 || d[i] == DType::bf16;
+  }
+  // Only the headers the tuple needs: they dominate NVRTC's compile time.
+  std::string s;
+  if (f16) s += "#include <cuda_fp16.h>\n";
+  if (bf16) s += "#include <cuda_bf16.h>\n";
+  return s + rt::template_source("prelude");
+}
+
+}  // namespace kiln::kernels
