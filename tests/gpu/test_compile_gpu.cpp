@@ -346,7 +346,8 @@ TEST_CASE("compile: inference under NoGradGuard is its own signature and matches
 
 TEST_CASE("fused compiled steps in f64 agree with eager to 1e-12") {
   // A hand-built f64 mlp: fused linear+ReLU, a pointwise chain that fusion groups, the fused
-  // cross-entropy, Adam.
+  // cross-entropy. Each step's loss and gradients agree to 1e-12 (relative to the largest
+  // element); parameters after 6 Adam steps are reported (Adam's normalisation amplifies).
   auto params = [] {
     Generator g(3);
     std::vector<Tensor> p{mul(randn({64, 784}, {.dtype = DType::f64}, &g), 0.05), zeros({64}, {.dtype = DType::f64}),
@@ -354,7 +355,13 @@ TEST_CASE("fused compiled steps in f64 agree with eager to 1e-12") {
     for (Tensor& t : p) t = t.to(kGpu).detach().requires_grad_();
     return p;
   };
-  auto train = [](std::vector<Tensor> p, bool compiled) {
+  struct Trace {
+    std::vector<double> losses;
+    std::vector<std::vector<std::vector<double>>> grads;  // per step, per parameter
+    std::vector<std::vector<double>> params;
+  };
+  auto host = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<double>(); };
+  auto train = [&](std::vector<Tensor> p, bool compiled) {
     optim::Adam opt(p, {.lr = 1e-2});
     auto step = [&](const std::vector<Tensor>& in) {
       opt.zero_grad();
@@ -368,19 +375,34 @@ TEST_CASE("fused compiled steps in f64 agree with eager to 1e-12") {
     CompiledFunction cf = compile(step, {.fuse = true});
     Generator g(8);
     const Tensor x = randn({32, 784}, {.dtype = DType::f64}, &g).to(kGpu), y = randint(0, 10, {32}, {}, &g).to(kGpu);
-    std::vector<double> losses;
-    for (int i = 0; i < 6; ++i) losses.push_back((compiled ? cf({x, y}) : step({x, y}))[0].item<double>());
-    return std::make_pair(losses, p);
+    Trace t;
+    for (int i = 0; i < 6; ++i) {
+      t.losses.push_back((compiled ? cf({x, y}) : step({x, y}))[0].item<double>());
+      t.grads.emplace_back();
+      for (const Tensor& q : p) t.grads.back().push_back(host(q.grad()));
+    }
+    for (const Tensor& q : p) t.params.push_back(host(q));
+    return t;
   };
-  const auto eager = train(params(), false), fused = train(params(), true);
-  for (std::size_t i = 0; i < eager.first.size(); ++i)
-    CHECK(std::abs(eager.first[i] - fused.first[i]) <= 1e-12 * std::abs(eager.first[i]));
-  for (std::size_t i = 0; i < eager.second.size(); ++i) {
-    const auto a = eager.second[i].to(Device::cpu()).to_vector<double>();
-    const auto b = fused.second[i].to(Device::cpu()).to_vector<double>();
-    double worst = 0;
-    for (std::size_t j = 0; j < a.size(); ++j) worst = std::max(worst, std::abs(a[j] - b[j]) / (1e-6 + std::abs(a[j])));
-    CAPTURE(i);
-    CHECK(worst <= 1e-12);
+  // max |a - b| over max |a|
+  auto gap = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double diff = 0, scale = 0;
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      diff = std::max(diff, std::abs(a[j] - b[j]));
+      scale = std::max(scale, std::abs(a[j]));
+    }
+    return diff / std::max(scale, 1e-300);
+  };
+  const Trace eager = train(params(), false), fused = train(params(), true);
+  double worst_grad = 0, worst_param = 0;
+  for (std::size_t i = 0; i < eager.losses.size(); ++i) {
+    CHECK(std::abs(eager.losses[i] - fused.losses[i]) <= 1e-12 * std::abs(eager.losses[i]));
+    for (std::size_t k = 0; k < eager.grads[i].size(); ++k)
+      worst_grad = std::max(worst_grad, gap(eager.grads[i][k], fused.grads[i][k]));
   }
+  for (std::size_t k = 0; k < eager.params.size(); ++k) worst_param = std::max(worst_param, gap(eager.params[k], fused.params[k]));
+  MESSAGE("f64 fused compiled vs eager: gradients within " << worst_grad << ", parameters after 6 Adam steps within "
+                                                           << worst_param << " (relative to the largest element)");
+  CHECK(worst_grad <= 1e-12);
+  CHECK(worst_param <= 1e-12);
 }

@@ -2,9 +2,11 @@
 """PyTorch twin of bench_mnist (tools/bench/bench_mnist.cpp): the same models, optimizer,
 schedules, batch sizes and measurements in PyTorch eager on the same GPU. Beside each eager
 step row: graph_* (the step captured with torch.cuda.graph and capturable Adam, set against
-kiln's compiled step of the same name) and inductor_* (torch.compile(mode="reduce-overhead"),
-no kiln twin; value -1 and the reason in the note when it fails). With --kiln FILE
-(bench_mnist's output) it prints both and the ratio torch/kiln per row:
+kiln's compiled step of the same name), inductor_* (torch.compile(mode="reduce-overhead")) and,
+for the mlp, autotune_* (torch.compile(mode="max-autotune")); the torch.compile rows stand
+beside kiln's compiled step, and fail with value -1 and the reason in the note. With --kiln
+FILE (bench_mnist's output) it prints both and the ratio torch/kiln per row, then kiln's
+fused_* rows (its compiled steps with fusion on):
 
     build/tools/bench_mnist > kiln.txt
     python3 tools/bench/bench_mnist_torch.py --kiln kiln.txt
@@ -66,6 +68,9 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kiln", help="bench_mnist output to compare with")
+    ap.add_argument("--only", choices=["mlp", "cnn"], help="one model's rows")
+    ap.add_argument("--no-tta", action="store_true", help="skip the time-to-accuracy rows")
+    ap.add_argument("--no-autotune", action="store_true", help="skip torch.compile(mode='max-autotune')")
     args = ap.parse_args()
     try:
         import torch
@@ -158,11 +163,29 @@ def main():
 
         return median_ms(lambda: step(x, y))
 
+    # torch.compile(mode="max-autotune"): Triton GEMMs tuned for the shapes, CUDA graphs; its
+    # tuning takes minutes, so it runs for the mlp only.
+    def autotune_step_ms(model, batch):
+        torch._dynamo.reset()
+        net, opt, x, y = setup(model, batch)
+
+        @torch.compile(mode="max-autotune")
+        def step(x, y):
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        return median_ms(lambda: step(x, y))
+
     def step_rows(model, batch):
         tag = f"{model}_b{batch}"
         eager = step_ms(model, batch)
         rows.append({"name": f"step_{tag}", "value": eager, "unit": "ms", "note": ""})
-        for name, fn, what in (("graph", graph_step_ms, "graph"), ("inductor", compile_step_ms, "compiled")):
+        modes = [("graph", graph_step_ms, "graph"), ("inductor", compile_step_ms, "compiled")]
+        if model == "mlp" and not args.no_autotune:
+            modes.append(("autotune", autotune_step_ms, "max-autotune"))
+        for name, fn, what in modes:
             try:
                 ms = fn(model, batch)
                 note = f"eager/{what} {eager / ms:.2f}x"
@@ -216,10 +239,13 @@ def main():
         return -1.0, "not reached"
 
     for model, batch in (("mlp", 128), ("mlp", 1024), ("cnn", 128)):
-        step_rows(model, batch)
-    data = load_mnist(args.data, torch)
+        if args.only in (None, model):
+            step_rows(model, batch)
+    data = None if args.no_tta else load_mnist(args.data, torch)
     if data is not None:
         for model, target in (("mlp", 0.98), ("cnn", 0.99)):
+            if args.only not in (None, model):
+                continue
             s, note = time_to_accuracy(model, target, data)
             rows.append({"name": f"tta_{model}_{int(target * 100)}", "value": s, "unit": "s", "note": note})
 
@@ -232,11 +258,15 @@ def main():
     print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)}")
     print(f"{'row':<18} {'kiln':>10} {'pytorch':>10} {'unit':<4} {'torch/kiln':>10}  notes")
     for r in rows:
-        k = kiln.get(r["name"])
+        # torch.compile's rows stand beside kiln's compiled step of the same shape.
+        k = kiln.get(r["name"]) or kiln.get("graph_" + r["name"].split("_", 1)[1])
         kv = k["value"] if k else None
         ratio = r["value"] / kv if kv and kv > 0 and r["value"] > 0 else None
         print(f"{r['name']:<18} {kv if kv is not None else float('nan'):>10.4f} {r['value']:>10.4f} {r['unit']:<4} "
               f"{ratio if ratio else float('nan'):>10.2f}  kiln: {k['note'] if k else ''}; torch: {r['note']}")
+    for name, k in kiln.items():  # kiln's own rows (fused steps)
+        if not any(r["name"] == name for r in rows):
+            print(f"{name:<18} {k['value']:>10.4f} {float('nan'):>10.4f} {k['unit']:<4} {float('nan'):>10.2f}  kiln: {k['note']}")
     print(json.dumps({"bench": "torch", "rows": rows}))
     return 0
 
