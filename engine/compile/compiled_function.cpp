@@ -185,11 +185,9 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   return e.outputs;
 }
 
+// `inputs` are contiguous (the caller made them so).
 std::vector<Tensor> CompiledFunction::Impl::replay(Entry& e, const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> dense;
-  dense.reserve(inputs.size());
-  for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
-  const std::vector<InputCopies> copies = input_copies(e.static_inputs, dense);
+  const std::vector<InputCopies> copies = input_copies(e.static_inputs, inputs);
   for (std::size_t i = 0; i < copies.size(); ++i) compile_detail::set_copy_args(e.graph, e.copy_nodes[i], copies[i]);
   for (ReplayAction& a : e.actions) a(e.graph);
   e.graph.launch(stream_of(e.device));
@@ -216,9 +214,13 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   const Device device = m.device_of(inputs);
   if (device.is_cpu()) return m.eager(inputs, device);
   const std::string sig = m.signature(inputs);
+  // The capture sees contiguous static buffers; the eager calls get contiguous inputs too, so
+  // they load the same kernel variants (a strided input picks another one).
+  std::vector<Tensor> dense;
+  for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
   auto it = m.find(sig);
   if (it == m.entries.end()) {
-    std::vector<Tensor> out = m.eager(inputs, device);
+    std::vector<Tensor> out = m.eager(dense, device);
     // Made only after the eager call succeeded, so a failing first call captures nothing later.
     if (m.entries.size() >= m.options.max_graphs) {
       m.entries.pop_back();
@@ -233,16 +235,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   m.entries.splice(m.entries.begin(), m.entries, it);  // most recently used first
   Entry& e = m.entries.front();
   if (!e.captured && e.eager_calls < m.options.warmup_calls) {
-    std::vector<Tensor> out = m.eager(inputs, device);
+    std::vector<Tensor> out = m.eager(dense, device);
     ++e.eager_calls;
     return out;
   }
-  if (!e.captured) {
-    std::vector<Tensor> dense;
-    for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
-    return m.capture(e, dense);
-  }
-  return m.replay(e, inputs);
+  if (!e.captured) return m.capture(e, dense);
+  return m.replay(e, dense);
 }
 
 CompileStats CompiledFunction::stats() const {

@@ -4,7 +4,6 @@
 // blocked GEMM followed by plain loops, the reference the GPU is tested against.
 #include "cpu/gemm_cpu.h"
 #include "cpu/loops.h"
-#include "compile/branch.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_lt.h"
 #include "kernels/launchers.h"
@@ -185,23 +184,12 @@ const OpDef& kLinearGradWb = register_op({
 });
 
 // gp, the gradient before the activation; dW and db together when a GPU epilogue can sum db,
-// written into the parameters' .grad() buffers when the step offers them (grad sinks). In a
-// captured step that product runs as a parallel branch: nothing needs it before the optimizer.
+// written into the parameters' .grad() buffers when the step offers them (grad sinks).
 std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x) {
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
   if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
     const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
-    if (compile_detail::in_compiled_call()) compile_detail::prepare_branch_stream(gp.device());
-    std::vector<Tensor> r;
-    auto run = [&] { r = dispatch(kLinearGradWb, in, Attrs{}, into); };
-    // A branch may not allocate (its stream has no capture pool): sinks and ready operands only.
-    const bool branch = into[0].defined() && into[1].defined() && lt_operand(gp).ok && lt_operand(x).ok;
-    if (branch) {
-      (void)device_address(gp);  // runs pending fused work on the main stream, before the fork
-      (void)device_address(x);
-    }
-    if (!(branch && compile_detail::run_branch(gp.device(), run))) run();
-    return r;
+    return dispatch(kLinearGradWb, in, Attrs{}, into);
   }
   std::vector<Tensor> r(2);
   if (need_w) r[0] = matmul(transpose(gp, 0, 1), x);
@@ -227,9 +215,8 @@ const OpDef& kLinear = register_op({
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       const Tensor gp = relu_of(c.attrs()) ? relu_backward(g[0], c.saved_output(0)) : g[0];
       std::vector<Tensor> r(3);
-      // The weight gradient first: in a captured step it forks off before dx is enqueued.
-      auto wb = weight_and_bias_grads(c, gp, c.saved_input(0));
       if (c.needs_grad(0)) r[0] = matmul(gp, c.saved_input(1));
+      auto wb = weight_and_bias_grads(c, gp, c.saved_input(0));
       r[1] = std::move(wb[0]);
       r[2] = std::move(wb[1]);
       return r;

@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "autograd/record.h"
-#include "compile/branch.h"
 #include "kiln/runtime/device.h"
 #include "tensor/copy.h"
 #include "tensor/tensor_impl.h"
@@ -358,7 +357,6 @@ void bump_version(const Tensor& t) { t.impl()->storage->bump_version(); }
 
 const rt::Stream& stream_of(Device d) {
   if (!d.is_cuda()) throw DeviceError("[stream] " + d.str() + " has no stream");
-  if (const rt::Stream* branch = compile_detail::branch_stream(d)) return *branch;  // a captured branch
   return rt::default_stream(d.index());
 }
 

@@ -406,3 +406,17 @@ TEST_CASE("fused compiled steps in f64 agree with eager to 1e-12") {
   CHECK(worst_grad <= 1e-12);
   CHECK(worst_param <= 1e-12);
 }
+
+TEST_CASE("compile: a strided input runs eagerly on the layout the capture sees") {
+  // The capture reads contiguous static buffers; an eager call on the strided input itself
+  // would load only the strided kernel variant and the capture would then miss one.
+  Generator g(21);
+  const Tensor xt = transpose(randn({17, 33}, {}, &g).to(kGpu), 0, 1);
+  REQUIRE(!xt.is_contiguous());
+  CompiledFunction cf = compile([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{pointwise("strided_input_probe", "x * 3 + 1", {in[0]})};
+  });
+  const std::vector<std::uint32_t> want = bits(pointwise("strided_input_probe", "x * 3 + 1", {xt}));
+  for (int i = 0; i < 3; ++i) CHECK(bits(cf({xt})[0]) == want);  // eager, capture, replay
+  CHECK(cf.stats().captures == 1);
+}

@@ -5,7 +5,6 @@
 #include <unordered_map>
 
 #include "kiln/autograd.h"
-#include "compile/branch.h"
 #include "ops/registry.h"
 #include "record.h"
 #include "tensor/copy.h"
@@ -57,10 +56,6 @@ class BackwardEngine {
   }
 
   void run() {
-    // Weight gradients may run as parallel branches of a captured step: joined on every exit.
-    struct JoinBranches {
-      ~JoinBranches() { compile_detail::join_branches(); }
-    } join;
     count_dependencies();
     auto later_first = [](Node* a, Node* b) { return a->sequence_ < b->sequence_; };
     std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
@@ -193,7 +188,6 @@ class BackwardEngine {
         else if (in_place) copy_into(g, leaf->grad);
         else leaf->grad = convert(g, g.dtype());
       } else if (in_place) {
-        compile_detail::join_branches();  // a branch may still be writing this gradient
         leaf->grad.add_(g);
       } else {
         leaf->grad = add(leaf->grad, g);

@@ -71,7 +71,6 @@ class Event {
   bool done() const;
   float elapsed_ms_since(const Event& start) const;  // both must be timing events
   void* handle() const { return handle_; }
-  int device() const { return device_; }
 
  private:
   void* handle_ = nullptr;
