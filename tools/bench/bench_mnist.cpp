@@ -8,7 +8,9 @@
 //         until the test accuracy reaches 98% (mlp) or 99% (cnn) with the trainer's defaults
 // Prints a table, then one JSON line. Exits 77 without a GPU.
 //   fused the compiled steps with fusion on (CompileOptions::fuse)
-//   bench_mnist [--data DIR] [--steps N] [--seed S] [--only mlp|cnn] [--no-tta]
+//   bench_mnist [--data DIR] [--steps N] [--seed S] [--only mlp|cnn] [--no-tta] [--tf32]
+// --tf32 lets f32 matmuls use TF32 tensor cores (kiln::set_allow_tf32); KILN_GEMM_AUTOTUNE=1
+// times cuBLASLt's candidate algorithms for each product.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -176,8 +178,10 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 0;
   std::string only;
   bool tta = true;
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-tta")) tta = false;
+    if (!std::strcmp(argv[i], "--tf32")) set_allow_tf32(true);
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--data")) dir = argv[i + 1];

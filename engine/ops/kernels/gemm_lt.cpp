@@ -85,6 +85,13 @@ struct Plans {
   std::map<Key, Plan> by_key;  // never erased: descriptors live for the process
 };
 
+void release(Plan& p) {
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  p = Plan{};
+}
+
 Plans& plans() {
   static auto* p = new Plans;
   return *p;
@@ -118,7 +125,7 @@ Plan make_plan(const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
-  p.candidates.resize(8);
+  p.candidates.resize(gemm_autotune() ? 16 : 1);  // the heuristic's first choice, or candidates to time
   int returned = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(rt::cublaslt_handle(device)), p.op, p.a, p.b, p.d, p.d, pref,
@@ -141,6 +148,10 @@ void* vp(rt::DevicePtr p) { return reinterpret_cast<void*>(static_cast<std::uint
 
 void launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const LtMatmul& g, const LtTypes& t,
             const rt::GemmWorkspace& ws, const rt::Stream& s) {
+  if (g.epilogue != LtEpilogue::none) {
+    void* bias = vp(g.bias);
+    set_attr(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  }
   const Scale one(1.0), zero(0.0);
   KILN_CUBLAS(cublasLtMatmul(static_cast<cublasLtHandle_t>(rt::cublaslt_handle(s.device())), p.op, one.ptr(t), vp(g.a),
                              p.a, vp(g.b), p.b, zero.ptr(t), vp(g.d), p.d, vp(g.d), p.d, &algo, vp(ws.ptr), ws.bytes,
@@ -185,11 +196,13 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (it == ps.by_key.end()) it = ps.by_key.emplace(key, make_plan(g, t, ws, key, s.device())).first;
   Plan& p = it->second;
   if (!p.found) return false;
-  if (g.epilogue != LtEpilogue::none) {
-    void* bias = vp(g.bias);
-    set_attr(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  if (gemm_autotune() && !p.tuned && !rt::thread_capturing()) {
+    if (p.candidates.size() < 2) {  // planned before autotuning was on: ask for candidates
+      release(p);
+      p = make_plan(g, t, ws, key, s.device());
+    }
+    autotune(p, g, t, ws, s);
   }
-  if (gemm_autotune() && !p.tuned && !rt::thread_capturing()) autotune(p, g, t, ws, s);
   launch(p, p.algo, g, t, ws, s);
   return true;
 }
