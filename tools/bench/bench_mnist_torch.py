@@ -148,13 +148,14 @@ def main():
 
         return median_ms(replay)
 
-    # torch.compile(mode="reduce-overhead") of the whole step: Inductor kernels replayed as CUDA
-    # graphs (backward is a graph break; each piece is captured on its own).
-    def compile_step_ms(model, batch):
+    # torch.compile of the whole step: "reduce-overhead" replays Inductor kernels as CUDA graphs
+    # (backward is a graph break; each piece is captured on its own); "max-autotune" also tunes
+    # Triton GEMMs for the shapes, which takes minutes, so it runs for the mlp only.
+    def compile_step_ms(model, batch, mode="reduce-overhead"):
         torch._dynamo.reset()
         net, opt, x, y = setup(model, batch)
 
-        @torch.compile(mode="reduce-overhead")
+        @torch.compile(mode=mode)
         def step(x, y):
             loss = torch.nn.functional.cross_entropy(net(x), y)
             loss.backward()
@@ -163,20 +164,8 @@ def main():
 
         return median_ms(lambda: step(x, y))
 
-    # torch.compile(mode="max-autotune"): Triton GEMMs tuned for the shapes, CUDA graphs; its
-    # tuning takes minutes, so it runs for the mlp only.
     def autotune_step_ms(model, batch):
-        torch._dynamo.reset()
-        net, opt, x, y = setup(model, batch)
-
-        @torch.compile(mode="max-autotune")
-        def step(x, y):
-            loss = torch.nn.functional.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-
-        return median_ms(lambda: step(x, y))
+        return compile_step_ms(model, batch, "max-autotune")
 
     def step_rows(model, batch):
         tag = f"{model}_b{batch}"
