@@ -116,7 +116,8 @@ TEST_CASE("autotuned cuBLASLt algorithms give the heuristic's results within rou
   kernels::set_gemm_autotune(true);
   const Tensor tuned = linear(x, w, b, Activation::relu);
   kernels::set_gemm_autotune(false);
-  kiln_test::check_match(plain.to(Device::cpu()), tuned, 1e-5, "autotuned");
+  // Another algorithm sums k = 784 products in another order (split-k included).
+  kiln_test::check_match(plain.to(Device::cpu()), tuned, 2e-4, "autotuned");
 }
 
 TEST_CASE("a compiled step writes linear's weight and bias gradients into the .grad() buffers") {
