@@ -420,3 +420,48 @@ TEST_CASE("compile: a strided input runs eagerly on the layout the capture sees"
   for (int i = 0; i < 3; ++i) CHECK(bits(cf({xt})[0]) == want);  // eager, capture, replay
   CHECK(cf.stats().captures == 1);
 }
+
+TEST_CASE("compile: gradients of a fused compiled step against finite differences in f64") {
+  Generator g(17);
+  std::vector<Tensor> p{mul(randn({8, 12}, {.dtype = DType::f64}, &g), 0.3), mul(randn({8}, {.dtype = DType::f64}, &g), 0.1),
+                        mul(randn({3, 8}, {.dtype = DType::f64}, &g), 0.3), mul(randn({3}, {.dtype = DType::f64}, &g), 0.1)};
+  for (Tensor& t : p) t = t.to(kGpu).detach().requires_grad_();
+  const Tensor x = randn({5, 12}, {.dtype = DType::f64}, &g).to(kGpu), y = randint(0, 3, {5}, {}, &g).to(kGpu);
+  auto loss_of = [&](const std::vector<Tensor>& q, const Tensor& in) {
+    Tensor h = linear(in, q[0], q[1], Activation::relu);
+    h = add(mul(tanh(h), 0.5), mul(sigmoid(h), h));  // a chain fusion groups
+    return cross_entropy(linear(h, q[2], q[3]), y, Reduction::mean, 0.1);
+  };
+  CompiledFunction step = compile(
+      [&](const std::vector<Tensor>& in) {
+        for (Tensor& t : p) t.zero_grad();
+        loss_of(p, in[0]).backward();
+        std::vector<Tensor> grads;
+        for (const Tensor& t : p) grads.push_back(mul(t.grad(), 1.0));
+        return grads;
+      },
+      {.fuse = true});
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 3; ++i) grads = step({x});  // eager, capture, replay
+  REQUIRE(step.stats().replays == 1);
+  NoGradGuard no_grad;
+  const double eps = 1e-6;
+  double worst = 0;
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    const std::vector<double> analytic = grads[k].to(Device::cpu()).to_vector<double>();
+    std::vector<double> values = p[k].to(Device::cpu()).to_vector<double>();
+    for (std::size_t j = 0; j < values.size(); ++j) {
+      std::vector<Tensor> q = p;
+      auto at = [&](double v) {
+        std::vector<double> moved = values;
+        moved[j] = v;
+        q[k] = from_vector(moved, p[k].shape()).to(kGpu);
+        return loss_of(q, x).item<double>();
+      };
+      const double numeric = (at(values[j] + eps) - at(values[j] - eps)) / (2 * eps);
+      worst = std::max(worst, std::abs(numeric - analytic[j]) / (1e-6 + std::abs(numeric)));
+    }
+  }
+  MESSAGE("compiled f64 gradients vs central differences: worst relative error " << worst);
+  CHECK(worst < 1e-5);
+}
