@@ -208,7 +208,9 @@ TEST_CASE("fused cross_entropy matches the composite: every dtype and reduction,
   std::vector<std::int64_t> lv = labels.to_vector<std::int64_t>();
   for (std::size_t i = 0; i < lv.size(); i += 4) lv[i] = -100;
   Tensor with_ignored = i64(lv, {n});
-  for (auto [dt, tol] : dtypes) {
+  for (const auto& dt_tol : dtypes) {  // not a structured binding: clang 14 cannot capture one in INFO
+    const DType dt = dt_tol.first;
+    const double tol = dt_tol.second;
     Tensor x = random_f64({n, c}, 32, 3.0).to(dt);
     for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean})
       for (double eps : {0.0, 0.1, 0.35}) {
