@@ -1,10 +1,11 @@
 #pragma once
 // The engine/ops entry points the tensor layer calls (Tensor::to and the in-place
 // arithmetic, views, broadcasting, GPU copies and fills). Declared here so engine/src needs nothing from
-// engine/ops; defined there (ops/registry.cpp, ops/gpu_helpers.cpp).
+// engine/ops; defined there (ops/registry.cpp, ops/gpu_helpers.cpp, ops/autograd/).
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -21,6 +22,12 @@ namespace kiln {
 struct OpDef;
 
 const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
+
+// Autograd's side of an in-place write (ops/autograd/view_history.cpp): whether `self` needs
+// its history rewritten, the checks that refuse one autograd cannot follow, and the rewrite.
+bool inplace_needs_history(const Tensor& self, std::span<const Tensor> others);
+void check_inplace(const Tensor& self, std::string_view who);
+void rebase_history(const Tensor& self, const Tensor& result);
 // The first output.
 Tensor call(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {});
 // `self` op= inputs: runs op on (self, inputs...) and writes the result into self,

@@ -3,7 +3,6 @@
 #include <cstddef>
 #include <string>
 
-#include "autograd/record.h"
 #include "copy.h"
 #include "cpu/loops.h"
 #include "dispatch.h"

@@ -6,6 +6,7 @@
 #include "kiln/attrs.h"
 #include "kiln/autograd.h"
 #include "kiln/tensor.h"
+#include "tensor/dispatch.h"  // the in-place history hooks the tensor layer calls
 
 namespace kiln {
 
