@@ -132,7 +132,7 @@ rt::DevicePtr at(const Tensor& t, std::int64_t elements) {
 }
 
 void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
-  const Tensor x = dense_copy(x_in), w = dense_copy(w_in);
+  const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -148,7 +148,7 @@ void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, con
 }
 
 void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
-  const Tensor gy = dense_copy(gy_in), w = dense_copy(w_in);
+  const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -164,7 +164,7 @@ void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in,
 }
 
 void conv_grad_weight_gpu(const Geom& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
-  const Tensor x = dense_copy(x_in), gy = dense_copy(gy_in);
+  const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);

@@ -47,12 +47,4 @@ std::vector<cpu::compute_t<T>> load_dense(const Tensor& t) {
   return v;
 }
 
-// t itself when contiguous, else a contiguous copy on its (GPU) device, outside autograd.
-inline Tensor dense_copy(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor d = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  gpu::copy(t, d);
-  return d;
-}
-
 }  // namespace kiln::conv_detail

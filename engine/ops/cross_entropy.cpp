@@ -188,7 +188,7 @@ const OpDef& kCrossEntropyBackward = register_op({
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
           Tensor in[4];
-          for (int i = 0; i < 4; ++i) in[i] = contiguous_on_device(a.inputs[static_cast<std::size_t>(i)]);
+          for (int i = 0; i < 4; ++i) in[i] = gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]);
           kernels::launch_cross_entropy_backward(out[0].dtype(), device_address(in[0]), device_address(in[1]),
                                                  device_address(in[2]), device_address(in[3]), device_address(out[0]),
                                                  in[1].shape()[0], in[1].shape()[1], p.reduction, p.eps,
@@ -233,7 +233,7 @@ const OpDef& kCrossEntropy = register_op({
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
-          const Tensor x = contiguous_on_device(a.inputs[0]), labels = contiguous_on_device(a.inputs[1]);
+          const Tensor x = gpu::contiguous(a.inputs[0]), labels = gpu::contiguous(a.inputs[1]);
           const std::int64_t n = x.shape()[0];
           // Row losses wait here for the last block's ordered sum; none writes them to out[0].
           const Tensor rows = p.reduction == 0 ? Tensor() : empty({n}, {.dtype = out[1].dtype(), .device = a.device});

@@ -27,6 +27,13 @@ void copy(const Tensor& src, const Tensor& dst) {
                        stream_of(dst.device()));
 }
 
+Tensor contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor d = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
+  copy(t, d);
+  return d;
+}
+
 void fill(const Tensor& dst, const Scalar& value) {
   const kernels::Scalar v = value.is_floating() ? kernels::Scalar(value.to_double()) : kernels::Scalar(value.to_int());
   kernels::launch_fill(dst.dtype(), operand(dst), dst.shape(), v, stream_of(dst.device()));

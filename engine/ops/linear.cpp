@@ -37,19 +37,7 @@ LtOperand lt_operand(const Tensor& t) {
   return {};
 }
 
-Tensor lt_ready(const Tensor& t) {
-  if (lt_operand(t).ok) return t;
-  Tensor d = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  gpu::copy(t, d);
-  return d;
-}
-
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor d = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  gpu::copy(t, d);
-  return d;
-}
+Tensor lt_ready(const Tensor& t) { return lt_operand(t).ok ? t : gpu::contiguous(t); }
 
 void linear_cpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor &x = a.inputs[0], &w = a.inputs[1], &b = a.inputs[2];
@@ -90,7 +78,7 @@ void linear_gpu_fallback(const OpArgs& a, const Tensor& x, const Tensor& w, cons
 }
 
 void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const Tensor x = lt_ready(a.inputs[0]), w = lt_ready(a.inputs[1]), b = dense(a.inputs[2]);
+  const Tensor x = lt_ready(a.inputs[0]), w = lt_ready(a.inputs[1]), b = gpu::contiguous(a.inputs[2]);
   const Tensor& y = out[0];
   const LtOperand lx = lt_operand(x), lw = lt_operand(w);
   // cuBLASLt's f16 ReLU epilogue turns NaN into 0 (its f32 and bf16 ones keep it, as relu

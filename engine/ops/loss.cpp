@@ -82,7 +82,7 @@ const OpDef& kNllBackward = register_op({
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Ignore ig = ignore_of(a.attrs);
-          const Tensor g = contiguous_on_device(a.inputs[0]), labels = contiguous_on_device(a.inputs[1]);
+          const Tensor g = gpu::contiguous(a.inputs[0]), labels = gpu::contiguous(a.inputs[1]);
           kernels::launch_nll_backward(out[0].dtype(), device_address(g), device_address(labels),
                                        device_address(out[0]), out[0].numel(), out[0].shape()[1],
                                        inner_of(labels.shape()), ig.index, ig.on, stream_of(a.device));
@@ -142,7 +142,7 @@ const OpDef& kNll = register_op({
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Ignore ig = ignore_of(a.attrs);
-          const Tensor lp = contiguous_on_device(a.inputs[0]), labels = contiguous_on_device(a.inputs[1]);
+          const Tensor lp = gpu::contiguous(a.inputs[0]), labels = gpu::contiguous(a.inputs[1]);
           kernels::launch_nll_forward(out[0].dtype(), device_address(lp), device_address(labels),
                                       device_address(out[0]), device_address(out[1]), labels.numel(), lp.shape()[1],
                                       inner_of(labels.shape()), ig.index, ig.on, stream_of(a.device));

@@ -34,13 +34,6 @@ inline DTypePlan float_and_labels(const OpArgs& a, int f, int l) {
   return p;
 }
 
-inline Tensor contiguous_on_device(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  gpu::copy(t, c);
-  return c;
-}
-
 // cross_entropy through the fused op of cross_entropy.cpp: logits (N, C), labels (N), both
 // checked by the caller.
 Tensor fused_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction, double label_smoothing,

@@ -135,13 +135,6 @@ void matmul_cpu(const OpArgs& args, std::span<Tensor> out) {
   });
 }
 
-// A contiguous copy on the same device, outside autograd (impls see no graph).
-Tensor dense(const Tensor& t) {
-  Tensor d = empty(t.shape(), {.dtype = t.dtype(), .device = t.device()});
-  gpu::copy(t, d);
-  return d;
-}
-
 void matmul_gpu(const OpArgs& args, std::span<Tensor> out) {
   Tensor A = args.inputs[0], B = args.inputs[1];
   const bool tb = transpose_b_of(args.attrs);
@@ -149,11 +142,11 @@ void matmul_gpu(const OpArgs& args, std::span<Tensor> out) {
   Mat a = as_matrix(A, false, false, p), b = as_matrix(B, true, tb, p);
   // cuBLAS takes either axis with unit stride (transposed views included); anything else is copied.
   if (!kernels::gemm_layout_ok(a.rows, a.cols, a.rs, a.cs)) {
-    A = dense(A);
+    A = gpu::contiguous(A);
     a = as_matrix(A, false, false, p);
   }
   if (!kernels::gemm_layout_ok(b.rows, b.cols, b.rs, b.cs)) {
-    B = dense(B);
+    B = gpu::contiguous(B);
     b = as_matrix(B, true, tb, p);
   }
   const auto es = static_cast<std::int64_t>(A.element_size());

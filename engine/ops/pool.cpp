@@ -183,7 +183,7 @@ const OpDef& kMaxBackward = register_op({
     .gpu =
         [k = gpu::LazyKernel("max_pool2d_backward")](const OpArgs& a, std::span<Tensor> out) {
           const PoolParams p = backward_geometry(a).p;
-          const Tensor g = dense_copy(a.inputs[0]), idx = dense_copy(a.inputs[1]);
+          const Tensor g = gpu::contiguous(a.inputs[0]), idx = gpu::contiguous(a.inputs[1]);
           launch(k, out[0].dtype(), p.planes * p.h * p.w, stream_of(a.device), device_address(g), device_address(idx),
                  device_address(out[0]), p);
         },
@@ -215,7 +215,7 @@ const OpDef& kAvgBackward = register_op({
     .gpu =
         [k = gpu::LazyKernel("avg_pool2d_backward")](const OpArgs& a, std::span<Tensor> out) {
           const PoolParams p = backward_geometry(a).p;
-          const Tensor g = dense_copy(a.inputs[0]);
+          const Tensor g = gpu::contiguous(a.inputs[0]);
           launch(k, out[0].dtype(), p.planes * p.h * p.w, stream_of(a.device), device_address(g),
                  device_address(out[0]), p);
         },
@@ -245,7 +245,7 @@ const OpDef& kMaxPool = register_op({
     .gpu =
         [k = gpu::LazyKernel("max_pool2d")](const OpArgs& a, std::span<Tensor> out) {
           const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
-          const Tensor x = dense_copy(a.inputs[0]);
+          const Tensor x = gpu::contiguous(a.inputs[0]);
           launch(k, out[0].dtype(), p.planes * p.oh * p.ow, stream_of(a.device), device_address(x),
                  device_address(out[0]), device_address(out[1]), p);
         },
@@ -266,7 +266,7 @@ const OpDef& kAvgPool = register_op({
     .gpu =
         [k = gpu::LazyKernel("avg_pool2d")](const OpArgs& a, std::span<Tensor> out) {
           const Geom g = geometry(a.inputs[0].shape(), a.attrs, a.name());
-          const Tensor x = dense_copy(a.inputs[0]);
+          const Tensor x = gpu::contiguous(a.inputs[0]);
           launch(k, out[0].dtype(), g.p.planes * g.p.oh * g.p.ow, stream_of(a.device), device_address(x),
                  device_address(out[0]), g.p);
         },

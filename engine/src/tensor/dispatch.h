@@ -55,6 +55,9 @@ inline std::uint64_t device_address(const Tensor& t) {
 namespace gpu {
 // dst = src broadcast to dst's shape and converted to dst's dtype; any strides.
 void copy(const Tensor& src, const Tensor& dst);
+// t itself when contiguous, else a contiguous copy on its device (outside autograd), for
+// kernels that take dense operands.
+Tensor contiguous(const Tensor& t);
 // Every element of dst (any strides) = value in dst's dtype.
 void fill(const Tensor& dst, const Scalar& value);
 }  // namespace gpu
