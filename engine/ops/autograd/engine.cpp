@@ -18,13 +18,15 @@ namespace kiln {
 Tensor seed_one(const Tensor& root) {
   if (!root.device().is_cuda()) return ones_like(root);
   static std::mutex mu;
-  static std::map<std::pair<int, DType>, Tensor> ones;
+  // Never destroyed, like the cuBLAS handles: freeing device memory at exit could run after
+  // the driver is gone.
+  static auto* ones = new std::map<std::pair<int, DType>, Tensor>;
   std::lock_guard lock(mu);
   const auto key = std::make_pair(root.device().index(), root.dtype());
-  auto it = ones.find(key);
-  if (it == ones.end()) {
+  auto it = ones->find(key);
+  if (it == ones->end()) {
     if (compile_detail::capturing()) return ones_like(root);
-    it = ones.emplace(key, ones_like(root)).first;
+    it = ones->emplace(key, ones_like(root)).first;
   }
   return it->second.reshape(root.shape());
 }
