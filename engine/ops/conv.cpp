@@ -3,6 +3,8 @@
 // ops are GEMMs + col2im. CPU: direct nested loops, independent of im2col.
 #include "kiln/conv.h"
 
+#include <atomic>
+
 #include "conv_common.h"
 #include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
@@ -284,9 +286,26 @@ const OpDef& kConv2d = register_op({
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_conv_tf32{true};
+Attrs conv_attrs(const Conv2dOptions& o) {
+  return Attrs{{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}};
+}
+}  // namespace
+
+void set_allow_conv_tf32(bool allow) { g_conv_tf32 = allow; }
+bool allow_conv_tf32() { return g_conv_tf32; }
+
+Tensor conv2d_grad_input(const Tensor& gy, const Tensor& w, const Shape& input_shape, const Conv2dOptions& o) {
+  return call(kGradInput, {gy, w}, with_shape(conv_attrs(o), "input_shape", input_shape));
+}
+
+Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& weight_shape, const Conv2dOptions& o) {
+  return call(kGradWeight, {x, gy}, with_shape(conv_attrs(o), "weight_shape", weight_shape));
+}
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
-  Attrs attrs{{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}};
-  Tensor y = call(kConv2d, {x, w}, attrs);
+  Tensor y = call(kConv2d, {x, w}, conv_attrs(o));
   if (!bias.defined()) return y;
   if (bias.shape() != Shape{w.shape()[0]})
     throw ShapeError("[conv2d] bias must have shape (" + std::to_string(w.shape()[0]) + ") for weight " +

@@ -19,6 +19,18 @@ struct Conv2dOptions {
 // OH = (H + 2*ph - dh*(kh-1) - 1) / sh + 1.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
 
+// The two gradients of conv2d as plain ops (what its backward pass runs): the input
+// gradient of shape `input_shape` from gy (N, O, OH, OW) and w, and the weight gradient of
+// shape `weight_shape` from x and gy.
+Tensor conv2d_grad_input(const Tensor& gy, const Tensor& w, const Shape& input_shape, const Conv2dOptions& options = {});
+Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& weight_shape,
+                          const Conv2dOptions& options = {});
+
+// f32 convolutions on the GPU may use TF32 tensor cores (about 10 mantissa bits), as in
+// PyTorch: on by default, process-wide; matmul's switch (set_allow_tf32) is separate.
+void set_allow_conv_tf32(bool allow);
+bool allow_conv_tf32();
+
 // Windows over padding never pick it (it reads as -inf); padding <= kernel/2. An empty
 // stride means the kernel size.
 Tensor max_pool2d(const Tensor& x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride = {},
