@@ -1,11 +1,13 @@
 // conv2d on NCHW and its two backward ops (conv2d_grad_input, conv2d_grad_weight).
-// GPU: im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group; the backward
-// ops are GEMMs + col2im. CPU: direct nested loops, independent of im2col.
+// GPU: implicit GEMMs on tensor cores generated per shape (conv_igemm.h) for bf16, f16
+// and TF32; otherwise im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group, the
+// backward ops GEMMs + col2im. CPU: direct nested loops, independent of both.
 #include "kiln/conv.h"
 
 #include <atomic>
 
 #include "conv_common.h"
+#include "conv_igemm.h"
 #include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
 #include "registry.h"
@@ -133,8 +135,13 @@ rt::DevicePtr at(const Tensor& t, std::int64_t elements) {
   return device_address(t) + static_cast<std::uint64_t>(elements) * t.element_size();
 }
 
+ConvSizes sizes(const Geom& g) {
+  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+}
+
 void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
   const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
+  if (run_conv_igemm(ConvPass::forward, sizes(g), x, w, y)) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -151,6 +158,7 @@ void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, con
 
 void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
   const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
+  if (run_conv_igemm(ConvPass::grad_input, sizes(g), gy, w, dx)) return;
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -167,6 +175,7 @@ void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in,
 
 void conv_grad_weight_gpu(const Geom& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
+  if (run_conv_igemm(ConvPass::grad_weight, sizes(g), gy, x, dw)) return;
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -218,6 +227,7 @@ const OpDef& kGradInput = register_op({
     .test = {.attrs = {Attrs{{"input_shape", std::vector<std::int64_t>{2, 2, 4, 4}}}},
              .gradcheck = false,
              .tolerance_scale = 4,
+             .tf32 = true,
              .shapes = {{{2, 3, 3, 3}, {3, 2, 2, 2}}}},
 });
 
@@ -247,6 +257,7 @@ const OpDef& kGradWeight = register_op({
     .test = {.attrs = {Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}}},
              .gradcheck = false,
              .tolerance_scale = 4,
+             .tf32 = true,
              .shapes = {{{2, 2, 4, 4}, {2, 3, 3, 3}}}},
 });
 
@@ -281,7 +292,8 @@ const OpDef& kConv2d = register_op({
                        Attrs{{"stride", std::vector<std::int64_t>{2}}, {"padding", std::vector<std::int64_t>{1}}},
                        Attrs{{"dilation", std::vector<std::int64_t>{2}}, {"padding", std::vector<std::int64_t>{1, 2}}},
                        Attrs{{"groups", std::int64_t{2}}}},
-             .tolerance_scale = 4},
+             .tolerance_scale = 4,
+             .tf32 = true},
 });
 
 }  // namespace

@@ -134,6 +134,9 @@ struct TestHints {
   bool same_shape_inputs = false;     // no broadcasting pairs
   // Outputs summed over many terms (matmul, conv) round differently on each device.
   double tolerance_scale = 1.0;
+  // f32 may run on TF32 tensor cores (convolutions by default): f32 cases then compare at
+  // f16's tolerance, the same 11 significant bits.
+  bool tf32 = false;
   std::vector<InputHint> inputs{};           // by input index; missing: the case's dtype and range
   std::vector<std::vector<Shape>> shapes{};  // explicit input shape sets; empty: the generic ones
 };

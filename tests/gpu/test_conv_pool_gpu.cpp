@@ -135,6 +135,9 @@ TEST_CASE("conv2d on the GPU matches the CPU, forward and backward") {
       {"conv2d[3,6,8,9]*[6,1,3,3],depthwise,p1,d2", {3, 6, 8, 9}, {6, 1, 3, 3}, {{1}, {1, 2}, {2}, 6}},
       {"conv2d[1,5,7,7]*[3,5,1,1],s3", {1, 5, 7, 7}, {3, 5, 1, 1}, {{3}, {0}, {1}, 1}},
   };
+  // The im2col + cuBLAS path, exact in f32 (test_conv_igemm_gpu.cpp covers the tensor cores).
+  const bool tf32 = allow_conv_tf32();
+  set_allow_conv_tf32(false);
   for (DType dt : kDTypes)
     for (const auto& c : cases) {
       Fn f = [o = c.o](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x[2], o); };
@@ -149,6 +152,7 @@ TEST_CASE("conv2d on the GPU matches the CPU, forward and backward") {
       "conv2d[300,8,64,64]*[4,8,3,3],p1",
       [](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], {}, {.padding = {1}}); },
       {{300, 8, 64, 64}, {4, 8, 3, 3}}, DType::f32);
+  set_allow_conv_tf32(tf32);
 }
 
 TEST_CASE("max_pool2d and avg_pool2d on the GPU match the CPU, forward and backward") {

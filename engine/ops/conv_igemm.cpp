@@ -1,0 +1,169 @@
+// Chooses tiles and split-K for one convolution pass, registers its kernel (the template
+// instantiated with the shape as constants, named after it) on first use, and launches it.
+#include "conv_igemm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "kiln/conv.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+#include "kernels/launchers.h"
+#include "registry.h"
+
+namespace kiln::conv_detail {
+
+namespace {
+
+struct Plan {
+  int mma = 0;  // 0 bf16, 1 f16, 2 tf32
+  std::int64_t gm = 0, gn = 0, gk = 0;
+  int bm = 0, bn = 0, bk = 0, splitk = 1;
+  std::int64_t grid_m = 0, grid_n = 0;
+  std::int64_t tiles() const { return grid_m * grid_n; }
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Tiles large enough to feed the tensor cores, small enough to fill the SMs; k split across
+// blocks when the output alone leaves most SMs idle (weight gradients).
+Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms) {
+  Plan p;
+  p.mma = mma;
+  const std::int64_t cg = s.c / s.groups, og = s.o / s.groups, rs = s.kh * s.kw;
+  if (pass == ConvPass::forward) p.gm = s.n * s.oh * s.ow, p.gn = og, p.gk = cg * rs;
+  if (pass == ConvPass::grad_input) p.gm = s.n * s.h * s.w, p.gn = cg, p.gk = og * rs;
+  if (pass == ConvPass::grad_weight) p.gm = og, p.gn = cg * rs, p.gk = s.n * s.oh * s.ow;
+  p.bk = mma == 2 ? 16 : 32;
+  p.bn = p.gn <= 16 ? 16 : p.gn <= 32 ? 32 : 64;
+  p.bm = p.gm <= 32 ? 32 : p.gm <= 64 ? 64 : 128;
+  auto tiles = [&] { return ceil_div(p.gm, p.bm) * ceil_div(p.gn, p.bn) * s.groups; };
+  if (p.bm == 128 && tiles() < 2 * sms) p.bm = 64;
+  p.grid_m = ceil_div(p.gm, p.bm);
+  p.grid_n = ceil_div(p.gn, p.bn);
+  const std::int64_t kt = ceil_div(p.gk, p.bk);
+  if (tiles() < sms && kt >= 8) {
+    const std::int64_t want = std::min<std::int64_t>({ceil_div(2 * sms, tiles()), kt / 4, 64});
+    const std::int64_t per = ceil_div(kt, std::max<std::int64_t>(want, 1));
+    p.splitk = static_cast<int>(ceil_div(kt, per));  // no empty splits: each one counts in
+  }
+  return p;
+}
+
+const char* pass_name(ConvPass p) {
+  return p == ConvPass::forward ? "fwd" : p == ConvPass::grad_input ? "dgrad" : "wgrad";
+}
+
+std::string sizes_key(const ConvSizes& s) {
+  std::string k;
+  for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups})
+    (k += k.empty() ? "" : "_") += std::to_string(v);
+  return k;
+}
+
+std::string kernel_name(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to, bool relu) {
+  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
+  return std::string("conv_") + pass_name(pass) + "_" + mma_name + "_" + std::string(dtype_name(ta)) +
+         std::string(dtype_name(tb)) + std::string(dtype_name(to)) + "_" + sizes_key(s) + "_t" + std::to_string(p.bm) +
+         "x" + std::to_string(p.bn) + "s" + std::to_string(p.splitk) + (relu ? "_relu" : "");
+}
+
+std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to, bool relu) {
+  const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;  // the header the MMA type needs
+  auto num = [](std::int64_t v) { return std::to_string(v); };
+  const rt::Bindings b{{"PRELUDE", kernels::device_prelude(DTypes{ta, tb, to, mt})},
+                       {"TA", std::string(cuda_storage_type(ta))},
+                       {"TB", std::string(cuda_storage_type(tb))},
+                       {"TO", std::string(cuda_storage_type(to))},
+                       {"MODE", num(static_cast<int>(pass))}, {"MMA", num(p.mma)},
+                       {"N", num(s.n)}, {"C", num(s.c)}, {"H", num(s.h)}, {"W", num(s.w)}, {"O", num(s.o)},
+                       {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)}, {"OW", num(s.ow)},
+                       {"SH", num(s.sh)}, {"SW", num(s.sw)}, {"PH", num(s.ph)}, {"PW", num(s.pw)},
+                       {"DH", num(s.dh)}, {"DW", num(s.dw)}, {"G", num(s.groups)}, {"BM", num(p.bm)},
+                       {"BN", num(p.bn)}, {"SPLITK", num(p.splitk)}, {"EPI", std::string(relu ? "1" : "0")},
+                       {"TILES", num(p.tiles() * s.groups)}};
+  return rt::instantiate("conv_igemm", rt::template_source("conv_igemm"), b);
+}
+
+// One generated kernel per (pass, dtypes, sizes, plan, epilogue), named after all of them so
+// another process finds the same module in the disk cache.
+const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to,
+                               bool relu) {
+  static std::mutex mu;
+  static auto* specs = new std::unordered_map<std::string, const rt::KernelSpec*>;
+  const std::string name = kernel_name(pass, s, p, ta, tb, to, relu);
+  std::lock_guard lock(mu);
+  if (auto it = specs->find(name); it != specs->end()) return *it->second;
+  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
+  rt::add_generated_template(name, source(pass, s, p, ta, tb, to, relu),
+                             std::string("conv2d ") + pass_name(pass) + " " + mma_name);
+  rt::KernelSpec spec;
+  spec.op = name;
+  spec.template_name = name;
+  spec.entry = "kiln_conv_igemm";
+  spec.dtypes = {DTypes{DType::u8}};
+  spec.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
+  const rt::KernelSpec& stored = rt::register_kernel(std::move(spec));
+  specs->emplace(name, &stored);
+  return stored;
+}
+
+bool enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CONV_IGEMM");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+// The MMA type for these dtypes, or -1 when the generated kernel does not apply.
+int mma_for(DType ta, DType tb, DType to) {
+  if (ta != tb || ta != to) return -1;
+  if (ta == DType::bf16) return 0;
+  if (ta == DType::f16) return 1;
+  if (ta == DType::f32 && allow_conv_tf32()) return 2;
+  return -1;
+}
+
+}  // namespace
+
+bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out, bool relu) {
+  const int mma = mma_for(a.dtype(), b.dtype(), out.dtype());
+  if (mma < 0 || !enabled() || out.numel() == 0) return false;
+  for (const Tensor* t : {&a, &b, &out})
+    if (t->numel() >= INT_MAX / 2) return false;  // the kernel indexes in 32 bits
+  const int device = out.device().index();
+  const rt::DeviceInfo& info = rt::device_info(device);
+  if (info.arch() < 80) return false;
+  const Plan p = plan_for(pass, s, mma, std::max(1, info.sm_count));
+  if (p.gk == 0) return false;  // an empty sum: the fallback writes the zeros
+  const rt::KernelSpec& spec = spec_for(pass, s, p, a.dtype(), b.dtype(), out.dtype(), relu);
+  const rt::Function fn = rt::get_function(spec, DTypes{DType::u8}, 0, device);
+  Tensor ws;
+  rt::DevicePtr wp = 0;
+  if (p.splitk > 1) {
+    ws = empty({p.splitk * p.tiles() * s.groups * p.bm * p.bn}, {.dtype = DType::f32, .device = out.device()});
+    wp = device_address(ws);
+  }
+  rt::LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(p.grid_m), static_cast<unsigned>(p.grid_n),
+              static_cast<unsigned>(s.groups * p.splitk)};
+  cfg.block = {128, 1, 1};
+  rt::launch(fn, cfg, stream_of(out.device()), device_address(a), device_address(b), device_address(out), wp);
+  return true;
+}
+
+std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, bool relu, int sm_count) {
+  const int mma = mma_for(t, t, t);
+  if (mma < 0) return {};
+  return source(pass, s, plan_for(pass, s, mma, sm_count), t, t, t, relu);
+}
+
+}  // namespace kiln::conv_detail

@@ -1,0 +1,273 @@
+// Implicit-GEMM convolution on tensor cores (mma.sync), generated for one exact shape: every
+// size below is a compile-time constant, so index math becomes multiplies and shifts.
+// MODE 0 forward  C[m = (img, oy, ox)][n = o]        over k = (c, r, s)
+//      1 dgrad    C[m = (img, iy, ix)][n = c]        over k = (o, r, s)
+//      2 wgrad    C[m = o][n = (c, r, s)]            over k = (img, oy, ox)
+// per group (blockIdx.z % G). Tiles of A (BM x BK) and B (BN x BK) are gathered from NCHW
+// global memory into registers, converted to the MMA type and kept k-contiguous in shared
+// memory (double buffered); accumulation is f32. SPLITK > 1 splits k across blockIdx.z / G:
+// each block parks its f32 tile in `ws` and the last block of a tile sums them in split order
+// (deterministic, no float atomics) and resets the tile's counter for the next launch.
+${PRELUDE}
+typedef ${TA} TA;  // A's storage type (x, or gy for dgrad and wgrad)
+typedef ${TB} TB;  // B's storage type (w, or x for wgrad)
+typedef ${TO} TO;  // the output's storage type
+
+#define MODE ${MODE}
+#define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
+constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW};
+constexpr int OH = ${OH}, OW = ${OW}, SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW};
+constexpr int G = ${G}, BM = ${BM}, BN = ${BN}, SPLITK = ${SPLITK}, EPI = ${EPI};  // EPI 1: ReLU
+constexpr int CG = C / G, OG = O / G, RS = KH * KW, OHW = OH * OW, HW = H * W;
+constexpr int GM = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : OG;
+constexpr int GN = MODE == 0 ? OG : MODE == 1 ? CG : CG * RS;
+constexpr int GK = MODE == 0 ? CG * RS : MODE == 1 ? OG * RS : N * OHW;
+
+#if MMA == 2
+typedef float MT;  // TF32 bits in a float
+constexpr int KSTEP = 8, BK = 16, PAD = 4;
+#elif MMA == 1
+typedef __half MT;
+constexpr int KSTEP = 16, BK = 32, PAD = 8;
+#else
+typedef __nv_bfloat16 MT;
+constexpr int KSTEP = 16, BK = 32, PAD = 8;
+#endif
+constexpr int THREADS = 128, LD = BK + PAD;  // rows padded so fragment reads miss bank conflicts
+constexpr int WTM = BM / 2, WTN = BN / 2, MI = WTM / 16, NI = WTN / 8;
+constexpr int KT = (GK + BK - 1) / BK, TPS = (KT + SPLITK - 1) / SPLITK;
+constexpr int A_PER = BM * BK / THREADS, B_PER = BN * BK / THREADS;
+constexpr bool A_MFAST = MODE != 2;  // forward/dgrad A is contiguous along m, wgrad A along k
+constexpr int CLD = BM + 4;
+constexpr int PIPE_BYTES = 2 * (BM + BN) * LD * (int)sizeof(MT), EPI_BYTES = BN * CLD * 4;
+constexpr int SMEM = PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES;
+
+__device__ unsigned int kiln_conv_tiles[${TILES}];
+
+__device__ __forceinline__ MT to_mt(float v) {
+#if MMA == 2
+  unsigned int r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+#else
+  return kiln::cvt<MT>(v);
+#endif
+}
+
+// Element (m, k) of A and (k, n) of B for group g as f32; 0 outside the problem or padding.
+__device__ __forceinline__ float load_a(const TA* __restrict__ a, int g, int m, int k) {
+  if (m >= GM || k >= GK) return 0.f;
+#if MODE == 0
+  const int img = m / OHW, p = m % OHW, c = k / RS, rs = k % RS;
+  const int iy = (p / OW) * SH - PH + (rs / KW) * DH, ix = (p % OW) * SW - PW + (rs % KW) * DW;
+  if (iy < 0 || iy >= H || ix < 0 || ix >= W) return 0.f;
+  return kiln::cvt<float>(a[((img * C + g * CG + c) * H + iy) * W + ix]);
+#elif MODE == 1
+  const int img = m / HW, p = m % HW, o = k / RS, rs = k % RS;
+  const int ty = p / W + PH - (rs / KW) * DH, tx = p % W + PW - (rs % KW) * DW;
+  if (ty < 0 || tx < 0 || ty % SH != 0 || tx % SW != 0 || ty / SH >= OH || tx / SW >= OW) return 0.f;
+  return kiln::cvt<float>(a[((img * O + g * OG + o) * OH + ty / SH) * OW + tx / SW]);
+#else
+  return kiln::cvt<float>(a[((k / OHW) * O + g * OG + m) * OHW + k % OHW]);
+#endif
+}
+
+__device__ __forceinline__ float load_b(const TB* __restrict__ b, int g, int k, int n) {
+  if (n >= GN || k >= GK) return 0.f;
+#if MODE == 0
+  return kiln::cvt<float>(b[(g * OG + n) * GK + k]);
+#elif MODE == 1
+  return kiln::cvt<float>(b[((g * OG + k / RS) * CG + n) * RS + k % RS]);
+#else
+  const int img = k / OHW, p = k % OHW, c = n / RS, rs = n % RS;
+  const int iy = (p / OW) * SH - PH + (rs / KW) * DH, ix = (p % OW) * SW - PW + (rs % KW) * DW;
+  if (iy < 0 || iy >= H || ix < 0 || ix >= W) return 0.f;
+  return kiln::cvt<float>(b[((img * C + g * CG + c) * H + iy) * W + ix]);
+#endif
+}
+
+// Output index of C[m][n] for group g.
+__device__ __forceinline__ int out_index(int g, int m, int n) {
+#if MODE == 0
+  return ((m / OHW) * O + g * OG + n) * OHW + m % OHW;
+#elif MODE == 1
+  return ((m / HW) * C + g * CG + n) * HW + m % HW;
+#else
+  return (g * OG + m) * GN + n;
+#endif
+}
+
+__device__ __forceinline__ unsigned int lds32(const MT* p) { return *reinterpret_cast<const unsigned int*>(p); }
+
+__device__ __forceinline__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
+#if MMA == 2
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif MMA == 1
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// Fragment registers of the k-step at column k0 (mma.sync's row.col operand layouts).
+__device__ __forceinline__ void frag_a(unsigned int* a, const MT* As, int row, int k0, int t) {
+#if MMA == 2
+  a[0] = __float_as_uint(As[row * LD + k0 + t]);
+  a[1] = __float_as_uint(As[(row + 8) * LD + k0 + t]);
+  a[2] = __float_as_uint(As[row * LD + k0 + t + 4]);
+  a[3] = __float_as_uint(As[(row + 8) * LD + k0 + t + 4]);
+#else
+  a[0] = lds32(As + row * LD + k0 + 2 * t);
+  a[1] = lds32(As + (row + 8) * LD + k0 + 2 * t);
+  a[2] = lds32(As + row * LD + k0 + 2 * t + 8);
+  a[3] = lds32(As + (row + 8) * LD + k0 + 2 * t + 8);
+#endif
+}
+
+__device__ __forceinline__ void frag_b(unsigned int* b, const MT* Bs, int col, int k0, int t) {
+#if MMA == 2
+  b[0] = __float_as_uint(Bs[col * LD + k0 + t]);
+  b[1] = __float_as_uint(Bs[col * LD + k0 + t + 4]);
+#else
+  b[0] = lds32(Bs + col * LD + k0 + 2 * t);
+  b[1] = lds32(Bs + col * LD + k0 + 2 * t + 8);
+#endif
+}
+
+// Where thread `tid`'s i-th element of an R x BK tile sits; "m-fast" runs lanes along rows.
+template <bool MFAST, int R>
+__device__ __forceinline__ void tile_pos(int tid, int i, int& r, int& k) {
+  const int idx = tid + i * THREADS;
+  if (MFAST) { r = idx % R; k = idx / R; } else { k = idx % BK; r = idx / BK; }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_igemm(const TA* __restrict__ a, const TB* __restrict__ b,
+                                                                      TO* __restrict__ out, float* __restrict__ ws) {
+  __shared__ __align__(16) unsigned char smem[SMEM];
+  MT* As = reinterpret_cast<MT*>(smem);
+  MT* Bs = As + 2 * BM * LD;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t = lane & 3;
+  const int wm = (warp >> 1) * WTM, wn = (warp & 1) * WTN;
+  const int g = blockIdx.z % G, split = blockIdx.z / G;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int kt0 = split * TPS, kt1 = kt0 + TPS < KT ? kt0 + TPS : KT;
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+
+  float ra[A_PER], rb[B_PER];
+  auto gather = [&](int kt) {
+    const int kb = kt * BK;
+#pragma unroll
+    for (int i = 0; i < A_PER; ++i) {
+      int r, k;
+      tile_pos<A_MFAST, BM>(tid, i, r, k);
+      ra[i] = load_a(a, g, m0 + r, kb + k);
+    }
+#pragma unroll
+    for (int i = 0; i < B_PER; ++i) {
+      int r, k;
+      tile_pos<false, BN>(tid, i, r, k);
+      rb[i] = load_b(b, g, kb + k, n0 + r);
+    }
+  };
+  auto park = [&](int buf) {
+    MT* as = As + buf * BM * LD;
+    MT* bs = Bs + buf * BN * LD;
+#pragma unroll
+    for (int i = 0; i < A_PER; ++i) {
+      int r, k;
+      tile_pos<A_MFAST, BM>(tid, i, r, k);
+      as[r * LD + k] = to_mt(ra[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < B_PER; ++i) {
+      int r, k;
+      tile_pos<false, BN>(tid, i, r, k);
+      bs[r * LD + k] = to_mt(rb[i]);
+    }
+  };
+
+  if (kt0 < kt1) {
+    gather(kt0);
+    park(0);
+  }
+  __syncthreads();
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int buf = (kt - kt0) & 1;
+    if (kt + 1 < kt1) gather(kt + 1);
+    const MT* as = As + buf * BM * LD;
+    const MT* bs = Bs + buf * BN * LD;
+#pragma unroll
+    for (int k0 = 0; k0 < BK; k0 += KSTEP) {
+      unsigned int fa[MI][4], fb[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) frag_a(fa[i], as, wm + i * 16 + gq, k0, t);
+#pragma unroll
+      for (int j = 0; j < NI; ++j) frag_b(fb[j], bs, wn + j * 8 + gq, k0, t);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma(acc[i][j], fa[i], fb[j]);
+    }
+    if (kt + 1 < kt1) park(buf ^ 1);
+    __syncthreads();
+  }
+
+  // The tile goes through shared memory as Cs[n][m], so global stores run along the
+  // contiguous dimension (m for forward/dgrad, n for wgrad).
+  float* Cs = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int m = wm + i * 16 + gq + (q >> 1) * 8, n = wn + j * 8 + 2 * t + (q & 1);
+        Cs[n * CLD + m] = acc[i][j][q];
+      }
+  __syncthreads();
+
+  if (SPLITK > 1) {
+    const int tile = (g * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    float* part = ws + (static_cast<long long>(split) * gridDim.x * gridDim.y * G + tile) * (BM * BN);
+    for (int idx = tid; idx < BM * BN; idx += THREADS) part[idx] = Cs[(idx / BM) * CLD + idx % BM];
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&kiln_conv_tiles[tile], 1u) == SPLITK - 1;
+    __syncthreads();
+    if (!last) return;
+    for (int idx = tid; idx < BM * BN; idx += THREADS) {
+      float s = 0.f;
+      for (int k = 0; k < SPLITK; ++k)  // split order: bit-identical across runs
+        s += __ldcg(ws + (static_cast<long long>(k) * gridDim.x * gridDim.y * G + tile) * (BM * BN) + idx);
+      Cs[(idx / BM) * CLD + idx % BM] = s;
+    }
+    if (tid == 0) kiln_conv_tiles[tile] = 0;
+    __syncthreads();
+  }
+
+  for (int idx = tid; idx < BM * BN; idx += THREADS) {
+    int m, n;
+    if (MODE == 2) { n = idx % BN; m = idx / BN; } else { m = idx % BM; n = idx / BM; }
+    if (m0 + m >= GM || n0 + n >= GN) continue;
+    float v = Cs[n * CLD + m];
+    if (EPI == 1) v = v > 0.f ? v : (v != v ? v : 0.f);
+    kiln::store(out + out_index(g, m0 + m, n0 + n), v);
+  }
+}

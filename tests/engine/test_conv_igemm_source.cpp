@@ -1,0 +1,65 @@
+// The generated implicit-GEMM convolution kernels compile with NVRTC for sm_80 and sm_90
+// in every pass and MMA type, over the shapes their tiling treats differently (split-K,
+// groups, strides, odd sizes); runs without a GPU. GPU tests check their results.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "../../engine/ops/conv_igemm.h"
+#include "kiln/conv.h"
+#include "kiln/runtime/compiler.h"
+
+using namespace kiln;
+using conv_detail::ConvPass;
+using conv_detail::ConvSizes;
+
+namespace {
+
+// n, c, h, w, o, kh, kw, stride, pad, dilation, groups; output sizes derived.
+ConvSizes make(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t o, std::int64_t k,
+               std::int64_t st, std::int64_t pad, std::int64_t dil, std::int64_t groups) {
+  const std::int64_t oh = (h + 2 * pad - dil * (k - 1) - 1) / st + 1, ow = (w + 2 * pad - dil * (k - 1) - 1) / st + 1;
+  return {n, c, h, w, o, k, k, oh, ow, st, st, pad, pad, dil, dil, groups};
+}
+
+}  // namespace
+
+TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
+  const ConvSizes shapes[] = {
+      make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),    // the MNIST cnn's conv1
+      make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),   // and conv2: split-K weight gradient
+      make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2),         // strided, dilated, grouped, odd
+      make(1, 5, 4, 4, 130, 1, 1, 0, 1, 1),       // 1x1, batch 1, many outputs
+  };
+  const bool tf32 = allow_conv_tf32();
+  set_allow_conv_tf32(true);
+  int compiled = 0;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (int pass = 0; pass < 3; ++pass)
+      for (const ConvSizes& s : shapes)
+        for (bool relu : {false, true}) {
+          if (relu && pass != 0) continue;
+          const std::string src = conv_detail::conv_igemm_source(static_cast<ConvPass>(pass), s, t, relu, 132);
+          REQUIRE_FALSE(src.empty());
+          for (int arch : {80, 90}) {
+            CAPTURE(arch);
+            CAPTURE(pass);
+            const rt::CompiledModule m = rt::compile({"conv_igemm", std::string(dtype_name(t)), src, arch});
+            CHECK(m.ptx.find("mma.sync.aligned") != std::string::npos);
+            ++compiled;
+          }
+        }
+  set_allow_conv_tf32(tf32);
+  CHECK(compiled == 3 * (3 * 4 + 4) * 2);
+}
+
+TEST_CASE("no generated convolution for f64, or for f32 with TF32 switched off") {
+  const ConvSizes s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
+  const bool tf32 = allow_conv_tf32();
+  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f64, false, 132).empty());
+  set_allow_conv_tf32(false);
+  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, false, 132).empty());
+  set_allow_conv_tf32(true);
+  CHECK_FALSE(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, false, 132).empty());
+  set_allow_conv_tf32(tf32);
+}

@@ -1,0 +1,130 @@
+// The generated tensor-core convolutions (bf16, f16, TF32) against the CPU reference in
+// f64, forward, input gradient and weight gradient, over strides, padding, dilation,
+// groups, odd sizes, 1x1, batch 1, split-K weight gradients and the MNIST cnn's shapes.
+// Each element may differ by tol * sum |a||b| of its own terms (the reference run on
+// |inputs|): input rounding is in that sum, so the bound holds element by element.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+struct TF32Switch {
+  bool saved = allow_conv_tf32();
+  explicit TF32Switch(bool on) { set_allow_conv_tf32(on); }
+  ~TF32Switch() { set_allow_conv_tf32(saved); }
+};
+
+struct Case {
+  std::string name;
+  Shape x, w;
+  Conv2dOptions o;
+};
+
+Shape out_shape(const Case& c) {
+  auto at = [](const std::vector<std::int64_t>& v, int i) { return v.size() == 2 ? v[i] : v[0]; };
+  Shape y{c.x[0], c.w[0], 0, 0};
+  for (int d = 0; d < 2; ++d)
+    y[2 + d] = (c.x[2 + d] + 2 * at(c.o.padding, d) - at(c.o.dilation, d) * (c.w[2 + d] - 1) - 1) / at(c.o.stride, d) + 1;
+  return y;
+}
+
+// pass 0: conv2d(a = x, b = w); 1: conv2d_grad_input(a = gy, b = w); 2: conv2d_grad_weight(a = x, b = gy).
+Tensor run_pass(int pass, const Case& c, const Tensor& a, const Tensor& b) {
+  if (pass == 0) return conv2d(a, b, {}, c.o);
+  if (pass == 1) return conv2d_grad_input(a, b, c.x, c.o);
+  return conv2d_grad_weight(a, b, c.w, c.o);
+}
+
+// Worst |gpu - ref| / (sum |a||b|) over the elements, with inputs drawn in `dt` (so the
+// reference sees the rounded values) and the GPU computing in `dt`.
+double worst_error(int pass, const Case& c, DType dt, std::uint64_t seed) {
+  Generator gen(seed);
+  const Shape ya = pass == 2 ? c.x : pass == 1 ? out_shape(c) : c.x, yb = pass == 2 ? out_shape(c) : c.w;
+  const Tensor a = randn(ya, {.dtype = DType::f64}, &gen).to(dt), b = randn(yb, {.dtype = DType::f64}, &gen).to(dt);
+  const Tensor a64 = a.to(DType::f64), b64 = b.to(DType::f64);
+  const std::vector<double> ref = run_pass(pass, c, a64, b64).to_vector<double>();
+  const std::vector<double> scale = run_pass(pass, c, abs(a64), abs(b64)).to_vector<double>();
+  const Device gpu = Device::cuda(0);
+  const std::vector<double> got = run_pass(pass, c, a.to(gpu), b.to(gpu)).to(Device::cpu()).to(DType::f64).to_vector<double>();
+  REQUIRE(got.size() == ref.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - ref[i]) / (scale[i] + 1e-30);
+    if (!(e <= 1e300)) return INFINITY;  // NaN or inf where the reference is finite
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {"mnist-conv1 b64", {64, 1, 28, 28}, {32, 1, 5, 5}, {.padding = {2}}},
+      {"mnist-conv2 b16", {16, 32, 14, 14}, {64, 32, 5, 5}, {.padding = {2}}},
+      {"plain 3x3", {2, 3, 9, 8}, {4, 3, 3, 3}, {}},
+      {"s2 p1 d2 g2 odd", {3, 6, 9, 7}, {4, 3, 3, 3}, {{2}, {1}, {2}, 2}},
+      {"depthwise p(1,2) d2", {2, 6, 8, 9}, {6, 1, 3, 3}, {{1}, {1, 2}, {2}, 6}},
+      {"1x1 batch 1, 130 outputs", {1, 5, 4, 4}, {130, 5, 1, 1}, {}},
+      {"s(3,2) p(1,0) 2x4 kernel", {2, 3, 10, 11}, {5, 3, 2, 4}, {{3, 2}, {1, 0}, {1}, 1}},
+      {"C=37 O=70 3x3 p1", {4, 37, 12, 12}, {70, 37, 3, 3}, {.padding = {1}}},
+  };
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF32") {
+  const TF32Switch tf32(true);
+  // bf16 and f16 outputs round to 8 and 11 bits; TF32 rounds each input to 11 bits.
+  const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1.5e-3}};
+  for (const auto& c : cases())
+    for (const auto& p : precisions)
+      for (int pass = 0; pass < 3; ++pass) {
+        const std::string what = c.name + " " + std::string(dtype_name(p.first)) + " pass " + std::to_string(pass);
+        CAPTURE(what);
+        const double e = worst_error(pass, c, p.first, 7 + pass);
+        CHECK(e <= p.second);
+      }
+}
+
+TEST_CASE("f32 convolutions with TF32 off stay exact f32 (im2col + cuBLAS)") {
+  const TF32Switch tf32(false);
+  for (const auto& c : cases())
+    for (int pass = 0; pass < 3; ++pass) {
+      const std::string what = c.name + " pass " + std::to_string(pass);
+      CAPTURE(what);
+      CHECK(worst_error(pass, c, DType::f32, 11) <= 1e-5);
+    }
+}
+
+TEST_CASE("split-K weight gradients are bit-identical from run to run") {
+  const TF32Switch tf32(true);
+  const Case& c = cases()[1];
+  Generator gen(3);
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const Tensor x = randn(c.x, {.dtype = dt, .device = gpu}, &gen), gy = randn(out_shape(c), {.dtype = dt, .device = gpu}, &gen);
+    const std::vector<double> first = conv2d_grad_weight(x, gy, c.w, c.o).to(Device::cpu()).to(DType::f64).to_vector<double>();
+    for (int rep = 0; rep < 3; ++rep)
+      CHECK(conv2d_grad_weight(x, gy, c.w, c.o).to(Device::cpu()).to(DType::f64).to_vector<double>() == first);
+  }
+}
+
+TEST_CASE("NaN and infinity in a convolution's input reach its output") {
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::bf16, DType::f32}) {
+    std::vector<double> v(16, 0.0);
+    v[5] = std::nan("");  // (1, 1)
+    const Tensor x = from_vector(v, {1, 1, 4, 4}).to(dt);
+    const Tensor w = ones({2, 1, 3, 3}, {.dtype = dt});
+    const std::vector<double> y = conv2d(x.to(gpu), w.to(gpu), {}, {.padding = {1}}).to(Device::cpu()).to(DType::f64).to_vector<double>();
+    int nans = 0;
+    for (double v : y) nans += std::isnan(v);
+    CHECK(nans == 2 * 9);  // every output whose window covers (1, 1), in both channels
+  }
+}
