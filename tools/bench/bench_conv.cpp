@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_timing.h"
@@ -94,6 +95,7 @@ Row measure(const ConvShape& s, const Precision& p, const char* op, const std::f
             const Settings& set) {
   Row r{s.name, s.spec(), p.name, op};
   try {
+    stream().synchronize();  // the inputs' randn out of first_ms
     const auto t0 = std::chrono::steady_clock::now();
     (void)call();
     stream().synchronize();
@@ -106,8 +108,13 @@ Row measure(const ConvShape& s, const Precision& p, const char* op, const std::f
   } catch (const std::exception& e) {
     r.note = e.what();
   }
-  std::printf("%-7s %-24s %-5s %-19s %10.2f %9.2f %10.2f  %s\n", r.name.c_str(), r.shape.c_str(), r.precision.c_str(),
-              r.op.c_str(), r.us, r.tflops, r.first_ms, r.note.c_str());
+  const auto cell = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+    return v < 0 ? std::string("n/a") : std::string(buf);
+  };
+  std::printf("%-7s %-24s %-5s %-19s %10s %9s %10s  %s\n", r.name.c_str(), r.shape.c_str(), r.precision.c_str(),
+              r.op.c_str(), cell(r.us).c_str(), cell(r.tflops).c_str(), cell(r.first_ms).c_str(), r.note.c_str());
   std::fflush(stdout);
   return r;
 }
@@ -118,13 +125,12 @@ std::vector<Row> bench_shape(const ConvShape& s, const Precision& p, const Setti
   const Tensor gy = randn({s.n, s.o, s.oh(), s.ow()}, opts);
   const Conv2dOptions co{.stride = {s.stride}, .padding = {s.pad}};
   set_allow_conv_tf32(p.tf32);
+  const std::pair<const char*, std::function<Tensor()>> ops[] = {
+      {"conv2d", [&] { return conv2d(x, w, Tensor(), co); }},
+      {"conv2d_grad_input", [&] { return conv2d_grad_input(gy, w, x.shape(), co); }},
+      {"conv2d_grad_weight", [&] { return conv2d_grad_weight(x, gy, w.shape(), co); }}};
   std::vector<Row> rows;
-  rows.push_back(measure(
-      s, p, "conv2d", [&] { return conv2d(x, w, Tensor(), co); }, set));
-  rows.push_back(measure(
-      s, p, "conv2d_grad_input", [&] { return conv2d_grad_input(gy, w, x.shape(), co); }, set));
-  rows.push_back(measure(
-      s, p, "conv2d_grad_weight", [&] { return conv2d_grad_weight(x, gy, w.shape(), co); }, set));
+  for (const auto& [op, call] : ops) rows.push_back(measure(s, p, op, call, set));
   return rows;
 }
 
