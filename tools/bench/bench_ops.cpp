@@ -31,6 +31,7 @@
 #include "../../engine/ops/kernels/gemm.h"
 #include "../../engine/ops/kernels/launchers.h"
 #include "../../engine/ops/registry.h"
+#include "bench_timing.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/device.h"
@@ -47,22 +48,7 @@ constexpr std::int64_t kMat = 4096;
 
 const rt::Stream& stream() { return rt::default_stream(0); }
 
-// Median milliseconds of `body` over g_reps event-timed runs after two warm-up runs.
-double time_ms(const std::function<void()>& body) {
-  for (int i = 0; i < 2; ++i) body();
-  stream().synchronize();
-  rt::Event start = rt::Event::create(0, true), stop = rt::Event::create(0, true);
-  std::vector<double> ms;
-  for (int i = 0; i < g_reps; ++i) {
-    start.record(stream());
-    body();
-    stop.record(stream());
-    stop.synchronize();
-    ms.push_back(stop.elapsed_ms_since(start));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double time_ms(const std::function<void()>& body) { return bench::median_event_ms(stream(), body, g_reps); }
 
 struct Row {
   std::string name{}, dtype{}, unit{};

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""PyTorch (cuDNN) twin of bench_conv (tools/bench/bench_conv.cpp): the same shapes,
+precisions and ops, timed the same way (median microseconds per call over --reps
+event-timed batches of --calls calls, after --warmup untimed batches), with
+torch.backends.cudnn.benchmark on:
+
+    conv2d              torch.nn.functional.conv2d (no bias)
+    conv2d_grad_input   aten.convolution_backward with output_mask (True, False, False)
+    conv2d_grad_weight  aten.convolution_backward with output_mask (False, True, False)
+
+bf16 runs bf16 tensors; tf32 and f32 run f32 with torch.backends.cudnn.allow_tf32 on and
+off. With --kiln FILE (bench_conv's output or its --json file) the shapes and precisions
+default to that run's, and the table sets kiln beside cuDNN with the throughput ratio
+kiln/cuDNN per row (issue 11 asks for >= 1 on every row):
+
+    build/tools/bench_conv --json kiln_conv.json
+    python3 tools/bench/bench_conv_torch.py --kiln kiln_conv.json
+
+Exits 77 without torch or a CUDA device.
+"""
+import argparse
+import json
+import sys
+import time
+
+OPS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight")
+PRECISIONS = ("bf16", "tf32", "f32")
+CNN_SHAPES = (("conv1", "128,1,28,28,32,5,5,1,2"), ("conv2", "128,32,14,14,64,5,5,1,2"))
+
+
+def parse_shape(text):
+    """'N,C,H,W,O,kh,kw,stride,pad' -> a dict of those sizes, or ValueError."""
+    fields = text.split(",")
+    try:
+        v = [int(f) for f in fields]
+    except ValueError:
+        raise ValueError(f'[bench_conv_torch] --shape "{text}": every field must be an integer') from None
+    if len(v) != 9:
+        raise ValueError(f'[bench_conv_torch] --shape "{text}" needs 9 values N,C,H,W,O,kh,kw,stride,pad')
+    s = dict(zip(("n", "c", "h", "w", "o", "kh", "kw", "stride", "pad"), v))
+    if min(v[:8]) < 1 or s["pad"] < 0:
+        raise ValueError(f'[bench_conv_torch] --shape "{text}": sizes and stride must be >= 1, pad >= 0')
+    if s["kh"] > s["h"] + 2 * s["pad"] or s["kw"] > s["w"] + 2 * s["pad"]:
+        raise ValueError(f'[bench_conv_torch] --shape "{text}": the kernel is larger than the padded input')
+    s["oh"] = (s["h"] + 2 * s["pad"] - s["kh"]) // s["stride"] + 1
+    s["ow"] = (s["w"] + 2 * s["pad"] - s["kw"]) // s["stride"] + 1
+    s["spec"] = ",".join(str(x) for x in v)
+    return s
+
+
+def flop(s):
+    return 2.0 * s["n"] * s["o"] * s["oh"] * s["ow"] * s["c"] * s["kh"] * s["kw"]
+
+
+def read_kiln(path):
+    """bench_conv's JSON line (its --json file, or the last line starting with '{' of its stdout)."""
+    doc = None
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("{"):
+                    doc = json.loads(line)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"[bench_conv_torch] cannot read {path}: {e}") from None
+    if doc is None or doc.get("bench") != "kiln_conv":
+        raise ValueError(f"[bench_conv_torch] {path} holds no bench_conv JSON line")
+    return doc
+
+
+def op_calls(torch, s, x, w, gy):
+    """The three ops of one shape, each a no-argument call returning the result."""
+    F, aten = torch.nn.functional, torch.ops.aten
+    st, pad = [s["stride"]] * 2, [s["pad"]] * 2
+
+    def backward(mask):
+        return aten.convolution_backward(gy, x, w, None, st, pad, [1, 1], False, [0, 0], 1, mask)
+
+    return {"conv2d": lambda: F.conv2d(x, w, None, st, pad),
+            "conv2d_grad_input": lambda: backward([True, False, False])[0],
+            "conv2d_grad_weight": lambda: backward([False, True, False])[1]}
+
+
+def compare(rows, kiln):
+    """Prints kiln beside cuDNN per row; returns the rows where kiln's throughput is below cuDNN's."""
+    by_key = {(r["shape"], r["precision"], r["op"]): r for r in kiln["rows"]}
+    print(f"kiln on {kiln.get('device', '?')} beside cuDNN; ratio = kiln TFLOP/s / cuDNN TFLOP/s")
+    print(f"{'name':<7} {'prec':<5} {'op':<19} {'kiln us':>9} {'cudnn us':>9} {'kiln TF/s':>9} {'cudnn TF/s':>10} "
+          f"{'ratio':>6}")
+    short = []
+    for r in rows:
+        k = by_key.get((r["shape"], r["precision"], r["op"]))
+        ku = k["us"] if k and k.get("us") else None
+        ratio = r["us"] / ku if ku and r["us"] else None
+        if ratio is None or ratio < 1:
+            short.append(r)
+        print(f"{r['name']:<7} {r['precision']:<5} {r['op']:<19} {ku or float('nan'):>9.2f} "
+              f"{r['us'] or float('nan'):>9.2f} {(k or {}).get('tflops') or float('nan'):>9.2f} "
+              f"{r['tflops'] or float('nan'):>10.2f} {ratio or float('nan'):>6.2f}"
+              f"{'' if ratio is None or ratio >= 1 else '  below cuDNN'} {(k or {}).get('note', '')}")
+    print(f"kiln reaches cuDNN's throughput on {len(rows) - len(short)} of {len(rows)} rows")
+    return short
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", action="append", help="N,C,H,W,O,kh,kw,stride,pad (repeatable)")
+    ap.add_argument("--precision", action="append", choices=PRECISIONS, help="repeatable; default: all")
+    ap.add_argument("--reps", type=int, default=50, help="event-timed batches per row (median)")
+    ap.add_argument("--calls", type=int, default=10, help="calls per timed batch")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed batches first (cuDNN autotuning)")
+    ap.add_argument("--kiln", help="bench_conv output to compare with")
+    ap.add_argument("--json", help="also write the JSON line to this file")
+    args = ap.parse_args()
+    if args.reps < 1 or args.calls < 1 or args.warmup < 0:
+        ap.error("--reps and --calls must be >= 1, --warmup >= 0")
+    try:
+        kiln = read_kiln(args.kiln) if args.kiln else None
+        if args.shape:
+            shapes = [(f"shape{i}", parse_shape(t)) for i, t in enumerate(args.shape)]
+        elif kiln:  # the kiln run's shapes, in its order
+            names = dict((r["shape"], r["name"]) for r in kiln["rows"])
+            shapes = [(name, parse_shape(spec)) for spec, name in names.items()]
+        else:
+            shapes = [(name, parse_shape(spec)) for name, spec in CNN_SHAPES]
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    precisions = args.precision or ([p for p in PRECISIONS if any(r["precision"] == p for r in kiln["rows"])]
+                                    if kiln else list(PRECISIONS))
+    try:
+        import torch
+    except ImportError as e:
+        print(f"bench_conv_torch: PyTorch is not installed ({e})")
+        return 77
+    if not torch.cuda.is_available():
+        print("bench_conv_torch: no CUDA device, nothing to measure")
+        return 77
+    dev = torch.device("cuda", 0)
+    torch.backends.cudnn.benchmark = True
+    tf32_was = torch.backends.cudnn.allow_tf32
+
+    def median_us(call):
+        def batch():
+            for _ in range(args.calls):
+                call()
+
+        for _ in range(args.warmup):
+            batch()
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ms = []
+        for _ in range(args.reps):
+            start.record()
+            batch()
+            stop.record()
+            stop.synchronize()
+            ms.append(start.elapsed_time(stop))
+        ms.sort()
+        return ms[len(ms) // 2] * 1e3 / args.calls
+
+    print(f"bench_conv_torch (torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}) on "
+          f"{torch.cuda.get_device_name(0)}: median of {args.reps} batches of {args.calls} calls after "
+          f"{args.warmup} warm-up batches")
+    print(f"{'name':<7} {'N,C,H,W,O,kh,kw,s,pad':<24} {'prec':<5} {'op':<19} {'us/call':>10} {'TFLOP/s':>9} "
+          f"{'first_ms':>10}  note")
+    rows = []
+    for name, s in shapes:
+        for prec in precisions:
+            torch.backends.cudnn.allow_tf32 = prec == "tf32"
+            dt = torch.bfloat16 if prec == "bf16" else torch.float32
+            x = torch.randn(s["n"], s["c"], s["h"], s["w"], dtype=dt, device=dev)
+            w = torch.randn(s["o"], s["c"], s["kh"], s["kw"], dtype=dt, device=dev)
+            gy = torch.randn(s["n"], s["o"], s["oh"], s["ow"], dtype=dt, device=dev)
+            for op, call in op_calls(torch, s, x, w, gy).items():
+                row = {"name": name, "shape": s["spec"], "precision": prec, "op": op, "us": None, "tflops": None,
+                       "first_ms": None, "note": ""}
+                try:
+                    t0 = time.perf_counter()
+                    call()
+                    torch.cuda.synchronize()
+                    row["first_ms"] = (time.perf_counter() - t0) * 1e3
+                    row["us"] = median_us(call)
+                    row["tflops"] = flop(s) / (row["us"] * 1e-6) / 1e12
+                except Exception as e:  # report why in the row, measure the rest
+                    row["note"] = f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+                rows.append(row)
+                nan = float("nan")
+                print(f"{name:<7} {s['spec']:<24} {prec:<5} {op:<19} {row['us'] or nan:>10.2f} "
+                      f"{row['tflops'] or nan:>9.2f} {row['first_ms'] or nan:>10.2f}  {row['note']}", flush=True)
+    torch.backends.cudnn.allow_tf32 = tf32_was
+    if kiln:
+        compare(rows, kiln)
+    line = json.dumps({"bench": "torch_conv", "version": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+                       "device": torch.cuda.get_device_name(0), "reps": args.reps, "calls": args.calls,
+                       "rows": rows}, separators=(",", ":"))
+    print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
