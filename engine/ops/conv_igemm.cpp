@@ -123,16 +123,17 @@ bool enabled() {
   return on;
 }
 
-// The MMA type for these dtypes, or -1 when the generated kernel does not apply.
-int mma_for(DType ta, DType tb, DType to) {
+int mma_for(DType ta, DType tb, DType to) { return conv_mma_for(ta, tb, to); }
+
+}  // namespace
+
+int conv_mma_for(DType ta, DType tb, DType to) {
   if (ta != tb || ta != to) return -1;
   if (ta == DType::bf16) return 0;
   if (ta == DType::f16) return 1;
   if (ta == DType::f32 && allow_conv_tf32()) return 2;
   return -1;
 }
-
-}  // namespace
 
 bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out, bool relu) {
   const int mma = mma_for(a.dtype(), b.dtype(), out.dtype());

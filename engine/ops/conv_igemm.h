@@ -23,6 +23,16 @@ struct ConvSizes {
 bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out,
                     bool relu = false);
 
+// Stride-1 forward (flip = false) or input gradient (flip = true: a = gy, b = w, out = dx)
+// from input patches staged in shared memory (kernel_templates/conv_patch.cu); needs the
+// input channels per group to be a multiple of 16 (8 for TF32). Returns false, having done
+// nothing, where it does not apply.
+bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
+std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count);
+
+// The MMA for these dtypes (0 bf16, 1 f16, 2 tf32), or -1 when no generated kernel applies.
+int conv_mma_for(DType ta, DType tb, DType to);
+
 // The kernel run_conv_igemm would generate for dtype t on a device of `sm_count` SMs; empty
 // when none applies. Lets tests compile every configuration with NVRTC without a GPU.
 std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, bool relu, int sm_count);

@@ -135,8 +135,12 @@ struct TestHints {
   // Outputs summed over many terms (matmul, conv) round differently on each device.
   double tolerance_scale = 1.0;
   // f32 may run on TF32 tensor cores (convolutions by default): f32 cases then compare at
-  // f16's tolerance, the same 11 significant bits.
+  // bf16's tolerance, since rounding every input to 11 bits errs more over a sum than
+  // rounding only the output does.
   bool tf32 = false;
+  // >= 0: the NaN/Inf case puts them in this input only (a convolution's taps over padding
+  // multiply zero by the weight on tensor cores, where the reference skips them).
+  int specials_input = -1;
   std::vector<InputHint> inputs{};           // by input index; missing: the case's dtype and range
   std::vector<std::vector<Shape>> shapes{};  // explicit input shape sets; empty: the generic ones
 };

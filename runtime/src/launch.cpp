@@ -21,6 +21,10 @@ void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void*
                       " cannot run on a stream of cuda:" + std::to_string(s.device()));
   }
   make_current(f.device);
+  // Dynamic shared memory past the default 48 KiB needs the function's opt-in first.
+  if (c.shared_bytes > 48 * 1024)
+    KILN_CU(cuFuncSetAttribute(static_cast<CUfunction>(f.handle), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               static_cast<int>(c.shared_bytes)));
   KILN_CU(cuLaunchKernel(static_cast<CUfunction>(f.handle), c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y,
                          c.block.z, c.shared_bytes, static_cast<CUstream>(s.handle()), args, nullptr));
 }

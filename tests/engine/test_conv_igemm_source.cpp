@@ -53,6 +53,29 @@ TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
   CHECK(compiled == 3 * (3 * 4 + 4) * 2);
 }
 
+TEST_CASE("patch convolutions compile where they apply: stride 1, channels in blocks of 16 (8 for TF32)") {
+  const bool tf32 = allow_conv_tf32();
+  set_allow_conv_tf32(true);
+  const ConvSizes conv2 = make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), grouped = make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2);
+  int compiled = 0;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (bool flip : {false, true})
+      for (const ConvSizes& s : {conv2, grouped}) {
+        const std::string src = conv_detail::conv_patch_source(flip, s, t, 132);
+        REQUIRE_FALSE(src.empty());
+        const rt::CompiledModule m = rt::compile({"conv_patch", std::string(dtype_name(t)), src, 90});
+        CHECK(m.ptx.find("mma.sync.aligned") != std::string::npos);
+        ++compiled;
+      }
+  CHECK(compiled == 12);
+  // Strided, or 1 input channel (the MNIST cnn's conv1), or padding wider than the kernel's
+  // reach for the input gradient: the patch kernel declines, the implicit GEMM takes them.
+  CHECK(conv_detail::conv_patch_source(false, make(2, 32, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16, 132).empty());
+  CHECK(conv_detail::conv_patch_source(false, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16, 132).empty());
+  CHECK(conv_detail::conv_patch_source(true, make(2, 32, 9, 9, 16, 3, 1, 3, 1, 1), DType::bf16, 132).empty());
+  set_allow_conv_tf32(tf32);
+}
+
 TEST_CASE("no generated convolution for f64, or for f32 with TF32 switched off") {
   const ConvSizes s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
   const bool tf32 = allow_conv_tf32();

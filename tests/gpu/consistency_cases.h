@@ -310,7 +310,8 @@ inline InputPair make_input(const InputSpec& in, DType case_dtype, const kiln::T
   const bool own_range = in.low < in.high;
   const ViewPlan p = view_plan(in);
   Tensor base = random_tensor(p.base, dt, own_range ? in.low : hints.low, own_range ? in.high : hints.high, gen);
-  if (special && kiln::is_floating(dt)) base = with_specials(base, index);
+  if (special && kiln::is_floating(dt) && (hints.specials_input < 0 || hints.specials_input == index))
+    base = with_specials(base, index);
   Tensor base_gpu = base.to(gpu);
   if (in.layout == Layout::contiguous || in.shape.empty()) return {base, base_gpu};
   return {kiln::make_view(base, in.shape, p.strides, p.offset),

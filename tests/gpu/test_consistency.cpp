@@ -114,7 +114,7 @@ Result run_case(const OpDef& op, const Case& c, Device gpu) {
   try {
     for (std::size_t k = 0; k < out.size(); ++k) {
       const bool tf32 = op.test.tf32 && c.dtype == DType::f32 && allow_conv_tf32();
-      const double scale = op.test.tolerance_scale * (tf32 ? tolerance(DType::f16) / tolerance(DType::f32) : 1.0);
+      const double scale = op.test.tolerance_scale * (tf32 ? tolerance(DType::bf16) / tolerance(DType::f32) : 1.0);
       std::string d = compare_outputs(ref[k], out[k], 8, scale);
       if (!d.empty()) diff += "\n  output " + std::to_string(k) + ": " + d;
     }

@@ -1,6 +1,7 @@
 // The generated tensor-core convolutions (bf16, f16, TF32) against the CPU reference in
 // f64, forward, input gradient and weight gradient, over strides, padding, dilation,
-// groups, odd sizes, 1x1, batch 1, split-K weight gradients and the MNIST cnn's shapes.
+// groups, odd sizes, 1x1, batch 1, split-K weight gradients, the patch kernels and the
+// MNIST cnn's shapes.
 // Each element may differ by tol * sum |a||b| of its own terms (the reference run on
 // |inputs|): input rounding is in that sum, so the bound holds element by element.
 #include <doctest/doctest.h>
@@ -72,6 +73,11 @@ const std::vector<Case>& cases() {
       {"1x1 batch 1, 130 outputs", {1, 5, 4, 4}, {130, 5, 1, 1}, {}},
       {"s(3,2) p(1,0) 2x4 kernel", {2, 3, 10, 11}, {5, 3, 2, 4}, {{3, 2}, {1, 0}, {1}, 1}},
       {"C=37 O=70 3x3 p1", {4, 37, 12, 12}, {70, 37, 3, 3}, {.padding = {1}}},
+      // Patch kernels (stride 1, channels in 16s): 4-row bands with a partial last one, a
+      // grouped dilated conv, and the input gradient's mirrored padding.
+      {"patch 4-row bands", {66, 16, 7, 7}, {64, 16, 3, 3}, {.padding = {1}}},
+      {"patch g2 d2 p(2,1)", {2, 32, 9, 11}, {64, 16, 3, 3}, {{1}, {2, 1}, {2}, 2}},
+      {"patch 5x5 p1", {3, 16, 10, 9}, {20, 16, 5, 5}, {.padding = {1}}},
   };
   return c;
 }

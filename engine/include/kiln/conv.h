@@ -26,6 +26,10 @@ Tensor conv2d_grad_input(const Tensor& gy, const Tensor& w, const Shape& input_s
 Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& weight_shape,
                           const Conv2dOptions& options = {});
 
+// On the GPU, bf16 and f16 convolutions, and f32 ones with TF32 allowed, run kernels generated
+// for the exact shape on tensor cores (f32 accumulation). There, a tap over the padding
+// multiplies a zero by its weight, so an infinite weight gives NaN (as in cuDNN); the CPU and
+// the exact f32/f64 path leave such taps out.
 // f32 convolutions on the GPU may use TF32 tensor cores (about 10 mantissa bits), as in
 // PyTorch: on by default, process-wide; matmul's switch (set_allow_tf32) is separate.
 void set_allow_conv_tf32(bool allow);

@@ -1,0 +1,163 @@
+// Stride-1 convolutions from input patches in shared memory (kernel_templates/conv_patch.cu):
+// picks the band of output rows and channels per block, registers the shape's kernels on first
+// use, reorders the weights for them and launches.
+#include <algorithm>
+#include <cstdlib>
+#include <climits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "conv_igemm.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+#include "kernels/launchers.h"
+#include "registry.h"
+
+namespace kiln::conv_detail {
+
+namespace {
+
+// The conv the kernel runs: for the input gradient, gy in, dx out, padding mirrored.
+struct PatchConv {
+  std::int64_t n, ci, h, w, co, kh, kw, oh, ow, ph, pw, dh, dw, g;
+};
+
+struct PatchPlan {
+  int mma = 0, rows = 1, bn = 32;
+  std::int64_t bands = 1, smem = 0;
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::optional<PatchConv> patch_conv(bool flip, const ConvSizes& s) {
+  if (s.sh != 1 || s.sw != 1) return std::nullopt;
+  if (!flip) return PatchConv{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups};
+  const std::int64_t ph = s.dh * (s.kh - 1) - s.ph, pw = s.dw * (s.kw - 1) - s.pw;
+  if (ph < 0 || pw < 0) return std::nullopt;
+  return PatchConv{s.n, s.o, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, ph, pw, s.dh, s.dw, s.groups};
+}
+
+std::int64_t smem_bytes(const PatchConv& c, int mma, int rows, int bn) {
+  const std::int64_t cig = c.ci / c.g, cp = cig + (mma == 2 ? 4 : 8), el = mma == 2 ? 4 : 2;
+  const std::int64_t pr = rows + (c.kh - 1) * c.dh, pwc = c.ow + (c.kw - 1) * c.dw;
+  const std::int64_t mt = ceil_div(rows * c.ow, 16) * 16;
+  return std::max((pr * pwc * cp + bn * c.kh * c.kw * cp) * el, bn * (mt + 4) * 4);
+}
+
+// Bands of up to 14 row tiles of 16 pixels (accumulators stay in registers), narrowed until
+// the grid covers the SMs twice; none when even one row's patch overflows shared memory.
+std::optional<PatchPlan> plan_patch(const PatchConv& c, int mma, int sms, int max_smem) {
+  PatchPlan p;
+  p.mma = mma;
+  const std::int64_t cog = c.co / c.g;
+  p.bn = cog > 16 ? 32 : cog > 8 ? 16 : 8;
+  // Weights past 64 KiB would leave room for one block per SM: take fewer channels.
+  const std::int64_t wrow = c.kh * c.kw * (c.ci / c.g + (mma == 2 ? 4 : 8)) * (mma == 2 ? 4 : 2);
+  while (p.bn > 8 && p.bn * wrow > 64 * 1024) p.bn /= 2;
+  p.rows = static_cast<int>(std::clamp<std::int64_t>(224 / std::max<std::int64_t>(c.ow, 1), 1, c.oh));
+  if (c.ow > 224) return std::nullopt;
+  auto blocks = [&] { return c.n * ceil_div(c.oh, p.rows) * ceil_div(cog, p.bn) * c.g; };
+  while (p.rows > 1 && (blocks() < 2 * sms || smem_bytes(c, mma, p.rows, p.bn) > max_smem)) p.rows = (p.rows + 1) / 2;
+  p.smem = smem_bytes(c, mma, p.rows, p.bn);
+  if (p.smem > max_smem) return std::nullopt;
+  p.bands = ceil_div(c.oh, p.rows);
+  return p;
+}
+
+std::string source(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
+  const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;
+  auto num = [](std::int64_t v) { return std::to_string(v); };
+  const std::string ty(cuda_storage_type(t));
+  const rt::Bindings b{{"PRELUDE", kernels::device_prelude(DTypes{t, mt})},
+                       {"TX", ty}, {"TW", ty}, {"TO", ty}, {"MMA", num(p.mma)}, {"FLIP", num(flip)},
+                       {"N", num(c.n)}, {"CI", num(c.ci)}, {"H", num(c.h)}, {"W", num(c.w)}, {"CO", num(c.co)},
+                       {"KH", num(c.kh)}, {"KW", num(c.kw)}, {"OH", num(c.oh)}, {"OW", num(c.ow)},
+                       {"PH", num(c.ph)}, {"PW", num(c.pw)}, {"DH", num(c.dh)}, {"DW", num(c.dw)},
+                       {"G", num(c.g)}, {"ROWS", num(p.rows)}, {"BN", num(p.bn)}};
+  return rt::instantiate("conv_patch", rt::template_source("conv_patch"), b);
+}
+
+// The shape's two kernels (the weight reorder and the convolution), one spec each over one
+// generated source named after the shape and plan.
+struct PatchSpecs {
+  const rt::KernelSpec* weights;
+  const rt::KernelSpec* conv;
+};
+
+PatchSpecs specs_for(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
+  static std::mutex mu;
+  static auto* specs = new std::unordered_map<std::string, PatchSpecs>;
+  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
+  std::string name = std::string("conv_patch_") + (flip ? "dgrad_" : "fwd_") + mma_name + "_" + std::string(dtype_name(t));
+  for (std::int64_t v : {c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.oh, c.ow, c.ph, c.pw, c.dh, c.dw, c.g,
+                         static_cast<std::int64_t>(p.rows), static_cast<std::int64_t>(p.bn)})
+    name += "_" + std::to_string(v);
+  std::lock_guard lock(mu);
+  if (auto it = specs->find(name); it != specs->end()) return it->second;
+  const std::string label = std::string("conv2d ") + (flip ? "dgrad" : "fwd") + " patch " + mma_name;
+  rt::add_generated_template(name, source(flip, c, p, t), label);
+  auto make = [&](const std::string& op, const char* entry) {
+    rt::KernelSpec spec;
+    spec.op = op;
+    spec.template_name = name;
+    spec.entry = entry;
+    spec.dtypes = {DTypes{DType::u8}};
+    spec.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
+    return &rt::register_kernel(std::move(spec));
+  };
+  const PatchSpecs r{make(name + "_weights", "kiln_conv_patch_weights"), make(name, "kiln_conv_patch")};
+  specs->emplace(name, r);
+  return r;
+}
+
+bool applies(const PatchConv& c, int mma) {
+  const std::int64_t cig = c.ci / c.g;
+  return mma >= 0 && cig > 0 && cig % (mma == 2 ? 8 : 16) == 0 && cig <= 256;
+}
+
+}  // namespace
+
+bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const char* e = std::getenv("KILN_CONV_IGEMM");
+  if (e && std::string(e) == "0") return false;
+  const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
+  const auto c = patch_conv(flip, s);
+  if (!c || !applies(*c, mma) || out.numel() == 0 || out.numel() >= INT_MAX / 2 || a.numel() >= INT_MAX / 2)
+    return false;
+  const int device = out.device().index();
+  const rt::DeviceInfo& info = rt::device_info(device);
+  if (info.arch() < 80) return false;
+  const auto p = plan_patch(*c, mma, std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin));
+  if (!p) return false;
+  const PatchSpecs specs = specs_for(flip, *c, *p, out.dtype());
+  const rt::Function prep = rt::get_function(*specs.weights, DTypes{DType::u8}, 0, device);
+  const rt::Function fn = rt::get_function(*specs.conv, DTypes{DType::u8}, 0, device);
+  const rt::Stream& st = stream_of(out.device());
+  const std::int64_t cp = c->ci / c->g + (mma == 2 ? 4 : 8);
+  Tensor wt = empty({c->co * c->kh * c->kw * cp}, {.dtype = mma == 2 ? DType::f32 : mma == 1 ? DType::f16 : DType::bf16,
+                                                    .device = out.device()});
+  rt::launch(prep, kernels::grid_stride_config(static_cast<std::uint64_t>(wt.numel()), device), st, device_address(b),
+             device_address(wt));
+  rt::LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(c->n * p->bands), static_cast<unsigned>(ceil_div(c->co / c->g, p->bn)),
+              static_cast<unsigned>(c->g)};
+  cfg.block = {128, 1, 1};
+  cfg.shared_bytes = static_cast<unsigned>(p->smem);
+  rt::launch(fn, cfg, st, device_address(a), device_address(wt), device_address(out));
+  return true;
+}
+
+std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count) {
+  const int mma = conv_mma_for(t, t, t);
+  const auto c = patch_conv(flip, s);
+  if (!c || !applies(*c, mma)) return {};
+  const auto p = plan_patch(*c, mma, sm_count, 227 * 1024);
+  return p ? source(flip, *c, *p, t) : std::string();
+}
+
+}  // namespace kiln::conv_detail

@@ -1,0 +1,207 @@
+// Stride-1 convolution on tensor cores from an input patch in shared memory, generated for
+// one exact shape. A block computes ROWS output rows of one image for BN output channels:
+// it stages the zero-padded input rows it needs once, channels innermost ([y][x][c]), and
+// the weights in [co][r*KW+s][c] order (kiln_conv_patch_weights writes them so), then runs
+// k = (r, s, channel block) with ldmatrix/mma.sync (bf16, f16) or lds/mma.sync (TF32),
+// accumulating in f32. Each input element is read from global memory once per block instead
+// of once per tap, which is what an im2col-style gather costs.
+// FLIP 0: forward, w (CO, CI/G, KH, KW). FLIP 1: the input gradient of a stride-1 conv as a
+// forward conv of gy with w (CI, CO/G, KH, KW) transposed and rotated by 180 degrees.
+${PRELUDE}
+typedef ${TX} TX;  // input storage type
+typedef ${TW} TW;  // weight storage type
+typedef ${TO} TO;  // output storage type
+#define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
+#define FLIP ${FLIP}
+constexpr int N = ${N}, CI = ${CI}, H = ${H}, W = ${W}, CO = ${CO}, KH = ${KH}, KW = ${KW};
+constexpr int OH = ${OH}, OW = ${OW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, G = ${G};
+constexpr int ROWS = ${ROWS}, BN = ${BN};
+constexpr int CIG = CI / G, COG = CO / G, RS = KH * KW;
+constexpr int BANDS = (OH + ROWS - 1) / ROWS, PR = ROWS + (KH - 1) * DH, PWC = OW + (KW - 1) * DW;
+constexpr int M = ROWS * OW, MT = (M + 15) / 16 * 16, MI = MT / 16;
+#if MMA == 2
+typedef float MT_;  // TF32 bits in a float
+constexpr int KC = 8, PAD = 4;
+#elif MMA == 1
+typedef __half MT_;
+constexpr int KC = 16, PAD = 8;
+#else
+typedef __nv_bfloat16 MT_;
+constexpr int KC = 16, PAD = 8;
+#endif
+constexpr int CP = CIG + PAD;  // padded channel run: fragment rows land on distinct banks
+constexpr int THREADS = 128, WN = BN / 8;  // warps side by side along n, 8 channels each
+constexpr int PATCH = PR * PWC * CP, WTS = BN * RS * CP;
+constexpr int CLD = MT + 4;
+constexpr int SMEM = (PATCH + WTS) * (int)sizeof(MT_) > BN * CLD * 4 ? (PATCH + WTS) * (int)sizeof(MT_) : BN * CLD * 4;
+
+__device__ __forceinline__ MT_ to_mt(float v) {
+#if MMA == 2
+  unsigned int r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+#else
+  return kiln::cvt<MT_>(v);
+#endif
+}
+
+// wt[co][r*KW+s][c] (c padded to CP with zeros) from w, in the MMA type: one pass per call,
+// so every block copies its weights with wide loads.
+extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_* __restrict__ wt) {
+  const int total = CO * RS * CP;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const int c = i % CP, rs = (i / CP) % RS, co = i / (CP * RS);
+    float v = 0.f;
+    if (c < CIG) {
+#if FLIP == 0
+      v = kiln::cvt<float>(w[(co * CIG + c) * RS + rs]);
+#else
+      // Here co is a channel of the original input and c one of its output, within group g.
+      const int g = co / COG;
+      v = kiln::cvt<float>(w[((g * CIG + c) * COG + co % COG) * RS + (RS - 1 - rs)]);
+#endif
+    }
+    wt[i] = to_mt(v);
+  }
+}
+
+__device__ __forceinline__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
+#if MMA == 2
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif MMA == 1
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(p));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* __restrict__ x,
+                                                                      const MT_* __restrict__ wt,
+                                                                      TO* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  MT_* patch = reinterpret_cast<MT_*>(smem);
+  MT_* ws = patch + PATCH;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int img = blockIdx.x / BANDS, oy0 = (blockIdx.x % BANDS) * ROWS;
+  const int co0 = blockIdx.y * BN, g = blockIdx.z;
+
+  // Input rows oy0 - PH .. + PR of this group's channels, zero outside the image; loads run
+  // along x (coalesced), stores go channel-innermost.
+  for (int i = tid; i < CIG * PR * PWC; i += THREADS) {
+    const int px = i % PWC, py = (i / PWC) % PR, c = i / (PWC * PR);
+    const int iy = oy0 - PH + py, ix = px - PW;
+    float v = 0.f;
+    if (iy >= 0 && iy < H && ix >= 0 && ix < W) v = kiln::cvt<float>(x[((img * CI + g * CIG + c) * H + iy) * W + ix]);
+    patch[(py * PWC + px) * CP + c] = to_mt(v);
+  }
+  // Weights of channels co0 .. co0 + BN (rows past COG read as zero), 16 bytes at a time.
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(wt + (static_cast<long long>(g) * COG + co0) * RS * CP);
+    uint4* dst = reinterpret_cast<uint4*>(ws);
+    constexpr int VEC = 16 / (int)sizeof(MT_), ROW = RS * CP / VEC;
+    for (int i = tid; i < BN * ROW; i += THREADS)
+      dst[i] = co0 + i / ROW < COG ? src[i] : make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  float acc[MI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  const int gq = lane >> 2, t = lane & 3;
+  const int ncol = warp * 8;  // this warp's 8 output channels within the block
+  if (ncol < BN) {
+#if MMA == 2
+    // Fragment rows: pixels gq and gq + 8 of each 16-row tile; patch offsets of tap (0, 0).
+    int pa[MI][2];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int m = i * 16 + gq + h * 8;
+        m = m < M ? m : M - 1;  // rows past the band compute garbage that is never stored
+        pa[i][h] = ((m / OW) * PWC + m % OW) * CP + t;
+      }
+    const MT_* wrow = ws + (ncol + gq) * RS * CP + t;
+#pragma unroll 1
+    for (int r = 0; r < KH; ++r)
+#pragma unroll
+      for (int s = 0; s < KW; ++s)
+#pragma unroll
+        for (int cb = 0; cb < CIG; cb += KC) {
+          const int tap = (r * DH * PWC + s * DW) * CP + cb;
+          unsigned int b[2];
+          b[0] = __float_as_uint(wrow[(r * KW + s) * CP + cb]);
+          b[1] = __float_as_uint(wrow[(r * KW + s) * CP + cb + 4]);
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+            unsigned int a[4];
+            a[0] = __float_as_uint(patch[pa[i][0] + tap]);
+            a[1] = __float_as_uint(patch[pa[i][1] + tap]);
+            a[2] = __float_as_uint(patch[pa[i][0] + tap + 4]);
+            a[3] = __float_as_uint(patch[pa[i][1] + tap + 4]);
+            mma(acc[i], a, b);
+          }
+        }
+#else
+    // ldmatrix.x4 row addresses: lane l gives row (l % 16) of the 16-row tile, columns
+    // (l / 16) * 8 .. + 8: the four 8x8 matrices land in mma's a0..a3 order.
+    unsigned int pa[MI];
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      int m = i * 16 + (lane & 15);
+      m = m < M ? m : M - 1;
+      pa[i] = smem_addr(patch + ((m / OW) * PWC + m % OW) * CP + (lane >> 4) * 8);
+    }
+    // ldmatrix.x2 for B: lanes 0-7 give channel rows for k 0-7, lanes 8-15 for k 8-15.
+    const unsigned int pb = smem_addr(ws + (ncol + (lane & 7)) * RS * CP + ((lane >> 3) & 1) * 8);
+#pragma unroll 1
+    for (int r = 0; r < KH; ++r)
+#pragma unroll
+      for (int s = 0; s < KW; ++s)
+#pragma unroll
+        for (int cb = 0; cb < CIG; cb += KC) {
+          const unsigned int tap = ((r * DH * PWC + s * DW) * CP + cb) * 2;
+          unsigned int b[2];
+          asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+                       : "=r"(b[0]), "=r"(b[1])
+                       : "r"(pb + ((r * KW + s) * CP + cb) * 2));
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+            unsigned int a[4];
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                         : "r"(pa[i] + tap));
+            mma(acc[i], a, b);
+          }
+        }
+#endif
+  }
+  __syncthreads();
+
+  // Through shared memory as Cs[n][m], so each channel's pixels are stored contiguously.
+  float* Cs = reinterpret_cast<float*>(smem);
+  if (ncol < BN)
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) Cs[(ncol + 2 * t + (q & 1)) * CLD + i * 16 + gq + (q >> 1) * 8] = acc[i][q];
+  __syncthreads();
+  for (int i = tid; i < BN * M; i += THREADS) {
+    const int m = i % M, n = i / M, oy = oy0 + m / OW;
+    if (co0 + n >= COG || oy >= OH) continue;
+    kiln::store(y + ((img * CO + g * COG + co0 + n) * OH + oy) * OW + m % OW, Cs[n * CLD + m]);
+  }
+}
