@@ -3,6 +3,7 @@
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/version.h"
+#include "kiln/amp.h"
 #include "kiln/attrs.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
