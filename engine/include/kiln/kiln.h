@@ -26,6 +26,7 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/layers.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/schedule.h"
 #include "kiln/data/idx.h"
 #include "kiln/data/mnist.h"
