@@ -223,6 +223,26 @@ TEST_CASE("mnist-train: compiled steps on the GPU give the same run as --eager")
   }
 }
 
+TEST_CASE("mnist-train --precision bf16 and tf32 on the GPU: compiled steps give the same run as --eager") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why)) {
+    MESSAGE("skipped: needs a GPU (" << why << ")");
+    return;
+  }
+  Scratch s;
+  for (const char* precision : {"bf16", "tf32"}) {
+    CAPTURE(precision);
+    const std::vector<std::string> flags{"--device", "cuda", "--epochs", "2", "--seed", "5", "--precision", precision};
+    std::vector<std::string> eager = flags;
+    eager.push_back("--eager");
+    const Run compiled = run_with_metrics(s, std::string(precision) + "-compiled", flags);
+    const Run op_by_op = run_with_metrics(s, std::string(precision) + "-eager", eager);
+    check_same_run(compiled, op_by_op);
+    CHECK(compiled.metrics.back().at("precision") == precision);
+    CHECK(compiled.metrics.back().at("test_accuracy").get<double>() > 0.8);
+  }
+}
+
 TEST_CASE("mnist-train says which files to put where when MNIST is missing") {
   jitcc_test::ScratchDir empty;
   auto r = train({"--data", (empty.path() / "nowhere").string(), "--device", "cpu"}, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
