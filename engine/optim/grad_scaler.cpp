@@ -79,7 +79,8 @@ Tensor GradScaler::scale(const Tensor& loss) {
 void GradScaler::unscale(Optimizer& opt) {
   if (!o_.enabled) return;
   if (stages_.count(&opt))
-    throw ValueError(std::string("[") + kWho + "] unscale() was called for this optimizer already since the last update()");
+    throw ValueError(std::string("[") + kWho +
+                     "] unscale() was called for this optimizer already since the last update()");
   std::optional<Device> dev;
   for (const Tensor& p : opt.params())
     if (p.grad().defined()) {
@@ -89,8 +90,10 @@ void GradScaler::unscale(Optimizer& opt) {
   if (dev) place_on(*dev);
   NoGradGuard no_grad;
   Tensor& flag = flags_[&opt];
-  if (!flag.defined()) flag = zeros({}, {.device = scale_.device()});
-  else flag.zero_();
+  if (!flag.defined())
+    flag = zeros({}, {.device = scale_.device()});
+  else
+    flag.zero_();
   stages_[&opt] = Stage::unscaled;
   // Gradients in place, so contiguous ones; a strided one is replaced by a contiguous copy.
   std::vector<Tensor> grads;
@@ -120,8 +123,7 @@ void GradScaler::unscale(Optimizer& opt) {
     kernels::OptimTensors ts;
     auto flush = [&] {
       if (ts.count == 0) return;
-      kernels::launch_unscale_grads(t, ts, device_address(scale_), device_address(flag),
-                                    stream_of(scale_.device()));
+      kernels::launch_unscale_grads(t, ts, device_address(scale_), device_address(flag), stream_of(scale_.device()));
       ts = kernels::OptimTensors();
     };
     for (const Tensor& g : grads) {
@@ -139,19 +141,23 @@ void GradScaler::step(Optimizer& opt) {
   if (!o_.enabled) return opt.step();
   auto it = stages_.find(&opt);
   if (it != stages_.end() && it->second == Stage::stepped)
-    throw ValueError(std::string("[") + kWho + "] step() was called for this optimizer already since the last update()");
+    throw ValueError(std::string("[") + kWho +
+                     "] step() was called for this optimizer already since the last update()");
   if (it == stages_.end()) unscale(opt);
   stages_[&opt] = Stage::stepped;
   // A compiled step cannot read the flag: the optimizer's kernels do.
   const Tensor& flag = flags_.at(&opt);
-  if (in_compiled_call()) opt.step_unless(flag);
-  else if (flag.item<float>() == 0.f) opt.step();
+  if (in_compiled_call())
+    opt.step_unless(flag);
+  else if (flag.item<float>() == 0.f)
+    opt.step();
 }
 
 void GradScaler::update() {
   if (!o_.enabled) return;
   if (stages_.empty())
-    throw ValueError(std::string("[") + kWho + "] update() found no gradients unscaled since the last update(); "
+    throw ValueError(std::string("[") + kWho +
+                     "] update() found no gradients unscaled since the last update(); "
                      "call step(opt) (or unscale(opt)) first");
   NoGradGuard no_grad;
   Tensor found;  // any optimizer's flag
@@ -200,12 +206,16 @@ void GradScaler::load_state(const nn::NamedTensors& state) {
     const bool one = t.defined() && t.numel() == 1;
     if (key == "scale") {
       const float v = one && t.dtype() == DType::f32 ? t.to(Device::cpu()).item<float>() : -1.f;
-      if (!(std::isfinite(v) && v > 0)) problems.push_back("'scale' must be one finite f32 > 0");
-      else scale = v;
+      if (!(std::isfinite(v) && v > 0))
+        problems.push_back("'scale' must be one finite f32 > 0");
+      else
+        scale = v;
     } else if (key == "growth_tracker") {
       const std::int64_t v = one && t.dtype() == DType::i64 ? t.to(Device::cpu()).item<std::int64_t>() : -1;
-      if (v < 0) problems.push_back("'growth_tracker' must be one i64 >= 0");
-      else tracker = v;
+      if (v < 0)
+        problems.push_back("'growth_tracker' must be one i64 >= 0");
+      else
+        tracker = v;
     } else {
       problems.push_back("unexpected entry '" + key + "'");
     }

@@ -127,8 +127,8 @@ TEST_CASE("autocast: softmax, log_softmax and the losses compute in f32") {
   CHECK(nll_loss(log_softmax(logits, 1), labels).dtype() == DType::f32);
   CHECK(mse_loss(logits, logits).dtype() == DType::f32);
   CHECK(mse_loss(logits, leaf({4, 5}, 21)).dtype() == DType::f32);
-  CHECK(cross_entropy(leaf({4, 5, 2}, 22, DType::f16), from_vector(std::vector<std::int64_t>(8, 1), {4, 2}))
-            .dtype() == DType::f32);
+  CHECK(cross_entropy(leaf({4, 5, 2}, 22, DType::f16), from_vector(std::vector<std::int64_t>(8, 1), {4, 2})).dtype() ==
+        DType::f32);
   Tensor loss = cross_entropy(logits, labels);
   CHECK(loss.dtype() == DType::f32);
   loss.backward();

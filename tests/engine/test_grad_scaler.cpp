@@ -165,14 +165,16 @@ TEST_CASE("GradScaler: state round-trips and bad state changes nothing") {
   CHECK(b.scale_value() == 32);
   CHECK(b.growth_tracker() == 1);
   const std::string msg = message_of<ValueError>([&] {
-    b.load_state({{"scale", scalar_tensor(-1.0)}, {"growth_tracker", scalar_tensor(std::int64_t{-2})}, {"x", Tensor()}});
+    b.load_state(
+        {{"scale", scalar_tensor(-1.0)}, {"growth_tracker", scalar_tensor(std::int64_t{-2})}, {"x", Tensor()}});
   });
   CHECK(msg.find("[optim.GradScaler] load_state: ") == 0);
   CHECK(msg.find("'scale'") != std::string::npos);
   CHECK(msg.find("'growth_tracker'") != std::string::npos);
   CHECK(msg.find("'x'") != std::string::npos);
-  CHECK(message_of<ValueError>([&] { b.load_state({{"scale", scalar_tensor(2.0)}}); }).find("missing") !=
-        std::string::npos);
+  CHECK(message_of<ValueError>([&] {
+          b.load_state({{"scale", scalar_tensor(2.0)}});
+        }).find("missing") != std::string::npos);
   CHECK(b.scale_value() == 32);
 }
 

@@ -22,10 +22,10 @@ namespace kiln::optim {
 
 struct GradScalerOptions {
   double init_scale = 65536.0;
-  double growth_factor = 2.0;    // > 1
-  double backoff_factor = 0.5;   // in (0, 1)
+  double growth_factor = 2.0;           // > 1
+  double backoff_factor = 0.5;          // in (0, 1)
   std::int64_t growth_interval = 2000;  // >= 1
-  bool enabled = true;  // false: scale() returns the loss, step() is opt.step(), update() does nothing
+  bool enabled = true;                  // false: scale() is the loss, step() is opt.step(), update() does nothing
 };
 
 class GradScaler {
@@ -44,8 +44,8 @@ class GradScaler {
   void update();
 
   bool enabled() const { return o_.enabled; }
-  double scale_value() const;             // the current scale (reads the device)
-  std::int64_t growth_tracker() const;    // clean steps since the scale last changed
+  double scale_value() const;           // the current scale (reads the device)
+  std::int64_t growth_tracker() const;  // clean steps since the scale last changed
   // An f32 scalar: nonzero when one of opt's gradients was inf or NaN at its last unscale
   // (undefined before its first). Each optimizer skips on its own flag; update() backs off
   // when any flag since the last update() is set, as in PyTorch.
