@@ -43,10 +43,10 @@ struct Row {
 std::vector<Row> g_rows;
 std::optional<DType> g_autocast;  // --precision bf16 / f16
 
-// One training step's loss under the precision's autocast; backward and step through a scaler
-// (a plain backward and step unless f16).
-void train_on(nn::Module& net, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y,
-              Tensor& loss) {
+// Forward and loss under the precision's autocast, then backward and the step through the
+// scaler (a plain backward and step unless f16); returns the loss.
+Tensor train_on(nn::Module& net, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+  Tensor loss;
   {
     AutocastGuard amp(g_autocast);
     loss = cross_entropy(net(x), y);
@@ -54,6 +54,7 @@ void train_on(nn::Module& net, optim::Optimizer& opt, optim::GradScaler& scaler,
   scaler.scale(loss).backward();
   scaler.step(opt);
   scaler.update();
+  return loss;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -78,9 +79,7 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
   Tensor y = randint(0, 10, {batch}, {.device = kGpu}, &gen);
   StepFunction fn = [&](const std::vector<Tensor>& in) {
     opt.zero_grad();
-    Tensor loss;
-    train_on(*net, opt, scaler, in[0], in[1], loss);
-    return std::vector<Tensor>{loss.detach()};
+    return std::vector<Tensor>{train_on(*net, opt, scaler, in[0], in[1]).detach()};
   };
   std::optional<CompiledFunction> cf;
   if (compiled) cf.emplace(compile(fn, {.fuse = fuse}));
@@ -167,8 +166,7 @@ double time_to_accuracy(const std::string& model, double target, const data::Mni
     auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; i < train.batches(); ++i) {
       data::Batch b = train.batch(i);
-      Tensor loss;
-      train_on(*net, opt, scaler, b.inputs.reshape({b.inputs.size(0), 1, 28, 28}), b.labels, loss);
+      Tensor loss = train_on(*net, opt, scaler, b.inputs.reshape({b.inputs.size(0), 1, 28, 28}), b.labels);
       opt.zero_grad();
       sched->step();
       if ((i + 1) % quarter == 0 || i + 1 == train.batches()) {
