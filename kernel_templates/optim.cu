@@ -3,7 +3,9 @@
 // f16/bf16/f32, double for f64). Host scalars arrive as double and are rounded to S once per
 // thread; those that change per step (lr, bias corrections) are read from device memory at
 // `step`, which the optimizer writes before its updates, so a replayed CUDA graph sees new
-// values. NVRTC -std=c++17, no C++ library.
+// values. `skip` (a GradScaler's found-inf flag, or null: never skip) is read on the device too,
+// so a captured step skips an update after inf/NaN gradients without the host. NVRTC
+// -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
 typedef ${S} S;
@@ -39,8 +41,9 @@ __device__ __forceinline__ Span block_span(const TensorList& L) {
 // PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
 // (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g, lr = step[0].
 extern "C" __global__ void __launch_bounds__(256)
-kiln_sgd_step(TensorList L, const double* __restrict__ step, double momentum, double dampening, double weight_decay,
-              int nesterov) {
+kiln_sgd_step(TensorList L, const double* __restrict__ step, const float* __restrict__ skip, double momentum,
+              double dampening, double weight_decay, int nesterov) {
+  if (skip != nullptr && *skip != 0.f) return;
   const Span sp = block_span(L);
   T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
   const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
@@ -67,8 +70,9 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, double momentum, do
 // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),
 // the order PyTorch's single-tensor Adam evaluates it in.
 extern "C" __global__ void __launch_bounds__(256)
-kiln_adam_step(TensorList L, const double* __restrict__ step, double beta1, double beta2, double eps,
-               double weight_decay, int decoupled) {
+kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __restrict__ skip, double beta1,
+               double beta2, double eps, double weight_decay, int decoupled) {
+  if (skip != nullptr && *skip != 0.f) return;
   const Span sp = block_span(L);
   T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
   const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
@@ -92,4 +96,46 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, double beta1, doub
     v[i] = vi;
     kiln::store(p + i, pi - step_size * mi / (kiln::m::sqrt(vi) / bc2_sqrt + eps_s));
   }
+}
+
+__device__ __forceinline__ bool finite(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
+__device__ __forceinline__ bool finite(double x) {
+  return (__double_as_longlong(x) & 0x7ff0000000000000LL) != 0x7ff0000000000000LL;
+}
+
+// GradScaler's unscale: every gradient g (L.g, in place) becomes g / scale; found_inf becomes 1
+// when any g was inf or NaN before it (found_inf is zeroed before the first launch of a step).
+extern "C" __global__ void __launch_bounds__(256)
+kiln_unscale_grads(TensorList L, const float* __restrict__ scale, float* __restrict__ found_inf) {
+  const Span sp = block_span(L);
+  T* __restrict__ g = reinterpret_cast<T*>(L.g[sp.t]);
+  const S inv = static_cast<S>(1.0 / static_cast<double>(*scale));  // exact for powers of two
+  bool bad = false;
+  for (long long i = sp.begin + threadIdx.x; i < sp.end; i += blockDim.x) {
+    const S gi = kiln::cvt<S>(g[i]);
+    bad |= !finite(gi);
+    kiln::store(g + i, gi * inv);
+  }
+  if (bad) *found_inf = 1.f;
+}
+
+// GradScaler's update, one thread (torch's _amp_update_scale_): after inf/NaN the scale backs
+// off and the count of clean steps restarts; after `interval` clean steps it grows (unless that
+// would overflow f32).
+extern "C" __global__ void kiln_update_scale(float* scale, long long* clean_steps, const float* found_inf,
+                                             double growth, double backoff, long long interval) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  if (*found_inf != 0.f) {
+    *scale = static_cast<float>(*scale * backoff);
+    *clean_steps = 0;
+    return;
+  }
+  const long long n = *clean_steps + 1;
+  if (n < interval) {
+    *clean_steps = n;
+    return;
+  }
+  const float grown = static_cast<float>(*scale * growth);
+  if (finite(grown)) *scale = grown;
+  *clean_steps = 0;
 }

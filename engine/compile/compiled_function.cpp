@@ -6,6 +6,7 @@
 
 #include "capture_context.h"
 #include "fusion.h"
+#include "kiln/amp.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
 #include "kiln/creation.h"
@@ -105,6 +106,8 @@ struct CompiledFunction::Impl {
                          " requires grad: inputs are data copied into the graph; a step's parameters come from its closure");
       sig += "|" + std::string(dtype_name(t.dtype())) + shape_str(t.shape());
     }
+    // Autocast changes the dtypes of the captured work, as grad mode changes what is recorded.
+    if (const auto amp = autocast_dtype()) sig += "|autocast=" + std::string(dtype_name(*amp));
     if (options.key) sig += "|key=" + options.key();
     return sig;
   }

@@ -10,6 +10,7 @@
 #include "conv_igemm.h"
 #include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
+#include "kiln/amp.h"
 #include "registry.h"
 
 namespace kiln {
@@ -319,7 +320,8 @@ Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& weight
   return call(kGradWeight, {x, gy}, with_shape(conv_attrs(o), "weight_shape", weight_shape));
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dOptions& o) {
+  const Tensor x = autocast_lower(x_in), w = autocast_lower(w_in), bias = autocast_lower(bias_in);
   Tensor y = call(kConv2d, {x, w}, conv_attrs(o));
   if (!bias.defined()) return y;
   if (bias.shape() != Shape{w.shape()[0]})

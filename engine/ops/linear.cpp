@@ -7,6 +7,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_lt.h"
 #include "kernels/launchers.h"
+#include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/linalg.h"
 #include "kiln/ops.h"
@@ -217,7 +218,8 @@ const OpDef& kLinear = register_op({
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Activation activation) {
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Activation activation) {
+  const Tensor x = autocast_lower(x_in), w = autocast_lower(w_in), bias = autocast_lower(bias_in);
   if (w.dim() != 2)
     throw ShapeError("[linear] weight must be 2-D (out_features, in_features), got shape " + shape_str(w.shape()));
   if (x.dim() < 1 || x.shape().back() != w.shape()[1])

@@ -3,6 +3,7 @@
 // log_softmax + nll_loss) and mse_loss. GPU: the nll kernels of kernel_templates/softmax.cu.
 #include <string>
 
+#include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/nn_functional.h"
 #include "loss_common.h"
@@ -186,13 +187,14 @@ Attrs nll_attrs(std::optional<std::int64_t> ignore_index) {
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, Reduction reduction,
                 std::optional<std::int64_t> ignore_index) {
-  const Tensor inputs[] = {log_probs, labels};
+  const Tensor inputs[] = {autocast_f32(log_probs), labels};
   std::vector<Tensor> out = dispatch(kNll, inputs, nll_attrs(ignore_index));
   return reduce_loss(out[0], ignore_index ? out[1] : Tensor(), reduction);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction, double label_smoothing,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction reduction, double label_smoothing,
                      std::optional<std::int64_t> ignore_index) {
+  const Tensor logits = autocast_f32(logits_in);
   if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
     throw ValueError("[cross_entropy] label_smoothing must be in [0, 1); got " + std::to_string(label_smoothing));
   if (logits.defined() && labels.defined()) classes_of("cross_entropy", logits.shape(), labels.shape());
@@ -212,7 +214,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   return reduce_loss(loss, ignore_index ? out[1] : Tensor(), reduction);
 }
 
-Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction reduction) {
+  const Tensor a = autocast_f32(a_in), b = autocast_f32(b_in);
   if (a.shape() != b.shape())
     throw ShapeError("[mse_loss] inputs must have one shape; got " + shape_str(a.shape()) + " and " +
                      shape_str(b.shape()));

@@ -3,6 +3,7 @@
 // nothing on either device. GPU: kernels::gemm (cuBLAS), CPU: cpu::gemm.
 #include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
+#include "kiln/amp.h"
 #include "kiln/linalg.h"
 #include "registry.h"
 
@@ -216,7 +217,7 @@ const OpDef& kMatmul = register_op({
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) { return call(kMatmul, {a, b}); }
+Tensor matmul(const Tensor& a, const Tensor& b) { return call(kMatmul, {autocast_lower(a), autocast_lower(b)}); }
 
 // x @ w^T for linear without a bias: w's transposed view costs no copy.
 Tensor matmul_transposed_b(const Tensor& x, const Tensor& w) { return call(kMatmul, {x, w}, Attrs{{"transpose_b", true}}); }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/amp.h"
 #include "kiln/nn_functional.h"
 #include "registry.h"
 
@@ -121,7 +122,9 @@ const OpDef& kLogSoftmax = register_op([] {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, std::int64_t dim) { return call(kSoftmax, {x}, Attrs{{"dim", dim}}); }
-Tensor log_softmax(const Tensor& x, std::int64_t dim) { return call(kLogSoftmax, {x}, Attrs{{"dim", dim}}); }
+Tensor softmax(const Tensor& x, std::int64_t dim) { return call(kSoftmax, {autocast_f32(x)}, Attrs{{"dim", dim}}); }
+Tensor log_softmax(const Tensor& x, std::int64_t dim) {
+  return call(kLogSoftmax, {autocast_f32(x)}, Attrs{{"dim", dim}});
+}
 
 }  // namespace kiln

@@ -96,8 +96,8 @@ void Adam::update_gpu(const std::vector<std::size_t>& params, const std::vector<
   }
   ts.count = static_cast<int>(params.size());
   const Tensor& p0 = this->params()[params.front()];
-  kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), o_.beta1, o_.beta2, o_.eps, o_.weight_decay,
-                            decoupled(), stream_of(p0.device()));
+  kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.beta1, o_.beta2, o_.eps,
+                            o_.weight_decay, decoupled(), stream_of(p0.device()));
 }
 
 }  // namespace kiln::optim

@@ -146,6 +146,26 @@ void Optimizer::step() {
   }
 }
 
+void Optimizer::step_unless(const Tensor& found_inf) {
+  const std::string tag = "[" + name() + "] step_unless: ";
+  if (!found_inf.defined() || found_inf.dtype() != DType::f32 || found_inf.numel() != 1)
+    throw DTypeError(tag + "the flag must be one f32 element");
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined() && params_[i].device() != found_inf.device())
+      throw DeviceError(tag + "parameter " + std::to_string(i) + " lives on " + params_[i].device().str() +
+                        ", the flag on " + found_inf.device().str());
+  if (found_inf.device().is_cpu()) {
+    if (found_inf.item<float>() == 0.f) step();
+    return;
+  }
+  skip_flag_ = device_address(found_inf);
+  struct Reset {
+    std::uint64_t& flag;
+    ~Reset() { flag = 0; }
+  } reset{skip_flag_};
+  step();
+}
+
 void Optimizer::advance() {
   if (steps_ >= kMaxSteps)
     throw ValueError("[" + name() + "] the step count is at its limit 2^53 (" + std::to_string(kMaxSteps) +

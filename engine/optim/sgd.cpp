@@ -83,8 +83,8 @@ void SGD::update_gpu(const std::vector<std::size_t>& params, const std::vector<T
   }
   ts.count = static_cast<int>(params.size());
   const Tensor& p0 = this->params()[params.front()];
-  kernels::launch_sgd_step(p0.dtype(), ts, step_values_on(p0.device()), o_.momentum, o_.dampening, o_.weight_decay,
-                           o_.nesterov, stream_of(p0.device()));
+  kernels::launch_sgd_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.momentum, o_.dampening,
+                           o_.weight_decay, o_.nesterov, stream_of(p0.device()));
 }
 
 }  // namespace kiln::optim

@@ -89,6 +89,11 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "write the model and optimizer state to this safetensors file at the end");
   app.add_option("--load", o.load, "start from a file written by --save");
   app.add_option("--metrics", o.metrics, "write one JSON object per epoch to this file");
+  app.add_option("--precision", o.precision,
+                 "f32 (exact), tf32 (TF32 tensor cores for matmuls and convs), bf16 or f16 (autocast for forward "
+                 "and loss, f32 weights; f16 with dynamic loss scaling)")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
+      ->capture_default_str();
   app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set");
   app.add_flag("--eager", o.eager,
                "on a GPU, run the training and evaluation steps op by op instead of replaying them as CUDA "
@@ -102,16 +107,18 @@ int main(int argc, char** argv) {
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
-    std::printf("kiln %s: %s on %s (%s steps), %d epochs, batch %lld, %s lr %g (%s), seed %llu, data %s\n",
+    std::printf("kiln %s: %s on %s (%s steps), precision %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, "
+                "data %s\n",
                 kiln::version(), o.model.c_str(), o.device.str().c_str(), mnist::compiled_steps(o) ? "compiled" : "eager",
-                *o.epochs, static_cast<long long>(o.batch_size), o.optimizer.c_str(), *o.lr, o.schedule.c_str(),
-                static_cast<unsigned long long>(o.seed), dir.c_str());
+                o.precision.c_str(), *o.epochs, static_cast<long long>(o.batch_size), o.optimizer.c_str(), *o.lr,
+                o.schedule.c_str(), static_cast<unsigned long long>(o.seed), dir.c_str());
     if (o.eval_only) {
       Generator gen(o.seed);
       auto model = mnist::make_model(o.model, gen);
       model->to(o.device);
       if (!o.load.empty()) io::load_checkpoint(o.load, *model);
-      const mnist::Evaluation e = mnist::Evaluator(*model, data, o.device, mnist::compiled_steps(o))();
+      const auto autocast = mnist::apply_precision(o.precision);
+      const mnist::Evaluation e = mnist::Evaluator(*model, data, o.device, mnist::compiled_steps(o), autocast)();
       std::printf("test loss %.4f, test accuracy %.2f%%\n", e.loss, 100 * e.accuracy);
       return 0;
     }

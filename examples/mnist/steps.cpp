@@ -29,22 +29,34 @@ std::optional<CompileStats> Step::stats() const {
   return compiled_->stats();
 }
 
-Step train_step(nn::Module& model, optim::Optimizer& opt, optim::LrScheduler* schedule, bool compiled) {
+Step train_step(nn::Module& model, optim::Optimizer& opt, optim::LrScheduler* schedule, bool compiled,
+                std::optional<DType> autocast, optim::GradScaler* scaler) {
   // zero_grad comes first so a compiled step starts from zeroed gradients at every replay.
-  auto fn = [&model, &opt, schedule](const std::vector<Tensor>& in) {
+  auto fn = [&model, &opt, schedule, autocast, scaler](const std::vector<Tensor>& in) {
     opt.zero_grad();
-    Tensor loss = cross_entropy(model(as_images(in[0])), in[1]);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      AutocastGuard amp(autocast);
+      loss = cross_entropy(model(as_images(in[0])), in[1]);
+    }
+    if (scaler) {
+      scaler->scale(loss).backward();
+      scaler->step(opt);
+      scaler->update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
     if (schedule) schedule->step();
     return std::vector<Tensor>{loss.detach()};
   };
   return Step(fn, compiled);
 }
 
-Step eval_step(nn::Module& model, bool compiled) {
-  auto fn = [&model](const std::vector<Tensor>& in) {
+Step eval_step(nn::Module& model, bool compiled, std::optional<DType> autocast) {
+  auto fn = [&model, autocast](const std::vector<Tensor>& in) {
     NoGradGuard no_grad;
+    AutocastGuard amp(autocast);
     Tensor logits = model(as_images(in[0]));
     return std::vector<Tensor>{cross_entropy(logits, in[1], Reduction::sum), sum(eq(argmax(logits, 1), in[1]))};
   };

@@ -24,15 +24,18 @@ class Step {
   std::optional<kiln::CompiledFunction> compiled_;
 };
 
-// (inputs (B, 784) normalised, labels (B) i64) -> {mean cross-entropy}: zero_grad, forward,
-// loss, backward, optimizer step, then one step of `schedule` when there is one. `model`,
-// `opt` and `schedule` must outlive the step.
+// (inputs (B, 784) normalised, labels (B) i64) -> {mean cross-entropy}: zero_grad, forward
+// and loss (under autocast when set), backward of the loss as `scaler` scales it, the
+// optimizer step through the scaler (skipped after inf/NaN gradients when it is enabled),
+// then one step of `schedule` when there is one. `model`, `opt`, `schedule` and `scaler` must
+// outlive the step.
 Step train_step(kiln::nn::Module& model, kiln::optim::Optimizer& opt, kiln::optim::LrScheduler* schedule,
-                bool compiled);
+                bool compiled, std::optional<kiln::DType> autocast = std::nullopt,
+                kiln::optim::GradScaler* scaler = nullptr);
 
 // (inputs, labels) -> {summed cross-entropy, correct predictions (i64)}, without grad. The
 // caller puts `model` in eval mode; its train flag is part of the compiled signature.
-Step eval_step(kiln::nn::Module& model, bool compiled);
+Step eval_step(kiln::nn::Module& model, bool compiled, std::optional<kiln::DType> autocast = std::nullopt);
 
 // One line for the trainer's summary: captures, replays, kernels per graph, memory held.
 std::string describe(const kiln::CompileStats& s);

@@ -42,12 +42,12 @@ std::unique_ptr<optim::LrScheduler> make_schedule(const TrainOptions& o, optim::
   return nullptr;  // "none"
 }
 
-std::string metrics_json(const EpochMetrics& m) {
+std::string metrics_json(const EpochMetrics& m, const std::string& precision) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "{\"epoch\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_accuracy\":%.6f,\"seconds\":%.4f,"
-                "\"samples_per_s\":%.1f}",
-                m.epoch, m.train_loss, m.test_loss, m.test_accuracy, m.seconds, m.samples_per_s);
+                "\"samples_per_s\":%.1f,\"precision\":\"%s\"}",
+                m.epoch, m.train_loss, m.test_loss, m.test_accuracy, m.seconds, m.samples_per_s, precision.c_str());
   return buf;
 }
 
@@ -83,6 +83,15 @@ class MetricsFile {
 
 }  // namespace
 
+std::optional<DType> apply_precision(const std::string& precision) {
+  const bool tf32 = precision == "tf32";
+  set_allow_tf32(tf32);
+  set_allow_conv_tf32(tf32);
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "f16") return DType::f16;
+  return std::nullopt;
+}
+
 TrainOptions with_defaults(TrainOptions o) {
   const bool cnn = o.model == "cnn";
   if (o.model != "mlp" && !cnn) throw ValueError("[mnist-train] --model must be mlp or cnn, got '" + o.model + "'");
@@ -91,6 +100,8 @@ TrainOptions with_defaults(TrainOptions o) {
   if (o.schedule.empty()) o.schedule = cnn ? "onecycle" : "cosine";
   if (o.schedule != "none" && o.schedule != "step" && o.schedule != "cosine" && o.schedule != "onecycle")
     throw ValueError("[mnist-train] --schedule must be none, step, cosine or onecycle, got '" + o.schedule + "'");
+  if (o.precision != "f32" && o.precision != "tf32" && o.precision != "bf16" && o.precision != "f16")
+    throw ValueError("[mnist-train] --precision must be f32, tf32, bf16 or f16, got '" + o.precision + "'");
   if (!o.epochs) o.epochs = cnn ? 5 : 10;
   if (*o.epochs < 1 || *o.epochs > kMaxEpochs)
     throw ValueError("[mnist-train] --epochs must be in [1, " + std::to_string(kMaxEpochs) + "], got " +
@@ -119,9 +130,10 @@ void check_output_files(const TrainOptions& o) {
 
 bool compiled_steps(const TrainOptions& o) { return o.device.is_cuda() && !o.eager; }
 
-Evaluator::Evaluator(nn::Module& model, const data::Mnist& data, Device device, bool compiled)
+Evaluator::Evaluator(nn::Module& model, const data::Mnist& data, Device device, bool compiled,
+                     std::optional<DType> autocast)
     : model_(model), test_(data.test_images, data.test_labels, loader_options(1000, false, 0, device)),
-      device_(device), step_(eval_step(model, compiled)) {}
+      device_(device), step_(eval_step(model, compiled, autocast)) {}
 
 Evaluation Evaluator::operator()() {
   const bool was_training = model_.is_training();
@@ -148,8 +160,10 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
   data::DataLoader loader(data.train_images, data.train_labels, loader_options(o.batch_size, true, o.seed, o.device));
   const int epochs = o.epochs.value();
   auto schedule = make_schedule(o, *opt, loader.batches() * epochs);
-  Step step = train_step(*model, *opt, schedule.get(), compiled_steps(o));
-  Evaluator evaluate(*model, data, o.device, compiled_steps(o));
+  const std::optional<DType> autocast = apply_precision(o.precision);
+  optim::GradScaler scaler({.enabled = autocast == DType::f16});
+  Step step = train_step(*model, *opt, schedule.get(), compiled_steps(o), autocast, &scaler);
+  Evaluator evaluate(*model, data, o.device, compiled_steps(o), autocast);
 
   MetricsFile metrics(o.metrics);
   RunResult r;
@@ -182,7 +196,7 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
     std::snprintf(line, sizeof line, "train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.2fs  %.0f samples/s",
                   m.train_loss, m.test_loss, 100 * m.test_accuracy, m.seconds, m.samples_per_s);
     bar.finish(line);
-    metrics.write(metrics_json(m));
+    metrics.write(metrics_json(m, o.precision));
   }
   metrics.close();
   r.samples_per_s = static_cast<double>(loader.size()) * epochs / r.train_seconds;

@@ -27,12 +27,19 @@ struct TrainOptions {
   std::string save, load, metrics;
   bool eval_only = false;
   bool eager = false;  // on a GPU, run the steps op by op instead of as CUDA graphs
+  std::string precision = "f32";  // f32, tf32, bf16 or f16 (apply_precision)
 };
 
 // Whether the steps run compiled: on a CUDA device unless o.eager.
 bool compiled_steps(const TrainOptions& o);
 
-// The model's defaults filled in; ValueError for an unknown model, optimizer or schedule,
+// --precision: f32 computes exactly in f32 (TF32 off for matmuls and convs), tf32 lets both
+// use TF32 tensor cores, bf16 and f16 run forward and loss under an autocast scope of that
+// dtype (f32 master weights; TF32 off), f16 with a GradScaler. Sets the TF32 switches and
+// returns the autocast dtype (nullopt for f32 and tf32).
+std::optional<kiln::DType> apply_precision(const std::string& precision);
+
+// The model's defaults filled in; ValueError for an unknown model, optimizer, schedule or precision,
 // epochs or batch size outside [1, kMax...], or an lr that is not finite and > 0.
 TrainOptions with_defaults(TrainOptions o);
 
@@ -63,7 +70,8 @@ struct RunResult {
 // evaluator serves every epoch, so a compiled pass is captured once per run.
 class Evaluator {
  public:
-  Evaluator(kiln::nn::Module& model, const kiln::data::Mnist& data, kiln::Device device, bool compiled);
+  Evaluator(kiln::nn::Module& model, const kiln::data::Mnist& data, kiln::Device device, bool compiled,
+            std::optional<kiln::DType> autocast = std::nullopt);
   Evaluation operator()();
   std::optional<kiln::CompileStats> stats() const { return step_.stats(); }
 

@@ -465,11 +465,11 @@ TEST_CASE("optim: SGD and Adam drive a least-squares fit to its solution") {
   check_close(w_adam, w_star, 1e-4);
 }
 
-TEST_CASE("optim: the fused sgd_step and adam_step kernels compile for sm_80 and sm_90") {
-  for (const char* op : {"sgd_step", "adam_step"}) {
+TEST_CASE("optim: the fused sgd_step, adam_step and GradScaler kernels compile for sm_80 and sm_90") {
+  for (const char* op : {"sgd_step", "adam_step", "unscale_grads", "update_scale"}) {
     const rt::KernelSpec* spec = rt::find_kernel(op);
     REQUIRE(spec != nullptr);
-    CHECK(spec->dtypes.size() == 4);
+    CHECK(spec->dtypes.size() == (std::string(op) == "update_scale" ? 1 : 4));  // the scale update is f32 only
     for (const DTypes& d : spec->dtypes)
       for (int arch : {80, 90}) {
         CAPTURE(op);

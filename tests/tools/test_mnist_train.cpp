@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -81,8 +82,10 @@ TEST_CASE("mnist-train learns the synthetic set on the CPU, writes metrics and a
   REQUIRE(lines.size() == 2);
   CHECK(lines[0].at("epoch") == 1);
   CHECK(lines[1].at("epoch") == 2);
-  for (const char* key : {"train_loss", "test_loss", "test_accuracy", "seconds", "samples_per_s"})
+  for (const char* key : {"train_loss", "test_loss", "test_accuracy", "seconds", "samples_per_s", "precision"})
     CHECK(lines[1].contains(key));
+  CHECK(lines[1].at("precision") == "f32");  // the default
+  CHECK(r.out.find("precision f32") != std::string::npos);
   CHECK(lines[1].at("train_loss").get<double>() < lines[0].at("train_loss").get<double>());
   const double acc = lines[1].at("test_accuracy").get<double>();
   CHECK(acc > 0.9);
@@ -161,6 +164,35 @@ TEST_CASE("mnist-train --eager changes nothing on the CPU and is listed in --hel
   CHECK(help.out.find("--eager") != std::string::npos);
 }
 
+TEST_CASE("mnist-train --precision: tf32 is f32 on the CPU; bf16 and f16 (loss-scaled) train; all are reported") {
+  Scratch s;
+  const std::vector<std::string> common{"--device", "cpu", "--epochs", "1", "--batch-size", "128", "--seed", "3"};
+  auto with = [&](const char* precision) {
+    std::vector<std::string> flags = common;
+    flags.insert(flags.end(), {"--precision", precision});
+    return run_with_metrics(s, precision, flags);
+  };
+  const Run f32 = with("f32"), tf32 = with("tf32");
+  check_same_run(f32, tf32);  // TF32 is a GPU tensor-core mode: nothing changes on the CPU
+  CHECK(f32.metrics.back().at("precision") == "f32");
+  CHECK(tf32.metrics.back().at("precision") == "tf32");
+  CHECK(tf32.process.out.find("precision tf32") != std::string::npos);
+  for (const char* p : {"bf16", "f16"}) {
+    CAPTURE(p);
+    const Run r = with(p);
+    CHECK(r.process.out.find(std::string("precision ") + p) != std::string::npos);
+    REQUIRE(r.metrics.size() == 1);
+    CHECK(r.metrics[0].at("precision") == p);
+    const double loss = r.metrics[0].at("train_loss").get<double>();
+    CHECK(std::isfinite(loss));
+    // Close to the f32 run: low-precision products, f32 weights and loss.
+    CHECK(std::abs(loss - f32.metrics[0].at("train_loss").get<double>()) < 0.1);
+    CHECK(r.metrics[0].at("test_accuracy").get<double>() > 0.8);
+  }
+  auto help = train({"--help"});
+  CHECK(help.out.find("--precision") != std::string::npos);
+}
+
 TEST_CASE("mnist-train: compiled steps on the GPU give the same run as --eager") {
   std::string why;
   if (!kiln::rt::gpu_available(&why)) {
@@ -188,6 +220,26 @@ TEST_CASE("mnist-train: compiled steps on the GPU give the same run as --eager")
     CHECK(compiled.process.out.find("evaluation graphs: 1 captured, 1 replays") != std::string::npos);
     CHECK(op_by_op.process.out.find("graphs:") == std::string::npos);
     CHECK(compiled.metrics.back().at("test_accuracy").get<double>() > 0.5);
+  }
+}
+
+TEST_CASE("mnist-train --precision bf16 and tf32 on the GPU: compiled steps give the same run as --eager") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why)) {
+    MESSAGE("skipped: needs a GPU (" << why << ")");
+    return;
+  }
+  Scratch s;
+  for (const char* precision : {"bf16", "tf32"}) {
+    CAPTURE(precision);
+    const std::vector<std::string> flags{"--device", "cuda", "--epochs", "2", "--seed", "5", "--precision", precision};
+    std::vector<std::string> eager = flags;
+    eager.push_back("--eager");
+    const Run compiled = run_with_metrics(s, std::string(precision) + "-compiled", flags);
+    const Run op_by_op = run_with_metrics(s, std::string(precision) + "-eager", eager);
+    check_same_run(compiled, op_by_op);
+    CHECK(compiled.metrics.back().at("precision") == precision);
+    CHECK(compiled.metrics.back().at("test_accuracy").get<double>() > 0.8);
   }
 }
 
@@ -236,6 +288,7 @@ TEST_CASE("mnist-train refuses numeric flags out of range instead of replacing o
   for (const char* v : {"0", "-5", "100000000000"}) check_refused(s, {"--batch-size", v}, "--batch-size");
   for (const char* v : {"0", "-0.1", "nan", "inf"}) check_refused(s, {"--lr", v}, "--lr");
   for (const char* v : {"-1", "-9223372036854775808"}) check_refused(s, {"--seed", v}, "--seed");
+  for (const char* v : {"fp8", "F32", "bfloat16", ""}) check_refused(s, {"--precision", v}, "--precision");
 }
 
 TEST_CASE("mnist-train checks --save and --metrics before training") {

@@ -9,8 +9,12 @@
 // Prints a table, then one JSON line. Exits 77 without a GPU.
 //   fused the compiled steps with fusion on (CompileOptions::fuse)
 //   bench_mnist [--data DIR] [--steps N] [--seed S] [--only mlp|cnn] [--no-tta] [--tf32]
+//               [--precision f32|tf32|bf16|f16]
 // --tf32 lets f32 matmuls use TF32 tensor cores (kiln::set_allow_tf32); KILN_GEMM_AUTOTUNE=1
-// times cuBLASLt's candidate algorithms for each product.
+// times cuBLASLt's candidate algorithms for each product. --precision measures every row as
+// mnist-train --precision trains: f32 with TF32 off for matmuls and convs, tf32 with both on,
+// bf16/f16 with forward and loss under autocast (f16 with a GradScaler); without it, the
+// library's defaults (TF32 for convs only, as PyTorch). The JSON line then names the precision.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +41,21 @@ struct Row {
   std::string note;
 };
 std::vector<Row> g_rows;
+std::optional<DType> g_autocast;  // --precision bf16 / f16
+
+// Forward and loss under the precision's autocast, then backward and the step through the
+// scaler (a plain backward and step unless f16); returns the loss.
+Tensor train_on(nn::Module& net, optim::Optimizer& opt, optim::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+  Tensor loss;
+  {
+    AutocastGuard amp(g_autocast);
+    loss = cross_entropy(net(x), y);
+  }
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  return loss;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -55,14 +74,12 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
   auto net = mnist::make_model(model, gen);
   net->to(kGpu);
   optim::Adam opt(net->parameters(), {.lr = 1e-3});
+  optim::GradScaler scaler({.enabled = g_autocast == DType::f16});
   Tensor x = randn({batch, 1, 28, 28}, {.device = kGpu}, &gen);
   Tensor y = randint(0, 10, {batch}, {.device = kGpu}, &gen);
   StepFunction fn = [&](const std::vector<Tensor>& in) {
     opt.zero_grad();
-    Tensor loss = cross_entropy((*net)(in[0]), in[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss.detach()};
+    return std::vector<Tensor>{train_on(*net, opt, scaler, in[0], in[1]).detach()};
   };
   std::optional<CompiledFunction> cf;
   if (compiled) cf.emplace(compile(fn, {.fuse = fuse}));
@@ -110,6 +127,7 @@ void add_step_rows(const std::string& model, std::int64_t batch, int steps, std:
 
 double accuracy(nn::Module& net, const data::Mnist& d) {
   NoGradGuard no_grad;
+  AutocastGuard amp(g_autocast);
   net.eval();
   data::DataLoader test(d.test_images, d.test_labels,
                         {.batch_size = 1000, .shuffle = false, .device = kGpu, .mean = kMean, .std = kStd});
@@ -133,6 +151,7 @@ double time_to_accuracy(const std::string& model, double target, const data::Mni
   auto net = mnist::make_model(model, gen);
   net->to(kGpu);
   optim::Adam opt(net->parameters(), {.lr = lr});
+  optim::GradScaler scaler({.enabled = g_autocast == DType::f16});
   data::DataLoader train(d.train_images, d.train_labels,
                          {.batch_size = 128, .seed = seed, .device = kGpu, .mean = kMean, .std = kStd});
   const std::int64_t total = train.batches() * epochs, quarter = train.batches() / 4;
@@ -147,9 +166,7 @@ double time_to_accuracy(const std::string& model, double target, const data::Mni
     auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; i < train.batches(); ++i) {
       data::Batch b = train.batch(i);
-      Tensor loss = cross_entropy((*net)(b.inputs.reshape({b.inputs.size(0), 1, 28, 28})), b.labels);
-      loss.backward();
-      opt.step();
+      Tensor loss = train_on(*net, opt, scaler, b.inputs.reshape({b.inputs.size(0), 1, 28, 28}), b.labels);
       opt.zero_grad();
       sched->step();
       if ((i + 1) % quarter == 0 || i + 1 == train.batches()) {
@@ -176,7 +193,7 @@ int main(int argc, char** argv) {
   std::string dir = std::getenv("KILN_MNIST_DIR") ? std::getenv("KILN_MNIST_DIR") : "data/mnist";
   int steps = 200;
   std::uint64_t seed = 0;
-  std::string only;
+  std::string only, precision;
   bool tta = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-tta")) tta = false;
@@ -187,6 +204,17 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--data")) dir = argv[i + 1];
     if (!std::strcmp(argv[i], "--steps")) steps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(argv[i + 1], nullptr, 10);
+    if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
+  }
+  if (!precision.empty()) {
+    if (precision != "f32" && precision != "tf32" && precision != "bf16" && precision != "f16") {
+      std::fprintf(stderr, "bench_mnist: --precision must be f32, tf32, bf16 or f16, got '%s'\n", precision.c_str());
+      return 2;
+    }
+    set_allow_tf32(precision == "tf32");
+    set_allow_conv_tf32(precision == "tf32");
+    if (precision == "bf16") g_autocast = DType::bf16;
+    if (precision == "f16") g_autocast = DType::f16;
   }
   if (cuda_device_count() == 0) {
     std::printf("bench_mnist: no GPU, nothing to measure\n");
@@ -212,7 +240,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_mnist: %s\n", e.what());
     return 1;
   }
-  std::string json = "{\"bench\":\"kiln\",\"rows\":[";
+  std::string json = "{\"bench\":\"kiln\",";
+  if (!precision.empty()) json += "\"precision\":\"" + precision + "\",";
+  json += "\"rows\":[";
   for (std::size_t i = 0; i < g_rows.size(); ++i) {
     const Row& r = g_rows[i];
     std::printf("%-16s %10.4f %-3s %s\n", r.name.c_str(), r.value, r.unit.c_str(), r.note.c_str());

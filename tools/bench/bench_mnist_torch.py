@@ -11,6 +11,11 @@ fused_* rows (its compiled steps with fusion on):
     build/tools/bench_mnist > kiln.txt
     python3 tools/bench/bench_mnist_torch.py --kiln kiln.txt
 
+--precision f32|tf32|bf16|f16 measures every row as bench_mnist --precision does: f32 with
+torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32 off, tf32 with both
+on, bf16/f16 with forward and loss under torch.autocast (TF32 off; f16 with a GradScaler).
+Without it, PyTorch's defaults (TF32 for cuDNN convolutions only, as kiln's defaults).
+
 Exits 77 without torch or a CUDA device.
 """
 import argparse
@@ -71,6 +76,7 @@ def main():
     ap.add_argument("--only", choices=["mlp", "cnn"], help="one model's rows")
     ap.add_argument("--no-tta", action="store_true", help="skip the time-to-accuracy rows")
     ap.add_argument("--no-autotune", action="store_true", help="skip torch.compile(mode='max-autotune')")
+    ap.add_argument("--precision", choices=["f32", "tf32", "bf16", "f16"], help="as bench_mnist --precision")
     args = ap.parse_args()
     try:
         import torch
@@ -83,6 +89,22 @@ def main():
     dev = torch.device("cuda", 0)
     make = models(torch)
     rows = []
+    if args.precision:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    amp_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(args.precision)
+
+    def autocast():
+        return torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None)
+
+    def scaler():
+        enabled = amp_dtype == torch.float16
+        if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+            return torch.amp.GradScaler("cuda", enabled=enabled)
+        return torch.cuda.amp.GradScaler(enabled=enabled)
+
+    def loss_of(net, x, y):
+        with autocast():
+            return torch.nn.functional.cross_entropy(net(x), y)
 
     def setup(model, batch, **adam):
         torch.manual_seed(args.seed)
@@ -107,11 +129,12 @@ def main():
 
     def step_ms(model, batch):
         net, opt, x, y = setup(model, batch)
+        sc = scaler()
 
         def step():
-            loss = torch.nn.functional.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
+            sc.scale(loss_of(net, x, y)).backward()
+            sc.step(opt)
+            sc.update()
             opt.zero_grad()
 
         return median_ms(step)
@@ -119,15 +142,21 @@ def main():
     # The step captured whole with torch.cuda.graph as the PyTorch docs show ("Whole-network
     # capture"): capturable Adam, warm-up on a side stream, grads set to None before capture so
     # backward allocates them from the graph's pool; each replay copies the batch in, as kiln's
-    # compiled call does.
+    # compiled call does. Under f16 the Adam is fused, the kind GradScaler steps without a host read.
     def graph_step_ms(model, batch):
-        net, opt, x, y = setup(model, batch, capturable=True)
+        adam = {"fused": True} if amp_dtype == torch.float16 else {"capturable": True}
+        net, opt, x, y = setup(model, batch, **adam)
         static_x, static_y = x.clone(), y.clone()
+        sc = scaler()
+
+        def scaled_step():
+            sc.scale(loss_of(net, static_x, static_y)).backward()
+            sc.step(opt)
+            sc.update()
 
         def eager_step():
             opt.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(net(static_x), static_y).backward()
-            opt.step()
+            scaled_step()
 
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -138,8 +167,7 @@ def main():
         g = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(g):
-            torch.nn.functional.cross_entropy(net(static_x), static_y).backward()
-            opt.step()
+            scaled_step()
 
         def replay():
             static_x.copy_(x)
@@ -154,12 +182,13 @@ def main():
     def compile_step_ms(model, batch, mode="reduce-overhead"):
         torch._dynamo.reset()
         net, opt, x, y = setup(model, batch)
+        sc = scaler()
 
         @torch.compile(mode=mode)
         def step(x, y):
-            loss = torch.nn.functional.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
+            sc.scale(loss_of(net, x, y)).backward()
+            sc.step(opt)
+            sc.update()
             opt.zero_grad()
 
         return median_ms(lambda: step(x, y))
@@ -188,6 +217,7 @@ def main():
         torch.manual_seed(args.seed)
         net = make[model]().to(dev)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
+        sc = scaler()
         xtr, ytr, xte, yte = data
         xtr = ((xtr.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
         xte = ((xte.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
@@ -202,7 +232,7 @@ def main():
 
         def accuracy():
             net.eval()
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 correct = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum() for i in range(0, 10000, 1000))
             net.train()
             return correct.item() / 10000
@@ -213,9 +243,10 @@ def main():
             t0 = time.perf_counter()
             for i in range(batches):
                 idx = perm[i * 128:(i + 1) * 128]
-                loss = torch.nn.functional.cross_entropy(net(xtr[idx]), ytr[idx])
-                loss.backward()
-                opt.step()
+                loss = loss_of(net, xtr[idx], ytr[idx])
+                sc.scale(loss).backward()
+                sc.step(opt)
+                sc.update()
                 opt.zero_grad()
                 sched.step()
                 if (i + 1) % quarter == 0 or i + 1 == batches:
@@ -244,7 +275,8 @@ def main():
             for line in f:
                 if line.startswith("{"):
                     kiln = {r["name"]: r for r in json.loads(line)["rows"]}
-    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)}"
+          + (f", precision {args.precision}" if args.precision else ""))
     print(f"{'row':<18} {'kiln':>10} {'pytorch':>10} {'unit':<4} {'torch/kiln':>10}  notes")
     for r in rows:
         # torch.compile's rows stand beside kiln's compiled step of the same shape.
@@ -256,7 +288,8 @@ def main():
     for name, k in kiln.items():  # kiln's own rows (fused steps)
         if not any(r["name"] == name for r in rows):
             print(f"{name:<18} {k['value']:>10.4f} {float('nan'):>10.4f} {k['unit']:<4} {float('nan'):>10.2f}  kiln: {k['note']}")
-    print(json.dumps({"bench": "torch", "rows": rows}))
+    extra = {"precision": args.precision} if args.precision else {}
+    print(json.dumps({"bench": "torch", **extra, "rows": rows}))
     return 0
 
 

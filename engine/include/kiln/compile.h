@@ -10,7 +10,7 @@
 //   });
 //   kiln::Tensor loss = step({x, y})[0];
 //
-// Per input signature (shapes, dtypes, devices, grad mode and CompileOptions::key), the
+// Per input signature (shapes, dtypes, devices, grad mode, the autocast dtype and CompileOptions::key), the
 // first call (CompileOptions::warmup_calls) runs `fn` eagerly (kernels load, memory is sized), the next captures the same
 // work into a CUDA graph and launches it, and later calls copy the inputs into the graph's
 // static input buffers and launch the graph: the host does no work per op.

@@ -4,6 +4,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "kiln/amp.h"
 #include "kiln/autograd.h"
 #include "ops/registry.h"
 #include "record.h"
@@ -219,6 +220,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
     throw ValueError("[backward] " + std::to_string(gradients.size()) + " gradients for " +
                      std::to_string(roots.size()) + " tensors");
   NoGradGuard no_grad;  // gradients of gradients are not recorded
+  AutocastGuard no_autocast(std::nullopt);  // each vjp runs in the dtypes its forward op chose
   BackwardEngine engine(retain_graph);
   for (std::size_t i = 0; i < roots.size(); ++i) engine.seed(roots[i], gradients.empty() ? Tensor() : gradients[i]);
   engine.run();

@@ -1,8 +1,10 @@
 // Kernel specs and host launchers of kernel_templates/optim.cu: the fused multi-tensor SGD and
-// Adam updates, one tuple (t) per floating parameter dtype. The launchers are declared where
+// Adam updates and GradScaler's unscale, one tuple (t) per floating parameter dtype, and the
+// scale update (f32 only). The launchers are declared where
 // they are used (engine/optim/optim_common.h).
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -25,6 +27,20 @@ const KernelSpec& register_entry(const char* op, const char* entry) {
 
 const KernelSpec& kSgd = register_entry("sgd_step", "kiln_sgd_step");
 const KernelSpec& kAdam = register_entry("adam_step", "kiln_adam_step");
+const KernelSpec& kUnscale = register_entry("unscale_grads", "kiln_unscale_grads");
+
+// The scale update reads no tensor of a parameter's dtype: one f32 instance.
+const KernelSpec& kUpdateScale = []() -> const KernelSpec& {
+  KernelSpec s;
+  s.op = "update_scale";
+  s.template_name = "optim";
+  s.entry = "kiln_update_scale";
+  s.dtypes = {DTypes{DType::f32}};
+  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
+    return {{"PRELUDE", device_prelude(d)}, {"T", "float"}, {"S", "float"}};
+  };
+  return rt::register_kernel(std::move(s));
+}();
 
 rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());
@@ -67,22 +83,37 @@ TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
 
 }  // namespace
 
-void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, double momentum, double dampening,
-                     double weight_decay, bool nesterov, const rt::Stream& s) {
+void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double momentum,
+                     double dampening, double weight_decay, bool nesterov, const rt::Stream& s) {
   rt::LaunchConfig cfg;
   const TensorListArg a = list_arg(ts, cfg);
   if (cfg.grid.x == 0) return;
   const std::int32_t nest = nesterov ? 1 : 0;
-  rt::launch(function(kSgd, t, s), cfg, s, a, step, momentum, dampening, weight_decay, nest);
+  rt::launch(function(kSgd, t, s), cfg, s, a, step, skip, momentum, dampening, weight_decay, nest);
 }
 
-void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, double beta1, double beta2, double eps,
-                      double weight_decay, bool decoupled, const rt::Stream& s) {
+void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double beta1,
+                      double beta2, double eps, double weight_decay, bool decoupled, const rt::Stream& s) {
   rt::LaunchConfig cfg;
   const TensorListArg a = list_arg(ts, cfg);
   if (cfg.grid.x == 0) return;
   const std::int32_t dec = decoupled ? 1 : 0;
-  rt::launch(function(kAdam, t, s), cfg, s, a, step, beta1, beta2, eps, weight_decay, dec);
+  rt::launch(function(kAdam, t, s), cfg, s, a, step, skip, beta1, beta2, eps, weight_decay, dec);
+}
+
+void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, rt::DevicePtr found_inf,
+                          const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (cfg.grid.x == 0) return;
+  rt::launch(function(kUnscale, t, s), cfg, s, a, scale, found_inf);
+}
+
+void launch_update_scale(rt::DevicePtr scale, rt::DevicePtr clean_steps, rt::DevicePtr found_inf, double growth,
+                         double backoff, std::int64_t interval, const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  cfg.block.x = 32;
+  rt::launch(function(kUpdateScale, DType::f32, s), cfg, s, scale, clean_steps, found_inf, growth, backoff, interval);
 }
 
 }  // namespace kiln::kernels

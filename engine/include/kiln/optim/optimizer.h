@@ -26,6 +26,11 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   void step();       // one update of every parameter that has a gradient
+  // step() unless `found_inf` (an f32 scalar, GradScaler's) is nonzero; every parameter with a
+  // gradient lives on its device (else DeviceError). On a GPU the update kernels read the flag,
+  // so a captured step skips with no host read, but the step count advances either way (Adam's
+  // bias corrections then count a skipped step); on the CPU a skipped step changes nothing.
+  void step_unless(const Tensor& found_inf);
   void zero_grad();  // drops every parameter's .grad()
   double lr() const { return lr_; }
   void set_lr(double lr);  // ValueError when negative or not finite
@@ -52,6 +57,8 @@ class Optimizer {
   virtual std::vector<double> step_values() const { return {lr_}; }
   // The device address of step_values() for this step on `d` (written by step()).
   std::uint64_t step_values_on(Device d) const;
+  // The device address of the flag the update kernels skip on (step_unless), 0: never skip.
+  std::uint64_t skip_flag() const { return skip_flag_; }
   // Whether a slot's values can never be negative (a second moment), for load_state's checks.
   virtual bool slot_nonnegative(std::size_t) const { return false; }
   // Zeros of the parameter's shape on first use (f32 for f16/bf16 parameters).
@@ -67,6 +74,7 @@ class Optimizer {
   std::vector<Tensor> step_buffers_;  // f64 [8] per CUDA device, indexed by ordinal
   double lr_;
   std::int64_t steps_ = 0;
+  std::uint64_t skip_flag_ = 0;  // set during step_unless only
 };
 
 struct SgdOptions {
