@@ -26,13 +26,9 @@ Tensor Sequential::forward(const Tensor& x) {
     Module& m = *mods[i].second;
     // Linear or BatchNorm2d then ReLU (exactly those classes, not subclasses) run as one fused op.
     const bool relu_next = i + 1 < mods.size() && typeid(*mods[i + 1].second) == typeid(ReLU);
-    if (relu_next && typeid(m) == typeid(Linear)) {
-      y = static_cast<Linear&>(m).forward(y, Activation::relu);
-      ++i;
-      continue;
-    }
-    if (relu_next && typeid(m) == typeid(BatchNorm2d)) {
-      y = static_cast<BatchNorm2d&>(m).forward(y, Activation::relu);
+    if (relu_next && (typeid(m) == typeid(Linear) || typeid(m) == typeid(BatchNorm2d))) {
+      y = typeid(m) == typeid(Linear) ? static_cast<Linear&>(m).forward(y, Activation::relu)
+                                      : static_cast<BatchNorm2d&>(m).forward(y, Activation::relu);
       ++i;
       continue;
     }

@@ -21,8 +21,13 @@ struct Params {
   double momentum, eps;
 };
 Params params_of(const Attrs& a) {
-  return {a.get_or<bool>("training", true), a.get_or<bool>("relu", false), has(a, "weight"), has(a, "bias"),
-          has(a, "running_mean"), has(a, "running_var"), a.get_or<double>("momentum", 0.1),
+  return {a.get_or<bool>("training", true),
+          a.get_or<bool>("relu", false),
+          has(a, "weight"),
+          has(a, "bias"),
+          has(a, "running_mean"),
+          has(a, "running_var"),
+          a.get_or<double>("momentum", 0.1),
           a.get_or<double>("eps", 1e-5)};
 }
 
@@ -75,14 +80,16 @@ std::vector<Shape> forward_shapes(const OpArgs& a) {
 void forward_cpu(const OpArgs& a, std::span<Tensor> out) {
   const Params p = params_of(a.attrs);
   const kernels::BatchNormShape sh = shape_of(a.inputs[0]);
-  const std::int64_t C = sh.channels, S = sh.spatial, N = C ? sh.per_channel / S : 0;
+  const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[0].shape()[0];
   const std::vector<double> x = values(a.inputs[0]);
   const std::vector<double> w = p.weight ? values(a.inputs[1]) : std::vector<double>(C, 1.0);
   const std::vector<double> b = p.bias ? values(a.inputs[2]) : std::vector<double>(C, 0.0);
   std::vector<double> rm = p.rm ? values(a.inputs[3]) : std::vector<double>(C);
   std::vector<double> rv = p.rv ? values(a.inputs[4]) : std::vector<double>(C);
   std::vector<double> y(x.size()), mean(C), invstd(C);
-  auto at = [&](std::int64_t n, std::int64_t c, std::int64_t s) { return static_cast<std::size_t>((n * C + c) * S + s); };
+  auto at = [&](std::int64_t n, std::int64_t c, std::int64_t s) {
+    return static_cast<std::size_t>((n * C + c) * S + s);
+  };
   const double m = static_cast<double>(sh.per_channel);
   for (std::int64_t c = 0; c < C; ++c) {
     if (p.training) {
@@ -119,22 +126,23 @@ void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Params p = params_of(a.attrs);
   const Tensor x = gpu::contiguous(a.inputs[0]);
   const kernels::BatchNormShape sh = shape_of(x);
-  auto param = [&](bool present, int i) { return present ? gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]) : Tensor(); };
-  auto address = [](const Tensor& t) { return t.defined() ? device_address(t) : rt::DevicePtr(0); };
+  auto param = [&](bool present, int i) {
+    return present ? gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]) : Tensor();
+  };
   const Tensor w = param(p.weight, 1), b = param(p.bias, 2), rm = param(p.rm, 3), rv = param(p.rv, 4);
   const kernels::NormSplit split = kernels::batch_norm_split(sh, a.device.index());
   const Tensor parts = p.training ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device}) : Tensor();
   kernels::launch_batch_norm({.t = x.dtype(),
                               .p = param_dtype(x.dtype(), present_params(a)),  // the plan's
                               .x = device_address(x),
-                              .weight = address(w),
-                              .bias = address(b),
-                              .running_mean = address(rm),
-                              .running_var = address(rv),
+                              .weight = address_or_0(w),
+                              .bias = address_or_0(b),
+                              .running_mean = address_or_0(rm),
+                              .running_var = address_or_0(rv),
                               .mean = device_address(out[1]),
                               .invstd = device_address(out[2]),
                               .y = device_address(out[0]),
-                              .parts = address(parts),
+                              .parts = address_or_0(parts),
                               .training = p.training,
                               .relu = p.relu,
                               .momentum = p.momentum,
@@ -150,14 +158,19 @@ void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
 // y > 0 with the fused ReLU; they come in the weight's dtype (the compute dtype without one).
 
 DType backward_param_dtype(const OpArgs& a) {
-  return param_dtype(a.inputs[1].dtype(), has(a.attrs, "weight") ? std::vector<Tensor>{a.inputs[3]} : std::vector<Tensor>{});
+  return param_dtype(a.inputs[1].dtype(),
+                     has(a.attrs, "weight") ? std::vector<Tensor>{a.inputs[3]} : std::vector<Tensor>{});
 }
 
 DTypePlan backward_dtypes(const OpArgs& a) {
   const Params p = params_of(a.attrs);
   return norm_plan(a, a.inputs[1].dtype(), backward_param_dtype(a),
-                   {{Role::x, true, "gradient"}, {Role::x}, {Role::x, p.relu, "output"}, {Role::param, p.weight, "weight"},
-                    {Role::stats}, {Role::stats}},
+                   {{Role::x, true, "gradient"},
+                    {Role::x},
+                    {Role::x, p.relu, "output"},
+                    {Role::param, p.weight, "weight"},
+                    {Role::stats},
+                    {Role::stats}},
                    {Role::x, Role::param, Role::param});
 }
 
@@ -177,13 +190,15 @@ std::vector<Shape> backward_shapes(const OpArgs& a) {
 void backward_cpu(const OpArgs& a, std::span<Tensor> out) {
   const Params p = params_of(a.attrs);
   const kernels::BatchNormShape sh = shape_of(a.inputs[1]);
-  const std::int64_t C = sh.channels, S = sh.spatial, N = C ? sh.per_channel / S : 0;
+  const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[1].shape()[0];
   const std::vector<double> g = values(a.inputs[0]), x = values(a.inputs[1]);
   const std::vector<double> y = p.relu ? values(a.inputs[2]) : std::vector<double>();
   const std::vector<double> w = p.weight ? values(a.inputs[3]) : std::vector<double>(C, 1.0);
   const std::vector<double> mean = values(a.inputs[4]), invstd = values(a.inputs[5]);
   std::vector<double> dx(x.size()), dw(C), db(C);
-  auto at = [&](std::int64_t n, std::int64_t c, std::int64_t s) { return static_cast<std::size_t>((n * C + c) * S + s); };
+  auto at = [&](std::int64_t n, std::int64_t c, std::int64_t s) {
+    return static_cast<std::size_t>((n * C + c) * S + s);
+  };
   auto dy = [&](std::size_t i) { return p.relu && !(y[i] > 0) ? 0.0 : g[i]; };
   const double m = static_cast<double>(sh.per_channel);
   for (std::int64_t c = 0; c < C; ++c) {
@@ -215,16 +230,15 @@ void backward_gpu(const OpArgs& a, std::span<Tensor> out) {
     if ((i != 2 || p.relu) && (i != 3 || p.weight)) in[i] = gpu::contiguous(a.inputs[i]);
   const kernels::BatchNormShape sh = shape_of(in[1]);
   const kernels::NormSplit split = kernels::batch_norm_split(sh, a.device.index());
-  const DType acc = out[0].dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const DType acc = acc_of(out[0].dtype());
   const Tensor parts = empty({split.scratch}, {.dtype = acc, .device = a.device});
   const Tensor sums = empty({2 * sh.channels}, {.dtype = acc, .device = a.device});
-  auto address = [](const Tensor& t) { return t.defined() ? device_address(t) : rt::DevicePtr(0); };
   kernels::launch_batch_norm_backward({.t = out[0].dtype(),
                                        .p = out[1].dtype(),
                                        .g = device_address(in[0]),
                                        .x = device_address(in[1]),
-                                       .y = address(in[2]),
-                                       .weight = address(in[3]),
+                                       .y = address_or_0(in[2]),
+                                       .weight = address_or_0(in[3]),
                                        .mean = device_address(in[4]),
                                        .invstd = device_address(in[5]),
                                        .dx = device_address(out[0]),
@@ -253,7 +267,10 @@ std::vector<Attrs> test_attrs(bool backward) {
         }
         sets.push_back(a);
       }
-  sets.push_back(Attrs{{"training", true}, {"has_weight", true}, {"has_bias", false}, {"has_running_mean", false},
+  sets.push_back(Attrs{{"training", true},
+                       {"has_weight", true},
+                       {"has_bias", false},
+                       {"has_running_mean", false},
                        {"has_running_var", true}});
   return sets;
 }
@@ -293,8 +310,12 @@ const OpDef& kBatchNorm = register_op({
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       const Params p = params_of(c.attrs());
       const Tensor x = c.saved_input(0);
-      const Tensor in[] = {g[0], x, p.relu ? c.saved_output(0) : x, p.weight ? c.saved_input(1) : x,
-                           c.saved_output(1), c.saved_output(2)};
+      const Tensor in[] = {g[0],
+                           x,
+                           p.relu ? c.saved_output(0) : x,
+                           p.weight ? c.saved_input(1) : x,
+                           c.saved_output(1),
+                           c.saved_output(2)};
       // In a compiled step dweight and dbias may land in the parameters' .grad() buffers.
       const Tensor into[] = {Tensor(), p.weight ? c.grad_sink(1) : Tensor(), p.bias ? c.grad_sink(2) : Tensor()};
       Attrs attrs{{"training", p.training}, {"relu", p.relu}, {"has_weight", p.weight}};
@@ -330,7 +351,8 @@ Tensor staged(const Tensor& t, DType p) {
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, Activation activation) {
-  const DType p = is_floating(x.dtype()) ? param_dtype(x.dtype(), {weight, bias, running_mean, running_var}) : x.dtype();
+  const DType p =
+      is_floating(x.dtype()) ? param_dtype(x.dtype(), {weight, bias, running_mean, running_var}) : x.dtype();
   const Tensor rm = training ? staged(running_mean, p) : running_mean;
   const Tensor rv = training ? staged(running_var, p) : running_var;
   const Attrs attrs{{"training", training},
@@ -348,8 +370,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     NoGradGuard no_grad;
     for (auto [target, used] : {std::pair{running_mean, rm}, std::pair{running_var, rv}}) {
       if (!target.defined()) continue;
-      if (used.is_same(target)) bump_version(target);
-      else Tensor(target).copy_(used);
+      if (used.is_same(target))
+        bump_version(target);
+      else
+        Tensor(target).copy_(used);
     }
   }
   return y;

@@ -67,6 +67,8 @@ inline DTypePlan norm_plan(const OpArgs& a, DType t, DType params, const std::ve
   return p;
 }
 
+inline rt::DevicePtr address_or_0(const Tensor& t) { return t.defined() ? device_address(t) : rt::DevicePtr(0); }
+
 // The CPU references read any layout and dtype as doubles in row-major order.
 inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 // Writes v into t (any strides along one dim, or contiguous) in t's dtype.
@@ -74,7 +76,8 @@ inline void store_values(const Tensor& t, const std::vector<double>& v) {
   const std::int64_t step = t.dim() == 1 ? t.strides()[0] : 1;
   cpu::visit(t.dtype(), [&]<class T>() {
     T* p = cpu::ptr<T>(t);
-    for (std::size_t i = 0; i < v.size(); ++i) p[static_cast<std::int64_t>(i) * step] = cpu::store<T>(static_cast<cpu::compute_t<T>>(v[i]));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      p[static_cast<std::int64_t>(i) * step] = cpu::store<T>(static_cast<cpu::compute_t<T>>(v[i]));
   });
 }
 

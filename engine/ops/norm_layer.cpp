@@ -49,7 +49,8 @@ DTypePlan forward_dtypes(const OpArgs& a) {
   std::vector<Tensor> present;
   if (p.weight) present.push_back(a.inputs[1]);
   if (p.bias) present.push_back(a.inputs[2]);
-  return norm_plan(a, t, param_dtype(t, present), {{Role::x}, {Role::param, p.weight, "weight"}, {Role::param, p.bias, "bias"}},
+  return norm_plan(a, t, param_dtype(t, present),
+                   {{Role::x}, {Role::param, p.weight, "weight"}, {Role::param, p.bias, "bias"}},
                    {Role::x, Role::stats, Role::stats});
 }
 
@@ -84,12 +85,11 @@ void forward_cpu(const OpArgs& a, std::span<Tensor> out) {
   store_values(out[2], invstd);
 }
 
-rt::DevicePtr address_or_0(const Tensor& t) { return t.defined() ? device_address(t) : rt::DevicePtr(0); }
-
 void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Params p = params_of(a.attrs);
   const Tensor x = gpu::contiguous(a.inputs[0]);
-  const Tensor w = p.weight ? gpu::contiguous(a.inputs[1]) : Tensor(), b = p.bias ? gpu::contiguous(a.inputs[2]) : Tensor();
+  const Tensor w = p.weight ? gpu::contiguous(a.inputs[1]) : Tensor(),
+               b = p.bias ? gpu::contiguous(a.inputs[2]) : Tensor();
   const Rows r = rows_of(a, x, p.k);
   const DType pd = w.defined() ? w.dtype() : b.defined() ? b.dtype() : acc_of(x.dtype());
   kernels::launch_layer_norm(x.dtype(), pd, device_address(x), address_or_0(w), address_or_0(b), device_address(out[0]),
@@ -108,9 +108,10 @@ DType backward_param_dtype(const OpArgs& a) {
 
 DTypePlan backward_dtypes(const OpArgs& a) {
   const Params p = params_of(a.attrs);
-  return norm_plan(a, a.inputs[1].dtype(), backward_param_dtype(a),
-                   {{Role::x, true, "gradient"}, {Role::x}, {Role::param, p.weight, "weight"}, {Role::stats}, {Role::stats}},
-                   {Role::x, Role::param, Role::param});
+  return norm_plan(
+      a, a.inputs[1].dtype(), backward_param_dtype(a),
+      {{Role::x, true, "gradient"}, {Role::x}, {Role::param, p.weight, "weight"}, {Role::stats}, {Role::stats}},
+      {Role::x, Role::param, Role::param});
 }
 
 std::vector<Shape> backward_shapes(const OpArgs& a) {
@@ -192,7 +193,9 @@ std::vector<Attrs> test_attrs() {
 // An attrs set normalising another number of dims rejects the case (skipped).
 const std::pair<Shape, Shape> kTestCases[] = {
     {{4, 6, 5}, {5}}, {{3, 2, 4}, {2, 4}}, {{1, 7}, {7}}, {{3, 1100}, {1100}}, {{2, 3, 40, 41}, {40, 41}}};
-Shape lead_of(const Shape& x, const Shape& row) { return Shape(x.begin(), x.end() - static_cast<std::ptrdiff_t>(row.size())); }
+Shape lead_of(const Shape& x, const Shape& row) {
+  return Shape(x.begin(), x.end() - static_cast<std::ptrdiff_t>(row.size()));
+}
 
 const OpDef& kLayerNormBackward = register_op({
     .name = "layer_norm_backward",
@@ -203,18 +206,21 @@ const OpDef& kLayerNormBackward = register_op({
     .shape_rule = backward_shapes,
     .cpu = backward_cpu,
     .gpu = backward_gpu,
-    .test = {.attrs = [] {
-               std::vector<Attrs> sets = test_attrs();
-               sets.push_back(Attrs{{"has_weight", false}, {"param_grads", false}});
-               return sets;
-             }(),
+    .test = {.attrs =
+                 [] {
+                   std::vector<Attrs> sets = test_attrs();
+                   sets.push_back(Attrs{{"has_weight", false}, {"param_grads", false}});
+                   return sets;
+                 }(),
              .gradcheck = false,
              .tolerance_scale = 4,
-             .shapes = [] {
-               std::vector<std::vector<Shape>> sets;  // g, x, weight, mean, invstd
-               for (const auto& [x, row] : kTestCases) sets.push_back({x, x, row, lead_of(x, row), lead_of(x, row)});
-               return sets;
-             }()},
+             .shapes =
+                 [] {
+                   std::vector<std::vector<Shape>> sets;  // g, x, weight, mean, invstd
+                   for (const auto& [x, row] : kTestCases)
+                     sets.push_back({x, x, row, lead_of(x, row), lead_of(x, row)});
+                   return sets;
+                 }()},
 });
 
 const OpDef& kLayerNorm = register_op({
@@ -240,11 +246,14 @@ const OpDef& kLayerNorm = register_op({
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1}, .outputs = {1, 2}},
-    .test = {.attrs = test_attrs(), .tolerance_scale = 4, .shapes = [] {
-               std::vector<std::vector<Shape>> sets;
-               for (const auto& [x, row] : kTestCases) sets.push_back({x, row, row});
-               return sets;
-             }()},
+    .test = {.attrs = test_attrs(),
+             .tolerance_scale = 4,
+             .shapes =
+                 [] {
+                   std::vector<std::vector<Shape>> sets;
+                   for (const auto& [x, row] : kTestCases) sets.push_back({x, row, row});
+                   return sets;
+                 }()},
 });
 
 }  // namespace
@@ -255,7 +264,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   if (k == 0 || k > x.dim() || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k))
     throw ShapeError("[layer_norm] normalized_shape " + shape_str(normalized_shape) +
                      " must be the trailing dims of the input " + shape_str(x.shape()));
-  const Attrs attrs{{"normalized_ndim", k}, {"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()}};
+  const Attrs attrs{
+      {"normalized_ndim", k}, {"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()}};
   const Tensor inputs[] = {x, weight.defined() ? weight : x, bias.defined() ? bias : x};
   return dispatch(kLayerNorm, inputs, attrs)[0];
 }

@@ -56,8 +56,8 @@ ChannelStats channel_stats(const Tensor& x) {
 }
 
 // d(sum(f(inputs) * cot))/d(inputs), on fresh leaves.
-std::vector<Tensor> grads_of(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
-                             const Tensor& cot) {
+std::vector<Tensor> grads_of(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                             const std::vector<Tensor>& inputs, const Tensor& cot) {
   std::vector<Tensor> leaves;
   for (const Tensor& t : inputs) leaves.push_back(t.detach().clone().requires_grad_());
   sum(mul(f(leaves), cot)).backward();
@@ -86,9 +86,9 @@ TEST_CASE("batch_norm with the fused ReLU equals relu(batch_norm), forward and g
       const auto g1 = grads_of(
           [&](const auto& in) { return batch_norm(in[0], m, v, in[1], in[2], training, 0.1, 1e-5, Activation::relu); },
           {x, w, b}, cot);
-      const auto g2 = grads_of(
-          [&](const auto& in) { return relu(batch_norm(in[0], m, v, in[1], in[2], training, 0.1, 1e-5)); }, {x, w, b},
-          cot);
+      const auto g2 =
+          grads_of([&](const auto& in) { return relu(batch_norm(in[0], m, v, in[1], in[2], training, 0.1, 1e-5)); },
+                   {x, w, b}, cot);
       for (int i = 0; i < 3; ++i) CHECK(max_abs_diff(g1[i], g2[i]) < 1e-12);
     }
   }
@@ -105,12 +105,14 @@ TEST_CASE("batch_norm and layer_norm gradients against f64 finite differences") 
     ok(gradcheck([](const auto& v) { return batch_norm(v[0], {}, {}, v[1], {}, true); }, {x, w}));
     ok(gradcheck([](const auto& v) { return batch_norm(v[0], {}, {}, {}, v[1], true); }, {x, b}));
     // Eval: the gradient reaches the running statistics too.
-    ok(gradcheck([](const auto& v) { return batch_norm(v[0], v[1], v[2], v[3], {}, false, 0.1, 1e-5, Activation::relu); },
-                 {x, random_f64({3}, 16), random_f64({3}, 17, 0.1, 1.5), w}));
+    ok(gradcheck(
+        [](const auto& v) { return batch_norm(v[0], v[1], v[2], v[3], {}, false, 0.1, 1e-5, Activation::relu); },
+        {x, random_f64({3}, 16), random_f64({3}, 17, 0.1, 1.5), w}));
   }
   ok(gradcheck([](const auto& v) { return layer_norm(v[0], {5, 7}, v[1], {}); }, {x4, random_f64({5, 7}, 18)}));
   ok(gradcheck([](const auto& v) { return layer_norm(v[0], {3}, {}, v[1]); }, {x2, random_f64({3}, 19)}));
-  ok(gradcheck([](const auto& v) { return layer_norm(v[0], {7}, v[1], v[2]); }, {x1, random_f64({7}, 20), random_f64({7}, 21)}));
+  ok(gradcheck([](const auto& v) { return layer_norm(v[0], {7}, v[1], v[2]); },
+               {x1, random_f64({7}, 20), random_f64({7}, 21)}));
 }
 
 TEST_CASE("mixed precision: bf16/f16 x with f32 parameters and running statistics, which keep their dtype") {
@@ -118,7 +120,8 @@ TEST_CASE("mixed precision: bf16/f16 x with f32 parameters and running statistic
     CAPTURE(dtype_name(t));
     const Tensor x = random_f64({4, 3, 5, 7}, 30, 1.5, 0.5).to(t);
     const Tensor x64 = x.to(DType::f64);  // the values the op sees
-    Tensor w = random_f64({3}, 31).to(DType::f32).requires_grad_(), b = random_f64({3}, 32).to(DType::f32).requires_grad_();
+    Tensor w = random_f64({3}, 31).to(DType::f32).requires_grad_(),
+           b = random_f64({3}, 32).to(DType::f32).requires_grad_();
     Tensor rm = zeros({3}), rv = ones({3});
     const void* rm_storage = rm.data_ptr();
     Tensor y = batch_norm(x, rm, rv, w, b, true, 0.25);
@@ -197,17 +200,21 @@ TEST_CASE("batch_norm and layer_norm errors name the op") {
   const Tensor x = ones({4, 3, 2, 2});
   CHECK(message_of<ShapeError>([&] { batch_norm(x, {}, {}, ones({4}), {}, true); }) ==
         "[batch_norm] weight has shape (4,); expected (3,)");
-  CHECK(message_of<ShapeError>([&] { batch_norm(x, ones({3, 1}), ones({3}), {}, {}, false); }) ==
-        "[batch_norm] running_mean has shape (3,1); expected (3,)");
+  CHECK(message_of<ShapeError>([&] {
+          batch_norm(x, ones({3, 1}), ones({3}), {}, {}, false);
+        }) == "[batch_norm] running_mean has shape (3,1); expected (3,)");
   CHECK(message_of<ValueError>([&] { batch_norm(x, {}, {}, {}, {}, false); }) ==
         "[batch_norm] eval mode needs running_mean and running_var");
-  CHECK(message_of<ValueError>([&] { batch_norm(ones({1, 3}), {}, {}, {}, {}, true); }) ==
-        "[batch_norm] training needs more than one value per channel; got input (1,3)");
+  CHECK(message_of<ValueError>([&] {
+          batch_norm(ones({1, 3}), {}, {}, {}, {}, true);
+        }) == "[batch_norm] training needs more than one value per channel; got input (1,3)");
   CHECK(message_of<ShapeError>([&] { batch_norm(ones({3}), {}, {}, {}, {}, true); }) ==
         "[batch_norm] input must be (N, C) or (N, C, d...); got (3,)");
-  CHECK(message_of<DTypeError>([&] { batch_norm(ones({4, 3}, {.dtype = DType::i64}), {}, {}, {}, {}, true); })
-            .starts_with("[batch_norm] input must be floating"));
-  CHECK(message_of<ShapeError>([&] { layer_norm(x, {2}, ones({3})); }) == "[layer_norm] weight has shape (3,); expected (2,)");
+  CHECK(message_of<DTypeError>([&] {
+          batch_norm(ones({4, 3}, {.dtype = DType::i64}), {}, {}, {}, {}, true);
+        }).starts_with("[batch_norm] input must be floating"));
+  CHECK(message_of<ShapeError>([&] { layer_norm(x, {2}, ones({3})); }) ==
+        "[layer_norm] weight has shape (3,); expected (2,)");
   CHECK(message_of<ShapeError>([&] { layer_norm(x, {3}); }).starts_with("[layer_norm] normalized_shape (3,)"));
 }
 
@@ -220,7 +227,7 @@ TEST_CASE("nn::Sequential runs BatchNorm2d then ReLU as one fused batch_norm") {
   CHECK(y.grad_fn()->name() == "batch_norm");
   CHECK(max_abs_diff(y, relu(alone(x))) == 0);
   CHECK(max_abs_diff(fused.named_buffers()[0].second, alone.named_buffers()[0].second) == 0);  // running_mean
-  CHECK(fused.named_buffers()[2].second.item<std::int64_t>() == 1);  // num_batches_tracked
+  CHECK(fused.named_buffers()[2].second.item<std::int64_t>() == 1);                            // num_batches_tracked
   fused.eval();
   alone.eval();
   CHECK(max_abs_diff(fused(x), relu(alone(x))) == 0);
@@ -237,7 +244,8 @@ TEST_CASE("the consistency suite runs batch_norm and layer_norm in every dtype, 
       Generator gen(1);
       std::vector<Tensor> in;
       for (std::size_t i = 0; i < c.inputs.size(); ++i)
-        in.push_back(consistency::make_input(c.inputs[i], c.dtype, op.test, false, static_cast<int>(i), gen, Device::cpu()).cpu);
+        in.push_back(
+            consistency::make_input(c.inputs[i], c.dtype, op.test, false, static_cast<int>(i), gen, Device::cpu()).cpu);
       try {
         (void)dispatch(op, in, c.attrs);
       } catch (const Error&) {
@@ -253,7 +261,7 @@ TEST_CASE("the consistency suite runs batch_norm and layer_norm in every dtype, 
       for (const std::string weight : {"0", "1"})
         for (const std::string rank : {"2", batch ? "4" : "3"})
           for (const std::string relu : {"0", batch ? "1" : "0"})
-            CHECK_MESSAGE(accepted.count(dt + " rank=" + rank + " relu=" + relu + " weight=" + weight),
-                          dt, " rank=", rank, " relu=", relu, " weight=", weight);
+            CHECK_MESSAGE(accepted.count(dt + " rank=" + rank + " relu=" + relu + " weight=" + weight), dt,
+                          " rank=", rank, " relu=", relu, " weight=", weight);
   }
 }

@@ -102,8 +102,12 @@ TEST_CASE("batch_norm on the GPU matches the CPU: forward and gradients, every d
 
 TEST_CASE("layer_norm on the GPU matches the CPU: forward and gradients, warp and block rows") {
   for (DType t : kDTypes)
-    for (const auto& [s, row] : {std::pair<Shape, Shape>{{4, 6, 5}, {5}}, {{3, 2, 4}, {2, 4}}, {{1, 7}, {7}},
-                                 {{3, 1100}, {1100}}, {{2, 3, 40, 41}, {40, 41}}, {{700, 33}, {33}}}) {
+    for (const auto& [s, row] : {std::pair<Shape, Shape>{{4, 6, 5}, {5}},
+                                 {{3, 2, 4}, {2, 4}},
+                                 {{1, 7}, {7}},
+                                 {{3, 1100}, {1100}},
+                                 {{2, 3, 40, 41}, {40, 41}},
+                                 {{700, 33}, {33}}}) {
       const std::string name = std::string(dtype_name(t)) + " " + shape_str(s);
       const Tensor x = normal(s, 6, 2.0, 1.0), w = normal(row, 7), b = normal(row, 8);
       check_both([&](const auto& v) { return layer_norm(v[0], row, v[1], v[2]); }, {x, w, b}, t, t, name);
@@ -135,7 +139,8 @@ TEST_CASE("mixed precision on the GPU: bf16/f16 x with f32 parameters and runnin
     check_match(rm, rmg, 1e-5, "running_mean " + name);
     check_match(rv, rvg, 1e-5, "running_var " + name);
     check_match(batch_norm(x.to(t), rm, rv, w.to(DType::f32), {}, false),
-                batch_norm(x.to(t).to(kGpu), rmg, rvg, w.to(DType::f32).to(kGpu), {}, false), tolerance(t), "eval " + name);
+                batch_norm(x.to(t).to(kGpu), rmg, rvg, w.to(DType::f32).to(kGpu), {}, false), tolerance(t),
+                "eval " + name);
   }
 }
 
@@ -163,7 +168,7 @@ TEST_CASE("running statistics on the GPU follow the CPU over several steps, in e
 TEST_CASE("NaN propagates to its channel or row only, on the GPU as on the CPU") {
   for (DType t : {DType::f32, DType::bf16}) {
     std::vector<double> v = normal({4, 2, 3}, 60).to_vector<double>();
-    v[1] = std::nan("");                                   // channel 0, row 0
+    v[1] = std::nan("");                                               // channel 0, row 0
     v[(1 * 2 + 1) * 3 + 2] = std::numeric_limits<double>::infinity();  // channel 1, row 3
     const Tensor x = from_vector(v, {4, 2, 3}, {.dtype = DType::f64}).to(t);
     Tensor rm = zeros({2}, {.device = kGpu}), rv = ones({2}, {.device = kGpu});
@@ -177,7 +182,8 @@ TEST_CASE("NaN propagates to its channel or row only, on the GPU as on the CPU")
     w[(1 * 2 + 1) * 3 + 2] = 0.5;
     const Tensor x1 = from_vector(w, {4, 2, 3}, {.dtype = DType::f64}).to(t);
     Tensor rm1 = zeros({2}, {.device = kGpu}), rv1 = ones({2}, {.device = kGpu});
-    const std::vector<double> y1 = batch_norm(x1.to(kGpu), rm1, rv1, {}, {}, true).to(Device::cpu()).to_vector<double>();
+    const std::vector<double> y1 =
+        batch_norm(x1.to(kGpu), rm1, rv1, {}, {}, true).to(Device::cpu()).to_vector<double>();
     CHECK(std::isnan(rm1.to_vector<double>()[0]));
     CHECK(std::isfinite(rm1.to_vector<double>()[1]));
     for (int n = 0; n < 4; ++n) {
@@ -263,9 +269,11 @@ TEST_CASE("batch_norm and layer_norm on the GPU: errors for bad input name the o
         "[batch_norm] weight has shape (4,); expected (3,)");
   CHECK(message_of<ValueError>([&] { batch_norm(x, {}, {}, c3, c3, false); }) ==
         "[batch_norm] eval mode needs running_mean and running_var");
-  CHECK(message_of<ValueError>([&] { batch_norm(ones({1, 3}, {.device = kGpu}), {}, {}, {}, {}, true); }) ==
-        "[batch_norm] training needs more than one value per channel; got input (1,3)");
-  CHECK(message_of<DeviceError>([&] { batch_norm(x, ones({3}), ones({3}), {}, {}, true); }).starts_with("[batch_norm]"));
+  CHECK(message_of<ValueError>([&] {
+          batch_norm(ones({1, 3}, {.device = kGpu}), {}, {}, {}, {}, true);
+        }) == "[batch_norm] training needs more than one value per channel; got input (1,3)");
+  CHECK(
+      message_of<DeviceError>([&] { batch_norm(x, ones({3}), ones({3}), {}, {}, true); }).starts_with("[batch_norm]"));
   CHECK(message_of<ShapeError>([&] { layer_norm(x, {2}, ones({3}, {.device = kGpu})); }) ==
         "[layer_norm] weight has shape (3,); expected (2,)");
 }

@@ -16,7 +16,7 @@ namespace {
 using rt::KernelSpec;
 
 // (x, parameters): same dtype, or f32 parameters for half x (mixed precision).
-const std::vector<DTypes> kTuples{{DType::f32, DType::f32},  {DType::f64, DType::f64}, {DType::f16, DType::f16},
+const std::vector<DTypes> kTuples{{DType::f32, DType::f32},   {DType::f64, DType::f64}, {DType::f16, DType::f16},
                                   {DType::bf16, DType::bf16}, {DType::f16, DType::f32}, {DType::bf16, DType::f32}};
 
 const KernelSpec& register_entry(const char* op, const char* entry) {
@@ -48,8 +48,9 @@ rt::Function function(const KernelSpec& spec, DType t, DType p, const rt::Stream
   return rt::get_function(spec, DTypes{t, p}, 0, s.device());
 }
 
-// Blocks worth splitting reductions over: a few per SM.
-std::int64_t target_blocks(int device) { return 4 * static_cast<std::int64_t>(std::max(1, rt::device_info(device).sm_count)); }
+std::int64_t sm_count(int device) { return std::max(1, rt::device_info(device).sm_count); }
+// Blocks worth splitting a reduction over: a few per SM.
+std::int64_t target_blocks(int device) { return 4 * sm_count(device); }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -72,6 +73,19 @@ rt::LaunchConfig blocks(std::int64_t n) {
   return c;
 }
 
+// A warp per row while a row is at most 32 loads per lane, else a block per row; grid-stride
+// over the rows beyond 32 blocks per SM.
+struct RowLaunch {
+  rt::LaunchConfig config;
+  std::int32_t width = 32;
+};
+RowLaunch row_launch(std::int64_t rows, std::int64_t cols, int device) {
+  RowLaunch l;
+  l.width = cols <= 1024 ? 32 : static_cast<std::int32_t>(kBlock);
+  l.config = blocks(std::clamp<std::int64_t>(ceil_div(rows, kBlock / l.width), 1, 32 * sm_count(device)));
+  return l;
+}
+
 }  // namespace
 
 bool norm_dtypes_supported(DType t, DType p) {
@@ -91,8 +105,8 @@ void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, c
   if (a.training) {
     const long long chunk = split.chunk;
     const int splits = split.splits;
-    rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd,
-               a.running_mean, a.running_var, C, S, M, chunk, splits, a.momentum, a.eps);
+    rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd, a.running_mean,
+               a.running_var, C, S, M, chunk, splits, a.momentum, a.eps);
   }
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
   // Eval writes the C saved statistics even for an empty batch.
@@ -109,22 +123,20 @@ void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape
   const long long chunk = split.chunk;
   const int splits = split.splits;
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
-  rt::launch(function(kBnBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.y, a.mean, a.invstd,
-             a.parts, a.sums, a.dweight, a.dbias, C, S, M, chunk, splits, relu);
+  rt::launch(function(kBnBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.y, a.mean, a.invstd, a.parts,
+             a.sums, a.dweight, a.dbias, C, S, M, chunk, splits, relu);
   if (total == 0) return;
-  rt::launch(function(kBnBackwardDx, a.t, a.p, s), grid_stride_config(static_cast<std::uint64_t>(total), s.device()),
-             s, a.g, a.x, a.y, a.weight, a.mean, a.invstd, a.sums, a.dx, total, C, S, M, training, relu);
+  rt::launch(function(kBnBackwardDx, a.t, a.p, s), grid_stride_config(static_cast<std::uint64_t>(total), s.device()), s,
+             a.g, a.x, a.y, a.weight, a.mean, a.invstd, a.sums, a.dx, total, C, S, M, training, relu);
 }
 
-// A warp per row while a row is at most 32 loads per lane, else a block per row.
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
                        rt::DevicePtr mean, rt::DevicePtr invstd, std::int64_t rows, std::int64_t cols, double eps,
                        const rt::Stream& s) {
   if (rows == 0) return;
-  const std::int32_t width = cols <= 1024 ? 32 : static_cast<std::int32_t>(kBlock);
-  const std::int64_t grid = std::clamp<std::int64_t>(ceil_div(rows, kBlock / width), 1, 32 * target_blocks(s.device()) / 4);
+  const RowLaunch l = row_launch(rows, cols, s.device());
   const long long r = rows, k = cols;
-  rt::launch(function(kLayerNorm, t, p, s), blocks(grid), s, x, weight, bias, y, mean, invstd, r, k, width, eps);
+  rt::launch(function(kLayerNorm, t, p, s), l.config, s, x, weight, bias, y, mean, invstd, r, k, l.width, eps);
 }
 
 NormSplit layer_norm_split(std::int64_t rows, std::int64_t cols, int device) {
@@ -137,10 +149,9 @@ void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, s
                                 const NormSplit& split, const rt::Stream& s) {
   const long long r = rows, k = cols;
   if (rows > 0) {
-    const std::int32_t width = cols <= 1024 ? 32 : static_cast<std::int32_t>(kBlock);
-    const std::int64_t grid = std::clamp<std::int64_t>(ceil_div(rows, kBlock / width), 1, 32 * target_blocks(s.device()) / 4);
-    rt::launch(function(kLnBackwardDx, a.t, a.p, s), blocks(grid), s, a.g, a.x, a.weight, a.mean, a.invstd, a.dx, r, k,
-               width);
+    const RowLaunch l = row_launch(rows, cols, s.device());
+    rt::launch(function(kLnBackwardDx, a.t, a.p, s), l.config, s, a.g, a.x, a.weight, a.mean, a.invstd, a.dx, r, k,
+               l.width);
   }
   if ((a.dweight == 0 && a.dbias == 0) || cols == 0) return;
   // With no rows the blocks still run: the last one writes the zero sums.

@@ -45,7 +45,7 @@ void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, c
 struct BatchNormBackward {
   DType t = DType::f32, p = DType::f32;
   rt::DevicePtr g = 0, x = 0, y = 0, weight = 0, mean = 0, invstd = 0;  // y: only read with relu
-  rt::DevicePtr dx = 0, dweight = 0, dbias = 0, sums = 0, parts = 0;     // sums: 2 * C Acc scratch
+  rt::DevicePtr dx = 0, dweight = 0, dbias = 0, sums = 0, parts = 0;    // sums: 2 * C Acc scratch
   bool training = true, relu = false;
 };
 // The per-channel reduction (which writes dweight and dbias), then dx.
