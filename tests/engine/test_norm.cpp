@@ -265,3 +265,17 @@ TEST_CASE("the consistency suite runs batch_norm and layer_norm in every dtype, 
                           " rank=", rank, " relu=", relu, " weight=", weight);
   }
 }
+
+TEST_CASE("batch_norm and layer_norm on empty inputs") {
+  // Eval of a batch without values: an empty result (the spatial size 0 must not divide).
+  const Tensor rm = zeros({3}), rv = ones({3});
+  CHECK(batch_norm(zeros({4, 3, 0}), rm, rv).shape() == Shape{4, 3, 0});
+  CHECK(batch_norm(zeros({0, 3, 2}), rm, rv).shape() == Shape{0, 3, 2});
+  CHECK_THROWS_AS(batch_norm(zeros({4, 3, 0}), {}, {}, {}, {}, true), ValueError);
+  Tensor x = zeros({0, 5}).requires_grad_();
+  Tensor w = ones({5}).requires_grad_();
+  Tensor y = layer_norm(x, {5}, w);
+  CHECK(y.shape() == Shape{0, 5});
+  sum(y).backward();
+  CHECK(w.grad().to_vector<float>() == std::vector<float>(5, 0.0f));
+}
