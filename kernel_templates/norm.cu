@@ -1,9 +1,10 @@
 // Fused batch norm and layer norm (engine/ops/norm_batch.cpp, norm_layer.cpp). One module per
 // (T, P): T the storage type of x, y and the gradients, P that of the parameters (weight, bias,
 // running statistics; f32 for f16/bf16 x under mixed precision), Acc the compute type (double
-// for f64 x, else float). Statistics are Welford's, merged with Chan's formula in a fixed
-// order, and cross-block sums are combined by the last block: runs and graph replays are
-// bit-identical. NVRTC -std=c++17, no C++ library.
+// for f64 x, else float). Statistics are Welford's over x - shift (shift: the channel's or
+// row's first value, so float keeps its precision far from zero), merged with Chan's formula
+// in a fixed order, and cross-block sums are combined by the last block: runs and graph
+// replays are bit-identical. NVRTC -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
 typedef ${P} P;
@@ -151,8 +152,9 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
                                                  double momentum, double eps) {
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
+  const Acc shift = kiln::cvt<Acc>(x[c * S]);  // every block of the channel uses the same one
   kn::Moments m{0, 0, 0};
-  kn::for_channel_range(c, C, S, first, last, [&](long long o) { kn::push(m, kiln::cvt<Acc>(x[o])); });
+  kn::for_channel_range(c, C, S, first, last, [&](long long o) { kn::push(m, kiln::cvt<Acc>(x[o]) - shift); });
   m = kn::group_moments(m, kn::kBlock);
   const long long slots = C * splits;
   if (threadIdx.x == 0) {
@@ -169,7 +171,7 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
       if (hi <= lo) break;
       t = kn::merge(t, kn::Moments{hi - lo, parked[ch * splits + b], parked[slots + ch * splits + b]});
     }
-    const Acc mu = kn::checked_mean(t);
+    const Acc mu = kiln::cvt<Acc>(x[ch * S]) + kn::checked_mean(t);
     mean[ch] = mu;
     invstd[ch] = kn::inv_std(t.m2 / static_cast<Acc>(M), eps);
     if (running_mean) kiln::store(running_mean + ch, (Acc(1) - mom) * kiln::cvt<Acc>(running_mean[ch]) + mom * mu);
@@ -281,12 +283,13 @@ extern "C" __global__ void kiln_layer_norm(const T* __restrict__ x, const P* __r
                                            double eps) {
   kn::for_each_row(rows, width, [&](long long r, bool live, int lane) {
     const T* xr = x + (live ? r : 0) * K;
+    const Acc shift = kiln::cvt<Acc>(xr[0]);
     kn::Moments m{0, 0, 0};
     if (live)
-      for (long long k = lane; k < K; k += width) kn::push(m, kiln::cvt<Acc>(xr[k]));
+      for (long long k = lane; k < K; k += width) kn::push(m, kiln::cvt<Acc>(xr[k]) - shift);
     m = kn::group_moments(m, width);
     if (!live) return;
-    const Acc mu = kn::checked_mean(m), is = kn::inv_std(m.m2 / static_cast<Acc>(K), eps);
+    const Acc mu = shift + kn::checked_mean(m), is = kn::inv_std(m.m2 / static_cast<Acc>(K), eps);
     if (lane == 0) {
       mean[r] = mu;
       invstd[r] = is;
