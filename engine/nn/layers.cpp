@@ -90,12 +90,15 @@ BatchNorm2d::BatchNorm2d(std::int64_t channels, double eps, double momentum)
   add_buffer("num_batches_tracked", scalar_tensor(std::int64_t{0}));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, Activation::none); }
+
+Tensor BatchNorm2d::forward(const Tensor& x, Activation activation) {
   if (x.dim() != 4 || x.size(1) != channels_)
     throw ShapeError("[nn.BatchNorm2d] expected input (N, " + std::to_string(channels_) + ", H, W), got " +
                      shape_str(x.shape()));
   // batch_norm updates the running statistics in place when training.
-  Tensor y = batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(), momentum_, eps_);
+  Tensor y =
+      batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(), momentum_, eps_, activation);
   if (is_training()) {
     NoGradGuard no_grad;
     Tensor tracked = buffer(2);

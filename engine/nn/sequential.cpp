@@ -24,9 +24,11 @@ Tensor Sequential::forward(const Tensor& x) {
   const auto& mods = children();
   for (std::size_t i = 0; i < mods.size(); ++i) {
     Module& m = *mods[i].second;
-    // Linear then ReLU (exactly those classes, not subclasses) run as one fused linear.
-    if (i + 1 < mods.size() && typeid(m) == typeid(Linear) && typeid(*mods[i + 1].second) == typeid(ReLU)) {
-      y = static_cast<Linear&>(m).forward(y, Activation::relu);
+    // Linear or BatchNorm2d then ReLU (exactly those classes, not subclasses) run as one fused op.
+    const bool relu_next = i + 1 < mods.size() && typeid(*mods[i + 1].second) == typeid(ReLU);
+    if (relu_next && (typeid(m) == typeid(Linear) || typeid(m) == typeid(BatchNorm2d))) {
+      y = typeid(m) == typeid(Linear) ? static_cast<Linear&>(m).forward(y, Activation::relu)
+                                      : static_cast<BatchNorm2d&>(m).forward(y, Activation::relu);
       ++i;
       continue;
     }

@@ -1,10 +1,12 @@
 #pragma once
 // Neural-network functions: softmax, losses, dropout and normalisation. softmax,
-// log_softmax, nll_loss and cross_entropy on (N, C) logits are registry ops with GPU
-// kernels; the rest are composites of public ops, so autograd comes from their parts.
+// log_softmax, nll_loss, cross_entropy on (N, C) logits, layer_norm and batch_norm are
+// registry ops with GPU kernels; the rest are composites of public ops, so autograd comes
+// from their parts.
 #include <cstdint>
 #include <optional>
 
+#include "kiln/linalg.h"
 #include "kiln/random.h"
 #include "kiln/tensor.h"
 
@@ -41,15 +43,23 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reductio
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 
 // Normalises over the trailing dims `normalized_shape` (biased variance), then applies
-// the optional elementwise weight and bias of that shape. f16/bf16 compute in f32.
+// the optional elementwise weight and bias of that shape. On the GPU one kernel forward (a
+// warp or block per row, saving mean and 1/std) and two backward. f16/bf16 compute in f32;
+// weight and bias may be f32 beside f16/bf16 x (mixed precision) and are not cast then.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
 
 // x (N, C) or (N, C, d...), per-channel statistics. training: batch statistics (biased
 // variance to normalise); running_mean/var, when given, become (1 - momentum) * running +
 // momentum * batch (unbiased variance), in place and without synchronising. Eval: the
-// running statistics, which must be given. weight and bias: optional, shape (C).
+// running statistics, which must be given. weight and bias: optional, shape (C). activation
+// relu is applied in the same kernel. On the GPU, training takes two kernels (one pass for
+// the statistics, which also updates the running ones, then the normalisation), eval one,
+// backward two; results are bit-identical from run to run. f16/bf16 x computes in f32 and may
+// come with f32 parameters and running statistics (mixed precision), which keep their dtype;
+// a channel holding NaN or Inf gets NaN statistics.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},
-                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5);
+                  const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5,
+                  Activation activation = Activation::none);
 
 }  // namespace kiln

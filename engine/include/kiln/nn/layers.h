@@ -78,6 +78,8 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(std::int64_t channels, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
+  // forward, then the activation, in the same kernel (nn::Sequential uses it for BatchNorm2d then ReLU).
+  Tensor forward(const Tensor& x, Activation activation);
   std::string describe() const override;
 
  private:

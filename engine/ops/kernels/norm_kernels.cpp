@@ -1,0 +1,164 @@
+// Kernel specs and host launchers of kernel_templates/norm.cu (see norm_kernels.h).
+#include "norm_kernels.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "launchers.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+using rt::KernelSpec;
+
+// (x, parameters): same dtype, or f32 parameters for half x (mixed precision).
+const std::vector<DTypes> kTuples{{DType::f32, DType::f32},   {DType::f64, DType::f64}, {DType::f16, DType::f16},
+                                  {DType::bf16, DType::bf16}, {DType::f16, DType::f32}, {DType::bf16, DType::f32}};
+
+const KernelSpec& register_entry(const char* op, const char* entry) {
+  KernelSpec s;
+  s.op = op;
+  s.template_name = "norm";
+  s.entry = entry;
+  s.dtypes = kTuples;
+  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
+    return {{"PRELUDE", device_prelude(d)},
+            {"T", std::string(cuda_storage_type(d[0]))},
+            {"P", std::string(cuda_storage_type(d[1]))},
+            {"ACC", d[0] == DType::f64 ? "double" : "float"}};
+  };
+  return rt::register_kernel(std::move(s));
+}
+
+const KernelSpec& kBnStats = register_entry("batch_norm_stats", "kiln_batch_norm_stats");
+const KernelSpec& kBnApply = register_entry("batch_norm_apply", "kiln_batch_norm_apply");
+const KernelSpec& kBnBackwardReduce = register_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
+const KernelSpec& kBnBackwardDx = register_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
+const KernelSpec& kLayerNorm = register_entry("layer_norm", "kiln_layer_norm");
+const KernelSpec& kLnBackwardDx = register_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
+const KernelSpec& kLnBackwardParams = register_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
+
+constexpr unsigned kBlock = 256;  // fixed by the template
+
+rt::Function function(const KernelSpec& spec, DType t, DType p, const rt::Stream& s) {
+  return rt::get_function(spec, DTypes{t, p}, 0, s.device());
+}
+
+std::int64_t sm_count(int device) { return std::max(1, rt::device_info(device).sm_count); }
+// Blocks worth splitting a reduction over: a few per SM.
+std::int64_t target_blocks(int device) { return 4 * sm_count(device); }
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// `units` independent reductions of `count` values each, `per_block_min` values at least per
+// block: as many splits as fill the device.
+NormSplit split_for(std::int64_t units, std::int64_t count, std::int64_t per_block_min, int device) {
+  NormSplit sp;
+  if (count <= 0 || units <= 0) return sp;
+  std::int64_t splits = std::max<std::int64_t>(1, ceil_div(target_blocks(device), units));
+  splits = std::clamp<std::int64_t>(std::min(splits, ceil_div(count, per_block_min)), 1, 1024);
+  sp.chunk = ceil_div(count, splits);
+  sp.splits = static_cast<int>(ceil_div(count, sp.chunk));  // no split left empty
+  return sp;
+}
+
+rt::LaunchConfig blocks(std::int64_t n) {
+  rt::LaunchConfig c;
+  c.grid.x = static_cast<unsigned>(n);
+  c.block.x = kBlock;
+  return c;
+}
+
+// A warp per row while a row is at most 32 loads per lane, else a block per row; grid-stride
+// over the rows beyond 32 blocks per SM.
+struct RowLaunch {
+  rt::LaunchConfig config;
+  std::int32_t width = 32;
+};
+RowLaunch row_launch(std::int64_t rows, std::int64_t cols, int device) {
+  RowLaunch l;
+  l.width = cols <= 1024 ? 32 : static_cast<std::int32_t>(kBlock);
+  l.config = blocks(std::clamp<std::int64_t>(ceil_div(rows, kBlock / l.width), 1, 32 * sm_count(device)));
+  return l;
+}
+
+}  // namespace
+
+bool norm_dtypes_supported(DType t, DType p) {
+  return std::find(kTuples.begin(), kTuples.end(), DTypes{t, p}) != kTuples.end();
+}
+
+NormSplit batch_norm_split(const BatchNormShape& shape, int device) {
+  NormSplit sp = split_for(shape.channels, shape.per_channel, 4 * kBlock, device);
+  sp.scratch = 2 * shape.channels * sp.splits;
+  return sp;
+}
+
+void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
+                       const rt::Stream& s) {
+  const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, total = shape.total();
+  if (C == 0) return;
+  if (a.training) {
+    const long long chunk = split.chunk;
+    const int splits = split.splits;
+    rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd, a.running_mean,
+               a.running_var, C, S, M, chunk, splits, a.momentum, a.eps);
+  }
+  const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
+  // Eval writes the C saved statistics even for an empty batch.
+  const auto items = static_cast<std::uint64_t>(std::max(total, a.training ? 0LL : C));
+  if (items == 0) return;
+  rt::launch(function(kBnApply, a.t, a.p, s), grid_stride_config(items, s.device()), s, a.x, a.weight, a.bias,
+             a.running_mean, a.running_var, a.mean, a.invstd, a.y, total, C, S, eval, relu, a.eps);
+}
+
+void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
+                                const rt::Stream& s) {
+  const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, total = shape.total();
+  if (C == 0) return;
+  const long long chunk = split.chunk;
+  const int splits = split.splits;
+  const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
+  rt::launch(function(kBnBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.y, a.mean, a.invstd, a.parts,
+             a.sums, a.dweight, a.dbias, C, S, M, chunk, splits, relu);
+  if (total == 0) return;
+  rt::launch(function(kBnBackwardDx, a.t, a.p, s), grid_stride_config(static_cast<std::uint64_t>(total), s.device()), s,
+             a.g, a.x, a.y, a.weight, a.mean, a.invstd, a.sums, a.dx, total, C, S, M, training, relu);
+}
+
+void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
+                       rt::DevicePtr mean, rt::DevicePtr invstd, std::int64_t rows, std::int64_t cols, double eps,
+                       const rt::Stream& s) {
+  if (rows == 0) return;
+  const RowLaunch l = row_launch(rows, cols, s.device());
+  const long long r = rows, k = cols;
+  rt::launch(function(kLayerNorm, t, p, s), l.config, s, x, weight, bias, y, mean, invstd, r, k, l.width, eps);
+}
+
+NormSplit layer_norm_split(std::int64_t rows, std::int64_t cols, int device) {
+  NormSplit sp = split_for(ceil_div(cols, 32), rows, 8, device);
+  sp.scratch = 2 * static_cast<std::int64_t>(sp.splits) * cols;
+  return sp;
+}
+
+void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, std::int64_t cols,
+                                const NormSplit& split, const rt::Stream& s) {
+  const long long r = rows, k = cols;
+  if (rows > 0) {
+    const RowLaunch l = row_launch(rows, cols, s.device());
+    rt::launch(function(kLnBackwardDx, a.t, a.p, s), l.config, s, a.g, a.x, a.weight, a.mean, a.invstd, a.dx, r, k,
+               l.width);
+  }
+  if ((a.dweight == 0 && a.dbias == 0) || cols == 0) return;
+  // With no rows the blocks still run: the last one writes the zero sums.
+  const long long per_split = split.chunk;
+  const int splits = split.splits;
+  rt::launch(function(kLnBackwardParams, a.t, a.p, s), blocks(ceil_div(cols, 32) * splits), s, a.g, a.x, a.mean,
+             a.invstd, a.parts, a.dweight, a.dbias, r, k, per_split, splits);
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,68 @@
+#pragma once
+// Host launchers of kernel_templates/norm.cu (engine/ops/norm_batch.cpp, norm_layer.cpp). Every
+// kernel takes (T, P): T the dtype of x, y and their gradients, P that of the parameters and
+// running statistics (T itself, or f32 for f16/bf16 x). Statistics and scratch are in Acc: f64
+// for f64 x, else f32. Addresses of absent tensors (weight, bias, running stats) are 0.
+#include <cstdint>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln::kernels {
+
+// Whether the norm kernels are instantiated for x of `t` with parameters of `p`.
+bool norm_dtypes_supported(DType t, DType p);
+
+// How a cross-block reduction splits its work: `splits` blocks per channel (batch norm) or per
+// 32 columns (layer norm), each over `chunk` values or rows. The caller allocates `scratch` Acc
+// elements for the blocks' partial results.
+struct NormSplit {
+  int splits = 1;
+  std::int64_t chunk = 0;
+  std::int64_t scratch = 0;
+};
+
+// x (N, C, S) contiguous; M = N * S values per channel.
+struct BatchNormShape {
+  std::int64_t channels = 0, spatial = 1, per_channel = 0;
+  std::int64_t total() const { return channels * per_channel; }
+};
+NormSplit batch_norm_split(const BatchNormShape& shape, int device);
+
+struct BatchNormForward {
+  DType t = DType::f32, p = DType::f32;
+  rt::DevicePtr x = 0, weight = 0, bias = 0, running_mean = 0, running_var = 0;
+  rt::DevicePtr mean = 0, invstd = 0, y = 0, parts = 0;  // outputs (C, C, x's shape) and scratch
+  bool training = true, relu = false;
+  double momentum = 0.1, eps = 1e-5;
+};
+// Training: the statistics kernel (which also updates the running statistics) and the apply
+// kernel; eval: the apply kernel alone, from the running statistics.
+void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
+                       const rt::Stream& s);
+
+struct BatchNormBackward {
+  DType t = DType::f32, p = DType::f32;
+  rt::DevicePtr g = 0, x = 0, y = 0, weight = 0, mean = 0, invstd = 0;  // y: only read with relu
+  rt::DevicePtr dx = 0, dweight = 0, dbias = 0, sums = 0, parts = 0;    // sums: 2 * C Acc scratch
+  bool training = true, relu = false;
+};
+// The per-channel reduction (which writes dweight and dbias), then dx.
+void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
+                                const rt::Stream& s);
+
+// Layer norm over contiguous rows x (rows, K).
+void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
+                       rt::DevicePtr mean, rt::DevicePtr invstd, std::int64_t rows, std::int64_t cols, double eps,
+                       const rt::Stream& s);
+NormSplit layer_norm_split(std::int64_t rows, std::int64_t cols, int device);
+struct LayerNormBackward {
+  DType t = DType::f32, p = DType::f32;
+  rt::DevicePtr g = 0, x = 0, weight = 0, mean = 0, invstd = 0;
+  rt::DevicePtr dx = 0, dweight = 0, dbias = 0, parts = 0;  // no dweight and no dbias: one kernel
+};
+void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, std::int64_t cols,
+                                const NormSplit& split, const rt::Stream& s);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,84 @@
+#pragma once
+// What batch_norm (norm_batch.cpp) and layer_norm (norm_layer.cpp) share: the dtype plan that
+// keeps f32 parameters beside f16/bf16 inputs, optional inputs, and the CPU references' reads
+// and writes in double.
+#include <string>
+#include <vector>
+
+#include "elementwise_common.h"
+#include "kernels/norm_kernels.h"
+#include "registry.h"
+
+namespace kiln::norm_detail {
+
+inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+// The kernels' compute type, which is also the dtype of the saved mean and invstd.
+inline DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// The dtype the parameters (weight, bias, running statistics) are used in for input dtype x:
+// theirs when they agree and the kernels pair it with x (x's own, or f32 beside f16/bf16 x, as
+// autocast leaves parameters), else x's compute dtype. Undefined tensors are absent.
+inline DType param_dtype(DType x, const std::vector<Tensor>& params) {
+  bool any = false, same = true;
+  DType p = acc_of(x);
+  for (const Tensor& t : params) {
+    if (!t.defined()) continue;
+    same = same && (!any || t.dtype() == p);
+    p = any ? p : t.dtype();
+    any = true;
+  }
+  return any && same && kernels::norm_dtypes_supported(x, p) ? p : acc_of(x);
+}
+
+// Absent optional inputs travel as a placeholder (the input x, never read) flagged false in
+// the attrs "has_<name>", so every call has the same arity.
+inline bool has(const Attrs& a, const char* name) { return a.get_or<bool>(std::string("has_") + name, true); }
+
+inline void check_floating(const OpArgs& a, const char* what, const Tensor& t) {
+  if (!is_floating(t.dtype()))
+    throw DTypeError("[" + a.op.name + "] " + what + " must be floating; got " + std::string(dtype_name(t.dtype())));
+}
+
+inline void check_shape(const OpArgs& a, const char* what, const Tensor& t, const Shape& expect) {
+  if (t.shape() != expect)
+    throw ShapeError("[" + a.op.name + "] " + what + " has shape " + shape_str(t.shape()) + "; expected " +
+                     shape_str(expect));
+}
+
+// The dtype plan of a norm op for x of dtype t: each input takes the dtype of its role, x's
+// (x, y, gradients), the parameters' or the compute dtype (saved statistics); an absent input
+// keeps its own, so the placeholder is never cast.
+enum class Role { x, param, stats };
+struct Slot {
+  Role role;
+  bool present = true;
+  const char* name = "input";
+};
+inline DTypePlan norm_plan(const OpArgs& a, DType t, DType params, const std::vector<Slot>& in,
+                           const std::vector<Role>& out) {
+  auto dtype = [&](Role r) { return r == Role::x ? t : r == Role::param ? params : acc_of(t); };
+  DTypePlan p;
+  p.key = t;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i].present && in[i].role != Role::stats) check_floating(a, in[i].name, a.inputs[i]);
+    p.inputs.push_back(in[i].present ? dtype(in[i].role) : a.inputs[i].dtype());
+  }
+  for (Role r : out) p.outputs.push_back(dtype(r));
+  return p;
+}
+
+inline rt::DevicePtr address_or_0(const Tensor& t) { return t.defined() ? device_address(t) : rt::DevicePtr(0); }
+
+// The CPU references read any layout and dtype as doubles in row-major order.
+inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+// Writes v into t (any strides along one dim, or contiguous) in t's dtype.
+inline void store_values(const Tensor& t, const std::vector<double>& v) {
+  const std::int64_t step = t.dim() == 1 ? t.strides()[0] : 1;
+  cpu::visit(t.dtype(), [&]<class T>() {
+    T* p = cpu::ptr<T>(t);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      p[static_cast<std::int64_t>(i) * step] = cpu::store<T>(static_cast<cpu::compute_t<T>>(v[i]));
+  });
+}
+
+}  // namespace kiln::norm_detail

@@ -1,0 +1,382 @@
+// Fused batch norm and layer norm (engine/ops/norm_batch.cpp, norm_layer.cpp). One module per
+// (T, P): T the storage type of x, y and the gradients, P that of the parameters (weight, bias,
+// running statistics; f32 for f16/bf16 x under mixed precision), Acc the compute type (double
+// for f64 x, else float). Statistics are Welford's over x - shift (shift: the channel's or
+// row's first value, so float keeps its precision far from zero), merged with Chan's formula
+// in a fixed order, and cross-block sums are combined by the last block: runs and graph
+// replays are bit-identical. NVRTC -std=c++17, no C++ library.
+${PRELUDE}
+typedef ${T} T;
+typedef ${P} P;
+typedef ${ACC} Acc;
+
+namespace kn {
+
+constexpr int kBlock = 256;  // the launchers always launch 256 threads
+
+// Count, mean and sum of squared deviations (M2) of some values.
+struct Moments {
+  long long n;
+  Acc mean, m2;
+};
+
+__device__ __forceinline__ void push(Moments& m, Acc v) {
+  m.n += 1;
+  const Acc d = v - m.mean;
+  m.mean += d / static_cast<Acc>(m.n);
+  m.m2 += d * (v - m.mean);
+}
+
+// Chan's parallel merge. Not symmetric in rounding: callers always pass the lower part first.
+__device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const long long n = a.n + b.n;
+  const Acc d = b.mean - a.mean, wb = static_cast<Acc>(b.n) / static_cast<Acc>(n);
+  return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * static_cast<Acc>(a.n) * wb};
+}
+
+// Merges the moments of `width` lanes (32: a warp; kBlock: the block). Every lane ends with the
+// same bits: each butterfly step merges the lower lane's part first.
+__device__ Moments group_moments(Moments m, int width) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int d = 16; d > 0; d /= 2) {
+    const Moments o{__shfl_xor_sync(0xffffffffu, m.n, d), __shfl_xor_sync(0xffffffffu, m.mean, d),
+                    __shfl_xor_sync(0xffffffffu, m.m2, d)};
+    m = (lane & d) ? merge(o, m) : merge(m, o);
+  }
+  if (width == 32) return m;
+  __shared__ long long pn[kBlock / 32];
+  __shared__ Acc pmean[kBlock / 32], pm2[kBlock / 32];
+  if (lane == 0) {
+    pn[warp] = m.n;
+    pmean[warp] = m.mean;
+    pm2[warp] = m.m2;
+  }
+  __syncthreads();
+  m = Moments{pn[0], pmean[0], pm2[0]};
+  for (int w = 1; w < kBlock / 32; ++w) m = merge(m, Moments{pn[w], pmean[w], pm2[w]});
+  __syncthreads();  // the arrays are reused by the next call
+  return m;
+}
+
+// Sum over `width` lanes, as group_moments (addition is commutative, so lanes agree).
+__device__ Acc group_sum(Acc v, int width) {
+  for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+  if (width == 32) return v;
+  __shared__ Acc part[kBlock / 32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = part[0];
+  for (int w = 1; w < kBlock / 32; ++w) v += part[w];
+  __syncthreads();
+  return v;
+}
+
+// 1/sqrt(var + eps) with a correctly rounded sqrt (rsqrtf is off by up to 2 ulp).
+__device__ __forceinline__ Acc inv_std(Acc var, double eps) {
+  return Acc(1) / kiln::m::sqrt(var + static_cast<Acc>(eps));
+}
+
+// The mean of values whose M2 is NaN (a NaN or an Inf among them) is NaN as well: Welford's
+// running mean would otherwise be Inf or NaN depending on the order the values came in.
+__device__ __forceinline__ Acc checked_mean(const Moments& m) {
+  return m.m2 != m.m2 ? kiln::Lim<Acc>::nan() : m.mean;
+}
+
+// Calls f(offset) for the values i = first + threadIdx.x, + kBlock, ... < last of channel c
+// of x (N, C, S) contiguous, where i = n * S + s; steps (n, s) without a division per value.
+template <class F>
+__device__ __forceinline__ void for_channel_range(long long c, long long C, long long S, long long first,
+                                                  long long last, F f) {
+  long long i = first + threadIdx.x;
+  if (i >= last) return;
+  const long long cs = C * S, qn = kBlock / S, qs = kBlock - qn * S;  // kBlock = qn * S + qs
+  const long long n = i / S;
+  long long s = i - n * S, base = n * cs + c * S;
+  for (; i < last; i += kBlock) {
+    f(base + s);
+    s += qs;
+    base += qn * cs;
+    if (s >= S) {
+      s -= S;
+      base += cs;
+    }
+  }
+}
+
+// The channel of element i of x (N, C, S).
+__device__ __forceinline__ long long channel_of(long long i, long long C, long long S, long long total) {
+  if (total < 0x80000000LL) return (static_cast<unsigned>(i) / static_cast<unsigned>(S)) % static_cast<unsigned>(C);
+  return (i / S) % C;
+}
+
+// True in the one block that finishes last; every block's writes before the call are then
+// visible to it. `done` is reset, so the next launch (or graph replay) starts from 0.
+__device__ bool last_block(unsigned int* done) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (last && threadIdx.x == 0) *done = 0;  // no block of this launch touches it again
+  return last;
+}
+
+// Calls f(r, live, lane) for the row of each round that this thread's group of `width` lanes
+// owns (32: a warp, eight rows per block; kBlock: the block), rounds grid-stride. Every lane
+// runs every round (live false past the last row) so shuffles and barriers see whole groups.
+template <class F>
+__device__ void for_each_row(long long rows, int width, F f) {
+  const int per_block = kBlock / width;
+  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
+  const long long step = static_cast<long long>(gridDim.x) * per_block;
+  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step)
+    f(first + slot, first + slot < rows, lane);
+}
+
+}  // namespace kn
+
+// ---- Batch norm over x (N, C, S) contiguous, M = N * S values per channel. ----
+
+__device__ unsigned int kiln_bn_stats_done;
+__device__ unsigned int kiln_bn_backward_done;
+
+// Training statistics in one pass over x. Block b takes channel b / splits and its values
+// [chunk * (b % splits), + chunk), parking their mean and M2 in parts (2, C * splits); the last
+// block merges each channel's parts in order, writes mean and invstd (C) and, when given,
+// updates running_mean/var = (1 - momentum) * running + momentum * batch (unbiased variance).
+extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* parts, Acc* __restrict__ mean,
+                                                 Acc* __restrict__ invstd, P* running_mean, P* running_var,
+                                                 long long C, long long S, long long M, long long chunk, int splits,
+                                                 double momentum, double eps) {
+  const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
+  const long long last = first + chunk < M ? first + chunk : M;
+  const Acc shift = kiln::cvt<Acc>(x[c * S]);  // every block of the channel uses the same one
+  kn::Moments m{0, 0, 0};
+  kn::for_channel_range(c, C, S, first, last, [&](long long o) { kn::push(m, kiln::cvt<Acc>(x[o]) - shift); });
+  m = kn::group_moments(m, kn::kBlock);
+  const long long slots = C * splits;
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = m.mean;
+    parts[slots + blockIdx.x] = m.m2;
+  }
+  if (!kn::last_block(&kiln_bn_stats_done)) return;
+  const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
+  const Acc mom = static_cast<Acc>(momentum);
+  for (long long ch = threadIdx.x; ch < C; ch += kn::kBlock) {
+    kn::Moments t{0, 0, 0};
+    for (int b = 0; b < splits; ++b) {
+      const long long lo = chunk * b, hi = lo + chunk < M ? lo + chunk : M;
+      if (hi <= lo) break;
+      t = kn::merge(t, kn::Moments{hi - lo, parked[ch * splits + b], parked[slots + ch * splits + b]});
+    }
+    const Acc mu = kiln::cvt<Acc>(x[ch * S]) + kn::checked_mean(t);
+    mean[ch] = mu;
+    invstd[ch] = kn::inv_std(t.m2 / static_cast<Acc>(M), eps);
+    if (running_mean) kiln::store(running_mean + ch, (Acc(1) - mom) * kiln::cvt<Acc>(running_mean[ch]) + mom * mu);
+    if (running_var)
+      kiln::store(running_var + ch, (Acc(1) - mom) * kiln::cvt<Acc>(running_var[ch]) +
+                                        mom * (t.m2 / static_cast<Acc>(M - 1)));
+  }
+}
+
+// y = (x - mean) * invstd * weight + bias, then ReLU when `relu`; weight and bias may be null.
+// Training reads mean/invstd (C); eval computes them from running_mean/var and also writes them
+// to mean/invstd for the backward pass.
+extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const P* __restrict__ weight,
+                                                 const P* __restrict__ bias, const P* __restrict__ running_mean,
+                                                 const P* __restrict__ running_var, Acc* mean, Acc* invstd,
+                                                 T* __restrict__ y, long long total, long long C, long long S,
+                                                 int eval, int relu, double eps) {
+  if (eval)
+    KILN_GRID_LOOP(c, C) {
+      mean[c] = kiln::cvt<Acc>(running_mean[c]);
+      invstd[c] = kn::inv_std(kiln::cvt<Acc>(running_var[c]), eps);
+    }
+  KILN_GRID_LOOP(i, total) {
+    const long long c = kn::channel_of(i, C, S, total);
+    const Acc mu = eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c];
+    const Acc is = eval ? kn::inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
+    Acc v = (kiln::cvt<Acc>(x[i]) - mu) * is;
+    if (weight) v *= kiln::cvt<Acc>(weight[c]);
+    if (bias) v += kiln::cvt<Acc>(bias[c]);
+    if (relu) v = kiln::m::relu(v);
+    kiln::store(y + i, v);
+  }
+}
+
+// Per-channel sums of the backward pass, split across blocks as kiln_batch_norm_stats: with dy'
+// = g, or g where y > 0 when the ReLU was fused, sums (2, C) = (sum dy', sum dy' * xhat), which
+// are also dbias and dweight (written when non-null, in P).
+extern "C" __global__ void kiln_batch_norm_backward_reduce(const T* __restrict__ g, const T* __restrict__ x,
+                                                           const T* __restrict__ y, const Acc* __restrict__ mean,
+                                                           const Acc* __restrict__ invstd, Acc* parts,
+                                                           Acc* __restrict__ sums, P* __restrict__ dweight,
+                                                           P* __restrict__ dbias, long long C, long long S,
+                                                           long long M, long long chunk, int splits, int relu) {
+  const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
+  const long long last = first + chunk < M ? first + chunk : M;
+  const Acc mu = mean[c];
+  Acc sdy = 0, sdx = 0;  // sum dy', sum dy' * (x - mean)
+  kn::for_channel_range(c, C, S, first, last, [&](long long o) {
+    Acc dy = kiln::cvt<Acc>(g[o]);
+    if (relu && !(kiln::cvt<Acc>(y[o]) > Acc(0))) dy = 0;
+    sdy += dy;
+    sdx += dy * (kiln::cvt<Acc>(x[o]) - mu);
+  });
+  sdy = kn::group_sum(sdy, kn::kBlock);
+  sdx = kn::group_sum(sdx, kn::kBlock);
+  const long long slots = C * splits;
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = sdy;
+    parts[slots + blockIdx.x] = sdx;
+  }
+  if (!kn::last_block(&kiln_bn_backward_done)) return;
+  const volatile Acc* parked = parts;
+  for (long long ch = threadIdx.x; ch < C; ch += kn::kBlock) {
+    Acc a = 0, b = 0;
+    for (int k = 0; k < splits; ++k) {
+      a += parked[ch * splits + k];
+      b += parked[slots + ch * splits + k];
+    }
+    b *= invstd[ch];
+    sums[ch] = a;
+    sums[C + ch] = b;
+    if (dbias) kiln::store(dbias + ch, a);
+    if (dweight) kiln::store(dweight + ch, b);
+  }
+}
+
+// dx = weight * invstd * (dy' - (sum dy' + xhat * sum dy' xhat) / M) in training; in eval the
+// statistics are constants and dx = weight * invstd * dy'. weight may be null (1).
+extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, const T* __restrict__ x,
+                                                       const T* __restrict__ y, const P* __restrict__ weight,
+                                                       const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
+                                                       const Acc* __restrict__ sums, T* __restrict__ dx,
+                                                       long long total, long long C, long long S, long long M,
+                                                       int training, int relu) {
+  const Acc inv_m = Acc(1) / static_cast<Acc>(M);
+  KILN_GRID_LOOP(i, total) {
+    const long long c = kn::channel_of(i, C, S, total);
+    Acc dy = kiln::cvt<Acc>(g[i]);
+    if (relu && !(kiln::cvt<Acc>(y[i]) > Acc(0))) dy = 0;
+    const Acc is = invstd[c];
+    const Acc scale = weight ? is * kiln::cvt<Acc>(weight[c]) : is;
+    if (training) {
+      const Acc xhat = (kiln::cvt<Acc>(x[i]) - mean[c]) * is;
+      dy = dy - sums[c] * inv_m - xhat * (sums[C + c] * inv_m);
+    }
+    kiln::store(dx + i, scale * dy);
+  }
+}
+
+// ---- Layer norm over contiguous rows x (rows, K). ----
+
+__device__ unsigned int kiln_ln_params_done;
+
+// y[r] = (x[r] - mean_r) * invstd_r * weight + bias (weight, bias (K) or null); saves mean and
+// invstd (rows). width 32: a warp per row, eight rows per block; width 256: a block per row.
+extern "C" __global__ void kiln_layer_norm(const T* __restrict__ x, const P* __restrict__ weight,
+                                           const P* __restrict__ bias, T* __restrict__ y, Acc* __restrict__ mean,
+                                           Acc* __restrict__ invstd, long long rows, long long K, int width,
+                                           double eps) {
+  kn::for_each_row(rows, width, [&](long long r, bool live, int lane) {
+    const T* xr = x + (live ? r : 0) * K;
+    const Acc shift = kiln::cvt<Acc>(xr[0]);
+    kn::Moments m{0, 0, 0};
+    if (live)
+      for (long long k = lane; k < K; k += width) kn::push(m, kiln::cvt<Acc>(xr[k]) - shift);
+    m = kn::group_moments(m, width);
+    if (!live) return;
+    const Acc mu = shift + kn::checked_mean(m), is = kn::inv_std(m.m2 / static_cast<Acc>(K), eps);
+    if (lane == 0) {
+      mean[r] = mu;
+      invstd[r] = is;
+    }
+    T* yr = y + r * K;
+    for (long long k = lane; k < K; k += width) {
+      Acc v = (kiln::cvt<Acc>(xr[k]) - mu) * is;
+      if (weight) v *= kiln::cvt<Acc>(weight[k]);
+      if (bias) v += kiln::cvt<Acc>(bias[k]);
+      kiln::store(yr + k, v);
+    }
+  });
+}
+
+// dx[r] = invstd_r * (wg - mean(wg) - xhat * mean(wg * xhat)) with wg = weight * g (g alone
+// without weight), rows as kiln_layer_norm.
+extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, const T* __restrict__ x,
+                                                       const P* __restrict__ weight, const Acc* __restrict__ mean,
+                                                       const Acc* __restrict__ invstd, T* __restrict__ dx,
+                                                       long long rows, long long K, int width) {
+  kn::for_each_row(rows, width, [&](long long r, bool live, int lane) {
+    const long long base = (live ? r : 0) * K;
+    const Acc mu = live ? mean[r] : Acc(0), is = live ? invstd[r] : Acc(0);
+    Acc s1 = 0, s2 = 0;
+    if (live)
+      for (long long k = lane; k < K; k += width) {
+        Acc wg = kiln::cvt<Acc>(g[base + k]);
+        if (weight) wg *= kiln::cvt<Acc>(weight[k]);
+        s1 += wg;
+        s2 += wg * ((kiln::cvt<Acc>(x[base + k]) - mu) * is);
+      }
+    s1 = kn::group_sum(s1, width);
+    s2 = kn::group_sum(s2, width);
+    if (!live) return;
+    const Acc inv_k = Acc(1) / static_cast<Acc>(K), m1 = s1 * inv_k, m2 = s2 * inv_k;
+    for (long long k = lane; k < K; k += width) {
+      Acc wg = kiln::cvt<Acc>(g[base + k]);
+      if (weight) wg *= kiln::cvt<Acc>(weight[k]);
+      const Acc xhat = (kiln::cvt<Acc>(x[base + k]) - mu) * is;
+      kiln::store(dx + base + k, is * (wg - m1 - xhat * m2));
+    }
+  });
+}
+
+// dweight = sum over rows of g * xhat, dbias = sum of g (K each, in P; either may be null), as a
+// column reduction: block b takes 32 columns (tile b / splits) and the rows [rows_per_split *
+// (b % splits), + rows_per_split), 8 rows at a time; parts (2, splits, K) are summed in order
+// by the last block.
+extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__ g, const T* __restrict__ x,
+                                                           const Acc* __restrict__ mean,
+                                                           const Acc* __restrict__ invstd, Acc* parts,
+                                                           P* __restrict__ dweight, P* __restrict__ dbias,
+                                                           long long rows, long long K, long long rows_per_split,
+                                                           int splits) {
+  const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
+  const int split = blockIdx.x % splits;
+  const long long k = static_cast<long long>(blockIdx.x / splits) * 32 + lane;
+  const long long first = rows_per_split * split;
+  const long long last = first + rows_per_split < rows ? first + rows_per_split : rows;
+  Acc sw = 0, sb = 0;
+  if (k < K)
+    for (long long r = first + rl; r < last; r += kn::kBlock / 32) {
+      const Acc gv = kiln::cvt<Acc>(g[r * K + k]);
+      sw += gv * ((kiln::cvt<Acc>(x[r * K + k]) - mean[r]) * invstd[r]);
+      sb += gv;
+    }
+  __shared__ Acc tw[kn::kBlock / 32][32], tb[kn::kBlock / 32][32];
+  tw[rl][lane] = sw;
+  tb[rl][lane] = sb;
+  __syncthreads();
+  if (rl == 0 && k < K) {
+    for (int j = 1; j < kn::kBlock / 32; ++j) {
+      sw += tw[j][lane];
+      sb += tb[j][lane];
+    }
+    parts[split * K + k] = sw;
+    parts[(splits + split) * K + k] = sb;
+  }
+  if (!kn::last_block(&kiln_ln_params_done)) return;
+  const volatile Acc* parked = parts;
+  for (long long col = threadIdx.x; col < K; col += kn::kBlock) {
+    Acc a = 0, b = 0;
+    for (int s = 0; s < splits; ++s) {
+      a += parked[s * K + col];
+      b += parked[(splits + s) * K + col];
+    }
+    if (dweight) kiln::store(dweight + col, a);
+    if (dbias) kiln::store(dbias + col, b);
+  }
+}
