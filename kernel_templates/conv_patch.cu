@@ -30,7 +30,9 @@ typedef __nv_bfloat16 MT_;
 constexpr int KC = 16, PAD = 8;
 #endif
 constexpr int CP = CIG + PAD;  // padded channel run: fragment rows land on distinct banks
-constexpr int THREADS = 128, WN = BN / 8;  // warps side by side along n, 8 channels each
+// Warps: WN side by side along n (8 channels each), WM along m; a warp takes every WM-th
+// 16-row tile, MIW of them.
+constexpr int THREADS = 128, WN = BN / 8, WM = 4 / WN, MIW = (MI + WM - 1) / WM;
 constexpr int PATCH = PR * PWC * CP, WTS = BN * RS * CP;
 constexpr int CLD = MT + 4;
 constexpr int SMEM = (PATCH + WTS) * (int)sizeof(MT_) > BN * CLD * 4 ? (PATCH + WTS) * (int)sizeof(MT_) : BN * CLD * 4;
@@ -117,20 +119,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
   }
   __syncthreads();
 
-  float acc[MI][4];
+  float acc[MIW][4];
 #pragma unroll
-  for (int i = 0; i < MI; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int i = 0; i < MIW; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   const int gq = lane >> 2, t = lane & 3;
-  const int ncol = warp * 8;  // this warp's 8 output channels within the block
-  if (ncol < BN) {
+  const int ncol = (warp % WN) * 8, wm = warp / WN;  // this warp's 8 channels and first row tile
+  {
 #if MMA == 2
     // Fragment rows: pixels gq and gq + 8 of each 16-row tile; patch offsets of tap (0, 0).
-    int pa[MI][2];
+    int pa[MIW][2];
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+    for (int i = 0; i < MIW; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        int m = i * 16 + gq + h * 8;
+        int m = (wm + i * WM) * 16 + gq + h * 8;
         m = m < M ? m : M - 1;  // rows past the band compute garbage that is never stored
         pa[i][h] = ((m / OW) * PWC + m % OW) * CP + t;
       }
@@ -146,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
           b[0] = __float_as_uint(wrow[(r * KW + s) * CP + cb]);
           b[1] = __float_as_uint(wrow[(r * KW + s) * CP + cb + 4]);
 #pragma unroll
-          for (int i = 0; i < MI; ++i) {
+          for (int i = 0; i < MIW; ++i) {
             unsigned int a[4];
             a[0] = __float_as_uint(patch[pa[i][0] + tap]);
             a[1] = __float_as_uint(patch[pa[i][1] + tap]);
@@ -158,10 +160,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
 #else
     // ldmatrix.x4 row addresses: lane l gives row (l % 16) of the 16-row tile, columns
     // (l / 16) * 8 .. + 8: the four 8x8 matrices land in mma's a0..a3 order.
-    unsigned int pa[MI];
+    unsigned int pa[MIW];
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      int m = i * 16 + (lane & 15);
+    for (int i = 0; i < MIW; ++i) {
+      int m = (wm + i * WM) * 16 + (lane & 15);
       m = m < M ? m : M - 1;
       pa[i] = smem_addr(patch + ((m / OW) * PWC + m % OW) * CP + (lane >> 4) * 8);
     }
@@ -179,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
                        : "=r"(b[0]), "=r"(b[1])
                        : "r"(pb + ((r * KW + s) * CP + cb) * 2));
 #pragma unroll
-          for (int i = 0; i < MI; ++i) {
+          for (int i = 0; i < MIW; ++i) {
             unsigned int a[4];
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                          : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
@@ -193,11 +195,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
 
   // Through shared memory as Cs[n][m], so each channel's pixels are stored contiguously.
   float* Cs = reinterpret_cast<float*>(smem);
-  if (ncol < BN)
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+  for (int i = 0; i < MIW; ++i)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) Cs[(ncol + 2 * t + (q & 1)) * CLD + i * 16 + gq + (q >> 1) * 8] = acc[i][q];
+    for (int q = 0; q < 4; ++q) {
+      const int m = (wm + i * WM) * 16 + gq + (q >> 1) * 8;
+      if (m < MT) Cs[(ncol + 2 * t + (q & 1)) * CLD + m] = acc[i][q];
+    }
   __syncthreads();
   for (int i = tid; i < BN * M; i += THREADS) {
     const int m = i % M, n = i / M, oy = oy0 + m / OW;

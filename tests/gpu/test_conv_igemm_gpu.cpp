@@ -9,17 +9,12 @@
 #include <cmath>
 #include <string>
 
+#include "conv_tf32.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
 
 namespace {
-
-struct TF32Switch {
-  bool saved = allow_conv_tf32();
-  explicit TF32Switch(bool on) { set_allow_conv_tf32(on); }
-  ~TF32Switch() { set_allow_conv_tf32(saved); }
-};
 
 struct Case {
   std::string name;
@@ -85,7 +80,7 @@ const std::vector<Case>& cases() {
 }  // namespace
 
 TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF32") {
-  const TF32Switch tf32(true);
+  const kiln_test::ConvTF32 tf32(true);
   // bf16 and f16 outputs round to 8 and 11 bits; TF32 rounds each input to 11 bits.
   const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1.5e-3}};
   for (const auto& c : cases())
@@ -99,7 +94,7 @@ TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF3
 }
 
 TEST_CASE("f32 convolutions with TF32 off stay exact f32 (im2col + cuBLAS)") {
-  const TF32Switch tf32(false);
+  const kiln_test::ConvTF32 tf32(false);
   for (const auto& c : cases())
     for (int pass = 0; pass < 3; ++pass) {
       const std::string what = c.name + " pass " + std::to_string(pass);
@@ -109,7 +104,7 @@ TEST_CASE("f32 convolutions with TF32 off stay exact f32 (im2col + cuBLAS)") {
 }
 
 TEST_CASE("split-K weight gradients are bit-identical from run to run") {
-  const TF32Switch tf32(true);
+  const kiln_test::ConvTF32 tf32(true);
   const Case& c = cases()[1];
   Generator gen(3);
   const Device gpu = Device::cuda(0);
