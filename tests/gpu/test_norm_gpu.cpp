@@ -56,7 +56,8 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 void check_both(const Fn& f, const std::vector<Tensor>& inputs, DType t, DType p, const std::string& name) {
   std::vector<Tensor> cpu_in, gpu_in;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor c = inputs[i].to(i == 0 ? t : p).requires_grad_();
+    // detach: .to() returns the same tensor when the dtype matches, and its grad would pile up.
+    const Tensor c = inputs[i].to(i == 0 ? t : p).detach().requires_grad_();
     cpu_in.push_back(c);
     gpu_in.push_back(c.detach().to(kGpu).requires_grad_());
   }
