@@ -103,12 +103,14 @@ TEST_CASE("batch_norm on the GPU matches the CPU: forward and gradients, every d
 
 TEST_CASE("layer_norm on the GPU matches the CPU: forward and gradients, warp and block rows") {
   for (DType t : kDTypes)
-    for (const auto& [s, row] : {std::pair<Shape, Shape>{{4, 6, 5}, {5}},
-                                 {{3, 2, 4}, {2, 4}},
-                                 {{1, 7}, {7}},
-                                 {{3, 1100}, {1100}},
-                                 {{2, 3, 40, 41}, {40, 41}},
-                                 {{700, 33}, {33}}}) {
+    for (const auto& sr : {std::pair<Shape, Shape>{{4, 6, 5}, {5}},
+                           {{3, 2, 4}, {2, 4}},
+                           {{1, 7}, {7}},
+                           {{3, 1100}, {1100}},
+                           {{2, 3, 40, 41}, {40, 41}},
+                           {{700, 33}, {33}}}) {
+      const Shape& s = sr.first;  // not a structured binding: clang 14 lambdas cannot capture one
+      const Shape& row = sr.second;
       const std::string name = std::string(dtype_name(t)) + " " + shape_str(s);
       const Tensor x = normal(s, 6, 2.0, 1.0), w = normal(row, 7), b = normal(row, 8);
       check_both([&](const auto& v) { return layer_norm(v[0], row, v[1], v[2]); }, {x, w, b}, t, t, name);
