@@ -17,7 +17,7 @@ typedef ${TO} TO;  // the output's storage type
 #define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
 constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW};
 constexpr int OH = ${OH}, OW = ${OW}, SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW};
-constexpr int G = ${G}, BM = ${BM}, BN = ${BN}, SPLITK = ${SPLITK}, EPI = ${EPI};  // EPI 1: ReLU
+constexpr int G = ${G}, BM = ${BM}, BN = ${BN}, SPLITK = ${SPLITK};
 constexpr int CG = C / G, OG = O / G, RS = KH * KW, OHW = OH * OW, HW = H * W;
 constexpr int GM = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : OG;
 constexpr int GN = MODE == 0 ? OG : MODE == 1 ? CG : CG * RS;
@@ -266,8 +266,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_igemm(const TA* 
     int m, n;
     if (MODE == 2) { n = idx % BN; m = idx / BN; } else { m = idx % BM; n = idx / BM; }
     if (m0 + m >= GM || n0 + n >= GN) continue;
-    float v = Cs[n * CLD + m];
-    if (EPI == 1) v = v > 0.f ? v : (v != v ? v : 0.f);
-    kiln::store(out + out_index(g, m0 + m, n0 + n), v);
+    kiln::store(out + out_index(g, m0 + m, n0 + n), Cs[n * CLD + m]);
   }
 }

@@ -68,14 +68,14 @@ std::string sizes_key(const ConvSizes& s) {
   return k;
 }
 
-std::string kernel_name(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to, bool relu) {
+std::string kernel_name(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
   const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
   return std::string("conv_") + pass_name(pass) + "_" + mma_name + "_" + std::string(dtype_name(ta)) +
          std::string(dtype_name(tb)) + std::string(dtype_name(to)) + "_" + sizes_key(s) + "_t" + std::to_string(p.bm) +
-         "x" + std::to_string(p.bn) + "s" + std::to_string(p.splitk) + (relu ? "_relu" : "");
+         "x" + std::to_string(p.bn) + "s" + std::to_string(p.splitk);
 }
 
-std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to, bool relu) {
+std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
   const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;  // the header the MMA type needs
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const rt::Bindings b{{"PRELUDE", kernels::device_prelude(DTypes{ta, tb, to, mt})},
@@ -87,45 +87,54 @@ std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, D
                        {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)}, {"OW", num(s.ow)},
                        {"SH", num(s.sh)}, {"SW", num(s.sw)}, {"PH", num(s.ph)}, {"PW", num(s.pw)},
                        {"DH", num(s.dh)}, {"DW", num(s.dw)}, {"G", num(s.groups)}, {"BM", num(p.bm)},
-                       {"BN", num(p.bn)}, {"SPLITK", num(p.splitk)}, {"EPI", std::string(relu ? "1" : "0")},
+                       {"BN", num(p.bn)}, {"SPLITK", num(p.splitk)},
                        {"TILES", num(p.tiles() * s.groups)}};
   return rt::instantiate("conv_igemm", rt::template_source("conv_igemm"), b);
 }
 
-// One generated kernel per (pass, dtypes, sizes, plan, epilogue), named after all of them so
-// another process finds the same module in the disk cache.
-const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to,
-                               bool relu) {
-  static std::mutex mu;
-  static auto* specs = new std::unordered_map<std::string, const rt::KernelSpec*>;
-  const std::string name = kernel_name(pass, s, p, ta, tb, to, relu);
-  std::lock_guard lock(mu);
-  if (auto it = specs->find(name); it != specs->end()) return *it->second;
+// One generated kernel per (pass, dtypes, sizes, plan), named after all of them so another
+// process finds the same module in the disk cache.
+const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
   const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
-  rt::add_generated_template(name, source(pass, s, p, ta, tb, to, relu),
-                             std::string("conv2d ") + pass_name(pass) + " " + mma_name);
-  rt::KernelSpec spec;
-  spec.op = name;
-  spec.template_name = name;
-  spec.entry = "kiln_conv_igemm";
-  spec.dtypes = {DTypes{DType::u8}};
-  spec.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
-  const rt::KernelSpec& stored = rt::register_kernel(std::move(spec));
-  specs->emplace(name, &stored);
-  return stored;
+  return *generated_conv_kernels(
+      kernel_name(pass, s, p, ta, tb, to), [&] { return source(pass, s, p, ta, tb, to); },
+      std::string("conv2d ") + pass_name(pass) + " " + mma_name, {"kiln_conv_igemm"})[0];
 }
 
-bool enabled() {
+int mma_for(DType ta, DType tb, DType to) { return conv_mma_for(ta, tb, to); }
+
+}  // namespace
+
+std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& name,
+                                                          const std::function<std::string()>& make_source,
+                                                          const std::string& label,
+                                                          const std::vector<std::string>& entries) {
+  static std::mutex mu;
+  static auto* known = new std::unordered_map<std::string, std::vector<const rt::KernelSpec*>>;
+  std::lock_guard lock(mu);
+  if (auto it = known->find(name); it != known->end()) return it->second;
+  rt::add_generated_template(name, make_source(), label);
+  std::vector<const rt::KernelSpec*> specs;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    rt::KernelSpec spec;
+    spec.op = i == 0 ? name : name + "_" + std::to_string(i);
+    spec.template_name = name;
+    spec.entry = entries[i];
+    spec.dtypes = {DTypes{DType::u8}};
+    spec.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
+    specs.push_back(&rt::register_kernel(std::move(spec)));
+  }
+  known->emplace(name, specs);
+  return specs;
+}
+
+bool generated_convs_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("KILN_CONV_IGEMM");
     return !(e && std::string(e) == "0");
   }();
   return on;
 }
-
-int mma_for(DType ta, DType tb, DType to) { return conv_mma_for(ta, tb, to); }
-
-}  // namespace
 
 int conv_mma_for(DType ta, DType tb, DType to) {
   if (ta != tb || ta != to) return -1;
@@ -135,9 +144,9 @@ int conv_mma_for(DType ta, DType tb, DType to) {
   return -1;
 }
 
-bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out, bool relu) {
+bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   const int mma = mma_for(a.dtype(), b.dtype(), out.dtype());
-  if (mma < 0 || !enabled() || out.numel() == 0) return false;
+  if (mma < 0 || !generated_convs_enabled() || out.numel() == 0) return false;
   for (const Tensor* t : {&a, &b, &out})
     if (t->numel() >= INT_MAX / 2) return false;  // the kernel indexes in 32 bits
   const int device = out.device().index();
@@ -145,7 +154,7 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
   if (info.arch() < 80) return false;
   const Plan p = plan_for(pass, s, mma, std::max(1, info.sm_count));
   if (p.gk == 0) return false;  // an empty sum: the fallback writes the zeros
-  const rt::KernelSpec& spec = spec_for(pass, s, p, a.dtype(), b.dtype(), out.dtype(), relu);
+  const rt::KernelSpec& spec = spec_for(pass, s, p, a.dtype(), b.dtype(), out.dtype());
   const rt::Function fn = rt::get_function(spec, DTypes{DType::u8}, 0, device);
   Tensor ws;
   rt::DevicePtr wp = 0;
@@ -161,10 +170,10 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
   return true;
 }
 
-std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, bool relu, int sm_count) {
+std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count) {
   const int mma = mma_for(t, t, t);
   if (mma < 0) return {};
-  return source(pass, s, plan_for(pass, s, mma, sm_count), t, t, t, relu);
+  return source(pass, s, plan_for(pass, s, mma, sm_count), t, t, t);
 }
 
 }  // namespace kiln::conv_detail

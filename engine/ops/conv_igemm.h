@@ -3,8 +3,11 @@
 // (kernel_templates/conv_igemm.cu): bf16 and f16 inputs, and f32 through TF32 when
 // allow_conv_tf32(). conv.cpp falls back to im2col + cuBLAS where run_conv_igemm declines.
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "kiln/runtime/kernel_registry.h"
 #include "kiln/tensor.h"
 
 namespace kiln::conv_detail {
@@ -20,8 +23,7 @@ struct ConvSizes {
 // All contiguous on one GPU. Returns false, having done nothing, when the generated kernel
 // does not apply (f64, f32 without TF32, mixed dtypes, pre-sm_80 devices, huge tensors or
 // KILN_CONV_IGEMM=0), so the caller takes its fallback.
-bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out,
-                    bool relu = false);
+bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
 
 // Stride-1 forward (flip = false) or input gradient (flip = true: a = gy, b = w, out = dx)
 // from input patches staged in shared memory (kernel_templates/conv_patch.cu); needs the
@@ -30,11 +32,25 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
 bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
 std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count);
 
+// Stride-1 weight gradient (a = x, b = gy, out = dw) from staged gy and input rows
+// (kernel_templates/conv_wgrad.cu); needs the input channels per group in multiples of 8.
+bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
+std::string conv_wgrad_source(const ConvSizes& s, DType t, int sm_count);
+
+// The generated kernels of one shape: registers `make_source()` under `name` (once) and a
+// spec per entry point (the first named `name`, the others `name_1`, ...), in entry order.
+std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& name,
+                                                          const std::function<std::string()>& make_source,
+                                                          const std::string& label,
+                                                          const std::vector<std::string>& entries);
+// False when KILN_CONV_IGEMM=0 asks for im2col + cuBLAS everywhere.
+bool generated_convs_enabled();
+
 // The MMA for these dtypes (0 bf16, 1 f16, 2 tf32), or -1 when no generated kernel applies.
 int conv_mma_for(DType ta, DType tb, DType to);
 
 // The kernel run_conv_igemm would generate for dtype t on a device of `sm_count` SMs; empty
 // when none applies. Lets tests compile every configuration with NVRTC without a GPU.
-std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, bool relu, int sm_count);
+std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count);
 
 }  // namespace kiln::conv_detail

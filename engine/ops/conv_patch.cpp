@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <climits>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 
 #include "conv_igemm.h"
 #include "kiln/runtime/device.h"
@@ -82,37 +80,17 @@ std::string source(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
   return rt::instantiate("conv_patch", rt::template_source("conv_patch"), b);
 }
 
-// The shape's two kernels (the weight reorder and the convolution), one spec each over one
-// generated source named after the shape and plan.
-struct PatchSpecs {
-  const rt::KernelSpec* weights;
-  const rt::KernelSpec* conv;
-};
-
-PatchSpecs specs_for(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
-  static std::mutex mu;
-  static auto* specs = new std::unordered_map<std::string, PatchSpecs>;
+// The shape's two kernels (the conv, then the weight reorder) over one generated source.
+std::vector<const rt::KernelSpec*> specs_for(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
   const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
   std::string name = std::string("conv_patch_") + (flip ? "dgrad_" : "fwd_") + mma_name + "_" + std::string(dtype_name(t));
   for (std::int64_t v : {c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.oh, c.ow, c.ph, c.pw, c.dh, c.dw, c.g,
                          static_cast<std::int64_t>(p.rows), static_cast<std::int64_t>(p.bn)})
     name += "_" + std::to_string(v);
-  std::lock_guard lock(mu);
-  if (auto it = specs->find(name); it != specs->end()) return it->second;
-  const std::string label = std::string("conv2d ") + (flip ? "dgrad" : "fwd") + " patch " + mma_name;
-  rt::add_generated_template(name, source(flip, c, p, t), label);
-  auto make = [&](const std::string& op, const char* entry) {
-    rt::KernelSpec spec;
-    spec.op = op;
-    spec.template_name = name;
-    spec.entry = entry;
-    spec.dtypes = {DTypes{DType::u8}};
-    spec.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
-    return &rt::register_kernel(std::move(spec));
-  };
-  const PatchSpecs r{make(name + "_weights", "kiln_conv_patch_weights"), make(name, "kiln_conv_patch")};
-  specs->emplace(name, r);
-  return r;
+  return generated_conv_kernels(
+      name, [&] { return source(flip, c, p, t); },
+      std::string("conv2d ") + (flip ? "dgrad" : "fwd") + " patch " + mma_name,
+      {"kiln_conv_patch", "kiln_conv_patch_weights"});
 }
 
 bool applies(const PatchConv& c, int mma) {
@@ -123,8 +101,7 @@ bool applies(const PatchConv& c, int mma) {
 }  // namespace
 
 bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
-  const char* e = std::getenv("KILN_CONV_IGEMM");
-  if (e && std::string(e) == "0") return false;
+  if (!generated_convs_enabled()) return false;
   const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
   const auto c = patch_conv(flip, s);
   if (!c || !applies(*c, mma) || out.numel() == 0 || out.numel() >= INT_MAX / 2 || a.numel() >= INT_MAX / 2)
@@ -134,9 +111,9 @@ bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor
   if (info.arch() < 80) return false;
   const auto p = plan_patch(*c, mma, std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin));
   if (!p) return false;
-  const PatchSpecs specs = specs_for(flip, *c, *p, out.dtype());
-  const rt::Function prep = rt::get_function(*specs.weights, DTypes{DType::u8}, 0, device);
-  const rt::Function fn = rt::get_function(*specs.conv, DTypes{DType::u8}, 0, device);
+  const auto specs = specs_for(flip, *c, *p, out.dtype());
+  const rt::Function fn = rt::get_function(*specs[0], DTypes{DType::u8}, 0, device);
+  const rt::Function prep = rt::get_function(*specs[1], DTypes{DType::u8}, 0, device);
   const rt::Stream& st = stream_of(out.device());
   const std::int64_t cp = c->ci / c->g + (mma == 2 ? 4 : 8);
   Tensor wt = empty({c->co * c->kh * c->kw * cp}, {.dtype = mma == 2 ? DType::f32 : mma == 1 ? DType::f16 : DType::bf16,

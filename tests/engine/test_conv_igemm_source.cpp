@@ -36,10 +36,8 @@ TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
   int compiled = 0;
   for (DType t : {DType::bf16, DType::f16, DType::f32})
     for (int pass = 0; pass < 3; ++pass)
-      for (const ConvSizes& s : shapes)
-        for (bool relu : {false, true}) {
-          if (relu && pass != 0) continue;
-          const std::string src = conv_detail::conv_igemm_source(static_cast<ConvPass>(pass), s, t, relu, 132);
+      for (const ConvSizes& s : shapes) {
+          const std::string src = conv_detail::conv_igemm_source(static_cast<ConvPass>(pass), s, t, 132);
           REQUIRE_FALSE(src.empty());
           for (int arch : {80, 90}) {
             CAPTURE(arch);
@@ -50,7 +48,7 @@ TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
           }
         }
   set_allow_conv_tf32(tf32);
-  CHECK(compiled == 3 * (3 * 4 + 4) * 2);
+  CHECK(compiled == 3 * 3 * 4 * 2);
 }
 
 TEST_CASE("patch convolutions compile where they apply: stride 1, channels in blocks of 16 (8 for TF32)") {
@@ -76,13 +74,32 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
   set_allow_conv_tf32(tf32);
 }
 
+TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in blocks of 8") {
+  const bool tf32 = allow_conv_tf32();
+  set_allow_conv_tf32(true);
+  int compiled = 0;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (const ConvSizes& s : {make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), make(3, 40, 6, 7, 70, 3, 1, 1, 1, 1),
+                               make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2)}) {
+      const std::string src = conv_detail::conv_wgrad_source(s, t, 132);
+      REQUIRE_FALSE(src.empty());
+      const rt::CompiledModule m = rt::compile({"conv_wgrad", std::string(dtype_name(t)), src, 90});
+      CHECK(m.ptx.find("mma.sync.aligned") != std::string::npos);
+      ++compiled;
+    }
+  CHECK(compiled == 9);
+  CHECK(conv_detail::conv_wgrad_source(make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16, 132).empty());
+  CHECK(conv_detail::conv_wgrad_source(make(2, 32, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16, 132).empty());
+  set_allow_conv_tf32(tf32);
+}
+
 TEST_CASE("no generated convolution for f64, or for f32 with TF32 switched off") {
   const ConvSizes s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
   const bool tf32 = allow_conv_tf32();
-  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f64, false, 132).empty());
+  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f64, 132).empty());
   set_allow_conv_tf32(false);
-  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, false, 132).empty());
+  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132).empty());
   set_allow_conv_tf32(true);
-  CHECK_FALSE(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, false, 132).empty());
+  CHECK_FALSE(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132).empty());
   set_allow_conv_tf32(tf32);
 }
