@@ -15,6 +15,8 @@ typedef ${TO} TO;  // the output's storage type
 
 #define MODE ${MODE}
 #define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
+${MMA_OPS}
+typedef MmaT MT;
 constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW};
 constexpr int OH = ${OH}, OW = ${OW}, SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW};
 constexpr int G = ${G}, BM = ${BM}, BN = ${BN}, SPLITK = ${SPLITK};
@@ -23,16 +25,7 @@ constexpr int GM = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : OG;
 constexpr int GN = MODE == 0 ? OG : MODE == 1 ? CG : CG * RS;
 constexpr int GK = MODE == 0 ? CG * RS : MODE == 1 ? OG * RS : N * OHW;
 
-#if MMA == 2
-typedef float MT;  // TF32 bits in a float
-constexpr int KSTEP = 8, BK = 16, PAD = 4;
-#elif MMA == 1
-typedef __half MT;
-constexpr int KSTEP = 16, BK = 32, PAD = 8;
-#else
-typedef __nv_bfloat16 MT;
-constexpr int KSTEP = 16, BK = 32, PAD = 8;
-#endif
+constexpr int KSTEP = MMA == 2 ? 8 : 16, BK = MMA == 2 ? 16 : 32, PAD = MMA == 2 ? 4 : 8;
 constexpr int THREADS = 128, LD = BK + PAD;  // rows padded so fragment reads miss bank conflicts
 constexpr int WTM = BM / 2, WTN = BN / 2, MI = WTM / 16, NI = WTN / 8;
 constexpr int KT = (GK + BK - 1) / BK, TPS = (KT + SPLITK - 1) / SPLITK;
@@ -44,15 +37,6 @@ constexpr int SMEM = PIPE_BYTES > EPI_BYTES ? PIPE_BYTES : EPI_BYTES;
 
 __device__ unsigned int kiln_conv_tiles[${TILES}];
 
-__device__ __forceinline__ MT to_mt(float v) {
-#if MMA == 2
-  unsigned int r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return __uint_as_float(r);
-#else
-  return kiln::cvt<MT>(v);
-#endif
-}
 
 // Element (m, k) of A and (k, n) of B for group g as f32; 0 outside the problem or padding.
 __device__ __forceinline__ float load_a(const TA* __restrict__ a, int g, int m, int k) {
@@ -99,24 +83,6 @@ __device__ __forceinline__ int out_index(int g, int m, int n) {
 
 __device__ __forceinline__ unsigned int lds32(const MT* p) { return *reinterpret_cast<const unsigned int*>(p); }
 
-__device__ __forceinline__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
-#if MMA == 2
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#elif MMA == 1
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
 
 // Fragment registers of the k-step at column k0 (mma.sync's row.col operand layouts).
 __device__ __forceinline__ void frag_a(unsigned int* a, const MT* As, int row, int k0, int t) {

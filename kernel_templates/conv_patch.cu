@@ -12,6 +12,8 @@ typedef ${TX} TX;  // input storage type
 typedef ${TW} TW;  // weight storage type
 typedef ${TO} TO;  // output storage type
 #define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
+${MMA_OPS}
+typedef MmaT MT_;
 #define FLIP ${FLIP}
 constexpr int N = ${N}, CI = ${CI}, H = ${H}, W = ${W}, CO = ${CO}, KH = ${KH}, KW = ${KW};
 constexpr int OH = ${OH}, OW = ${OW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, G = ${G};
@@ -19,16 +21,7 @@ constexpr int ROWS = ${ROWS}, BN = ${BN};
 constexpr int CIG = CI / G, COG = CO / G, RS = KH * KW;
 constexpr int BANDS = (OH + ROWS - 1) / ROWS, PR = ROWS + (KH - 1) * DH, PWC = OW + (KW - 1) * DW;
 constexpr int M = ROWS * OW, MT = (M + 15) / 16 * 16, MI = MT / 16;
-#if MMA == 2
-typedef float MT_;  // TF32 bits in a float
-constexpr int KC = 8, PAD = 4;
-#elif MMA == 1
-typedef __half MT_;
-constexpr int KC = 16, PAD = 8;
-#else
-typedef __nv_bfloat16 MT_;
-constexpr int KC = 16, PAD = 8;
-#endif
+constexpr int KC = MMA == 2 ? 8 : 16, PAD = MMA == 2 ? 4 : 8;
 constexpr int CP = CIG + PAD;  // padded channel run: fragment rows land on distinct banks
 // Warps: WN side by side along n (8 channels each), WM along m; a warp takes every WM-th
 // 16-row tile, MIW of them.
@@ -37,15 +30,6 @@ constexpr int PATCH = PR * PWC * CP, WTS = BN * RS * CP;
 constexpr int CLD = MT + 4;
 constexpr int SMEM = (PATCH + WTS) * (int)sizeof(MT_) > BN * CLD * 4 ? (PATCH + WTS) * (int)sizeof(MT_) : BN * CLD * 4;
 
-__device__ __forceinline__ MT_ to_mt(float v) {
-#if MMA == 2
-  unsigned int r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return __uint_as_float(r);
-#else
-  return kiln::cvt<MT_>(v);
-#endif
-}
 
 // wt[co][r*KW+s][c] (c padded to CP with zeros) from w, in the MMA type: one pass per call,
 // so every block copies its weights with wide loads.
@@ -67,24 +51,6 @@ extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_
   }
 }
 
-__device__ __forceinline__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
-#if MMA == 2
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#elif MMA == 1
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
 
 __device__ __forceinline__ unsigned int smem_addr(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));

@@ -9,55 +9,22 @@ ${PRELUDE}
 typedef ${TX} TX;  // x and gy storage type
 typedef ${TO} TO;  // dw storage type
 #define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
+${MMA_OPS}
+typedef MmaT MT_;
 constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW};
 constexpr int OH = ${OH}, OW = ${OW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, G = ${G};
 constexpr int BC = ${BC}, IPB = ${IPB};
 constexpr int CG = C / G, OG = O / G, RS = KH * KW, OHW = OH * OW, BO = 64;
 constexpr int IG = (N + IPB - 1) / IPB, OT = (OG + BO - 1) / BO, TOTAL = O * CG * RS;
 constexpr int PWC = OW + (KW - 1) * DW, NT = BC / 8;
-#if MMA == 2
-typedef float MT_;
-constexpr int KS = 8, CP = BC + 8;  // fragment reads (pixel t, channel g) hit 8t + g
-constexpr int KP = ((OHW + 7) / 8 * 8 + 27) / 32 * 32 + 4;  // row stride = 4 mod 32 words
-#elif MMA == 1
-typedef __half MT_;
-constexpr int KS = 16, CP = BC + 8, KP = (OHW + 15) / 16 * 16 + 8;
-#else
-typedef __nv_bfloat16 MT_;
-constexpr int KS = 16, CP = BC + 8, KP = (OHW + 15) / 16 * 16 + 8;
-#endif
+// TF32's row stride is 4 mod 32 words and CP 8 mod 32, so its fragment reads miss conflicts.
+constexpr int KS = MMA == 2 ? 8 : 16, CP = BC + 8;
+constexpr int KP = MMA == 2 ? ((OHW + 7) / 8 * 8 + 27) / 32 * 32 + 4 : (OHW + 15) / 16 * 16 + 8;
 constexpr int PIX = OH * PWC;  // staged pixels; one more row of zeros follows them
 constexpr int GYS = BO * KP, PATCH = (PIX + 1) * CP;
 constexpr int THREADS = 128;
 
-__device__ __forceinline__ MT_ to_mt(float v) {
-#if MMA == 2
-  unsigned int r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return __uint_as_float(r);
-#else
-  return kiln::cvt<MT_>(v);
-#endif
-}
 
-__device__ __forceinline__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
-#if MMA == 2
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#elif MMA == 1
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
 
 // Shared-memory offset (elements) of pixel p's tap s in the staged rows, or of the zero row.
 __device__ __forceinline__ int pixel_base(int p) { return p < OHW ? ((p / OW) * PWC + p % OW) * CP : PIX * CP; }

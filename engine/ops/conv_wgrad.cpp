@@ -26,7 +26,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 bool applies(const ConvSizes& s, int mma) {
   const std::int64_t cg = s.c / s.groups;
-  return mma >= 0 && s.sh == 1 && s.sw == 1 && cg % 8 == 0 && s.oh * s.ow > 0 && s.kw <= 8;
+  return mma >= 0 && s.sh == 1 && s.sw == 1 && cg > 0 && s.oh * s.ow > 0 && s.kw <= 8;
 }
 
 // Shared memory of the kernel's gy rows and staged input rows (mirrors conv_wgrad.cu).
@@ -42,7 +42,8 @@ WgradPlan plan_for(const ConvSizes& s, int mma, int sms) {
   WgradPlan p;
   p.mma = mma;
   const std::int64_t cg = s.c / s.groups, og = s.o / s.groups;
-  p.bc = static_cast<int>(std::min<std::int64_t>(32, cg));
+  // Channel tiles of 8, 16, 24 or 32; channels past CG stage as zeros (one-channel inputs too).
+  p.bc = static_cast<int>(std::min<std::int64_t>(32, ceil_div(cg, 8) * 8));
   p.o_tiles = ceil_div(og, 64);
   p.c_tiles = ceil_div(cg, p.bc);
   const std::int64_t per_group = s.kh * p.o_tiles * p.c_tiles * s.groups;
@@ -57,7 +58,7 @@ std::string source(const ConvSizes& s, const WgradPlan& p, DType t) {
   const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const std::string ty(cuda_storage_type(t));
-  const rt::Bindings b{{"PRELUDE", kernels::device_prelude(DTypes{t, mt})},
+  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", kernels::device_prelude(DTypes{t, mt})},
                        {"TX", ty}, {"TO", ty}, {"MMA", num(p.mma)},
                        {"N", num(s.n)}, {"C", num(s.c)}, {"H", num(s.h)}, {"W", num(s.w)}, {"O", num(s.o)},
                        {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)}, {"OW", num(s.ow)},
