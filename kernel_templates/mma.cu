@@ -1,4 +1,4 @@
-// Tensor-core helpers the convolution templates paste after the prelude (${MMA_OPS}), once
+// Tensor-core helpers the convolution templates paste after the prelude (MMA_OPS), once
 // MMA is defined: 0 bf16, 1 f16 (m16n8k16), 2 TF32 held in a float (m16n8k8); f32 accumulators.
 #if MMA == 2
 typedef float MmaT;

@@ -8,6 +8,7 @@
 #include "../../engine/ops/conv_igemm.h"
 #include "kiln/conv.h"
 #include "kiln/runtime/compiler.h"
+#include "kiln/runtime/templates.h"
 
 using namespace kiln;
 using conv_detail::ConvPass;
@@ -39,6 +40,8 @@ TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
       for (const ConvSizes& s : shapes) {
           const std::string src = conv_detail::conv_igemm_source(static_cast<ConvPass>(pass), s, t, 132);
           REQUIRE_FALSE(src.empty());
+          // Fully instantiated: the source becomes a generated template, instantiated again.
+          CHECK(rt::template_placeholders(src).empty());
           for (int arch : {80, 90}) {
             CAPTURE(arch);
             CAPTURE(pass);
@@ -61,6 +64,7 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
       for (const ConvSizes& s : {conv2, grouped}) {
         const std::string src = conv_detail::conv_patch_source(flip, s, t, 132);
         REQUIRE_FALSE(src.empty());
+        CHECK(rt::template_placeholders(src).empty());
         const rt::CompiledModule m = rt::compile({"conv_patch", std::string(dtype_name(t)), src, 90});
         CHECK(m.ptx.find("mma.sync.aligned") != std::string::npos);
         ++compiled;
@@ -83,6 +87,7 @@ TEST_CASE("weight-gradient kernels compile for stride-1 convs, one input channel
                                make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2)}) {
       const std::string src = conv_detail::conv_wgrad_source(s, t, 132);
       REQUIRE_FALSE(src.empty());
+      CHECK(rt::template_placeholders(src).empty());
       const rt::CompiledModule m = rt::compile({"conv_wgrad", std::string(dtype_name(t)), src, 90});
       CHECK(m.ptx.find("mma.sync.aligned") != std::string::npos);
       ++compiled;
