@@ -33,7 +33,7 @@ bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor
 std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count);
 
 // Stride-1 weight gradient (a = x, b = gy, out = dw) from staged gy and input rows
-// (kernel_templates/conv_wgrad.cu); any channel count, kernels up to 8 wide.
+// (kernel_templates/conv_wgrad.cu); input channels per group in 8s, kernels up to 8 wide.
 bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
 std::string conv_wgrad_source(const ConvSizes& s, DType t, int sm_count);
 

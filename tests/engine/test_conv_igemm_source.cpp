@@ -78,7 +78,7 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
   set_allow_conv_tf32(tf32);
 }
 
-TEST_CASE("weight-gradient kernels compile for stride-1 convs, one input channel included") {
+TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in blocks of 8") {
   const bool tf32 = allow_conv_tf32();
   set_allow_conv_tf32(true);
   int compiled = 0;
@@ -93,7 +93,7 @@ TEST_CASE("weight-gradient kernels compile for stride-1 convs, one input channel
       ++compiled;
     }
   CHECK(compiled == 9);
-  CHECK_FALSE(conv_detail::conv_wgrad_source(make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16, 132).empty());
+  CHECK(conv_detail::conv_wgrad_source(make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16, 132).empty());
   CHECK(conv_detail::conv_wgrad_source(make(2, 32, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16, 132).empty());
   set_allow_conv_tf32(tf32);
 }
