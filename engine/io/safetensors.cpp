@@ -3,10 +3,7 @@
 // descending dtype alignment then name, compact JSON, header padded with spaces to 8 bytes.
 #include "kiln/io/safetensors.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -18,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "atomic_file.h"
 #include "json_tree.h"
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
@@ -84,49 +82,6 @@ std::string header_json(const std::string& path, const std::vector<Item>& items,
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
 }
-
-// Writes to a temporary file beside `path` and renames it, so a reader never sees half a file.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)) {
-    static std::atomic<unsigned> counter{0};
-    check_replaceable_file(path_);
-    tmp_ = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    f_ = std::fopen(tmp_.c_str(), "wbx");  // x: never through something already at the temporary name
-    if (!f_) throw IoError(path_, 0, std::string("expected a writable file (") + std::strerror(errno) + ")");
-  }
-  ~AtomicFile() {
-    if (f_) std::fclose(f_);
-    if (!committed_) std::remove(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* p, std::size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n)
-      throw IoError(path_, written_,
-                    "expected room to write " + std::to_string(n) + " bytes (" + std::strerror(errno) + ")");
-    written_ += n;
-  }
-  void commit() {
-    const bool flushed = std::fflush(f_) == 0 && ::fsync(::fileno(f_)) == 0;
-    const int err = errno;
-    const bool closed = std::fclose(std::exchange(f_, nullptr)) == 0;
-    if (!flushed || !closed)
-      throw IoError(
-          path_, written_,
-          std::string("expected a successful flush and close (") + std::strerror(flushed ? errno : err) + ")");
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-      throw IoError(path_, 0, "expected to rename " + tmp_ + " onto it (" + std::strerror(errno) + ")");
-    committed_ = true;
-  }
-
- private:
-  std::string path_, tmp_;
-  std::FILE* f_ = nullptr;
-  std::uint64_t written_ = 0;
-  bool committed_ = false;
-};
 
 // ---- reading ----
 

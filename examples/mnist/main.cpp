@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "write the model and optimizer state to this safetensors file at the end");
   app.add_option("--load", o.load, "start from a file written by --save");
   app.add_option("--metrics", o.metrics, "write one JSON object per epoch to this file");
+  app.add_option("--plot", o.plot,
+                 "draw train and test loss and test accuracy against epochs into this SVG file (rewritten after "
+                 "each epoch)");
   app.add_option("--precision", o.precision,
                  "f32 (exact), tf32 (TF32 tensor cores for matmuls and convs), bf16 or f16 (autocast for forward "
                  "and loss, f32 weights; f16 with dynamic loss scaling)")

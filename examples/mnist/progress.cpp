@@ -2,18 +2,68 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace mnist {
 
 namespace {
-constexpr int kWidth = 30;
+constexpr int kWidth = 16;
 constexpr std::int64_t kRedraws = 50;  // per epoch: each reads the loss back once
+constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
 }  // namespace
 
-Progress::Progress(int epoch, int epochs, std::int64_t steps)
-    : epoch_(epoch), epochs_(epochs), steps_(steps), tty_(isatty(STDOUT_FILENO) != 0),
+void RateMeter::record(double seconds, std::int64_t samples) {
+  if (first_s_ < 0) first_s_ = seconds, first_samples_ = samples;
+  last_s_ = seconds;
+  last_samples_ = samples;
+}
+
+double RateMeter::samples_per_s() const {
+  if (first_s_ < 0) return kUnknown;
+  if (last_s_ > first_s_) return static_cast<double>(last_samples_ - first_samples_) / (last_s_ - first_s_);
+  return last_s_ > 0 ? static_cast<double>(last_samples_) / last_s_ : kUnknown;  // one reading: since the start
+}
+
+double RateMeter::seconds_left(std::int64_t total_samples) const {
+  const double rate = samples_per_s();
+  if (!(rate > 0)) return kUnknown;
+  return static_cast<double>(std::max<std::int64_t>(0, total_samples - last_samples_)) / rate;
+}
+
+std::string format_rate(double per_s) {
+  if (!std::isfinite(per_s)) return "?";
+  char buf[32];
+  if (per_s < 1e4) std::snprintf(buf, sizeof buf, "%.0f", per_s);
+  else if (per_s < 1e6) std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.2fM", per_s / 1e6);
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<long long>(std::llround(seconds));
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+  return buf;
+}
+
+std::string progress_line(const ProgressView& v) {
+  const auto filled = static_cast<int>(kWidth * v.step / std::max<std::int64_t>(v.steps, 1));
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "epoch %d/%d [%.*s%*s] %lld/%lld loss %.4f, %s samples/s, ETA %s", v.epoch, v.epochs,
+                filled, "================", kWidth - filled, "", static_cast<long long>(v.step),
+                static_cast<long long>(v.steps), v.loss, format_rate(v.samples_per_s).c_str(),
+                format_duration(v.seconds_left).c_str());
+  return buf;
+}
+
+Progress::Progress(int epoch, int epochs, std::int64_t steps, std::int64_t samples)
+    : epoch_(epoch), epochs_(epochs), steps_(steps), samples_(samples), tty_(isatty(STDOUT_FILENO) != 0),
       start_(std::chrono::steady_clock::now()) {}
 
 bool Progress::wants_loss(std::int64_t step) const {
@@ -22,13 +72,11 @@ bool Progress::wants_loss(std::int64_t step) const {
   return step % every == 0 || step == steps_;
 }
 
-void Progress::update(std::int64_t step, double loss) {
+void Progress::update(std::int64_t step, std::int64_t samples, double loss) {
   if (!tty_ || std::isnan(loss)) return;
-  const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps_, 1));
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  std::printf("\repoch %d/%d [%.*s%*s] %lld/%lld loss %.4f %.1fs", epoch_, epochs_, filled,
-              "==============================", kWidth - filled, "", static_cast<long long>(step),
-              static_cast<long long>(steps_), loss, s);
+  rate_.record(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(), samples);
+  const ProgressView v{epoch_, epochs_, step, steps_, loss, rate_.samples_per_s(), rate_.seconds_left(samples_)};
+  std::printf("\r%s\033[K", progress_line(v).c_str());  // \033[K: no tail left from a longer line
   std::fflush(stdout);
 }
 

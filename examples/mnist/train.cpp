@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "models.h"
+#include "plot_svg.h"
 #include "progress.h"
 
 namespace mnist {
@@ -81,6 +82,29 @@ class MetricsFile {
   std::uint64_t written_ = 0;
 };
 
+// The --plot chart: losses above, test accuracy below, one point per epoch as in --metrics;
+// the title holds the settings that tell two runs' charts apart.
+Chart training_chart(const TrainOptions& o, const std::vector<EpochMetrics>& epochs) {
+  PlotSeries train_loss{"train-loss", "train loss", "#1f77b4", {}}, test_loss{"test-loss", "test loss", "#ff7f0e", {}},
+      test_accuracy{"test-accuracy", "test accuracy", "#2ca02c", {}};
+  for (const EpochMetrics& m : epochs) {
+    train_loss.points.emplace_back(m.epoch, m.train_loss);
+    test_loss.points.emplace_back(m.epoch, m.test_loss);
+    test_accuracy.points.emplace_back(m.epoch, m.test_accuracy);
+  }
+  char settings[256];
+  std::snprintf(settings, sizeof settings, "%s lr %g (%s), batch %lld, precision %s, seed %llu", o.optimizer.c_str(),
+                o.lr.value_or(0), o.schedule.c_str(), static_cast<long long>(o.batch_size), o.precision.c_str(),
+                static_cast<unsigned long long>(o.seed));
+  const std::string run = "mnist-train: " + o.model + " on " + o.device.str() + " (" +
+                          (compiled_steps(o) ? "compiled" : "eager") + " steps), " +
+                          std::to_string(o.epochs.value_or(0)) + " epochs";
+  return {.title = {run, settings},
+          .x_label = "epoch",
+          .panels = {{.y_label = "cross-entropy loss", .series = {train_loss, test_loss}, .from_zero = true},
+                     {.y_label = "test accuracy (%)", .series = {test_accuracy}, .y_scale = 100}}};
+}
+
 }  // namespace
 
 std::optional<DType> apply_precision(const std::string& precision) {
@@ -126,6 +150,7 @@ void check_output_files(const TrainOptions& o) {
   };
   check("--save", o.save, io::check_replaceable_file);
   check("--metrics", o.metrics, io::check_output_path);
+  check("--plot", o.plot, io::check_replaceable_file);  // written as --save is: a new file renamed over it
 }
 
 bool compiled_steps(const TrainOptions& o) { return o.device.is_cuda() && !o.eager; }
@@ -170,14 +195,15 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
   model->train();
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     loader.set_epoch(epoch - 1);
-    Progress bar(epoch, epochs, loader.batches());
+    Progress bar(epoch, epochs, loader.batches(), loader.size());
     Tensor loss_sum = zeros({}, {.device = o.device});
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; i < loader.batches(); ++i) {
       data::Batch b = loader.batch(i);
       const Tensor loss = step({b.inputs, b.labels})[0];  // a compiled step's next call overwrites it
       loss_sum.add_(loss);
-      if (bar.wants_loss(i + 1)) bar.update(i + 1, loss.item<double>());
+      if (bar.wants_loss(i + 1))
+        bar.update(i + 1, std::min((i + 1) * o.batch_size, loader.size()), loss.item<double>());
     }
     EpochMetrics m;
     m.epoch = epoch;
@@ -197,6 +223,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
                   m.train_loss, m.test_loss, 100 * m.test_accuracy, m.seconds, m.samples_per_s);
     bar.finish(line);
     metrics.write(metrics_json(m, o.precision));
+    // After each epoch, so a stopped run still has its picture; a few kB, far below an epoch's time.
+    if (!o.plot.empty()) io::write_file_atomically(o.plot, render_svg(training_chart(o, r.epochs)));
   }
   metrics.close();
   r.samples_per_s = static_cast<double>(loader.size()) * epochs / r.train_seconds;

@@ -25,6 +25,7 @@ struct TrainOptions {
   kiln::Device device;
   std::uint64_t seed = 0;
   std::string save, load, metrics;
+  std::string plot;  // an SVG of the training curves, rewritten after each epoch
   bool eval_only = false;
   bool eager = false;  // on a GPU, run the steps op by op instead of as CUDA graphs
   std::string precision = "f32";  // f32, tf32, bf16 or f16 (apply_precision)
@@ -43,8 +44,8 @@ std::optional<kiln::DType> apply_precision(const std::string& precision);
 // epochs or batch size outside [1, kMax...], or an lr that is not finite and > 0.
 TrainOptions with_defaults(TrainOptions o);
 
-// Up front, before any training: ValueError naming the flag and file unless --save names a
-// new or regular file and --metrics a writable path, each in an existing writable directory.
+// Up front, before any training: ValueError naming the flag and file unless --save and --plot
+// name a new or regular file and --metrics a writable path, each in an existing writable directory.
 void check_output_files(const TrainOptions& o);
 
 struct EpochMetrics {
@@ -82,8 +83,9 @@ class Evaluator {
   Step step_;
 };
 
-// Trains from `o` (defaults already applied), printing progress to stdout and, with
-// o.metrics, one JSON object per epoch to that file; IoError naming it when a write fails.
+// Trains from `o` (defaults already applied), printing progress to stdout, with o.metrics one
+// JSON object per epoch to that file, with o.plot the curves so far after each epoch; IoError
+// naming the file when a write fails.
 RunResult train(const TrainOptions& o, const kiln::data::Mnist& data);
 
 }  // namespace mnist

@@ -127,3 +127,21 @@ TEST_CASE("check_output_path and check_replaceable_file: what each accepts") {
     fs::permissions(dir.path(), fs::perms::owner_all);
   }
 }
+
+TEST_CASE("write_file_atomically writes or replaces a regular file, refuses what a rename would replace") {
+  TempDir dir;
+  const std::string path = dir.file("chart.svg");
+  io::write_file_atomically(path, "first");
+  CHECK(slurp(path) == "first");
+  io::write_file_atomically(path, std::string("sec\0ond", 7));  // replaced whole, any bytes
+  CHECK(slurp(path) == std::string("sec\0ond", 7));
+  const std::string real = dir.file("real.txt"), link = dir.file("link.svg"), fifo = dir.file("pipe.svg");
+  std::ofstream(real) << "keep me";
+  fs::create_symlink(real, link);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(io_error(link, [&] { io::write_file_atomically(link, "x"); }).find("symbolic link") != std::string::npos);
+  CHECK(io_error(fifo, [&] { io::write_file_atomically(fifo, "x"); }).find("fifo") != std::string::npos);
+  CHECK(slurp(real) == "keep me");
+  check_only(dir, {"chart.svg", "real.txt", "link.svg", "pipe.svg"});
+  io_error("/dev/full", [&] { io::write_file_atomically("/dev/full", "x"); });  // a device node
+}
