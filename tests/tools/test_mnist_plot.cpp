@@ -191,3 +191,88 @@ TEST_CASE("mnist-train checks --plot before training, as --save") {
   CHECK(fs::is_symlink(fs::symlink_status(link)));
   CHECK(slurp(real) == "keep me");
 }
+
+namespace {
+
+bool python3_imports(const std::string& module) {
+  return std::system(("python3 -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
+}
+
+kiln_test::ProcessResult plot_metrics(const std::vector<std::string>& args, kiln_test::EnvOverrides env = {}) {
+  std::vector<std::string> argv{"/usr/bin/env", "python3", std::string(KILN_SOURCE_DIR) + "/tools/plot_metrics.py"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  kiln_test::ProcessResult r = kiln_test::run_process(argv, env);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.exit_code < 128);
+  return r;
+}
+
+constexpr const char* kTwoRows =
+    "{\"epoch\":1,\"train_loss\":0.26,\"test_loss\":0.10,\"test_accuracy\":0.967,\"precision\":\"f32\"}\n"
+    "{\"epoch\":2,\"train_loss\":0.08,\"test_loss\":0.07,\"test_accuracy\":0.976,\"precision\":\"f32\"}\n";
+
+}  // namespace
+
+TEST_CASE("plot_metrics.py: usage and input errors, and a clear message without matplotlib") {
+  if (!python3_imports("json")) {
+    MESSAGE("skipped: no python3");
+    return;
+  }
+  jitcc_test::ScratchDir dir;
+  const std::string good = (dir.path() / "a.jsonl").string(), out = (dir.path() / "c.png").string();
+  std::ofstream(good) << kTwoRows;
+  auto usage = [&](const std::vector<std::string>& args, const std::string& needle) {
+    const auto r = plot_metrics(args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(needle) != std::string::npos);
+  };
+  usage({}, "usage");
+  usage({good}, "--output");
+  usage({good, "-o", (dir.path() / "c.gif").string()}, ".png, .svg, .pdf");
+  usage({good, good, "-o", out, "--label", "one"}, "1 --label for 2 files");
+
+  auto bad_input = [&](const std::string& name, const std::string& text, const std::string& needle) {
+    const std::string path = (dir.path() / name).string();
+    std::ofstream(path) << text;
+    const auto r = plot_metrics({good, path, "-o", out});
+    CAPTURE(name);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(path) != std::string::npos);
+    CHECK(r.err.find(needle) != std::string::npos);
+  };
+  bad_input("empty.jsonl", "\n", "no metrics rows");
+  bad_input("broken.jsonl", std::string(kTwoRows) + "{\"epoch\":3,\n", ":3: expected a JSON object per line");
+  bad_input("no-epoch.jsonl", "{\"train_loss\":0.2}\n", ":1: expected an object with a numeric \"epoch\"");
+  bad_input("no-curve.jsonl", "{\"epoch\":1,\"seconds\":2}\n", "expected at least one of train_loss");
+  bad_input("text-loss.jsonl", "{\"epoch\":1,\"train_loss\":\"low\"}\n", "expected a number for \"train_loss\"");
+  const auto missing = plot_metrics({(dir.path() / "none.jsonl").string(), "-o", out});
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.err.find("none.jsonl: cannot read it") != std::string::npos);
+
+  // A matplotlib that fails to import stands in for none installed, whatever this machine has.
+  fs::create_directories(dir.path() / "fake" / "matplotlib");
+  std::ofstream(dir.path() / "fake" / "matplotlib" / "__init__.py") << "raise ImportError('not installed here')\n";
+  const auto r = plot_metrics({good, "-o", out}, {{"PYTHONPATH", (dir.path() / "fake").string()}});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("pip install matplotlib") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("plot_metrics.py draws several runs into PNG and SVG (when matplotlib is installed)") {
+  if (!python3_imports("matplotlib")) {
+    MESSAGE("skipped: python3 cannot import matplotlib");
+    return;
+  }
+  jitcc_test::ScratchDir dir;
+  const fs::path a = dir.path() / "compiled.jsonl", b = dir.path() / "eager.jsonl";
+  std::ofstream(a) << kTwoRows;
+  std::ofstream(b) << kTwoRows << "{\"epoch\":2.5,\"test_loss\":0.06,\"test_accuracy\":0.98}\n";
+  for (const char* name : {"runs.png", "runs.svg"}) {
+    const fs::path out = dir.path() / name;
+    const auto r = plot_metrics({a.string(), b.string(), "-o", out.string(), "--title", "compiled vs eager"});
+    CHECK(r.exit_code == 0);
+    const std::string bytes = slurp(out);
+    CHECK(bytes.find(name == std::string("runs.png") ? "\x89PNG" : "<svg") != std::string::npos);
+  }
+  for (const auto& e : fs::directory_iterator(dir.path())) CHECK(e.path().string().find(".tmp-") == std::string::npos);
+}
