@@ -114,15 +114,15 @@ class Writer {
     for (double t : y.ticks) out_ += text(kLeft - 6, to_y(t) + 4, fixed(t, yd), "");
     out_ += "</g>\n<g class=\"x-ticks\" text-anchor=\"middle\" fill=\"#333\">\n";
     const int xd = decimals(x_.ticks.size() > 1 ? x_.ticks[1] - x_.ticks[0] : 1);
-    for (double t : x_.ticks)
-      out_ += text(to_x(t), bottom + 16, fixed(t, xd), "");
+    for (double t : x_.ticks) out_ += text(to_x(t), bottom + 16, fixed(t, xd), "");
     out_ += "</g>\n";
     if (last)  // the panels share their x axis: named once, under the lowest
-      out_ += text(kLeft + w / 2, bottom + 36, chart_.x_label, "class=\"x-label\" text-anchor=\"middle\" font-size=\"13\"");
+      out_ +=
+          text(kLeft + w / 2, bottom + 36, chart_.x_label, "class=\"x-label\" text-anchor=\"middle\" font-size=\"13\"");
     const double mid = top + kPanelHeight / 2;
-    out_ += text(20, mid, p.y_label,
-                 "class=\"y-label\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 20 " + px(mid) +
-                     ")\"");
+    out_ +=
+        text(20, mid, p.y_label,
+             "class=\"y-label\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 20 " + px(mid) + ")\"");
 
     for (const PlotSeries& s : p.series) {
       std::string points;
@@ -189,11 +189,21 @@ std::string xml_escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         const auto u = static_cast<unsigned char>(c);
         out += (u < 0x20 && c != '\t' && c != '\n' && c != '\r') ? '?' : c;

@@ -9,9 +9,9 @@
 namespace mnist {
 
 struct PlotSeries {
-  std::string id;     // the <polyline>'s id and class, e.g. "train-loss"
-  std::string label;  // legend text
-  std::string color;  // an SVG colour, e.g. "#1f77b4"
+  std::string id;                                 // the <polyline>'s id and class, e.g. "train-loss"
+  std::string label;                              // legend text
+  std::string color;                              // an SVG colour, e.g. "#1f77b4"
   std::vector<std::pair<double, double>> points;  // (x, y); a non-finite y is left out
 };
 

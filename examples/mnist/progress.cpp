@@ -36,9 +36,12 @@ double RateMeter::seconds_left(std::int64_t total_samples) const {
 std::string format_rate(double per_s) {
   if (!std::isfinite(per_s)) return "?";
   char buf[32];
-  if (per_s < 1e4) std::snprintf(buf, sizeof buf, "%.0f", per_s);
-  else if (per_s < 1e6) std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2fM", per_s / 1e6);
+  if (per_s < 1e4)
+    std::snprintf(buf, sizeof buf, "%.0f", per_s);
+  else if (per_s < 1e6)
+    std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.2fM", per_s / 1e6);
   return buf;
 }
 
@@ -46,9 +49,12 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const auto s = static_cast<long long>(std::llround(seconds));
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%llds", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
   return buf;
 }
 
@@ -63,7 +69,11 @@ std::string progress_line(const ProgressView& v) {
 }
 
 Progress::Progress(int epoch, int epochs, std::int64_t steps, std::int64_t samples)
-    : epoch_(epoch), epochs_(epochs), steps_(steps), samples_(samples), tty_(isatty(STDOUT_FILENO) != 0),
+    : epoch_(epoch),
+      epochs_(epochs),
+      steps_(steps),
+      samples_(samples),
+      tty_(isatty(STDOUT_FILENO) != 0),
       start_(std::chrono::steady_clock::now()) {}
 
 bool Progress::wants_loss(std::int64_t step) const {

@@ -18,7 +18,7 @@ namespace mnist {
 class RateMeter {
  public:
   void record(double seconds, std::int64_t samples);
-  double samples_per_s() const;  // NaN before any reading with time elapsed
+  double samples_per_s() const;                           // NaN before any reading with time elapsed
   double seconds_left(std::int64_t total_samples) const;  // NaN when the rate is unknown
 
  private:

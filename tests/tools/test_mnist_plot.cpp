@@ -66,12 +66,13 @@ std::string all_text(const tiny_xml::Element& e) {
 }  // namespace
 
 TEST_CASE("tiny_xml accepts well-formed XML and refuses what is not") {
-  const tiny_xml::Element e = tiny_xml::parse("<?xml version=\"1.0\"?>\n<a x='1' y=\"&lt;&amp;\"><b/>t&#65;<!-- c --></a>\n");
+  const tiny_xml::Element e =
+      tiny_xml::parse("<?xml version=\"1.0\"?>\n<a x='1' y=\"&lt;&amp;\"><b/>t&#65;<!-- c --></a>\n");
   CHECK(e.attrs.at("y") == "<&");
   CHECK(e.children.size() == 1);
   CHECK(e.text == "tA");
-  for (const char* bad : {"<a><b></a>", "<a>&foo;</a>", "<a x=1/>", "<a>x & y</a>", "<a x='1' x='2'/>",
-                          "<a/><b/>", "<a>", "<a x='<'/>", "<!DOCTYPE a><a/>", "<a>1 < 2</a>"}) {
+  for (const char* bad : {"<a><b></a>", "<a>&foo;</a>", "<a x=1/>", "<a>x & y</a>", "<a x='1' x='2'/>", "<a/><b/>",
+                          "<a>", "<a x='<'/>", "<!DOCTYPE a><a/>", "<a>1 < 2</a>"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(tiny_xml::parse(bad), std::runtime_error);
   }
@@ -127,7 +128,8 @@ TEST_CASE("render_svg: well-formed with any title, one polyline per series, one 
   CHECK(series.at("b").empty());
   CHECK(series.at("many").size() == 100);
   const std::string text = all_text(root);
-  for (const char* s : {"run <1> & 'x'", "second line", "loss <a> & \"b\"", "epoch"}) CHECK(text.find(s) != std::string::npos);
+  for (const char* s : {"run <1> & 'x'", "second line", "loss <a> & \"b\"", "epoch"})
+    CHECK(text.find(s) != std::string::npos);
   std::vector<const tiny_xml::Element*> circles;
   tiny_xml::find_all(root, "circle", circles);
   CHECK(circles.size() == 3);  // markers on the short series only
@@ -136,8 +138,8 @@ TEST_CASE("render_svg: well-formed with any title, one polyline per series, one 
 TEST_CASE("mnist-train --plot draws train and test loss and test accuracy, one point per metrics row") {
   Scratch s;
   const fs::path metrics = s.dir.path() / "m.jsonl", plot = s.dir.path() / "curves.svg";
-  auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "3", "--batch-size", "256",
-                  "--seed", "4", "--metrics", metrics.string(), "--plot", plot.string()});
+  auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "3", "--batch-size", "256", "--seed",
+                  "4", "--metrics", metrics.string(), "--plot", plot.string()});
   REQUIRE(r.exit_code == 0);
   const auto rows = json_lines(metrics);
   REQUIRE(rows.size() == 3);
@@ -158,17 +160,20 @@ TEST_CASE("mnist-train --plot draws train and test loss and test accuracy, one p
   CHECK(std::stod(train_loss.back().substr(train_loss.back().find(',') + 1)) >
         std::stod(train_loss.front().substr(train_loss.front().find(',') + 1)));
   const std::string text = all_text(root);
-  for (const char* want : {"mlp on cpu (eager steps), 3 epochs", "adam lr 0.001 (cosine), batch 256, precision f32, seed 4",
-                           "train loss", "test loss", "test accuracy", "epoch", "test accuracy (%)"}) {
+  for (const char* want :
+       {"mlp on cpu (eager steps), 3 epochs", "adam lr 0.001 (cosine), batch 256, precision f32, seed 4", "train loss",
+        "test loss", "test accuracy", "epoch", "test accuracy (%)"}) {
     CAPTURE(want);
     CHECK(text.find(want) != std::string::npos);
   }
   // Written by rename: no temporary file is left beside it.
-  for (const auto& e : fs::directory_iterator(s.dir.path())) CHECK(e.path().string().find(".tmp-") == std::string::npos);
+  for (const auto& e : fs::directory_iterator(s.dir.path()))
+    CHECK(e.path().string().find(".tmp-") == std::string::npos);
   if (std::system("python3 -c '' >/dev/null 2>&1") == 0) {  // a second, independent XML parser
-    const std::string cmd = "python3 -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
-                            "sys.exit(len(r.findall('.//{http://www.w3.org/2000/svg}polyline')) != 3)\" " +
-                            plot.string();
+    const std::string cmd =
+        "python3 -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+        "sys.exit(len(r.findall('.//{http://www.w3.org/2000/svg}polyline')) != 3)\" " +
+        plot.string();
     CHECK(std::system(cmd.c_str()) == 0);
   }
   auto help = train({"--help"});

@@ -25,7 +25,7 @@ TEST_CASE("RateMeter: the first reading's interval (compiles, capture) is not co
   mnist::RateMeter m;
   CHECK(std::isnan(m.samples_per_s()));
   CHECK(std::isnan(m.seconds_left(1000)));
-  m.record(2.0, 100);  // a slow first interval: kernels compiled
+  m.record(2.0, 100);                               // a slow first interval: kernels compiled
   CHECK(m.samples_per_s() == doctest::Approx(50));  // one reading: the rate since the start
   CHECK(m.seconds_left(1000) == doctest::Approx(18));
   m.record(3.0, 1100);
@@ -39,8 +39,13 @@ TEST_CASE("RateMeter: the first reading's interval (compiles, capture) is not co
 }
 
 TEST_CASE("progress_line shows the bar, step, loss, samples/s and the time left") {
-  const std::string line = mnist::progress_line(
-      {.epoch = 3, .epochs = 10, .step = 235, .steps = 469, .loss = 0.23456, .samples_per_s = 52'340, .seconds_left = 185});
+  const std::string line = mnist::progress_line({.epoch = 3,
+                                                 .epochs = 10,
+                                                 .step = 235,
+                                                 .steps = 469,
+                                                 .loss = 0.23456,
+                                                 .samples_per_s = 52'340,
+                                                 .seconds_left = 185});
   CHECK(line == "epoch 3/10 [========        ] 235/469 loss 0.2346, 52.3k samples/s, ETA 3m05s");
   CHECK(line.size() < 80);  // one line of a standard terminal, so '\r' redraws it in place
   const std::string unknown = mnist::progress_line(

@@ -79,12 +79,13 @@ class Parser {
       const std::string_view e = s_.substr(i_ + 1, semi - i_ - 1);
       static const std::map<std::string_view, char> named{
           {"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}};
-      if (const auto it = named.find(e); it != named.end()) out += it->second;
+      if (const auto it = named.find(e); it != named.end())
+        out += it->second;
       else if (e.size() > 1 && e[0] == '#') {
         const bool hex = e[1] == 'x';
         const std::string digits(e.substr(hex ? 2 : 1));
-        if (digits.empty() || digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") !=
-                                  std::string::npos)
+        if (digits.empty() ||
+            digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos)
           fail("a numeric character reference");
         const unsigned long v = std::stoul(digits, nullptr, hex ? 16 : 10);
         out += v < 0x80 ? static_cast<char>(v) : '?';
@@ -125,7 +126,8 @@ class Parser {
     }
     for (;;) {
       if (i_ >= s_.size()) fail("</" + el.name + ">");
-      if (peek("<!--")) comment();
+      if (peek("<!--"))
+        comment();
       else if (peek("</")) {
         i_ += 2;
         if (name() != el.name) fail("</" + el.name + ">");
