@@ -1,7 +1,6 @@
 // Training curves: the SVG writer (well-formed XML, one <polyline> per curve with one point per
 // metrics row), mnist-train --plot end to end on the CPU, and tools/plot_metrics.py's errors.
 #include <doctest/doctest.h>
-#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -178,23 +177,6 @@ TEST_CASE("mnist-train --plot draws train and test loss and test accuracy, one p
   }
   auto help = train({"--help"});
   CHECK(help.out.find("--plot") != std::string::npos);
-}
-
-TEST_CASE("mnist-train checks --plot before training, as --save") {
-  Scratch s;
-  const fs::path dir = s.dir.path();
-  const std::string missing = (dir / "no-such-dir" / "x.svg").string();
-  check_refused(s, {"--plot", missing}, missing);
-  check_refused(s, {"--plot", missing}, "--plot");
-  check_refused(s, {"--plot", dir.string()}, "directory");
-  const fs::path real = dir / "real.svg", link = dir / "link.svg", fifo = dir / "fifo.svg";
-  std::ofstream(real) << "keep me";
-  fs::create_symlink(real, link);
-  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  check_refused(s, {"--plot", link.string()}, "symbolic link");
-  check_refused(s, {"--plot", fifo.string()}, "fifo");
-  CHECK(fs::is_symlink(fs::symlink_status(link)));
-  CHECK(slurp(real) == "keep me");
 }
 
 namespace {

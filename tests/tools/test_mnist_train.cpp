@@ -222,26 +222,29 @@ TEST_CASE("mnist-train refuses numeric flags out of range instead of replacing o
   for (const char* v : {"fp8", "F32", "bfloat16", ""}) check_refused(s, {"--precision", v}, "--precision");
 }
 
-TEST_CASE("mnist-train checks --save and --metrics before training") {
+TEST_CASE("mnist-train checks --save, --plot and --metrics before training") {
   Scratch s;
   const fs::path dir = s.dir.path();
   const std::string missing = (dir / "no-such-dir" / "x").string();
-  check_refused(s, {"--save", missing}, missing);
-  check_refused(s, {"--save", missing}, "--save");
-  check_refused(s, {"--metrics", missing}, "--metrics");
-  check_refused(s, {"--metrics", missing}, missing);
-  check_refused(s, {"--save", dir.string()}, "directory");
-  check_refused(s, {"--metrics", dir.string()}, "directory");
+  for (const char* flag : {"--save", "--plot", "--metrics"}) {
+    check_refused(s, {flag, missing}, missing);
+    check_refused(s, {flag, missing}, flag);
+    check_refused(s, {flag, dir.string()}, "directory");
+  }
 
-  // A rename would replace a symlink or a fifo with a regular file: refused, left as they were.
+  // --save and --plot rename a new file over the target, which would replace a symlink or a
+  // fifo with a regular file: refused, left as they were.
   const fs::path real = dir / "real.safetensors", link = dir / "link.safetensors", fifo = dir / "fifo";
   std::ofstream(real) << "keep me";
   fs::create_symlink(real, link);
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  check_refused(s, {"--save", link.string()}, "symbolic link");
-  CHECK(fs::is_symlink(fs::symlink_status(link)));
-  check_refused(s, {"--save", fifo.string()}, "fifo");
-  CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+  for (const char* flag : {"--save", "--plot"}) {
+    CAPTURE(flag);
+    check_refused(s, {flag, link.string()}, "symbolic link");
+    CHECK(fs::is_symlink(fs::symlink_status(link)));
+    check_refused(s, {flag, fifo.string()}, "fifo");
+    CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+  }
   std::ifstream in(real);
   CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == "keep me");
 }
