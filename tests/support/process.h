@@ -28,6 +28,21 @@ struct ProcessResult {
 // NAME=value replaces NAME in the child's environment; a nullopt value removes it.
 using EnvOverrides = std::vector<std::pair<std::string, std::optional<std::string>>>;
 
+// This process's environment with `env` applied, as NAME=value strings.
+inline std::vector<std::string> child_environment(const EnvOverrides& env) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& [k, v] : env) overridden = overridden || k == name;
+    if (!overridden) out.push_back(entry);
+  }
+  for (const auto& [k, v] : env)
+    if (v) out.push_back(k + "=" + *v);
+  return out;
+}
+
 class Process {
  public:
   Process(const std::vector<std::string>& argv, const EnvOverrides& env = {}) {
@@ -95,20 +110,6 @@ class Process {
       s.append(buf, static_cast<std::size_t>(n));
     }
     return s;
-  }
-
-  static std::vector<std::string> child_environment(const EnvOverrides& env) {
-    std::vector<std::string> out;
-    for (char** e = environ; *e; ++e) {
-      std::string entry = *e;
-      std::string name = entry.substr(0, entry.find('='));
-      bool overridden = false;
-      for (const auto& [k, v] : env) overridden = overridden || k == name;
-      if (!overridden) out.push_back(entry);
-    }
-    for (const auto& [k, v] : env)
-      if (v) out.push_back(k + "=" + *v);
-    return out;
   }
 
   void cleanup() {
