@@ -28,24 +28,10 @@ struct ProcessResult {
 // NAME=value replaces NAME in the child's environment; a nullopt value removes it.
 using EnvOverrides = std::vector<std::pair<std::string, std::optional<std::string>>>;
 
-// This process's environment with `env` applied, as NAME=value strings.
-inline std::vector<std::string> child_environment(const EnvOverrides& env) {
-  std::vector<std::string> out;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    bool overridden = false;
-    for (const auto& [k, v] : env) overridden = overridden || k == name;
-    if (!overridden) out.push_back(entry);
-  }
-  for (const auto& [k, v] : env)
-    if (v) out.push_back(k + "=" + *v);
-  return out;
-}
-
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const EnvOverrides& env = {}) {
+  // With `stdout_fd` (e.g. a terminal) the child writes there and `out` stays empty.
+  Process(const std::vector<std::string>& argv, const EnvOverrides& env = {}, int stdout_fd = -1) {
     out_fd_ = temp_file(out_path_);
     err_fd_ = temp_file(err_path_);
     std::vector<std::string> env_strings = child_environment(env);
@@ -57,7 +43,7 @@ class Process {
 
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out_fd_, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, stdout_fd >= 0 ? stdout_fd : out_fd_, STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, err_fd_, STDERR_FILENO);
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     int rc = posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
@@ -110,6 +96,20 @@ class Process {
       s.append(buf, static_cast<std::size_t>(n));
     }
     return s;
+  }
+
+  static std::vector<std::string> child_environment(const EnvOverrides& env) {
+    std::vector<std::string> out;
+    for (char** e = environ; *e; ++e) {
+      std::string entry = *e;
+      std::string name = entry.substr(0, entry.find('='));
+      bool overridden = false;
+      for (const auto& [k, v] : env) overridden = overridden || k == name;
+      if (!overridden) out.push_back(entry);
+    }
+    for (const auto& [k, v] : env)
+      if (v) out.push_back(k + "=" + *v);
+    return out;
   }
 
   void cleanup() {
