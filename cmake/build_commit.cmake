@@ -5,9 +5,16 @@
 set(commit unknown)
 find_package(Git QUIET)
 if(GIT_FOUND)
+  # A source tree vendored inside another project's checkout is not that project's commit.
+  execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SOURCE_DIR}" rev-parse --show-toplevel
+                  OUTPUT_VARIABLE top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SOURCE_DIR}" rev-parse --short=7 HEAD
                   RESULT_VARIABLE r OUTPUT_VARIABLE hash OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(r EQUAL 0 AND hash MATCHES "^[0-9a-f]+$")
+  file(REAL_PATH "${SOURCE_DIR}" source_real)
+  if(top)
+    file(REAL_PATH "${top}" top)
+  endif()
+  if(r EQUAL 0 AND hash MATCHES "^[0-9a-f]+$" AND top STREQUAL source_real)
     set(commit "${hash}")
     # Staged or unstaged edits to tracked files; untracked files do not count.
     execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SOURCE_DIR}" diff --quiet HEAD --
