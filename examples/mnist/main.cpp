@@ -13,6 +13,7 @@
 #include "dataset_files.h"
 #include "models.h"
 #include "train.h"
+#include "version_text.h"
 
 namespace {
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   app.add_flag("--eager", o.eager,
                "on a GPU, run the training and evaluation steps op by op instead of replaying them as CUDA "
                "graphs (same results, more host work per step)");
+  kiln::cli::add_version_flag(app);
   CLI11_PARSE(app, argc, argv);
 
   try {

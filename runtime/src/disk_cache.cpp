@@ -407,12 +407,12 @@ void DiskCache::account_store(std::uint64_t bytes) {
   if (static_cast<std::uint64_t>(bytes_estimate_) > max_bytes_) gc_locked(max_bytes_ - max_bytes_ / 5);
 }
 
-std::uint64_t DiskCache::gc(std::uint64_t max_bytes) {
+std::uint64_t DiskCache::gc(std::uint64_t max_bytes, const Progress& progress) {
   std::lock_guard<std::mutex> lock(mu_);
-  return gc_locked(max_bytes);
+  return gc_locked(max_bytes, progress);
 }
 
-std::uint64_t DiskCache::gc_locked(std::uint64_t max_bytes) {
+std::uint64_t DiskCache::gc_locked(std::uint64_t max_bytes, const Progress& progress) {
   const std::int64_t now = unix_now();
   std::uint64_t removed = 0, total = 0;
   auto remove = [&](const CacheFile& f) {
@@ -428,7 +428,10 @@ std::uint64_t DiskCache::gc_locked(std::uint64_t max_bytes) {
     bool bad;
   };
   std::vector<Candidate> candidates;
-  for (CacheFile& f : scan_shards(dir_)) {
+  std::vector<CacheFile> files = scan_shards(dir_);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (progress) progress(i, files.size());
+    CacheFile& f = files[i];
     if (f.kind == FileKind::temp) {
       if (remove_if_abandoned(f, now)) removed += f.bytes;
       continue;
@@ -483,9 +486,12 @@ std::uint64_t DiskCache::total_bytes() const {
 
 std::size_t DiskCache::quarantine_count() const { return scan_files(dir_ / kQuarantineDir).size(); }
 
-std::vector<EntryInfo> DiskCache::list() const {
+std::vector<EntryInfo> DiskCache::list(const Progress& progress) const {
   std::vector<EntryInfo> out;
-  for (const CacheFile& f : scan_shards(dir_)) {
+  const std::vector<CacheFile> files = scan_shards(dir_);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (progress) progress(i, files.size());
+    const CacheFile& f = files[i];
     if (f.kind == FileKind::temp) continue;
     EntryInfo info;
     info.path = f.path;

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "kiln/error.h"
+#include "kiln/runtime/device.h"
 #include "kiln/runtime/log.h"
 
 namespace kiln::rt {
@@ -80,6 +81,14 @@ const Driver* try_driver(std::string* why) {
     return nullptr;
   }
   return &l.d;
+}
+
+std::string driver_version() {
+  // Resolved before cuInit, so a driver without a usable GPU still answers.
+  const Driver& d = loaded().d;
+  int v = 0;
+  if (!d.cuDriverGetVersion || d.cuDriverGetVersion(&v) != CUDA_SUCCESS || v <= 0) return "";
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
 }
 
 const Driver& driver() {

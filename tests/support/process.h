@@ -30,7 +30,8 @@ using EnvOverrides = std::vector<std::pair<std::string, std::optional<std::strin
 
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const EnvOverrides& env = {}) {
+  // With `stdout_fd` (e.g. a terminal) the child writes there and `out` stays empty.
+  Process(const std::vector<std::string>& argv, const EnvOverrides& env = {}, int stdout_fd = -1) {
     out_fd_ = temp_file(out_path_);
     err_fd_ = temp_file(err_path_);
     std::vector<std::string> env_strings = child_environment(env);
@@ -42,7 +43,7 @@ class Process {
 
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out_fd_, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, stdout_fd >= 0 ? stdout_fd : out_fd_, STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, err_fd_, STDERR_FILENO);
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     int rc = posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data());

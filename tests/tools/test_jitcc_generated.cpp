@@ -1,11 +1,14 @@
 // Kernels made at run time (fused kernels, user-defined pointwise ops) in jitcc: list, dump and
 // show name them by their label, and warm --from-cache rebuilds them for another arch. The test
 // process compiles them through its own module cache (NVRTC needs no GPU) and copies the entries.
+#include <regex>
+
 #include "jitcc_test_util.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
+#include "terminal_process.h"
 
 using namespace jitcc_test;
 namespace rt = kiln::rt;
@@ -136,6 +139,14 @@ TEST_CASE("jitcc warm --from-cache rebuilds generated and user-defined kernels f
   ProcessResult text = jitcc(args);
   CHECK(text.exit_code == 0);
   CHECK(text.out.find(std::string("cached ") + kLabel + " for sm_80") != std::string::npos);
+
+  // On a terminal: progress while reading DIR and while compiling, then the same text.
+  const std::string tty = jitcc_on_terminal(args).out;
+  const std::string n = std::to_string(selection().instances.size() + 2);
+  CHECK(tty.starts_with("\rwarm: reading 0/" + n + " entries (0%)"));
+  CHECK(tty.find("\rwarm 1/2 kernels (50%): 0 compiled, 1 cached, 0 failed; ") != std::string::npos);
+  const std::regex seconds("in [0-9]+\\.[0-9]+ s");
+  CHECK(std::regex_replace(after_progress(tty), seconds, "") == std::regex_replace(text.out, seconds, ""));
 }
 
 TEST_CASE("jitcc warm --from-cache: a source that does not compile and a bad entry are named; bad arguments are usage errors") {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <iostream>
 #include <limits>
 #include <thread>
 
@@ -76,6 +77,20 @@ rt::DiskCache open_cache(const Common& common) {
   if (std::string problem = cache_dir_problem(cache_dir(common), false); !problem.empty())
     throw std::runtime_error("cache directory " + problem);
   return unchecked_cache(common);
+}
+
+kiln::cli::ProgressLine progress_line(const Common& common, std::string what, std::string unit, std::size_t total,
+                                      std::vector<std::string> counters) {
+  return kiln::cli::ProgressLine(std::cout, kiln::cli::progress_wanted(common.json), total,
+                                 {.what = std::move(what),
+                                  .unit = std::move(unit),
+                                  .counters = std::move(counters),
+                                  .columns = kiln::cli::terminal_columns()});
+}
+
+std::vector<rt::EntryInfo> list_entries(const rt::DiskCache& cache, const Common& common, const std::string& what) {
+  auto progress = progress_line(common, what, "entries", 0);
+  return cache.list(progress.as_callback());
 }
 
 void emit(const Common& common, const Json& json, const std::string& text) {

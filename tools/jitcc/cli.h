@@ -13,6 +13,7 @@
 #include "kiln/dtype.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/kernel_registry.h"
+#include "progress_line.h"
 
 namespace jitcc {
 
@@ -56,6 +57,13 @@ std::string cache_dir_problem(const std::filesystem::path& dir, bool writing);
 kiln::rt::DiskCache unchecked_cache(const Common& common);
 // The same, after checking that the path is a directory (or absent): std::runtime_error if not.
 kiln::rt::DiskCache open_cache(const Common& common);
+
+// A progress line on stdout, drawn only when stdout is a terminal and --json is not given.
+kiln::cli::ProgressLine progress_line(const Common& common, std::string what, std::string unit, std::size_t total,
+                                      std::vector<std::string> counters = {});
+// cache.list(), with a progress line led by `what` while it reads every entry.
+std::vector<kiln::rt::EntryInfo> list_entries(const kiln::rt::DiskCache& cache, const Common& common,
+                                              const std::string& what);
 
 // Prints `json` (with --json) or `text` to stdout.
 void emit(const Common& common, const Json& json, const std::string& text);

@@ -16,7 +16,7 @@ std::string time_text(std::int64_t t) { return t > 0 ? iso_time(t) : "-"; }
 
 int run_list(const Common& common) {
   auto cache = open_cache(common);
-  auto entries = cache.list();
+  auto entries = list_entries(cache, common, "list");
   std::sort(entries.begin(), entries.end(), [](const rt::EntryInfo& a, const rt::EntryInfo& b) {
     const std::string an = entry_name(a.key), bn = entry_name(b.key);
     return std::tie(an, a.key.dtypes, a.key.variant, a.key.arch, a.path) <

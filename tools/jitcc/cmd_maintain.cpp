@@ -15,7 +15,8 @@ namespace {
 // Exit 1 while bad entries remain, so a script can gate on `jitcc verify`.
 int run_verify(bool fix, const Common& common) {
   auto cache = open_cache(common);
-  const auto entries = cache.list();
+  const auto entries = list_entries(cache, common, "verify: reading");
+  auto progress = progress_line(common, "verify: checking", "entries", entries.size(), {"ok", "bad"});
   Json bad = Json::array();
   int bad_count = 0, removed = 0;
   std::string text;
@@ -23,6 +24,7 @@ int run_verify(bool fix, const Common& common) {
     std::string problem = info.problem;
     // list() may judge by the header alone; read() also checks the payload checksum.
     bool ok = info.ok && cache.read(info.path, &problem).has_value();
+    progress.tick(ok ? 0 : 1);
     if (ok) continue;
     if (problem.empty()) problem = "unreadable entry";
     ++bad_count;
@@ -37,6 +39,7 @@ int run_verify(bool fix, const Common& common) {
     bad.push_back(Json{{"path", info.path.string()}, {"problem", problem}, {"removed", gone}});
     text += "bad: " + info.path.string() + ": " + problem + (gone ? " (removed)" : "") + "\n";
   }
+  progress.finish();
   const int remaining = bad_count - removed;
   text += std::to_string(entries.size()) + " entries checked, " + std::to_string(bad_count) + " bad";
   if (fix)
@@ -58,9 +61,10 @@ int run_verify(bool fix, const Common& common) {
 int run_gc(const std::string& max_size, const Common& common) {
   const std::uint64_t max_bytes = parse_size(max_size);
   auto cache = open_cache(common);
-  const std::size_t before = cache.list().size();
-  const std::uint64_t removed_bytes = cache.gc(max_bytes);
-  const std::size_t after = cache.list().size();
+  const std::size_t before = list_entries(cache, common, "gc: reading").size();
+  const std::uint64_t removed_bytes =
+      cache.gc(max_bytes, progress_line(common, "gc: collecting", "entries", 0).as_callback());
+  const std::size_t after = list_entries(cache, common, "gc: counting").size();
   const std::uint64_t total = cache.total_bytes();
   const std::size_t removed = before > after ? before - after : 0;
   emit(common,

@@ -68,20 +68,25 @@ int run_warm(const WarmArgs& a, const Common& common) {
   std::mutex mu;
   std::vector<Failure> failures;
   std::vector<std::string> digests(jobs.size());  // empty for failed jobs
+  auto progress = progress_line(common, "warm", "kernels", jobs.size(), {"compiled", "cached", "failed"});
   const auto start = std::chrono::steady_clock::now();
   parallel_for(jobs.size(), threads, [&](std::size_t i) {
     const Job& j = jobs[i];
     try {
-      auto outcome = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch, &digests[i]);
-      (outcome == rt::WarmOutcome::compiled ? compiled : cached)++;
+      const bool fresh = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch, &digests[i]) == rt::WarmOutcome::compiled;
+      (fresh ? compiled : cached)++;
+      progress.tick(fresh ? 0 : 1);
     } catch (const kiln::CompileError& e) {
       std::lock_guard lock(mu);
       failures.push_back({&j, first_line(e.what()), e.log()});
+      progress.tick(2);
     } catch (const std::exception& e) {
       std::lock_guard lock(mu);
       failures.push_back({&j, first_line(e.what()), ""});
+      progress.tick(2);
     }
   });
+  progress.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::sort(failures.begin(), failures.end(), [](const Failure& x, const Failure& y) { return x.job < y.job; });

@@ -55,7 +55,7 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
   std::vector<Failure> failures;
   std::set<std::tuple<std::string, std::string, std::uint32_t, std::string>> seen;  // one per source, any arch
   std::size_t builtin = 0;
-  for (const rt::EntryInfo& info : source.list()) {
+  for (const rt::EntryInfo& info : list_entries(source, common, "warm: reading")) {
     std::string problem = info.problem;
     std::optional<rt::Entry> e;
     if (info.ok && !made_at_run_time(info.key)) {
@@ -79,6 +79,7 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
   std::vector<std::string> digests(kernels.size()), outcomes(kernels.size());
   std::atomic<int> compiled{0}, cached{0};
   std::mutex mu;
+  auto progress = progress_line(common, "warm", "kernels", kernels.size(), {"compiled", "cached", "failed"});
   const auto start = std::chrono::steady_clock::now();
   parallel_for(kernels.size(), threads, [&](std::size_t i) {
     const Recorded& r = kernels[i];
@@ -86,16 +87,20 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
       const bool fresh = rt::warm_source(r.entry.key, r.entry.source, arch, &digests[i]) == rt::WarmOutcome::compiled;
       outcomes[i] = fresh ? "compiled" : "cached";
       (fresh ? compiled : cached)++;
+      progress.tick(fresh ? 0 : 1);
     } catch (const kiln::CompileError& e) {
       std::lock_guard lock(mu);
       failures.push_back({describe(r.entry.key), r.path, first_line(e.what()), e.log()});
       digests[i].clear();
+      progress.tick(2);
     } catch (const std::exception& e) {
       std::lock_guard lock(mu);
       failures.push_back({describe(r.entry.key), r.path, first_line(e.what()), ""});
       digests[i].clear();
+      progress.tick(2);
     }
   });
+  progress.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::size_t built = static_cast<std::size_t>(compiled.load() + cached.load());
   const std::size_t stored = count_stored(cache, digests, built);

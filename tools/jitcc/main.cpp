@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "kiln/error.h"
 #include "kiln/version.h"
+#include "version_text.h"
 
 namespace {
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"jitcc " + version + ": fill, inspect and maintain kiln's kernel cache"};
   app.require_subcommand(1);
+  kiln::cli::add_version_flag(app);
   app.footer(
       "Examples:\n"
       "  jitcc warm --arch sm_90                     compile every registered kernel for sm_90\n"
@@ -72,6 +74,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail(wants_json(argc, argv), jitcc::kUsageExit, e.what() + std::string(" (run 'jitcc --help')"));

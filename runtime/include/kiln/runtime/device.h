@@ -10,6 +10,8 @@ namespace kiln::rt {
 // `why` receives the reason when false.
 bool gpu_available(std::string* why = nullptr);
 int device_count();  // 0 when no driver/GPU (never throws)
+// The CUDA driver's version ("13.0"), or "" when libcuda.so.1 does not load; needs no GPU.
+std::string driver_version();
 
 struct DeviceInfo {
   int ordinal = 0;

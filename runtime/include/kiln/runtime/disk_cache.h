@@ -4,6 +4,7 @@
 // Size bound: KILN_CACHE_MAX_SIZE (bytes, or with K/M/G suffix; 0: no bound), LRU eviction.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,11 +67,14 @@ class DiskCache {
   // entries past the size bound.
   void store(const Entry& e);
 
-  std::vector<EntryInfo> list() const;  // every entry, valid or not
+  // (files done, files in all) as a scan of the whole cache goes, for a progress display.
+  using Progress = std::function<void(std::size_t done, std::size_t total)>;
+
+  std::vector<EntryInfo> list(const Progress& progress = {}) const;  // every entry, valid or not
   std::optional<Entry> read(const std::filesystem::path& p, std::string* problem = nullptr) const;
   // Removes least-recently-used entries until the total is <= max_bytes, and temp files
   // of writers that are gone; returns bytes removed.
-  std::uint64_t gc(std::uint64_t max_bytes);
+  std::uint64_t gc(std::uint64_t max_bytes, const Progress& progress = {});
   // Temp files whose writer is gone (killed mid-store); returns bytes removed.
   std::uint64_t remove_abandoned_temps();
   bool contains(const std::string& digest) const;  // an entry file exists for `digest`
@@ -90,7 +94,7 @@ class DiskCache {
   void quarantine(const std::filesystem::path& p, const std::string& why);
   void note_write_failure(const std::string& reason);
   void account_store(std::uint64_t bytes);
-  std::uint64_t gc_locked(std::uint64_t max_bytes);
+  std::uint64_t gc_locked(std::uint64_t max_bytes, const Progress& progress = {});
 
   std::filesystem::path dir_;
   CacheMode mode_;
