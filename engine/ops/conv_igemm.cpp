@@ -101,8 +101,6 @@ const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p,
       std::string("conv2d ") + pass_name(pass) + " " + mma_name, {"kiln_conv_igemm"})[0];
 }
 
-int mma_for(DType ta, DType tb, DType to) { return conv_mma_for(ta, tb, to); }
-
 }  // namespace
 
 std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& name,
@@ -145,7 +143,7 @@ int conv_mma_for(DType ta, DType tb, DType to) {
 }
 
 bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
-  const int mma = mma_for(a.dtype(), b.dtype(), out.dtype());
+  const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
   if (mma < 0 || !generated_convs_enabled() || out.numel() == 0) return false;
   for (const Tensor* t : {&a, &b, &out})
     if (t->numel() >= INT_MAX / 2) return false;  // the kernel indexes in 32 bits
@@ -171,7 +169,7 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
 }
 
 std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count) {
-  const int mma = mma_for(t, t, t);
+  const int mma = conv_mma_for(t, t, t);
   if (mma < 0) return {};
   return source(pass, s, plan_for(pass, s, mma, sm_count), t, t, t);
 }
