@@ -1,5 +1,7 @@
 #include "progress.h"
 
+#include "progress_line.h"  // kiln_cli: format_duration
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,26 +47,13 @@ std::string format_rate(double per_s) {
   return buf;
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const auto s = static_cast<long long>(std::llround(seconds));
-  char buf[32];
-  if (s < 60)
-    std::snprintf(buf, sizeof buf, "%llds", s);
-  else if (s < 3600)
-    std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
-  return buf;
-}
-
 std::string progress_line(const ProgressView& v) {
   const auto filled = static_cast<int>(kWidth * v.step / std::max<std::int64_t>(v.steps, 1));
   char buf[200];
   std::snprintf(buf, sizeof buf, "epoch %d/%d [%.*s%*s] %lld/%lld loss %.4f, %s samples/s, ETA %s", v.epoch, v.epochs,
                 filled, "================", kWidth - filled, "", static_cast<long long>(v.step),
                 static_cast<long long>(v.steps), v.loss, format_rate(v.samples_per_s).c_str(),
-                format_duration(v.seconds_left).c_str());
+                kiln::cli::format_duration(v.seconds_left).c_str());
   return buf;
 }
 

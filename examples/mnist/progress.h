@@ -36,8 +36,6 @@ struct ProgressView {
 std::string progress_line(const ProgressView& v);
 // "950", "52.3k", "1.25M"; "?" when not finite.
 std::string format_rate(double per_s);
-// "42s", "3m05s", "1h02m"; "?" when not finite.
-std::string format_duration(double seconds);
 
 class Progress {
  public:

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../../examples/mnist/progress.h"
+#include "progress_line.h"
 
 TEST_CASE("format_rate and format_duration") {
   CHECK(mnist::format_rate(0) == "0");
@@ -13,12 +14,12 @@ TEST_CASE("format_rate and format_duration") {
   CHECK(mnist::format_rate(52'340) == "52.3k");
   CHECK(mnist::format_rate(1'254'000) == "1.25M");
   CHECK(mnist::format_rate(NAN) == "?");
-  CHECK(mnist::format_duration(0.2) == "0s");
-  CHECK(mnist::format_duration(42.4) == "42s");
-  CHECK(mnist::format_duration(185) == "3m05s");
-  CHECK(mnist::format_duration(3720) == "1h02m");
-  CHECK(mnist::format_duration(NAN) == "?");
-  CHECK(mnist::format_duration(INFINITY) == "?");
+  CHECK(kiln::cli::format_duration(0.2) == "0s");
+  CHECK(kiln::cli::format_duration(42.4) == "42s");
+  CHECK(kiln::cli::format_duration(185) == "3m05s");
+  CHECK(kiln::cli::format_duration(3720) == "1h02m");
+  CHECK(kiln::cli::format_duration(NAN) == "?");
+  CHECK(kiln::cli::format_duration(INFINITY) == "?");
 }
 
 TEST_CASE("RateMeter: the first reading's interval (compiles, capture) is not counted after it") {

@@ -19,6 +19,7 @@ std::size_t terminal_columns() {
 }
 
 std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds)) return "?";
   const long s = std::lround(std::max(0.0, seconds));
   char buf[32];
   if (s < 60)

@@ -65,7 +65,7 @@ class ProgressLine {
   bool finished_ = false;
 };
 
-// "42s", "3m07s", "2h05m".
+// "42s", "3m07s", "2h05m"; "?" when not finite (shared with mnist-train's progress bar).
 std::string format_duration(double seconds);
 
 }  // namespace kiln::cli
