@@ -108,10 +108,21 @@ void DataLoader::set_epoch(std::int64_t epoch) {
   order_ = from_data(p.data(), {n_}, DType::i64, resident_ ? o_.device : Device::cpu());
 }
 
-Batch DataLoader::batch(std::int64_t i) const {
+void DataLoader::check_batch(std::int64_t i) const {
   if (i < 0 || i >= batches())
     throw ValueError(std::string(kWho) + "batch " + std::to_string(i) + " is out of range: an epoch has " +
                      std::to_string(batches()) + " batches");
+}
+
+Tensor DataLoader::indices(std::int64_t i) const {
+  check_batch(i);
+  const std::int64_t start = i * o_.batch_size, len = std::min(o_.batch_size, n_ - start);
+  if (o_.shuffle) return narrow(order_, 0, start, len);
+  return arange(start, start + len, 1, {.dtype = DType::i64, .device = inputs_.device()});
+}
+
+Batch DataLoader::batch(std::int64_t i) const {
+  check_batch(i);
   NoGradGuard no_grad;
   const std::int64_t start = i * o_.batch_size, len = std::min(o_.batch_size, n_ - start);
   Tensor x, y;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "kiln/autograd.h"
+#include "kiln/compile.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
 #include "ops/registry.h"
@@ -203,6 +204,16 @@ std::uint64_t Optimizer::step_values_on(Device d) const {
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
+}
+
+void Optimizer::reset_state() {
+  if (kiln::capturing()) throw ValueError("[" + name() + "] reset_state inside a compiled step's capture");
+  check_resettable();
+  NoGradGuard no_grad;
+  for (std::vector<Tensor>& row : slots_)
+    for (Tensor& t : row)
+      if (t.defined()) t.zero_();
+  steps_ = 0;
 }
 
 bool Optimizer::has_slot(std::size_t param, std::size_t slot) const {

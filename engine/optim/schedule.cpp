@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "compile/capture.h"
+#include "kiln/compile.h"
 #include "kiln/error.h"
 #include "optim_common.h"
 
@@ -37,6 +38,12 @@ void LrScheduler::step() {
   advance();
   // Inside a captured step the host's part must also run at every replay.
   compile_detail::on_replay([this] { advance(); });
+}
+
+void LrScheduler::reset() {
+  if (kiln::capturing()) throw ValueError("[optim.LrScheduler] reset inside a compiled step's capture");
+  step_ = 0;
+  start();
 }
 
 void LrScheduler::advance() {

@@ -52,6 +52,13 @@ SGD::SGD(std::vector<Tensor> params, SgdOptions options)
 
 std::vector<std::string> SGD::slot_names() const { return {"momentum_buffer"}; }
 
+void SGD::check_resettable() const {
+  if (o_.momentum != 0 && o_.dampening != 0)
+    throw ValueError("[optim.SGD] reset_state: with momentum and dampening " + std::to_string(o_.dampening) +
+                     " the first step copies the gradient into the buffer, which a zeroed buffer cannot repeat; "
+                     "build a new optimizer instead");
+}
+
 void SGD::update(std::size_t i, const Tensor& grad) {
   const Tensor& p = params()[i];
   const bool momentum = o_.momentum != 0;

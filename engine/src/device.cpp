@@ -30,4 +30,8 @@ std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str
 
 int cuda_device_count() { return rt::device_count(); }
 
+void synchronize(Device d) {
+  if (d.is_cuda()) rt::default_stream(d.index()).synchronize();
+}
+
 }  // namespace kiln

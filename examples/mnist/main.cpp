@@ -12,6 +12,7 @@
 
 #include "dataset_files.h"
 #include "models.h"
+#include "speedrun.h"
 #include "train.h"
 #include "version_text.h"
 
@@ -63,6 +64,31 @@ void print_summary(const mnist::RunResult& r) {
   if (r.eval_step) std::printf("evaluation graphs: %s\n", mnist::describe(*r.eval_step).c_str());
 }
 
+// --recipe speedrun: `seeds` runs from `first_seed` on, a line each, then their summary; with
+// a metrics path one JSON line per run.
+void run_speedrun(const data::Mnist& mnist, Device device, bool compiled, std::uint64_t first_seed, int seeds,
+                  const std::string& metrics_path) {
+  const mnist::SpeedrunRecipe recipe;
+  std::printf("recipe speedrun: conv5x5-%lld, BN, pool, conv3x3-%lld, BN, pool, FC %lld-%lld-10; %g epoch of batch "
+              "%lld; Adam lr %g betas (%g, %g), one-cycle; label smoothing %g; %s\n",
+              static_cast<long long>(recipe.conv1), static_cast<long long>(recipe.conv2),
+              static_cast<long long>(recipe.conv2 * 25), static_cast<long long>(recipe.hidden), recipe.epochs,
+              static_cast<long long>(recipe.batch_size), recipe.lr, recipe.beta1, recipe.beta2,
+              recipe.label_smoothing, recipe.precision.c_str());
+  std::string json;
+  const mnist::SpeedrunData data(mnist, device);
+  std::vector<mnist::SpeedrunRun> runs;
+  for (int i = 0; i < seeds; ++i) {
+    runs.push_back(mnist::speedrun(data, recipe, first_seed + static_cast<std::uint64_t>(i), device, compiled));
+    std::printf("%s\n", mnist::describe(runs.back()).c_str());
+    std::fflush(stdout);
+    json += mnist::speedrun_json(runs.back(), recipe, device, compiled) + "\n";
+    if (!metrics_path.empty()) io::write_file_atomically(metrics_path, json);  // each run kept as it ends
+  }
+  std::printf("%s\n", mnist::summarize(runs).c_str());
+  if (!runs.back().step_graph.empty()) std::printf("training step graphs: %s\n", runs.back().step_graph.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,11 +128,35 @@ int main(int argc, char** argv) {
   app.add_flag("--eager", o.eager,
                "on a GPU, run the training and evaluation steps op by op instead of replaying them as CUDA "
                "graphs (same results, more host work per step)");
+  std::string recipe;
+  int seeds = 1;
+  auto* recipe_opt =
+      app.add_option("--recipe", recipe,
+                     "speedrun: the fastest way kiln knows to 99% test accuracy (the README says what it is); it "
+                     "sets the model, epochs, batch, optimizer, schedule and precision, and prints training, "
+                     "warm-up/capture and evaluation times apart")
+          ->check(CLI::IsMember({"speedrun"}));
+  app.add_option("--seeds", seeds, "with --recipe: runs with seeds --seed, --seed+1, ... and their summary")
+      ->check(CLI::Range(1, 1000))
+      ->needs(recipe_opt)
+      ->capture_default_str();
+  for (const char* fixed : {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--schedule", "--precision",
+                            "--save", "--load", "--plot", "--eval-only"})
+    recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
     o.device = pick_device(device);
+    if (!recipe.empty()) {
+      if (!o.metrics.empty()) mnist::check_output_files(o);
+      const std::string dir = mnist::locate_dataset(data_dir);
+      const data::Mnist mnist = data::load_mnist(dir);
+      std::printf("kiln %s: recipe %s on %s (%s steps), data %s\n", kiln::version(), recipe.c_str(),
+                  o.device.str().c_str(), mnist::compiled_steps(o) ? "compiled" : "eager", dir.c_str());
+      run_speedrun(mnist, o.device, mnist::compiled_steps(o), o.seed, seeds, o.metrics);
+      return 0;
+    }
     o = mnist::with_defaults(o);
     if (o.eval_only && o.load.empty()) throw ValueError("[mnist-train] --eval-only needs --load FILE");
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training

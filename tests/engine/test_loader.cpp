@@ -227,3 +227,21 @@ TEST_CASE("data.DataLoader a batch size past the dataset, up to INT64_MAX, is on
   }
   CHECK_THROWS_AS(DataLoader(d.inputs, d.labels, {.batch_size = std::numeric_limits<std::int64_t>::min()}), ValueError);
 }
+
+TEST_CASE("data.DataLoader indices(i) are the rows batch(i) takes, as i64 where the data lives") {
+  const Dataset d = dataset(10);
+  DataLoader dl(d.inputs, d.labels, {.batch_size = 4, .seed = 3, .scale = 1.0});
+  for (std::int64_t b = 0; b < dl.batches(); ++b) {
+    CAPTURE(b);
+    const Tensor idx = dl.indices(b);
+    CHECK(idx.dtype() == DType::i64);
+    CHECK(idx.device() == Device::cpu());
+    CHECK(idx.size(0) == (b == 2 ? 2 : 4));
+    CHECK(idx.to_vector<std::int64_t>() == dl.batch(b).labels.to_vector<std::int64_t>());  // label k is row k
+  }
+  CHECK_THROWS_AS(dl.indices(3), ValueError);
+  CHECK_THROWS_AS(dl.indices(-1), ValueError);
+  DataLoader ordered(d.inputs, d.labels, {.batch_size = 4, .shuffle = false});
+  CHECK(ordered.indices(1).to_vector<std::int64_t>() == std::vector<std::int64_t>{4, 5, 6, 7});
+  CHECK(ordered.indices(2).to_vector<std::int64_t>() == std::vector<std::int64_t>{8, 9});
+}

@@ -443,6 +443,65 @@ TEST_CASE("optim.OneCycleLR matches PyTorch's first, peak, middle and last value
   CHECK_THROWS_AS(s.lr_at(-1), ValueError);
 }
 
+TEST_CASE("optim: reset_state starts over in place, so the next steps are a fresh optimizer's") {
+  const optim::SgdOptions sgd{.lr = 0.1, .momentum = 0.9, .nesterov = true};
+  const optim::AdamOptions adam{.lr = 0.01, .beta1 = 0.7, .beta2 = 0.9};
+  auto check = [](optim::Optimizer& opt, Tensor& p, const Tensor& fresh_two_steps) {
+    for (int s = 0; s < 3; ++s) {
+      set_grad(p, kGrads[static_cast<std::size_t>(s)]);
+      opt.step();
+    }
+    const nn::NamedTensors before = opt.state();
+    opt.reset_state();
+    CHECK(opt.steps() == 0);
+    const nn::NamedTensors after = opt.state();
+    REQUIRE(after.size() == before.size());
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      CAPTURE(after[i].first);
+      if (after[i].first == "step") {
+        CHECK(after[i].second.item<std::int64_t>() == 0);
+        continue;
+      }
+      CHECK(after[i].second.shares_storage(before[i].second));  // the same buffers, zeroed
+      for (double v : after[i].second.to_vector<double>()) CHECK(v == 0.0);
+    }
+    {
+      NoGradGuard no_grad;
+      p.copy_(from_vector(kP0));
+    }
+    for (int s = 0; s < 2; ++s) {
+      set_grad(p, kGrads[static_cast<std::size_t>(s)]);
+      opt.step();
+    }
+    CHECK(opt.steps() == 2);
+    check_close(p, fresh_two_steps.to_vector<double>(), 0);
+  };
+  Tensor p1 = param(kP0);
+  optim::SGD s1({p1}, sgd);
+  check(s1, p1, run_steps<optim::SGD>(sgd, 2));
+  Tensor p2 = param(kP0);
+  optim::Adam a2({p2}, adam);
+  check(a2, p2, run_steps<optim::Adam>(adam, 2));
+  // With dampening a zeroed buffer would damp the first gradient, which the first step copies.
+  Tensor p3 = param(kP0);
+  optim::SGD damped({p3}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.2});
+  CHECK(message_of<ValueError>([&] { damped.reset_state(); }).find("[optim.SGD] reset_state: with momentum and "
+                                                                    "dampening") == 0);
+}
+
+TEST_CASE("optim: LrScheduler::reset goes back to step 0 and sets its lr") {
+  Tensor p = param(kP0);
+  optim::Adam opt({p});
+  optim::OneCycleLR s(opt, 0.1, 100);
+  for (int i = 0; i < 5; ++i) s.step();
+  CHECK(s.current_step() == 5);
+  s.reset();
+  CHECK(s.current_step() == 0);
+  CHECK(opt.lr() == s.lr_at(0));
+  s.step();
+  CHECK(opt.lr() == s.lr_at(1));
+}
+
 TEST_CASE("optim: SGD and Adam drive a least-squares fit to its solution") {
   // X is 6x3 with full column rank; y = X w* exactly, so w* is the minimiser.
   const Tensor x = from_vector(Vec{1, 0, 2, 0, 1, -1, 1, 1, 0, 2, -1, 1, 0, 3, 1, -1, 0.5, 2}, {6, 3});

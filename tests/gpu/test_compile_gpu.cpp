@@ -191,6 +191,44 @@ void check_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want)
 
 }  // namespace
 
+TEST_CASE("compile: weights put back, reset_state and a schedule reset make the replays repeat the first run") {
+  Trainer t({"cnn", "adam", "onecycle"});
+  std::vector<Tensor> start;
+  for (const Tensor& p : t.net->parameters()) start.push_back(p.detach().clone());
+  const auto data = batches(3, 32);
+  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) { return t.step(in); });
+  auto five_steps = [&] {
+    std::vector<std::uint32_t> losses;
+    for (int i = 0; i < 5; ++i) {
+      const auto& xy = data[static_cast<std::size_t>(i) % data.size()];
+      losses.push_back(bits(cf({xy.first, xy.second})[0])[0]);
+    }
+    return finish(t, std::move(losses));
+  };
+  const Outcome first = five_steps();  // the eager call, the capture, three replays
+  {
+    NoGradGuard no_grad;
+    const std::vector<Tensor> params = t.net->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(start[i]);
+  }
+  t.opt->reset_state();
+  t.sched->reset();
+  const Outcome again = five_steps();  // replays only
+  CHECK(cf.stats().captures == 1);
+  CHECK(cf.stats().replays == 8);
+  CHECK(again.losses == first.losses);
+  CHECK(again.params == first.params);
+  CHECK(again.steps == 5);
+  CHECK(again.lr == first.lr);
+  // Resetting host state inside a capture would not be replayed: refused.
+  CompiledFunction bad = compile([&](const std::vector<Tensor>& in) {
+    t.opt->reset_state();
+    return t.step(in);
+  });
+  bad({data[0].first, data[0].second});
+  CHECK_THROWS_AS(bad({data[0].first, data[0].second}), ValueError);
+}
+
 TEST_CASE("compile: a signature change captures once more, then both signatures replay") {
   Generator g(3);
   const Tensor w = randn({16, 8}, {}, &g).to(kGpu);

@@ -35,4 +35,8 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 // GPUs kiln can use: 0 without a driver or GPU (never throws).
 int cuda_device_count();
 
+// Waits until the work kiln has queued on `d` has finished, e.g. to time it; nothing to wait
+// for on the CPU, where every op has finished when it returns.
+void synchronize(Device d);
+
 }  // namespace kiln

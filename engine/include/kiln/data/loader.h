@@ -41,8 +41,12 @@ class DataLoader {
   void set_epoch(std::int64_t epoch);
   // Batch i of the current epoch, 0 <= i < batches(); ValueError otherwise.
   Batch batch(std::int64_t i) const;
+  // The dataset rows batch i takes (i64 (len), where the data lives), for a step that gathers
+  // its batch itself, e.g. inside a compiled step from a dataset already normalised on the device.
+  Tensor indices(std::int64_t i) const;
 
  private:
+  void check_batch(std::int64_t i) const;  // ValueError unless 0 <= i < batches()
   Tensor inputs_, labels_;  // resident: on options.device; else CPU
   Tensor order_;            // i64 permutation of the epoch, where the data lives
   LoaderOptions o_;

@@ -32,6 +32,11 @@ class Optimizer {
   // bias corrections then count a skipped step); on the CPU a skipped step changes nothing.
   void step_unless(const Tensor& found_inf);
   void zero_grad();  // drops every parameter's .grad()
+  // Back to step 0: every state slot zeroed in place and the step count 0, so a compiled step
+  // captured before keeps its buffers and its next replay is a first step (e.g. after warming
+  // up and capturing on real batches). ValueError inside a capture, and for SGD with momentum
+  // and dampening, whose first step copies the gradient where a zeroed buffer would damp it.
+  void reset_state();
   double lr() const { return lr_; }
   void set_lr(double lr);  // ValueError when negative or not finite
   std::int64_t steps() const { return steps_; }
@@ -59,6 +64,8 @@ class Optimizer {
   std::uint64_t step_values_on(Device d) const;
   // The device address of the flag the update kernels skip on (step_unless), 0: never skip.
   std::uint64_t skip_flag() const { return skip_flag_; }
+  // Throws ValueError when zeroed state would not repeat a first step (reset_state).
+  virtual void check_resettable() const {}
   // Whether a slot's values can never be negative (a second moment), for load_state's checks.
   virtual bool slot_nonnegative(std::size_t) const { return false; }
   // Zeros of the parameter's shape on first use (f32 for f16/bf16 parameters).
@@ -96,6 +103,7 @@ class SGD : public Optimizer {
   void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) override;
   std::vector<std::string> slot_names() const override;
   std::string name() const override { return "optim.SGD"; }
+  void check_resettable() const override;
 
  private:
   SgdOptions o_;

@@ -14,6 +14,7 @@ class LrScheduler {
   virtual ~LrScheduler() = default;
   void step();  // advances one step and sets lr_at(step)
   std::int64_t current_step() const { return step_; }
+  void reset();  // back to step 0, setting lr_at(0); ValueError inside a capture
   virtual double lr_at(std::int64_t step) const = 0;
 
  protected:

@@ -1,0 +1,90 @@
+// mnist-train --recipe speedrun on the synthetic MNIST: a run per seed with its times apart and
+// a JSON line each, the same run for the same seed, the flags the recipe sets refused, and on
+// a GPU compiled steps that give exactly the --eager runs (the warm-up's state fully undone).
+#include "mnist_train_util.h"
+
+#include "kiln/runtime/device.h"
+
+using namespace mnist_test;
+
+namespace {
+
+std::vector<nlohmann::json> speedrun(const Scratch& s, const std::string& name, std::vector<std::string> extra) {
+  const fs::path metrics = s.dir.path() / (name + ".jsonl");
+  std::vector<std::string> args{"--data", s.dir.path().string(), "--recipe", "speedrun", "--metrics", metrics.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const kiln_test::ProcessResult r = train(args);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("recipe speedrun: conv5x5-24, BN, pool, conv3x3-32, BN, pool, FC 800-256-10") != std::string::npos);
+  CHECK(r.out.find("run(s): test accuracy mean") != std::string::npos);
+  return json_lines(metrics);
+}
+
+}  // namespace
+
+TEST_CASE("mnist-train --recipe speedrun: a line and a JSON object per seed, times apart, the same run per seed") {
+  Scratch s;
+  const auto runs = speedrun(s, "two", {"--device", "cpu", "--seeds", "2", "--seed", "7"});
+  REQUIRE(runs.size() == 2);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const nlohmann::json& j = runs[i];
+    CAPTURE(j.dump());
+    CHECK(j.at("seed") == 7 + i);
+    CHECK(j.at("steps") == 4);  // 1024 samples in batches of 256
+    CHECK(j.at("batch_size") == 256);
+    CHECK(j.at("precision") == "bf16");
+    CHECK(j.at("device") == "cpu");
+    CHECK(j.at("compiled") == false);
+    const double acc = j.at("test_accuracy").get<double>();
+    CHECK(acc >= 0.0);
+    CHECK(acc <= 1.0);
+    CHECK(std::isfinite(j.at("test_loss").get<double>()));
+    for (const char* t : {"train_seconds", "capture_seconds", "eval_seconds"}) CHECK(j.at(t).get<double>() > 0);
+  }
+  CHECK(runs[0].at("test_loss") != runs[1].at("test_loss"));  // another seed, another run
+  const auto again = speedrun(s, "again", {"--device", "cpu", "--seed", "8"});
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].at("test_loss") == runs[1].at("test_loss"));
+  CHECK(again[0].at("test_accuracy") == runs[1].at("test_accuracy"));
+}
+
+TEST_CASE("mnist-train --recipe refuses the flags it sets; --seeds needs it") {
+  Scratch s;
+  const std::vector<std::vector<std::string>> fixed{{"--model", "cnn"},      {"--epochs", "2"},     {"--lr", "0.1"},
+                                                    {"--batch-size", "64"},  {"--precision", "f32"}, {"--optimizer", "sgd"},
+                                                    {"--schedule", "none"}, {"--eval-only"}};
+  for (const auto& flag : fixed) {
+    std::vector<std::string> args{"--data", s.dir.path().string(), "--device", "cpu", "--recipe", "speedrun"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    const kiln_test::ProcessResult r = train(args);
+    CAPTURE(flag[0]);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find(flag[0] + " excludes --recipe") != std::string::npos);
+  }
+  const kiln_test::ProcessResult seeds = train({"--data", s.dir.path().string(), "--device", "cpu", "--seeds", "2"});
+  CHECK(seeds.exit_code != 0);
+  CHECK(seeds.err.find("--seeds requires --recipe") != std::string::npos);
+  const kiln_test::ProcessResult unknown = train({"--device", "cpu", "--recipe", "fastest"});
+  CHECK(unknown.exit_code != 0);
+  CHECK(unknown.err.find("speedrun") != std::string::npos);
+}
+
+TEST_CASE("mnist-train --recipe speedrun on the GPU: compiled steps give exactly the --eager runs") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why)) {
+    MESSAGE("skipped: needs a GPU (" << why << ")");
+    return;
+  }
+  Scratch s;
+  const auto compiled = speedrun(s, "compiled", {"--device", "cuda", "--seeds", "2", "--seed", "3"});
+  const auto eager = speedrun(s, "eager", {"--device", "cuda", "--seeds", "2", "--seed", "3", "--eager"});
+  REQUIRE(compiled.size() == 2);
+  REQUIRE(eager.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(compiled[i].at("compiled") == true);
+    CHECK(eager[i].at("compiled") == false);
+    CHECK(compiled[i].at("test_loss") == eager[i].at("test_loss"));
+    CHECK(compiled[i].at("test_accuracy") == eager[i].at("test_accuracy"));
+  }
+}
