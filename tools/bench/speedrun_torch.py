@@ -116,9 +116,11 @@ class Runner:
         self.net.train()
 
     def step(self):
+        torch = self.torch
         if self.graph is not None:
             self.graph.replay()
         elif self.compiled is not None:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs may be overwritten
             self.compiled()
             self.opt.zero_grad(set_to_none=False)
         else:
