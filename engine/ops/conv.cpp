@@ -176,7 +176,9 @@ void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in,
 
 void conv_grad_weight_gpu(const Geom& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
-  if (run_conv_wgrad(sizes(g), x, gy, dw) || run_conv_igemm(ConvPass::grad_weight, sizes(g), gy, x, dw)) return;
+  if (run_conv_wgrad(sizes(g), x, gy, dw) || run_conv_wgrad_small(sizes(g), x, gy, dw) ||
+      run_conv_igemm(ConvPass::grad_weight, sizes(g), gy, x, dw))
+    return;
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);

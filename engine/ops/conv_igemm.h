@@ -37,6 +37,12 @@ std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_cou
 bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
 std::string conv_wgrad_source(const ConvSizes& s, DType t, int sm_count);
 
+// Weight gradient (a = x, b = gy, out = dw) of a conv with at most 256 kernel rows (O * C * KH,
+// groups 1) up to 8 wide, on CUDA cores in f32 (kernel_templates/conv_wgrad_small.cu): a first
+// conv over few input channels, whose long sum over pixels tensor-core tiles would spread thin.
+bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
+std::string conv_wgrad_small_source(const ConvSizes& s, DType t, int sm_count);
+
 // The generated kernels of one shape: registers `make_source()` under `name` (once) and a
 // spec per entry point (the first named `name`, the others `name_1`, ...), in entry order.
 std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& name,

@@ -98,6 +98,27 @@ TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in b
   set_allow_conv_tf32(tf32);
 }
 
+TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or strided") {
+  const bool tf32 = allow_conv_tf32();
+  set_allow_conv_tf32(true);
+  int compiled = 0;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (const ConvSizes& s : {make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),
+                               make(2, 3, 10, 11, 5, 3, 2, 1, 2, 1)}) {
+      const std::string src = conv_detail::conv_wgrad_small_source(s, t, 132);
+      REQUIRE_FALSE(src.empty());
+      CHECK(rt::template_placeholders(src).empty());
+      const rt::CompiledModule m = rt::compile({"conv_wgrad_small", std::string(dtype_name(t)), src, 90});
+      CHECK(m.ptx.find("kiln_conv_wgrad_small_reduce") != std::string::npos);
+      ++compiled;
+    }
+  CHECK(compiled == 9);
+  // Over 256 kernel rows, or grouped: the tensor-core kernels take them.
+  CHECK(conv_detail::conv_wgrad_small_source(make(4, 3, 8, 8, 128, 3, 1, 1, 1, 1), DType::bf16, 132).empty());
+  CHECK(conv_detail::conv_wgrad_small_source(make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2), DType::bf16, 132).empty());
+  set_allow_conv_tf32(tf32);
+}
+
 TEST_CASE("no generated convolution for f64, or for f32 with TF32 switched off") {
   const ConvSizes s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
   const bool tf32 = allow_conv_tf32();

@@ -1,7 +1,7 @@
 // The generated tensor-core convolutions (bf16, f16, TF32) against the CPU reference in
 // f64, forward, input gradient and weight gradient, over strides, padding, dilation,
-// groups, odd sizes, 1x1, batch 1, split-K weight gradients, the patch kernels and the
-// MNIST cnn's shapes.
+// groups, odd sizes, 1x1, batch 1, split-K weight gradients, the patch kernels, the small
+// weight-gradient kernel and the MNIST cnn's shapes.
 // Each element may differ by tol * sum |a||b| of its own terms (the reference run on
 // |inputs|): input rounding is in that sum, so the bound holds element by element.
 #include <doctest/doctest.h>
@@ -75,6 +75,10 @@ const std::vector<Case>& cases() {
       {"patch 5x5 p1", {3, 16, 10, 9}, {20, 16, 5, 5}, {.padding = {1}}},
       // Weight-gradient tiles: a partial second channel tile (40 = 32 + 8), two of outputs.
       {"wgrad tiles C=40 O=70", {3, 40, 6, 7}, {70, 40, 3, 3}, {.padding = {1}}},
+      // Small weight gradients on CUDA cores: the speedrun's conv1 (sliding rows, two lanes per
+      // row, more images than SMs) and a dilated one that reads each tap.
+      {"speedrun conv1 b301", {301, 1, 28, 28}, {24, 1, 5, 5}, {}},
+      {"small wgrad d2 p1", {3, 2, 11, 10}, {6, 2, 3, 3}, {.padding = {1}, .dilation = {2}}},
   };
   return c;
 }
