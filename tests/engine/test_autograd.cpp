@@ -213,3 +213,30 @@ TEST_CASE("sum and reshape gradients") {
   sum(reshape(x, {3, 2}) * f64({1, 2}, {2}), {0}).backward(f64({1, 10}, {2}));
   CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 20, 1, 20, 1, 20});
 }
+
+TEST_CASE("grad-ready hooks run once per backward when a leaf's gradient is complete, last layer first") {
+  Tensor a = from_vector<double>({1.0, 2.0}).requires_grad_();
+  Tensor b = from_vector<double>({3.0, -1.0}).requires_grad_();
+  std::vector<std::string> order;
+  std::vector<double> a_seen;
+  a.add_grad_ready_hook([&](const Tensor& leaf) {
+    order.push_back("a");
+    a_seen = leaf.grad().to_vector<double>();  // both of a's paths are in already
+  });
+  b.add_grad_ready_hook([&](const Tensor&) { order.push_back("b"); });
+  // a reaches the loss through two paths; b only after a's first product.
+  Tensor h = a * 2.0 + a * 3.0;
+  sum(h * b).backward();
+  CHECK(order == std::vector<std::string>{"b", "a"});
+  CHECK(a_seen == std::vector<double>{15.0, -5.0});  // 5 * b
+  order.clear();
+  sum(a * b).backward();  // a second backward: each hook once more
+  CHECK(order.size() == 2);
+  a.clear_grad_ready_hooks();
+  order.clear();
+  sum(a * b).backward();
+  CHECK(order == std::vector<std::string>{"b"});
+  CHECK_THROWS_AS(h.add_grad_ready_hook([](const Tensor&) {}), ValueError);
+  Tensor plain = from_vector<double>({1.0});
+  CHECK_THROWS_AS(plain.add_grad_ready_hook([](const Tensor&) {}), ValueError);
+}

@@ -3,6 +3,7 @@
 // views share. Copies of a Tensor are the same tensor; clone() copies the data.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -71,6 +72,12 @@ class Tensor {
   const Tensor& grad() const;              // undefined until a backward reaches this leaf
   void set_grad(const Tensor& g);
   void zero_grad();  // drops .grad()
+  // On a leaf that requires grad: `hook(leaf)` runs in each backward once this leaf's gradient
+  // for it is complete (every path to it accumulated), before the backward goes on, e.g. to
+  // start its all-reduce while earlier layers still differentiate. Not run when no gradient
+  // reached the leaf. ValueError on a non-leaf or a tensor without requires_grad.
+  void add_grad_ready_hook(std::function<void(const Tensor& leaf)> hook);
+  void clear_grad_ready_hooks();
   std::shared_ptr<Node> grad_fn() const;
   void backward() const;  // on a one-element tensor
   void backward(const Tensor& gradient, bool retain_graph = false) const;

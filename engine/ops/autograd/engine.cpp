@@ -3,6 +3,7 @@
 #include <mutex>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/amp.h"
 #include "kiln/autograd.h"
@@ -52,6 +53,7 @@ class BackwardEngine {
     const TensorImpl& r = *root.impl();
     if (!r.grad_fn) {
       accumulate_leaf(root.impl_ptr(), std::move(grad));
+      grad_ready(root.impl_ptr());
       return;
     }
     add_grad(r.grad_fn.get(), r.output_nr, std::move(grad));
@@ -75,8 +77,12 @@ class BackwardEngine {
         if (e.node) {
           if (g.defined()) add_grad(e.node.get(), e.output_nr, std::move(g));
           if (--deps_[e.node.get()] == 0) ready.push(e.node.get());
-        } else if (g.defined()) {
-          if (auto leaf = e.leaf.lock()) accumulate_leaf(leaf, std::move(g));
+        } else if (auto leaf = e.leaf.lock()) {
+          if (g.defined()) {
+            accumulate_leaf(leaf, std::move(g));
+            reached_.insert(leaf.get());
+          }
+          if (--leaf_deps_[leaf.get()] == 0 && reached_.count(leaf.get())) grad_ready(leaf);
         }
       }
       if (!retain_) {
@@ -104,7 +110,10 @@ class BackwardEngine {
       Node* n = stack.back();
       stack.pop_back();
       for (const Node::Edge& e : n->next_) {
-        if (!e.node) continue;
+        if (!e.node) {
+          if (auto leaf = e.leaf.lock()) ++leaf_deps_[leaf.get()];  // the paths a leaf's gradient takes
+          continue;
+        }
         ++deps_[e.node.get()];
         if (seen_.emplace(e.node.get(), true).second) stack.push_back(e.node.get());
       }
@@ -208,7 +217,16 @@ class BackwardEngine {
     leaf->grad = exclusive ? std::move(g) : convert(g, g.dtype());
   }
 
+  // Runs the leaf's grad-ready hooks, in the order they were added.
+  static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
+    if (leaf->grad_ready_hooks.empty()) return;
+    const Tensor t(leaf);
+    for (const auto& hook : leaf->grad_ready_hooks) hook(t);
+  }
+
   bool retain_;
+  std::unordered_map<TensorImpl*, int> leaf_deps_;
+  std::unordered_set<TensorImpl*> reached_;
   std::vector<std::shared_ptr<Node>> roots_;
   std::unordered_map<Node*, std::vector<Tensor>> grads_;
   std::unordered_map<Node*, int> deps_;

@@ -118,6 +118,17 @@ void Tensor::zero_grad() {
   t.grad_is_zero = false;
 }
 
+void Tensor::add_grad_ready_hook(std::function<void(const Tensor& leaf)> hook) {
+  TensorImpl& t = const_cast<TensorImpl&>(checked(impl_));
+  if (!t.requires_grad || t.grad_fn)
+    throw ValueError("[grad] add_grad_ready_hook needs a leaf that requires grad, got " +
+                     std::string(t.grad_fn ? "the output of an op" : "a tensor without requires_grad"));
+  if (!hook) throw ValueError("[grad] add_grad_ready_hook: the hook is empty");
+  t.grad_ready_hooks.push_back(std::move(hook));
+}
+
+void Tensor::clear_grad_ready_hooks() { const_cast<TensorImpl&>(checked(impl_)).grad_ready_hooks.clear(); }
+
 std::shared_ptr<Node> Tensor::grad_fn() const { return checked(impl_).grad_fn; }
 
 void Tensor::backward() const { kiln::backward({*this}, {}, false); }

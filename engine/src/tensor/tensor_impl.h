@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "kiln/device.h"
@@ -50,6 +51,7 @@ struct TensorImpl {
   // zero_grad inside a compiled call: `grad` holds stale values that count as zeros. The next
   // accumulation copies instead of adding; any other read zeroes it first (one kernel fewer).
   bool grad_is_zero = false;
+  std::vector<std::function<void(const Tensor&)>> grad_ready_hooks;  // Tensor::add_grad_ready_hook
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
 
