@@ -22,7 +22,8 @@ constexpr int CIG = CI / G, COG = CO / G, RS = KH * KW;
 constexpr int BANDS = (OH + ROWS - 1) / ROWS, PR = ROWS + (KH - 1) * DH, PWC = OW + (KW - 1) * DW;
 constexpr int M = ROWS * OW, MT = (M + 15) / 16 * 16, MI = MT / 16;
 constexpr int KC = MMA == 2 ? 8 : 16, PAD = MMA == 2 ? 4 : 8;
-constexpr int CP = CIG + PAD;  // padded channel run: fragment rows land on distinct banks
+constexpr int CIGP = (CIG + KC - 1) / KC * KC;  // channels up to the MMA's k step; the extra ones are zeros
+constexpr int CP = CIGP + PAD;  // padded channel run: fragment rows land on distinct banks
 // Warps: WN side by side along n (8 channels each), WM along m; a warp takes every WM-th
 // 16-row tile, MIW of them.
 constexpr int THREADS = 128, WN = BN / 8, WM = 4 / WN, MIW = (MI + WM - 1) / WM;
@@ -68,11 +69,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
 
   // Input rows oy0 - PH .. + PR of this group's channels, zero outside the image; loads run
   // along x (coalesced), stores go channel-innermost.
-  for (int i = tid; i < CIG * PR * PWC; i += THREADS) {
+  for (int i = tid; i < CIGP * PR * PWC; i += THREADS) {
     const int px = i % PWC, py = (i / PWC) % PR, c = i / (PWC * PR);
     const int iy = oy0 - PH + py, ix = px - PW;
     float v = 0.f;
-    if (iy >= 0 && iy < H && ix >= 0 && ix < W) v = kiln::cvt<float>(x[((img * CI + g * CIG + c) * H + iy) * W + ix]);
+    if (c < CIG && iy >= 0 && iy < H && ix >= 0 && ix < W)
+      v = kiln::cvt<float>(x[((img * CI + g * CIG + c) * H + iy) * W + ix]);
     patch[(py * PWC + px) * CP + c] = to_mt(v);
   }
   // Weights of channels co0 .. co0 + BN (rows past COG read as zero), 16 bytes at a time.
@@ -108,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
 #pragma unroll
       for (int s = 0; s < KW; ++s)
 #pragma unroll
-        for (int cb = 0; cb < CIG; cb += KC) {
+        for (int cb = 0; cb < CIGP; cb += KC) {
           const int tap = (r * DH * PWC + s * DW) * CP + cb;
           unsigned int b[2];
           b[0] = __float_as_uint(wrow[(r * KW + s) * CP + cb]);
@@ -140,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
 #pragma unroll
       for (int s = 0; s < KW; ++s)
 #pragma unroll
-        for (int cb = 0; cb < CIG; cb += KC) {
+        for (int cb = 0; cb < CIGP; cb += KC) {
           const unsigned int tap = ((r * DH * PWC + s * DW) * CP + cb) * 2;
           unsigned int b[2];
           asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"

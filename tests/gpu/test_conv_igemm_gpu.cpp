@@ -73,6 +73,8 @@ const std::vector<Case>& cases() {
       {"patch 4-row bands", {66, 16, 7, 7}, {64, 16, 3, 3}, {.padding = {1}}},
       {"patch g2 d2 p(2,1)", {2, 32, 9, 11}, {64, 16, 3, 3}, {{1}, {2, 1}, {2}, 2}},
       {"patch 5x5 p1", {3, 16, 10, 9}, {20, 16, 5, 5}, {.padding = {1}}},
+      // 24 channels each way: bf16/f16 pad the patch and the weights to 32 with zeros.
+      {"patch C=24 O=24", {3, 24, 12, 12}, {24, 24, 3, 3}, {.padding = {1}}},
       // Weight-gradient tiles: a partial second channel tile (40 = 32 + 8), two of outputs.
       {"wgrad tiles C=40 O=70", {3, 40, 6, 7}, {70, 40, 3, 3}, {.padding = {1}}},
       // Small weight gradients on CUDA cores: the speedrun's conv1 (sliding rows, two lanes per
