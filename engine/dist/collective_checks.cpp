@@ -7,7 +7,7 @@
 namespace kiln::dist::detail {
 
 rt::nccl::DataType checked_nccl_type(const Tensor& t, Device group_device, std::string_view op) {
-  const std::string who = "[" + std::string(op) + "] ";
+  const std::string who = std::string("[").append(op).append("] ");  // (operator+ trips GCC 12 -Wrestrict)
   if (!t.defined()) throw ValueError(who + "the tensor is undefined");
   rt::nccl::DataType type{};
   switch (t.dtype()) {

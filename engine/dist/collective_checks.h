@@ -4,7 +4,7 @@
 
 #include "kiln/device.h"
 #include "kiln/tensor.h"
-#include "nccl.h"
+#include "nccl_loader.h"
 
 namespace kiln::dist::detail {
 

@@ -6,7 +6,7 @@
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/log.h"
-#include "nccl.h"
+#include "nccl_loader.h"
 #include "rendezvous.h"
 #include "tensor/dispatch.h"
 #include "watchdog.h"
@@ -15,14 +15,14 @@ namespace kiln::dist {
 
 namespace nccl = rt::nccl;
 
-struct ProcessGroup::Impl {
+struct detail::GroupState {
   Env env;
   Device device;
   std::chrono::milliseconds timeout{};
   nccl::Comm comm = nullptr;
   std::unique_ptr<detail::Watchdog> watchdog;
 
-  ~Impl() {
+  ~GroupState() {
     if (!comm) return;
     try {
       const bool healthy = watchdog->drain();
@@ -47,7 +47,7 @@ struct ProcessGroup::Impl {
 
 namespace {
 
-ProcessGroup::Impl& live(const std::unique_ptr<ProcessGroup::Impl>& impl, std::string_view op) {
+detail::GroupState& live(const std::unique_ptr<detail::GroupState>& impl, std::string_view op) {
   if (!impl) throw ValueError("[" + std::string(op) + "] this ProcessGroup is empty (moved from, or not made by init)");
   return *impl;
 }
@@ -69,7 +69,7 @@ std::string describe(std::string_view op, const Tensor& t) {
 
 // Queues one NCCL call on the device's kiln stream under the communicator lock, then watches it.
 template <class Call>
-void enqueue(ProcessGroup::Impl& g, std::string_view op, const std::string& what, Call&& call) {
+void enqueue(detail::GroupState& g, std::string_view op, const std::string& what, Call&& call) {
   const rt::Stream& stream = stream_of(g.device);
   {
     std::unique_lock lock = g.watchdog->lock_comm();
@@ -91,7 +91,7 @@ ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
 
 ProcessGroup ProcessGroup::init(InitOptions o) {
-  auto g = std::make_unique<Impl>();
+  auto g = std::make_unique<detail::GroupState>();
   g->env = o.env ? *o.env : env_from_environment();
   const Env& e = g->env;
   if (e.world_size < 1 || e.rank < 0 || e.rank >= e.world_size || e.local_rank < 0)
@@ -128,18 +128,18 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return live(impl_, "di
 bool ProcessGroup::failed() const { return impl_ && impl_->watchdog->failed(); }
 
 void ProcessGroup::check() const {
-  Impl& g = live(impl_, "dist.check");
+  detail::GroupState& g = live(impl_, "dist.check");
   if (g.watchdog->failed()) throw DeviceError("[dist] " + g.failure_text());
 }
 
 void ProcessGroup::watch(std::string_view what) {
-  Impl& g = live(impl_, "dist.watch");
+  detail::GroupState& g = live(impl_, "dist.watch");
   check();
   g.watchdog->watch(std::string(what), stream_of(g.device));
 }
 
 void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
-  Impl& g = live(impl_, "dist.all_reduce");
+  detail::GroupState& g = live(impl_, "dist.all_reduce");
   const nccl::DataType type = detail::checked_nccl_type(t, g.device, "dist.all_reduce");
   const nccl::RedOp red = nccl_op(op);
   if (t.numel() == 0) return;
@@ -152,7 +152,7 @@ void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
 }
 
 void ProcessGroup::broadcast(Tensor& t, int root) {
-  Impl& g = live(impl_, "dist.broadcast");
+  detail::GroupState& g = live(impl_, "dist.broadcast");
   const nccl::DataType type = detail::checked_nccl_type(t, g.device, "dist.broadcast");
   if (root < 0 || root >= g.env.world_size)
     throw ValueError("[dist.broadcast] root " + std::to_string(root) + " is not a rank of a world of " +
@@ -167,7 +167,7 @@ void ProcessGroup::broadcast(Tensor& t, int root) {
 }
 
 void ProcessGroup::all_gather(const Tensor& in, Tensor& out) {
-  Impl& g = live(impl_, "dist.all_gather");
+  detail::GroupState& g = live(impl_, "dist.all_gather");
   const nccl::DataType type = detail::checked_nccl_type(in, g.device, "dist.all_gather");
   detail::checked_nccl_type(out, g.device, "dist.all_gather");
   if (out.dtype() != in.dtype())

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kiln/runtime/device.h"
-#include "nccl.h"
+#include "nccl_loader.h"
 
 namespace kiln::dist::detail {
 

@@ -45,6 +45,10 @@ std::string nccl_version();
 
 enum class ReduceOp { sum, avg, max, min, prod };
 
+namespace detail {
+struct GroupState;
+}
+
 struct InitOptions {
   std::optional<Env> env;                        // absent: env_from_environment()
   std::optional<Device> device;                  // absent: cuda:LOCAL_RANK
@@ -89,8 +93,7 @@ class ProcessGroup {
   bool failed() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::GroupState> impl_;
 };
 
 // Parameter indices grouped into all-reduce buckets of at most `cap` bytes, in reverse order

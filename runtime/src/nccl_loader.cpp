@@ -1,4 +1,4 @@
-#include "nccl.h"
+#include "nccl_loader.h"
 
 #include <dlfcn.h>
 #include <glob.h>

@@ -1,7 +1,7 @@
 #pragma once
 // NCCL, loaded from libnccl.so.2 the first time a process group needs it, so every binary builds
-// and starts without NCCL. The small ABI is declared here: no nccl.h at build time. Internal:
-// engine/dist and tests include it.
+// and starts without NCCL. The small ABI is declared here: no nccl.h at build time (and this
+// header is not named nccl.h, which CUDA 13 puts in its include directory). Internal.
 #include <cstddef>
 #include <string>
 #include <vector>
