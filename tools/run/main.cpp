@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     ranks[static_cast<std::size_t>(r)] = {pid, pid > 0};
   }
 
-  std::optional<int> failed_rank, failed_status;
+  std::optional<int> failed_rank, failed_status, received;
   std::optional<Clock::time_point> kill_at;
   const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
   int running = nproc;
@@ -165,6 +165,8 @@ int main(int argc, char** argv) {
     siginfo_t info{};
     const int sig = sigtimedwait(&wanted, &info, &wait);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      std::fprintf(stderr, "kiln-run: got %s; passing it to the ranks\n", strsignal(sig));
+      received = received.value_or(sig);
       signal_all(ranks, sig);
       if (!kill_at) kill_at = Clock::now() + grace;
     }
@@ -193,5 +195,7 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  return failed_status ? code_of(*failed_status) : 0;
+  // An interrupted job did not succeed, even when every rank exited cleanly on the signal.
+  if (failed_status) return code_of(*failed_status);
+  return received ? 128 + *received : 0;
 }
