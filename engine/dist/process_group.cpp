@@ -1,4 +1,5 @@
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "collective_checks.h"
@@ -25,7 +26,7 @@ struct detail::GroupState {
   ~GroupState() {
     if (!comm) return;
     try {
-      const bool healthy = watchdog->drain();
+      const bool healthy = !watchdog || watchdog->drain();
       watchdog.reset();
       // A failed group's communicator was aborted (and freed) by the watchdog.
       if (healthy) {
@@ -101,7 +102,7 @@ ProcessGroup ProcessGroup::init(InitOptions o) {
   if (!g->device.is_cuda()) throw DeviceError("[dist.init] a process group needs a CUDA device, not " + g->device.str());
   g->timeout = o.timeout ? *o.timeout : timeout_from_environment();
   if (g->timeout.count() <= 0) throw ValueError("[dist.init] the timeout must be positive");
-  const detail::Rendezvous where = e.world_size > 1 ? detail::rendezvous_from_environment(e) : detail::Rendezvous{};
+  const detail::Rendezvous where = detail::rendezvous_from_environment(e);
 
   const nccl::Api& api = nccl::api();
   rt::device_info(g->device.index());  // a DeviceError naming a missing GPU, before NCCL's
@@ -113,6 +114,10 @@ ProcessGroup ProcessGroup::init(InitOptions o) {
   bytes = detail::exchange_id(where, e, bytes, g->timeout);
   std::memcpy(id.internal, bytes.data(), bytes.size());
   nccl::check(api.ncclCommInitRank(&g->comm, e.world_size, id, e.rank), "ncclCommInitRank");
+  if (e.rank == 0 && !where.file.empty()) {
+    std::error_code ec;  // every rank has read it: init returns only when all joined
+    std::filesystem::remove(where.file, ec);
+  }
   g->watchdog = std::make_unique<detail::Watchdog>(g->comm, g->device.index(), g->timeout);
   rt::log().debug("[dist] rank {} of {} on {}: NCCL {}", e.rank, e.world_size, g->device.str(), nccl::version());
   ProcessGroup out;

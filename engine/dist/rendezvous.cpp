@@ -84,7 +84,7 @@ std::string seconds_text(std::chrono::milliseconds d) {
 Rendezvous rendezvous_from_environment(const Env& env) {
   Rendezvous r;
   r.file = env_or_empty("KILN_DIST_ID_FILE");
-  if (!r.file.empty()) return r;
+  if (!r.file.empty() || env.world_size == 1) return r;
   const std::string addr = env_or_empty("MASTER_ADDR"), port = env_or_empty("MASTER_PORT");
   if (addr.empty() && port.empty()) {
     if (env.world_size > 1)
@@ -104,12 +104,12 @@ Rendezvous rendezvous_from_environment(const Env& env) {
 }
 
 IdBytes exchange_id(const Rendezvous& r, const Env& env, const IdBytes& id, std::chrono::milliseconds timeout) {
-  if (env.world_size == 1) return id;
   if (!r.file.empty()) {
     if (env.rank != 0) return await_file(r.file, env.rank, timeout);
     publish_file(r.file, id);
     return id;
   }
+  if (env.world_size == 1) return id;
   if (r.port == 0)
     throw ValueError("[dist.rendezvous] a world of " + std::to_string(env.world_size) + " needs a file or a port");
   if (env.rank == 0) {

@@ -17,13 +17,14 @@ struct Rendezvous {
   int port = 0;
 };
 
-// From KILN_DIST_ID_FILE, else MASTER_ADDR and MASTER_PORT. ValueError naming the variable for a
-// host that is not this machine, a bad port, one of the pair alone, or a world above 1 with none.
+// From KILN_DIST_ID_FILE, else (in a world above 1) MASTER_ADDR and MASTER_PORT. ValueError naming
+// the variable for a host that is not this machine, a bad port, one of the pair alone, or none.
 Rendezvous rendezvous_from_environment(const Env& env);
 
-// Rank 0 publishes `id` and returns it; every other rank returns rank 0's. A world of 1 returns
-// `id` at once. DeviceError naming the file or address when rank 0 (or a rank, for rank 0 on
-// TCP) does not show up within `timeout`. The file's path must be fresh for each run.
+// Rank 0 publishes `id` (to the file even in a world of 1) and returns it; every other rank
+// returns rank 0's. DeviceError naming the file or address when rank 0 (or a rank, for rank 0 on
+// TCP) does not show up within `timeout`. ProcessGroup::init's rank 0 removes the file once every
+// rank has joined, so a later run cannot read a stale id.
 IdBytes exchange_id(const Rendezvous& r, const Env& env, const IdBytes& id, std::chrono::milliseconds timeout);
 
 // "0.25 s", "300 s": durations in messages.

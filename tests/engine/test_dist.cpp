@@ -160,6 +160,12 @@ TEST_CASE("dist rendezvous through a file: every rank of a world of 3 gets rank 
   for (const detail::IdBytes& id : got) CHECK(id == id_of(42));
   CHECK(std::filesystem::file_size(r.file) == 128);
   CHECK(std::distance(std::filesystem::directory_iterator(tmp.path()), {}) == 1);  // no temp file left
+
+  // A world of 1 takes the same path (rank 0 writes; ProcessGroup::init removes it after).
+  detail::Rendezvous alone;
+  alone.file = tmp.file("alone");
+  CHECK(detail::exchange_id(alone, Env{}, id_of(9), std::chrono::milliseconds(100)) == id_of(9));
+  CHECK(std::filesystem::file_size(alone.file) == 128);
 }
 
 TEST_CASE("dist rendezvous over localhost TCP: every rank of a world of 3 gets rank 0's 128 bytes") {

@@ -150,16 +150,24 @@ int main(int argc, char** argv) {
   for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&wanted, s);
   sigprocmask(SIG_BLOCK, &wanted, &old);
 
-  std::vector<Rank> ranks(static_cast<std::size_t>(nproc));
-  for (int r = 0; r < nproc; ++r) {
-    const pid_t pid = spawn(program, child_environment(r, nproc, port, dir + "/nccl-id"), old);
-    ranks[static_cast<std::size_t>(r)] = {pid, pid > 0};
-  }
-
   std::optional<int> failed_rank, failed_status, received;
   std::optional<Clock::time_point> kill_at;
   const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
-  int running = nproc;
+  std::vector<Rank> ranks(static_cast<std::size_t>(nproc));
+  int running = 0;
+  for (int r = 0; r < nproc && !failed_status; ++r) {
+    const pid_t pid = spawn(program, child_environment(r, nproc, port, dir + "/nccl-id"), old);
+    if (pid < 0) {
+      std::fprintf(stderr, "kiln-run: cannot start rank %d: %s; stopping the others\n", r, std::strerror(errno));
+      failed_rank = r;
+      failed_status = 1 << 8;  // as if it exited 1
+      signal_all(ranks, SIGTERM);
+      kill_at = Clock::now() + grace;
+      break;
+    }
+    ranks[static_cast<std::size_t>(r)] = {pid, true};
+    ++running;
+  }
   while (running > 0) {
     timespec wait{0, 100'000'000};
     siginfo_t info{};
