@@ -48,11 +48,11 @@ Env env_from_environment() {
   e.rank = rank.value_or(0);
   e.local_rank = local.value_or(e.rank);
   if (e.rank >= e.world_size)
-    throw ValueError("[dist.env] RANK=" + std::to_string(e.rank) + " is not below WORLD_SIZE=" +
-                     std::to_string(e.world_size));
+    throw ValueError("[dist.env] RANK=" + std::to_string(e.rank) +
+                     " is not below WORLD_SIZE=" + std::to_string(e.world_size));
   if (e.local_rank >= e.world_size)
-    throw ValueError("[dist.env] LOCAL_RANK=" + std::to_string(e.local_rank) + " is not below WORLD_SIZE=" +
-                     std::to_string(e.world_size));
+    throw ValueError("[dist.env] LOCAL_RANK=" + std::to_string(e.local_rank) +
+                     " is not below WORLD_SIZE=" + std::to_string(e.world_size));
   return e;
 }
 

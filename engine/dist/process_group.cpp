@@ -55,11 +55,16 @@ detail::GroupState& live(const std::unique_ptr<detail::GroupState>& impl, std::s
 
 nccl::RedOp nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return nccl::kSum;
-    case ReduceOp::avg: return nccl::kAvg;
-    case ReduceOp::max: return nccl::kMax;
-    case ReduceOp::min: return nccl::kMin;
-    case ReduceOp::prod: return nccl::kProd;
+    case ReduceOp::sum:
+      return nccl::kSum;
+    case ReduceOp::avg:
+      return nccl::kAvg;
+    case ReduceOp::max:
+      return nccl::kMax;
+    case ReduceOp::min:
+      return nccl::kMin;
+    case ReduceOp::prod:
+      return nccl::kProd;
   }
   throw ValueError("[dist.all_reduce] unknown ReduceOp " + std::to_string(static_cast<int>(op)));
 }
@@ -99,7 +104,8 @@ ProcessGroup ProcessGroup::init(InitOptions o) {
     throw ValueError("[dist.init] rank " + std::to_string(e.rank) + " / local rank " + std::to_string(e.local_rank) +
                      " do not fit a world of " + std::to_string(e.world_size));
   g->device = o.device ? *o.device : Device::cuda(e.local_rank);
-  if (!g->device.is_cuda()) throw DeviceError("[dist.init] a process group needs a CUDA device, not " + g->device.str());
+  if (!g->device.is_cuda())
+    throw DeviceError("[dist.init] a process group needs a CUDA device, not " + g->device.str());
   g->timeout = o.timeout ? *o.timeout : timeout_from_environment();
   if (g->timeout.count() <= 0) throw ValueError("[dist.init] the timeout must be positive");
   const detail::Rendezvous where = detail::rendezvous_from_environment(e);

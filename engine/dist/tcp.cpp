@@ -105,8 +105,8 @@ void tcp_serve(const std::string& host, int port, int clients, const std::vector
     const int r = ::poll(&p, 1, remaining_ms(deadline));
     if (r < 0 && errno == EINTR) continue;
     if (r == 0)
-      throw DeviceError("[dist.rendezvous] rank 0 waited " + seconds_text(timeout) + " on " + where(host, port) + " for " +
-                        std::to_string(clients) + " other ranks; " + std::to_string(served) +
+      throw DeviceError("[dist.rendezvous] rank 0 waited " + seconds_text(timeout) + " on " + where(host, port) +
+                        " for " + std::to_string(clients) + " other ranks; " + std::to_string(served) +
                         " connected (did every rank start, with the same MASTER_PORT?)");
     Fd c(::accept4(s.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (c.get() < 0) continue;  // the peer gave up between poll and accept
@@ -132,8 +132,9 @@ std::vector<unsigned char> tcp_fetch(const std::string& host, int port, std::siz
       std::vector<unsigned char> got(sizeof kMagic + size);
       if (read_all(s.get(), got, deadline)) {
         if (!std::equal(std::begin(kMagic), std::end(kMagic), got.begin()))
-          throw DeviceError("[dist.rendezvous] rank " + std::to_string(rank) + ": something other than kiln's rank 0 answers on " +
-                            where(host, port) + "; choose another MASTER_PORT");
+          throw DeviceError("[dist.rendezvous] rank " + std::to_string(rank) +
+                            ": something other than kiln's rank 0 answers on " + where(host, port) +
+                            "; choose another MASTER_PORT");
         return {got.begin() + sizeof kMagic, got.end()};
       }
       last = "the connection closed early";
@@ -141,8 +142,9 @@ std::vector<unsigned char> tcp_fetch(const std::string& host, int port, std::siz
       last = std::strerror(errno);
     }
     if (Clock::now() >= deadline)
-      throw DeviceError("[dist.rendezvous] rank " + std::to_string(rank) + " could not get the NCCL id from rank 0 at " +
-                        where(host, port) + " within " + seconds_text(timeout) + " (" + last + "); is rank 0 running?");
+      throw DeviceError("[dist.rendezvous] rank " + std::to_string(rank) +
+                        " could not get the NCCL id from rank 0 at " + where(host, port) + " within " +
+                        seconds_text(timeout) + " (" + last + "); is rank 0 running?");
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, remaining_ms(deadline) + 1)));
   }
 }

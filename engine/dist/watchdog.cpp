@@ -105,7 +105,8 @@ void Watchdog::poll_locked() {
     const char* text = api.ncclGetErrorString(async);
     std::string what = "NCCL reported an error (" + std::string(text ? text : "unknown") + ")";
     if (!pending_.empty())
-      what += " during " + pending_.front().what + ", " + seconds_text(since(pending_.front().since)) + " after it was queued";
+      what += " during " + pending_.front().what + ", " + seconds_text(since(pending_.front().since)) +
+              " after it was queued";
     fail_locked(what);
     return;
   }

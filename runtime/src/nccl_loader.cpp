@@ -66,13 +66,13 @@ Library load(const std::vector<std::string>& candidates) {
     out.why = std::string("[nccl] cannot load ") + kName + " (" + errors + "); " + kHint;
     return out;
   }
-#define KILN_NCCL_RESOLVE(name, ret, params)                                                     \
-  out.api.name = reinterpret_cast<decltype(out.api.name)>(dlsym(lib, #name));                    \
-  if (!out.api.name) {                                                                           \
-    out.why = "[nccl] " + out.path + " lacks " #name " (NCCL older than 2.18?); " + kHint;       \
-    out.api = Api{};                                                                             \
-    dlclose(lib);                                                                                \
-    return out;                                                                                  \
+#define KILN_NCCL_RESOLVE(name, ret, params)                                               \
+  out.api.name = reinterpret_cast<decltype(out.api.name)>(dlsym(lib, #name));              \
+  if (!out.api.name) {                                                                     \
+    out.why = "[nccl] " + out.path + " lacks " #name " (NCCL older than 2.18?); " + kHint; \
+    out.api = Api{};                                                                       \
+    dlclose(lib);                                                                          \
+    return out;                                                                            \
   }
   KILN_NCCL_FUNCTIONS(KILN_NCCL_RESOLVE)
 #undef KILN_NCCL_RESOLVE

@@ -17,6 +17,7 @@ struct UniqueId {
 };
 using Comm = struct ncclComm*;
 
+// clang-format off
 enum DataType : int {
   kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5,
   kFloat16 = 6, kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9,
@@ -40,6 +41,7 @@ enum RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
     (const void* send, void* recv, std::size_t send_count, DataType type, Comm comm, void* stream))   \
   X(ncclGroupStart, Result, ())                                                                       \
   X(ncclGroupEnd, Result, ())
+// clang-format on
 
 struct Api {
 #define KILN_NCCL_DECLARE_PTR(name, ret, params) ret(*name) params = nullptr;

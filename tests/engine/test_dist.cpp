@@ -35,8 +35,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 ScopedEnv clean_dist_env() {
-  return ScopedEnv{{"RANK", nullopt},       {"WORLD_SIZE", nullopt},  {"LOCAL_RANK", nullopt},
-                   {"MASTER_ADDR", nullopt}, {"MASTER_PORT", nullopt}, {"KILN_DIST_ID_FILE", nullopt},
+  return ScopedEnv{{"RANK", nullopt},
+                   {"WORLD_SIZE", nullopt},
+                   {"LOCAL_RANK", nullopt},
+                   {"MASTER_ADDR", nullopt},
+                   {"MASTER_PORT", nullopt},
+                   {"KILN_DIST_ID_FILE", nullopt},
                    {"KILN_DIST_TIMEOUT_S", nullopt}};
 }
 
@@ -146,7 +150,8 @@ TEST_CASE("dist rendezvous: the file wins over MASTER_ADDR/PORT; only this host;
   CHECK(error({{"MASTER_ADDR", "::1"}, {"MASTER_PORT", "70000"}}).find("MASTER_PORT='70000'") != std::string::npos);
   CHECK(error({{"MASTER_ADDR", "::1"}, {"MASTER_PORT", "http"}}).find("MASTER_PORT='http'") != std::string::npos);
   CHECK(error({{"MASTER_PORT", "29500"}}) == "[dist.rendezvous] MASTER_PORT=29500 is set but MASTER_ADDR is not");
-  CHECK(error({{"MASTER_ADDR", "127.0.0.1"}}) == "[dist.rendezvous] MASTER_ADDR=127.0.0.1 is set but MASTER_PORT is not");
+  CHECK(error({{"MASTER_ADDR", "127.0.0.1"}}) ==
+        "[dist.rendezvous] MASTER_ADDR=127.0.0.1 is set but MASTER_PORT is not");
   CHECK(message_of<ValueError>([&] { detail::rendezvous_from_environment(world3); }).find("WORLD_SIZE=3 needs") !=
         std::string::npos);
   CHECK(detail::rendezvous_from_environment(Env{}).port == 0);  // a world of 1 needs nothing
@@ -218,8 +223,9 @@ TEST_CASE("dist rendezvous: a file that is not an id (left from another run) is 
   detail::Rendezvous r;
   r.file = tmp.file("stale");
   std::ofstream(r.file) << "not an id";
-  const std::string m = message_of<ValueError>(
-      [&] { detail::exchange_id(r, Env{1, 2, 1}, id_of(1), std::chrono::milliseconds(100)); });
+  const std::string m = message_of<ValueError>([&] {
+    detail::exchange_id(r, Env{1, 2, 1}, id_of(1), std::chrono::milliseconds(100));
+  });
   CHECK(m.find("KILN_DIST_ID_FILE=" + r.file + " does not hold a 128-byte NCCL id") != std::string::npos);
 }
 
@@ -290,7 +296,8 @@ TEST_CASE("nccl loader: a missing library or symbol says why and how to install 
   CHECK(ok == !nccl_version().empty());
   if (!ok) CHECK(why.find("[nccl]") == 0);
   if (ok) MESSAGE("NCCL " << nccl_version() << " loads here");
-  CHECK_THROWS_WITH_AS(rt::nccl::check(3, "ncclAllReduce"), doctest::Contains("[nccl] ncclAllReduce failed"), DeviceError);
+  CHECK_THROWS_WITH_AS(rt::nccl::check(3, "ncclAllReduce"), doctest::Contains("[nccl] ncclAllReduce failed"),
+                       DeviceError);
 }
 
 TEST_CASE("collective checks: dtype, device and layout errors name the op") {
@@ -319,7 +326,8 @@ TEST_CASE("process group: an empty group, a CPU device and a world without rende
   CHECK(message_of<DeviceError>([] { ProcessGroup::init({.env = Env{}, .device = Device::cpu()}); }) ==
         "[dist.init] a process group needs a CUDA device, not cpu");
   ScopedEnv clean = clean_dist_env();
-  CHECK(message_of<ValueError>([] { ProcessGroup::init({.env = Env{1, 2, 1}}); }).find("WORLD_SIZE=2 needs") !=
-        std::string::npos);
+  CHECK(message_of<ValueError>([] {
+          ProcessGroup::init({.env = Env{1, 2, 1}});
+        }).find("WORLD_SIZE=2 needs") != std::string::npos);
   CHECK(message_of<ValueError>([] { ProcessGroup::init({.env = Env{2, 2, 0}}); }).find("[dist.init]") == 0);
 }

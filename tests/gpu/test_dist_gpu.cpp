@@ -33,8 +33,11 @@ const std::vector<float> kValues{1.5f, -2.f, 3.25f, 4.f, 0.f, -0.5f};  // exact 
 TEST_CASE("dist (world of 1): all_reduce sum/avg/max, broadcast and all_gather on f32 and bf16 keep the values") {
   if (!nccl_or_skip()) return;
   kiln_test::TempDir tmp;
-  kiln_test::ScopedEnv env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"},
-                           {"KILN_DIST_ID_FILE", tmp.file("nccl-id")}, {"MASTER_ADDR", std::nullopt},
+  kiln_test::ScopedEnv env{{"RANK", "0"},
+                           {"WORLD_SIZE", "1"},
+                           {"LOCAL_RANK", "0"},
+                           {"KILN_DIST_ID_FILE", tmp.file("nccl-id")},
+                           {"MASTER_ADDR", std::nullopt},
                            {"MASTER_PORT", std::nullopt}};
   ProcessGroup pg = ProcessGroup::init();
   CHECK(pg.rank() == 0);

@@ -41,7 +41,8 @@ std::string write_script(const kiln_test::TempDir& dir, const std::string& name,
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Every rank but one appends to `ready` when it is set up; the odd one waits for them first.
-const char* kWaitForOthers = "while [ \"$(wc -l < \"$1\" 2>/dev/null || echo 0)\" -lt $((WORLD_SIZE - 1)) ]; do sleep 0.02; done\n";
+const char* kWaitForOthers =
+    "while [ \"$(wc -l < \"$1\" 2>/dev/null || echo 0)\" -lt $((WORLD_SIZE - 1)) ]; do sleep 0.02; done\n";
 
 }  // namespace
 
@@ -117,10 +118,11 @@ TEST_CASE("kiln-run passes SIGTERM to the ranks and exits 128+15 even when they 
   const std::string rank = write_script(tmp, "rank.sh",
                                         "trap 'echo \"rank $RANK got TERM\"; exit 0' TERM\n"
                                         "echo ready >> \"$1\"\nsleep 60 & wait\n");
-  const std::string driver = write_script(tmp, "driver.sh",
-                                          "\"$1\" -n 2 -- sh \"$2\" \"$3\" &\nk=$!\n"
-                                          "while [ \"$(wc -l < \"$3\" 2>/dev/null || echo 0)\" -lt 2 ]; do sleep 0.02; done\n"
-                                          "kill -TERM $k\nwait $k\necho \"kiln-run exit $?\"\n");
+  const std::string driver =
+      write_script(tmp, "driver.sh",
+                   "\"$1\" -n 2 -- sh \"$2\" \"$3\" &\nk=$!\n"
+                   "while [ \"$(wc -l < \"$3\" 2>/dev/null || echo 0)\" -lt 2 ]; do sleep 0.02; done\n"
+                   "kill -TERM $k\nwait $k\necho \"kiln-run exit $?\"\n");
   const auto t0 = Clock::now();
   const ProcessResult r = run_process({"/bin/sh", driver, KILN_RUN_PATH, rank, tmp.file("ready")});
   INFO("stdout: " << r.out << "\nstderr: " << r.err);

@@ -53,9 +53,8 @@ int program_start(int argc, char** argv) {
 
 std::vector<std::string> child_environment(int rank, int world, int port, const std::string& id_file) {
   const std::vector<std::pair<std::string, std::string>> set = {
-      {"RANK", std::to_string(rank)},      {"LOCAL_RANK", std::to_string(rank)},
-      {"WORLD_SIZE", std::to_string(world)}, {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(port)}, {"KILN_DIST_ID_FILE", id_file}};
+      {"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world)},
+      {"MASTER_ADDR", "127.0.0.1"},   {"MASTER_PORT", std::to_string(port)}, {"KILN_DIST_ID_FILE", id_file}};
   std::vector<std::string> out;
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e, name = entry.substr(0, entry.find('='));
@@ -196,7 +195,8 @@ int main(int argc, char** argv) {
       }
     }
     if (kill_at && Clock::now() >= *kill_at && running > 0) {
-      std::fprintf(stderr, "kiln-run: %d rank(s) still running %.3g s after SIGTERM; sending SIGKILL\n", running, grace_s);
+      std::fprintf(stderr, "kiln-run: %d rank(s) still running %.3g s after SIGTERM; sending SIGKILL\n", running,
+                   grace_s);
       signal_all(ranks, SIGKILL);
       kill_at = Clock::time_point::max();
     }

@@ -50,8 +50,8 @@ struct GroupState;
 }
 
 struct InitOptions {
-  std::optional<Env> env;                        // absent: env_from_environment()
-  std::optional<Device> device;                  // absent: cuda:LOCAL_RANK
+  std::optional<Env> env;                            // absent: env_from_environment()
+  std::optional<Device> device;                      // absent: cuda:LOCAL_RANK
   std::optional<std::chrono::milliseconds> timeout;  // absent: timeout_from_environment()
 };
 
@@ -63,7 +63,7 @@ class ProcessGroup {
   // DeviceError when NCCL does not load or a rank does not show up within the timeout.
   static ProcessGroup init(InitOptions options = {});
 
-  ProcessGroup();  // empty: every call throws
+  ProcessGroup();   // empty: every call throws
   ~ProcessGroup();  // destroys the communicator (after outstanding work, up to the timeout); never throws
   ProcessGroup(ProcessGroup&&) noexcept;
   ProcessGroup& operator=(ProcessGroup&&) noexcept;
