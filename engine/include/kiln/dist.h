@@ -1,0 +1,110 @@
+#pragma once
+// Several GPUs through NCCL, one process per GPU, set up the way torchrun does it:
+//
+//   kiln-run -n 4 -- ./train ...        (sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
+//                                         KILN_DIST_ID_FILE for each process)
+//   auto pg = kiln::dist::ProcessGroup::init();       // device cuda:LOCAL_RANK
+//   pg.broadcast(param, 0);                          // same start on every rank
+//   pg.all_reduce(grad, kiln::dist::ReduceOp::avg);  // in place, on the device's kiln stream
+//
+// NCCL (libnccl.so.2) is loaded when the first group is made, never at start; see
+// nccl_available(). Collectives queue work without waiting for it, and may run inside
+// kiln::compile (NCCL supports CUDA graph capture). A watchdog thread per group aborts the
+// communicator when a collective errs or outlives the timeout (e.g. another rank died); the
+// group's next call then throws DeviceError.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/tensor.h"
+
+namespace kiln::dist {
+
+struct Env {
+  int rank = 0, world_size = 1, local_rank = 0;
+  bool operator==(const Env&) const = default;
+};
+
+// RANK, WORLD_SIZE and LOCAL_RANK as torchrun and kiln-run set them; all unset: a world of 1
+// (LOCAL_RANK defaults to RANK). ValueError naming the variable and its value when one is not
+// an integer, is negative, or disagrees with the others (RANK >= WORLD_SIZE, ...).
+Env env_from_environment();
+// $KILN_DIST_TIMEOUT_S (seconds, > 0, fractions allowed), else 300 s; ValueError when malformed.
+std::chrono::milliseconds timeout_from_environment();
+
+// Whether libnccl.so.2 loads (`why` gets the reason when not), and its version ("2.27.3", or "").
+bool nccl_available(std::string* why = nullptr);
+std::string nccl_version();
+
+enum class ReduceOp { sum, avg, max, min, prod };
+
+namespace detail {
+struct GroupState;
+}
+
+struct InitOptions {
+  std::optional<Env> env;                            // absent: env_from_environment()
+  std::optional<Device> device;                      // absent: cuda:LOCAL_RANK
+  std::optional<std::chrono::milliseconds> timeout;  // absent: timeout_from_environment()
+};
+
+// One NCCL communicator over the world's processes, bound to one GPU. Movable, not copyable.
+class ProcessGroup {
+ public:
+  // Rendezvous of NCCL's unique id (rank 0 makes it): through $KILN_DIST_ID_FILE when set, else
+  // TCP on $MASTER_ADDR (this host only) : $MASTER_PORT; a world of 1 needs neither. Rank 0
+  // removes the file once every rank joined. Throws DeviceError when NCCL does not load or a rank
+  // does not show up within the timeout (ncclCommInitRank itself has no timeout).
+  static ProcessGroup init(InitOptions options = {});
+
+  ProcessGroup();   // empty: every call throws
+  ~ProcessGroup();  // destroys the communicator (after outstanding work, up to the timeout); never throws
+  ProcessGroup(ProcessGroup&&) noexcept;
+  ProcessGroup& operator=(ProcessGroup&&) noexcept;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  Device device() const;
+  std::chrono::milliseconds timeout() const;
+
+  // Collectives, in place as in PyTorch, queued on the kiln stream of the group's device. Tensors:
+  // contiguous, on the group's device, f16/bf16/f32/f64/i32/i64/u8; otherwise DTypeError,
+  // DeviceError or ValueError naming the op ("[dist.all_reduce] ..."). Every rank calls the same
+  // collectives in the same order with the same shapes.
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+  void broadcast(Tensor& t, int root);
+  // out (any shape) holds world_size() times in's elements: rank r's copy of `in` at r * in.numel().
+  void all_gather(const Tensor& in, Tensor& out);
+
+  // The watchdog also waits for work queued on the stream so far, named `what` in its error: call
+  // it after launching a compiled step, whose collectives it cannot see one by one.
+  void watch(std::string_view what);
+  // Throws DeviceError when the watchdog found a failure: which collective, how long it waited,
+  // and that another rank may have died. Every collective checks first.
+  void check() const;
+  bool failed() const;
+
+ private:
+  std::unique_ptr<detail::GroupState> impl_;
+};
+
+// Parameter indices grouped into all-reduce buckets of at most `cap` bytes, in reverse order
+// (gradients become ready roughly last layer first, as DDP assumes); greedy, and a parameter
+// larger than `cap` is alone in its bucket. `bytes[i]` is parameter i's gradient size.
+std::vector<std::vector<std::size_t>> bucket_params(const std::vector<std::size_t>& bytes, std::size_t cap);
+
+// The contiguous [begin, end) slice of each global batch that `rank` trains on: the ranks'
+// slices in rank order make up the batch a single-GPU run with the same seed would draw.
+// ValueError unless global_batch % world == 0 (naming both), or when rank is outside [0, world).
+std::pair<std::int64_t, std::int64_t> shard(std::int64_t global_batch, int rank, int world);
+
+}  // namespace kiln::dist

@@ -1,0 +1,158 @@
+// kiln-run: each rank's environment, a failed rank stopping the others (SIGTERM, then SIGKILL
+// after the grace period), signals passed on, --version and bad arguments.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "process.h"
+#include "temp_dir.h"
+
+using kiln_test::ProcessResult;
+using kiln_test::run_process;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ProcessResult kiln_run(std::vector<std::string> args) {
+  args.insert(args.begin(), KILN_RUN_PATH);
+  return run_process(args);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::string write_script(const kiln_test::TempDir& dir, const std::string& name, const std::string& body) {
+  const std::string path = dir.file(name);
+  std::ofstream(path) << body;
+  return path;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Every rank but one appends to `ready` when it is set up; the odd one waits for them first.
+const char* kWaitForOthers =
+    "while [ \"$(wc -l < \"$1\" 2>/dev/null || echo 0)\" -lt $((WORLD_SIZE - 1)) ]; do sleep 0.02; done\n";
+
+}  // namespace
+
+TEST_CASE("kiln-run -n 3: each rank sees RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, KILN_DIST_ID_FILE") {
+  const ProcessResult r = kiln_run(
+      {"-n", "3", "sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $KILN_DIST_ID_FILE"});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::vector<std::string> lines = lines_of(r.out);
+  std::sort(lines.begin(), lines.end());
+  REQUIRE(lines.size() == 3);
+  std::string port, id_file;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::istringstream in(lines[static_cast<std::size_t>(rank)]);
+    int rk = -1, local = -1, world = -1;
+    std::string addr, p, file;
+    in >> rk >> local >> world >> addr >> p >> file;
+    CHECK(rk == rank);
+    CHECK(local == rank);
+    CHECK(world == 3);
+    CHECK(addr == "127.0.0.1");
+    CHECK(std::stoi(p) > 0);
+    if (rank == 0) port = p, id_file = file;
+    CHECK(p == port);  // one rendezvous for all
+    CHECK(file == id_file);
+  }
+  CHECK(id_file.find("kiln-run-") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(std::filesystem::path(id_file).parent_path()));  // removed at the end
+
+  const ProcessResult fixed = kiln_run({"-n", "1", "--port", "29555", "--", "sh", "-c", "echo $MASTER_PORT"});
+  CHECK(fixed.exit_code == 0);
+  CHECK(fixed.out == "29555\n");
+}
+
+TEST_CASE("kiln-run: a rank exiting 3 makes kiln-run exit 3 and stops the sleeping ranks at once") {
+  kiln_test::TempDir tmp;
+  const std::string script = write_script(tmp, "rank.sh",
+                                          std::string("if [ \"$RANK\" = 1 ]; then\n") + kWaitForOthers +
+                                              "  exit 3\nfi\necho ready >> \"$1\"\nexec sleep 60\n");
+  const auto t0 = Clock::now();
+  const ProcessResult r = kiln_run({"-n", "3", "--", "sh", script, tmp.file("ready")});
+  const double took = seconds_since(t0);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(took < 8);  // SIGTERM ends the sleeps: far under their 60 s and under the 10 s grace
+  CHECK(r.err.find("kiln-run: rank 1 (pid ") != std::string::npos);
+  CHECK(r.err.find("exited with code 3; stopping the other ranks") != std::string::npos);
+  CHECK(r.err.find("SIGKILL") == std::string::npos);
+}
+
+TEST_CASE("kiln-run: ranks that ignore SIGTERM get SIGKILL after --grace; a killed rank exits 128+signal") {
+  kiln_test::TempDir tmp;
+  const std::string stubborn = write_script(tmp, "stubborn.sh",
+                                            std::string("if [ \"$RANK\" = 0 ]; then\n") + kWaitForOthers +
+                                                "  exit 5\nfi\ntrap '' TERM\necho ready >> \"$1\"\nsleep 60\n");
+  auto t0 = Clock::now();
+  ProcessResult r = kiln_run({"-n", "3", "--grace", "0.5", "--", "sh", stubborn, tmp.file("ready")});
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 5);
+  CHECK(seconds_since(t0) < 8);
+  CHECK(r.err.find("2 rank(s) still running 0.5 s after SIGTERM; sending SIGKILL") != std::string::npos);
+
+  t0 = Clock::now();
+  r = kiln_run({"-n", "2", "--", "sh", "-c", "if [ $RANK = 1 ]; then kill -9 $$; fi; exec sleep 60"});
+  CHECK(r.exit_code == 128 + 9);
+  CHECK(seconds_since(t0) < 8);
+  CHECK(r.err.find("rank 1 (pid ") != std::string::npos);
+  CHECK(r.err.find("was killed by signal 9") != std::string::npos);
+}
+
+TEST_CASE("kiln-run passes SIGTERM to the ranks and exits 128+15 even when they exit cleanly") {
+  kiln_test::TempDir tmp;
+  const std::string rank = write_script(tmp, "rank.sh",
+                                        "trap 'echo \"rank $RANK got TERM\"; exit 0' TERM\n"
+                                        "echo ready >> \"$1\"\nsleep 60 & wait\n");
+  const std::string driver =
+      write_script(tmp, "driver.sh",
+                   "\"$1\" -n 2 -- sh \"$2\" \"$3\" &\nk=$!\n"
+                   "while [ \"$(wc -l < \"$3\" 2>/dev/null || echo 0)\" -lt 2 ]; do sleep 0.02; done\n"
+                   "kill -TERM $k\nwait $k\necho \"kiln-run exit $?\"\n");
+  const auto t0 = Clock::now();
+  const ProcessResult r = run_process({"/bin/sh", driver, KILN_RUN_PATH, rank, tmp.file("ready")});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(seconds_since(t0) < 8);
+  CHECK(r.out.find("rank 0 got TERM") != std::string::npos);
+  CHECK(r.out.find("rank 1 got TERM") != std::string::npos);
+  CHECK(r.out.find("kiln-run exit 143") != std::string::npos);
+}
+
+TEST_CASE("kiln-run --version; -n outside 1-64, a missing program or a bad option are CLI errors") {
+  const ProcessResult v = kiln_run({"--version"});
+  CHECK(v.exit_code == 0);
+  CHECK(v.out.rfind("kiln ", 0) == 0);
+  CHECK(v.out.find("\nNCCL ") != std::string::npos);
+
+  for (const char* n : {"0", "65", "-3", "two"}) {
+    CAPTURE(n);
+    const ProcessResult r = kiln_run({"-n", n, "true"});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("kiln-run: error: --nproc") == 0);
+  }
+  ProcessResult r = kiln_run({"-n", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("kiln-run: error: no program to run") == 0);
+  r = kiln_run({"-n", "2", "--"});
+  CHECK(r.exit_code == 2);
+  r = kiln_run({"true"});  // -n is required
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--nproc") != std::string::npos);
+  r = kiln_run({"-n", "1", "/nonexistent/program"});
+  CHECK(r.exit_code == 127);
+  CHECK(r.err.find("kiln-run: cannot run /nonexistent/program: No such file or directory") != std::string::npos);
+}
