@@ -75,8 +75,9 @@ std::string describe(std::string_view op, const Tensor& t) {
 
 // Queues one NCCL call on the device's kiln stream under the communicator lock, then watches it.
 template <class Call>
-void enqueue(detail::GroupState& g, std::string_view op, const std::string& what, Call&& call) {
-  const rt::Stream& stream = stream_of(g.device);
+void enqueue(detail::GroupState& g, std::string_view op, const std::string& what, Call&& call,
+             const rt::Stream* on = nullptr) {
+  const rt::Stream& stream = on ? *on : stream_of(g.device);
   {
     std::unique_lock lock = g.watchdog->lock_comm();
     if (!lock.owns_lock()) throw DeviceError("[" + std::string(op) + "] " + g.failure_text());
@@ -149,7 +150,16 @@ void ProcessGroup::watch(std::string_view what) {
   g.watchdog->watch(std::string(what), stream_of(g.device));
 }
 
-void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) { all_reduce(t, op, nullptr); }
+
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, const rt::Stream& stream) {
+  if (stream.device() != device().index())
+    throw DeviceError("[dist.all_reduce] a stream of device " + std::to_string(stream.device()) + ", the group is on " +
+                      device().str());
+  all_reduce(t, op, &stream);
+}
+
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, const rt::Stream* stream) {
   detail::GroupState& g = live(impl_, "dist.all_reduce");
   const nccl::DataType type = detail::checked_nccl_type(t, g.device, "dist.all_reduce");
   const nccl::RedOp red = nccl_op(op);
@@ -158,7 +168,7 @@ void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
   enqueue(g, "dist.all_reduce", describe("all_reduce", t), [&](void* stream) {
     nccl::check(nccl::api().ncclAllReduce(p, p, static_cast<std::size_t>(t.numel()), type, red, g.comm, stream),
                 "ncclAllReduce");
-  });
+  }, stream);
   bump_version(t);
 }
 

@@ -147,7 +147,18 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    o.device = pick_device(device);
+    // Under kiln-run (or torchrun) each process trains on cuda:LOCAL_RANK; rank 0 reports.
+    mnist::Distributed dist = mnist::join_if_launched();
+    if (dist.launched()) {
+      if (device != "auto")
+        throw ValueError("[mnist-train] --device " + device + ": under a launcher each rank trains on cuda:LOCAL_RANK");
+      if (!recipe.empty() || o.eval_only)
+        throw ValueError(std::string("[mnist-train] ") + (o.eval_only ? "--eval-only" : "--recipe") +
+                         " runs on one GPU: start it without a launcher");
+      o.device = dist.group->device();
+    } else {
+      o.device = pick_device(device);
+    }
     if (!recipe.empty()) {
       if (!o.metrics.empty()) mnist::check_output_files(o);
       const std::string dir = mnist::locate_dataset(data_dir);
@@ -162,11 +173,15 @@ int main(int argc, char** argv) {
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
-    std::printf("kiln %s: %s on %s (%s steps), precision %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, "
-                "data %s\n",
-                kiln::version(), o.model.c_str(), o.device.str().c_str(), mnist::compiled_steps(o) ? "compiled" : "eager",
-                o.precision.c_str(), *o.epochs, static_cast<long long>(o.batch_size), o.optimizer.c_str(), *o.lr,
-                o.schedule.c_str(), static_cast<unsigned long long>(o.seed), dir.c_str());
+    const std::string where = dist.launched() ? std::to_string(dist.world) + " GPUs (data-parallel over NCCL, batch " +
+                                                    std::to_string(o.batch_size) + " per GPU)"
+                                              : o.device.str();
+    if (dist.leader())
+      std::printf("kiln %s: %s on %s (%s steps), precision %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, "
+                  "data %s\n",
+                  kiln::version(), o.model.c_str(), where.c_str(), mnist::compiled_steps(o) ? "compiled" : "eager",
+                  o.precision.c_str(), *o.epochs, static_cast<long long>(o.batch_size * dist.world),
+                  o.optimizer.c_str(), *o.lr, o.schedule.c_str(), static_cast<unsigned long long>(o.seed), dir.c_str());
     if (o.eval_only) {
       Generator gen(o.seed);
       auto model = mnist::make_model(o.model, gen);
@@ -177,7 +192,8 @@ int main(int argc, char** argv) {
       std::printf("test loss %.4f, test accuracy %.2f%%\n", e.loss, 100 * e.accuracy);
       return 0;
     }
-    print_summary(mnist::train(o, data));
+    const mnist::RunResult r = mnist::train(o, data, &dist);
+    if (dist.leader()) print_summary(r);
   } catch (const mnist::MissingDataset& e) {
     std::fprintf(stderr, "mnist-train: %s", e.what());
     return 1;

@@ -30,9 +30,9 @@ std::optional<CompileStats> Step::stats() const {
 }
 
 Step train_step(nn::Module& model, optim::Optimizer& opt, optim::LrScheduler* schedule, bool compiled,
-                std::optional<DType> autocast, optim::GradScaler* scaler) {
+                std::optional<DType> autocast, optim::GradScaler* scaler, dist::GradReducer* reducer) {
   // zero_grad comes first so a compiled step starts from zeroed gradients at every replay.
-  auto fn = [&model, &opt, schedule, autocast, scaler](const std::vector<Tensor>& in) {
+  auto fn = [&model, &opt, schedule, autocast, scaler, reducer](const std::vector<Tensor>& in) {
     opt.zero_grad();
     Tensor loss;
     {
@@ -41,10 +41,12 @@ Step train_step(nn::Module& model, optim::Optimizer& opt, optim::LrScheduler* sc
     }
     if (scaler) {
       scaler->scale(loss).backward();
+      if (reducer) reducer->finish();
       scaler->step(opt);
       scaler->update();
     } else {
       loss.backward();
+      if (reducer) reducer->finish();
       opt.step();
     }
     if (schedule) schedule->step();

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <kiln/dist/grad_reducer.h>
 #include <kiln/kiln.h>
 
 namespace mnist {
@@ -27,11 +28,12 @@ class Step {
 // (inputs (B, 784) normalised, labels (B) i64) -> {mean cross-entropy}: zero_grad, forward
 // and loss (under autocast when set), backward of the loss as `scaler` scales it, the
 // optimizer step through the scaler (skipped after inf/NaN gradients when it is enabled),
-// then one step of `schedule` when there is one. `model`, `opt`, `schedule` and `scaler` must
-// outlive the step.
+// then one step of `schedule` when there is one. With a `reducer` (data-parallel training) the
+// gradients are averaged over the ranks before the optimizer step. `model`, `opt`, `schedule`,
+// `scaler` and `reducer` must outlive the step.
 Step train_step(kiln::nn::Module& model, kiln::optim::Optimizer& opt, kiln::optim::LrScheduler* schedule,
                 bool compiled, std::optional<kiln::DType> autocast = std::nullopt,
-                kiln::optim::GradScaler* scaler = nullptr);
+                kiln::optim::GradScaler* scaler = nullptr, kiln::dist::GradReducer* reducer = nullptr);
 
 // (inputs, labels) -> {summed cross-entropy, correct predictions (i64)}, without grad. The
 // caller puts `model` in eval mode; its train flag is part of the compiled signature.

@@ -176,44 +176,63 @@ Evaluation Evaluator::operator()() {
   return {loss_sum.item<double>() / n, static_cast<double>(correct.item<std::int64_t>()) / n};
 }
 
-RunResult train(const TrainOptions& o, const data::Mnist& data) {
+RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dist) {
+  dist::ProcessGroup* group = dist && dist->launched() ? &*dist->group : nullptr;
+  const int world = group ? dist->world : 1, rank = group ? dist->rank : 0;
   Generator gen(o.seed);
   auto model = make_model(o.model, gen);
   model->to(o.device);
   auto opt = make_optimizer(o, model->parameters());
   if (!o.load.empty()) io::load_checkpoint(o.load, *model, opt.get());
-  data::DataLoader loader(data.train_images, data.train_labels, loader_options(o.batch_size, true, o.seed, o.device));
+  std::optional<dist::GradReducer> reducer;
+  if (group) {
+    broadcast_state(*group, *model);
+    reducer.emplace(*group, model->parameters());
+  }
+  const std::int64_t global_batch = o.batch_size * world;
+  data::DataLoader loader(data.train_images, data.train_labels, loader_options(global_batch, true, o.seed, o.device));
   const int epochs = o.epochs.value();
   auto schedule = make_schedule(o, *opt, loader.batches() * epochs);
   const std::optional<DType> autocast = apply_precision(o.precision);
   optim::GradScaler scaler({.enabled = autocast == DType::f16});
-  Step step = train_step(*model, *opt, schedule.get(), compiled_steps(o), autocast, &scaler);
-  Evaluator evaluate(*model, data, o.device, compiled_steps(o), autocast);
+  Step step = train_step(*model, *opt, schedule.get(), compiled_steps(o), autocast, &scaler,
+                         reducer ? &*reducer : nullptr);
+  std::optional<Evaluator> evaluate;
+  if (rank == 0) evaluate.emplace(*model, data, o.device, compiled_steps(o), autocast);
 
-  MetricsFile metrics(o.metrics);
+  MetricsFile metrics(rank == 0 ? o.metrics : std::string());
   RunResult r;
   model->train();
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     loader.set_epoch(epoch - 1);
-    Progress bar(epoch, epochs, loader.batches(), loader.size());
+    std::optional<Progress> bar;
+    if (rank == 0) bar.emplace(epoch, epochs, loader.batches(), loader.size());
     Tensor loss_sum = zeros({}, {.device = o.device});
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t i = 0; i < loader.batches(); ++i) {
       data::Batch b = loader.batch(i);
+      if (group) {  // this rank's rows of the global batch
+        const auto rows = rows_of(b.inputs.size(0), rank, world);
+        b.inputs = narrow(b.inputs, 0, rows.first, rows.second - rows.first);
+        b.labels = narrow(b.labels, 0, rows.first, rows.second - rows.first);
+      }
       const Tensor loss = step({b.inputs, b.labels})[0];  // a compiled step's next call overwrites it
+      if (group) group->watch("training step");
       loss_sum.add_(loss);
-      if (bar.wants_loss(i + 1))
-        bar.update(i + 1, std::min((i + 1) * o.batch_size, loader.size()), loss.item<double>());
+      if (bar && bar->wants_loss(i + 1))
+        bar->update(i + 1, std::min((i + 1) * global_batch, loader.size()), loss.item<double>());
     }
+    if (group) group->all_reduce(loss_sum, dist::ReduceOp::avg);  // the mean over the ranks' slices
     EpochMetrics m;
     m.epoch = epoch;
     m.train_loss = loss_sum.item<double>() / static_cast<double>(loader.batches());  // waits for the epoch
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.samples_per_s = static_cast<double>(loader.size()) / m.seconds;
-    const Evaluation e = evaluate();
+    r.train_seconds += m.seconds;
+    if (rank != 0) continue;  // evaluation, output and files are rank 0's
+    const Evaluation e = (*evaluate)();
     m.test_loss = e.loss;
     m.test_accuracy = e.accuracy;
-    r.train_seconds += m.seconds;
     if (e.accuracy >= 0.98 && !r.seconds_to_98) r.seconds_to_98 = r.train_seconds;
     if (e.accuracy >= 0.99 && !r.seconds_to_99) r.seconds_to_99 = r.train_seconds;
     r.best_accuracy = std::max(r.best_accuracy, e.accuracy);
@@ -221,7 +240,7 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
     char line[160];
     std::snprintf(line, sizeof line, "train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.2fs  %.0f samples/s",
                   m.train_loss, m.test_loss, 100 * m.test_accuracy, m.seconds, m.samples_per_s);
-    bar.finish(line);
+    bar->finish(line);
     metrics.write(metrics_json(m, o.precision));
     // After each epoch, so a stopped run still has its picture; a few kB, far below an epoch's time.
     if (!o.plot.empty()) io::write_file_atomically(o.plot, render_svg(training_chart(o, r.epochs)));
@@ -229,8 +248,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data) {
   metrics.close();
   r.samples_per_s = static_cast<double>(loader.size()) * epochs / r.train_seconds;
   r.train_step = step.stats();
-  r.eval_step = evaluate.stats();
-  if (!o.save.empty()) io::save_checkpoint(o.save, *model, opt.get());
+  if (evaluate) r.eval_step = evaluate->stats();
+  if (!o.save.empty() && rank == 0) io::save_checkpoint(o.save, *model, opt.get());
   return r;
 }
 

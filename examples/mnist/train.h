@@ -7,6 +7,7 @@
 
 #include <kiln/kiln.h>
 
+#include "distributed.h"
 #include "steps.h"
 
 namespace mnist {
@@ -86,6 +87,8 @@ class Evaluator {
 // Trains from `o` (defaults already applied), printing progress to stdout, with o.metrics one
 // JSON object per epoch to that file, with o.plot the curves so far after each epoch; IoError
 // naming the file when a write fails.
-RunResult train(const TrainOptions& o, const kiln::data::Mnist& data);
+// With `dist` launched (data-parallel), o.batch_size is per GPU: each rank trains its rows of
+// global batches of o.batch_size * world, and only rank 0 prints, evaluates and writes files.
+RunResult train(const TrainOptions& o, const kiln::data::Mnist& data, Distributed* dist = nullptr);
 
 }  // namespace mnist

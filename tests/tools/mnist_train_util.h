@@ -81,4 +81,33 @@ inline void check_refused(const Scratch& s, const std::vector<std::string>& extr
   CHECK(r.out.find("epoch 1/") == std::string::npos);
 }
 
+struct Run {
+  kiln_test::ProcessResult process;
+  std::vector<nlohmann::json> metrics;
+};
+
+// One run on s's data with `extra` flags after the common ones; metrics read back.
+inline Run run_with_metrics(const Scratch& s, const std::string& name, const std::vector<std::string>& extra) {
+  const fs::path m = s.dir.path() / (name + ".jsonl");
+  std::vector<std::string> args{"--data", s.dir.path().string(), "--metrics", m.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Run r{train(args), {}};
+  INFO(name << ": " << r.process.out << r.process.err);
+  REQUIRE(r.process.exit_code == 0);
+  r.metrics = json_lines(m);
+  return r;
+}
+
+// Every epoch's losses and accuracy bit for bit (times differ), and the printed best accuracy.
+inline void check_same_run(const Run& a, const Run& b) {
+  REQUIRE(a.metrics.size() == b.metrics.size());
+  for (std::size_t e = 0; e < a.metrics.size(); ++e) {
+    CAPTURE(e);
+    for (const char* key : {"train_loss", "test_loss", "test_accuracy"})
+      CHECK(a.metrics[e].at(key).get<double>() == b.metrics[e].at(key).get<double>());
+  }
+  auto best = [](const std::string& out) { return out.substr(out.find("best test accuracy")).substr(0, 30); };
+  CHECK(best(a.process.out) == best(b.process.out));
+}
+
 }  // namespace mnist_test

@@ -25,6 +25,10 @@
 #include "kiln/device.h"
 #include "kiln/tensor.h"
 
+namespace kiln::rt {
+class Stream;
+}
+
 namespace kiln::dist {
 
 struct Env {
@@ -81,6 +85,9 @@ class ProcessGroup {
   // DeviceError or ValueError naming the op ("[dist.all_reduce] ..."). Every rank calls the same
   // collectives in the same order with the same shapes.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+  // The same on another stream of the group's device, e.g. to overlap with compute on kiln's
+  // stream (GradReducer); the caller orders it against kiln's stream with events.
+  void all_reduce(Tensor& t, ReduceOp op, const rt::Stream& stream);
   void broadcast(Tensor& t, int root);
   // out (any shape) holds world_size() times in's elements: rank r's copy of `in` at r * in.numel().
   void all_gather(const Tensor& in, Tensor& out);
@@ -94,6 +101,7 @@ class ProcessGroup {
   bool failed() const;
 
  private:
+  void all_reduce(Tensor& t, ReduceOp op, const rt::Stream* stream);  // nullptr: kiln's stream
   std::unique_ptr<detail::GroupState> impl_;
 };
 

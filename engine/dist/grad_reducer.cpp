@@ -1,0 +1,153 @@
+// GradReducer: buckets of gradients all-reduced during the backward (kiln/dist/grad_reducer.h).
+#include "kiln/dist/grad_reducer.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "kiln/autograd.h"
+#include "kiln/error.h"
+#include "kiln/runtime/device.h"
+#include "kiln/shape_ops.h"
+#include "kiln/creation.h"
+
+namespace kiln::dist {
+
+namespace {
+
+constexpr const char* kWho = "[dist.GradReducer] ";
+
+struct Bucket {
+  std::vector<std::size_t> params;
+  std::vector<std::int64_t> offsets;  // of each parameter in `flat`
+  Tensor flat;                        // the bucket's gradients, end to end
+  std::size_t pending = 0;            // parameters whose gradient is not complete yet
+  bool started = false;
+  rt::Event done;                     // recorded on the communication stream after the all-reduce
+};
+
+}  // namespace
+
+struct GradReducer::Impl {
+  ProcessGroup& group;
+  std::vector<Tensor> params;
+  std::vector<Bucket> buckets;
+  std::vector<std::size_t> bucket_of;
+  rt::Stream comm;
+  rt::Event grads_in;  // kiln's stream, after a bucket's gradients were copied in
+
+  Impl(ProcessGroup& g, std::vector<Tensor> p) : group(g), params(std::move(p)) {}
+
+  const rt::Stream& compute() const { return rt::default_stream(group.device().index()); }
+
+  void ready(std::size_t i) {
+    Bucket& b = buckets[bucket_of[i]];
+    if (b.pending == 0)
+      throw ValueError(std::string(kWho) + "parameter " + std::to_string(i) +
+                       "'s gradient was completed twice before finish(); call finish() after each backward");
+    if (--b.pending == 0) start(b);
+  }
+
+  // Gradients into the bucket on kiln's stream; the all-reduce on the communication stream.
+  void start(Bucket& b) {
+    NoGradGuard no_grad;
+    for (std::size_t k = 0; k < b.params.size(); ++k) {
+      const Tensor& g = params[b.params[k]].grad();
+      Tensor slot = narrow(b.flat, 0, b.offsets[k], g.numel());
+      slot.copy_(g.reshape({g.numel()}));
+    }
+    grads_in.record(compute());
+    comm.wait(grads_in);
+    group.all_reduce(b.flat, ReduceOp::avg, comm);
+    b.done.record(comm);
+    b.started = true;
+  }
+
+  void finish() {
+    std::vector<std::size_t> without;
+    for (const Bucket& b : buckets)
+      for (std::size_t p : b.params)
+        if (!b.started && !params[p].grad().defined()) without.push_back(p);
+    std::sort(without.begin(), without.end());
+    std::string missing;
+    for (std::size_t p : without) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    for (const Bucket& b : buckets)
+      if (!b.started) {
+        reset();
+        throw ValueError(std::string(kWho) + "finish() before every bucket was reduced: parameter(s) " +
+                         (missing.empty() ? std::string("of an incomplete bucket") : missing) +
+                         " got no gradient in this backward; every parameter must get one on every rank");
+      }
+    NoGradGuard no_grad;
+    for (Bucket& b : buckets) {
+      compute().wait(b.done);
+      for (std::size_t k = 0; k < b.params.size(); ++k) {
+        Tensor g = params[b.params[k]].grad();
+        g.copy_(narrow(b.flat, 0, b.offsets[k], g.numel()).reshape(g.shape()));
+      }
+    }
+    reset();
+  }
+
+  void reset() {
+    for (Bucket& b : buckets) {
+      b.pending = b.params.size();
+      b.started = false;
+    }
+  }
+};
+
+GradReducer::GradReducer(ProcessGroup& group, std::vector<Tensor> params, ReducerOptions options)
+    : impl_(std::make_unique<Impl>(group, std::move(params))) {
+  Impl& m = *impl_;
+  if (m.params.empty()) throw ValueError(std::string(kWho) + "no parameters");
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    const Tensor& p = m.params[i];
+    if (!p.defined() || !p.requires_grad() || !p.is_leaf() || !is_floating(p.dtype()))
+      throw ValueError(std::string(kWho) + "parameter " + std::to_string(i) + " is not a floating leaf requiring grad");
+    if (p.device() != group.device())
+      throw DeviceError(std::string(kWho) + "parameter " + std::to_string(i) + " lives on " + p.device().str() +
+                        ", the group on " + group.device().str());
+  }
+  // Buckets never mix dtypes: one flat buffer per bucket.
+  std::map<DType, std::vector<std::size_t>> by_dtype;
+  for (std::size_t i = 0; i < m.params.size(); ++i) by_dtype[m.params[i].dtype()].push_back(i);
+  m.bucket_of.resize(m.params.size());
+  for (const auto& entry : by_dtype) {
+    const std::vector<std::size_t>& idx = entry.second;
+    std::vector<std::size_t> bytes;
+    for (std::size_t i : idx) bytes.push_back(m.params[i].numel() * m.params[i].element_size());
+    for (const std::vector<std::size_t>& members : bucket_params(bytes, options.bucket_bytes)) {
+      Bucket b;
+      std::int64_t n = 0;
+      for (std::size_t j : members) {
+        b.params.push_back(idx[j]);
+        b.offsets.push_back(n);
+        n += m.params[idx[j]].numel();
+      }
+      b.flat = zeros({n}, {.dtype = entry.first, .device = group.device()});
+      b.pending = b.params.size();
+      b.done = rt::Event::create(group.device().index());
+      for (std::size_t p : b.params) m.bucket_of[p] = m.buckets.size();
+      m.buckets.push_back(std::move(b));
+    }
+  }
+  m.comm = rt::Stream::create(group.device().index());
+  m.grads_in = rt::Event::create(group.device().index());
+  for (std::size_t i = 0; i < m.params.size(); ++i)
+    m.params[i].add_grad_ready_hook([impl = impl_.get(), i](const Tensor&) { impl->ready(i); });
+}
+
+GradReducer::~GradReducer() {
+  for (Tensor& p : impl_->params) p.clear_grad_ready_hooks();
+}
+
+void GradReducer::finish() { impl_->finish(); }
+
+std::vector<std::vector<std::size_t>> GradReducer::buckets() const {
+  std::vector<std::vector<std::size_t>> out;
+  for (const Bucket& b : impl_->buckets) out.push_back(b.params);
+  return out;
+}
+
+}  // namespace kiln::dist

@@ -1,0 +1,33 @@
+#include "distributed.h"
+
+#include <cstdlib>
+
+namespace mnist {
+
+using namespace kiln;
+
+Distributed join_if_launched() {
+  Distributed d;
+  if (std::getenv("WORLD_SIZE") == nullptr) return d;
+  d.group.emplace(dist::ProcessGroup::init());
+  d.rank = d.group->rank();
+  d.world = d.group->world_size();
+  return d;
+}
+
+std::pair<std::int64_t, std::int64_t> rows_of(std::int64_t len, int rank, int world) {
+  if (len % world == 0) return dist::shard(len, rank, world);
+  const std::int64_t base = len / world, extra = len % world;
+  const std::int64_t begin = rank * base + std::min<std::int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+void broadcast_state(dist::ProcessGroup& group, const nn::Module& model) {
+  NoGradGuard no_grad;
+  for (const auto& named : model.state()) {
+    Tensor t = named.second.detach();
+    group.broadcast(t, 0);
+  }
+}
+
+}  // namespace mnist

@@ -1,0 +1,88 @@
+// mnist-train under a launcher (data-parallel over NCCL): without NCCL a clear error; a world of
+// one through NCCL gives exactly the plain run; on two GPUs the losses follow a one-GPU run of
+// the same global batch (run when two GPUs and NCCL are there).
+#include <cmath>
+#include <cstdlib>
+
+#include "kiln/dist.h"
+#include "kiln/runtime/device.h"
+#include "mnist_train_util.h"
+
+using namespace mnist_test;
+
+namespace {
+
+// mnist-train on s's data under `kiln-run -n ranks`, metrics read back.
+Run launched(const Scratch& s, const std::string& name, int ranks, const std::vector<std::string>& extra) {
+  REQUIRE_MESSAGE(std::string(KILN_RUN_PATH) != "", "kiln-run was not built");
+  const fs::path m = s.dir.path() / (name + ".jsonl");
+  std::vector<std::string> argv{KILN_RUN_PATH, "-n", std::to_string(ranks), "--", KILN_MNIST_TRAIN_PATH,
+                                "--data",      s.dir.path().string(),       "--metrics", m.string()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Run r{kiln_test::run_process(argv, {{"KILN_MNIST_DIR", std::nullopt}}), {}};
+  INFO(name << ": " << r.process.out << r.process.err);
+  REQUIRE(r.process.exit_code == 0);
+  r.metrics = json_lines(m);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("mnist-train under a launcher without NCCL: a clear error, not a crash") {
+  Scratch s;
+  // KILN_NCCL_LIBRARY, when set, is the only NCCL the loader tries.
+  const kiln_test::ProcessResult r =
+      train({"--data", s.dir.path().string(), "--epochs", "1"},
+            {{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"KILN_NCCL_LIBRARY", "/nonexistent/libnccl.so.2"}});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("[nccl] cannot load") != std::string::npos);
+  CHECK(r.err.find("install the nvidia-nccl-cu13 wheel or set KILN_NCCL_LIBRARY") != std::string::npos);
+  CHECK(r.out.find("epoch 1/") == std::string::npos);
+}
+
+TEST_CASE("mnist-train under kiln-run -n 1 (through NCCL) gives exactly the plain run") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why)) {
+    MESSAGE("skipped: needs a GPU and NCCL (" << why << ")");
+    return;
+  }
+  Scratch s;
+  for (const char* eager : {"", "--eager"}) {
+    CAPTURE(eager);
+    std::vector<std::string> flags{"--model", "mlp", "--epochs", "2", "--seed", "3", "--batch-size", "100"};
+    if (*eager) flags.push_back(eager);
+    std::vector<std::string> plain = flags;
+    plain.insert(plain.end(), {"--device", "cuda"});
+    const Run one = run_with_metrics(s, std::string("plain") + eager, plain);
+    const Run world1 = launched(s, std::string("world1") + eager, 1, flags);
+    check_same_run(one, world1);
+    CHECK(world1.process.out.find("on 1 GPUs (data-parallel over NCCL, batch 100 per GPU)") != std::string::npos);
+  }
+}
+
+// The tolerance: the two runs differ only in the order of floating-point sums (each rank's half
+// batch, then the average of two halves), so the losses agree to a few f32 roundings per step,
+// grown over 20 steps; 1e-4 relative leaves a wide margin and still catches a wrong shard,
+// scale or missed all-reduce (those move the loss by percents).
+TEST_CASE("mnist-train on two GPUs follows a one-GPU run of the same global batch") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why) || kiln::cuda_device_count() < 2) {
+    MESSAGE("skipped: needs two GPUs and NCCL");
+    return;
+  }
+  Scratch s;
+  const std::vector<std::string> flags{"--model", "mlp", "--epochs", "2", "--seed", "3", "--eager"};
+  std::vector<std::string> one = flags, two = flags;
+  one.insert(one.end(), {"--device", "cuda", "--batch-size", "128"});
+  two.insert(two.end(), {"--batch-size", "64"});
+  const Run single = run_with_metrics(s, "one-gpu", one);
+  const Run pair = launched(s, "two-gpus", 2, two);
+  REQUIRE(single.metrics.size() == pair.metrics.size());
+  for (std::size_t e = 0; e < single.metrics.size(); ++e) {
+    CAPTURE(e);
+    for (const char* key : {"train_loss", "test_loss"}) {
+      const double a = single.metrics[e].at(key).get<double>(), b = pair.metrics[e].at(key).get<double>();
+      CHECK(std::fabs(a - b) <= 1e-4 * std::fabs(a));
+    }
+  }
+}
