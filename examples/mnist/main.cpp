@@ -173,8 +173,9 @@ int main(int argc, char** argv) {
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
-    const std::string where = dist.launched() ? std::to_string(dist.world) + " GPUs (data-parallel over NCCL, batch " +
-                                                    std::to_string(o.batch_size) + " per GPU)"
+    const std::string where = dist.launched() ? std::to_string(dist.world) + (dist.world == 1 ? " GPU" : " GPUs") +
+                                                    " (data-parallel over NCCL, batch " + std::to_string(o.batch_size) +
+                                                    " per GPU)"
                                               : o.device.str();
     if (dist.leader())
       std::printf("kiln %s: %s on %s (%s steps), precision %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, "

@@ -56,7 +56,7 @@ TEST_CASE("mnist-train under kiln-run -n 1 (through NCCL) gives exactly the plai
     const Run one = run_with_metrics(s, std::string("plain") + eager, plain);
     const Run world1 = launched(s, std::string("world1") + eager, 1, flags);
     check_same_run(one, world1);
-    CHECK(world1.process.out.find("on 1 GPUs (data-parallel over NCCL, batch 100 per GPU)") != std::string::npos);
+    CHECK(world1.process.out.find("on 1 GPU (data-parallel over NCCL, batch 100 per GPU)") != std::string::npos);
   }
 }
 
