@@ -134,6 +134,14 @@ bool generated_convs_enabled() {
   return on;
 }
 
+const rt::DeviceInfo* generated_conv_device(std::initializer_list<const Tensor*> tensors) {
+  if (!generated_convs_enabled() || tensors.size() == 0) return nullptr;
+  for (const Tensor* t : tensors)
+    if (t->numel() >= INT_MAX / 2) return nullptr;  // the kernels index in 32 bits
+  const rt::DeviceInfo& info = rt::device_info((*tensors.begin())->device().index());
+  return info.arch() >= 80 ? &info : nullptr;
+}
+
 int conv_mma_for(DType ta, DType tb, DType to) {
   if (ta != tb || ta != to) return -1;
   if (ta == DType::bf16) return 0;
@@ -144,13 +152,11 @@ int conv_mma_for(DType ta, DType tb, DType to) {
 
 bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
-  if (mma < 0 || !generated_convs_enabled() || out.numel() == 0) return false;
-  for (const Tensor* t : {&a, &b, &out})
-    if (t->numel() >= INT_MAX / 2) return false;  // the kernel indexes in 32 bits
+  if (mma < 0 || out.numel() == 0) return false;
+  const rt::DeviceInfo* info = generated_conv_device({&out, &a, &b});
+  if (!info) return false;
   const int device = out.device().index();
-  const rt::DeviceInfo& info = rt::device_info(device);
-  if (info.arch() < 80) return false;
-  const Plan p = plan_for(pass, s, mma, std::max(1, info.sm_count));
+  const Plan p = plan_for(pass, s, mma, std::max(1, info->sm_count));
   if (p.gk == 0) return false;  // an empty sum: the fallback writes the zeros
   const rt::KernelSpec& spec = spec_for(pass, s, p, a.dtype(), b.dtype(), out.dtype());
   const rt::Function fn = rt::get_function(spec, DTypes{DType::u8}, 0, device);

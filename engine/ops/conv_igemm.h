@@ -4,9 +4,11 @@
 // allow_conv_tf32(). conv.cpp falls back to im2col + cuBLAS where run_conv_igemm declines.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "kiln/runtime/device.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/tensor.h"
 
@@ -51,6 +53,9 @@ std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& nam
                                                           const std::vector<std::string>& entries);
 // False when KILN_CONV_IGEMM=0 asks for im2col + cuBLAS everywhere.
 bool generated_convs_enabled();
+// The device a generated conv kernel runs on for these tensors (out first), or nullptr when none
+// may: generated convs switched off, a device before sm_80, or a tensor past 32-bit indexing.
+const rt::DeviceInfo* generated_conv_device(std::initializer_list<const Tensor*> tensors);
 
 // The MMA for these dtypes (0 bf16, 1 f16, 2 tf32), or -1 when no generated kernel applies.
 int conv_mma_for(DType ta, DType tb, DType to);

@@ -73,14 +73,12 @@ std::string source(const ConvSizes& s, const WgradPlan& p, DType t) {
 
 bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw) {
   const int mma = conv_mma_for(x.dtype(), gy.dtype(), dw.dtype());
-  if (!generated_convs_enabled() || !applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
-  for (const Tensor* t : {&x, &gy, &dw})
-    if (t->numel() >= INT_MAX / 2) return false;
+  if (!applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
+  const rt::DeviceInfo* info = generated_conv_device({&dw, &x, &gy});
+  if (!info) return false;
   const int device = dw.device().index();
-  const rt::DeviceInfo& info = rt::device_info(device);
-  if (info.arch() < 80) return false;
-  const WgradPlan p = plan_for(s, mma, std::max(1, info.sm_count));
-  if (p.smem > std::max(48 * 1024, info.max_shared_optin)) return false;
+  const WgradPlan p = plan_for(s, mma, std::max(1, info->sm_count));
+  if (p.smem > std::max(48 * 1024, info->max_shared_optin)) return false;
   const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
   std::string name = std::string("conv_wgrad_") + mma_name + "_" + std::string(dtype_name(dw.dtype()));
   for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups,

@@ -18,12 +18,14 @@ training time to kiln's:
 Exits 77 without torch or a CUDA device.
 """
 import argparse
-import gzip
 import json
 import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_mnist_torch import load_mnist  # noqa: E402  (the same IDX reader)
 
 MEAN, STD = 0.1307, 0.3081
 # The recipe, as examples/mnist/speedrun.h has it.
@@ -31,25 +33,6 @@ CONV1, CONV2, HIDDEN = 24, 32, 256
 BATCH, EPOCHS = 256, 1.0
 LR, BETAS = 0.01, (0.7, 0.9)
 LABEL_SMOOTHING = 0.1
-
-
-def read_idx(path, torch):
-    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
-
-
-def load_mnist(d, torch):
-    names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-    paths = []
-    for stem in names:
-        found = [p for p in (os.path.join(d, stem), os.path.join(d, stem + ".gz")) if os.path.exists(p)]
-        if not found:
-            return None
-        paths.append(found[0])
-    return [read_idx(p, torch) for p in paths]
 
 
 def network(torch):
