@@ -60,10 +60,11 @@ TEST_CASE("mnist-train under kiln-run -n 1 (through NCCL) gives exactly the plai
   }
 }
 
-// The tolerance: the two runs differ only in the order of floating-point sums (each rank's half
-// batch, then the average of two halves), so the losses agree to a few f32 roundings per step,
-// grown over 20 steps; 1e-4 relative leaves a wide margin and still catches a wrong shard,
-// scale or missed all-reduce (those move the loss by percents).
+// The tolerance: the runs differ only in the order of floating-point sums (each rank's half batch,
+// then the average of the halves), roundings that Adam carries through the epoch's 469 steps;
+// 2e-3 relative on the epoch's mean loss leaves room for that and still catches a wrong shard,
+// scale or missed all-reduce (those move the loss by percents). The mlp has no batch norm, whose
+// statistics would be per rank.
 TEST_CASE("mnist-train on two GPUs follows a one-GPU run of the same global batch") {
   std::string why;
   if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why) || kiln::cuda_device_count() < 2) {
@@ -71,7 +72,7 @@ TEST_CASE("mnist-train on two GPUs follows a one-GPU run of the same global batc
     return;
   }
   Scratch s;
-  const std::vector<std::string> flags{"--model", "mlp", "--epochs", "2", "--seed", "3", "--eager"};
+  const std::vector<std::string> flags{"--model", "mlp", "--epochs", "1", "--seed", "3", "--eager"};
   std::vector<std::string> one = flags, two = flags;
   one.insert(one.end(), {"--device", "cuda", "--batch-size", "128"});
   two.insert(two.end(), {"--batch-size", "64"});
@@ -82,7 +83,7 @@ TEST_CASE("mnist-train on two GPUs follows a one-GPU run of the same global batc
     CAPTURE(e);
     for (const char* key : {"train_loss", "test_loss"}) {
       const double a = single.metrics[e].at(key).get<double>(), b = pair.metrics[e].at(key).get<double>();
-      CHECK(std::fabs(a - b) <= 1e-4 * std::fabs(a));
+      CHECK(std::fabs(a - b) <= 2e-3 * std::fabs(a));
     }
   }
 }
