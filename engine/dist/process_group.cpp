@@ -1,5 +1,9 @@
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "collective_checks.h"
@@ -87,6 +91,54 @@ void enqueue(detail::GroupState& g, std::string_view op, const std::string& what
   g.watchdog->watch(what, stream);
 }
 
+// ncclCommInitRank has no timeout: a rank that died after the rendezvous would hang the others in
+// it. It runs on a thread the caller stops waiting for at the deadline; a thread left behind then
+// finishes (leaking its communicator) or dies with the process, which is about to report the error.
+void remove_id_file(const Env& e, const detail::Rendezvous& where) {
+  if (e.rank != 0 || where.file.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(where.file, ec);
+}
+
+nccl::Comm init_comm(const Env& e, int device, const nccl::UniqueId& id, std::chrono::milliseconds timeout) {
+  struct Outcome {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    nccl::Result result = nccl::kSuccess;
+    nccl::Comm comm = nullptr;
+    std::string error;  // a make_current failure
+  };
+  auto out = std::make_shared<Outcome>();
+  const nccl::Api* api = &nccl::api();
+  std::thread([out, api, e, device, id] {
+    nccl::Comm comm = nullptr;
+    nccl::Result r = nccl::kSuccess;
+    std::string error;
+    try {
+      rt::make_current(device);
+      r = api->ncclCommInitRank(&comm, e.world_size, id, e.rank);
+    } catch (const std::exception& ex) {
+      error = ex.what();
+    }
+    const std::lock_guard lock(out->m);
+    out->done = true;
+    out->result = r;
+    out->comm = comm;
+    out->error = std::move(error);
+    out->cv.notify_all();
+  }).detach();
+  std::unique_lock lock(out->m);
+  if (!out->cv.wait_for(lock, timeout, [&] { return out->done; }))
+    throw DeviceError("[dist.init] rank " + std::to_string(e.rank) + " of " + std::to_string(e.world_size) +
+                      ": NCCL's communicator setup did not complete within " + detail::seconds_text(timeout) +
+                      "; a rank has not joined (did every rank start, and is none of them dead?). "
+                      "KILN_DIST_TIMEOUT_S sets the wait");
+  if (!out->error.empty()) throw DeviceError("[dist.init] " + out->error);
+  nccl::check(out->result, "ncclCommInitRank");
+  return out->comm;
+}
+
 }  // namespace
 
 bool nccl_available(std::string* why) { return nccl::try_api(why) != nullptr; }
@@ -120,11 +172,13 @@ ProcessGroup ProcessGroup::init(InitOptions o) {
   std::memcpy(bytes.data(), id.internal, bytes.size());
   bytes = detail::exchange_id(where, e, bytes, g->timeout);
   std::memcpy(id.internal, bytes.data(), bytes.size());
-  nccl::check(api.ncclCommInitRank(&g->comm, e.world_size, id, e.rank), "ncclCommInitRank");
-  if (e.rank == 0 && !where.file.empty()) {
-    std::error_code ec;  // every rank has read it: init returns only when all joined
-    std::filesystem::remove(where.file, ec);
+  try {
+    g->comm = init_comm(e, g->device.index(), id, g->timeout);
+  } catch (...) {
+    remove_id_file(e, where);
+    throw;
   }
+  remove_id_file(e, where);  // every rank has read it: init returns only when all joined
   g->watchdog = std::make_unique<detail::Watchdog>(g->comm, g->device.index(), g->timeout);
   rt::log().debug("[dist] rank {} of {} on {}: NCCL {}", e.rank, e.world_size, g->device.str(), nccl::version());
   ProcessGroup out;

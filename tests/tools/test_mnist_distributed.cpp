@@ -60,6 +60,28 @@ TEST_CASE("mnist-train under kiln-run -n 1 (through NCCL) gives exactly the plai
   }
 }
 
+TEST_CASE("mnist-train whose peer never joins NCCL's setup stops with a clear error, not a hang") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why)) {
+    MESSAGE("skipped: needs a GPU and NCCL (" << why << ")");
+    return;
+  }
+  // Rank 0 of 2 alone: the file rendezvous lets it through (it writes the id), so it waits in
+  // NCCL's communicator setup for a rank 1 that never comes, as it would for one that died there.
+  Scratch s;
+  const std::string id_file = (s.dir.path() / "nccl-id").string();
+  const kiln_test::ProcessResult r =
+      train({"--data", s.dir.path().string(), "--model", "mlp", "--epochs", "1"},
+            {{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"KILN_DIST_ID_FILE", id_file},
+             {"KILN_DIST_TIMEOUT_S", "3"}, {"MASTER_ADDR", std::nullopt}, {"MASTER_PORT", std::nullopt}});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("[dist.init] rank 0 of 2: NCCL's communicator setup did not complete within 3 s") !=
+        std::string::npos);
+  CHECK(r.out.find("epoch 1/") == std::string::npos);
+  CHECK_FALSE(fs::exists(id_file));  // rank 0 cleans up the id it published
+}
+
 // The tolerance: the runs differ only in the order of floating-point sums (each rank's half batch,
 // then the average of the halves), roundings that Adam carries through the epoch's 469 steps;
 // 2e-3 relative on the epoch's mean loss leaves room for that and still catches a wrong shard,

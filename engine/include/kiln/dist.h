@@ -64,8 +64,9 @@ class ProcessGroup {
  public:
   // Rendezvous of NCCL's unique id (rank 0 makes it): through $KILN_DIST_ID_FILE when set, else
   // TCP on $MASTER_ADDR (this host only) : $MASTER_PORT; a world of 1 needs neither. Rank 0
-  // removes the file once every rank joined. Throws DeviceError when NCCL does not load or a rank
-  // does not show up within the timeout (ncclCommInitRank itself has no timeout).
+  // removes the file once every rank joined, or when init fails. Throws DeviceError when NCCL does
+  // not load, or when a rank does not show up within the timeout, at the rendezvous or in NCCL's
+  // own setup (a rank that died between the two).
   static ProcessGroup init(InitOptions options = {});
 
   ProcessGroup();   // empty: every call throws
