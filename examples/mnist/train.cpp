@@ -217,7 +217,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
         b.labels = narrow(b.labels, 0, rows.first, rows.second - rows.first);
       }
       const Tensor loss = step({b.inputs, b.labels})[0];  // a compiled step's next call overwrites it
-      if (group) group->watch("training step");
+      // Its all-reduces run inside the replayed graph: the watchdog waits on the whole step.
+      if (group) group->watch("training step " + std::to_string(i + 1) + " of epoch " + std::to_string(epoch));
       loss_sum.add_(loss);
       if (bar && bar->wants_loss(i + 1))
         bar->update(i + 1, std::min((i + 1) * global_batch, loader.size()), loss.item<double>());
