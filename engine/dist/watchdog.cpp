@@ -89,8 +89,7 @@ bool Watchdog::drain() {
       poll_locked();
       if (failure_.empty() && !pending_.empty())
         fail_locked(describe(pending_.front()) + " had not finished when the group was destroyed, " +
-                    seconds_text(since(pending_.front().since)) + " after it was queued; it waits for " +
-                    waited_for());
+                    seconds_text(since(pending_.front().since)) + " after it was queued; it waits for " + waited_for());
     }
   }
   return failure_.empty();
