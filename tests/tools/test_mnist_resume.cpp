@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dist.h"
 #include "kiln/runtime/device.h"
 #include "mnist_train_util.h"
 
 using namespace mnist_test;
 
 namespace {
+
+using Args = std::vector<std::string>;
 
 // A synthetic MNIST of `train` training samples: enough for an epoch to outlast the kill's latency.
 struct Data {
@@ -24,22 +27,25 @@ struct Data {
   std::string file(const std::string& name) const { return (dir.path() / name).string(); }
 };
 
-std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+Args operator+(Args a, const Args& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
 
-// mnist-train with `args`, killed with SIGKILL as soon as `checkpoint` exists (it appears whole:
-// renamed into place); what it printed, then "exit <status>".
-kiln_test::ProcessResult train_killed_at_checkpoint(const std::vector<std::string>& args,
+// mnist-train with `args`, started by `launcher` (e.g. kiln-run -n 2 --; none: directly).
+kiln_test::ProcessResult train_launched(const Args& launcher, const Args& args) {
+  return kiln_test::run_process(launcher + Args{KILN_MNIST_TRAIN_PATH} + args, {{"KILN_MNIST_DIR", std::nullopt}});
+}
+
+// train_launched, with SIGKILL to the launcher (or mnist-train) as soon as `checkpoint` exists
+// (it appears whole: renamed into place); what it printed, then "exit <status>".
+kiln_test::ProcessResult train_killed_at_checkpoint(const Args& launcher, const Args& args,
                                                     const std::string& checkpoint) {
   const char* script =
       "ck=$1; shift; \"$@\" & pid=$!\n"
       "while [ ! -e \"$ck\" ] && kill -0 $pid 2>/dev/null; do sleep 0.005; done\n"
       "kill -9 $pid 2>/dev/null; wait $pid; echo \"exit $?\"\n";
-  return kiln_test::run_process(
-      std::vector<std::string>{"/bin/sh", "-c", script, "sh", checkpoint, KILN_MNIST_TRAIN_PATH} + args,
-      {{"KILN_MNIST_DIR", std::nullopt}});
+  return train_launched(Args{"/bin/sh", "-c", script, "sh", checkpoint} + launcher, args);
 }
 
 // Every tensor of two --save files: same names, dtypes, shapes and bytes.
@@ -67,8 +73,8 @@ int resumed_after(const std::string& out, const std::string& ck, int epochs) {
 }
 
 // One run with `args`, which must succeed, and its --metrics file read back.
-Run run_ok(const std::vector<std::string>& args, const std::string& metrics) {
-  Run r{train(args + std::vector<std::string>{"--metrics", metrics}), {}};
+Run run_ok(const Args& launcher, const Args& args, const std::string& metrics) {
+  Run r{train_launched(launcher, args + Args{"--metrics", metrics}), {}};
   INFO(r.process.out << r.process.err);
   REQUIRE(r.process.exit_code == 0);
   r.metrics = json_lines(metrics);
@@ -78,25 +84,24 @@ Run run_ok(const std::vector<std::string>& args, const std::string& metrics) {
 // `flags` (with --epochs `epochs`) run uninterrupted, and run with --checkpoint, killed once the
 // first checkpoint landed, then restarted with --resume auto as kiln-run --max-restarts does: the
 // same final weights and every epoch's losses and accuracy. Then the last checkpoint resumed once
-// more trains nothing and saves the same weights. Returns the epoch the resumed run continued after.
-int check_resume_is_exact(const Data& d, const std::string& name, const std::vector<std::string>& flags, int epochs) {
-  const std::vector<std::string> common =
-      std::vector<std::string>{"--data", d.dir.path().string(), "--epochs", std::to_string(epochs)} + flags;
+// more trains nothing and saves the same weights. Every run started by `launcher`, the kill sent to
+// it. Returns the epoch the resumed run continued after.
+int check_resume_is_exact(const Data& d, const std::string& name, const Args& flags, int epochs,
+                          const Args& launcher = {}) {
+  const Args common = Args{"--data", d.dir.path().string(), "--epochs", std::to_string(epochs)} + flags;
   const std::string ck = d.file(name + "-ck.safetensors"), whole_save = d.file(name + "-whole.safetensors"),
                     resumed_save = d.file(name + "-resumed.safetensors");
-  const Run whole = run_ok(common + std::vector<std::string>{"--save", whole_save}, d.file(name + "-whole.jsonl"));
+  const Run whole = run_ok(launcher, common + Args{"--save", whole_save}, d.file(name + "-whole.jsonl"));
 
-  const std::vector<std::string> checkpointed =
-      common + std::vector<std::string>{"--checkpoint", ck, "--save", resumed_save};
-  const kiln_test::ProcessResult killed = train_killed_at_checkpoint(
-      checkpointed + std::vector<std::string>{"--metrics", d.file(name + "-resumed.jsonl")}, ck);
+  const Args checkpointed = common + Args{"--checkpoint", ck, "--save", resumed_save};
+  const kiln_test::ProcessResult killed =
+      train_killed_at_checkpoint(launcher, checkpointed + Args{"--metrics", d.file(name + "-resumed.jsonl")}, ck);
   INFO("killed run: " << killed.out << killed.err);
   REQUIRE(killed.out.find("exit 137") != std::string::npos);  // killed, not finished
   REQUIRE(fs::exists(ck));
   CHECK_FALSE(fs::exists(resumed_save));
 
-  const Run resumed =
-      run_ok(checkpointed + std::vector<std::string>{"--resume", "auto"}, d.file(name + "-resumed.jsonl"));
+  const Run resumed = run_ok(launcher, checkpointed + Args{"--resume", "auto"}, d.file(name + "-resumed.jsonl"));
   INFO("resumed run: " << resumed.process.out);
   const int k = resumed_after(resumed.process.out, ck, epochs);
   REQUIRE(k >= 1);
@@ -109,7 +114,7 @@ int check_resume_is_exact(const Data& d, const std::string& name, const std::vec
   // The checkpoint of the last epoch: nothing left to train, the same weights saved.
   const std::string again_save = d.file(name + "-again.safetensors");
   const Run again =
-      run_ok(common + std::vector<std::string>{"--resume", ck, "--save", again_save}, d.file(name + "-again.jsonl"));
+      run_ok(launcher, common + Args{"--resume", ck, "--save", again_save}, d.file(name + "-again.jsonl"));
   CHECK(resumed_after(again.process.out, ck, epochs) == epochs);
   CHECK(again.process.out.find("/" + std::to_string(epochs) + " ") == std::string::npos);  // no epoch line
   check_same_weights(whole_save, again_save);
@@ -118,7 +123,7 @@ int check_resume_is_exact(const Data& d, const std::string& name, const std::vec
 }
 
 // A refused --resume: exit 1 before any epoch, the message naming `needles`.
-void check_refused_resume(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+void check_refused_resume(const Args& args, const Args& needles) {
   const kiln_test::ProcessResult r = train(args, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
   std::string flags;
   for (const std::string& a : args) flags += a + " ";
@@ -133,29 +138,28 @@ void check_refused_resume(const std::vector<std::string>& args, const std::vecto
 
 TEST_CASE("mnist-train --resume after kill -9: the same weights and metrics as an uninterrupted run (CPU)") {
   const Data d(4096);
-  const std::vector<std::string> cpu{"--device", "cpu", "--batch-size", "512", "--seed", "4"};
+  const Args cpu{"--device", "cpu", "--batch-size", "512", "--seed", "4"};
   MESSAGE("mlp f32 resumed after epoch " << check_resume_is_exact(d, "mlp", cpu, 3));
   // The loss scaler's state, SGD's momentum and the one-cycle schedule's position.
   MESSAGE("mlp f16 sgd resumed after epoch " << check_resume_is_exact(
-              d, "mlp-f16",
-              cpu + std::vector<std::string>{"--precision", "f16", "--optimizer", "sgd", "--schedule", "onecycle"}, 3));
+              d, "mlp-f16", cpu + Args{"--precision", "f16", "--optimizer", "sgd", "--schedule", "onecycle"}, 3));
 }
 
 TEST_CASE("mnist-train --resume refuses other settings, other data, missing and corrupt files") {
   Scratch s;
   const std::string dir = s.dir.path().string(), ck = (s.dir.path() / "ck.safetensors").string();
-  const std::vector<std::string> base{"--data", dir, "--device", "cpu", "--batch-size", "256"};
-  auto first = train(base + std::vector<std::string>{"--epochs", "2", "--checkpoint", ck});
+  const Args base{"--data", dir, "--device", "cpu", "--batch-size", "256"};
+  auto first = train(base + Args{"--epochs", "2", "--checkpoint", ck});
   REQUIRE(first.exit_code == 0);
   REQUIRE(fs::exists(ck));
-  const std::vector<std::string> resume = base + std::vector<std::string>{"--resume", ck};
+  const Args resume = base + Args{"--resume", ck};
 
-  check_refused_resume(resume + std::vector<std::string>{"--epochs", "3"},
+  check_refused_resume(resume + Args{"--epochs", "3"},
                        {"[mnist-train] --resume " + ck + " was written with --epochs 2, this run asks --epochs 3"});
-  check_refused_resume(resume + std::vector<std::string>{"--epochs", "2", "--lr", "0.01", "--seed", "9"},
+  check_refused_resume(resume + Args{"--epochs", "2", "--lr", "0.01", "--seed", "9"},
                        {"was written with --lr 0.001 --seed 0, this run asks --lr 0.01 --seed 9"});
   check_refused_resume(
-      resume + std::vector<std::string>{"--epochs", "2", "--model", "cnn", "--precision", "bf16"},
+      resume + Args{"--epochs", "2", "--model", "cnn", "--precision", "bf16"},
       {"was written with --model mlp --lr 0.001 --schedule cosine --precision f32, this run asks --model cnn "
        "--lr 0.002 --schedule onecycle --precision bf16"});
   check_refused_resume({"--data", dir, "--device", "cpu", "--batch-size", "128", "--epochs", "2", "--resume", ck},
@@ -168,26 +172,25 @@ TEST_CASE("mnist-train --resume refuses other settings, other data, missing and 
       {"--resume " + ck, "written for 1024 training samples, this data has 2048"});
 
   const std::string missing = (s.dir.path() / "none.safetensors").string();
-  check_refused_resume(base + std::vector<std::string>{"--epochs", "2", "--resume", missing},
-                       {"--resume " + missing, "no such file"});
+  check_refused_resume(base + Args{"--epochs", "2", "--resume", missing}, {"--resume " + missing, "no such file"});
   const std::string garbage = (s.dir.path() / "garbage.safetensors").string();
   std::ofstream(garbage) << "not a checkpoint at all";
-  check_refused_resume(base + std::vector<std::string>{"--epochs", "2", "--resume", garbage}, {"--resume " + garbage});
+  check_refused_resume(base + Args{"--epochs", "2", "--resume", garbage}, {"--resume " + garbage});
   // Cut short, as a copy interrupted midway would be.
   const std::string cut = (s.dir.path() / "cut.safetensors").string();
   fs::copy_file(ck, cut);
   fs::resize_file(cut, fs::file_size(ck) / 2);
-  check_refused_resume(base + std::vector<std::string>{"--epochs", "2", "--resume", cut}, {"--resume " + cut});
+  check_refused_resume(base + Args{"--epochs", "2", "--resume", cut}, {"--resume " + cut});
   // A --save file is a checkpoint of the model alone.
   const std::string saved = (s.dir.path() / "saved.safetensors").string();
-  REQUIRE(train(base + std::vector<std::string>{"--epochs", "1", "--save", saved}).exit_code == 0);
-  check_refused_resume(base + std::vector<std::string>{"--epochs", "1", "--resume", saved},
+  REQUIRE(train(base + Args{"--epochs", "1", "--save", saved}).exit_code == 0);
+  check_refused_resume(base + Args{"--epochs", "1", "--resume", saved},
                        {"--resume " + saved, "no mnist-train state", "--load"});
 
   // Usage errors, before any data is read.
-  check_refused_resume(base + std::vector<std::string>{"--resume", "auto"}, {"--resume auto needs --checkpoint"});
-  check_refused_resume(resume + std::vector<std::string>{"--load", ck}, {"--resume", "--load"});
-  check_refused_resume(resume + std::vector<std::string>{"--eval-only"}, {"--resume", "--eval-only"});
+  check_refused_resume(base + Args{"--resume", "auto"}, {"--resume auto needs --checkpoint"});
+  check_refused_resume(resume + Args{"--load", ck}, {"--resume", "--load"});
+  check_refused_resume(resume + Args{"--eval-only"}, {"--resume", "--eval-only"});
   check_refused_resume({"--recipe", "speedrun", "--checkpoint", ck}, {"--recipe", "--checkpoint"});
 
   // The checkpoint loads with --load too (model and optimizer; the rest ignored).
@@ -222,16 +225,33 @@ TEST_CASE("mnist-train --resume after kill -9 with compiled steps on the GPU: th
   }
   // Epochs of 256 short steps: the kill lands a few epochs in, whichever it is.
   const Data d(16384);
-  const std::vector<std::string> gpu{"--device", "cuda", "--batch-size", "64", "--seed", "6"};
+  const Args gpu{"--device", "cuda", "--batch-size", "64", "--seed", "6"};
   for (const char* precision : {"f32", "bf16"})
     for (const char* model : {"mlp", "cnn"}) {
       const std::string name = std::string(model) + "-" + precision;
       CAPTURE(name);
       MESSAGE(name << " resumed after epoch "
-                   << check_resume_is_exact(
-                          d, name, gpu + std::vector<std::string>{"--model", model, "--precision", precision}, 12));
+                   << check_resume_is_exact(d, name, gpu + Args{"--model", model, "--precision", precision}, 12));
     }
   // f16: the loss scale and its growth tracker live on the device, read by the captured step.
-  MESSAGE("mlp f16 sgd resumed after epoch " << check_resume_is_exact(
-              d, "mlp-f16", gpu + std::vector<std::string>{"--precision", "f16", "--optimizer", "sgd"}, 12));
+  MESSAGE("mlp f16 sgd resumed after epoch "
+          << check_resume_is_exact(d, "mlp-f16", gpu + Args{"--precision", "f16", "--optimizer", "sgd"}, 12));
+}
+
+TEST_CASE("mnist-train --resume on two GPUs: kiln-run killed, restarted, the same weights and metrics") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why) || kiln::cuda_device_count() < 2) {
+    MESSAGE("skipped: needs two GPUs and NCCL");
+    return;
+  }
+  REQUIRE_MESSAGE(std::string(KILN_RUN_PATH) != "", "kiln-run was not built");
+  // kill -9 of kiln-run ends its ranks (PR_SET_PDEATHSIG); both ranks of the restart read the checkpoint.
+  const Data d(16384);
+  const Args launcher{KILN_RUN_PATH, "-n", "2", "--"};
+  for (const char* model : {"mlp", "cnn"}) {
+    CAPTURE(model);
+    MESSAGE(model << " on 2 GPUs resumed after epoch "
+                  << check_resume_is_exact(d, std::string(model) + "-2gpu",
+                                           {"--batch-size", "32", "--seed", "6", "--model", model}, 12, launcher));
+  }
 }
