@@ -44,7 +44,8 @@ kiln_test::ProcessResult train_killed_at_checkpoint(const Args& launcher, const 
   const char* script =
       "ck=$1; shift; \"$@\" & pid=$!\n"
       "while [ ! -e \"$ck\" ] && kill -0 $pid 2>/dev/null; do sleep 0.005; done\n"
-      "kill -9 $pid 2>/dev/null; wait $pid; echo \"exit $?\"\n";
+      "kill -9 $pid 2>/dev/null; wait $pid; echo \"exit $?\"\n"
+      "sleep 0.5\n";  // a launcher's ranks end just after it (PR_SET_PDEATHSIG), before the next run reads the file
   return train_launched(Args{"/bin/sh", "-c", script, "sh", checkpoint} + launcher, args);
 }
 
