@@ -26,6 +26,10 @@ Distributed join_if_launched();
 // of an epoch split as evenly as it goes (the first len % world ranks take one row more).
 std::pair<std::int64_t, std::int64_t> rows_of(std::int64_t len, int rank, int world);
 
+// Every rank reads a --resume checkpoint itself: ValueError on every rank unless all continue
+// after the same epoch (e.g. one rank found no file under --resume auto).
+void check_same_epoch(kiln::dist::ProcessGroup& group, int epoch);
+
 // Rank 0's parameters and buffers on every rank, so all start from the same weights.
 void broadcast_state(kiln::dist::ProcessGroup& group, const kiln::nn::Module& model);
 

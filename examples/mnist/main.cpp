@@ -114,7 +114,12 @@ int main(int argc, char** argv) {
       ->check(kUnsigned64)
       ->capture_default_str();
   app.add_option("--save", o.save, "write the model and optimizer state to this safetensors file at the end");
-  app.add_option("--load", o.load, "start from a file written by --save");
+  auto* load_opt = app.add_option("--load", o.load, "start from a file written by --save");
+  app.add_option("--checkpoint", o.checkpoint,
+                 "after every epoch, write everything --resume needs to this safetensors file (atomically)");
+  auto* resume_opt = app.add_option("--resume", o.resume,
+                                    "continue a run from its --checkpoint file at the next epoch, exactly; auto: "
+                                    "from the --checkpoint file when it exists, else from the start");
   app.add_option("--metrics", o.metrics, "write one JSON object per epoch to this file");
   app.add_option("--plot", o.plot,
                  "draw train and test loss and test accuracy against epochs into this SVG file (rewritten after "
@@ -124,7 +129,8 @@ int main(int argc, char** argv) {
                  "and loss, f32 weights; f16 with dynamic loss scaling)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
-  app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set");
+  resume_opt->excludes(load_opt)->excludes(
+      app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set"));
   app.add_flag("--eager", o.eager,
                "on a GPU, run the training and evaluation steps op by op instead of replaying them as CUDA "
                "graphs (same results, more host work per step)");
@@ -141,7 +147,7 @@ int main(int argc, char** argv) {
       ->needs(recipe_opt)
       ->capture_default_str();
   for (const char* fixed : {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--schedule", "--precision",
-                            "--save", "--load", "--plot", "--eval-only"})
+                            "--save", "--load", "--plot", "--eval-only", "--checkpoint", "--resume"})
     recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
   CLI11_PARSE(app, argc, argv);
