@@ -117,15 +117,14 @@ class Bench:
         self.dist.all_gather(out, total)
         return all(o.item() == out[0].item() for o in out)
 
-    def build(self, model, amp, graph):
-        """Model (DDP when launched), optimizer and the fwd/bwd/step function."""
+    def build(self, model, amp, graph, side):
+        """Model (DDP when launched, made on the `side` stream), optimizer and the step function."""
         torch, args = self.torch, self.args
         torch.manual_seed(args.seed)
         net = make_model(torch, model).to(self.dev)
         ddp = net
         if self.launched:
             from torch.nn.parallel import DistributedDataParallel as DDP
-            side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # as the CUDA-graph notes ask before a full-backward capture
                 ddp = DDP(net, device_ids=[self.local], broadcast_buffers=False, gradient_as_bucket_view=True,
@@ -137,7 +136,7 @@ class Bench:
         opt, adam = make_adam(torch, net.parameters(), graph)
 
         def step(x, y):
-            with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None, cache_enabled=False):
+            with torch.autocast("cuda", dtype=amp or torch.bfloat16, enabled=amp is not None, cache_enabled=False):
                 loss = torch.nn.functional.cross_entropy(ddp(x), y)
             loss.backward()
             opt.step()
@@ -146,11 +145,12 @@ class Bench:
         return net, opt, step, adam
 
     def graph_step(self, model, amp, x, y):
-        """The step captured whole after eager DDP steps on a side stream; returns (net, replay, adam)."""
+        """The step captured whole after eager DDP steps, all on one side stream (the one DDP was
+        made on); returns (net, replay, adam)."""
         torch = self.torch
-        net, opt, step, adam = self.build(model, amp, graph=True)
-        static_x, static_y = x.clone(), y.clone()
         side = torch.cuda.Stream()
+        net, opt, step, adam = self.build(model, amp, True, side)
+        static_x, static_y = x.clone(), y.clone()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(self.args.eager_warmup):
@@ -160,7 +160,7 @@ class Bench:
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)  # backward makes the gradients inside the capture
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, stream=side):
             loss = step(static_x, static_y)
 
         def replay():
@@ -174,7 +174,7 @@ class Bench:
         return net, replay, adam
 
     def eager_step(self, model, amp, x, y):
-        net, opt, step, adam = self.build(model, amp, graph=False)
+        net, opt, step, adam = self.build(model, amp, False, self.torch.cuda.Stream())
 
         def run():
             opt.zero_grad(set_to_none=True)
