@@ -1,0 +1,48 @@
+// bench_dist without a GPU: --help, and bad arguments exit 2 with a "bench_dist:" message before
+// anything is measured (the timing itself needs two GPUs: tools/bench/bench_dist.sh).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "process.h"
+#include "temp_dir.h"
+
+using kiln_test::ProcessResult;
+using kiln_test::run_process;
+
+namespace {
+
+ProcessResult bench_dist(std::vector<std::string> args) {
+  args.insert(args.begin(), KILN_BENCH_DIST_PATH);
+  return run_process(args);
+}
+
+}  // namespace
+
+TEST_CASE("bench_dist: --help, and bad arguments exit 2 with the reason") {
+  const ProcessResult help = bench_dist({"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("--model") != std::string::npos);
+  CHECK(help.out.find("--grad-bf16") != std::string::npos);
+
+  kiln_test::TempDir tmp;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad{
+      {{"--model", "resnet"}, "--model"},
+      {{"--precision", "f32,f64"}, "--precision"},
+      {{"--steps", "0"}, "--steps"},
+      {{"--no-such-flag"}, "--no-such-flag"},
+      {{"--json", tmp.file("missing-dir/rows.jsonl")}, "cannot write"},
+  };
+  for (const auto& [args, what] : bad) {
+    CAPTURE(args.front());
+    const ProcessResult r = bench_dist(args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("bench_dist: ", 0) == 0);
+    CHECK(r.err.find(what) != std::string::npos);
+  }
+  // A malformed launcher environment is a usage error too.
+  const ProcessResult env = run_process({KILN_BENCH_DIST_PATH}, {{"RANK", "x"}, {"WORLD_SIZE", "2"}});
+  CHECK(env.exit_code == 2);
+  CHECK(env.err.find("bench_dist: [dist.env] RANK") == 0);
+}
