@@ -29,7 +29,7 @@ struct ReducerOptions {
   bool grad_as_bucket_view = true;
   // bf16 or f16: f32 buckets are all-reduced in that dtype (DDP's bf16_compress_hook), halving
   // the traffic; the averaged gradients are rounded to it. Off by default.
-  std::optional<DType> wire_dtype;
+  std::optional<DType> wire_dtype = std::nullopt;
 };
 
 // The buckets GradReducer makes for gradients of `bytes` (one dtype), in the order their
