@@ -43,7 +43,7 @@ struct Settings {
   int steps = 100, repeats = 3, warmup = 10;
   std::uint64_t seed = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
-  bool grad_bf16 = false, no_grad_view = false;
+  bool grad_bf16 = false, no_grad_view = false, no_reducer = false;
   std::string json_path;
 };
 
@@ -126,7 +126,7 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
   const Tensor y = randint(0, 10, {s.batch}, {.dtype = DType::i64, .device = dev}, &data_gen);
   optim::Adam opt(net->parameters(), {.lr = 1e-3});
   std::optional<dist::GradReducer> reducer;
-  if (group) {
+  if (group && !s.no_reducer) {
     dist::ReducerOptions ro;
     ro.bucket_bytes = static_cast<std::size_t>(s.bucket_mb * (1 << 20));
     ro.first_bucket_bytes = static_cast<std::size_t>(s.first_bucket_mb * (1 << 20));
@@ -184,6 +184,7 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
                         {"windows", rates},
                         {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
                         {"weights_agree", weights_agree(group, dev, *net)},
+                        {"reducer", reducer.has_value()},  // false alone, or with --no-reducer
                         {"grad_wire", s.grad_bf16 ? "bf16" : "f32"},
                         {"grad_view", !s.no_grad_view},
                         {"buckets", reducer ? reducer->buckets().size() : 0},
@@ -217,6 +218,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 4096.0));
   app.add_flag("--grad-bf16", s.grad_bf16, "All-reduce f32 gradients in bf16 (DDP's bf16_compress_hook)");
   app.add_flag("--no-grad-view", s.no_grad_view, "Copy averaged gradients into .grad() instead of bucket views");
+  app.add_flag("--no-reducer", s.no_reducer,
+               "Under a launcher, no gradient all-reduce (ranks train apart): the compute-only bound of the scaling");
   app.add_option("--json", s.json_path, "Append one JSON line per row to this file (rank 0)");
   try {
     app.parse(argc, argv);

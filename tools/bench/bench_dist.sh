@@ -3,7 +3,8 @@
 # (about 3-4 minutes with a warm kernel cache): bench_dist alone (1 GPU, no DDP; it also warms
 # the kernel cache), under kiln-run -n 1 and -n 2, then bench_dist_torch.py under torchrun with 1
 # and 2 processes; then the wide MLP in bf16 with gradients all-reduced in bf16 on both sides
-# (BENCH_DIST_COMPRESS=0 skips it) and, with BENCH_DIST_TORCH_SINGLE=1, PyTorch without DDP.
+# (BENCH_DIST_COMPRESS=0 skips it); with BENCH_DIST_TORCH_SINGLE=1 also PyTorch without DDP, and
+# with BENCH_DIST_DIAG=1 kiln on 2 GPUs without the all-reduce (the compute-only bound of scaling).
 # Prints a markdown table; the 1-GPU columns (the scaling's denominator) are the runs through the
 # launchers in a world of 1: the same code path as 2 GPUs.
 # Expects a build in ${KILN_BUILD_DIR:-build-gpu}; logs and JSON lines go to ${OUT:-bench-dist-out}.
@@ -47,6 +48,9 @@ if [ $torch_ok = 1 ]; then
   run torch_n2 "${torchrun[@]}" --nproc-per-node 2 "${tcommon[@]}"
   [ "${BENCH_DIST_TORCH_SINGLE:-0}" = 1 ] && run torch_alone python3 "${tcommon[@]}"
 fi
+if [ "${BENCH_DIST_DIAG:-0}" = 1 ]; then
+  run kiln_n2_no_reducer "$launch" -n 2 -- "$bench" "${common[@]}" --no-reducer
+fi
 if [ "${BENCH_DIST_COMPRESS:-1}" = 1 ]; then
   compress=(--model mlp4096 --precision bf16 --grad-bf16)
   run kiln_n1_bf16grads "$launch" -n 1 -- "$bench" "${common[@]}" "${compress[@]}"
@@ -67,7 +71,8 @@ for name in ("kiln.jsonl", "torch.jsonl"):
         rows += [json.loads(l) for l in open(path) if l.strip()]
 def get(bench, model, prec, wire, world, ddp=True):
     for r in rows:
-        if (r["bench"], r["model"], r["precision"], r["grad_wire"], r["world"], r["ddp"]) == (bench, model, prec, wire, world, ddp):
+        key = (r["bench"], r["model"], r["precision"], r["grad_wire"], r["world"], r["ddp"], r.get("reducer", True))
+        if key == (bench, model, prec, wire, world, ddp, ddp):
             return r
     return None
 def rate(r):
@@ -83,10 +88,13 @@ def ratio(a, b):
     return f"{a['samples_per_s'] / b['samples_per_s']:.2f}x" if a and b else "—"
 keys = []
 for r in rows:
+    if not r["ddp"] or not r.get("reducer", True):
+        continue
     k = (r["model"], r["precision"], r["grad_wire"])
     if k not in keys:
         keys.append(k)
-print("\n| model | precision | kiln 1 GPU | kiln 2 GPUs | scaling | DDP 1 GPU | DDP 2 GPUs | DDP scaling | kiln/DDP at 2 GPUs |")
+print("\n| model | precision | kiln 1 GPU | kiln 2 GPUs | scaling | DDP 1 GPU | DDP 2 GPUs | DDP scaling "
+      "| kiln/DDP at 2 GPUs |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 met = total = 0
 for model, prec, wire in keys:
@@ -97,9 +105,15 @@ for model, prec, wire in keys:
           f"{ratio(t2, t1)} | {ratio(k2, t2)} |")
     if wire == "f32" and k1 and k2:
         total += 1
-        met += k2["samples_per_s"] >= 1.95 * k1["samples_per_s"] and (t2 is None or k2["samples_per_s"] > t2["samples_per_s"])
+        faster = t2 is None or k2["samples_per_s"] > t2["samples_per_s"]
+        met += k2["samples_per_s"] >= 1.95 * k1["samples_per_s"] and faster
 print("\n1 GPU: kiln-run -n 1 / torchrun --nproc-per-node 1 (NCCL in a world of 1, the code path of 2 GPUs); "
       "batch 1024 per GPU; Adam; median of 3 windows.")
+apart = [r for r in rows if r["ddp"] and not r.get("reducer", True)]
+if apart:
+    print("kiln on 2 GPUs without the all-reduce (the compute-only bound): " + "; ".join(
+        f"{r['model']} {r['precision']} {r['samples_per_s']:,.0f}/s "
+        f"({ratio(r, get('kiln', r['model'], r['precision'], 'f32', 1))} of 1 GPU)" for r in apart))
 alone = [r for r in rows if not r["ddp"]]
 if alone:
     print("Without a launcher (1 GPU, no DDP): " + "; ".join(
@@ -108,5 +122,6 @@ modes = sorted({f"{r['mode']}" + (f" ({r['note']})" if r.get("note") else "") fo
 if modes:
     print("PyTorch steps: " + "; ".join(modes))
 devices = sorted({r["device"] for r in rows})
-print(f"Devices: {', '.join(devices)}. Rows with scaling >= 1.95x and more samples/s than DDP at 2 GPUs: {met} of {total}.")
+print(f"Devices: {', '.join(devices)}. "
+      f"Rows with scaling >= 1.95x and more samples/s than DDP at 2 GPUs: {met} of {total}.")
 PY

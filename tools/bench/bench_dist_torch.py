@@ -227,8 +227,8 @@ class Bench:
         rate = statistics.median(rates)
         loss = run().item()
         return {"bench": "torch", "model": model, "precision": precision, "world": self.world,
-                "ddp": self.launched, "mode": mode, "batch_per_gpu": args.batch, "steps": args.steps,
-                "repeats": args.repeats, "samples_per_s": rate, "ms_per_step": 1e3 * self.world * args.batch / rate,
+                "ddp": self.launched, "reducer": self.launched, "mode": mode, "batch_per_gpu": args.batch,
+                "steps": args.steps, "repeats": args.repeats, "samples_per_s": rate, "ms_per_step": 1e3 * self.world * args.batch / rate,
                 "windows": rates, "loss": loss if loss == loss and abs(loss) != float("inf") else None,
                 "weights_agree": self.weights_agree(net), "grad_wire": "bf16" if args.grad_bf16 else "f32",
                 "grad_view": True, "launch": "torchrun" if self.launched else "none",
