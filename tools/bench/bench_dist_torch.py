@@ -83,6 +83,15 @@ def make_adam(torch, params, capturable):
         return torch.optim.Adam(params, lr=1e-3, capturable=capturable), "foreach"
 
 
+def capture(torch, g, stream):
+    """torch.cuda.graph on `stream`; thread_local, so the NCCL watchdog thread's event queries
+    cannot invalidate the capture (the mode exists since torch 2.1)."""
+    try:
+        return torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local")
+    except TypeError:
+        return torch.cuda.graph(g, stream=stream)
+
+
 class Bench:
     def __init__(self, torch, args):
         self.torch, self.args = torch, args
@@ -160,7 +169,7 @@ class Bench:
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)  # backward makes the gradients inside the capture
-        with torch.cuda.graph(g, stream=side):
+        with capture(torch, g, side):
             loss = step(static_x, static_y)
 
         def replay():
