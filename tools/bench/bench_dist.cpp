@@ -14,7 +14,7 @@
 // run is the denominator of the scaling. Precisions as mnist-train --precision: f32 (TF32 off
 // for matmuls and convs), tf32 (on), bf16 (forward and loss under autocast, f32 master weights).
 // Rank 0 prints one line per row and appends one JSON line per row to --json. Exits 77 without a
-// GPU, 2 on bad arguments.
+// GPU, 2 on bad arguments. --device cpu runs the same rows eagerly on the CPU (tests, no launcher).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -44,7 +44,7 @@ struct Settings {
   std::uint64_t seed = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
   bool grad_bf16 = false, no_grad_view = false, no_reducer = false;
-  std::string json_path;
+  std::string json_path, device = "cuda";
 };
 
 // The trainer's cnn (examples/mnist/models.cpp), and the wide MLP of issue 23.
@@ -220,6 +220,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-grad-view", s.no_grad_view, "Copy averaged gradients into .grad() instead of bucket views");
   app.add_flag("--no-reducer", s.no_reducer,
                "Under a launcher, no gradient all-reduce (ranks train apart): the compute-only bound of the scaling");
+  app.add_option("--device", s.device, "cuda, or cpu to check the code path without a GPU (no launcher)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--json", s.json_path, "Append one JSON line per row to this file (rank 0)");
   try {
     app.parse(argc, argv);
@@ -246,28 +248,33 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_dist: %s\n", e.what());
     return 2;
   }
+  const bool cpu = s.device == "cpu";
+  if (cpu && std::getenv("WORLD_SIZE")) {
+    std::fprintf(stderr, "bench_dist: --device cpu runs without a launcher (NCCL groups are GPU only)\n");
+    return 2;
+  }
   std::string why;
-  if (!rt::gpu_available(&why)) {
+  if (!cpu && !rt::gpu_available(&why)) {
     std::printf("bench_dist: no GPU, nothing to measure (%s)\n", why.c_str());
     return 77;
   }
   try {
     std::optional<dist::ProcessGroup> group;
     if (std::getenv("WORLD_SIZE")) group.emplace(dist::ProcessGroup::init());
-    const Device dev = group ? group->device() : Device::cuda(0);
+    const Device dev = group ? group->device() : cpu ? Device::cpu() : Device::cuda(0);
+    const std::string device_name = cpu ? "cpu" : rt::device_info(dev.index()).name;
     const bool leader = !group || group->rank() == 0;
     const std::string launch = !group ? "none" : std::getenv("KILN_DIST_ID_FILE") ? "kiln-run" : "launcher";
-    const std::string how = group ? "NCCL " + dist::nccl_version() + ", " + launch : "1 GPU, no DDP";
+    const std::string how = group ? "NCCL " + dist::nccl_version() + ", " + launch : cpu ? "CPU" : "1 GPU, no DDP";
     if (leader)
       std::printf("bench_dist on %s: world %d (%s), batch %lld per GPU, %d windows of %d steps%s\n",
-                  rt::device_info(dev.index()).name.c_str(), group ? group->world_size() : 1, how.c_str(),
-                  static_cast<long long>(s.batch), s.repeats, s.steps,
-                  s.grad_bf16 ? ", gradients all-reduced in bf16" : "");
+                  device_name.c_str(), group ? group->world_size() : 1, how.c_str(), static_cast<long long>(s.batch),
+                  s.repeats, s.steps, s.grad_bf16 ? ", gradients all-reduced in bf16" : "");
     for (const std::string& model : s.models)
       for (const std::string& precision : s.precisions) {
         nlohmann::json row = bench_row(s, model, precision, group ? &*group : nullptr, dev);
         row["launch"] = launch;
-        row["device"] = rt::device_info(dev.index()).name;
+        row["device"] = device_name;
         if (!leader) continue;
         std::printf("%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets, loss %s%s\n",
                     model.c_str(), precision.c_str(), row["world"].get<int>(), row["world"].get<int>() > 1 ? "s" : " ",
