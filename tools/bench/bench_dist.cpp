@@ -43,7 +43,7 @@ struct Settings {
   int steps = 100, repeats = 3, warmup = 10;
   std::uint64_t seed = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
-  bool grad_bf16 = false, no_grad_view = false, no_reducer = false;
+  bool grad_bf16 = false, bf16_grads_row = false, no_grad_view = false, no_reducer = false;
   std::string json_path, device = "cuda";
 };
 
@@ -217,6 +217,8 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-mb", s.first_bucket_mb, "GradReducer first bucket in MiB (0: like the others)")
       ->check(CLI::Range(0.0, 4096.0));
   app.add_flag("--grad-bf16", s.grad_bf16, "All-reduce f32 gradients in bf16 (DDP's bf16_compress_hook)");
+  app.add_flag("--bf16-grads-row", s.bf16_grads_row,
+               "Under a launcher, each bf16 row again with gradients all-reduced in bf16");
   app.add_flag("--no-grad-view", s.no_grad_view, "Copy averaged gradients into .grad() instead of bucket views");
   app.add_flag("--no-reducer", s.no_reducer,
                "Under a launcher, no gradient all-reduce (ranks train apart): the compute-only bound of the scaling");
@@ -272,18 +274,26 @@ int main(int argc, char** argv) {
                   s.repeats, s.steps, s.grad_bf16 ? ", gradients all-reduced in bf16" : "");
     for (const std::string& model : s.models)
       for (const std::string& precision : s.precisions) {
-        nlohmann::json row = bench_row(s, model, precision, group ? &*group : nullptr, dev);
-        row["launch"] = launch;
-        row["device"] = device_name;
-        if (!leader) continue;
-        std::printf("%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets, loss %s%s\n",
-                    model.c_str(), precision.c_str(), row["world"].get<int>(), row["world"].get<int>() > 1 ? "s" : " ",
-                    group ? launch.c_str() : "(no DDP)", row["samples_per_s"].get<double>(),
-                    row["ms_per_step"].get<double>(), row["mode"].get<std::string>().c_str(),
-                    row["buckets"].get<std::size_t>(), row["loss"].dump().c_str(),
-                    row["weights_agree"].get<bool>() ? "" : "  WEIGHTS DIFFER BETWEEN RANKS");
-        std::fflush(stdout);
-        if (json_out.is_open()) json_out << row.dump() << "\n" << std::flush;
+        std::vector<Settings> variants{s};
+        if (s.bf16_grads_row && precision == "bf16" && group && !s.grad_bf16 && !s.no_reducer) {
+          variants.push_back(s);
+          variants.back().grad_bf16 = true;
+        }
+        for (const Settings& v : variants) {
+          nlohmann::json row = bench_row(v, model, precision, group ? &*group : nullptr, dev);
+          row["launch"] = launch;
+          row["device"] = device_name;
+          if (!leader) continue;
+          std::printf("%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets%s, loss %s%s\n",
+                      model.c_str(), precision.c_str(), row["world"].get<int>(),
+                      row["world"].get<int>() > 1 ? "s" : " ", group ? launch.c_str() : "(no DDP)",
+                      row["samples_per_s"].get<double>(), row["ms_per_step"].get<double>(),
+                      row["mode"].get<std::string>().c_str(), row["buckets"].get<std::size_t>(),
+                      v.grad_bf16 ? " (bf16 on the wire)" : "", row["loss"].dump().c_str(),
+                      row["weights_agree"].get<bool>() ? "" : "  WEIGHTS DIFFER BETWEEN RANKS");
+          std::fflush(stdout);
+          if (json_out.is_open()) json_out << row.dump() << "\n" << std::flush;
+        }
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_dist: %s\n", e.what());

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 23's data-parallel table on a machine with 2 GPUs, kiln beside PyTorch DDP in one go
-# (about 3-4 minutes with a warm kernel cache): bench_dist alone (1 GPU, no DDP; it also warms
-# the kernel cache), under kiln-run -n 1 and -n 2, then bench_dist_torch.py under torchrun with 1
-# and 2 processes; then the wide MLP in bf16 with gradients all-reduced in bf16 on both sides
-# (BENCH_DIST_COMPRESS=0 skips it); with BENCH_DIST_TORCH_SINGLE=1 also PyTorch without DDP, and
-# with BENCH_DIST_DIAG=1 kiln on 2 GPUs without the all-reduce (the compute-only bound of scaling).
+# (about 3 minutes with a warm kernel cache): bench_dist alone (1 GPU, no DDP; it also warms the
+# kernel cache), under kiln-run -n 1 and -n 2, then bench_dist_torch.py under torchrun with 1 and 2
+# processes. The launched runs add each bf16 row with gradients all-reduced in bf16 on both sides
+# (BENCH_DIST_COMPRESS=0 leaves them out); BENCH_DIST_TORCH_SINGLE=1 adds PyTorch without DDP, and
+# BENCH_DIST_DIAG=1 kiln on 2 GPUs without the all-reduce (the compute-only bound of the scaling).
 # Prints a markdown table; the 1-GPU columns (the scaling's denominator) are the runs through the
 # launchers in a world of 1: the same code path as 2 GPUs.
 # Expects a build in ${KILN_BUILD_DIR:-build-gpu}; logs and JSON lines go to ${OUT:-bench-dist-out}.
@@ -38,27 +38,20 @@ run() {
   [ $rc -eq 0 ] || tail -5 "$out/$name.log"
 }
 common=(--steps "$steps" --json "$out/kiln.jsonl")
+extra=()
+[ "${BENCH_DIST_COMPRESS:-1}" = 1 ] && extra=(--bf16-grads-row)
 run kiln_alone "$bench" "${common[@]}"
-run kiln_n1 "$launch" -n 1 -- "$bench" "${common[@]}"
-run kiln_n2 "$launch" -n 2 -- "$bench" "${common[@]}"
+run kiln_n1 "$launch" -n 1 -- "$bench" "${common[@]}" "${extra[@]}"
+run kiln_n2 "$launch" -n 2 -- "$bench" "${common[@]}" "${extra[@]}"
 torchrun=(python3 -m torch.distributed.run --standalone)
 tcommon=(tools/bench/bench_dist_torch.py --steps "$steps" --json "$out/torch.jsonl")
 if [ $torch_ok = 1 ]; then
-  run torch_n1 "${torchrun[@]}" --nproc-per-node 1 "${tcommon[@]}"
-  run torch_n2 "${torchrun[@]}" --nproc-per-node 2 "${tcommon[@]}"
+  run torch_n1 "${torchrun[@]}" --nproc-per-node 1 "${tcommon[@]}" "${extra[@]}"
+  run torch_n2 "${torchrun[@]}" --nproc-per-node 2 "${tcommon[@]}" "${extra[@]}"
   [ "${BENCH_DIST_TORCH_SINGLE:-0}" = 1 ] && run torch_alone python3 "${tcommon[@]}"
 fi
 if [ "${BENCH_DIST_DIAG:-0}" = 1 ]; then
   run kiln_n2_no_reducer "$launch" -n 2 -- "$bench" "${common[@]}" --no-reducer
-fi
-if [ "${BENCH_DIST_COMPRESS:-1}" = 1 ]; then
-  compress=(--model mlp4096 --precision bf16 --grad-bf16)
-  run kiln_n1_bf16grads "$launch" -n 1 -- "$bench" "${common[@]}" "${compress[@]}"
-  run kiln_n2_bf16grads "$launch" -n 2 -- "$bench" "${common[@]}" "${compress[@]}"
-  if [ $torch_ok = 1 ]; then
-    run torch_n1_bf16grads "${torchrun[@]}" --nproc-per-node 1 "${tcommon[@]}" "${compress[@]}"
-    run torch_n2_bf16grads "${torchrun[@]}" --nproc-per-node 2 "${tcommon[@]}" "${compress[@]}"
-  fi
 fi
 
 python3 - "$out" <<'PY'

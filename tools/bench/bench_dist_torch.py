@@ -41,6 +41,8 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mode", choices=["auto", "graph", "eager"], default="auto")
     ap.add_argument("--grad-bf16", action="store_true", help="DDP's bf16_compress_hook")
+    ap.add_argument("--bf16-grads-row", action="store_true",
+                    help="under torchrun, each bf16 row again with the bf16_compress_hook")
     ap.add_argument("--json", help="append one JSON line per row to this file (rank 0)")
     args = ap.parse_args(argv)
 
@@ -126,7 +128,7 @@ class Bench:
         self.dist.all_gather(out, total)
         return all(o.item() == out[0].item() for o in out)
 
-    def build(self, model, amp, graph, side):
+    def build(self, model, amp, graph, side, grad_bf16):
         """Model (DDP when launched, made on the `side` stream), optimizer and the step function."""
         torch, args = self.torch, self.args
         torch.manual_seed(args.seed)
@@ -139,7 +141,7 @@ class Bench:
                 ddp = DDP(net, device_ids=[self.local], broadcast_buffers=False, gradient_as_bucket_view=True,
                           static_graph=True)
             torch.cuda.current_stream().wait_stream(side)
-            if args.grad_bf16:
+            if grad_bf16:
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
                 ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
         opt, adam = make_adam(torch, net.parameters(), graph)
@@ -153,12 +155,12 @@ class Bench:
 
         return net, opt, step, adam
 
-    def graph_step(self, model, amp, x, y):
+    def graph_step(self, model, amp, x, y, grad_bf16):
         """The step captured whole after eager DDP steps, all on one side stream (the one DDP was
         made on); returns (net, replay, adam)."""
         torch = self.torch
         side = torch.cuda.Stream()
-        net, opt, step, adam = self.build(model, amp, True, side)
+        net, opt, step, adam = self.build(model, amp, True, side, grad_bf16)
         static_x, static_y = x.clone(), y.clone()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -182,8 +184,8 @@ class Bench:
         torch.cuda.synchronize()
         return net, replay, adam
 
-    def eager_step(self, model, amp, x, y):
-        net, opt, step, adam = self.build(model, amp, False, self.torch.cuda.Stream())
+    def eager_step(self, model, amp, x, y, grad_bf16):
+        net, opt, step, adam = self.build(model, amp, False, self.torch.cuda.Stream(), grad_bf16)
 
         def run():
             opt.zero_grad(set_to_none=True)
@@ -193,7 +195,7 @@ class Bench:
             run()
         return net, run, adam
 
-    def row(self, model, precision):
+    def row(self, model, precision, grad_bf16):
         torch, args = self.torch, self.args
         tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
@@ -206,7 +208,7 @@ class Bench:
         if mode in ("auto", "graph"):
             failure = ""
             try:
-                built = self.graph_step(model, amp, x, y)
+                built = self.graph_step(model, amp, x, y, grad_bf16)
             except Exception as e:  # noqa: BLE001 -- any capture failure falls back, on every rank
                 failure = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
                 built = None
@@ -219,7 +221,7 @@ class Bench:
             else:
                 mode = "graph"
         if built is None:
-            built = self.eager_step(model, amp, x, y)
+            built = self.eager_step(model, amp, x, y, grad_bf16)
         net, run, adam = built
         for _ in range(args.warmup):
             run()
@@ -239,7 +241,7 @@ class Bench:
                 "ddp": self.launched, "reducer": self.launched, "mode": mode, "batch_per_gpu": args.batch,
                 "steps": args.steps, "repeats": args.repeats, "samples_per_s": rate, "ms_per_step": 1e3 * self.world * args.batch / rate,
                 "windows": rates, "loss": loss if loss == loss and abs(loss) != float("inf") else None,
-                "weights_agree": self.weights_agree(net), "grad_wire": "bf16" if args.grad_bf16 else "f32",
+                "weights_agree": self.weights_agree(net), "grad_wire": "bf16" if grad_bf16 else "f32",
                 "grad_view": True, "launch": "torchrun" if self.launched else "none",
                 "device": torch.cuda.get_device_name(self.dev), "torch": torch.__version__, "adam": adam,
                 "note": note}
@@ -276,13 +278,16 @@ def main(argv):
               + (", gradients all-reduced in bf16" if args.grad_bf16 else ""), flush=True)
     try:
         for model in args.models:
-            for precision in args.precisions:
-                r = bench.row(model, precision)
+            for precision, grad_bf16 in [(p, args.grad_bf16) for p in args.precisions] + (
+                    [("bf16", True)] if args.bf16_grads_row and "bf16" in args.precisions and bench.launched
+                    and not args.grad_bf16 else []):
+                r = bench.row(model, precision, grad_bf16)
                 if not leader:
                     continue
                 print(f"{model:<8} {precision:<5} {r['world']} GPU{'s' if r['world'] > 1 else ' '} "
                       f"{r['launch'] if bench.launched else '(no DDP)':<9} {r['samples_per_s']:12.0f} samples/s "
-                      f"{r['ms_per_step']:8.3f} ms/step  {r['mode']} ({r['adam']} Adam), loss {r['loss']}"
+                      f"{r['ms_per_step']:8.3f} ms/step  {r['mode']} ({r['adam']} Adam)"
+                      + (" (bf16 on the wire)" if grad_bf16 else "") + f", loss {r['loss']}"
                       + ("" if r["weights_agree"] else "  WEIGHTS DIFFER BETWEEN RANKS")
                       + (f"  [{r['note']}]" if r["note"] else ""), flush=True)
                 if json_out:
