@@ -56,7 +56,7 @@ const CLI::Validator kInteger(
       if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) return "expected an integer, got " + s;
       return {};
     },
-    "INT");
+    "");  // no description: --help already says INT
 // The chart is SVG; a .png name would get SVG inside.
 const CLI::Validator kSvgName(
     [](std::string& s) -> std::string {
