@@ -8,10 +8,20 @@ namespace mnist {
 
 using namespace kiln;
 
+bool launched() { return std::getenv("WORLD_SIZE") != nullptr; }
+
 Distributed join_if_launched() {
   Distributed d;
-  if (std::getenv("WORLD_SIZE") == nullptr) return d;
-  d.group.emplace(dist::ProcessGroup::init());
+  if (!launched()) return d;
+  try {
+    d.group.emplace(dist::ProcessGroup::init());
+  } catch (const Error& e) {
+    if (cuda_device_count() > 0) throw;
+    throw DeviceError(std::string("[mnist-train] started by a launcher (WORLD_SIZE is set), which runs one rank per "
+                                  "GPU, but this machine has no usable GPU; run mnist-train without the launcher to "
+                                  "train on the CPU (") +
+                      e.what() + ")");
+  }
   d.rank = d.group->rank();
   d.world = d.group->world_size();
   return d;

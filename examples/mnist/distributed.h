@@ -19,7 +19,10 @@ struct Distributed {
   bool leader() const { return rank == 0; }
 };
 
-// A process group on cuda:LOCAL_RANK when WORLD_SIZE is set (a launcher's doing), else none.
+// Whether a launcher started this process (WORLD_SIZE is set).
+bool launched();
+// A process group on cuda:LOCAL_RANK when launched, else none. Without a usable GPU the error
+// says that the launcher runs one rank per GPU.
 Distributed join_if_launched();
 
 // This rank's rows [begin, end) of a global batch of `len`: equal slices, and a short last batch
