@@ -1,5 +1,7 @@
 // Loading named tensors into a model, and checkpoints: a module's state as "model.<name>"
-// and an optimizer's as "optim.<name>" in one safetensors file.
+// and an optimizer's as "optim.<name>" in one safetensors file. A PyTorch state dict (what
+// safetensors.torch.save_file writes: format "pt", or no metadata) holds the model alone,
+// under the names module.state() uses, which are PyTorch's own.
 #include <map>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@ namespace kiln::io {
 namespace {
 
 constexpr const char* kFormat = "kiln-checkpoint";
+constexpr const char* kTorchFormat = "pt";
 constexpr const char* kModel = "model.";
 constexpr const char* kOptim = "optim.";
 
@@ -70,6 +73,38 @@ nn::NamedTensors take_prefix(const nn::NamedTensors& all, const std::string& pre
   return out;
 }
 
+// A state dict's tensors into `model`: every name, dtype and shape must match.
+void load_model_state(const std::string& path, const nn::NamedTensors& all, nn::Module& model) {
+  const nn::NamedTensors state = model.state();
+  if (std::string problems = mismatches(all, state); !problems.empty()) {
+    // A file whose names all miss is most likely another model's, or one saved under a prefix.
+    bool none_match = true;
+    for (const auto& [name, t] : all)
+      for (const auto& [want, w] : state) none_match = none_match && name != want;
+    if (none_match && !state.empty())
+      problems += " (no name matches: this model's start with " + state.front().first +
+                  "; a PyTorch nn.Sequential of the same layers saves the same names)";
+    throw ValueError("[io] model: " + problems + " (state dict " + path + ")");
+  }
+  copy_checked(all, state);
+}
+
+// A file that is not a kiln checkpoint holds the model alone: PyTorch's format "pt", or none.
+void load_torch_state(const std::string& path, const Metadata& meta, const nn::NamedTensors& all,
+                      nn::Module& model) {
+  const auto format = meta.find("format");
+  if (format != meta.end() && format->second != kTorchFormat)
+    throw IoError(path, 8,
+                  std::string("expected __metadata__ {\"format\": \"") + kFormat + "\"} (a kiln checkpoint), \"" +
+                      kTorchFormat + "\" (a PyTorch state dict) or no format, found format \"" + format->second + "\"");
+  load_model_state(path, all, model);
+}
+
+bool is_checkpoint(const Metadata& meta) {
+  const auto format = meta.find("format");
+  return format != meta.end() && format->second == kFormat;
+}
+
 }  // namespace
 
 void copy_into(const nn::NamedTensors& from, const nn::NamedTensors& into, const std::string& what) {
@@ -86,14 +121,22 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   save_safetensors(path, all, {{"format", kFormat}});
 }
 
+void load_state_dict(const std::string& path, nn::Module& model) {
+  Metadata meta;
+  const nn::NamedTensors all = load_safetensors(path, &meta);
+  if (is_checkpoint(meta))
+    load_model_state(path, take_prefix(all, kModel), model);
+  else
+    load_torch_state(path, meta, all, model);
+}
+
 void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
   Metadata meta;
   const nn::NamedTensors all = load_safetensors(path, &meta);
-  const auto format = meta.find("format");
-  if (format == meta.end() || format->second != kFormat)
-    throw IoError(path, 8,
-                  std::string("expected __metadata__ {\"format\": \"") + kFormat + "\"}, found " +
-                      (format == meta.end() ? "no format" : "format \"" + format->second + "\""));
+  if (!is_checkpoint(meta)) {
+    load_torch_state(path, meta, all, model);  // no optimizer state: `opt` stays as it is
+    return;
+  }
   std::vector<std::string> strays;
   for (const auto& [name, t] : all)
     if (name.rfind(kModel, 0) != 0 && name.rfind(kOptim, 0) != 0) strays.push_back(name);

@@ -37,6 +37,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // Loads what save_checkpoint wrote; a file without optimizer state leaves `opt` as it is.
 // ValueError naming the file for state the model or optimizer refuses (a wrong shape, a
 // step count past 2^53, moments that are not finite); then neither is changed.
+// A PyTorch state dict (see load_state_dict) loads into the model, leaving `opt` as it is.
 void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr);
+// A model's weights alone: a PyTorch state dict (safetensors.torch.save_file of
+// model.state_dict(), with __metadata__ {"format": "pt"} or none), or a checkpoint's "model."
+// part. The names are module.state()'s, which are PyTorch's: an nn::Sequential's children
+// are "0", "1", ... ("0.weight", "1.running_mean", "1.num_batches_tracked"). ValueError
+// naming every missing or unexpected tensor and each dtype or shape mismatch; then nothing
+// is changed. IoError for another format ("tf", "flax").
+void load_state_dict(const std::string& path, nn::Module& model);
 
 }  // namespace kiln::io
