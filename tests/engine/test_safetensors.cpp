@@ -199,7 +199,8 @@ TEST_CASE("safetensors after the header's closing brace: JSON whitespace only, n
   CHECK(load_error(dir, st_file(json + nul_text, {7, 9}), 8 + json.size()).find("NUL") != std::string::npos);
   CHECK(load_error(dir, st_file(json + std::string(3, '\0'), {7, 9}), 8 + json.size()).find("NUL") !=
         std::string::npos);
-  CHECK(load_error(dir, st_file(json + std::string("  \0     ", 8), {7, 9}), 8 + json.size() + 2).find("NUL") != std::string::npos);
+  CHECK(load_error(dir, st_file(json + std::string("  \0     ", 8), {7, 9}), 8 + json.size() + 2).find("NUL") !=
+        std::string::npos);
   CHECK(load_error(dir, st_file(json + "  x", {7, 9}), 8 + json.size() + 2).find("JSON header") != std::string::npos);
   // Spaces (the writers' padding), tabs, CR and LF are JSON whitespace: Python's safetensors reads these.
   for (const std::string pad : {"", "      ", " \t\r\n"}) {

@@ -97,7 +97,8 @@ TEST_CASE("io load_state_dict: a mismatched PyTorch state dict is refused naming
     return kiln_test::message_of<ValueError>([&] { io::load_state_dict(path, net); });
   };
 
-  const std::string half = refused(write("half.safetensors", replaced("4.weight", zeros({3, 8}, {.dtype = DType::f16}))));
+  const std::string half =
+      refused(write("half.safetensors", replaced("4.weight", zeros({3, 8}, {.dtype = DType::f16}))));
   CHECK(half.find("4.weight: dtype f16 in file, f32 expected") != std::string::npos);
   CHECK(half.find("half.safetensors") != std::string::npos);
   const std::string shape = refused(write("shape.safetensors", replaced("0.weight", zeros({2, 1, 5, 5}))));

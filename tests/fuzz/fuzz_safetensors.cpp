@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t bytes = 0;
     for (const auto& [name, t] : kiln::io::load_safetensors(path, &meta))
       bytes += static_cast<std::uint64_t>(t.numel()) * t.element_size();
-    if (bytes > size) __builtin_trap();  // more tensor data than the file holds
+    if (bytes > size) __builtin_trap();               // more tensor data than the file holds
     if (!header_clean(data, size)) __builtin_trap();  // garbage in the header accepted
   } catch (const kiln::Error&) {
   }
