@@ -90,8 +90,7 @@ void load_model_state(const std::string& path, const nn::NamedTensors& all, nn::
 }
 
 // A file that is not a kiln checkpoint holds the model alone: PyTorch's format "pt", or none.
-void load_torch_state(const std::string& path, const Metadata& meta, const nn::NamedTensors& all,
-                      nn::Module& model) {
+void load_torch_state(const std::string& path, const Metadata& meta, const nn::NamedTensors& all, nn::Module& model) {
   const auto format = meta.find("format");
   if (format != meta.end() && format->second != kTorchFormat)
     throw IoError(path, 8,
