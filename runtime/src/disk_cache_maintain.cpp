@@ -183,7 +183,8 @@ std::string DiskCache::foreign_reason() const {
   if (!S_ISDIR(st.st_mode)) return dir_.string() + " is not a directory";
   if (marker_present(dir_)) return "";
   // Caches made before the marker: one file that kiln named and wrote is enough.
-  for (const CacheFile& f : scan_shards(dir_)) {
+  std::vector<std::string> problems;
+  for (const CacheFile& f : scan_shards(dir_, &problems)) {
     if (f.kind == FileKind::temp ? is_temp_name(f.path.filename().string())
                                  : is_entry_name(f.path) && judge_entry(f.path) != EntryVerdict::foreign)
       return "";
@@ -192,6 +193,7 @@ std::string DiskCache::foreign_reason() const {
     if (is_quarantine_name(f.path.filename().string())) return "";
   std::error_code ec;
   if (fs::is_empty(dir_, ec) && !ec) return "";
+  if (!problems.empty()) return problems.front();  // not seen whole, so not judged
   return "it holds no " + std::string(kMarkerName) + " written by kiln and no file that verifies as a kiln cache entry";
 }
 

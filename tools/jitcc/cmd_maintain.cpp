@@ -17,8 +17,8 @@ namespace {
 // Exit 1 while bad entries remain, so a script can gate on `jitcc verify`.
 int run_verify(bool fix, bool force, const Common& common) {
   auto cache = open_cache(common);
-  if (fix) require_kiln_cache(cache, force, "verify --fix");
   const auto entries = list_entries(cache, common, "verify: reading");
+  if (fix) require_kiln_cache(cache, force, "verify --fix");
   auto progress = progress_line(common, "verify: checking", "entries", entries.size(), {"ok", "bad"});
   Json bad = Json::array();
   int bad_count = 0, removed = 0;
@@ -87,8 +87,8 @@ Json paths_json(const std::vector<fs::path>& paths) {
 int run_gc(const std::string& max_size, bool force, const Common& common) {
   const std::uint64_t max_bytes = parse_size(max_size);
   auto cache = open_cache(common);
-  require_kiln_cache(cache, force, "gc");
   list_entries(cache, common, "gc: reading");  // an unreadable cache fails here, before anything goes
+  require_kiln_cache(cache, force, "gc");
   const rt::Removal r = cache.gc(max_bytes, progress_line(common, "gc: collecting", "entries", 0).as_callback());
   // A file it could not remove (a read-only cache) is why the bound may not be met: say so.
   if (!r.problems.empty())
@@ -111,8 +111,8 @@ int run_gc(const std::string& max_size, bool force, const Common& common) {
 
 int run_clear(bool force, const Common& common) {
   auto cache = open_cache(common);
-  require_kiln_cache(cache, force, "clear");
   list_entries(cache, common, "clear: reading");
+  require_kiln_cache(cache, force, "clear");
   const rt::Removal r = cache.clear();
   if (!r.problems.empty())
     throw std::runtime_error("clear could not finish (it removed " + std::to_string(r.entries) +
