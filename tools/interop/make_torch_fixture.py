@@ -21,36 +21,35 @@ import sys
 IN_SHAPE = (1, 1, 4, 4)
 
 
-def values(np):
-    """Every tensor of the state dict, by PyTorch's name, as numpy arrays."""
-    f32 = np.float32
+def values():
+    """Every tensor of the state dict by PyTorch's name: (flat values, shape, "f32" or "i64")."""
     return {
-        "0.weight": ((np.arange(18) - 9) / 16).astype(f32).reshape(2, 1, 3, 3),
-        "1.weight": np.array([1.5, 0.75], f32),
-        "1.bias": np.array([0.25, -0.5], f32),
-        "1.running_mean": np.array([0.5, -1.0], f32),
-        "1.running_var": np.array([4.0, 0.25], f32),
-        "1.num_batches_tracked": np.array(7, np.int64),
-        "4.weight": ((np.arange(24) - 12) / 32).astype(f32).reshape(3, 8),
-        "4.bias": np.array([0.125, -0.25, 0.5], f32),
+        "0.weight": ([(i - 9) / 16 for i in range(18)], (2, 1, 3, 3), "f32"),
+        "1.weight": ([1.5, 0.75], (2,), "f32"),
+        "1.bias": ([0.25, -0.5], (2,), "f32"),
+        "1.running_mean": ([0.5, -1.0], (2,), "f32"),
+        "1.running_var": ([4.0, 0.25], (2,), "f32"),
+        "1.num_batches_tracked": ([7], (), "i64"),
+        "4.weight": ([(i - 12) / 32 for i in range(24)], (3, 8), "f32"),
+        "4.bias": ([0.125, -0.25, 0.5], (3,), "f32"),
     }
 
 
-def model_input(np):
-    return (np.arange(16) / 16 - 0.5).astype(np.float32).reshape(IN_SHAPE)
+MODEL_INPUT = [i / 16 - 0.5 for i in range(16)]  # exact in f32, shape IN_SHAPE
 
 
 def with_torch(out, torch):
-    import numpy as np
+    import safetensors
     from safetensors.torch import save_file
 
     nn = torch.nn
     model = nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(8, 3))
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in values(np).items()}, strict=True)
+    dtypes = {"f32": torch.float32, "i64": torch.int64}
+    state = {k: torch.tensor(v, dtype=dtypes[t]).reshape(shape) for k, (v, shape, t) in values().items()}
+    model.load_state_dict(state, strict=True)
     model.eval()
     with torch.no_grad():
-        y = model(torch.from_numpy(model_input(np)))
-    import safetensors
+        y = model(torch.tensor(MODEL_INPUT, dtype=torch.float32).reshape(IN_SHAPE))
     writer = f"torch {torch.__version__}, safetensors {safetensors.__version__} (safetensors.torch.save_file)"
     save_file(model.state_dict(), out, metadata=metadata(y.flatten().tolist(), writer))
 
@@ -60,8 +59,10 @@ def with_numpy(out):
     import safetensors
     from safetensors.numpy import save_file
 
-    v = values(np)
-    x = model_input(np)[0, 0].astype(np.float64)
+    dtypes = {"f32": np.float32, "i64": np.int64}
+    v = {k: np.array(x, dtype=dtypes[t]).reshape(shape) for k, (x, shape, t) in values().items()}
+    # The model in eval mode by hand, in f64: conv 3x3 (no padding), batch norm, ReLU, flatten, linear.
+    x = np.array(MODEL_INPUT, dtype=np.float32).astype(np.float64).reshape(4, 4)
     w = v["0.weight"].astype(np.float64)
     conv = np.zeros((2, 2, 2))
     for c in range(2):
