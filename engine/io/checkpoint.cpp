@@ -1,6 +1,8 @@
 // Loading named tensors into a model, and checkpoints: a module's state as "model.<name>",
 // an optimizer's as "optim.<name>" and the caller's extras as "extra.<name>" in one
-// safetensors file.
+// safetensors file. A PyTorch state dict (what safetensors.torch.save_file writes: format
+// "pt", or no metadata) holds the model alone, under the names module.state() uses, which are
+// PyTorch's own.
 #include <map>
 #include <string>
 #include <utility>
@@ -16,6 +18,7 @@ namespace kiln::io {
 namespace {
 
 constexpr const char* kFormat = "kiln-checkpoint";
+constexpr const char* kTorchFormat = "pt";
 constexpr const char* kModel = "model.";
 constexpr const char* kOptim = "optim.";
 constexpr const char* kExtra = "extra.";
@@ -74,8 +77,7 @@ nn::NamedTensors take_prefix(const nn::NamedTensors& all, const std::string& pre
 }
 
 // The file's tensors, its format checked and only known prefixes allowed; `meta` without "format".
-nn::NamedTensors read_checkpoint(const std::string& path, Metadata& meta) {
-  nn::NamedTensors all = load_safetensors(path, &meta);
+void check_checkpoint(const std::string& path, Metadata& meta, const nn::NamedTensors& all) {
   const auto format = meta.find("format");
   if (format == meta.end() || format->second != kFormat)
     throw IoError(path, 8,
@@ -87,7 +89,43 @@ nn::NamedTensors read_checkpoint(const std::string& path, Metadata& meta) {
     if (name.rfind(kModel, 0) != 0 && name.rfind(kOptim, 0) != 0 && name.rfind(kExtra, 0) != 0) strays.push_back(name);
   if (!strays.empty())
     throw ValueError("[io] " + path + ": names outside model., optim. and extra.: " + join(strays, ", "));
+}
+
+nn::NamedTensors read_checkpoint(const std::string& path, Metadata& meta) {
+  nn::NamedTensors all = load_safetensors(path, &meta);
+  check_checkpoint(path, meta, all);
   return all;
+}
+
+// A state dict's tensors into `model`: every name, dtype and shape must match.
+void load_model_state(const std::string& path, const nn::NamedTensors& all, nn::Module& model) {
+  const nn::NamedTensors state = model.state();
+  if (std::string problems = mismatches(all, state); !problems.empty()) {
+    // A file whose names all miss is most likely another model's, or one saved under a prefix.
+    bool none_match = true;
+    for (const auto& [name, t] : all)
+      for (const auto& [want, w] : state) none_match = none_match && name != want;
+    if (none_match && !state.empty())
+      problems += " (no name matches: this model's start with " + state.front().first +
+                  "; a PyTorch nn.Sequential of the same layers saves the same names)";
+    throw ValueError("[io] model: " + problems + " (state dict " + path + ")");
+  }
+  copy_checked(all, state);
+}
+
+// A file that is not a kiln checkpoint holds the model alone: PyTorch's format "pt", or none.
+void load_torch_state(const std::string& path, const Metadata& meta, const nn::NamedTensors& all, nn::Module& model) {
+  const auto format = meta.find("format");
+  if (format != meta.end() && format->second != kTorchFormat)
+    throw IoError(path, 8,
+                  std::string("expected __metadata__ {\"format\": \"") + kFormat + "\"} (a kiln checkpoint), \"" +
+                      kTorchFormat + "\" (a PyTorch state dict) or no format, found format \"" + format->second + "\"");
+  load_model_state(path, all, model);
+}
+
+bool is_checkpoint(const Metadata& meta) {
+  const auto format = meta.find("format");
+  return format != meta.end() && format->second == kFormat;
 }
 
 }  // namespace
@@ -112,9 +150,24 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   save_safetensors(path, all, meta);
 }
 
+void load_state_dict(const std::string& path, nn::Module& model) {
+  Metadata meta;
+  const nn::NamedTensors all = load_safetensors(path, &meta);
+  if (is_checkpoint(meta))
+    load_model_state(path, take_prefix(all, kModel), model);
+  else
+    load_torch_state(path, meta, all, model);
+}
+
 void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt, CheckpointExtras* extras) {
   Metadata meta;
-  const nn::NamedTensors all = read_checkpoint(path, meta);
+  const nn::NamedTensors all = load_safetensors(path, &meta);
+  if (!is_checkpoint(meta)) {
+    load_torch_state(path, meta, all, model);  // no optimizer state: `opt` stays as it is
+    if (extras) *extras = {};
+    return;
+  }
+  check_checkpoint(path, meta, all);
 
   // The model is checked before the optimizer loads, and the optimizer checks its own state
   // before changing anything, so a mismatch in either leaves both as they were.

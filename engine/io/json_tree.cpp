@@ -125,6 +125,10 @@ JsonValue::JsonValue() = default;
 JsonValue parse_json(std::string_view text) {
   // nlohmann skips a UTF-8 byte order mark; RFC 8259 parsers (serde_json) reject it.
   if (text.substr(0, 3) == "\xEF\xBB\xBF") throw JsonError(0, "a JSON value, not a byte order mark");
+  // nlohmann's lexer reads a NUL as the end of input, so "{}\0garbage" would pass. JSON text holds
+  // no NUL anywhere (in a string it must be escaped), and serde_json refuses one too.
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw JsonError(nul, "no NUL byte (padding after the JSON is spaces)");
   return TreeBuilder(text).parse();
 }
 

@@ -1,11 +1,15 @@
 #include "kiln/runtime/compiler.h"
 
+#include <fcntl.h>
 #include <nvrtc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <sstream>
@@ -33,21 +37,48 @@ std::string numbered(const std::string& source) {
   std::ostringstream out;
   std::istringstream in(source);
   std::string line;
-  for (int i = 1; std::getline(in, line); ++i) out << (i < 10 ? "   " : i < 100 ? "  " : i < 1000 ? " " : "") << i << "  " << line << '\n';
+  for (int i = 1; std::getline(in, line); ++i)
+    out << (i < 10 ? "   " : i < 100 ? "  " : i < 1000 ? " " : "") << i << "  " << line << '\n';
   return out.str();
 }
 
-// Failed sources go to a per-user temp folder so the error can name a file to open.
-std::string write_failed_source(const CompileRequest& req) {
+// Failed sources go to a folder of this user's ($TMPDIR or /tmp, kiln-compile-errors-<uid>,
+// mode 0700), so the error names a file this user can open: a shared folder belongs to whoever
+// made it first. Returns the file, or "" and *why.
+std::string write_failed_source(const CompileRequest& req, std::string* why) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path dir = fs::temp_directory_path(ec) / "kiln-compile-errors";
-  fs::create_directories(dir, ec);
+  fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  const fs::path dir = tmp / ("kiln-compile-errors-" + std::to_string(::geteuid()));
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    *why = "cannot create " + dir.string() + ": " + std::strerror(errno);
+    return "";
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+    *why = dir.string() + " is not a directory of this user's";
+    return "";
+  }
+  if ((st.st_mode & 077) != 0) ::chmod(dir.c_str(), 0700);
   std::string name = req.op + "_" + req.dtypes + "_sm" + std::to_string(req.arch) + "_" +
                      std::to_string(std::hash<std::string>{}(req.source) & 0xffffffffu) + ".cu";
   std::replace(name.begin(), name.end(), ',', '-');
-  fs::path path = dir / name;
-  std::ofstream(path) << req.source;
+  std::replace(name.begin(), name.end(), '/', '_');
+  const fs::path path = dir / name;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  for (std::size_t done = 0; ok && done < req.source.size();) {
+    const ssize_t n = ::write(fd, req.source.data() + done, req.source.size() - done);
+    ok = n > 0 || (n < 0 && errno == EINTR);
+    done += n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
+  const int err = errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) ok = false;
+  if (!ok) {
+    *why = "cannot write " + path.string() + ": " + std::strerror(err);
+    return "";
+  }
   return path.string();
 }
 
@@ -119,8 +150,10 @@ CompiledModule compile(const CompileRequest& req) {
   if (log_size > 1) KILN_NVRTC(nvrtcGetProgramLog(prog, nvrtc_log.data()));
   while (!nvrtc_log.empty() && nvrtc_log.back() == '\0') nvrtc_log.pop_back();
   if (r != NVRTC_SUCCESS) {
-    std::string path = write_failed_source(req);
-    throw CompileError(req.op, req.dtypes, nvrtc_log.empty() ? nvrtcGetErrorString(r) : nvrtc_log, numbered(req.source), path);
+    std::string why, log = nvrtc_log.empty() ? nvrtcGetErrorString(r) : nvrtc_log;
+    const std::string path = write_failed_source(req, &why);
+    if (path.empty()) log += "\nkiln could not write the source to a file: " + why;
+    throw CompileError(req.op, req.dtypes, log, numbered(req.source), path);
   }
 
   CompiledModule out;

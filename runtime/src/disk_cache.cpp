@@ -15,6 +15,7 @@
 #include <system_error>
 #include <thread>
 
+#include "disk_cache_files.h"
 #include "disk_cache_format.h"
 #include "kiln/error.h"
 #include "kiln/runtime/log.h"
@@ -23,87 +24,6 @@ namespace fs = std::filesystem;
 
 namespace kiln::rt {
 namespace {
-
-constexpr const char* kQuarantineDir = "quarantine";
-constexpr const char* kTempPrefix = ".tmp-";
-// A writer holds an flock on its temp file from just after creating it; this grace covers
-// the instant between the two calls.
-constexpr std::int64_t kTempGraceSeconds = 5;
-constexpr std::int64_t kStaleQuarantineSeconds = 24 * 3600;  // long enough to inspect
-
-std::string errno_text(int err) { return std::generic_category().message(err); }
-
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-bool is_hex_name(std::string_view s, std::size_t n) {
-  return s.size() == n &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-struct FileBytes {
-  bool missing = false;
-  std::string error;  // why it could not be read
-  std::string bytes;
-  std::uint64_t size = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
-
-// Reads up to `limit` bytes of a regular file.
-FileBytes read_file(const fs::path& p, std::uint64_t limit = UINT64_MAX) {
-  FileBytes f;
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    f.missing = errno == ENOENT || errno == ENOTDIR;  // ENOTDIR: the cache directory is not one
-    f.error = "cannot open: " + errno_text(errno);
-    return f;
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    f.error = "cannot stat: " + errno_text(errno);
-    ::close(fd);
-    return f;
-  }
-  f.dev = st.st_dev;
-  f.ino = st.st_ino;
-  if (!S_ISREG(st.st_mode)) {
-    f.error = S_ISDIR(st.st_mode) ? "a directory, not a file" : "not a regular file";
-    ::close(fd);
-    return f;
-  }
-  f.size = static_cast<std::uint64_t>(st.st_size);
-  f.bytes.resize(std::min(f.size, limit));
-  std::size_t got = 0;
-  while (got < f.bytes.size()) {
-    ssize_t n = ::read(fd, f.bytes.data() + got, f.bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      f.error = "cannot read: " + errno_text(errno);
-      break;
-    }
-    if (n == 0) break;  // shrank while reading: judged on what is there
-    got += static_cast<std::size_t>(n);
-  }
-  f.bytes.resize(got);
-  if (limit == UINT64_MAX) f.size = got;
-  ::close(fd);
-  return f;
-}
-
-// Structural validity (no checksum): enough to order gc's evictions without reading payloads.
-bool structurally_ok(const fs::path& p) {
-  FileBytes f = read_file(p, 4096);
-  EntryLayout l;
-  if (!f.error.empty()) return false;
-  std::string why = check_layout(f.bytes, f.size, &l);
-  if (why == kNeedMoreBytes) {
-    f = read_file(p, l.payload_at);
-    why = f.error.empty() ? check_layout(f.bytes, f.size, &l) : f.error;
-  }
-  return why.empty() && check_consistency(l, p).empty();
-}
 
 bool write_all(int fd, const std::string& bytes) {
   std::size_t done = 0;
@@ -160,64 +80,6 @@ bool write_atomically(const fs::path& final, const std::string& digest, const st
   return failed == nullptr;
 }
 
-enum class FileKind { entry, other, temp };
-
-struct CacheFile {
-  fs::path path;
-  FileKind kind;
-  std::uint64_t bytes;
-  std::int64_t mtime_s;
-  std::int64_t mtime_ns;  // orders evictions of entries used within one second
-};
-
-std::vector<CacheFile> scan_files(const fs::path& dir) {
-  std::vector<CacheFile> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    FileKind kind = name.starts_with(kTempPrefix) ? FileKind::temp
-                    : name.ends_with(".kiln")     ? FileKind::entry
-                                                  : FileKind::other;
-    out.push_back({it->path(), kind, static_cast<std::uint64_t>(st.st_size), st.st_mtim.tv_sec,
-                   st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec});
-  }
-  return out;
-}
-
-std::vector<fs::path> shard_dirs(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code ec2;
-    if (is_hex_name(it->path().filename().string(), 2) && it->is_directory(ec2)) out.push_back(it->path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// A temp file no writer holds: its writer was killed. Removed under our lock, so a
-// writer that takes the name meanwhile (O_EXCL) cannot lose its file.
-bool remove_if_abandoned(const CacheFile& f, std::int64_t now) {
-  if (now - f.mtime_s < kTempGraceSeconds) return false;
-  int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool abandoned = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-  const bool removed = abandoned && ::unlink(f.path.c_str()) == 0;
-  ::close(fd);
-  return removed;
-}
-
-std::vector<CacheFile> scan_shards(const fs::path& dir) {
-  std::vector<CacheFile> out;
-  for (const fs::path& shard : shard_dirs(dir)) {
-    std::vector<CacheFile> files = scan_files(shard);
-    out.insert(out.end(), files.begin(), files.end());
-  }
-  return out;
-}
-
 std::string key_mismatch(const EntryKey& want, const EntryKey& got) {
   std::string diff;
   auto cmp = [&](const char* name, const std::string& w, const std::string& g) {
@@ -243,7 +105,12 @@ fs::path DiskCache::default_dir() {
     const char* v = std::getenv(name);
     return v ? v : "";
   };
-  if (std::string d = env("KILN_CACHE_DIR"); !d.empty()) return d;
+  if (std::string d = env("KILN_CACHE_DIR"); !d.empty()) {
+    // A relative one is taken from the current directory, and named in full from then on.
+    std::error_code ec;
+    fs::path abs = fs::absolute(d, ec);
+    return ec ? fs::path(d) : abs.lexically_normal();
+  }
   if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return fs::path(d) / "kiln";
   if (std::string d = env("HOME"); !d.empty()) return fs::path(d) / ".cache" / "kiln";
   return fs::path("/tmp") / ("kiln-cache-" + std::to_string(::getuid()));
@@ -383,6 +250,12 @@ void DiskCache::store(const Entry& e) {
     note_write_failure(reason);
     return;
   }
+  {
+    // Tells jitcc clear/gc that this directory is a cache (an entry is there already, so a
+    // reader that sees the marker half-written still recognises the cache by it).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!marked_) marked_ = true, write_marker_file(dir_);
+  }
   account_store(bytes.size());
 }
 
@@ -391,130 +264,6 @@ void DiskCache::note_write_failure(const std::string& reason) {
   if (write_failed_) return;
   write_failed_ = true;
   log().warn("[cache] directory {} is not writable ({}); continuing with the memory-only cache", dir_.string(), reason);
-}
-
-void DiskCache::account_store(std::uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (max_bytes_ == 0) return;
-  if (bytes_estimate_ < 0) {
-    std::uint64_t total = 0;
-    for (const CacheFile& f : scan_shards(dir_)) total += f.kind == FileKind::temp ? 0 : f.bytes;
-    bytes_estimate_ = static_cast<std::int64_t>(total);  // includes the entry just stored
-  } else {
-    bytes_estimate_ += static_cast<std::int64_t>(bytes);
-  }
-  // Down to 80%, so that a full cache is not collected again at every store.
-  if (static_cast<std::uint64_t>(bytes_estimate_) > max_bytes_) gc_locked(max_bytes_ - max_bytes_ / 5);
-}
-
-std::uint64_t DiskCache::gc(std::uint64_t max_bytes, const Progress& progress) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return gc_locked(max_bytes, progress);
-}
-
-std::uint64_t DiskCache::gc_locked(std::uint64_t max_bytes, const Progress& progress) {
-  const std::int64_t now = unix_now();
-  std::uint64_t removed = 0, total = 0;
-  auto remove = [&](const CacheFile& f) {
-    bool ok = ::unlink(f.path.c_str()) == 0;
-    if (ok) removed += f.bytes;
-    return ok || errno == ENOENT;  // gone either way
-  };
-  for (const CacheFile& f : scan_files(dir_ / kQuarantineDir)) {
-    if (now - f.mtime_s > kStaleQuarantineSeconds) remove(f);
-  }
-  struct Candidate {
-    CacheFile file;
-    bool bad;
-  };
-  std::vector<Candidate> candidates;
-  std::vector<CacheFile> files = scan_shards(dir_);
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    if (progress) progress(i, files.size());
-    CacheFile& f = files[i];
-    if (f.kind == FileKind::temp) {
-      if (remove_if_abandoned(f, now)) removed += f.bytes;
-      continue;
-    }
-    total += f.bytes;
-    bool bad = f.kind == FileKind::other || !structurally_ok(f.path);
-    candidates.push_back({std::move(f), bad});
-  }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.bad != b.bad) return a.bad;
-    if (a.file.mtime_ns != b.file.mtime_ns) return a.file.mtime_ns < b.file.mtime_ns;
-    return a.file.path < b.file.path;
-  });
-  for (const Candidate& c : candidates) {
-    if (total <= max_bytes) break;
-    if (remove(c.file)) total -= c.file.bytes;
-  }
-  bytes_estimate_ = static_cast<std::int64_t>(total);
-  return removed;
-}
-
-void DiskCache::clear() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<fs::path> doomed = shard_dirs(dir_);
-  doomed.push_back(dir_ / kQuarantineDir);
-  for (const fs::path& d : doomed) {
-    std::error_code ec;
-    fs::remove_all(d, ec);
-    if (ec) throw Error("[cache] cannot remove " + d.string() + ": " + ec.message());
-  }
-  bytes_estimate_ = 0;
-}
-
-std::uint64_t DiskCache::remove_abandoned_temps() {
-  const std::int64_t now = unix_now();
-  std::uint64_t removed = 0;
-  for (const CacheFile& f : scan_shards(dir_))
-    if (f.kind == FileKind::temp && remove_if_abandoned(f, now)) removed += f.bytes;
-  return removed;
-}
-
-bool DiskCache::contains(const std::string& digest) const {
-  struct stat st {};
-  return is_hex_name(digest, 64) && ::stat(entry_path(digest).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::uint64_t DiskCache::total_bytes() const {
-  std::uint64_t total = 0;
-  for (const CacheFile& f : scan_shards(dir_)) total += f.kind == FileKind::temp ? 0 : f.bytes;
-  return total;
-}
-
-std::size_t DiskCache::quarantine_count() const { return scan_files(dir_ / kQuarantineDir).size(); }
-
-std::vector<EntryInfo> DiskCache::list(const Progress& progress) const {
-  std::vector<EntryInfo> out;
-  const std::vector<CacheFile> files = scan_shards(dir_);
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    if (progress) progress(i, files.size());
-    const CacheFile& f = files[i];
-    if (f.kind == FileKind::temp) continue;
-    EntryInfo info;
-    info.path = f.path;
-    info.bytes = f.bytes;
-    info.last_used = f.mtime_s;
-    if (f.kind == FileKind::other) {
-      info.ok = false;
-      info.problem = "not a kiln cache entry";
-    } else {
-      FileBytes bytes = read_file(f.path);
-      Entry e;
-      EntryLayout l;
-      info.problem = bytes.error.empty() ? decode_entry(bytes.bytes, f.path, &e, &l) : bytes.error;
-      info.ok = info.problem.empty();
-      if (l.header_ok) {
-        info.key = l.header.key;
-        info.created = l.header.created;
-      }
-    }
-    out.push_back(std::move(info));
-  }
-  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
-  return out;
 }
 
 }  // namespace kiln::rt

@@ -164,6 +164,10 @@ std::string encode_entry(const Entry& e, const std::string& digest, std::int64_t
   return bytes;
 }
 
+bool has_entry_magic(std::string_view bytes) {
+  return bytes.size() >= sizeof kMagic && bytes.compare(0, sizeof kMagic, std::string_view(kMagic, sizeof kMagic)) == 0;
+}
+
 std::string check_layout(std::string_view bytes, std::uint64_t file_size, EntryLayout* l) {
   if (file_size == 0) return "empty file";
   if (file_size < kPrefixBytes) {

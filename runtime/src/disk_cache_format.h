@@ -30,6 +30,8 @@ struct EntryLayout {
 inline constexpr std::string_view kNeedMoreBytes = "header not read";
 
 std::string encode_entry(const Entry& e, const std::string& digest, std::int64_t created);
+// The file starts with an entry's 8-byte magic: kiln wrote it, whatever else is wrong with it.
+bool has_entry_magic(std::string_view bytes);
 
 // Each returns "" when the check passes, else the precise reason.
 // Everything up to the payload size, for a file of `file_size` bytes whose start is `bytes`.

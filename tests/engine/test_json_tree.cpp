@@ -60,6 +60,11 @@ TEST_CASE("json tree: malformed text is a JsonError at the offending byte") {
   CHECK(error_at("[\"\\ud800\"]") >= 1);  // a lone surrogate
   CHECK(error_at("") == 0);
   CHECK(error_at("\xEF\xBB\xBF{}") == 0);  // serde_json rejects a byte order mark too
+  // nlohmann's lexer takes NUL for the end of input; JSON text has no NUL, serde_json refuses it.
+  CHECK(error_at(std::string("{}\0 this is not JSON {{{", 24)) == 2);
+  CHECK(error_at(std::string("{}  \0", 5)) == 4);
+  CHECK(error_at(std::string("{\"a\0\":1}", 9)) == 3);
+  CHECK(error_at("{} \t\r\n") == -1);  // JSON whitespace may follow
   CHECK(error_at(std::string(64, '[') + std::string(64, ']')) == -1);
   CHECK(error_at(std::string(65, '[') + "0" + std::string(65, ']')) == 65);
 }

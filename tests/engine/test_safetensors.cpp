@@ -191,6 +191,28 @@ TEST_CASE("safetensors malformed lengths and JSON are IoErrors at their offsets"
   CHECK(load_error(dir, st_file(dup, {1, 2}), 8 + dup.rfind("{\"dtype")).find("repeats") != std::string::npos);
 }
 
+TEST_CASE("safetensors after the header's closing brace: JSON whitespace only, no NUL (as Python's reader)") {
+  TempDir dir;
+  const std::string json = R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})";
+  const std::string nul_text = std::string("\0 this is not JSON {{{", 22);
+  // The issue's file: a NUL and then text that is not JSON, inside the header length.
+  CHECK(load_error(dir, st_file(json + nul_text, {7, 9}), 8 + json.size()).find("NUL") != std::string::npos);
+  CHECK(load_error(dir, st_file(json + std::string(3, '\0'), {7, 9}), 8 + json.size()).find("NUL") !=
+        std::string::npos);
+  CHECK(load_error(dir, st_file(json + std::string("  \0     ", 8), {7, 9}), 8 + json.size() + 2).find("NUL") !=
+        std::string::npos);
+  CHECK(load_error(dir, st_file(json + "  x", {7, 9}), 8 + json.size() + 2).find("JSON header") != std::string::npos);
+  // Spaces (the writers' padding), tabs, CR and LF are JSON whitespace: Python's safetensors reads these.
+  for (const std::string pad : {"", "      ", " \t\r\n"}) {
+    CAPTURE(pad);
+    const std::string path = dir.file("ok.safetensors");
+    write_bytes(path, st_file(json + pad, {7, 9}));
+    const nn::NamedTensors t = io::load_safetensors(path);
+    REQUIRE(t.size() == 1);
+    CHECK(values(t[0].second) == std::vector<double>{7, 9});
+  }
+}
+
 TEST_CASE("safetensors bad entries: dtype, fields, shape vs offsets") {
   TempDir dir;
   auto entry_error = [&](const std::string& json, std::size_t data_bytes, const std::string& token) {
@@ -298,8 +320,15 @@ TEST_CASE("io checkpoint round trip of a model and its optimizer state") {
   const std::string msg = kiln_test::message_of<ValueError>([&] { io::load_checkpoint(path, wrong); });
   CHECK(msg.find("[io] model: 0.weight: shape (3,4) in file, (5,4) expected") == 0);
 
+  // A bare state dict (no metadata, as PyTorch's save_file writes by default) loads the model alone.
+  nn::Sequential c{nn::Linear(4, 3, true, &g2), nn::ReLU(), nn::Linear(3, 2, true, &g2)};
+  optim::SGD opt_c(c.parameters(), {.lr = 0.1, .momentum = 0.9});
   io::save_safetensors(dir.file("plain.safetensors"), a.state());
-  CHECK_THROWS_AS(io::load_checkpoint(dir.file("plain.safetensors"), b), IoError);
+  io::load_checkpoint(dir.file("plain.safetensors"), c, &opt_c);
+  CHECK(values(c.parameters()[0]) == values(a.parameters()[0]));
+  CHECK(opt_c.steps() == 0);
+  io::save_safetensors(dir.file("other.safetensors"), a.state(), {{"format", "flax"}});
+  CHECK_THROWS_AS(io::load_checkpoint(dir.file("other.safetensors"), c), IoError);
 }
 
 TEST_CASE("io checkpoint extras: tensors and metadata beside the model, ignored unless asked for") {

@@ -1,5 +1,7 @@
 // NVRTC compilation: options, outputs, and what a failed compile reports.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,7 +17,8 @@ namespace rt = kiln::rt;
 namespace {
 const char* kHalfKernel =
     "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
-    "extern \"C\" __global__ void k(__half* x, __nv_bfloat16* y) { x[0] = __float2half(1.f); y[0] = __float2bfloat16(2.f); }\n";
+    "extern \"C\" __global__ void k(__half* x, __nv_bfloat16* y) { x[0] = __float2half(1.f); y[0] = "
+    "__float2bfloat16(2.f); }\n";
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -32,7 +35,9 @@ TEST_CASE("compile emits PTX and CUBIN for sm_80 and sm_90 with the fp16/bf16 he
     rt::CompiledModule m = rt::compile({"half_probe", "f16,bf16", kHalfKernel, arch});
     CHECK(m.ptx.find(".target sm_" + std::to_string(arch)) != std::string::npos);
     CHECK(m.cubin.size() > 100);
-    CHECK(m.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(m.cubin.compare(0, 4,
+                          "\x7f"
+                          "ELF") == 0);
     CHECK(m.ms > 0);
   }
 }
@@ -69,6 +74,45 @@ TEST_CASE("a failed compile throws CompileError with the log, op, dtypes and num
     CHECK(what.find(e.source_path()) != std::string::npos);
     CHECK(slurp(e.source_path()) == source);
   }
+}
+
+TEST_CASE("a failed compile's source goes to a folder of this user's, or the error says why it could not") {
+  const std::string source = "extern \"C\" __global__ void k(float* x) { x[0] = nope; }\n";
+  const std::string folder = "kiln-compile-errors-" + std::to_string(::geteuid());
+  auto error_of = [&] {
+    try {
+      rt::compile({"broken_op", "f32", source, 90});
+    } catch (const kiln::CompileError& e) {
+      return std::make_pair(std::string(e.what()), e.source_path());
+    }
+    FAIL("compile should have thrown");
+    return std::make_pair(std::string(), std::string());
+  };
+  const auto [what, path] = error_of();
+  REQUIRE(!path.empty());
+  CHECK(what.find("source written to " + path) != std::string::npos);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  CHECK(dir.filename() == folder);
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);  // another user can neither read it nor plant files in it
+  CHECK(st.st_uid == ::geteuid());
+
+  // $TMPDIR decides where; a folder that cannot be made is named in the error, with the reason.
+  const char* saved = std::getenv("TMPDIR");
+  const std::string saved_value = saved ? saved : "";
+  const std::filesystem::path tmp =
+      std::filesystem::temp_directory_path() / ("kiln-tmpdir-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  std::ofstream(tmp / folder) << "a file where the folder should be";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  const auto [blocked, none] = error_of();
+  saved ? ::setenv("TMPDIR", saved_value.c_str(), 1) : ::unsetenv("TMPDIR");
+  std::filesystem::remove_all(tmp);
+  CHECK(none.empty());
+  CHECK(blocked.find("source not written to a file") != std::string::npos);
+  CHECK(blocked.find("kiln could not write the source to a file: " + (tmp / folder).string()) != std::string::npos);
+  CHECK(blocked.find("nope") != std::string::npos);  // the log and the source are still in the message
 }
 
 TEST_CASE("KILN_CUDA_INCLUDE overrides where NVRTC looks for cuda_fp16.h") {

@@ -218,39 +218,50 @@ TEST_CASE("disk cache: read-only mode reads without writing; off mode does neith
   }
 }
 
-TEST_CASE("disk cache: gc evicts least recently used first, bad files before all") {
+TEST_CASE("disk cache: gc evicts least recently used first, broken entries before all, other files never") {
   TempDir tmp;
   DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
   std::vector<Entry> entries;
   const std::int64_t base = unix_now() - 10000;
   const int use_order[] = {2, 0, 3, 1};  // entries[2] used longest ago
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     entries.push_back(make_entry("__global__ void k" + std::to_string(i) + "() {}\n"));
     cache.store(entries.back());
   }
   for (int rank = 0; rank < 4; ++rank) {
     set_mtime(entry_file(cache.dir(), entries[use_order[rank]].key.digest), base + 100 * rank);
   }
+  // entries[4] is kiln's (its magic is there) but truncated: newest of all, yet evicted first.
+  const fs::path broken = entry_file(cache.dir(), entries[4].key.digest);
+  write_bytes(broken, read_bytes(broken).substr(0, 100));
+  const std::uint64_t broken_bytes = fs::file_size(broken);
   const fs::path junk = entry_file(cache.dir(), entries[0].key.digest).parent_path() / "notes.txt";
-  write_bytes(junk, "someone else's file\n");  // newest of all, yet bad
-  const std::uint64_t junk_bytes = fs::file_size(junk);
+  write_bytes(junk, "someone else's file\n");
   const std::uint64_t entry_bytes = fs::file_size(entry_file(cache.dir(), entries[0].key.digest));
-  std::uint64_t total = cache.total_bytes();
-  CHECK(total == 4 * entry_bytes + junk_bytes);
+  std::uint64_t total = 4 * entry_bytes + broken_bytes;
+  CHECK(cache.total_bytes() == total);  // entries only
 
-  CHECK(cache.gc(total) == 0);
-  CHECK(cache.gc(total - 1) == junk_bytes);
-  CHECK_FALSE(fs::exists(junk));
+  CHECK(cache.gc(total).bytes == 0);
+  Removal r = cache.gc(total - 1);
+  CHECK(r.bytes == broken_bytes);
+  CHECK(r.entries == 1);
+  CHECK(r.kept == std::vector<fs::path>{junk});
+  CHECK(r.problems.empty());
+  CHECK_FALSE(fs::exists(broken));
   for (int rank = 0; rank < 4; ++rank) {
     CAPTURE(rank);
     total = cache.total_bytes();
-    CHECK(cache.gc(total - 1) == entry_bytes);
+    r = cache.gc(total - 1);
+    CHECK(r.bytes == entry_bytes);
+    CHECK(r.left_bytes == total - entry_bytes);
     CHECK_FALSE(fs::exists(entry_file(cache.dir(), entries[use_order[rank]].key.digest)));
     for (int later = rank + 1; later < 4; ++later) {
       CHECK(fs::exists(entry_file(cache.dir(), entries[use_order[later]].key.digest)));
     }
   }
   CHECK(cache.total_bytes() == 0);
+  CHECK(cache.gc(0).left_bytes == 0);
+  CHECK(fs::exists(junk));  // not kiln's: gc never takes it, whatever the bound
 }
 
 TEST_CASE("disk cache: gc removes stale temp files but not fresh ones") {
@@ -263,7 +274,7 @@ TEST_CASE("disk cache: gc removes stale temp files but not fresh ones") {
   write_bytes(shard / (".tmp-" + e.key.digest + "-4-5-6"), "in progress");
   set_mtime(shard / (".tmp-" + e.key.digest + "-1-2-3"), unix_now() - 7200);
   CHECK(cache.list().size() == 1);  // temp files are not entries
-  CHECK(cache.gc(UINT64_MAX) == std::string("half-written").size());
+  CHECK(cache.gc(UINT64_MAX).bytes == std::string("half-written").size());
   CHECK_FALSE(fs::exists(shard / (".tmp-" + e.key.digest + "-1-2-3")));
   CHECK(fs::exists(shard / (".tmp-" + e.key.digest + "-4-5-6")));
   CHECK(cache.load(e.key).has_value());
@@ -295,21 +306,23 @@ TEST_CASE("disk cache: the size bound is enforced on store, down to 80%") {
   CHECK_FALSE(cache.load(stored[0].key).has_value());
 }
 
-TEST_CASE("disk cache: clear empties the directory; total_bytes matches list") {
+TEST_CASE("disk cache: clear removes kiln's files only; total_bytes counts entries") {
   TempDir tmp;
   DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
   for (int i = 0; i < 5; ++i) cache.store(make_entry("__global__ void k" + std::to_string(i) + "() {}\n"));
   Entry e = make_entry();
   cache.store(e);
   const fs::path file = entry_file(cache.dir(), e.key.digest);
-  write_bytes(file.parent_path() / "stray.bin", "stray");
+  const fs::path stray = file.parent_path() / "stray.bin";
+  write_bytes(stray, "stray");
   write_bytes(file.parent_path() / (".tmp-" + e.key.digest + "-1-2-3"), "partial");
   write_bytes(cache.dir() / "README", "kept: not the cache's file");
   std::vector<EntryInfo> infos = cache.list();
   REQUIRE(infos.size() == 7);
   std::uint64_t sum = 0;
-  for (const EntryInfo& i : infos) sum += i.bytes;
+  for (const EntryInfo& i : infos) sum += i.ours ? i.bytes : 0;
   CHECK(cache.total_bytes() == sum);
+  CHECK(std::count_if(infos.begin(), infos.end(), [](const EntryInfo& i) { return i.ours; }) == 6);
   CHECK(std::count_if(infos.begin(), infos.end(),
                       [](const EntryInfo& i) { return !i.ok && i.problem == "not a kiln cache entry"; }) == 1);
 
@@ -321,16 +334,87 @@ TEST_CASE("disk cache: clear empties the directory; total_bytes matches list") {
   }
   CHECK(cache.quarantine_count() == 1);
 
-  cache.clear();
+  const Removal r = cache.clear();
+  CHECK(r.entries == 5);
+  CHECK(r.problems.empty());
+  CHECK(r.kept == std::vector<fs::path>{stray});
   CHECK(fs::is_directory(cache.dir()));
-  CHECK(cache.list().empty());
   CHECK(cache.total_bytes() == 0);
   CHECK(cache.quarantine_count() == 0);
+  infos = cache.list();
+  REQUIRE(infos.size() == 1);  // the stray file, still there
+  CHECK(infos[0].path == stray);
   std::vector<fs::path> left;
   for (const auto& d : fs::directory_iterator(cache.dir())) left.push_back(d.path().filename());
-  CHECK(left == std::vector<fs::path>{"README"});
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<fs::path>{"CACHEDIR.TAG", "README", stray.parent_path().filename()});
   cache.store(e);
   CHECK(cache.load(e.key).has_value());
+}
+
+TEST_CASE("disk cache: a directory is recognised as a cache by kiln's marker or by its entries") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  CHECK(cache.foreign_reason().empty());  // missing: nothing to lose
+  fs::create_directories(cache.dir());
+  CHECK(cache.foreign_reason().empty());  // empty
+  Entry e = make_entry();
+  cache.store(e);
+  CHECK(read_bytes(cache.dir() / "CACHEDIR.TAG").rfind("Signature: 8a477f597d28d172789f06886806bc55\n", 0) == 0);
+  CHECK(cache.foreign_reason().empty());
+
+  // A cache from before the marker: its entries vouch for it, temp files and quarantine too.
+  fs::remove(cache.dir() / "CACHEDIR.TAG");
+  CHECK(cache.foreign_reason().empty());
+  const fs::path file = entry_file(cache.dir(), e.key.digest);
+  write_bytes(file.parent_path() / (".tmp-" + e.key.digest + "-1-2-3"), "partial");
+  fs::remove(file);
+  CHECK(cache.foreign_reason().empty());
+
+  // Files that are not kiln's do not make a cache, nor another tool's CACHEDIR.TAG.
+  DiskCache other(tmp.path() / "other", CacheMode::read_write, 0);
+  fs::create_directories(other.dir() / "ab");
+  write_bytes(other.dir() / "ab" / "cdef0123", "x");
+  write_bytes(other.dir() / "CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n# ccache\n");
+  CHECK(other.foreign_reason().find("CACHEDIR.TAG") != std::string::npos);
+  // A file named as an entry, without the entry magic, is not kiln's either.
+  const std::string digest = e.key.digest;
+  fs::create_directories(other.dir() / digest.substr(0, 2));
+  write_bytes(other.dir() / digest.substr(0, 2) / (digest + ".kiln"), "not an entry");
+  CHECK_FALSE(other.foreign_reason().empty());
+  CHECK(other.clear().entries == 0);
+  CHECK(fs::exists(other.dir() / digest.substr(0, 2) / (digest + ".kiln")));
+  CHECK(other.gc(0).kept.size() == 2);
+  CHECK(fs::exists(other.dir() / "ab" / "cdef0123"));
+}
+
+TEST_CASE("disk cache: a directory that cannot be read is a problem, not an empty cache") {
+  TempDir tmp;
+  DiskCache cache(tmp.path() / "cache", CacheMode::read_write, 0);
+  for (int i = 0; i < 3; ++i) cache.store(make_entry("__global__ void k" + std::to_string(i) + "() {}\n"));
+  std::vector<std::string> problems;
+  CHECK(cache.list({}, &problems).size() == 3);
+  CHECK(problems.empty());
+
+  // A shard replaced by a file: fails for root too.
+  const fs::path shard = cache.list().front().path.parent_path();
+  fs::remove_all(shard);
+  write_bytes(shard, "not a directory");
+  cache.list({}, &problems);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "cannot read directory " + shard.string() + ": Not a directory");
+  CHECK(cache.gc(0).problems == problems);
+  CHECK(cache.clear().problems == problems);
+  CHECK(fs::exists(shard));
+
+  if (::geteuid() == 0) return;  // root reads a mode-000 directory
+  fs::remove(shard);
+  fs::permissions(cache.dir(), fs::perms::none);
+  problems.clear();
+  CHECK(cache.list({}, &problems).empty());
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "cannot read directory " + cache.dir().string() + ": Permission denied");
+  fs::permissions(cache.dir(), fs::perms::owner_all);
 }
 
 TEST_CASE("disk cache: sizes and directories from the environment") {
@@ -357,6 +441,8 @@ TEST_CASE("disk cache: sizes and directories from the environment") {
   ::setenv("XDG_CACHE_HOME", "/xdg", 1);
   ::setenv("HOME", "/home/u", 1);
   CHECK(DiskCache::default_dir() == fs::path("/somewhere/kc"));
+  ::setenv("KILN_CACHE_DIR", "relative/kc", 1);  // from the current directory, named in full
+  CHECK(DiskCache::default_dir() == fs::current_path() / "relative/kc");
   ::unsetenv("KILN_CACHE_DIR");
   CHECK(DiskCache::default_dir() == fs::path("/xdg/kiln"));
   ::unsetenv("XDG_CACHE_HOME");

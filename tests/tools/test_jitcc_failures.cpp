@@ -142,8 +142,8 @@ TEST_CASE("jitcc warm and gc remove temp files of dead writers, not of live ones
   ScratchDir dir;
   copy_warmed_cache(dir.path());
   const fs::path shard = entry_files(dir.path()).front().parent_path();
-  const fs::path dead = shard / ".tmp-0123-999999-1-2";
-  const fs::path live = shard / ".tmp-4567-999999-3-4";
+  const fs::path dead = shard / (".tmp-" + std::string(64, 'a') + "-999999-1-2");
+  const fs::path live = shard / (".tmp-" + std::string(64, 'b') + "-999999-3-4");
   std::ofstream(dead) << "half-written by a killed jitcc";
   std::ofstream(live) << "being written";
   set_age(dead, 30);
@@ -180,4 +180,88 @@ TEST_CASE("jitcc warm --jobs: 0 is one compile per hardware thread (documented),
   INFO(zero.err);
   CHECK(zero.exit_code == 0);
   CHECK(nlohmann::json::parse(zero.out).at("compiled") == static_cast<std::int64_t>(selection().instances.size()));
+TEST_CASE("jitcc list, verify, gc, clear and stats fail naming a cache directory they cannot read") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  const std::string cache = dir.path().string();
+  // A shard replaced by a file: unreadable for root too (chmod 000 is not).
+  const fs::path shard = entry_files(dir.path()).front().parent_path();
+  fs::remove_all(shard);
+  std::ofstream(shard) << "not a directory";
+  const std::vector<std::vector<std::string>> commands{
+      {"list"}, {"verify"}, {"gc", "--max-size", "1G"}, {"clear"}, {"stats"}};
+  for (std::vector<std::string> args : commands) {
+    args.insert(args.end(), {"--cache-dir", cache});
+    ProcessResult r = jitcc(args);
+    INFO("jitcc " << args.front() << ": " << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("cannot read directory " + shard.string() + ": Not a directory") != std::string::npos);
+  }
+  CHECK(!jitcc_json({"stats", "--cache-dir", cache}, 1).at("unreadable").empty());
+  CHECK(fs::is_regular_file(shard));
+  CHECK(!entry_files(dir.path()).empty());  // clear refused to go on half blind
+
+  if (::geteuid() == 0) return;  // root reads a mode-000 directory
+  ScratchDir locked;
+  copy_warmed_cache(locked.path());
+  fs::permissions(locked.path(), fs::perms::none);
+  for (std::vector<std::string> args : commands) {
+    args.insert(args.end(), {"--cache-dir", locked.path().string()});
+    ProcessResult r = jitcc(args);
+    INFO("jitcc " << args.front() << ": " << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(locked.path().string()) != std::string::npos);
+    CHECK(r.err.find("Permission denied") != std::string::npos);
+  }
+  fs::permissions(locked.path(), fs::perms::owner_all);
+}
+
+TEST_CASE("jitcc gc on a read-only cache says which file it could not remove and why") {
+  if (::geteuid() == 0) return;  // root removes files from a read-only directory
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  std::vector<fs::path> shards;
+  for (const fs::path& f : entry_files(dir.path())) shards.push_back(f.parent_path());
+  for (const fs::path& s : shards) fs::permissions(s, fs::perms::owner_read | fs::perms::owner_exec);
+  ProcessResult r = jitcc({"gc", "--max-size", "1K", "--cache-dir", dir.path().string()});
+  for (const fs::path& s : shards) fs::permissions(s, fs::perms::owner_all);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("cannot remove " + dir.path().string()) != std::string::npos);
+  CHECK(r.err.find("Permission denied") != std::string::npos);
+}
+
+TEST_CASE("jitcc resolves a relative KILN_CACHE_DIR against the current directory and names it in full") {
+  ScratchDir dir;
+  std::ofstream(dir.path() / "afile") << "x";
+  auto stats_in = [&](const std::string& cache_dir, bool json) {
+    // The child starts in `dir`: a shell changes directory, then becomes jitcc.
+    const std::string cmd =
+        "cd '" + dir.path().string() + "' && exec " + KILN_JITCC_PATH + " stats" + (json ? " --json" : "");
+    kiln_test::EnvOverrides env = child_env(cache_dir);
+    ProcessResult r = kiln_test::run_process({"/bin/sh", "-c", cmd}, env);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    return r;
+  };
+  ProcessResult ok = stats_in("relative-dir", true);
+  CHECK(ok.exit_code == 0);
+  CHECK(nlohmann::json::parse(ok.out).at("cache_dir") == (dir.path() / "relative-dir").string());
+  CHECK(stats_in("relative-dir", false).out.find((dir.path() / "relative-dir").string()) != std::string::npos);
+
+  ProcessResult bad = stats_in("afile/sub", false);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find((dir.path() / "afile" / "sub").string()) != std::string::npos);
+  CHECK(bad.err.find((dir.path() / "afile").string() + " is not a directory") != std::string::npos);
+}
+
+TEST_CASE("jitcc show of a generated kernel missing from the cache says how kernels get there") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  ProcessResult r = jitcc({"show", "fused(mul,add,relu) f32", "--cache-dir", dir.path().string()});
+  INFO(r.err);
+  CHECK(r.exit_code == 2);  // as for an unknown op
+  CHECK(r.out.empty());
+  CHECK(r.err.find("'fused(mul,add,relu) f32' is not in the cache " + dir.path().string()) != std::string::npos);
+  CHECK(r.err.find("jitcc warm --from-cache") != std::string::npos);
+  CHECK(r.err.find("show takes one op") == std::string::npos);
 }

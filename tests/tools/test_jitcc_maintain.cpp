@@ -93,6 +93,81 @@ TEST_CASE("jitcc clear removes every entry") {
   CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()}).at("entries").size() == 0);
 }
 
+TEST_CASE("jitcc clear, gc and verify --fix leave a git repository's objects alone, even with --force") {
+  ScratchDir dir;
+  const fs::path repo = dir.path() / "r", objects = repo / ".git" / "objects";
+  const std::string git = "git -C '" + repo.string() + "' -c user.name=t -c user.email=t@example.com ";
+  REQUIRE(std::system(("git init -q '" + repo.string() + "' && " + git + "commit -q --allow-empty -m x").c_str()) == 0);
+  auto snapshot = [&] {
+    std::vector<std::pair<fs::path, std::string>> files;
+    for (const auto& f : fs::recursive_directory_iterator(objects))
+      if (f.is_regular_file()) files.emplace_back(f.path(), read_text(f.path()));
+    std::sort(files.begin(), files.end());
+    return files;
+  };
+  const auto before = snapshot();
+  std::size_t in_shards = 0;  // git's loose objects sit in two-hex-character folders, as kiln's entries do
+  for (const auto& [p, bytes] : before) in_shards += p.parent_path().filename().string().size() == 2;
+  REQUIRE(in_shards >= 2);
+
+  const std::vector<std::vector<std::string>> commands{{"clear"}, {"gc", "--max-size", "0"}, {"verify", "--fix"}};
+  for (std::vector<std::string> args : commands) {
+    args.insert(args.end(), {"--cache-dir", objects.string()});
+    ProcessResult r = jitcc(args);
+    INFO("jitcc " << args.front() << ": " << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.empty());
+    CHECK(r.err.find(objects.string() + " does not look like a kiln cache") != std::string::npos);
+    CHECK(r.err.find("--force") != std::string::npos);
+  }
+  CHECK(snapshot() == before);
+  CHECK(!fs::exists(objects / "CACHEDIR.TAG"));  // refused directories are not marked
+
+  // --force passes the folder check, but git's files are still not kiln's.
+  nlohmann::json cleared = jitcc_json({"clear", "--force", "--cache-dir", objects.string()});
+  CHECK(cleared.at("removed_entries") == 0);
+  CHECK(cleared.at("kept").size() == in_shards);
+  CHECK(jitcc_json({"gc", "--force", "--max-size", "0", "--cache-dir", objects.string()}).at("removed_entries") == 0);
+  nlohmann::json verified = jitcc_json({"verify", "--fix", "--force", "--cache-dir", objects.string()}, 1);
+  CHECK(verified.at("removed") == 0);
+  CHECK(snapshot() == before);
+  CHECK(std::system((git + "log >/dev/null && " + git + "fsck --no-progress 2>/dev/null").c_str()) == 0);
+}
+
+TEST_CASE("jitcc clear and gc empty a real cache and leave stray files in it; old caches without a marker too") {
+  ScratchDir dir;
+  copy_warmed_cache(dir.path());
+  const auto n = static_cast<std::int64_t>(selection().instances.size());
+  const std::string cache = dir.path().string();
+  CHECK(fs::exists(dir.path() / "CACHEDIR.TAG"));  // written with the first entry
+  const fs::path stray = entry_files(dir.path()).front().parent_path() / "notes.txt";
+  std::ofstream(stray) << "mine, not the cache's";
+  std::ofstream(dir.path() / "README") << "mine too";
+
+  SUBCASE("clear") {
+    nlohmann::json j = jitcc_json({"clear", "--cache-dir", cache});
+    CHECK(j.at("removed_entries") == n);
+    CHECK(j.at("entries") == 0);
+    CHECK(j.at("kept") == nlohmann::json::array({stray.string()}));
+    ProcessResult text = jitcc({"clear", "--cache-dir", cache});
+    CHECK(text.exit_code == 0);  // again: the marker still says it is a cache
+    CHECK(text.out.find(stray.string()) != std::string::npos);
+  }
+  SUBCASE("gc") {
+    nlohmann::json j = jitcc_json({"gc", "--max-size", "0", "--cache-dir", cache});
+    CHECK(j.at("removed_entries") == n);
+    CHECK(j.at("total_bytes") == 0);
+  }
+  SUBCASE("a cache made before the marker") {
+    fs::remove(dir.path() / "CACHEDIR.TAG");
+    CHECK(jitcc_json({"clear", "--cache-dir", cache}).at("removed_entries") == n);
+    CHECK(fs::exists(dir.path() / "CACHEDIR.TAG"));  // recognised by its entries, then marked
+  }
+  CHECK(entry_files(dir.path()).empty());
+  CHECK(read_text(stray) == "mine, not the cache's");
+  CHECK(read_text(dir.path() / "README") == "mine too");
+}
+
 TEST_CASE("jitcc stats describes the directory, its entries and the build") {
   ScratchDir dir;
   copy_warmed_cache(dir.path());

@@ -149,5 +149,5 @@ TEST_CASE("DiskCache::list and gc report their position in the scan") {
   seen.clear();
   cache.gc(0, record);
   CHECK(seen == std::vector<std::pair<std::size_t, std::size_t>>{{0, 3}, {1, 3}, {2, 3}});
-  CHECK(cache.list().empty());
+  CHECK(cache.list().size() == 3);  // "x" is not an entry of kiln's: gc never removes it
 }

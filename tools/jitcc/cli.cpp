@@ -47,8 +47,9 @@ void apply_cache_dir(const Common& common) {
 }
 
 std::filesystem::path cache_dir(const Common& common) {
-  if (common.cache_dir.empty()) return rt::DiskCache::default_dir();
-  return std::filesystem::absolute(common.cache_dir);
+  // Absolute, so that every message names the directory in full (KILN_CACHE_DIR may be relative).
+  return std::filesystem::absolute(common.cache_dir.empty() ? rt::DiskCache::default_dir()
+                                                            : std::filesystem::path(common.cache_dir));
 }
 
 std::string cache_dir_problem(const std::filesystem::path& dir, bool writing) {
@@ -56,8 +57,9 @@ std::string cache_dir_problem(const std::filesystem::path& dir, bool writing) {
   for (std::filesystem::path p = dir;; p = p.parent_path()) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) {
-      if ((errno == ENOENT || errno == ENOTDIR) && p != p.parent_path()) continue;
-      return "cannot inspect " + p.string() + ": " + std::strerror(errno);
+      if ((errno == ENOENT || errno == ENOTDIR) && p != p.parent_path() && !p.parent_path().empty()) continue;
+      return "cannot inspect " + dir.string() + (p == dir ? "" : " (at " + p.string() + ")") + ": " +
+             std::strerror(errno);
     }
     if (!S_ISDIR(st.st_mode))
       return p == dir ? dir.string() + " is not a directory"
@@ -90,7 +92,27 @@ kiln::cli::ProgressLine progress_line(const Common& common, std::string what, st
 
 std::vector<rt::EntryInfo> list_entries(const rt::DiskCache& cache, const Common& common, const std::string& what) {
   auto progress = progress_line(common, what, "entries", 0);
-  return cache.list(progress.as_callback());
+  std::vector<std::string> problems;
+  std::vector<rt::EntryInfo> entries = cache.list(progress.as_callback(), &problems);
+  progress.finish();
+  if (!problems.empty()) throw std::runtime_error("cache " + cache.dir().string() + ": " + join_problems(problems));
+  return entries;
+}
+
+void require_kiln_cache(const rt::DiskCache& cache, bool force, const std::string& command) {
+  if (force) return;
+  if (std::string why = cache.foreign_reason(); !why.empty())
+    throw std::runtime_error(cache.dir().string() + " does not look like a kiln cache (" + why + "); " + command +
+                             " removed nothing. If it is one, run 'jitcc " + command +
+                             " --force': it removes kiln's entries and temp files only, never other files");
+  cache.write_marker();  // a cache made before the marker: recognised by its entries, marked now
+}
+
+std::string join_problems(const std::vector<std::string>& problems) {
+  std::string out;
+  for (std::size_t i = 0; i < problems.size() && i < 5; ++i) out += (i ? "; " : "") + problems[i];
+  if (problems.size() > 5) out += "; and " + std::to_string(problems.size() - 5) + " more";
+  return out;
 }
 
 void emit(const Common& common, const Json& json, const std::string& text) {

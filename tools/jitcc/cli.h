@@ -61,9 +61,15 @@ kiln::rt::DiskCache open_cache(const Common& common);
 // A progress line on stdout, drawn only when stdout is a terminal and --json is not given.
 kiln::cli::ProgressLine progress_line(const Common& common, std::string what, std::string unit, std::size_t total,
                                       std::vector<std::string> counters = {});
-// cache.list(), with a progress line led by `what` while it reads every entry.
+// cache.list(), with a progress line led by `what` while it reads every entry; std::runtime_error
+// naming each directory that could not be read (an unreadable cache is not an empty one).
 std::vector<kiln::rt::EntryInfo> list_entries(const kiln::rt::DiskCache& cache, const Common& common,
                                               const std::string& what);
+// Before clear, gc or verify --fix remove anything: std::runtime_error when the directory does
+// not look like a kiln cache, unless `force`. A cache made before kiln wrote its marker gets one.
+void require_kiln_cache(const kiln::rt::DiskCache& cache, bool force, const std::string& command);
+// Up to five problems of a pass over the cache, joined with "; ", then how many more.
+std::string join_problems(const std::vector<std::string>& problems);
 
 // Prints `json` (with --json) or `text` to stdout.
 void emit(const Common& common, const Json& json, const std::string& text);

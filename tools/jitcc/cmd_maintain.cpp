@@ -1,4 +1,6 @@
-// jitcc verify / gc / clear: check, bound and empty the cache directory.
+// jitcc verify / gc / clear: check, bound and empty the cache directory. What they remove is
+// kiln's alone (entries that verify as kiln's, its temp and quarantined files), and only in a
+// directory that looks like a kiln cache, unless --force.
 #include <algorithm>
 #include <memory>
 #include <system_error>
@@ -13,9 +15,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // Exit 1 while bad entries remain, so a script can gate on `jitcc verify`.
-int run_verify(bool fix, const Common& common) {
+int run_verify(bool fix, bool force, const Common& common) {
   auto cache = open_cache(common);
   const auto entries = list_entries(cache, common, "verify: reading");
+  if (fix) require_kiln_cache(cache, force, "verify --fix");
   auto progress = progress_line(common, "verify: checking", "entries", entries.size(), {"ok", "bad"});
   Json bad = Json::array();
   int bad_count = 0, removed = 0;
@@ -29,7 +32,9 @@ int run_verify(bool fix, const Common& common) {
     if (problem.empty()) problem = "unreadable entry";
     ++bad_count;
     bool gone = false;
-    if (fix) {
+    if (fix && !info.ours) {
+      problem += " (not removed: not kiln's file)";
+    } else if (fix) {
       std::error_code ec;
       fs::remove(info.path, ec);
       gone = !ec && !fs::exists(info.path, ec);
@@ -58,42 +63,79 @@ int run_verify(bool fix, const Common& common) {
   return remaining ? kFailureExit : 0;
 }
 
-int run_gc(const std::string& max_size, const Common& common) {
-  const std::uint64_t max_bytes = parse_size(max_size);
-  auto cache = open_cache(common);
-  const std::size_t before = list_entries(cache, common, "gc: reading").size();
-  const std::uint64_t removed_bytes =
-      cache.gc(max_bytes, progress_line(common, "gc: collecting", "entries", 0).as_callback());
-  const std::size_t after = list_entries(cache, common, "gc: counting").size();
-  const std::uint64_t total = cache.total_bytes();
-  const std::size_t removed = before > after ? before - after : 0;
-  emit(common,
-       Json{{"max_bytes", max_bytes},
-            {"removed_entries", removed},
-            {"removed_bytes", removed_bytes},
-            {"entries", after},
-            {"total_bytes", total},
-            {"cache_dir", cache.dir().string()}},
-       "removed " + std::to_string(removed) + " entries (" + human_bytes(removed_bytes) + "); " +
-           std::to_string(after) + " entries, " + human_bytes(total) + " left (bound " + human_bytes(max_bytes) +
-           ")\n");
-  return total <= max_bytes ? 0 : kFailureExit;
+// Files left because they are not kiln's: named, so that the user can see what they are.
+std::string kept_text(const std::vector<fs::path>& kept) {
+  if (kept.empty()) return "";
+  std::string text =
+      "left " + std::to_string(kept.size()) + " file" + (kept.size() == 1 ? "" : "s") + " that kiln did not write:";
+  for (std::size_t i = 0; i < kept.size() && i < 5; ++i) text += " " + kept[i].string();
+  return text + (kept.size() > 5 ? " ...\n" : "\n");
 }
 
-int run_clear(const Common& common) {
+// Entries of kiln's in the cache now (other files in it are not entries).
+std::size_t count_ours(const rt::DiskCache& cache, const Common& common, const std::string& what) {
+  const auto entries = list_entries(cache, common, what);
+  return static_cast<std::size_t>(std::count_if(entries.begin(), entries.end(), [](const auto& e) { return e.ours; }));
+}
+
+Json paths_json(const std::vector<fs::path>& paths) {
+  Json out = Json::array();
+  for (const fs::path& p : paths) out.push_back(p.string());
+  return out;
+}
+
+int run_gc(const std::string& max_size, bool force, const Common& common) {
+  const std::uint64_t max_bytes = parse_size(max_size);
   auto cache = open_cache(common);
-  const std::size_t entries = cache.list().size();
-  const std::uint64_t bytes = cache.total_bytes();
-  cache.clear();
-  const std::size_t left = cache.list().size();
+  list_entries(cache, common, "gc: reading");  // an unreadable cache fails here, before anything goes
+  require_kiln_cache(cache, force, "gc");
+  const rt::Removal r = cache.gc(max_bytes, progress_line(common, "gc: collecting", "entries", 0).as_callback());
+  // A file it could not remove (a read-only cache) is why the bound may not be met: say so.
+  if (!r.problems.empty())
+    throw std::runtime_error("gc could not finish (it removed " + std::to_string(r.entries) +
+                             " entries): " + join_problems(r.problems));
+  const std::size_t after = count_ours(cache, common, "gc: counting");
   emit(common,
-       Json{{"removed_entries", entries - std::min(entries, left)},
-            {"removed_bytes", bytes},
-            {"entries", left},
+       Json{{"max_bytes", max_bytes},
+            {"removed_entries", r.entries},
+            {"removed_bytes", r.bytes},
+            {"entries", after},
+            {"total_bytes", r.left_bytes},
+            {"kept", paths_json(r.kept)},
             {"cache_dir", cache.dir().string()}},
-       "removed " + std::to_string(entries) + " entries (" + human_bytes(bytes) + ") from " + cache.dir().string() +
-           "\n");
+       "removed " + std::to_string(r.entries) + " entries (" + human_bytes(r.bytes) + "); " + std::to_string(after) +
+           " entries, " + human_bytes(r.left_bytes) + " left (bound " + human_bytes(max_bytes) + ")\n" +
+           kept_text(r.kept));
+  return r.left_bytes <= max_bytes ? 0 : kFailureExit;
+}
+
+int run_clear(bool force, const Common& common) {
+  auto cache = open_cache(common);
+  list_entries(cache, common, "clear: reading");
+  require_kiln_cache(cache, force, "clear");
+  const rt::Removal r = cache.clear();
+  if (!r.problems.empty())
+    throw std::runtime_error("clear could not finish (it removed " + std::to_string(r.entries) +
+                             " entries): " + join_problems(r.problems));
+  const std::size_t left = count_ours(cache, common, "clear: counting");
+  emit(common,
+       Json{{"removed_entries", r.entries},
+            {"removed_bytes", r.bytes},
+            {"entries", left},
+            {"kept", paths_json(r.kept)},
+            {"cache_dir", cache.dir().string()}},
+       "removed " + std::to_string(r.entries) + " entries (" + human_bytes(r.bytes) + ") from " + cache.dir().string() +
+           "\n" + kept_text(r.kept));
   return left == 0 ? 0 : kFailureExit;
+}
+
+// --force: the directory need not look like a kiln cache; still only kiln's files are removed.
+std::shared_ptr<bool> add_force(CLI::App& sub) {
+  auto force = std::make_shared<bool>(false);
+  sub.add_flag("--force", *force,
+               "Also in a directory that does not look like a kiln cache (no CACHEDIR.TAG by kiln, no kiln "
+               "entry); only kiln's entries and temp files are removed, never other files");
+  return force;
 }
 
 }  // namespace
@@ -101,9 +143,10 @@ int run_clear(const Common& common) {
 void add_verify(CLI::App& app, Context& ctx) {
   auto fix = std::make_shared<bool>(false);
   auto* sub = app.add_subcommand("verify", "Check every entry's header and checksum; exit 1 if any is bad");
-  sub->add_flag("--fix", *fix, "Remove bad entries");
+  sub->add_flag("--fix", *fix, "Remove bad entries (kiln's files only)");
+  auto force = add_force(*sub);
   add_common_options(*sub, ctx.common);
-  sub->callback([fix, &ctx] { ctx.run = [fix, &ctx] { return run_verify(*fix, ctx.common); }; });
+  sub->callback([fix, force, &ctx] { ctx.run = [fix, force, &ctx] { return run_verify(*fix, *force, ctx.common); }; });
 }
 
 void add_gc(CLI::App& app, Context& ctx) {
@@ -112,14 +155,17 @@ void add_gc(CLI::App& app, Context& ctx) {
   sub->add_option("--max-size", *max_size, "Bound: bytes, or with a K/M/G suffix (e.g. 500M)")
       ->required()
       ->check(not_a_flag());
+  auto force = add_force(*sub);
   add_common_options(*sub, ctx.common);
-  sub->callback([max_size, &ctx] { ctx.run = [max_size, &ctx] { return run_gc(*max_size, ctx.common); }; });
+  sub->callback(
+      [max_size, force, &ctx] { ctx.run = [max_size, force, &ctx] { return run_gc(*max_size, *force, ctx.common); }; });
 }
 
 void add_clear(CLI::App& app, Context& ctx) {
-  auto* sub = app.add_subcommand("clear", "Remove every cache entry");
+  auto* sub = app.add_subcommand("clear", "Remove every cache entry (files kiln did not write stay)");
+  auto force = add_force(*sub);
   add_common_options(*sub, ctx.common);
-  sub->callback([&ctx] { ctx.run = [&ctx] { return run_clear(ctx.common); }; });
+  sub->callback([force, &ctx] { ctx.run = [force, &ctx] { return run_clear(*force, ctx.common); }; });
 }
 
 }  // namespace jitcc

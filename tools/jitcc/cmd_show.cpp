@@ -84,6 +84,13 @@ int run_show(const ShowArgs& a, const Common& common) {
   const rt::KernelSpec* spec = rt::find_kernel(a.op);
   if (!spec) {
     if (std::optional<rt::Entry> e = cached_kernel(a, common)) return show_cached(*e, a, common);
+    // A label like "fused(mul,add,relu) f32" names a kernel made at run time: only a cache has it.
+    // Exit 2, as for an unknown op.
+    if (a.op.find('(') != std::string::npos)
+      throw UsageError("'" + a.op + "' is not in the cache " + cache_dir(common).string() +
+                       ": a kernel made at run time (fused, user-defined) gets there when a run that uses "
+                       "it compiles it with this cache (KILN_CACHE_DIR), or by 'jitcc warm --from-cache DIR "
+                       "--arch sm_XX' from a cache that recorded it; 'jitcc list' shows what is cached");
     if (split_list(a.op).size() != 1 || a.op == "all") throw UsageError("show takes one op (got '" + a.op + "')");
     try {
       spec = select_kernels(a.op).front();

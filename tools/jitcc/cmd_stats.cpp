@@ -33,7 +33,9 @@ int run_stats(const Common& common) {
   auto cache = unchecked_cache(common);
   const std::string not_dir = cache_dir_problem(cache.dir(), false);
   const std::string no_writes = not_dir.empty() ? cache_dir_problem(cache.dir(), true) : not_dir;
-  const auto entries = cache.list();
+  std::vector<std::string> unreadable;
+  const auto entries = cache.list({}, &unreadable);
+  if (!not_dir.empty()) unreadable.clear();  // said once, below, as "is not a directory"
   std::map<std::string, int> per_arch, per_kind, per_op;
   int bad = 0;
   std::uint64_t total = 0;
@@ -75,7 +77,8 @@ int run_stats(const Common& common) {
       {"directory", cache.dir().string()},
       {"mode", std::string(mode_name(global.mode())) +
                    (writable ? "" : " (not writable" + (no_writes.empty() ? "" : ": " + no_writes) + "; memory only)")},
-      {"entries", std::to_string(entries.size()) + (bad ? " (" + std::to_string(bad) + " bad)" : "")},
+      {"entries", std::to_string(entries.size()) + (bad ? " (" + std::to_string(bad) + " bad)" : "") +
+                      (unreadable.empty() ? "" : " in the directories that could be read")},
       {"quarantined", std::to_string(cache.quarantine_count()) + " bad files moved aside"},
       {"total size", human_bytes(total)},
       {"per arch", counts_text(per_arch)},
@@ -93,6 +96,7 @@ int run_stats(const Common& common) {
             {"mode", mode_name(global.mode())},
             {"writable", writable},
             {"problem", no_writes.empty() ? Json() : Json(no_writes)},
+            {"unreadable", unreadable},
             {"entries", entries.size()},
             {"bad", bad},
             {"quarantined", cache.quarantine_count()},
@@ -110,7 +114,9 @@ int run_stats(const Common& common) {
             {"gpu", gpu ? Json(gpu_text) : Json()}},
        table(rows));
   if (!not_dir.empty()) std::fprintf(stderr, "jitcc: error: cache directory %s\n", not_dir.c_str());
-  return not_dir.empty() ? 0 : kFailureExit;
+  // Counted from what could be read: the figures above are a floor, and the exit says so.
+  for (const std::string& p : unreadable) std::fprintf(stderr, "jitcc: error: %s\n", p.c_str());
+  return not_dir.empty() && unreadable.empty() ? 0 : kFailureExit;
 }
 
 }  // namespace

@@ -48,11 +48,19 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // ValueError naming the file for state the model or optimizer refuses (a wrong shape, a
 // step count past 2^53, moments that are not finite); then neither is changed. With `extras`
 // it receives the extra tensors (prefix taken off) and metadata (without "format"); without,
-// they are ignored, so any checkpoint loads as a model and optimizer.
+// they are ignored, so any checkpoint loads as a model and optimizer. A PyTorch state dict
+// (see load_state_dict) loads into the model, leaving `opt` as it is and `extras` empty.
 void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr,
                      CheckpointExtras* extras = nullptr);
 // The extra metadata of a checkpoint (as load_checkpoint returns it), for deciding what to
 // build before loading into it; IoError as load_checkpoint's for a file that is not one.
 Metadata checkpoint_metadata(const std::string& path);
+// A model's weights alone: a PyTorch state dict (safetensors.torch.save_file of
+// model.state_dict(), with __metadata__ {"format": "pt"} or none), or a checkpoint's "model."
+// part. The names are module.state()'s, which are PyTorch's: an nn::Sequential's children
+// are "0", "1", ... ("0.weight", "1.running_mean", "1.num_batches_tracked"). ValueError
+// naming every missing or unexpected tensor and each dtype or shape mismatch; then nothing
+// is changed. IoError for another format ("tf", "flax").
+void load_state_dict(const std::string& path, nn::Module& model);
 
 }  // namespace kiln::io

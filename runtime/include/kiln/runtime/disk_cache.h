@@ -43,6 +43,20 @@ struct EntryInfo {
   std::int64_t last_used = 0;  // unix seconds, recorded by the cache on each hit
   bool ok = true;
   std::string problem;  // why the entry is bad, when !ok
+  // Named and headed as kiln's (its digest's name in its shard, the entry magic): a file
+  // `jitcc verify --fix` may remove even when bad. Any other file is listed, never removed.
+  bool ours = false;
+};
+
+// What gc and clear did. Both remove kiln's own files only: entries (see EntryInfo::ours),
+// temp files of writers that are gone, and quarantined entries; anything else stays.
+struct Removal {
+  std::size_t entries = 0;                  // entry files removed
+  std::uint64_t bytes = 0;                  // bytes of every file removed
+  std::uint64_t left_bytes = 0;             // bytes of kiln's entries still there
+  std::vector<std::filesystem::path> kept;  // files in the shards that are not kiln's, left alone
+  // "cannot read directory P: why", "cannot remove P: why": the pass did less than asked.
+  std::vector<std::string> problems;
 };
 
 enum class CacheMode { read_write, read_only, off };
@@ -70,17 +84,28 @@ class DiskCache {
   // (files done, files in all) as a scan of the whole cache goes, for a progress display.
   using Progress = std::function<void(std::size_t done, std::size_t total)>;
 
-  std::vector<EntryInfo> list(const Progress& progress = {}) const;  // every entry, valid or not
+  // Every file in the shards, valid or not. Directories that exist but cannot be read (no
+  // permission, a file where a shard should be) are added to `problems`, when given.
+  std::vector<EntryInfo> list(const Progress& progress = {}, std::vector<std::string>* problems = nullptr) const;
   std::optional<Entry> read(const std::filesystem::path& p, std::string* problem = nullptr) const;
-  // Removes least-recently-used entries until the total is <= max_bytes, and temp files
-  // of writers that are gone; returns bytes removed.
-  std::uint64_t gc(std::uint64_t max_bytes, const Progress& progress = {});
+  // Removes kiln's least-recently-used entries (broken ones first) until theirs total is
+  // <= max_bytes, temp files of writers that are gone and day-old quarantined entries.
+  Removal gc(std::uint64_t max_bytes, const Progress& progress = {});
   // Temp files whose writer is gone (killed mid-store); returns bytes removed.
   std::uint64_t remove_abandoned_temps();
   bool contains(const std::string& digest) const;  // an entry file exists for `digest`
-  void clear();  // removes every entry (and quarantined files)
-  std::uint64_t total_bytes() const;
+  // Removes every entry of kiln's, temp file no writer holds and quarantined entry; other
+  // files stay (Removal::kept), and shards left empty go.
+  Removal clear();
+  std::uint64_t total_bytes() const;     // files named as entries
   std::size_t quarantine_count() const;  // files moved aside as bad, not yet collected
+
+  // Why dir() does not look like a kiln cache; "" when it does: it is missing or empty, holds
+  // kiln's marker (CACHEDIR.TAG naming kiln, written with the first entry), or, made before
+  // the marker, a file of kiln's (an entry with the magic, a temp or quarantined file).
+  std::string foreign_reason() const;
+  // Writes the marker unless there is one; false when it cannot.
+  bool write_marker() const;
   // "1048576", "512K", "64M", "2G" (binary multiples); nullopt when malformed.
   static std::optional<std::uint64_t> parse_size(const std::string& text);
 
@@ -94,13 +119,14 @@ class DiskCache {
   void quarantine(const std::filesystem::path& p, const std::string& why);
   void note_write_failure(const std::string& reason);
   void account_store(std::uint64_t bytes);
-  std::uint64_t gc_locked(std::uint64_t max_bytes, const Progress& progress = {});
+  Removal gc_locked(std::uint64_t max_bytes, const Progress& progress = {});
 
   std::filesystem::path dir_;
   CacheMode mode_;
   std::uint64_t max_bytes_;
   mutable std::mutex mu_;
   bool write_failed_ = false;  // after the one warning, memory-only
+  bool marked_ = false;        // the marker is there (or cannot be written): not tried again
   std::int64_t bytes_estimate_ = -1;
 };
 
