@@ -19,6 +19,13 @@ Module& Sequential::operator[](std::size_t i) const {
   return *children()[i].second;
 }
 
+std::shared_ptr<Module> Sequential::child(std::size_t i) const {
+  (void)(*this)[i];  // the range check
+  return children()[i].second;
+}
+
+void Sequential::replace(std::size_t i, std::shared_ptr<Module> m) { replace_module(i, std::move(m)); }
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   const auto& mods = children();

@@ -48,6 +48,8 @@ class Module {
   std::size_t add_parameter(std::string name, Tensor t);
   std::size_t add_buffer(std::string name, Tensor t);
   void add_module(std::string name, std::shared_ptr<Module> m);
+  // Puts m in child slot `slot` under the same name (e.g. one layer swapped for another kind).
+  void replace_module(std::size_t slot, std::shared_ptr<Module> m);
   const Tensor& parameter(std::size_t slot) const { return params_[slot].second; }
   const Tensor& buffer(std::size_t slot) const { return buffers_[slot].second; }
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
