@@ -7,6 +7,7 @@
 
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "kiln/dist.h"
@@ -90,14 +91,22 @@ void forward(const OpArgs& a, std::span<Tensor> out) {
   const Params p = params_of(a.attrs);
   const Tensor& x = a.inputs[0];
   const std::shared_ptr<Collectives> group = group_of(p, "sync_batch_norm");
-  // eps 0: invstd is 1 / sqrt(var) (correctly rounded), so var comes back to within an ulp or two.
-  auto [mean_r, invstd_r] = batch_norm_parts::stats(x, 0.0);
-  const DType acc = mean_r.dtype();
-  const Tensor var_r = square(div(1.0, invstd_r));
-  const Tensor n_r = full({x.shape()[1]}, static_cast<double>(per_channel(x)), {.dtype = acc, .device = a.device});
+  const Shape c{x.shape()[1]};
+  const TensorOptions acc{.dtype = out[1].dtype(), .device = a.device};
+  Tensor mean_r, var_r;
+  if (per_channel(x) > 0) {
+    // eps 0: invstd is 1 / sqrt(var) (correctly rounded), so var comes back to within an ulp or two.
+    Tensor invstd_r;
+    std::tie(mean_r, invstd_r) = batch_norm_parts::stats(x, 0.0);
+    var_r = square(div(1.0, invstd_r));
+  } else {  // a rank without rows adds count 0: its mean and variance weigh nothing
+    mean_r = zeros(c, acc);
+    var_r = zeros(c, acc);
+  }
+  const Tensor n_r = full(c, static_cast<double>(per_channel(x)), acc);
   Moments s{mean_r, var_r, n_r};
   if (group) {
-    Tensor all = empty({group->world_size(), 3, x.shape()[1]}, {.dtype = acc, .device = a.device});
+    Tensor all = empty({group->world_size(), 3, c[0]}, acc);
     group->all_gather(stack({n_r, mean_r, var_r}), all);
     s = merge(all);
   }
@@ -156,11 +165,9 @@ std::vector<Shape> shapes(const OpArgs& a) {
     if (present[i] && a.inputs[i + 1].shape() != c)
       throw ShapeError(who + names[i] + " has shape " + shape_str(a.inputs[i + 1].shape()) + "; expected " +
                        shape_str(c));
-  // One value per rank is enough over several ranks; alone, as batch_norm, it needs two.
-  const std::int64_t need = group_of(p, a.op.name.c_str()) ? 1 : 2;
-  if (per_channel(x) < need)
-    throw ValueError(who + "training needs " + (need == 1 ? "a value" : "more than one value") +
-                     " per channel on this rank; got input " + shape_str(x.shape()));
+  // Over several ranks a rank may even have no rows; alone, as batch_norm, it needs two values.
+  if (!group_of(p, a.op.name.c_str()) && per_channel(x) < 2)
+    throw ValueError(who + "training needs more than one value per channel; got input " + shape_str(x.shape()));
   return {x.shape(), c, c, c};
 }
 
