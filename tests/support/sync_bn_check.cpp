@@ -2,8 +2,9 @@
 // rank's rows of a global batch (parameter gradients averaged by a GradReducer) against batch_norm
 // on the whole global batch, which each rank computes alone on its own GPU. Checks outputs,
 // running statistics and the gradients of input, weight and bias, eager and compiled (three calls:
-// eager, capture, replay), in f64, f32 and bf16 (f32 parameters), with and without the fused ReLU,
-// and with unequal rows per rank. Prints one line per rank; exit 0 when everything matched.
+// eager, capture, replay), then eval mode, in f64, f32, bf16 and f16 (f32 parameters, as under
+// autocast), with and without the fused ReLU, and with unequal rows per rank. Prints one line per
+// rank; exit 0 when everything matched.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -116,6 +117,14 @@ void run_case(const Case& k, dist::ProcessGroup& pg, Checker& check) {
     for (std::size_t i = 0; i < a.size(); ++i) check.near(at + a[i].first, a[i].second, b[i].second, tol_f32);
     pg.watch("the sync-bn check");
   }
+  // Eval mode: the running statistics, no communication.
+  mine.eval();
+  ref.eval();
+  {
+    NoGradGuard no_grad;
+    check.near(k.name() + " eval output", mine.forward(x_mine, k.act), narrow(ref.forward(x, k.act), 0, lo, n_mine),
+               tol);
+  }
   if (k.compiled && compiled.stats().captures != 1) {
     ++check.failures;
     std::printf("MISMATCH %s: %llu captures, expected 1\n", k.name().c_str(),
@@ -128,7 +137,7 @@ void run_case(const Case& k, dist::ProcessGroup& pg, Checker& check) {
 int sync_bn_check() {
   dist::ProcessGroup pg = dist::ProcessGroup::init();
   Checker check;
-  for (DType dt : {DType::f64, DType::f32, DType::bf16})
+  for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16})
     for (Activation act : {Activation::none, Activation::relu})
       for (bool compiled : {false, true}) run_case({dt, act, compiled, false}, pg, check);
   run_case({DType::f64, Activation::relu, false, true}, pg, check);
