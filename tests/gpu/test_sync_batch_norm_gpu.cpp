@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dist/sync_batch_norm_op.h"
+#include "error_message.h"
 #include "gradcheck.h"
 #include "kiln/dist.h"
 #include "kiln/dist/sync_batch_norm.h"
@@ -43,7 +44,7 @@ TEST_CASE("SyncBatchNorm (world of 1) == BatchNorm2d: outputs, running stats, gr
   CHECK(sync_bn_check() == 0);  // prints its mismatches
 }
 
-TEST_CASE("sync_batch_norm (world of 1) on the GPU: gradients against finite differences in f64") {
+TEST_CASE("sync_batch_norm (world of 1) on the GPU: gradients against finite differences in f64; device errors") {
   if (!nccl_or_skip()) return;
   dist::ProcessGroup pg = dist::ProcessGroup::init({.env = dist::Env{}});
   const Device dev = pg.device();
@@ -61,6 +62,10 @@ TEST_CASE("sync_batch_norm (world of 1) on the GPU: gradients against finite dif
         {x, w, b});
     CHECK_MESSAGE(r.ok, r.message);
   }
+  // A training input on another device than the group's is an error naming both.
+  dist::SyncBatchNorm sbn(2, pg);
+  const std::string msg = kiln_test::message_of<DeviceError>([&] { sbn(ones({2, 2, 3, 3})); });
+  CHECK(msg.find("[dist.SyncBatchNorm] the input is on cpu; the process group's device is cuda:") == 0);
 }
 
 TEST_CASE("SyncBatchNorm on two GPUs == BatchNorm2d on the global batch on one GPU (kiln-run -n 2)") {
