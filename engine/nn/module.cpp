@@ -65,6 +65,8 @@ void Module::add_module(std::string name, std::shared_ptr<Module> m) {
   children_.emplace_back(std::move(name), std::move(m));
 }
 
+Tensor Module::forward_fused(const Tensor&, Activation) { return Tensor(); }
+
 void Module::replace_module(std::size_t slot, std::shared_ptr<Module> m) {
   if (slot >= children_.size())
     throw ValueError("[nn.Module] child " + std::to_string(slot) + " is out of range for " +

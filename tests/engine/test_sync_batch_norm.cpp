@@ -86,6 +86,16 @@ TEST_CASE("SyncBatchNorm has BatchNorm2d's parameters and buffers, and its eval 
   sbn.eval();
   CHECK(max_diff(sbn(x), bn(x.to(DType::f32))) < 1e-6);
   CHECK(sbn.forward(x, Activation::relu).to_vector<double>() == relu(sbn(x)).to_vector<double>());
+
+  // In a Sequential a ReLU after it runs in its kernels, as after a BatchNorm2d.
+  auto shared = std::make_shared<dist::SyncBatchNorm>(3, empty);
+  nn::Sequential net;
+  net.push_back(shared);
+  net.push_back(nn::ReLU());
+  net.eval();
+  const Tensor y = net(leaf_copy(x));
+  CHECK(y.grad_fn()->name() == "batch_norm");
+  CHECK(y.to_vector<double>() == relu(sbn(x)).to_vector<double>());
 }
 
 TEST_CASE("SyncBatchNorm: bad arguments and inputs are typed errors naming the module") {

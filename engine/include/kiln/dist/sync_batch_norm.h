@@ -39,6 +39,8 @@ class SyncBatchNorm : public nn::Module {
   Tensor forward(const Tensor& x) override;
   // forward, then the activation, in the same kernels.
   Tensor forward(const Tensor& x, Activation activation);
+  // The same for SyncBatchNorm itself (so Sequential fuses a following ReLU), not for a subclass.
+  Tensor forward_fused(const Tensor& x, Activation activation) override;
   std::string describe() const override;  // "SyncBatchNorm(32, eps=1e-05, momentum=0.1)"
 
  private:

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/linalg.h"
 #include "kiln/tensor.h"
 
 namespace kiln::nn {
@@ -28,6 +29,10 @@ class Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
   // e.g. "Linear(in=784, out=512, bias=true)"; containers print their children indented.
   virtual std::string describe() const = 0;
+  // forward with `activation` applied in the module's own kernels, for Sequential to fuse the ReLU
+  // that follows it; undefined when the module cannot (the default). Linear and BatchNorm2d fuse
+  // without it.
+  virtual Tensor forward_fused(const Tensor& x, Activation activation);
 
   std::vector<Tensor> parameters() const;  // this module's, then each child's, recursively
   NamedTensors named_parameters() const;
