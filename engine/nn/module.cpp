@@ -65,6 +65,17 @@ void Module::add_module(std::string name, std::shared_ptr<Module> m) {
   children_.emplace_back(std::move(name), std::move(m));
 }
 
+Tensor Module::forward_fused(const Tensor&, Activation) { return Tensor(); }
+
+void Module::replace_module(std::size_t slot, std::shared_ptr<Module> m) {
+  if (slot >= children_.size())
+    throw ValueError("[nn.Module] child " + std::to_string(slot) + " is out of range for " +
+                     std::to_string(children_.size()) + " children");
+  if (!m) throw ValueError("[nn.Module] module '" + children_[slot].first + "' is null");
+  if (m.get() == this) throw ValueError("[nn.Module] module '" + children_[slot].first + "' cannot be its own child");
+  children_[slot].second = std::move(m);
+}
+
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
   auto rec = [&out](auto& self, const Module& m, const std::string& prefix) -> void {

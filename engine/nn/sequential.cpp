@@ -19,18 +19,30 @@ Module& Sequential::operator[](std::size_t i) const {
   return *children()[i].second;
 }
 
+std::shared_ptr<Module> Sequential::child(std::size_t i) const {
+  (void)(*this)[i];  // the range check
+  return children()[i].second;
+}
+
+void Sequential::replace(std::size_t i, std::shared_ptr<Module> m) { replace_module(i, std::move(m)); }
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   const auto& mods = children();
   for (std::size_t i = 0; i < mods.size(); ++i) {
     Module& m = *mods[i].second;
-    // Linear or BatchNorm2d then ReLU (exactly those classes, not subclasses) run as one fused op.
+    // Linear or BatchNorm2d then ReLU (exactly those classes, not subclasses) run as one fused op,
+    // as does a module whose forward_fused can.
     const bool relu_next = i + 1 < mods.size() && typeid(*mods[i + 1].second) == typeid(ReLU);
-    if (relu_next && (typeid(m) == typeid(Linear) || typeid(m) == typeid(BatchNorm2d))) {
-      y = typeid(m) == typeid(Linear) ? static_cast<Linear&>(m).forward(y, Activation::relu)
-                                      : static_cast<BatchNorm2d&>(m).forward(y, Activation::relu);
-      ++i;
-      continue;
+    if (relu_next) {
+      const Tensor fused = typeid(m) == typeid(Linear)        ? static_cast<Linear&>(m).forward(y, Activation::relu)
+                           : typeid(m) == typeid(BatchNorm2d) ? static_cast<BatchNorm2d&>(m).forward(y, Activation::relu)
+                                                              : m.forward_fused(y, Activation::relu);
+      if (fused.defined()) {
+        y = fused;
+        ++i;
+        continue;
+      }
     }
     y = m.forward(y);
   }

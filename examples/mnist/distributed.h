@@ -8,6 +8,7 @@
 
 #include <kiln/dist.h>
 #include <kiln/dist/grad_reducer.h>
+#include <kiln/dist/sync_batch_norm.h>
 #include <kiln/kiln.h>
 
 namespace mnist {

@@ -158,6 +158,10 @@ int main(int argc, char** argv) {
                  "and loss, f32 weights; f16 with dynamic loss scaling)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
+  app.add_flag("--sync-bn", o.sync_bn,
+               "cnn under kiln-run: batch norm statistics over the global batch of all GPUs (dist::SyncBatchNorm) "
+               "instead of each GPU's own rows; without a launcher the one process holds the whole batch, so this "
+               "changes nothing");
   resume_opt->excludes(load_opt)->excludes(
       app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set"));
   app.add_flag("--eager", o.eager,
@@ -177,7 +181,8 @@ int main(int argc, char** argv) {
       ->needs(recipe_opt)
       ->capture_default_str();
   for (const char* fixed : {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--schedule", "--precision",
-                            "--save", "--load", "--plot", "--eval-only", "--checkpoint", "--resume"})
+                            "--save", "--load", "--plot", "--eval-only", "--checkpoint", "--resume",
+                            "--sync-bn"})
     recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
   try {
@@ -223,7 +228,7 @@ int main(int argc, char** argv) {
     const data::Mnist data = data::load_mnist(dir);
     const std::string where = dist.launched() ? std::to_string(dist.world) + (dist.world == 1 ? " GPU" : " GPUs") +
                                                     " (data-parallel over NCCL, batch " + std::to_string(o.batch_size) +
-                                                    " per GPU)"
+                                                    " per GPU" + (o.sync_bn ? ", SyncBatchNorm)" : ")")
                                               : o.device.str();
     if (dist.leader())
       std::printf("kiln %s: %s on %s (%s steps), precision %s, %d epochs, batch %lld, %s lr %g (%s), seed %llu, "

@@ -136,6 +136,7 @@ TrainOptions with_defaults(TrainOptions o) {
     throw ValueError("[mnist-train] --schedule must be none, step, cosine or onecycle, got '" + o.schedule + "'");
   if (o.precision != "f32" && o.precision != "tf32" && o.precision != "bf16" && o.precision != "f16")
     throw ValueError("[mnist-train] --precision must be f32, tf32, bf16 or f16, got '" + o.precision + "'");
+  if (o.sync_bn && !cnn) throw ValueError("[mnist-train] --sync-bn: the " + o.model + " has no batch norm");
   if (!o.epochs) o.epochs = cnn ? 5 : 10;
   if (*o.epochs < 1 || *o.epochs > kMaxEpochs)
     throw ValueError("[mnist-train] --epochs must be in [1, " + std::to_string(kMaxEpochs) + "], got " +
@@ -198,6 +199,7 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
   Generator gen(o.seed);
   auto model = make_model(o.model, gen);
   model->to(o.device);
+  if (o.sync_bn && group) dist::convert_sync_batchnorm(*model, *group);  // keeps the tensors
   auto opt = make_optimizer(o, model->parameters());
   if (!o.load.empty()) io::load_checkpoint(o.load, *model, opt.get());
   const std::int64_t global_batch = o.batch_size * world;

@@ -32,6 +32,7 @@ struct TrainOptions {
   bool eval_only = false;
   bool eager = false;  // on a GPU, run the steps op by op instead of as CUDA graphs
   std::string precision = "f32";  // f32, tf32, bf16 or f16 (apply_precision)
+  bool sync_bn = false;  // under a launcher, the cnn's batch norms become dist::SyncBatchNorm
 };
 
 // Whether the steps run compiled: on a CUDA device unless o.eager.
@@ -44,8 +45,8 @@ bool compiled_steps(const TrainOptions& o);
 std::optional<kiln::DType> apply_precision(const std::string& precision);
 
 // The model's defaults filled in; ValueError for an unknown model, optimizer, schedule or precision,
-// epochs or batch size outside [1, kMax...], an lr that is not finite and > 0, or --resume auto
-// without --checkpoint.
+// epochs or batch size outside [1, kMax...], an lr that is not finite and > 0, --resume auto
+// without --checkpoint, or --sync-bn for the mlp.
 TrainOptions with_defaults(TrainOptions o);
 
 // Up front, before any training: ValueError naming the flag and file unless --save, --plot and

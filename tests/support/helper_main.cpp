@@ -6,6 +6,8 @@
 //   kiln_test_helper load-all                       load every registered kernel on GPU 0
 //   kiln_test_helper nvrtc-median ARCH              compile one instantiation per kernel, print median ms
 //   kiln_test_helper fused-steps ab|ba               run two compiled, fused steps on GPU 0 in that order
+//   kiln_test_helper sync-bn                         under kiln-run: SyncBatchNorm against the global batch
+//                                                    (sync_bn_check.cpp)
 // The cache directory comes from the environment (KILN_CACHE_DIR).
 #include <algorithm>
 #include <chrono>
@@ -21,6 +23,8 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/version.h"
+
+int sync_bn_check();  // sync_bn_check.cpp
 
 namespace {
 
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
     if (cmd == "load-all" && argc == 2) return load_all();
     if (cmd == "nvrtc-median" && argc == 3) return nvrtc_median(kiln::rt::parse_arch(argv[2]));
     if (cmd == "fused-steps" && argc == 3) return fused_steps(argv[2]);
+    if (cmd == "sync-bn" && argc == 2) return sync_bn_check();
     if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {

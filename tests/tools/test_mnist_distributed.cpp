@@ -109,3 +109,39 @@ TEST_CASE("mnist-train on two GPUs follows a one-GPU run of the same global batc
     }
   }
 }
+
+TEST_CASE("mnist-train --sync-bn: the mlp has no batch norm; --help says what it does without a launcher") {
+  Scratch s;
+  const kiln_test::ProcessResult mlp = train({"--data", s.dir.path().string(), "--model", "mlp", "--sync-bn"});
+  CHECK(mlp.exit_code == 1);
+  CHECK(mlp.err.find("[mnist-train] --sync-bn: the mlp has no batch norm") != std::string::npos);
+  const kiln_test::ProcessResult help = train({"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("without a launcher the one process holds the whole batch") != std::string::npos);
+}
+
+// With SyncBatchNorm the cnn's statistics are those of the global batch, so two GPUs follow one
+// GPU of the same global batch as the mlp does (without it each GPU normalises its own half).
+TEST_CASE("mnist-train --model cnn --sync-bn on two GPUs follows a one-GPU run of the same global batch") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why) || kiln::cuda_device_count() < 2) {
+    MESSAGE("skipped: needs two GPUs and NCCL");
+    return;
+  }
+  Scratch s;
+  const std::vector<std::string> flags{"--model", "cnn", "--epochs", "2", "--seed", "3"};
+  std::vector<std::string> one = flags, two = flags;
+  one.insert(one.end(), {"--device", "cuda", "--batch-size", "128"});
+  two.insert(two.end(), {"--batch-size", "64", "--sync-bn"});
+  const Run single = run_with_metrics(s, "one-gpu-cnn", one);
+  const Run pair = launched(s, "two-gpus-cnn-sync-bn", 2, two);
+  CHECK(pair.process.out.find("batch 64 per GPU, SyncBatchNorm)") != std::string::npos);
+  REQUIRE(single.metrics.size() == pair.metrics.size());
+  for (std::size_t e = 0; e < single.metrics.size(); ++e) {
+    CAPTURE(e);
+    for (const char* key : {"train_loss", "test_loss"}) {
+      const double a = single.metrics[e].at(key).get<double>(), b = pair.metrics[e].at(key).get<double>();
+      CHECK(std::fabs(a - b) <= 2e-3 * std::fabs(a));
+    }
+  }
+}

@@ -98,16 +98,20 @@ NormSplit batch_norm_split(const BatchNormShape& shape, int device) {
   return sp;
 }
 
+void launch_batch_norm_stats(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
+                             const rt::Stream& s) {
+  const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, chunk = split.chunk;
+  const int splits = split.splits;
+  if (C == 0) return;
+  rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd, a.running_mean,
+             a.running_var, C, S, M, chunk, splits, a.momentum, a.eps);
+}
+
 void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
                        const rt::Stream& s) {
-  const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, total = shape.total();
+  const long long C = shape.channels, S = shape.spatial, total = shape.total();
   if (C == 0) return;
-  if (a.training) {
-    const long long chunk = split.chunk;
-    const int splits = split.splits;
-    rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd, a.running_mean,
-               a.running_var, C, S, M, chunk, splits, a.momentum, a.eps);
-  }
+  if (a.training) launch_batch_norm_stats(a, shape, split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(total, a.training ? 0LL : C));
@@ -116,18 +120,30 @@ void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, c
              a.running_mean, a.running_var, a.mean, a.invstd, a.y, total, C, S, eval, relu, a.eps);
 }
 
-void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
-                                const rt::Stream& s) {
-  const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, total = shape.total();
-  if (C == 0) return;
-  const long long chunk = split.chunk;
+void launch_batch_norm_backward_reduce(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
+                                       const rt::Stream& s) {
+  const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, chunk = split.chunk;
   const int splits = split.splits;
-  const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
+  const std::int32_t relu = a.relu ? 1 : 0;
+  if (C == 0) return;
   rt::launch(function(kBnBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.y, a.mean, a.invstd, a.parts,
              a.sums, a.dweight, a.dbias, C, S, M, chunk, splits, relu);
+}
+
+void launch_batch_norm_backward_dx(const BatchNormBackward& a, const BatchNormShape& shape, std::int64_t count,
+                                   const rt::Stream& s) {
+  const long long C = shape.channels, S = shape.spatial, M = count, total = shape.total();
+  const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (total == 0) return;
   rt::launch(function(kBnBackwardDx, a.t, a.p, s), grid_stride_config(static_cast<std::uint64_t>(total), s.device()), s,
              a.g, a.x, a.y, a.weight, a.mean, a.invstd, a.sums, a.dx, total, C, S, M, training, relu);
+}
+
+void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
+                                const rt::Stream& s) {
+  if (shape.channels == 0) return;
+  launch_batch_norm_backward_reduce(a, shape, split, s);
+  launch_batch_norm_backward_dx(a, shape, shape.per_channel, s);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,

@@ -52,6 +52,16 @@ struct BatchNormBackward {
 void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
                                 const rt::Stream& s);
 
+// The stages alone, for a batch norm whose statistics span several processes (dist::SyncBatchNorm):
+// the statistics kernel (a.y, weight and bias unused; running statistics updated when given); the
+// backward's reduction into a.sums (2, C); dx from a.sums divided by `count` values per channel.
+void launch_batch_norm_stats(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
+                             const rt::Stream& s);
+void launch_batch_norm_backward_reduce(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
+                                       const rt::Stream& s);
+void launch_batch_norm_backward_dx(const BatchNormBackward& a, const BatchNormShape& shape, std::int64_t count,
+                                   const rt::Stream& s);
+
 // Layer norm over contiguous rows x (rows, K).
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
                        rt::DevicePtr mean, rt::DevicePtr invstd, std::int64_t rows, std::int64_t cols, double eps,

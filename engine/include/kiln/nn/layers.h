@@ -81,6 +81,9 @@ class BatchNorm2d : public Module {
   // forward, then the activation, in the same kernel (nn::Sequential uses it for BatchNorm2d then ReLU).
   Tensor forward(const Tensor& x, Activation activation);
   std::string describe() const override;
+  std::int64_t channels() const { return channels_; }
+  double eps() const { return eps_; }
+  double momentum() const { return momentum_; }
 
  private:
   std::int64_t channels_;
@@ -161,6 +164,8 @@ class Sequential : public Module {
   }
   std::size_t size() const { return children().size(); }
   Module& operator[](std::size_t i) const;  // ValueError when out of range
+  std::shared_ptr<Module> child(std::size_t i) const;
+  void replace(std::size_t i, std::shared_ptr<Module> m);  // same name "i"; ValueError when out of range
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
 };

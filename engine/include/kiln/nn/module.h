@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/linalg.h"
 #include "kiln/tensor.h"
 
 namespace kiln::nn {
@@ -28,6 +29,10 @@ class Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
   // e.g. "Linear(in=784, out=512, bias=true)"; containers print their children indented.
   virtual std::string describe() const = 0;
+  // forward with `activation` applied in the module's own kernels, for Sequential to fuse the ReLU
+  // that follows it; undefined when the module cannot (the default). Linear and BatchNorm2d fuse
+  // without it.
+  virtual Tensor forward_fused(const Tensor& x, Activation activation);
 
   std::vector<Tensor> parameters() const;  // this module's, then each child's, recursively
   NamedTensors named_parameters() const;
@@ -48,6 +53,8 @@ class Module {
   std::size_t add_parameter(std::string name, Tensor t);
   std::size_t add_buffer(std::string name, Tensor t);
   void add_module(std::string name, std::shared_ptr<Module> m);
+  // Puts m in child slot `slot` under the same name (e.g. one layer swapped for another kind).
+  void replace_module(std::size_t slot, std::shared_ptr<Module> m);
   const Tensor& parameter(std::size_t slot) const { return params_[slot].second; }
   const Tensor& buffer(std::size_t slot) const { return buffers_[slot].second; }
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
