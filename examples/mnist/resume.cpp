@@ -19,7 +19,8 @@ constexpr const char* kScaler = "scaler.";  // the GradScaler's tensors among th
 Json fixed_settings(const TrainOptions& o, int world) {
   return {{"--model", o.model},       {"--epochs", o.epochs.value()}, {"--batch-size", o.batch_size},
           {"world size", world},      {"--lr", o.lr.value()},         {"--optimizer", o.optimizer},
-          {"--schedule", o.schedule}, {"--precision", o.precision},   {"--seed", o.seed}};
+          {"--schedule", o.schedule}, {"--precision", o.precision},   {"--seed", o.seed},
+          {"--sync-bn", o.sync_bn}};
 }
 
 std::string setting_text(const std::string& key, const Json* v) {
