@@ -95,8 +95,10 @@ int main(int argc, char** argv) {
   if (o.nnodes > 1 && o.master_port == 65535)
     return usage_error("--master-port 65535: several nodes use PORT and PORT+1");
   try {
-    o.rdzv_timeout_s =
-        rdzv_timeout ? *rdzv_timeout : static_cast<double>(kiln::dist::timeout_from_environment().count()) / 1000.0;
+    if (rdzv_timeout)
+      o.rdzv_timeout_s = *rdzv_timeout;
+    else if (o.nnodes > 1)
+      o.rdzv_timeout_s = static_cast<double>(kiln::dist::timeout_from_environment().count()) / 1000.0;
     if (o.master_port == 0) o.master_port = o.nnodes > 1 ? 29500 : kiln::dist::detail::free_tcp_port();
   } catch (const kiln::Error& e) {
     return usage_error(e.what());

@@ -151,9 +151,9 @@ void NodeLink::join_master(int restart, int signal_fd) {
     std::vector<pollfd> fds{{signal_fd, POLLIN, 0}, {listener.get(), POLLIN, 0}};
     for (Peer& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
     for (Peer& p : peers_) fds.push_back({p.open ? p.fd.get() : -1, POLLIN, 0});
-    const int r = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
+    const int r = ::poll(fds.data(), fds.size(), held_.empty() ? remaining_ms(deadline) : 0);
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0) {
+    if (r == 0 && held_.empty()) {
       std::string missing;
       for (std::size_t n = 1; n < joined.size(); ++n)
         if (!joined[n]) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
@@ -167,7 +167,8 @@ void NodeLink::join_master(int restart, int signal_fd) {
       Fd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (c.get() >= 0) keep_alive(c.get()), pending.push_back({std::move(c), "", true, 0});
     }
-    std::vector<Message> got;
+    std::vector<Message> got = std::move(held_);
+    held_.clear();
     for (std::size_t i = 0; i < pending.size(); ++i)
       if (fds[2 + i].revents)
         for (Message& m : read_lines(pending[i]))
@@ -269,7 +270,7 @@ std::vector<Message> NodeLink::receive(int timeout_ms, int signal_fd, bool* sign
   *signalled = fds[0].revents != 0;
   for (std::size_t i = 0; i < peers_.size(); ++i)
     if (fds[1 + i].revents)
-      for (Message& m : read_lines(peers_[i])) out.push_back(std::move(m));
+      for (Message& m : read_lines(peers_[i])) (m.kind == "join" ? held_ : out).push_back(std::move(m));
   return out;
 }
 

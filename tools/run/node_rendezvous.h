@@ -61,7 +61,8 @@ class NodeLink {
   void abort_all(const JoinError& e);
 
   const Options& o_;
-  std::vector<Peer> peers_;  // node 0: one per other node (by node rank - 1); a client: the master
+  std::vector<Message> held_;  // joins for the next round that arrived with the end of this one
+  std::vector<Peer> peers_;    // node 0: one per other node (by node rank - 1); a client: the master
 };
 
 }  // namespace kiln_run
