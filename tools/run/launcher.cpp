@@ -61,14 +61,13 @@ struct Outcome {
   bool success = false;            // every rank of every node exited 0
 };
 
-// "CODE TEXT" and "RANK CODE HOW" as the line protocol carries them.
-std::pair<int, std::string> code_and_text(const std::string& rest) {
+// "RANK CODE HOW" of a stop or failed message.
+Failure failure_of(const std::string& rest) {
   std::istringstream in(rest);
-  int code = 1;
-  in >> code;
-  std::string text;
-  std::getline(in >> std::ws, text);
-  return {code, text};
+  Failure f;
+  in >> f.rank >> f.code;
+  std::getline(in >> std::ws, f.how);
+  return f;
 }
 
 class Round {
@@ -155,16 +154,13 @@ class Round {
     if (m.kind == "done") nodes_done_[static_cast<std::size_t>(m.node)] = true;
     if (decided()) return;
     if (m.kind == "failed") {
-      std::istringstream in(m.rest);
-      Failure f;
-      in >> f.rank >> f.code;
-      std::getline(in >> std::ws, f.how);
+      const Failure f = failure_of(m.rest);
       std::fprintf(stderr, "kiln-run: rank %d (on %s) %s; stopping the ranks\n", f.rank, node.c_str(), f.how.c_str());
       stop_job(f);
     } else if (m.kind == "abort") {
-      const auto [code, text] = code_and_text(m.rest);
-      std::fprintf(stderr, "kiln-run: %s; stopping the ranks\n", text.c_str());
-      abort_job(code, text);
+      const NodeError e = abort_of(m.rest);
+      std::fprintf(stderr, "kiln-run: %s; stopping the ranks\n", e.text.c_str());
+      abort_job(e.code, e.text);
     } else if (m.kind == "eof") {
       std::fprintf(stderr, "kiln-run: error: lost %s's kiln-run; stopping the ranks\n", node.c_str());
       abort_job(1, "lost " + node + "'s kiln-run");
@@ -176,17 +172,14 @@ class Round {
     if (m.kind == "exit") {
       out_.success = true;
     } else if (m.kind == "stop" && !out_.failure) {
-      std::istringstream in(m.rest);
-      Failure f;
-      in >> f.rank >> f.code;
-      std::getline(in >> std::ws, f.how);
+      const Failure f = failure_of(m.rest);
       if (!local_failed_) std::fprintf(stderr, "kiln-run: rank %d %s; stopping the ranks\n", f.rank, f.how.c_str());
       out_.failure = f;
       ranks_.stop();
     } else if (m.kind == "abort" && !out_.abort_code) {
-      const auto [code, text] = code_and_text(m.rest);
-      if (!out_.signal) std::fprintf(stderr, "kiln-run: %s; stopping the ranks\n", text.c_str());
-      abort_job(code, text);
+      const NodeError e = abort_of(m.rest);
+      if (!out_.signal) std::fprintf(stderr, "kiln-run: %s; stopping the ranks\n", e.text.c_str());
+      abort_job(e.code, e.text);
     } else if (m.kind == "eof" && !out_.success && !out_.abort_code) {
       std::fprintf(stderr,
                    "kiln-run: error: lost the connection to the master %s (did node 0's kiln-run die?); stopping "
@@ -228,7 +221,7 @@ int launch(const Options& o) {
     if (link) {
       try {
         link->join(restart, signal_fd);
-      } catch (const JoinError& e) {
+      } catch (const NodeError& e) {
         std::fprintf(stderr, "kiln-run: error: %s\n", e.text.c_str());
         code = e.code;
         break;

@@ -52,11 +52,19 @@ void keep_alive(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
-JoinError signal_error(int sig) {
+NodeError signal_error(int sig) {
   return {128 + sig, std::string("got ") + strsignal(sig) + " while the nodes were joining"};
 }
 
 }  // namespace
+
+NodeError abort_of(const std::string& rest) {
+  std::istringstream in(rest);
+  NodeError e{1, ""};
+  in >> e.code;
+  std::getline(in >> std::ws, e.text);
+  return e;
+}
 
 int take_signal(int signal_fd) {
   int got = 0;
@@ -110,7 +118,7 @@ std::string NodeLink::check_join(const Message& m, int restart, const std::vecto
   return "";
 }
 
-void NodeLink::abort_all(const JoinError& e) {
+void NodeLink::abort_all(const NodeError& e) {
   for (Peer& p : peers_)
     if (p.open) send_line(p.fd.get(), "abort " + std::to_string(e.code) + " " + e.text);
 }
@@ -131,18 +139,18 @@ void NodeLink::join_master(int restart, int signal_fd) {
     std::string why;
     listener = Fd(kiln::dist::detail::tcp_listen(o_.master_addr, o_.master_port, o_.nnodes, &why));
     if (listener.get() < 0)
-      throw JoinError{1, "node 0 cannot listen on " + master_where() + " (--master-addr, --master-port): " + why};
+      throw NodeError{1, "node 0 cannot listen on " + master_where() + " (--master-addr, --master-port): " + why};
     peers_.resize(static_cast<std::size_t>(o_.nnodes - 1));
   }
   for (const Peer& p : peers_)
-    if (listener.get() < 0 && !p.open) {
-      const JoinError e{1, "lost node " + std::to_string(p.node) + "'s kiln-run"};
+    if (!p.open && listener.get() < 0) {  // a restart, and a node left after the last round
+      const NodeError e{1, "lost node " + std::to_string(p.node) + "'s kiln-run"};
       abort_all(e);
       throw e;
     }
   std::vector<bool> joined(static_cast<std::size_t>(o_.nnodes), false);
   joined[0] = true;
-  auto fail = [&](const JoinError& e) {
+  auto fail = [&](const NodeError& e) {
     abort_all(e);
     for (Peer& p : pending) send_line(p.fd.get(), "abort " + std::to_string(e.code) + " " + e.text);
     return e;
@@ -181,14 +189,7 @@ void NodeLink::join_master(int restart, int signal_fd) {
       if (m.node < 0 && pending[static_cast<std::size_t>(-1 - m.node)].fd.get() < 0) continue;
       if (m.kind == "eof")
         throw fail({1, "lost node " + std::to_string(m.node) + "'s kiln-run while the nodes were joining"});
-      if (m.kind == "abort") {
-        std::istringstream in(m.rest);
-        int code = 1;
-        in >> code;
-        std::string text;
-        std::getline(in >> std::ws, text);
-        throw fail({code, text});
-      }
+      if (m.kind == "abort") throw fail(abort_of(m.rest));
       if (m.kind != "join" && m.node > 0) continue;  // the end of the last round, still arriving
       if (m.kind != "join") {                        // not a kiln-run: hang up on it
         pending[static_cast<std::size_t>(-1 - m.node)].fd.reset();
@@ -222,7 +223,7 @@ void NodeLink::join_client(int restart, int signal_fd) {
         break;
       }
       if (Clock::now() >= deadline)
-        throw JoinError{kUsageExit, "cannot reach the master " + master_where() + " within " +
+        throw NodeError{kUsageExit, "cannot reach the master " + master_where() + " within " +
                                         seconds(o_.rdzv_timeout_s) +
                                         " (is node 0's kiln-run started? is the port open?); last try: " + why};
       pollfd p{signal_fd, POLLIN, 0};
@@ -231,7 +232,7 @@ void NodeLink::join_client(int restart, int signal_fd) {
     }
   }
   Peer& master = peers_.front();
-  if (!master.open) throw JoinError{1, "lost the connection to the master " + master_where()};
+  if (!master.open) throw NodeError{1, "lost the connection to the master " + master_where()};
   send_line(master.fd.get(), "join " + std::to_string(o_.nnodes) + " " + std::to_string(o_.nproc) + " " +
                                  std::to_string(o_.node_rank) + " " + std::to_string(restart) + " " +
                                  std::to_string(o_.max_restarts));
@@ -240,7 +241,7 @@ void NodeLink::join_client(int restart, int signal_fd) {
     const int r = ::poll(fds, 2, remaining_ms(deadline));
     if (r < 0 && errno == EINTR) continue;
     if (r == 0)
-      throw JoinError{kUsageExit, "the master " + master_where() + " did not start the job within " +
+      throw NodeError{kUsageExit, "the master " + master_where() + " did not start the job within " +
                                       seconds(o_.rdzv_timeout_s) + " (are all " + std::to_string(o_.nnodes) +
                                       " nodes started?)"};
     if (fds[0].revents)
@@ -249,15 +250,8 @@ void NodeLink::join_client(int restart, int signal_fd) {
     for (const Message& m : read_lines(master)) {
       if (m.kind == "go") return;
       if (m.kind == "eof")
-        throw JoinError{1, "the master " + master_where() + " closed the connection while the nodes were joining"};
-      if (m.kind == "abort") {
-        std::istringstream in(m.rest);
-        int code = 1;
-        in >> code;
-        std::string text;
-        std::getline(in >> std::ws, text);
-        throw JoinError{code, text};
-      }
+        throw NodeError{1, "the master " + master_where() + " closed the connection while the nodes were joining"};
+      if (m.kind == "abort") throw abort_of(m.rest);
     }
   }
 }

@@ -14,10 +14,13 @@ namespace kiln_run {
 
 // The launchers could not (or no longer) agree: every kiln-run prints "kiln-run: error: TEXT" and
 // exits with `code`.
-struct JoinError {
+struct NodeError {
   int code;
   std::string text;
 };
+
+// An "abort CODE TEXT" message's CODE and TEXT.
+NodeError abort_of(const std::string& rest);
 
 struct Message {
   int node = 0;      // who sent it (node 0 for a client)
@@ -35,8 +38,8 @@ class NodeLink {
   std::string master_where() const { return kiln::dist::detail::tcp_where(o_.master_addr, o_.master_port); }
 
   // Every node joins with the same flags and restart count before any starts its ranks; the first
-  // call connects, later ones (restarts) reuse the connections. Throws JoinError. A signal on
-  // `signal_fd` (a signalfd) ends the wait: JoinError with 128 + the signal.
+  // call connects, later ones (restarts) reuse the connections. Throws NodeError. A signal on
+  // `signal_fd` (a signalfd) ends the wait: NodeError with 128 + the signal.
   void join(int restart, int signal_fd);
 
   // Waits up to `timeout_ms` for messages (or for `signal_fd`, whose readiness sets *signalled).
@@ -58,7 +61,7 @@ class NodeLink {
   std::vector<Message> read_lines(Peer& p);
   // "" with *joiner set to its node rank, or the reason this join disagrees with node 0.
   std::string check_join(const Message& m, int restart, const std::vector<bool>& joined, int* joiner) const;
-  void abort_all(const JoinError& e);
+  void abort_all(const NodeError& e);
 
   const Options& o_;
   std::vector<Message> held_;  // joins for the next round that arrived with the end of this one
