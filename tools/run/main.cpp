@@ -47,7 +47,8 @@ const char* kFooter =
     "--master-port and --max-restarts and its own --node-rank; node 0's kiln-run listens on PORT,\n"
     "and its rank 0 on PORT+1 for the NCCL id. If kiln-run is killed, even by SIGKILL, its ranks are\n"
     "stopped within 2 s. Exit code: the failed rank's (128 + signal when killed by one), 128 + signal\n"
-    "when kiln-run was interrupted, 2 for a bad command line or nodes that do not agree.";
+    "when kiln-run was interrupted, 2 for a bad command line, nodes that do not agree or a master\n"
+    "not reached within --rdzv-timeout, 1 when the nodes lose one another's kiln-run.";
 
 }  // namespace
 
