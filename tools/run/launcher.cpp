@@ -152,7 +152,8 @@ class Round {
   void on_node_message(const Message& m) {
     const std::string node = "node " + std::to_string(m.node);
     if (m.kind == "done") nodes_done_[static_cast<std::size_t>(m.node)] = true;
-    if (decided()) return;
+    // An abort wins over an earlier failure: no node may restart after it.
+    if (out_.success || out_.abort_code || (out_.failure && m.kind == "failed")) return;
     if (m.kind == "failed") {
       const Failure f = failure_of(m.rest);
       std::fprintf(stderr, "kiln-run: rank %d (on %s) %s; stopping the ranks\n", f.rank, node.c_str(), f.how.c_str());
