@@ -66,6 +66,13 @@ std::chrono::milliseconds timeout_from_environment() {
   return std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(s * 1000)));
 }
 
+OnFailure on_failure_from_environment() {
+  const std::optional<std::string> text = get("KILN_DIST_ON_FAILURE");
+  if (!text || *text == "exit") return OnFailure::end_process;
+  if (*text == "throw") return OnFailure::throw_error;
+  throw ValueError("[dist.env] KILN_DIST_ON_FAILURE='" + *text + "' must be exit or throw");
+}
+
 std::vector<std::vector<std::size_t>> bucket_params(const std::vector<std::size_t>& bytes, std::size_t cap) {
   if (cap == 0) throw ValueError("[dist.bucket_params] the bucket cap must be more than 0 bytes");
   std::vector<std::vector<std::size_t>> buckets;

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "kiln/autograd.h"
+#include "kiln/creation.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
 #include "kiln/shape_ops.h"
-#include "kiln/creation.h"
 
 namespace kiln::dist {
 
@@ -19,24 +19,50 @@ constexpr const char* kWho = "[dist.GradReducer] ";
 
 struct Bucket {
   std::vector<std::size_t> params;
-  std::vector<std::int64_t> offsets;  // of each parameter in `flat`
-  Tensor flat;                        // the bucket's gradients, end to end
-  std::size_t pending = 0;            // parameters whose gradient is not complete yet
+  std::vector<Tensor> views;  // each parameter's gradient inside `flat`, in its shape
+  Tensor flat;                // the bucket's gradients, end to end
+  Tensor wire;                // `flat` in ReducerOptions::wire_dtype, when set
+  std::size_t pending = 0;    // parameters whose gradient is not complete yet
   bool started = false;
-  rt::Event done;                     // recorded on the communication stream after the all-reduce
+  rt::Event done;  // recorded on the communication stream after the all-reduce
 };
 
+// Whether g already is the bucket's storage for it (a compiled step's backward wrote it there).
+bool is_view(const Tensor& g, const Tensor& view) {
+  return g.defined() && g.data_ptr() == view.data_ptr() && g.is_contiguous() && g.shape() == view.shape();
+}
+
 }  // namespace
+
+std::vector<std::vector<std::size_t>> reducer_buckets(const std::vector<std::size_t>& bytes,
+                                                      const ReducerOptions& options) {
+  if (options.bucket_bytes == 0) throw ValueError(std::string(kWho) + "bucket_bytes must be more than 0");
+  std::vector<std::vector<std::size_t>> out;
+  std::size_t rest = bytes.size();
+  if (options.first_bucket_bytes > 0 && options.first_bucket_bytes < options.bucket_bytes && rest > 0) {
+    std::vector<std::size_t> first;
+    for (std::size_t filled = 0; rest > 0 && filled < options.first_bucket_bytes;) {
+      first.push_back(--rest);
+      filled += bytes[rest];
+    }
+    out.push_back(std::move(first));
+  }
+  const std::vector<std::size_t> head(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(rest));
+  for (std::vector<std::size_t>& b : bucket_params(head, options.bucket_bytes)) out.push_back(std::move(b));
+  return out;
+}
 
 struct GradReducer::Impl {
   ProcessGroup& group;
   std::vector<Tensor> params;
+  ReducerOptions options;
   std::vector<Bucket> buckets;
   std::vector<std::size_t> bucket_of;
   rt::Stream comm;
   rt::Event grads_in;  // kiln's stream, after a bucket's gradients were copied in
 
-  Impl(ProcessGroup& g, std::vector<Tensor> p) : group(g), params(std::move(p)) {}
+  Impl(ProcessGroup& g, std::vector<Tensor> p, ReducerOptions o)
+      : group(g), params(std::move(p)), options(std::move(o)) {}
 
   const rt::Stream& compute() const { return rt::default_stream(group.device().index()); }
 
@@ -48,17 +74,18 @@ struct GradReducer::Impl {
     if (--b.pending == 0) start(b);
   }
 
-  // Gradients into the bucket on kiln's stream; the all-reduce on the communication stream.
+  // Gradients into the bucket on kiln's stream (unless the backward wrote them there); the
+  // all-reduce on the communication stream.
   void start(Bucket& b) {
     NoGradGuard no_grad;
     for (std::size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& g = params[b.params[k]].grad();
-      Tensor slot = narrow(b.flat, 0, b.offsets[k], g.numel());
-      slot.copy_(g.reshape({g.numel()}));
+      if (!is_view(g, b.views[k])) b.views[k].copy_(g);
     }
+    if (b.wire.defined()) b.wire.copy_(b.flat);
     grads_in.record(compute());
     comm.wait(grads_in);
-    group.all_reduce(b.flat, ReduceOp::avg, comm);
+    group.all_reduce(b.wire.defined() ? b.wire : b.flat, ReduceOp::avg, comm);
     b.done.record(comm);
     b.started = true;
   }
@@ -81,9 +108,15 @@ struct GradReducer::Impl {
     NoGradGuard no_grad;
     for (Bucket& b : buckets) {
       compute().wait(b.done);
+      if (b.wire.defined()) b.flat.copy_(b.wire);
       for (std::size_t k = 0; k < b.params.size(); ++k) {
-        Tensor g = params[b.params[k]].grad();
-        g.copy_(narrow(b.flat, 0, b.offsets[k], g.numel()).reshape(g.shape()));
+        Tensor& p = params[b.params[k]];
+        Tensor g = p.grad();
+        if (is_view(g, b.views[k])) continue;
+        if (options.grad_as_bucket_view)
+          p.set_grad(b.views[k]);
+        else
+          g.copy_(b.views[k]);
       }
     }
     reset();
@@ -98,9 +131,12 @@ struct GradReducer::Impl {
 };
 
 GradReducer::GradReducer(ProcessGroup& group, std::vector<Tensor> params, ReducerOptions options)
-    : impl_(std::make_unique<Impl>(group, std::move(params))) {
+    : impl_(std::make_unique<Impl>(group, std::move(params), options)) {
   Impl& m = *impl_;
   if (m.params.empty()) throw ValueError(std::string(kWho) + "no parameters");
+  if (options.wire_dtype && *options.wire_dtype != DType::bf16 && *options.wire_dtype != DType::f16)
+    throw DTypeError(std::string(kWho) + "wire_dtype must be bf16 or f16, got " +
+                     std::string(dtype_name(*options.wire_dtype)));
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const Tensor& p = m.params[i];
     if (!p.defined() || !p.requires_grad() || !p.is_leaf() || !is_floating(p.dtype()))
@@ -113,19 +149,24 @@ GradReducer::GradReducer(ProcessGroup& group, std::vector<Tensor> params, Reduce
   std::map<DType, std::vector<std::size_t>> by_dtype;
   for (std::size_t i = 0; i < m.params.size(); ++i) by_dtype[m.params[i].dtype()].push_back(i);
   m.bucket_of.resize(m.params.size());
-  for (const auto& entry : by_dtype) {
-    const std::vector<std::size_t>& idx = entry.second;
+  NoGradGuard no_grad;
+  for (const auto& [dtype, idx] : by_dtype) {
     std::vector<std::size_t> bytes;
     for (std::size_t i : idx) bytes.push_back(m.params[i].numel() * m.params[i].element_size());
-    for (const std::vector<std::size_t>& members : bucket_params(bytes, options.bucket_bytes)) {
+    for (const std::vector<std::size_t>& members : reducer_buckets(bytes, options)) {
       Bucket b;
       std::int64_t n = 0;
+      for (std::size_t j : members) n += m.params[idx[j]].numel();
+      b.flat = zeros({n}, {.dtype = dtype, .device = group.device()});
+      if (options.wire_dtype && dtype == DType::f32)
+        b.wire = zeros({n}, {.dtype = *options.wire_dtype, .device = group.device()});
+      std::int64_t offset = 0;
       for (std::size_t j : members) {
+        const Tensor& p = m.params[idx[j]];
         b.params.push_back(idx[j]);
-        b.offsets.push_back(n);
-        n += m.params[idx[j]].numel();
+        b.views.push_back(narrow(b.flat, 0, offset, p.numel()).view(p.shape()));
+        offset += p.numel();
       }
-      b.flat = zeros({n}, {.dtype = entry.first, .device = group.device()});
       b.pending = b.params.size();
       b.done = rt::Event::create(group.device().index());
       for (std::size_t p : b.params) m.bucket_of[p] = m.buckets.size();

@@ -45,8 +45,7 @@ struct detail::GroupState {
 
   std::string failure_text() const {
     return "the process group (rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-           ") has failed: " + watchdog->failure() +
-           "; another rank may have died or stopped calling collectives. Its NCCL communicator was aborted";
+           ") has failed: " + watchdog->failure() + ". Its NCCL communicator was aborted";
   }
 };
 
@@ -160,6 +159,7 @@ ProcessGroup ProcessGroup::init(InitOptions o) {
   if (!g->device.is_cuda())
     throw DeviceError("[dist.init] a process group needs a CUDA device, not " + g->device.str());
   g->timeout = o.timeout ? *o.timeout : timeout_from_environment();
+  const OnFailure on_failure = o.on_failure ? *o.on_failure : on_failure_from_environment();
   if (g->timeout.count() <= 0) throw ValueError("[dist.init] the timeout must be positive");
   const detail::Rendezvous where = detail::rendezvous_from_environment(e);
 
@@ -179,7 +179,11 @@ ProcessGroup ProcessGroup::init(InitOptions o) {
     throw;
   }
   remove_id_file(e, where);  // every rank has read it: init returns only when all joined
-  g->watchdog = std::make_unique<detail::Watchdog>(g->comm, g->device.index(), g->timeout);
+  g->watchdog = std::make_unique<detail::Watchdog>(g->comm, detail::WatchdogOptions{.env = e,
+                                                                                    .device = g->device.index(),
+                                                                                    .timeout = g->timeout,
+                                                                                    .on_failure = on_failure,
+                                                                                    .exit_grace = kExitGrace});
   rt::log().debug("[dist] rank {} of {} on {}: NCCL {}", e.rank, e.world_size, g->device.str(), nccl::version());
   ProcessGroup out;
   out.impl_ = std::move(g);
@@ -219,10 +223,13 @@ void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, const rt::Stream* stream) 
   const nccl::RedOp red = nccl_op(op);
   if (t.numel() == 0) return;
   void* p = reinterpret_cast<void*>(device_address(t));
-  enqueue(g, "dist.all_reduce", describe("all_reduce", t), [&](void* stream) {
-    nccl::check(nccl::api().ncclAllReduce(p, p, static_cast<std::size_t>(t.numel()), type, red, g.comm, stream),
-                "ncclAllReduce");
-  }, stream);
+  enqueue(
+      g, "dist.all_reduce", describe("all_reduce", t),
+      [&](void* stream) {
+        nccl::check(nccl::api().ncclAllReduce(p, p, static_cast<std::size_t>(t.numel()), type, red, g.comm, stream),
+                    "ncclAllReduce");
+      },
+      stream);
   bump_version(t);
 }
 

@@ -1,7 +1,9 @@
-// Loading named tensors into a model, and checkpoints: a module's state as "model.<name>"
-// and an optimizer's as "optim.<name>" in one safetensors file.
+// Loading named tensors into a model, and checkpoints: a module's state as "model.<name>",
+// an optimizer's as "optim.<name>" and the caller's extras as "extra.<name>" in one
+// safetensors file.
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/autograd.h"
@@ -16,6 +18,7 @@ namespace {
 constexpr const char* kFormat = "kiln-checkpoint";
 constexpr const char* kModel = "model.";
 constexpr const char* kOptim = "optim.";
+constexpr const char* kExtra = "extra.";
 
 std::string join(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
@@ -70,6 +73,23 @@ nn::NamedTensors take_prefix(const nn::NamedTensors& all, const std::string& pre
   return out;
 }
 
+// The file's tensors, its format checked and only known prefixes allowed; `meta` without "format".
+nn::NamedTensors read_checkpoint(const std::string& path, Metadata& meta) {
+  nn::NamedTensors all = load_safetensors(path, &meta);
+  const auto format = meta.find("format");
+  if (format == meta.end() || format->second != kFormat)
+    throw IoError(path, 8,
+                  std::string("expected __metadata__ {\"format\": \"") + kFormat + "\"}, found " +
+                      (format == meta.end() ? "no format" : "format \"" + format->second + "\""));
+  meta.erase(format);
+  std::vector<std::string> strays;
+  for (const auto& [name, t] : all)
+    if (name.rfind(kModel, 0) != 0 && name.rfind(kOptim, 0) != 0 && name.rfind(kExtra, 0) != 0) strays.push_back(name);
+  if (!strays.empty())
+    throw ValueError("[io] " + path + ": names outside model., optim. and extra.: " + join(strays, ", "));
+  return all;
+}
+
 }  // namespace
 
 void copy_into(const nn::NamedTensors& from, const nn::NamedTensors& into, const std::string& what) {
@@ -78,26 +98,23 @@ void copy_into(const nn::NamedTensors& from, const nn::NamedTensors& into, const
   copy_checked(from, into);
 }
 
-void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt) {
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt,
+                     const CheckpointExtras& extras) {
+  if (extras.metadata.count("format"))
+    throw ValueError("[io] " + path + ": the metadata key \"format\" is the checkpoint's own, not an extra");
   nn::NamedTensors all;
   for (auto& [name, t] : model.state()) all.emplace_back(kModel + name, t);
   if (opt)
     for (auto& [name, t] : opt->state()) all.emplace_back(kOptim + name, t);
-  save_safetensors(path, all, {{"format", kFormat}});
+  for (auto& [name, t] : extras.tensors) all.emplace_back(kExtra + name, t);
+  Metadata meta = extras.metadata;
+  meta.emplace("format", kFormat);
+  save_safetensors(path, all, meta);
 }
 
-void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt) {
+void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt, CheckpointExtras* extras) {
   Metadata meta;
-  const nn::NamedTensors all = load_safetensors(path, &meta);
-  const auto format = meta.find("format");
-  if (format == meta.end() || format->second != kFormat)
-    throw IoError(path, 8,
-                  std::string("expected __metadata__ {\"format\": \"") + kFormat + "\"}, found " +
-                      (format == meta.end() ? "no format" : "format \"" + format->second + "\""));
-  std::vector<std::string> strays;
-  for (const auto& [name, t] : all)
-    if (name.rfind(kModel, 0) != 0 && name.rfind(kOptim, 0) != 0) strays.push_back(name);
-  if (!strays.empty()) throw ValueError("[io] " + path + ": names outside model. and optim.: " + join(strays, ", "));
+  const nn::NamedTensors all = read_checkpoint(path, meta);
 
   // The model is checked before the optimizer loads, and the optimizer checks its own state
   // before changing anything, so a mismatch in either leaves both as they were.
@@ -113,6 +130,13 @@ void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimize
     }
   }
   copy_checked(model_part, state);
+  if (extras) *extras = {take_prefix(all, kExtra), std::move(meta)};
+}
+
+Metadata checkpoint_metadata(const std::string& path) {
+  Metadata meta;
+  read_checkpoint(path, meta);
+  return meta;
 }
 
 }  // namespace kiln::io

@@ -46,6 +46,13 @@ void LrScheduler::reset() {
   start();
 }
 
+void LrScheduler::set_step(std::int64_t step) {
+  if (kiln::capturing()) throw ValueError("[optim.LrScheduler] set_step inside a compiled step's capture");
+  check_step("optim.LrScheduler", step);
+  step_ = step;
+  opt_.set_lr(lr_at(step_));
+}
+
 void LrScheduler::advance() {
   ++step_;
   opt_.set_lr(lr_at(step_));

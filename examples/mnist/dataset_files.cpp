@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include <kiln/kiln.h>
@@ -78,6 +79,20 @@ std::string download(const fs::path& dir) {
   return "";
 }
 
+// The MNIST names in dir that exist but are not files (a directory, a fifo, ...): a download
+// cannot replace them and the loader skips them, so they are named instead.
+std::string unusable_entries(const fs::path& dir) {
+  std::string found;
+  for (const std::string& name : kiln::data::mnist_file_names()) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(dir / name, ec);
+    if (ec || !fs::exists(st) || fs::is_regular_file(st)) continue;
+    const char* what = fs::is_directory(st) ? "a directory" : "not a regular file";
+    found += "  " + (dir / name).string() + " is " + what + "\n";
+  }
+  return found;
+}
+
 }  // namespace
 
 std::string locate_dataset(const std::string& data_flag) {
@@ -91,6 +106,10 @@ std::string locate_dataset(const std::string& data_flag) {
   const fs::path absolute = fs::absolute(target, ec);
   if (!ec) target = absolute.lexically_normal().string();
 
+  if (const std::string bad = unusable_entries(target); !bad.empty())
+    throw MissingDataset("MNIST in " + target + " cannot be read, and nothing was downloaded over it:\n" + bad +
+                         "Remove or replace these with the MNIST files (or point --data or KILN_MNIST_DIR at a "
+                         "directory that holds them).\n");
   std::string problem = "downloads are off: KILN_MNIST_NO_DOWNLOAD is set";
   if (const char* off = std::getenv("KILN_MNIST_NO_DOWNLOAD"); !off || !*off) {
     std::printf("MNIST not found in %s; fetching it\n", target.c_str());

@@ -2,6 +2,7 @@
 // one, and reports accuracy and speed. `mnist-train --help` lists the flags.
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +48,31 @@ const CLI::Validator kUnsigned64(
       return {};
     },
     "UINT64");
+// CLI11's Range says "abc not in range"; this, checked first, says what was expected.
+const CLI::Validator kInteger(
+    [](std::string& s) -> std::string {
+      long long v = 0;
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) return "expected an integer, got " + s;
+      return {};
+    },
+    "");  // no description: --help already says INT
+// The chart is SVG; a .png name would get SVG inside.
+const CLI::Validator kSvgName(
+    [](std::string& s) -> std::string {
+      std::string tail = s.size() >= 4 ? s.substr(s.size() - 4) : s;
+      for (char& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (tail != ".svg") return "the chart is written as SVG: expected a file name ending in .svg, got " + s;
+      return {};
+    },
+    "FILE.svg");
+
+constexpr int kUsageExit = 2;  // as jitcc and kiln-run
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "mnist-train: error: %s (run 'mnist-train --help')\n", message.c_str());
+  return kUsageExit;
+}
 
 void print_summary(const mnist::RunResult& r) {
   auto when = [](const std::optional<double>& s) {
@@ -98,8 +124,10 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_dir, "directory with the four MNIST files (default: $KILN_MNIST_DIR, else ./data/mnist)");
   app.add_option("--model", o.model, "mlp (784-512-512-10) or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs (default: 10 for mlp, 5 for cnn)")
+      ->check(kInteger)
       ->check(CLI::Range(1, mnist::kMaxEpochs));
   app.add_option("--batch-size", o.batch_size, "batch size")
+      ->check(kInteger)
       ->check(CLI::Range(std::int64_t{1}, mnist::kMaxBatchSize))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate, the peak for onecycle (default: 1e-3 mlp, 2e-3 cnn; sgd 0.1 / 0.05)")
@@ -114,17 +142,24 @@ int main(int argc, char** argv) {
       ->check(kUnsigned64)
       ->capture_default_str();
   app.add_option("--save", o.save, "write the model and optimizer state to this safetensors file at the end");
-  app.add_option("--load", o.load, "start from a file written by --save");
+  auto* load_opt = app.add_option("--load", o.load, "start from a file written by --save");
+  app.add_option("--checkpoint", o.checkpoint,
+                 "after every epoch, write everything --resume needs to this safetensors file (atomically)");
+  auto* resume_opt = app.add_option("--resume", o.resume,
+                                    "continue a run from its --checkpoint file at the next epoch, exactly; auto: "
+                                    "from the --checkpoint file when it exists, else from the start");
   app.add_option("--metrics", o.metrics, "write one JSON object per epoch to this file");
   app.add_option("--plot", o.plot,
                  "draw train and test loss and test accuracy against epochs into this SVG file (rewritten after "
-                 "each epoch)");
+                 "each epoch)")
+      ->check(kSvgName);
   app.add_option("--precision", o.precision,
                  "f32 (exact), tf32 (TF32 tensor cores for matmuls and convs), bf16 or f16 (autocast for forward "
                  "and loss, f32 weights; f16 with dynamic loss scaling)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
-  app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set");
+  resume_opt->excludes(load_opt)->excludes(
+      app.add_flag("--eval-only", o.eval_only, "only evaluate (the model from --load) on the test set"));
   app.add_flag("--eager", o.eager,
                "on a GPU, run the training and evaluation steps op by op instead of replaying them as CUDA "
                "graphs (same results, more host work per step)");
@@ -137,21 +172,34 @@ int main(int argc, char** argv) {
                      "warm-up/capture and evaluation times apart")
           ->check(CLI::IsMember({"speedrun"}));
   app.add_option("--seeds", seeds, "with --recipe: runs with seeds --seed, --seed+1, ... and their summary")
+      ->check(kInteger)
       ->check(CLI::Range(1, 1000))
       ->needs(recipe_opt)
       ->capture_default_str();
   for (const char* fixed : {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--schedule", "--precision",
-                            "--save", "--load", "--plot", "--eval-only"})
+                            "--save", "--load", "--plot", "--eval-only", "--checkpoint", "--resume"})
     recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
 
   try {
     // Under kiln-run (or torchrun) each process trains on cuda:LOCAL_RANK; rank 0 reports.
+    if (mnist::launched() && device != "auto")
+      throw ValueError("[mnist-train] --device " + device +
+                       ": under a launcher (kiln-run or torchrun; WORLD_SIZE is set) each rank trains on its GPU, "
+                       "cuda:LOCAL_RANK; to train on " + device + ", run mnist-train without the launcher");
     mnist::Distributed dist = mnist::join_if_launched();
     if (dist.launched()) {
-      if (device != "auto")
-        throw ValueError("[mnist-train] --device " + device + ": under a launcher each rank trains on cuda:LOCAL_RANK");
       if (!recipe.empty() || o.eval_only)
         throw ValueError(std::string("[mnist-train] ") + (o.eval_only ? "--eval-only" : "--recipe") +
                          " runs on one GPU: start it without a launcher");

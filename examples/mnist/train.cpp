@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "models.h"
 #include "plot_svg.h"
 #include "progress.h"
+#include "resume.h"
 
 namespace mnist {
 
@@ -105,6 +107,14 @@ Chart training_chart(const TrainOptions& o, const std::vector<EpochMetrics>& epo
                      {.y_label = "test accuracy (%)", .series = {test_accuracy}, .y_scale = 100}}};
 }
 
+// An epoch's metrics (train_seconds already counting it) in the run's summary.
+void note_epoch(RunResult& r, const EpochMetrics& m) {
+  if (m.test_accuracy >= 0.98 && !r.seconds_to_98) r.seconds_to_98 = r.train_seconds;
+  if (m.test_accuracy >= 0.99 && !r.seconds_to_99) r.seconds_to_99 = r.train_seconds;
+  r.best_accuracy = std::max(r.best_accuracy, m.test_accuracy);
+  r.epochs.push_back(m);
+}
+
 }  // namespace
 
 std::optional<DType> apply_precision(const std::string& precision) {
@@ -136,6 +146,8 @@ TrainOptions with_defaults(TrainOptions o) {
   if (!o.lr) o.lr = o.optimizer == "sgd" ? (cnn ? 0.05 : 0.1) : (cnn ? 2e-3 : 1e-3);
   if (!std::isfinite(*o.lr) || *o.lr <= 0)
     throw ValueError("[mnist-train] --lr must be finite and > 0, got " + std::to_string(*o.lr));
+  if (o.resume == "auto" && o.checkpoint.empty())
+    throw ValueError("[mnist-train] --resume auto needs --checkpoint FILE: it resumes from that file when it exists");
   return o;
 }
 
@@ -151,6 +163,10 @@ void check_output_files(const TrainOptions& o) {
   check("--save", o.save, io::check_replaceable_file);
   check("--metrics", o.metrics, io::check_output_path);
   check("--plot", o.plot, io::check_replaceable_file);  // written as --save is: a new file renamed over it
+  check("--checkpoint", o.checkpoint, io::check_replaceable_file);
+  if (!o.resume.empty() && o.resume != "auto" && !std::filesystem::is_regular_file(o.resume))
+    throw ValueError("[mnist-train] --resume " + o.resume + ": expected a checkpoint file, found " +
+                     (std::filesystem::exists(o.resume) ? "something else" : "no such file"));
 }
 
 bool compiled_steps(const TrainOptions& o) { return o.device.is_cuda() && !o.eager; }
@@ -184,17 +200,24 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
   model->to(o.device);
   auto opt = make_optimizer(o, model->parameters());
   if (!o.load.empty()) io::load_checkpoint(o.load, *model, opt.get());
-  std::optional<dist::GradReducer> reducer;
-  if (group) {
-    broadcast_state(*group, *model);
-    reducer.emplace(*group, model->parameters());
-  }
   const std::int64_t global_batch = o.batch_size * world;
   data::DataLoader loader(data.train_images, data.train_labels, loader_options(global_batch, true, o.seed, o.device));
   const int epochs = o.epochs.value();
   auto schedule = make_schedule(o, *opt, loader.batches() * epochs);
   const std::optional<DType> autocast = apply_precision(o.precision);
   optim::GradScaler scaler({.enabled = autocast == DType::f16});
+  RunParts parts{*model, *opt, schedule.get(), scaler, gen, loader};
+  RunSoFar so_far;  // restored before the step is built: a compiled step's first call sees the restored state
+  if (const std::string from = resume_path(o); !from.empty()) {
+    so_far = resume_from(from, o, world, parts);
+    if (rank == 0) std::printf("resuming from %s after epoch %d of %d\n", from.c_str(), so_far.epoch, epochs);
+  }
+  std::optional<dist::GradReducer> reducer;
+  if (group) {
+    check_same_epoch(*group, so_far.epoch);
+    broadcast_state(*group, *model);
+    reducer.emplace(*group, model->parameters());
+  }
   Step step = train_step(*model, *opt, schedule.get(), compiled_steps(o), autocast, &scaler,
                          reducer ? &*reducer : nullptr);
   std::optional<Evaluator> evaluate;
@@ -202,8 +225,13 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
 
   MetricsFile metrics(rank == 0 ? o.metrics : std::string());
   RunResult r;
+  for (const EpochMetrics& m : so_far.metrics) {  // the epochs before a resume, so outputs cover the whole run
+    r.train_seconds += m.seconds;
+    note_epoch(r, m);
+    metrics.write(metrics_json(m, o.precision));
+  }
   model->train();
-  for (int epoch = 1; epoch <= epochs; ++epoch) {
+  for (int epoch = so_far.epoch + 1; epoch <= epochs; ++epoch) {
     loader.set_epoch(epoch - 1);
     std::optional<Progress> bar;
     if (rank == 0) bar.emplace(epoch, epochs, loader.batches(), loader.size());
@@ -217,7 +245,8 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
         b.labels = narrow(b.labels, 0, rows.first, rows.second - rows.first);
       }
       const Tensor loss = step({b.inputs, b.labels})[0];  // a compiled step's next call overwrites it
-      if (group) group->watch("training step");
+      // Its all-reduces run inside the replayed graph: the watchdog waits on the whole step.
+      if (group) group->watch("training step " + std::to_string(i + 1) + " of epoch " + std::to_string(epoch));
       loss_sum.add_(loss);
       if (bar && bar->wants_loss(i + 1))
         bar->update(i + 1, std::min((i + 1) * global_batch, loader.size()), loss.item<double>());
@@ -233,10 +262,10 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
     const Evaluation e = (*evaluate)();
     m.test_loss = e.loss;
     m.test_accuracy = e.accuracy;
-    if (e.accuracy >= 0.98 && !r.seconds_to_98) r.seconds_to_98 = r.train_seconds;
-    if (e.accuracy >= 0.99 && !r.seconds_to_99) r.seconds_to_99 = r.train_seconds;
-    r.best_accuracy = std::max(r.best_accuracy, e.accuracy);
-    r.epochs.push_back(m);
+    note_epoch(r, m);
+    // Before the metrics line: a run killed once that line is there has its checkpoint.
+    if (!o.checkpoint.empty())
+      write_checkpoint(o.checkpoint, o, world, parts, {epoch, epoch * loader.batches(), r.epochs});
     char line[160];
     std::snprintf(line, sizeof line, "train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.2fs  %.0f samples/s",
                   m.train_loss, m.test_loss, 100 * m.test_accuracy, m.seconds, m.samples_per_s);

@@ -27,6 +27,8 @@ struct TrainOptions {
   std::uint64_t seed = 0;
   std::string save, load, metrics;
   std::string plot;  // an SVG of the training curves, rewritten after each epoch
+  std::string checkpoint;  // written after every epoch: what --resume needs (resume.h)
+  std::string resume;  // a --checkpoint file to continue from; "auto": o.checkpoint when it exists
   bool eval_only = false;
   bool eager = false;  // on a GPU, run the steps op by op instead of as CUDA graphs
   std::string precision = "f32";  // f32, tf32, bf16 or f16 (apply_precision)
@@ -42,17 +44,19 @@ bool compiled_steps(const TrainOptions& o);
 std::optional<kiln::DType> apply_precision(const std::string& precision);
 
 // The model's defaults filled in; ValueError for an unknown model, optimizer, schedule or precision,
-// epochs or batch size outside [1, kMax...], or an lr that is not finite and > 0.
+// epochs or batch size outside [1, kMax...], an lr that is not finite and > 0, or --resume auto
+// without --checkpoint.
 TrainOptions with_defaults(TrainOptions o);
 
-// Up front, before any training: ValueError naming the flag and file unless --save and --plot
-// name a new or regular file and --metrics a writable path, each in an existing writable directory.
+// Up front, before any training: ValueError naming the flag and file unless --save, --plot and
+// --checkpoint name a new or regular file and --metrics a writable path, each in an existing
+// writable directory, and --resume (other than auto) an existing file.
 void check_output_files(const TrainOptions& o);
 
 struct EpochMetrics {
   int epoch = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;  // accuracy in [0, 1]
-  double seconds = 0;          // training time of this epoch (evaluation excluded)
+  double seconds = 0;                                       // training time of this epoch (evaluation excluded)
   double samples_per_s = 0;
 };
 
@@ -86,7 +90,8 @@ class Evaluator {
 
 // Trains from `o` (defaults already applied), printing progress to stdout, with o.metrics one
 // JSON object per epoch to that file, with o.plot the curves so far after each epoch; IoError
-// naming the file when a write fails.
+// naming the file when a write fails. With o.checkpoint a checkpoint after every epoch; with
+// o.resume the run continues after the epochs the checkpoint holds (resume.h).
 // With `dist` launched (data-parallel), o.batch_size is per GPU: each rank trains its rows of
 // global batches of o.batch_size * world, and only rank 0 prints, evaluates and writes files.
 RunResult train(const TrainOptions& o, const kiln::data::Mnist& data, Distributed* dist = nullptr);

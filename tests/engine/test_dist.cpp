@@ -121,6 +121,28 @@ TEST_CASE("dist env: malformed, negative or inconsistent values are a ValueError
   }
 }
 
+TEST_CASE("dist env: KILN_DIST_ON_FAILURE is exit (the default) or throw; anything else is a ValueError") {
+  {
+    ScopedEnv e{{"KILN_DIST_ON_FAILURE", std::nullopt}};
+    CHECK(on_failure_from_environment() == OnFailure::end_process);
+  }
+  {
+    ScopedEnv e{{"KILN_DIST_ON_FAILURE", "exit"}};
+    CHECK(on_failure_from_environment() == OnFailure::end_process);
+  }
+  {
+    ScopedEnv e{{"KILN_DIST_ON_FAILURE", "throw"}};
+    CHECK(on_failure_from_environment() == OnFailure::throw_error);
+  }
+  for (const char* bad : {"", "Exit", "abort", "1"}) {
+    CAPTURE(bad);
+    ScopedEnv e{{"KILN_DIST_ON_FAILURE", bad}};
+    CHECK(message_of<ValueError>([] { on_failure_from_environment(); }) ==
+          std::string("[dist.env] KILN_DIST_ON_FAILURE='") + bad + "' must be exit or throw");
+  }
+  CHECK(kFailureExitCode == 75);  // EX_TEMPFAIL: kiln-run --max-restarts and schedulers retry it
+}
+
 TEST_CASE("dist rendezvous: the file wins over MASTER_ADDR/PORT; any host; bad or half-set pairs") {
   ScopedEnv clean = clean_dist_env();
   const Env world3{1, 3, 1};

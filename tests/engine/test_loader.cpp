@@ -7,9 +7,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <ranges>
 #include <vector>
 
 #include "error_message.h"
@@ -123,6 +125,45 @@ TEST_CASE("data.DataLoader every sample exactly once per epoch, inputs matching 
     CHECK(sorted == all);
     CHECK(seen != all);  // shuffled
   }
+}
+
+// The README's loop: `for (auto [x, y] : loader)` walks the current epoch's batches.
+static_assert(std::input_iterator<DataLoader::Iterator>);
+static_assert(std::ranges::input_range<const DataLoader>);
+
+TEST_CASE("data.DataLoader range-for yields the current epoch's batches, destructured into inputs and labels") {
+  const Dataset d = dataset(10);
+  DataLoader dl(d.inputs, d.labels, {.batch_size = 4, .seed = 5, .scale = 1.0});
+  for (std::int64_t epoch : {0, 3}) {
+    CAPTURE(epoch);
+    const std::vector<std::int64_t> want = epoch_labels(dl, epoch);  // through batch(i), and sets the epoch
+    std::vector<std::int64_t> got;
+    std::vector<std::int64_t> sizes;
+    for (auto [x, y] : dl) {
+      CHECK(x.dtype() == DType::f32);
+      const auto l = y.to_vector<std::int64_t>();
+      const auto px = x.to_vector<float>();
+      REQUIRE(px.size() == 6 * l.size());
+      for (std::size_t i = 0; i < l.size(); ++i) CHECK(px[6 * i] == static_cast<float>(l[i]));
+      got.insert(got.end(), l.begin(), l.end());
+      sizes.push_back(static_cast<std::int64_t>(l.size()));
+    }
+    CHECK(got == want);
+    CHECK(sizes == std::vector<std::int64_t>{4, 4, 2});
+  }
+  CHECK(std::distance(dl.begin(), dl.end()) == dl.batches());
+  const auto [x0, y0] = *dl.begin();
+  CHECK(y0.to_vector<std::int64_t>() == dl.batch(0).labels.to_vector<std::int64_t>());
+  CHECK(x0.shape() == Shape{4, 2, 3});
+
+  // drop_last and an empty dataset: only whole batches, or none at all.
+  DataLoader drop(d.inputs, d.labels, {.batch_size = 4, .drop_last = true});
+  int n = 0;
+  for (const auto& [x, y] : drop) n += static_cast<int>(y.numel() == 4);
+  CHECK(n == 2);
+  const Dataset none = dataset(0);
+  DataLoader empty_set(none.inputs, none.labels, {.batch_size = 4});
+  CHECK(empty_set.begin() == empty_set.end());
 }
 
 TEST_CASE("data.DataLoader the permutation is Fisher-Yates over Philox(seed, epoch)") {

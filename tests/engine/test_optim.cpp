@@ -502,6 +502,22 @@ TEST_CASE("optim: LrScheduler::reset goes back to step 0 and sets its lr") {
   CHECK(opt.lr() == s.lr_at(1));
 }
 
+TEST_CASE("optim: LrScheduler::set_step jumps to a step and sets its lr, as stepping there does") {
+  Tensor p = param(kP0);
+  optim::Adam stepped_opt({p}), jumped_opt({p});
+  optim::OneCycleLR stepped(stepped_opt, 0.1, 100), jumped(jumped_opt, 0.1, 100);
+  for (int i = 0; i < 37; ++i) stepped.step();
+  jumped.set_step(37);
+  CHECK(jumped.current_step() == 37);
+  CHECK(jumped_opt.lr() == stepped_opt.lr());
+  stepped.step();
+  jumped.step();
+  CHECK(jumped_opt.lr() == stepped_opt.lr());
+  CHECK(kiln_test::message_of<ValueError>([&] { jumped.set_step(-1); }) ==
+        "[optim.LrScheduler] step must be >= 0, got -1");
+  CHECK(jumped.current_step() == 38);
+}
+
 TEST_CASE("optim: SGD and Adam drive a least-squares fit to its solution") {
   // X is 6x3 with full column rank; y = X w* exactly, so w* is the minimiser.
   const Tensor x = from_vector(Vec{1, 0, 2, 0, 1, -1, 1, 1, 0, 2, -1, 1, 0, 3, 1, -1, 0.5, 2}, {6, 3});

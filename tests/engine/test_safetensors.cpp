@@ -302,6 +302,55 @@ TEST_CASE("io checkpoint round trip of a model and its optimizer state") {
   CHECK_THROWS_AS(io::load_checkpoint(dir.file("plain.safetensors"), b), IoError);
 }
 
+TEST_CASE("io checkpoint extras: tensors and metadata beside the model, ignored unless asked for") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  Generator g(3);
+  nn::Sequential a{nn::Linear(4, 3, true, &g)};
+  optim::Adam opt_a(a.parameters());
+  io::CheckpointExtras extras{{{"scaler.scale", full({}, 1024.0)}, {"order", arange(0, 5, 1, {.dtype = DType::i64})}},
+                              {{"trainer", R"({"epoch":2})"}}};
+  io::save_checkpoint(path, a, &opt_a, extras);
+
+  io::Metadata meta;
+  const nn::NamedTensors file = io::load_safetensors(path, &meta);
+  CHECK(meta == io::Metadata{{"format", "kiln-checkpoint"}, {"trainer", R"({"epoch":2})"}});
+  CHECK(std::any_of(file.begin(), file.end(), [](const auto& p) { return p.first == "extra.scaler.scale"; }));
+  CHECK(io::checkpoint_metadata(path) == io::Metadata{{"trainer", R"({"epoch":2})"}});
+
+  nn::Sequential b{nn::Linear(4, 3)};
+  optim::Adam opt_b(b.parameters());
+  io::CheckpointExtras back;
+  io::load_checkpoint(path, b, &opt_b, &back);
+  CHECK(values(b.parameters()[0]) == values(a.parameters()[0]));
+  CHECK(back.metadata == io::Metadata{{"trainer", R"({"epoch":2})"}});
+  REQUIRE(back.tensors.size() == 2);
+  for (const auto& [name, t] : back.tensors) {
+    CAPTURE(name);
+    if (name == "order") {
+      CHECK(t.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+    } else {
+      CHECK(name == "scaler.scale");
+      CHECK(t.item<float>() == 1024.0f);
+    }
+  }
+  nn::Sequential c{nn::Linear(4, 3)};
+  io::load_checkpoint(path, c);  // extras not asked for: a model checkpoint like any other
+  CHECK(values(c.parameters()[0]) == values(a.parameters()[0]));
+
+  // A checkpoint without extras gives none; "format" is the checkpoint's own key.
+  io::save_checkpoint(path, a, &opt_a);
+  io::load_checkpoint(path, b, &opt_b, &back);
+  CHECK(back.tensors.empty());
+  CHECK(back.metadata.empty());
+  const std::string msg = kiln_test::message_of<ValueError>([&] {
+    io::save_checkpoint(dir.file("f.safetensors"), a, nullptr, {{}, {{"format", "mine"}}});
+  });
+  CHECK(msg.find("the metadata key \"format\" is the checkpoint's own") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.file("f.safetensors")));
+  CHECK_THROWS_AS(io::checkpoint_metadata(dir.file("missing.safetensors")), IoError);
+}
+
 TEST_CASE("safetensors files read in Python's safetensors (skipped without it)") {
   if (std::system("python3 -c 'import safetensors.numpy' >/dev/null 2>&1") != 0) {
     MESSAGE("skipped: python3 cannot import safetensors.numpy");

@@ -160,3 +160,24 @@ TEST_CASE("jitcc warm and gc remove temp files of dead writers, not of live ones
   CHECK(jitcc({"gc", "--max-size", "1G", "--cache-dir", dir.path().string()}).exit_code == 0);
   CHECK(!fs::exists(live));
 }
+
+TEST_CASE("jitcc warm --jobs: 0 is one compile per hardware thread (documented), below 0 a usage error") {
+  ScratchDir dir;
+  const ProcessResult help = jitcc({"warm", "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("0 (the default): one per hardware thread") != std::string::npos);
+
+  std::vector<std::string> args = warm_args(dir.path());
+  args.insert(args.end(), {"--jobs", "-1"});
+  const ProcessResult negative = jitcc(args);
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.err.find("--jobs must be 0 (one per hardware thread) or more, got -1") != std::string::npos);
+  CHECK(entry_files(dir.path()).empty());
+
+  args.back() = "0";
+  args.push_back("--json");
+  const ProcessResult zero = jitcc(args);
+  INFO(zero.err);
+  CHECK(zero.exit_code == 0);
+  CHECK(nlohmann::json::parse(zero.out).at("compiled") == static_cast<std::int64_t>(selection().instances.size()));
+}

@@ -123,8 +123,8 @@ TEST_CASE("mnist-train: compiled steps on the GPU give the same run as --eager")
     CAPTURE(model);
     // Batch 100 of 1024 leaves a short last batch (a second signature); three epochs take
     // both signatures and the one-batch evaluation through eager, capture and replay.
-    const std::vector<std::string> flags{"--device", "cuda", "--model", model,  "--epochs",
-                                         "3",        "--seed", "5",     "--batch-size", "100"};
+    const std::vector<std::string> flags{"--device", "cuda",   "--model", model,          "--epochs",
+                                         "3",        "--seed", "5",       "--batch-size", "100"};
     std::vector<std::string> eager = flags;
     eager.push_back("--eager");
     const Run compiled = run_with_metrics(s, std::string(model) + "-compiled", flags);
@@ -179,6 +179,73 @@ TEST_CASE("mnist-train rejects bad flags with a message") {
   CHECK(r.err.find("--eval-only needs --load") != std::string::npos);
 }
 
+TEST_CASE("mnist-train usage errors exit 2 with a 'mnist-train: error:' line, as jitcc and kiln-run") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases{
+      {{"--model", "resnet"}, "--model"},
+      {{"--epochs", "abc"}, "expected an integer, got abc"},
+      {{"--epochs", "2.5"}, "expected an integer, got 2.5"},
+      {{"--batch-size", "x"}, "expected an integer, got x"},
+      {{"--seeds", "many", "--recipe", "speedrun"}, "expected an integer, got many"},
+      {{"--no-such-flag"}, "--no-such-flag"},
+      {{"--plot", "chart.png"}, "expected a file name ending in .svg, got chart.png"},
+      {{"--plot", "chart"}, "ending in .svg"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args.front());
+    const auto r = train(c.args, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("mnist-train: error: ", 0) == 0);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(r.err.find("(run 'mnist-train --help')") != std::string::npos);
+    CHECK(r.err.find("not in range") == std::string::npos);
+  }
+  CHECK(train({"--help"}).exit_code == 0);
+  const auto upper = train({"--plot", "CHART.SVG", "--eval-only"}, {{"KILN_MNIST_NO_DOWNLOAD", "1"}});
+  CHECK(upper.exit_code == 1);  // the name is accepted; --eval-only without --load is what fails
+  CHECK(upper.err.find("--eval-only needs --load") != std::string::npos);
+}
+
+TEST_CASE("mnist-train under a launcher says that it trains on GPUs, not on the CPU") {
+  Scratch s;
+  // WORLD_SIZE is what kiln-run sets; KILN_NCCL_LIBRARY keeps a real NCCL out of the picture.
+  const kiln_test::EnvOverrides launched{
+      {"WORLD_SIZE", "1"}, {"RANK", "0"}, {"KILN_NCCL_LIBRARY", "/nonexistent/libnccl.so.2"}};
+  const auto cpu = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1"}, launched);
+  CHECK(cpu.exit_code == 1);
+  CHECK(cpu.err.find("--device cpu: under a launcher") != std::string::npos);
+  CHECK(cpu.err.find("each rank trains on its GPU") != std::string::npos);
+  CHECK(cpu.err.find("run mnist-train without the launcher") != std::string::npos);
+  CHECK(cpu.out.find("epoch 1/") == std::string::npos);
+
+  std::string why;
+  if (kiln::rt::gpu_available(&why)) return;
+  // No GPU: whatever stops the process group first, the message says what the launcher needs.
+  const auto none = train({"--data", s.dir.path().string(), "--epochs", "1"}, launched);
+  CHECK(none.exit_code == 1);
+  CHECK(none.err.find("runs one rank per GPU, but this machine has no usable GPU") != std::string::npos);
+  CHECK(none.err.find("without the launcher to train on the CPU") != std::string::npos);
+}
+
+TEST_CASE("mnist-train names an MNIST file that is a directory and downloads nothing over it") {
+  Scratch s;
+  const fs::path labels = s.dir.path() / "t10k-labels-idx1-ubyte.gz";
+  fs::remove(labels);
+  fs::create_directory(labels);
+  // Downloads on: with no curl or wget on PATH an attempt fails fast, and it would print "downloading".
+  const auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1"},
+                       {{"PATH", "/nonexistent"}, {"KILN_MNIST_NO_DOWNLOAD", std::nullopt}});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(labels.string() + " is a directory") != std::string::npos);
+  CHECK(r.err.find("nothing was downloaded") != std::string::npos);
+  CHECK(r.out.find("fetching") == std::string::npos);
+  CHECK(r.out.find("downloading") == std::string::npos);
+  CHECK(fs::is_directory(labels));
+}
+
 TEST_CASE("mnist-train refuses numeric flags out of range instead of replacing or wrapping them") {
   Scratch s;
   // --epochs and --lr 0 used to mean "the default"; --seed -1 wrapped to 2^64-1.
@@ -192,16 +259,18 @@ TEST_CASE("mnist-train refuses numeric flags out of range instead of replacing o
 TEST_CASE("mnist-train checks --save, --plot and --metrics before training") {
   Scratch s;
   const fs::path dir = s.dir.path();
-  const std::string missing = (dir / "no-such-dir" / "x").string();
+  const std::string missing = (dir / "no-such-dir" / "x.svg").string();
+  const fs::path plots = dir / "plots.svg";  // a directory with the name of an SVG file
+  fs::create_directory(plots);
   for (const char* flag : {"--save", "--plot", "--metrics"}) {
     check_refused(s, {flag, missing}, missing);
     check_refused(s, {flag, missing}, flag);
-    check_refused(s, {flag, dir.string()}, "directory");
+    check_refused(s, {flag, std::string(flag) == "--plot" ? plots.string() : dir.string()}, "directory");
   }
 
   // --save and --plot rename a new file over the target, which would replace a symlink or a
   // fifo with a regular file: refused, left as they were.
-  const fs::path real = dir / "real.safetensors", link = dir / "link.safetensors", fifo = dir / "fifo";
+  const fs::path real = dir / "real.safetensors", link = dir / "link.svg", fifo = dir / "fifo.svg";
   std::ofstream(real) << "keep me";
   fs::create_symlink(real, link);
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);

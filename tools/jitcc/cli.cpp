@@ -197,7 +197,8 @@ int resolve_arch(const std::string& text) {
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 int warm_threads(int jobs, std::size_t kernels) {
-  if (jobs < 0) throw UsageError("--jobs must be positive (got " + std::to_string(jobs) + ")");
+  if (jobs < 0)
+    throw UsageError("--jobs must be 0 (one per hardware thread) or more, got " + std::to_string(jobs));
   const int threads = jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, std::min<int>(threads, static_cast<int>(kernels)));
 }

@@ -147,7 +147,7 @@ void add_warm(CLI::App& app, Context& ctx) {
   sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")
       ->capture_default_str()
       ->check(not_a_flag());
-  sub->add_option("--jobs,-j", args->jobs, "Parallel compiles (default: hardware threads)");
+  sub->add_option("--jobs,-j", args->jobs, "Parallel compiles; 0 (the default): one per hardware thread");
   sub->add_flag("--allow-unstored", args->allow_unstored,
                 "Exit 0 even when some kernels could not be stored (read-only, full or too small cache)");
   add_common_options(*sub, ctx.common);

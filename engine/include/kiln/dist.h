@@ -10,9 +10,13 @@
 //
 // NCCL (libnccl.so.2) is loaded when the first group is made, never at start; see
 // nccl_available(). Collectives queue work without waiting for it, and may run inside
-// kiln::compile (NCCL supports CUDA graph capture). A watchdog thread per group aborts the
-// communicator when a collective errs or outlives the timeout (e.g. another rank died); the
-// group's next call then throws DeviceError.
+// kiln::compile (NCCL supports CUDA graph capture). A watchdog thread per group numbers the
+// collectives and, when one errs or outlives the timeout (another rank died or stopped), prints
+// an error naming it, its number and the ranks it waited for, and aborts the communicator; the
+// group's next call throws DeviceError. Unless InitOptions::on_failure says throw_error, it then
+// ends the process (exit code kFailureExitCode) a few seconds later, as PyTorch's NCCL watchdog
+// does: a thread blocked in a device synchronisation behind a spinning NCCL kernel never returns,
+// and a job must fail rather than hang. The last checkpoint on disk is what survives.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +54,18 @@ std::string nccl_version();
 
 enum class ReduceOp { sum, avg, max, min, prod };
 
+// What a rank does once its process group failed (a collective erred or timed out).
+enum class OnFailure {
+  end_process,  // throw from the group's calls, and end the process kExitGrace later
+  throw_error,  // only throw DeviceError from the group's calls (the process may stay blocked)
+};
+// The exit code of a process the watchdog ended: EX_TEMPFAIL, a failure worth retrying
+// (kiln-run --max-restarts).
+constexpr int kFailureExitCode = 75;
+constexpr std::chrono::seconds kExitGrace{3};
+// $KILN_DIST_ON_FAILURE: "exit" (the default) or "throw"; ValueError otherwise.
+OnFailure on_failure_from_environment();
+
 namespace detail {
 struct GroupState;
 }
@@ -58,6 +74,7 @@ struct InitOptions {
   std::optional<Env> env;                            // absent: env_from_environment()
   std::optional<Device> device;                      // absent: cuda:LOCAL_RANK
   std::optional<std::chrono::milliseconds> timeout;  // absent: timeout_from_environment()
+  std::optional<OnFailure> on_failure;               // absent: on_failure_from_environment()
 };
 
 // One NCCL communicator over the world's processes, bound to one GPU. Movable, not copyable.
@@ -99,8 +116,8 @@ class ProcessGroup {
   // The watchdog also waits for work queued on the stream so far, named `what` in its error: call
   // it after launching a compiled step, whose collectives it cannot see one by one.
   void watch(std::string_view what);
-  // Throws DeviceError when the watchdog found a failure: which collective, how long it waited,
-  // and that another rank may have died. Every collective checks first.
+  // Throws DeviceError when the watchdog found a failure: which collective (and its number), how
+  // long it waited, and for which ranks. Every collective checks first.
   void check() const;
   bool failed() const;
 

@@ -3,7 +3,9 @@
 // once when it fits (under a quarter of the device's free memory), so a batch is a gather
 // on the device, not a host copy; otherwise batches are gathered on the host and copied.
 // Shuffling is a seeded permutation per epoch: same seed and epoch -> same batches.
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 #include "kiln/device.h"
 #include "kiln/tensor.h"
@@ -24,6 +26,7 @@ struct LoaderOptions {
   bool keep_on_host = false;
 };
 
+// Two members exactly, so `auto [x, y] = loader.batch(i)` destructures it.
 struct Batch {
   Tensor inputs;  // f32 (B, ...) on the loader's device
   Tensor labels;  // i64 (B) on the loader's device
@@ -44,6 +47,37 @@ class DataLoader {
   // The dataset rows batch i takes (i64 (len), where the data lives), for a step that gathers
   // its batch itself, e.g. inside a compiled step from a dataset already normalised on the device.
   Tensor indices(std::int64_t i) const;
+
+  // An input iterator over the current epoch's batches: `for (auto [x, y] : loader)`. Each
+  // dereference is batch(i), made then; set_epoch() during a loop changes the batches to come.
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using reference = Batch;  // a new batch per dereference, not a reference into the loader
+
+    Iterator() = default;
+    Batch operator*() const { return loader_->batch(i_); }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator before = *this;
+      ++i_;
+      return before;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_ && loader_ == o.loader_; }
+
+   private:
+    friend class DataLoader;
+    Iterator(const DataLoader* loader, std::int64_t i) : loader_(loader), i_(i) {}
+    const DataLoader* loader_ = nullptr;
+    std::int64_t i_ = 0;
+  };
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, batches()}; }
 
  private:
   void check_batch(std::int64_t i) const;  // ValueError unless 0 <= i < batches()

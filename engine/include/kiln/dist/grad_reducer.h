@@ -2,13 +2,14 @@
 // Data-parallel gradient averaging, as PyTorch's DDP does it: the parameters' gradients go in
 // buckets, last layer first; when a bucket's gradients are complete in the backward, its
 // all-reduce (the average over the ranks) starts on a communication stream while the backward
-// goes on, and finish() makes kiln's stream wait for the buckets and writes the averages back
-// into .grad(). Every piece is device work, so a kiln::compile'd step captures all of it.
+// goes on, and finish() makes kiln's stream wait for the buckets and leaves the averages in
+// .grad(). Every piece is device work, so a kiln::compile'd step captures all of it.
 //   dist::ProcessGroup group = dist::ProcessGroup::init();
 //   dist::GradReducer reducer(group, net.parameters());
 //   loss.backward(); reducer.finish(); opt.step();
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kiln/dist.h"
@@ -18,20 +19,37 @@ namespace kiln::dist {
 
 struct ReducerOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;  // PyTorch DDP's default bucket_cap_mb
+  // The first bucket (the last layers) closes as soon as it holds this many bytes, so the first
+  // all-reduce starts early in the backward (DDP's 1 MiB first bucket). 0, or not below
+  // bucket_bytes: the first bucket is like the others.
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  // finish() leaves each .grad() as a view into its bucket (DDP's gradient_as_bucket_view). In a
+  // compiled step the backward then writes gradients straight into the buckets: no copy in or
+  // out. A .grad() kept across steps is overwritten by the next step's gradients.
+  bool grad_as_bucket_view = true;
+  // bf16 or f16: f32 buckets are all-reduced in that dtype (DDP's bf16_compress_hook), halving
+  // the traffic; the averaged gradients are rounded to it. Off by default.
+  std::optional<DType> wire_dtype = std::nullopt;
 };
+
+// The buckets GradReducer makes for gradients of `bytes` (one dtype), in the order their
+// all-reduces start: the first as described by first_bucket_bytes, then
+// bucket_params(rest, bucket_bytes). ValueError when bucket_bytes is 0.
+std::vector<std::vector<std::size_t>> reducer_buckets(const std::vector<std::size_t>& bytes,
+                                                      const ReducerOptions& options);
 
 class GradReducer {
  public:
   // Floating leaves that require grad, on the group's device (ValueError otherwise); adds a
   // grad-ready hook to each (Tensor::clear_grad_ready_hooks removes it). `group` and the
-  // parameters must outlive the reducer.
+  // parameters must outlive the reducer. DTypeError when wire_dtype is not bf16 or f16.
   GradReducer(ProcessGroup& group, std::vector<Tensor> params, ReducerOptions options = {});
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
   // After backward, before the optimizer step: kiln's stream waits for every bucket's
-  // all-reduce, then the averaged gradients go back into .grad(). ValueError naming the
+  // all-reduce, then the averaged gradients are in .grad(). ValueError naming the
   // parameters that got no gradient in this backward (every rank must reduce every bucket).
   void finish();
 

@@ -31,12 +31,28 @@ nn::NamedTensors load_safetensors(const std::string& path, Metadata* metadata = 
 // all match. `what` names the target in the message, e.g. "model".
 void copy_into(const nn::NamedTensors& from, const nn::NamedTensors& into, const std::string& what);
 
-// A checkpoint: the module's state as "model.<name>" and, when given, the optimizer's as
-// "optim.<name>" in one file, written as save_safetensors writes.
-void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt = nullptr);
+// What a checkpoint may hold beside the model and the optimizer, e.g. what a trainer needs to
+// continue a run: named tensors (stored as "extra.<name>") and metadata strings (JSON, say),
+// stored beside "format" in the file's __metadata__.
+struct CheckpointExtras {
+  nn::NamedTensors tensors;
+  Metadata metadata;
+};
+
+// A checkpoint: the module's state as "model.<name>", when given the optimizer's as
+// "optim.<name>", and `extras`, in one file written as save_safetensors writes. ValueError for
+// an extra metadata key "format" (the checkpoint's own).
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* opt = nullptr,
+                     const CheckpointExtras& extras = {});
 // Loads what save_checkpoint wrote; a file without optimizer state leaves `opt` as it is.
 // ValueError naming the file for state the model or optimizer refuses (a wrong shape, a
-// step count past 2^53, moments that are not finite); then neither is changed.
-void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr);
+// step count past 2^53, moments that are not finite); then neither is changed. With `extras`
+// it receives the extra tensors (prefix taken off) and metadata (without "format"); without,
+// they are ignored, so any checkpoint loads as a model and optimizer.
+void load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* opt = nullptr,
+                     CheckpointExtras* extras = nullptr);
+// The extra metadata of a checkpoint (as load_checkpoint returns it), for deciding what to
+// build before loading into it; IoError as load_checkpoint's for a file that is not one.
+Metadata checkpoint_metadata(const std::string& path);
 
 }  // namespace kiln::io

@@ -15,6 +15,9 @@ class LrScheduler {
   void step();  // advances one step and sets lr_at(step)
   std::int64_t current_step() const { return step_; }
   void reset();  // back to step 0, setting lr_at(0); ValueError inside a capture
+  // Jumps to `step` (>= 0) and sets lr_at(step), e.g. to continue a checkpointed run;
+  // ValueError inside a capture or for a negative step.
+  void set_step(std::int64_t step);
   virtual double lr_at(std::int64_t step) const = 0;
 
  protected:

@@ -1,0 +1,102 @@
+// dist::GradReducer's options through NCCL in a world of 1: after finish() the gradients are
+// views into their bucket, laid end to end last layer first (or private copies with
+// grad_as_bucket_view off), and a bf16 wire leaves each gradient rounded to bf16.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "error_message.h"
+#include "kiln/dist.h"
+#include "kiln/dist/grad_reducer.h"
+#include "kiln/kiln.h"
+#include "scoped_env.h"
+#include "temp_dir.h"
+
+using namespace kiln;
+using kiln_test::message_of;
+
+namespace {
+
+std::shared_ptr<nn::Sequential> small_net(Device d) {
+  Generator gen(4);
+  auto net = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 32, true, &gen), nn::ReLU(),
+                                              nn::Linear(32, 10, true, &gen));
+  net->to(d);
+  return net;
+}
+
+std::vector<std::vector<float>> grads_of(const nn::Module& m, std::optional<DType> rounded_to = std::nullopt) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : m.parameters()) {
+    Tensor g = rounded_to ? p.grad().to(*rounded_to).to(DType::f32) : p.grad();
+    out.push_back(g.to(Device::cpu()).to_vector<float>());
+  }
+  return out;
+}
+
+std::uintptr_t address(const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()); }
+
+}  // namespace
+
+TEST_CASE("GradReducer (world of 1): gradients as bucket views, private copies, bf16 on the wire") {
+  std::string why;
+  if (!dist::nccl_available(&why)) {
+    MESSAGE("skipped: NCCL does not load: " << why);
+    return;
+  }
+  kiln_test::TempDir tmp;
+  kiln_test::ScopedEnv env{{"RANK", "0"},
+                           {"WORLD_SIZE", "1"},
+                           {"LOCAL_RANK", "0"},
+                           {"KILN_DIST_ID_FILE", tmp.file("nccl-id")},
+                           {"MASTER_ADDR", std::nullopt},
+                           {"MASTER_PORT", std::nullopt}};
+  dist::ProcessGroup pg = dist::ProcessGroup::init();
+  const Device dev = pg.device();
+  Generator g(9);
+  const Tensor x = randn({16, 64}, {}, &g).to(dev), y = randint(0, 10, {16}, {}, &g).to(dev);
+  auto plain = small_net(dev);
+  cross_entropy((*plain)(x), y).backward();
+
+  // Defaults: all 4 parameters (under 1 MiB) in the first bucket, views end to end in it.
+  auto viewed = small_net(dev);
+  dist::GradReducer by_view(pg, viewed->parameters());
+  CHECK(by_view.buckets() == std::vector<std::vector<std::size_t>>{{3, 2, 1, 0}});
+  cross_entropy((*viewed)(x), y).backward();
+  by_view.finish();
+  CHECK(grads_of(*viewed) == grads_of(*plain));
+  const std::vector<Tensor> p = viewed->parameters();
+  for (std::size_t k = 3; k > 0; --k) {
+    CAPTURE(k);
+    CHECK(address(p[k - 1].grad()) == address(p[k].grad()) + p[k].numel() * sizeof(float));
+  }
+  // The next eager backward makes new gradients; finish() points .grad() at the views again.
+  for (Tensor t : viewed->parameters()) t.zero_grad();
+  cross_entropy((*viewed)(x), y).backward();
+  const std::uintptr_t fresh = address(p[0].grad());
+  by_view.finish();
+  CHECK(address(p[0].grad()) != fresh);
+  CHECK(grads_of(*viewed) == grads_of(*plain));
+
+  auto copied = small_net(dev);
+  dist::GradReducer by_copy(pg, copied->parameters(), {.grad_as_bucket_view = false});
+  cross_entropy((*copied)(x), y).backward();
+  const std::uintptr_t own = address(copied->parameters()[0].grad());
+  by_copy.finish();
+  CHECK(address(copied->parameters()[0].grad()) == own);
+  CHECK(grads_of(*copied) == grads_of(*plain));
+
+  // The average of one rank's bf16 gradients is those gradients: f32 rounded to bf16.
+  auto wired = small_net(dev);
+  dist::GradReducer by_wire(pg, wired->parameters(), {.wire_dtype = DType::bf16});
+  cross_entropy((*wired)(x), y).backward();
+  by_wire.finish();
+  CHECK(grads_of(*wired) == grads_of(*plain, DType::bf16));
+  CHECK(grads_of(*wired) != grads_of(*plain));
+
+  CHECK(message_of<DTypeError>([&] {
+          dist::GradReducer bad(pg, small_net(dev)->parameters(), {.wire_dtype = DType::f64});
+        }).find("[dist.GradReducer] wire_dtype must be bf16 or f16") == 0);
+}
