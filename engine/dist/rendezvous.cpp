@@ -94,11 +94,7 @@ Rendezvous rendezvous_from_environment(const Env& env) {
   }
   if (addr.empty()) throw ValueError("[dist.rendezvous] MASTER_PORT=" + port + " is set but MASTER_ADDR is not");
   if (port.empty()) throw ValueError("[dist.rendezvous] MASTER_ADDR=" + addr + " is set but MASTER_PORT is not");
-  if (addr != "localhost" && addr != "127.0.0.1" && addr != "::1")
-    throw ValueError("[dist.rendezvous] MASTER_ADDR=" + addr +
-                     " is not this machine: kiln's TCP rendezvous is for one host (localhost, 127.0.0.1 or ::1); "
-                     "across hosts set KILN_DIST_ID_FILE to a path on a shared filesystem");
-  r.host = addr == "localhost" ? "127.0.0.1" : addr;
+  r.host = addr == "localhost" ? "127.0.0.1" : addr;  // as kiln-run sets it, whatever the resolver prefers
   r.port = parse_port(port);
   return r;
 }

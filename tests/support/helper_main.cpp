@@ -8,15 +8,20 @@
 //   kiln_test_helper fused-steps ab|ba               run two compiled, fused steps on GPU 0 in that order
 //   kiln_test_helper sync-bn                         under kiln-run: SyncBatchNorm against the global batch
 //                                                    (sync_bn_check.cpp)
+//   kiln_test_helper dist-rendezvous                 the NCCL-id exchange of kiln::dist from the environment
+//                                                    (rank 0 makes a random id; no GPU): "rank R id HEX"
 // The cache directory comes from the environment (KILN_CACHE_DIR).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dist/rendezvous.h"
+#include "kiln/dist.h"
 #include "kiln/dtype.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
@@ -100,6 +105,19 @@ int fused_steps(const std::string& order) {
   return 0;
 }
 
+// What ProcessGroup::init does before NCCL: every rank prints the first bytes of the id it got.
+int dist_rendezvous() {
+  const kiln::dist::Env env = kiln::dist::env_from_environment();
+  kiln::dist::detail::IdBytes id{};
+  if (env.rank == 0)
+    for (unsigned char& b : id) b = static_cast<unsigned char>(std::random_device{}());
+  const auto where = kiln::dist::detail::rendezvous_from_environment(env);
+  id = kiln::dist::detail::exchange_id(where, env, id, kiln::dist::timeout_from_environment());
+  std::printf("rank %d id %02x%02x%02x%02x%02x%02x%02x%02x\n", env.rank, id[0], id[1], id[2], id[3], id[4], id[5],
+              id[6], id[7]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,6 +129,7 @@ int main(int argc, char** argv) {
     if (cmd == "nvrtc-median" && argc == 3) return nvrtc_median(kiln::rt::parse_arch(argv[2]));
     if (cmd == "fused-steps" && argc == 3) return fused_steps(argv[2]);
     if (cmd == "sync-bn" && argc == 2) return sync_bn_check();
+    if (cmd == "dist-rendezvous" && argc == 2) return dist_rendezvous();
     if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {

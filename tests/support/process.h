@@ -63,6 +63,8 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
+  pid_t pid() const { return pid_; }  // to signal the child; -1 once waited for
+
   // Waits for the child and returns its exit code and everything it wrote.
   ProcessResult wait() {
     ProcessResult r;

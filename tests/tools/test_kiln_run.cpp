@@ -1,44 +1,21 @@
-// kiln-run: each rank's environment, a failed rank stopping the others (SIGTERM, then SIGKILL
-// after the grace period), signals passed on, --version and bad arguments.
+// kiln-run on one node: each rank's environment, a failed rank stopping the others (SIGTERM, then
+// SIGKILL after the grace period), signals passed on, --version, --help and bad arguments.
+// test_kiln_run_faults.cpp: orphans, stopped ranks, restarts; test_kiln_run_nodes.cpp: several nodes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "process.h"
-#include "temp_dir.h"
+#include "kiln_run_support.h"
 
 using kiln_test::ProcessResult;
 using kiln_test::run_process;
+using namespace kiln_run_test;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-ProcessResult kiln_run(std::vector<std::string> args) {
-  args.insert(args.begin(), KILN_RUN_PATH);
-  return run_process(args);
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-std::string write_script(const kiln_test::TempDir& dir, const std::string& name, const std::string& body) {
-  const std::string path = dir.file(name);
-  std::ofstream(path) << body;
-  return path;
-}
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Every rank but one appends to `ready` when it is set up; the odd one waits for them first.
 const char* kWaitForOthers =
@@ -47,8 +24,9 @@ const char* kWaitForOthers =
 }  // namespace
 
 TEST_CASE("kiln-run -n 3: each rank sees RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, KILN_DIST_ID_FILE") {
-  const ProcessResult r = kiln_run(
-      {"-n", "3", "sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $KILN_DIST_ID_FILE"});
+  const ProcessResult r = kiln_run({"-n", "3", "sh", "-c",
+                                    "echo $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $KILN_DIST_ID_FILE "
+                                    "$LOCAL_WORLD_SIZE $GROUP_RANK $KILN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT"});
   INFO("stderr: " << r.err);
   REQUIRE(r.exit_code == 0);
   std::vector<std::string> lines = lines_of(r.out);
@@ -57,9 +35,13 @@ TEST_CASE("kiln-run -n 3: each rank sees RANK, LOCAL_RANK, WORLD_SIZE, MASTER_AD
   std::string port, id_file;
   for (int rank = 0; rank < 3; ++rank) {
     std::istringstream in(lines[static_cast<std::size_t>(rank)]);
-    int rk = -1, local = -1, world = -1;
+    int rk = -1, local = -1, world = -1, local_world = -1, group = -1, restart = -1, torch_restart = -1;
     std::string addr, p, file;
-    in >> rk >> local >> world >> addr >> p >> file;
+    in >> rk >> local >> world >> addr >> p >> file >> local_world >> group >> restart >> torch_restart;
+    CHECK(local_world == 3);
+    CHECK(group == 0);
+    CHECK(restart == 0);
+    CHECK(torch_restart == 0);
     CHECK(rk == rank);
     CHECK(local == rank);
     CHECK(world == 3);
@@ -72,9 +54,12 @@ TEST_CASE("kiln-run -n 3: each rank sees RANK, LOCAL_RANK, WORLD_SIZE, MASTER_AD
   CHECK(id_file.find("kiln-run-") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(std::filesystem::path(id_file).parent_path()));  // removed at the end
 
-  const ProcessResult fixed = kiln_run({"-n", "1", "--port", "29555", "--", "sh", "-c", "echo $MASTER_PORT"});
-  CHECK(fixed.exit_code == 0);
-  CHECK(fixed.out == "29555\n");
+  for (const char* flag : {"--port", "--master-port"}) {
+    const ProcessResult fixed =
+        kiln_run({"--nproc-per-node", "1", flag, "29555", "--", "sh", "-c", "echo $MASTER_PORT"});
+    CHECK(fixed.exit_code == 0);
+    CHECK(fixed.out == "29555\n");
+  }
 }
 
 TEST_CASE("kiln-run: a rank exiting 3 makes kiln-run exit 3 and stops the sleeping ranks at once") {
@@ -132,7 +117,7 @@ TEST_CASE("kiln-run passes SIGTERM to the ranks and exits 128+15 even when they 
   CHECK(r.out.find("kiln-run exit 143") != std::string::npos);
 }
 
-TEST_CASE("kiln-run --version; -n outside 1-64, a missing program or a bad option are CLI errors") {
+TEST_CASE("kiln-run --version, --help; -n outside 1-64, a missing program or a bad option are CLI errors") {
   const ProcessResult v = kiln_run({"--version"});
   CHECK(v.exit_code == 0);
   CHECK(v.out.rfind("kiln ", 0) == 0);
@@ -152,6 +137,18 @@ TEST_CASE("kiln-run --version; -n outside 1-64, a missing program or a bad optio
   r = kiln_run({"true"});  // -n is required
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--nproc") != std::string::npos);
+  r = kiln_run({"-n", "1", "--nnodes", "2", "--node-rank", "2", "true"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("kiln-run: error: --node-rank 2 is not below --nnodes 2") == 0);
+  r = kiln_run({"-n", "1", "--nnodes", "2", "true"},
+               {{"KILN_DIST_TIMEOUT_S", "soon"}});  // the launchers' wait comes from it
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("KILN_DIST_TIMEOUT_S='soon'") != std::string::npos);
+  r = kiln_run({"--help"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("SIGKILL when stopping the ranks (default 10)") != std::string::npos);
+  CHECK(r.out.find("--max-restarts") != std::string::npos);
+  CHECK(r.out.find("PORT+1") != std::string::npos);
   r = kiln_run({"-n", "1", "/nonexistent/program"});
   CHECK(r.exit_code == 127);
   CHECK(r.err.find("kiln-run: cannot run /nonexistent/program: No such file or directory") != std::string::npos);

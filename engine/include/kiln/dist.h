@@ -2,7 +2,8 @@
 // Several GPUs through NCCL, one process per GPU, set up the way torchrun does it:
 //
 //   kiln-run -n 4 -- ./train ...        (sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
-//                                         KILN_DIST_ID_FILE for each process)
+//                                         KILN_DIST_ID_FILE for each process; --nnodes for
+//                                         several machines)
 //   auto pg = kiln::dist::ProcessGroup::init();       // device cuda:LOCAL_RANK
 //   pg.broadcast(param, 0);                          // same start on every rank
 //   pg.all_reduce(grad, kiln::dist::ReduceOp::avg);  // in place, on the device's kiln stream
@@ -80,7 +81,9 @@ struct InitOptions {
 class ProcessGroup {
  public:
   // Rendezvous of NCCL's unique id (rank 0 makes it): through $KILN_DIST_ID_FILE when set, else
-  // TCP on $MASTER_ADDR (this host only) : $MASTER_PORT; a world of 1 needs neither. Rank 0
+  // TCP: rank 0 listens on $MASTER_ADDR:$MASTER_PORT (a host name, IPv4 or IPv6 address; the
+  // wildcard address when it is not one of this machine's) and the others connect; a world of 1
+  // needs neither. Rank 0
   // removes the file once every rank joined, or when init fails. Throws DeviceError when NCCL does
   // not load, or when a rank does not show up within the timeout, at the rendezvous or in NCCL's
   // own setup (a rank that died between the two).
