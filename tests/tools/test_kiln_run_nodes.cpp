@@ -130,7 +130,7 @@ TEST_CASE("kiln-run: an unreachable master is a clear error after --rdzv-timeout
     const double took = seconds_since(t0);
     CHECK(r.exit_code == 2);
     CHECK(took >= 1);
-    CHECK(took < 4);
+    CHECK(took < 1 + 5);  // about 1.3 s; starting kiln-run (libkiln) can take seconds on a loaded machine
     CHECK(r.err.find(expected) == 0);
   }
 }
