@@ -42,14 +42,26 @@ Plan plan_of(const ConvSizes& s) {
   return {s, L, K, K / s.groups, s.c / s.groups, s.o / s.groups, nb};
 }
 
+// The outputs ox whose input column ox*sw + x0 lies in [0, w): [lo, hi).
+struct Span {
+  std::int64_t lo, hi;
+};
+Span valid_columns(const ConvSizes& s, std::int64_t x0) {
+  const std::int64_t lo = x0 >= 0 ? 0 : (-x0 + s.sw - 1) / s.sw;
+  const std::int64_t hi = x0 >= s.w ? 0 : std::min(s.ow, (s.w - 1 - x0) / s.sw + 1);
+  return {std::min(lo, s.ow), std::max(std::min(lo, s.ow), hi)};
+}
+
 // cols (K, b*L): row (c, ki, kj), column (n, oy, ox) = x[n0+n, c, oy*sh-ph+ki*dh, ox*sw-pw+kj*dw],
-// 0 over the padding.
+// 0 over the padding. The bounds are worked out per row so the inner loops have no branches.
 template <class T>
 void im2col(const Plan& p, const T* x, std::int64_t b, T* cols) {
   const ConvSizes& s = p.s;
   cpu::parallel_for(p.K, 1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t c = r / (s.kh * s.kw), ki = (r / s.kw) % s.kh, kj = r % s.kw;
+      const std::int64_t x0 = kj * s.dw - s.pw;
+      const Span v = valid_columns(s, x0);
       for (std::int64_t n = 0; n < b; ++n) {
         const T* plane = x + (n * s.c + c) * s.h * s.w;
         T* row = cols + (r * b + n) * p.L;
@@ -60,11 +72,12 @@ void im2col(const Plan& p, const T* x, std::int64_t b, T* cols) {
             continue;
           }
           const T* in = plane + iy * s.w;
-          const std::int64_t x0 = kj * s.dw - s.pw;
-          for (std::int64_t ox = 0; ox < s.ow; ++ox) {
-            const std::int64_t ix = ox * s.sw + x0;
-            row[ox] = ix >= 0 && ix < s.w ? in[ix] : T(0);
-          }
+          std::fill(row, row + v.lo, T(0));
+          if (s.sw == 1)
+            std::copy(in + v.lo + x0, in + v.hi + x0, row + v.lo);
+          else
+            for (std::int64_t ox = v.lo; ox < v.hi; ++ox) row[ox] = in[ox * s.sw + x0];
+          std::fill(row + v.hi, row + s.ow, T(0));
         }
       }
     }
@@ -84,14 +97,15 @@ void col2im(const Plan& p, const T* cols, std::int64_t b, T* dx) {
         for (std::int64_t kj = 0; kj < s.kw; ++kj) {
           const T* row = cols + (((c * s.kh + ki) * s.kw + kj) * b + n) * p.L;
           const std::int64_t x0 = kj * s.dw - s.pw;
+          const Span v = valid_columns(s, x0);
           for (std::int64_t oy = 0; oy < s.oh; ++oy, row += s.ow) {
             const std::int64_t iy = oy * s.sh - s.ph + ki * s.dh;
             if (iy < 0 || iy >= s.h) continue;
             T* out = plane + iy * s.w;
-            for (std::int64_t ox = 0; ox < s.ow; ++ox) {
-              const std::int64_t ix = ox * s.sw + x0;
-              if (ix >= 0 && ix < s.w) out[ix] += row[ox];
-            }
+            if (s.sw == 1)
+              for (std::int64_t ox = v.lo; ox < v.hi; ++ox) out[ox + x0] += row[ox];
+            else
+              for (std::int64_t ox = v.lo; ox < v.hi; ++ox) out[ox * s.sw + x0] += row[ox];
           }
         }
     }

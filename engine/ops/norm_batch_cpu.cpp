@@ -1,5 +1,6 @@
 #include "norm_batch_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -20,27 +21,52 @@ Layout layout_of(const Tensor& x) {
   return {n, c, c * n == 0 ? 1 : x.numel() / (c * n)};
 }
 
-// sum of f(i) over one channel, in double with eight accumulators so the adds overlap
-// (the compiler may not reorder one running sum).
+// The row loops below take restrict pointers and do selects on loaded values, so the compiler
+// vectorizes them; random signs would defeat a branch.
+
+// sum of f(i) for i in [0, n), in double with eight accumulators so the adds overlap (the
+// compiler may not reorder one running sum).
 template <class F>
-double channel_sum(const Layout& l, std::int64_t c, F&& f) {
+double sum8(std::int64_t n, F&& f) {
   double acc[8] = {};
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const std::int64_t base = (n * l.c + c) * l.s;
-    std::int64_t s = 0;
-    for (; s + 8 <= l.s; s += 8)
-      for (int k = 0; k < 8; ++k) acc[k] += f(base + s + k);
-    for (; s < l.s; ++s) acc[0] += f(base + s);
-  }
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
+  for (; i < n; ++i) acc[0] += f(i);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-template <class F>
-void for_channel(const Layout& l, std::int64_t c, F&& f) {
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const std::int64_t base = (n * l.c + c) * l.s;
-    for (std::int64_t s = 0; s < l.s; ++s) f(base + s);
+// y = (x - mu) * scale + shift, then the ReLU when asked (keeping NaN, as the reference).
+template <class T>
+void apply_row(const T* __restrict x, T* __restrict y, std::int64_t n, double mu, double scale, double shift,
+               bool relu) {
+  if (relu)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T r = static_cast<T>((static_cast<double>(x[i]) - mu) * scale + shift);
+      y[i] = r > T(0) || r != r ? r : T(0);
+    }
+  else
+    for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<double>(x[i]) - mu) * scale + shift);
+}
+
+// The gradient through the fused ReLU: g where y > 0, else 0.
+template <class T>
+void mask_row(const T* __restrict g, const T* __restrict y, T* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T gi = g[i], yi = y[i];
+    out[i] = yi > T(0) ? gi : T(0);
   }
+}
+
+// dx = k * (dy - mdb - (x - mu) * is * mdw) in training, k * dy in eval.
+template <class T>
+void dx_row(const T* __restrict dy, const T* __restrict x, T* __restrict dx, std::int64_t n, double k, double mu,
+            double is, double mdb, double mdw, bool training) {
+  if (training)
+    for (std::int64_t i = 0; i < n; ++i)
+      dx[i] = static_cast<T>(k * (static_cast<double>(dy[i]) - mdb - (static_cast<double>(x[i]) - mu) * is * mdw));
+  else
+    for (std::int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(k * static_cast<double>(dy[i]));
 }
 
 template <class F>
@@ -82,12 +108,21 @@ bool batch_norm_forward_fast(const OpArgs& a, std::span<Tensor> out) {
       const T* px = cpu::ptr<const T>(x);
       T* py = cpu::ptr<T>(out[0]);
       each_channel(l, [&](std::int64_t c) {
+        auto row = [&](std::int64_t n) { return (n * l.c + c) * l.s; };
         if (p.training) {
-          const double mu = channel_sum(l, c, [&](std::int64_t i) { return static_cast<double>(px[i]); }) / m;
-          const double sq = channel_sum(l, c, [&](std::int64_t i) {
-            const double d = static_cast<double>(px[i]) - mu;
-            return d * d;
-          });
+          double sum = 0, sq = 0;
+          for (std::int64_t n = 0; n < l.n; ++n) {
+            const T* x = px + row(n);
+            sum += sum8(l.s, [&](std::int64_t i) { return static_cast<double>(x[i]); });
+          }
+          const double mu = sum / m;
+          for (std::int64_t n = 0; n < l.n; ++n) {
+            const T* x = px + row(n);
+            sq += sum8(l.s, [&](std::int64_t i) {
+              const double d = static_cast<double>(x[i]) - mu;
+              return d * d;
+            });
+          }
           // A NaN or Inf in the channel: NaN statistics, as in the reference.
           mean[c] = std::isnan(sq) ? std::numeric_limits<double>::quiet_NaN() : mu;
           invstd[c] = 1.0 / std::sqrt(sq / m + p.eps);
@@ -97,15 +132,8 @@ bool batch_norm_forward_fast(const OpArgs& a, std::span<Tensor> out) {
           mean[c] = rm[c];
           invstd[c] = 1.0 / std::sqrt(rv[c] + p.eps);
         }
-        const double mu = mean[c], scale = invstd[c] * w[c], shift = b[c];
-        if (p.relu)
-          for_channel(l, c, [&](std::int64_t i) {
-            const double v = (static_cast<double>(px[i]) - mu) * scale + shift;
-            py[i] = static_cast<T>(v > 0 || v != v ? v : 0.0);
-          });
-        else
-          for_channel(
-              l, c, [&](std::int64_t i) { py[i] = static_cast<T>((static_cast<double>(px[i]) - mu) * scale + shift); });
+        for (std::int64_t n = 0; n < l.n; ++n)
+          apply_row(px + row(n), py + row(n), l.s, mean[c], invstd[c] * w[c], b[c], p.relu);
       });
     }
   });
@@ -135,20 +163,28 @@ bool batch_norm_backward_fast(const OpArgs& a, std::span<Tensor> out) {
       const T* px = cpu::ptr<const T>(x);
       const T* py = p.relu ? cpu::ptr<const T>(y) : nullptr;
       T* pdx = cpu::ptr<T>(out[0]);
-      // The incoming gradient, zero where the fused ReLU was off.
-      auto dy = [&](std::int64_t i) { return py && !(py[i] > 0) ? 0.0 : static_cast<double>(pg[i]); };
       each_channel(l, [&](std::int64_t c) {
+        auto row = [&](std::int64_t n) { return (n * l.c + c) * l.s; };
+        // The incoming gradient of row n: g, or g where the fused ReLU passed it.
+        std::vector<T> masked(py ? static_cast<std::size_t>(l.s) : 0);
+        auto dy = [&](std::int64_t n) {
+          if (!py) return pg + row(n);
+          mask_row(pg + row(n), py + row(n), masked.data(), l.s);
+          return static_cast<const T*>(masked.data());
+        };
         const double mu = mean[c], is = invstd[c];
-        db[c] = channel_sum(l, c, dy);
-        dw[c] = channel_sum(l, c, [&](std::int64_t i) { return dy(i) * (static_cast<double>(px[i]) - mu); }) * is;
+        double sdy = 0, sdx = 0;
+        for (std::int64_t n = 0; n < l.n; ++n) {
+          const T *d = dy(n), *x = px + row(n);
+          sdy += sum8(l.s, [&](std::int64_t i) { return static_cast<double>(d[i]); });
+          sdx +=
+              sum8(l.s, [&](std::int64_t i) { return static_cast<double>(d[i]) * (static_cast<double>(x[i]) - mu); });
+        }
+        db[c] = sdy;
+        dw[c] = sdx * is;
         const double k = w[c] * is, mdb = db[c] / m, mdw = dw[c] / m;
-        if (p.training)
-          for_channel(l, c, [&](std::int64_t i) {
-            const double xhat = (static_cast<double>(px[i]) - mu) * is;
-            pdx[i] = static_cast<T>(k * (dy(i) - mdb - xhat * mdw));
-          });
-        else
-          for_channel(l, c, [&](std::int64_t i) { pdx[i] = static_cast<T>(k * dy(i)); });
+        for (std::int64_t n = 0; n < l.n; ++n)
+          dx_row(dy(n), px + row(n), pdx + row(n), l.s, k, mu, is, mdb, mdw, p.training);
       });
     }
   });

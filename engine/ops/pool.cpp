@@ -1,6 +1,9 @@
 // max_pool2d (with argmax indices as a second output) and avg_pool2d on NCHW, and their
 // backward ops. GPU: kernel_templates/pool.cu; CPU: plain loops written here, and for max
 // pooling in f32/f64 a threaded path over planes (the loops stay as .cpu_reference).
+#include <algorithm>
+#include <limits>
+
 #include "conv_common.h"
 #include "cpu/parallel.h"
 #include "kiln/conv.h"
@@ -122,13 +125,21 @@ void max_cpu(const OpArgs& a, std::span<Tensor> out) {
 // ---- The fast max pooling: contiguous f32/f64, one plane per item over cpu::parallel_for, the
 // same window order, tie and NaN rules as max_cpu. False for other dtypes.
 
+template <class F>
+void visit_f32_f64(DType t, F&& f) {
+  if (t == DType::f32)
+    f.template operator()<float>();
+  else
+    f.template operator()<double>();
+}
+
 bool max_fast(const OpArgs& a, std::span<Tensor> out) {
   const DType t = out[0].dtype();
   if (t != DType::f32 && t != DType::f64) return false;
   const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
   NoGradGuard no_grad;
   const Tensor x = a.inputs[0].contiguous();
-  visit_float(t, [&]<class T>() {
+  visit_f32_f64(t, [&]<class T>() {
     const T* px = cpu::ptr<const T>(x);
     T* py = cpu::ptr<T>(out[0]);
     std::int64_t* pi = cpu::ptr<std::int64_t>(out[1]);
@@ -137,8 +148,11 @@ bool max_fast(const OpArgs& a, std::span<Tensor> out) {
         const T* in = px + pl * p.h * p.w;
         for (long long oy = 0; oy < p.oh; ++oy)
           for (long long ox = 0; ox < p.ow; ++ox) {
-            T best = T(0);
+            T best = -std::numeric_limits<T>::infinity();
             std::int64_t arg = -1;
+            bool nan = false;
+            // Without a NaN in the window: "v > best" without branches (maxss and integer
+            // arithmetic), since random data defeats a branch. The first maximum wins.
             for (long long ki = 0; ki < p.kh; ++ki) {
               const long long iy = oy * p.sh - p.ph + ki * p.dh;
               if (iy < 0 || iy >= p.h) continue;
@@ -146,11 +160,23 @@ bool max_fast(const OpArgs& a, std::span<Tensor> out) {
                 const long long ix = ox * p.sw - p.pw + kj * p.dw;
                 if (ix < 0 || ix >= p.w) continue;
                 const T v = in[iy * p.w + ix];
-                if (arg < 0 || v > best || v != v) {
-                  best = v;
-                  arg = iy * p.w + ix;
-                  if (v != v) ki = p.kh, kj = p.kw;  // a NaN ends the search
-                }
+                const std::int64_t take = static_cast<std::int64_t>((v > best) | (arg < 0));
+                arg += (iy * p.w + ix - arg) & -take;  // arithmetic: GCC keeps a branch for "take ?"
+                best = std::max(best, v);
+                nan = nan || v != v;
+              }
+            }
+            if (arg < 0) best = T(0);  // an empty window, as max_cpu leaves it
+            // With one: the first NaN, in window order, as max_cpu.
+            for (long long ki = 0; nan && ki < p.kh; ++ki) {
+              const long long iy = oy * p.sh - p.ph + ki * p.dh;
+              if (iy < 0 || iy >= p.h) continue;
+              for (long long kj = 0; nan && kj < p.kw; ++kj) {
+                const long long ix = ox * p.sw - p.pw + kj * p.dw;
+                if (ix < 0 || ix >= p.w || in[iy * p.w + ix] == in[iy * p.w + ix]) continue;
+                best = in[iy * p.w + ix];
+                arg = iy * p.w + ix;
+                nan = false;
               }
             }
             const std::int64_t oi = (pl * p.oh + oy) * p.ow + ox;
@@ -170,7 +196,7 @@ bool max_backward_fast(const OpArgs& a, const PoolParams& p, const Tensor& dx) {
   if (t != DType::f32 && t != DType::f64) return false;
   NoGradGuard no_grad;
   const Tensor g = a.inputs[0].contiguous(), idx = a.inputs[1].contiguous();
-  visit_float(t, [&]<class T>() {
+  visit_f32_f64(t, [&]<class T>() {
     const T* pg = cpu::ptr<const T>(g);
     const std::int64_t* pidx = cpu::ptr<const std::int64_t>(idx);
     T* pdx = cpu::ptr<T>(dx);
