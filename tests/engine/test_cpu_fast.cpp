@@ -1,7 +1,7 @@
 // The CPU fast paths (im2col + BLAS convolutions, threaded max pooling and batch norm)
 // against the ops' reference loops (OpDef::cpu_reference): every registry test case, then
 // odd convolution, pooling and norm shapes forward and backward in f32 and f64, f64
-// gradients against finite differences, and the thread pool itself.
+// gradients against finite differences, the thread pool itself and the GEMMs it splits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "../gpu/consistency_cases.h"
 #include "../gpu/consistency_compare.h"
+#include "cpu/gemm_cpu.h"
 #include "cpu/parallel.h"
 #include "gradcheck.h"
 
@@ -240,4 +241,23 @@ TEST_CASE("cpu::parallel_for covers the range once, runs nested calls inline and
                                       if (b > 0 || kiln::cpu::num_threads() == 1) throw std::runtime_error("boom");
                                     }),
                   std::runtime_error);
+}
+
+TEST_CASE("cpu::gemm split over threads matches the blocked loops, by columns and by rows, strided and batched") {
+  struct Case {
+    std::int64_t batch, m, n, k;
+  };
+  for (DType dt : {DType::f32, DType::f64})
+    for (const Case& s : {Case{2, 150, 300, 70}, Case{3, 300, 130, 90}}) {
+      // A stored transposed (column-major), B row-major, C with a padded row stride.
+      const Tensor a = random({s.batch, s.k, s.m}, dt, 20), b = random({s.batch, s.k, s.n}, dt, 21);
+      const std::int64_t ldc = s.n + 3;
+      Tensor c_split = random({s.batch, s.m, ldc}, dt, 22), c_ref = c_split.clone();
+      const cpu::GemmShape shape{s.batch, s.m, s.n, s.k};
+      const cpu::GemmOperand pa{a.data_ptr(), s.k * s.m, 1, s.m}, pb{b.data_ptr(), s.k * s.n, s.n, 1};
+      cpu::gemm(dt, shape, 0.5, pa, pb, 2.0, {c_split.data_ptr(), s.m * ldc, ldc, 1});
+      cpu::gemm_blocked(dt, shape, 0.5, pa, pb, 2.0, {c_ref.data_ptr(), s.m * ldc, ldc, 1});
+      const std::string diff = consistency::compare_outputs(c_ref, c_split, 5, dt == DType::f32 ? 50 : 1000);
+      CHECK_MESSAGE(diff.empty(), dtype_name(dt) << " m=" << s.m << " n=" << s.n << diff);
+    }
 }
