@@ -59,7 +59,7 @@ TEST_CASE("long_run_note: one line when the rest of a run takes two minutes or m
   CHECK(mnist::long_run_note(26, 300'000) ==
         "mnist-train: on the CPU this run will take about 3h12m (26 samples/s); a GPU takes seconds");
   CHECK(mnist::long_run_note(2'000, 1'440'000) ==
-        "mnist-train: on the CPU this run will take about 12m00s (2.0k samples/s); a GPU takes seconds");
+        "mnist-train: on the CPU this run will take about 12m00s (2000 samples/s); a GPU takes seconds");
   CHECK(mnist::long_run_note(26'000, 600'000).empty());  // the mlp: 23 s
   CHECK(mnist::long_run_note(1'000, 119'000).empty());   // just under the threshold
   CHECK(mnist::long_run_note(NAN, 600'000).empty());
