@@ -68,16 +68,15 @@ void im2col(const Plan& p, const T* x, std::int64_t b, T* cols) {
         for (std::int64_t oy = 0; oy < s.oh; ++oy, row += s.ow) {
           const std::int64_t iy = oy * s.sh - s.ph + ki * s.dh;
           if (iy < 0 || iy >= s.h) {
-            std::fill(row, row + s.ow, T(0));
+            for (std::int64_t ox = 0; ox < s.ow; ++ox) row[ox] = T(0);
             continue;
           }
+          // Plain loops: rows are short (the output width), where a memcpy call per row costs more.
           const T* in = plane + iy * s.w;
-          std::fill(row, row + v.lo, T(0));
-          if (s.sw == 1)
-            std::copy(in + v.lo + x0, in + v.hi + x0, row + v.lo);
-          else
-            for (std::int64_t ox = v.lo; ox < v.hi; ++ox) row[ox] = in[ox * s.sw + x0];
-          std::fill(row + v.hi, row + s.ow, T(0));
+          std::int64_t ox = 0;
+          for (; ox < v.lo; ++ox) row[ox] = T(0);
+          for (; ox < v.hi; ++ox) row[ox] = in[ox * s.sw + x0];
+          for (; ox < s.ow; ++ox) row[ox] = T(0);
         }
       }
     }
