@@ -414,21 +414,24 @@ bool gemm_split(DType dtype, const GemmShape& s, double alpha, const GemmOperand
   std::int64_t bytes = 0;
   visit_gemm_dtype(dtype, [&]<class T>() { bytes = sizeof(T); });
   auto at = [&](const void* p, std::int64_t elements) { return static_cast<const char*>(p) + elements * bytes; };
-  parallel_for(by_columns ? s.n : s.m, kMinSlice, [&](std::int64_t i0, std::int64_t i1) {
-    GemmShape part = s;
-    GemmOperand pa = a, pb = b;
-    GemmOutput pc = c;
-    if (by_columns) {
-      part.n = i1 - i0;
-      pb.data = at(b.data, i0 * b.col_stride);
-      pc.data = const_cast<char*>(at(c.data, i0 * c.col_stride));
-    } else {
-      part.m = i1 - i0;
-      pa.data = at(a.data, i0 * a.row_stride);
-      pc.data = const_cast<char*>(at(c.data, i0 * c.row_stride));
-    }
-    gemm_one(dtype, part, alpha, pa, pb, beta, pc);
-  });
+  // One slice per thread: each slice packs its share of A or B again, so smaller ones cost more.
+  const std::int64_t extent = by_columns ? s.n : s.m;
+  parallel_for(extent, std::max(kMinSlice, (extent + num_threads() - 1) / num_threads()),
+               [&](std::int64_t i0, std::int64_t i1) {
+                 GemmShape part = s;
+                 GemmOperand pa = a, pb = b;
+                 GemmOutput pc = c;
+                 if (by_columns) {
+                   part.n = i1 - i0;
+                   pb.data = at(b.data, i0 * b.col_stride);
+                   pc.data = const_cast<char*>(at(c.data, i0 * c.col_stride));
+                 } else {
+                   part.m = i1 - i0;
+                   pa.data = at(a.data, i0 * a.row_stride);
+                   pc.data = const_cast<char*>(at(c.data, i0 * c.row_stride));
+                 }
+                 gemm_one(dtype, part, alpha, pa, pb, beta, pc);
+               });
   return true;
 }
 
