@@ -12,9 +12,9 @@ namespace kiln::conv_detail {
 
 namespace {
 
-// Elements of the column buffer per chunk of samples: 16 MiB of f32, so a chunk's columns
-// stay in the last-level cache between im2col and the GEMM.
-constexpr std::int64_t kColsPerChunk = std::int64_t{1} << 22;
+// Elements of the column buffer per chunk of samples: 4 MiB of f32, so a chunk's columns stay
+// in the last-level cache between im2col and the GEMM (the cnn's step: 16 MiB 113 ms, 4 MiB 98).
+constexpr std::int64_t kColsPerChunk = std::int64_t{1} << 20;
 
 // Scratch that lives across calls: a training step would otherwise map and fault in tens of
 // MiB per convolution. One per slot and thread, grown as needed.
