@@ -1,12 +1,14 @@
 // conv2d on NCHW and its two backward ops (conv2d_grad_input, conv2d_grad_weight).
 // GPU: implicit GEMMs on tensor cores generated per shape (conv_igemm.h) for bf16, f16
 // and TF32; otherwise im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group, the
-// backward ops GEMMs + col2im. CPU: direct nested loops, independent of both.
+// backward ops GEMMs + col2im. CPU: im2col + OpenBLAS (conv_cpu.h) for f32 and f64; the
+// reference (.cpu_reference, and f16/bf16) is direct nested loops, independent of all three.
 #include "kiln/conv.h"
 
 #include <atomic>
 
 #include "conv_common.h"
+#include "conv_cpu.h"
 #include "conv_igemm.h"
 #include "cpu/gemm_cpu.h"
 #include "kernels/gemm.h"
@@ -140,6 +142,22 @@ ConvSizes sizes(const Geom& g) {
   return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
 }
 
+// The three passes' geometry from an op's arguments; which as in conv_cpu.
+Geom pass_geometry(const OpArgs& a, const Tensor& out, int which) {
+  if (which == 0) return geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name());
+  if (which == 1) return geometry(out.shape(), a.inputs[1].shape(), a.attrs, a.name());
+  return geometry(a.inputs[0].shape(), out.shape(), a.attrs, a.name());
+}
+
+// A pass's .cpu (the fast path where run_conv_cpu takes the dtype) or .cpu_reference.
+Impl cpu_impl(int which, bool reference) {
+  return [which, reference](const OpArgs& a, std::span<Tensor> out) {
+    const Geom g = pass_geometry(a, out[0], which);
+    if (reference || !run_conv_cpu(static_cast<ConvPass>(which), sizes(g), a.inputs[0], a.inputs[1], out[0]))
+      conv_cpu(g, which, a.inputs[0], a.inputs[1], out[0]);
+  };
+}
+
 void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
   const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
   if (run_conv_patch(false, sizes(g), x, w, y) || run_conv_igemm(ConvPass::forward, sizes(g), x, w, y)) return;
@@ -217,11 +235,8 @@ const OpDef& kGradInput = register_op({
                              "the output " + paren(g.out_shape()) + " of input " + paren(xs));
           return std::vector<Shape>{xs};
         },
-    .cpu =
-        [](const OpArgs& a, std::span<Tensor> out) {
-          conv_cpu(geometry(out[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), 1, a.inputs[0], a.inputs[1],
-                   out[0]);
-        },
+    .cpu = cpu_impl(1, false),
+    .cpu_reference = cpu_impl(1, true),
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           conv_grad_input_gpu(geometry(out[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), a.inputs[0],
@@ -248,11 +263,8 @@ const OpDef& kGradWeight = register_op({
                              "the output " + paren(g.out_shape()) + " of weight " + paren(ws));
           return std::vector<Shape>{ws};
         },
-    .cpu =
-        [](const OpArgs& a, std::span<Tensor> out) {
-          conv_cpu(geometry(a.inputs[0].shape(), out[0].shape(), a.attrs, a.name()), 2, a.inputs[0], a.inputs[1],
-                   out[0]);
-        },
+    .cpu = cpu_impl(2, false),
+    .cpu_reference = cpu_impl(2, true),
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           conv_grad_weight_gpu(geometry(a.inputs[0].shape(), out[0].shape(), a.attrs, a.name()), a.inputs[0],
@@ -274,11 +286,8 @@ const OpDef& kConv2d = register_op({
         [](const OpArgs& a) {
           return std::vector<Shape>{geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()).out_shape()};
         },
-    .cpu =
-        [](const OpArgs& a, std::span<Tensor> out) {
-          conv_cpu(geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), 0, a.inputs[0], a.inputs[1],
-                   out[0]);
-        },
+    .cpu = cpu_impl(0, false),
+    .cpu_reference = cpu_impl(0, true),
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           conv_forward_gpu(geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()), a.inputs[0],

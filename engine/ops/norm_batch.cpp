@@ -1,11 +1,13 @@
 // batch_norm as two registry ops: the forward (on the GPU a one-pass statistics kernel that
 // also updates the running statistics, then one apply kernel with the optional ReLU; eval:
 // the apply kernel alone) and its backward (a per-channel reduction, then dx). The CPU
-// references below are plain loops in double, independent of the kernels (norm.cu).
+// references below are plain loops in double, independent of the kernels (norm.cu) and of
+// the CPU fast path (norm_batch_cpu.h).
 #include <cmath>
 #include <limits>
 
 #include "kiln/nn_functional.h"
+#include "norm_batch_cpu.h"
 #include "norm_common.h"
 
 namespace kiln {
@@ -14,22 +16,8 @@ namespace {
 
 using namespace norm_detail;
 
-// Attrs: training (bool), momentum, eps (double), relu (bool), has_weight, has_bias,
-// has_running_mean, has_running_var (bool, default true).
-struct Params {
-  bool training, relu, weight, bias, rm, rv;
-  double momentum, eps;
-};
-Params params_of(const Attrs& a) {
-  return {a.get_or<bool>("training", true),
-          a.get_or<bool>("relu", false),
-          has(a, "weight"),
-          has(a, "bias"),
-          has(a, "running_mean"),
-          has(a, "running_var"),
-          a.get_or<double>("momentum", 0.1),
-          a.get_or<double>("eps", 1e-5)};
-}
+using Params = BatchNormParams;
+Params params_of(const Attrs& a) { return batch_norm_params(a); }
 
 // x (N, C, d...) as (N, C, S).
 kernels::BatchNormShape shape_of(const Tensor& x) {
@@ -291,7 +279,11 @@ const OpDef& kBatchNormBackward = register_op({
     .dtypes = ew::kFloating,
     .dtype_rule = backward_dtypes,
     .shape_rule = backward_shapes,
-    .cpu = backward_cpu,
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          if (!batch_norm_backward_fast(a, out)) backward_cpu(a, out);
+        },
+    .cpu_reference = backward_cpu,
     .gpu = backward_gpu,
     // inputs g, x, y, weight, then mean and invstd (C): shapes (x, x, x, C, C, C).
     .test = {.attrs = test_attrs(true), .gradcheck = false, .tolerance_scale = 4, .shapes = test_shapes(3, 3)},
@@ -304,7 +296,11 @@ const OpDef& kBatchNorm = register_op({
     .dtypes = ew::kFloating,
     .dtype_rule = forward_dtypes,
     .shape_rule = forward_shapes,
-    .cpu = forward_cpu,
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          if (!batch_norm_forward_fast(a, out)) forward_cpu(a, out);
+        },
+    .cpu_reference = forward_cpu,
     .gpu = forward_gpu,
     // mean and invstd are state for the backward pass, not differentiable outputs.
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {

@@ -1,6 +1,11 @@
 // max_pool2d (with argmax indices as a second output) and avg_pool2d on NCHW, and their
-// backward ops. GPU: kernel_templates/pool.cu; CPU: plain loops written here.
+// backward ops. GPU: kernel_templates/pool.cu; CPU: plain loops written here, and for max
+// pooling in f32/f64 a threaded path over planes (the loops stay as .cpu_reference).
+#include <algorithm>
+#include <limits>
+
 #include "conv_common.h"
+#include "cpu/parallel.h"
 #include "kiln/conv.h"
 #include "registry.h"
 
@@ -117,6 +122,100 @@ void max_cpu(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
+// ---- The fast max pooling: contiguous f32/f64, one plane per item over cpu::parallel_for, the
+// same window order, tie and NaN rules as max_cpu. False for other dtypes.
+
+template <class F>
+void visit_f32_f64(DType t, F&& f) {
+  if (t == DType::f32)
+    f.template operator()<float>();
+  else
+    f.template operator()<double>();
+}
+
+bool max_fast(const OpArgs& a, std::span<Tensor> out) {
+  const DType t = out[0].dtype();
+  if (t != DType::f32 && t != DType::f64) return false;
+  const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
+  NoGradGuard no_grad;
+  const Tensor x = a.inputs[0].contiguous();
+  visit_f32_f64(t, [&]<class T>() {
+    const T* px = cpu::ptr<const T>(x);
+    T* py = cpu::ptr<T>(out[0]);
+    std::int64_t* pi = cpu::ptr<std::int64_t>(out[1]);
+    cpu::parallel_for(p.planes, 4, [&](std::int64_t pl0, std::int64_t pl1) {
+      for (std::int64_t pl = pl0; pl < pl1; ++pl) {
+        const T* in = px + pl * p.h * p.w;
+        for (long long oy = 0; oy < p.oh; ++oy)
+          for (long long ox = 0; ox < p.ow; ++ox) {
+            T best = -std::numeric_limits<T>::infinity();
+            std::int64_t arg = -1;
+            bool nan = false;
+            // Without a NaN in the window: "v > best" without branches (maxss and integer
+            // arithmetic), since random data defeats a branch. The first maximum wins.
+            for (long long ki = 0; ki < p.kh; ++ki) {
+              const long long iy = oy * p.sh - p.ph + ki * p.dh;
+              if (iy < 0 || iy >= p.h) continue;
+              for (long long kj = 0; kj < p.kw; ++kj) {
+                const long long ix = ox * p.sw - p.pw + kj * p.dw;
+                if (ix < 0 || ix >= p.w) continue;
+                const T v = in[iy * p.w + ix];
+                const std::int64_t take = static_cast<std::int64_t>((v > best) | (arg < 0));
+                arg += (iy * p.w + ix - arg) & -take;  // arithmetic: GCC keeps a branch for "take ?"
+                best = std::max(best, v);
+                nan = nan || v != v;
+              }
+            }
+            if (arg < 0) best = T(0);  // an empty window, as max_cpu leaves it
+            // With one: the first NaN, in window order, as max_cpu.
+            for (long long ki = 0; nan && ki < p.kh; ++ki) {
+              const long long iy = oy * p.sh - p.ph + ki * p.dh;
+              if (iy < 0 || iy >= p.h) continue;
+              for (long long kj = 0; nan && kj < p.kw; ++kj) {
+                const long long ix = ox * p.sw - p.pw + kj * p.dw;
+                if (ix < 0 || ix >= p.w || in[iy * p.w + ix] == in[iy * p.w + ix]) continue;
+                best = in[iy * p.w + ix];
+                arg = iy * p.w + ix;
+                nan = false;
+              }
+            }
+            const std::int64_t oi = (pl * p.oh + oy) * p.ow + ox;
+            py[oi] = best;
+            pi[oi] = arg;
+          }
+      }
+    });
+  });
+  return true;
+}
+
+// Scatters each window's gradient to its index when that lies inside the window, as the
+// reference's gather does; planes are independent, so they run in parallel.
+bool max_backward_fast(const OpArgs& a, const PoolParams& p, const Tensor& dx) {
+  const DType t = dx.dtype();
+  if (t != DType::f32 && t != DType::f64) return false;
+  NoGradGuard no_grad;
+  const Tensor g = a.inputs[0].contiguous(), idx = a.inputs[1].contiguous();
+  visit_f32_f64(t, [&]<class T>() {
+    const T* pg = cpu::ptr<const T>(g);
+    const std::int64_t* pidx = cpu::ptr<const std::int64_t>(idx);
+    T* pdx = cpu::ptr<T>(dx);
+    cpu::parallel_for(p.planes, 4, [&](std::int64_t pl0, std::int64_t pl1) {
+      std::fill(pdx + pl0 * p.h * p.w, pdx + pl1 * p.h * p.w, T(0));
+      for (std::int64_t pl = pl0; pl < pl1; ++pl)
+        for (long long oy = 0; oy < p.oh; ++oy)
+          for (long long ox = 0; ox < p.ow; ++ox) {
+            const std::int64_t oi = (pl * p.oh + oy) * p.ow + ox, i = pidx[oi];
+            if (i < 0 || i >= p.h * p.w) continue;
+            const long long dy = i / p.w - (oy * p.sh - p.ph), dxx = i % p.w - (ox * p.sw - p.pw);
+            if (dy < 0 || dy % p.dh || dy / p.dh >= p.kh || dxx < 0 || dxx % p.dw || dxx / p.dw >= p.kw) continue;
+            pdx[pl * p.h * p.w + i] += pg[oi];
+          }
+    });
+  });
+  return true;
+}
+
 void avg_cpu(const OpArgs& a, std::span<Tensor> out) {
   const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;
   visit_float(out[0].dtype(), [&]<class T>() {
@@ -153,6 +252,23 @@ Geom backward_geometry(const OpArgs& a) {
   return g;
 }
 
+void max_backward_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const PoolParams p = backward_geometry(a).p;
+  visit_float(out[0].dtype(), [&]<class T>() {
+    using C = cpu::compute_t<T>;
+    auto g = load_dense<T>(a.inputs[0]);
+    auto idx = a.inputs[1].contiguous().to_vector<std::int64_t>();
+    std::vector<C> dx(static_cast<std::size_t>(out[0].numel()), C(0));
+    // A window's gradient goes to its index only when that lies inside the window, as
+    // in the GPU kernel's gather; other indices reach no element.
+    for_each_window(p, [&](auto oi, auto xi, auto, auto) {
+      if (idx[static_cast<std::size_t>(oi)] == xi % (p.h * p.w))
+        dx[static_cast<std::size_t>(xi)] += g[static_cast<std::size_t>(oi)];
+    });
+    store_all<T>(dx, out[0]);
+  });
+}
+
 const OpDef& kMaxBackward = register_op({
     .name = "max_pool2d_backward",
     .num_inputs = 2,
@@ -165,21 +281,9 @@ const OpDef& kMaxBackward = register_op({
     .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{backward_geometry(a).in}; },
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          const PoolParams p = backward_geometry(a).p;
-          visit_float(out[0].dtype(), [&]<class T>() {
-            using C = cpu::compute_t<T>;
-            auto g = load_dense<T>(a.inputs[0]);
-            auto idx = a.inputs[1].contiguous().to_vector<std::int64_t>();
-            std::vector<C> dx(static_cast<std::size_t>(out[0].numel()), C(0));
-            // A window's gradient goes to its index only when that lies inside the window, as
-            // in the GPU kernel's gather; other indices reach no element.
-            for_each_window(p, [&](auto oi, auto xi, auto, auto) {
-              if (idx[static_cast<std::size_t>(oi)] == xi % (p.h * p.w))
-                dx[static_cast<std::size_t>(xi)] += g[static_cast<std::size_t>(oi)];
-            });
-            store_all<T>(dx, out[0]);
-          });
+          if (!max_backward_fast(a, backward_geometry(a).p, out[0])) max_backward_cpu(a, out);
         },
+    .cpu_reference = max_backward_cpu,
     .gpu =
         [k = gpu::LazyKernel("max_pool2d_backward")](const OpArgs& a, std::span<Tensor> out) {
           const PoolParams p = backward_geometry(a).p;
@@ -241,7 +345,11 @@ const OpDef& kMaxPool = register_op({
           return DTypePlan{{t}, {t, DType::i64}, t};
         },
     .shape_rule = [](const OpArgs& a) { return pooled_shape(a, 2); },
-    .cpu = max_cpu,
+    .cpu =
+        [](const OpArgs& a, std::span<Tensor> out) {
+          if (!max_fast(a, out)) max_cpu(a, out);
+        },
+    .cpu_reference = max_cpu,
     .gpu =
         [k = gpu::LazyKernel("max_pool2d")](const OpArgs& a, std::span<Tensor> out) {
           const PoolParams p = geometry(a.inputs[0].shape(), a.attrs, a.name()).p;

@@ -21,6 +21,8 @@ struct Registry {
   std::unordered_map<std::string, const OpDef*> by_name;
 };
 
+std::atomic<bool> g_cpu_reference{false};
+
 Registry& registry() {
   static Registry r;
   return r;
@@ -79,7 +81,7 @@ const Impl& impl_for(const OpDef& op, Device d) {
     throw ValueError(bracket(op) + (d.is_cpu() ? "runs on a CPU tensor" : "runs on " + d.str()) +
                      " inside a step captured on " + compile_detail::capture_device().str() +
                      "; a CUDA graph holds the work of one device");
-  if (d.is_cpu()) return op.cpu;
+  if (d.is_cpu()) return op.cpu_reference && cpu_reference_in_use() ? op.cpu_reference : op.cpu;
   if (!op.gpu) throw DeviceError(bracket(op) + "has no GPU implementation (tensors on " + d.str() + ")");
   return op.gpu;
 }
@@ -94,6 +96,9 @@ bool can_cast(DType from, DType to) {
 }  // namespace
 
 const std::string& OpArgs::name() const { return op.name; }
+
+void use_cpu_reference(bool on) { g_cpu_reference.store(on, std::memory_order_relaxed); }
+bool cpu_reference_in_use() { return g_cpu_reference.load(std::memory_order_relaxed); }
 
 const OpDef& register_op(OpDef def) {
   if (def.name.empty()) throw ValueError("[registry] an op needs a name");

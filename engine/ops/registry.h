@@ -164,6 +164,9 @@ struct OpDef {
   DTypeRule dtype_rule{};       // empty: rules::promote
   ShapeRule shape_rule{};       // empty: rules::broadcast
   Impl cpu{};
+  // Set when .cpu is a fast path (BLAS, threads): the independent loops it must agree with,
+  // run instead of .cpu while use_cpu_reference is on (the GPU tests compare against these).
+  Impl cpu_reference{};
   Impl gpu{};                   // empty: the op runs on the CPU only (DeviceError on cuda)
   // Set: register_op registers the op's elementwise kernel spec, named after the op.
   std::optional<PointwiseExpr> pointwise{};
@@ -217,6 +220,21 @@ Tensor sum_to(const Tensor& grad, const Shape& shape);
 // Reductions share the attrs "axes" (every dim for a full reduction) and "keepdim".
 std::vector<int> reduction_axes(const Attrs& attrs, int ndim, std::string_view op);
 Shape reduced_shape(const Shape& in, const std::vector<int>& axes, bool keepdim);
+
+// While on, CPU calls run each op's cpu_reference where it has one (process-wide; the GPU
+// test suite turns it on). CpuReferenceGuard sets it for a scope.
+void use_cpu_reference(bool on);
+bool cpu_reference_in_use();
+class CpuReferenceGuard {
+ public:
+  explicit CpuReferenceGuard(bool on = true) : prev_(cpu_reference_in_use()) { use_cpu_reference(on); }
+  ~CpuReferenceGuard() { use_cpu_reference(prev_); }
+  CpuReferenceGuard(const CpuReferenceGuard&) = delete;
+  CpuReferenceGuard& operator=(const CpuReferenceGuard&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // For implementations.
 std::string dtypes_str(const std::vector<DType>& dtypes);  // "f32, f64"

@@ -79,6 +79,20 @@ void Progress::update(std::int64_t step, std::int64_t samples, double loss) {
   std::fflush(stdout);
 }
 
+std::string long_run_note(double samples_per_s, std::int64_t samples_left, double threshold_s) {
+  if (!(samples_per_s > 0)) return "";
+  const double seconds = static_cast<double>(samples_left) / samples_per_s;
+  if (!(seconds >= threshold_s)) return "";
+  return "mnist-train: on the CPU this run will take about " + kiln::cli::format_duration(seconds) + " (" +
+         format_rate(samples_per_s) + " samples/s); a GPU takes seconds";
+}
+
+void Progress::note(const std::string& line) {
+  if (tty_) std::printf("\r\033[K");
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 void Progress::finish(const std::string& summary) {
   if (tty_) std::printf("\r\033[K");
   std::printf("epoch %d/%d %s\n", epoch_, epochs_, summary.c_str());

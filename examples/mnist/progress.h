@@ -37,12 +37,19 @@ std::string progress_line(const ProgressView& v);
 // "950", "52.3k", "1.25M"; "?" when not finite.
 std::string format_rate(double per_s);
 
+// What a run that will take long prints once, from its rate after the first steps: "mnist-train:
+// on the CPU this run will take about 38m (26 samples/s); a GPU takes seconds". Empty when the
+// `samples_left` take less than `threshold_s` at `samples_per_s`, or the rate is unknown.
+std::string long_run_note(double samples_per_s, std::int64_t samples_left, double threshold_s = 120);
+
 class Progress {
  public:
   Progress(int epoch, int epochs, std::int64_t steps, std::int64_t samples);
   // Called after the steps up to `step` (`samples` of this epoch) with the latest loss read back.
   void update(std::int64_t step, std::int64_t samples, double loss);
   void finish(const std::string& summary);
+  // A line of its own above the bar, which the next update redraws.
+  void note(const std::string& line);
   // True on the steps where the caller should read the loss back (a synchronisation).
   bool wants_loss(std::int64_t step) const;
 

@@ -20,6 +20,9 @@ using namespace kiln;
 
 namespace {
 
+// Steps timed (after the first) for the estimate of a long CPU run.
+constexpr std::int64_t kEstimateAfterSteps = 4;
+
 // MNIST's pixel mean and standard deviation over the training set.
 constexpr double kMean = 0.1307, kStd = 0.3081;
 
@@ -239,6 +242,7 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
     if (rank == 0) bar.emplace(epoch, epochs, loader.batches(), loader.size());
     Tensor loss_sum = zeros({}, {.device = o.device});
     const auto t0 = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point after_first_step;
     for (std::int64_t i = 0; i < loader.batches(); ++i) {
       data::Batch b = loader.batch(i);
       if (group) {  // this rank's rows of the global batch
@@ -250,6 +254,16 @@ RunResult train(const TrainOptions& o, const data::Mnist& data, Distributed* dis
       // Its all-reduces run inside the replayed graph: the watchdog waits on the whole step.
       if (group) group->watch("training step " + std::to_string(i + 1) + " of epoch " + std::to_string(epoch));
       loss_sum.add_(loss);
+      // A CPU run (steps are synchronous there) tells, after a few steps, how long it will take
+      // when that is long; the first step, which allocates, is not timed.
+      if (bar && epoch == 1 && o.device.is_cpu() && i == 0) after_first_step = std::chrono::steady_clock::now();
+      if (bar && epoch == 1 && o.device.is_cpu() && i == kEstimateAfterSteps) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - after_first_step).count();
+        const std::int64_t done = (i + 1) * global_batch;
+        const std::string note =
+            long_run_note(static_cast<double>(i * global_batch) / s, loader.size() * epochs - done);
+        if (!note.empty()) bar->note(note);
+      }
       if (bar && bar->wants_loss(i + 1))
         bar->update(i + 1, std::min((i + 1) * global_batch, loader.size()), loss.item<double>());
     }

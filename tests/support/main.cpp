@@ -1,5 +1,6 @@
 // doctest main shared by every suite. The GPU suite exits 77 (ctest: skipped)
-// when no GPU is usable, printing why, so a machine without one shows the skip.
+// when no GPU is usable, printing why, so a machine without one shows the skip, and runs
+// the CPU side of its comparisons on the ops' reference loops (OpDef::cpu_reference).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -7,6 +8,9 @@
 #include <string>
 
 #include "kiln/runtime/device.h"
+#ifdef KILN_GPU_SUITE
+#include "ops/registry.h"
+#endif
 
 int main(int argc, char** argv) {
 #ifdef KILN_GPU_SUITE
@@ -15,6 +19,8 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: GPU tests need a GPU: %s\n", why.c_str());
     return 77;
   }
+  // GPU results are compared with the independent CPU loops, not the CPU fast paths.
+  kiln::use_cpu_reference(true);
 #endif
   doctest::Context ctx(argc, argv);
   return ctx.run();

@@ -53,3 +53,15 @@ TEST_CASE("progress_line shows the bar, step, loss, samples/s and the time left"
       {.epoch = 1, .epochs = 1, .step = 1, .steps = 1, .loss = 2.5, .samples_per_s = NAN, .seconds_left = NAN});
   CHECK(unknown == "epoch 1/1 [================] 1/1 loss 2.5000, ? samples/s, ETA ?");
 }
+
+TEST_CASE("long_run_note: one line when the rest of a run takes two minutes or more, else nothing") {
+  // The cnn before the CPU fast path: 26 samples/s over 5 epochs of 60,000.
+  CHECK(mnist::long_run_note(26, 300'000) ==
+        "mnist-train: on the CPU this run will take about 3h12m (26 samples/s); a GPU takes seconds");
+  CHECK(mnist::long_run_note(2'000, 1'440'000) ==
+        "mnist-train: on the CPU this run will take about 12m00s (2000 samples/s); a GPU takes seconds");
+  CHECK(mnist::long_run_note(26'000, 600'000).empty());  // the mlp: 23 s
+  CHECK(mnist::long_run_note(1'000, 119'000).empty());   // just under the threshold
+  CHECK(mnist::long_run_note(NAN, 600'000).empty());
+  CHECK(mnist::long_run_note(0, 600'000).empty());
+}

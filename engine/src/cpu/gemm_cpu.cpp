@@ -10,6 +10,7 @@
 
 #include "kiln/error.h"
 #include "kiln/half.h"
+#include "parallel.h"
 
 #ifndef KILN_HAVE_OPENBLAS
 #define KILN_HAVE_OPENBLAS 0
@@ -23,6 +24,7 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float
                  const float* b, int ldb, float beta, float* c, int ldc);
 void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, double alpha, const double* a, int lda,
                  const double* b, int ldb, double beta, double* c, int ldc);
+void openblas_set_num_threads(int threads);
 }
 #endif
 
@@ -359,6 +361,23 @@ void gemm_blocked(DType dtype, const GemmShape& shape, double alpha, const GemmO
   });
 }
 
+namespace {
+
+// kiln threads big products itself (slices of C over cpu::parallel_for) and keeps OpenBLAS on
+// one thread: its workers busy-wait after each call, and beside kiln's own threads (im2col,
+// pooling, norms) on the same cores the two pools slow each other down.
+void blas_single_threaded() {
+#if KILN_HAVE_OPENBLAS
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+#endif
+}
+
+}  // namespace
+
 bool gemm_blas(DType dtype, const GemmShape& shape, double alpha, const GemmOperand& a, const GemmOperand& b,
                double beta, const GemmOutput& c) {
   if (!have_blas() || !is_floating(dtype)) {
@@ -366,6 +385,7 @@ bool gemm_blas(DType dtype, const GemmShape& shape, double alpha, const GemmOper
     return false;
   }
   if (!check_args(dtype, shape, alpha, beta, c)) return true;
+  blas_single_threaded();
   if (only_scale(shape, alpha)) {
     visit_gemm_dtype(dtype, [&]<class T>() { scale_output<T>(shape, beta, c); });
     return true;
@@ -373,15 +393,55 @@ bool gemm_blas(DType dtype, const GemmShape& shape, double alpha, const GemmOper
   return run_blas(dtype, shape, alpha, a, b, beta, c);
 }
 
-void gemm(DType dtype, const GemmShape& shape, double alpha, const GemmOperand& a, const GemmOperand& b, double beta,
-          const GemmOutput& c) {
-  if (!check_args(dtype, shape, alpha, beta, c)) return;
+namespace {
+
+void gemm_one(DType dtype, const GemmShape& shape, double alpha, const GemmOperand& a, const GemmOperand& b,
+              double beta, const GemmOutput& c) {
   visit_gemm_dtype(dtype, [&]<class T>() {
     if (only_scale(shape, alpha))
       scale_output<T>(shape, beta, c);
     else if (!(is_floating(dtype) && run_blas(dtype, shape, alpha, a, b, beta, c)))
       run_blocked<T>(shape, alpha, a, b, beta, c);
   });
+}
+
+// A big product as slices of C's columns (or rows, when it has more rows), one per thread.
+bool gemm_split(DType dtype, const GemmShape& s, double alpha, const GemmOperand& a, const GemmOperand& b, double beta,
+                const GemmOutput& c) {
+  constexpr std::int64_t kMinWork = std::int64_t{1} << 21, kMinSlice = 64;
+  if (num_threads() < 2 || s.batch * s.m * s.n * s.k < kMinWork || std::max(s.m, s.n) < 2 * kMinSlice) return false;
+  const bool by_columns = s.n >= s.m;
+  std::int64_t bytes = 0;
+  visit_gemm_dtype(dtype, [&]<class T>() { bytes = sizeof(T); });
+  auto at = [&](const void* p, std::int64_t elements) { return static_cast<const char*>(p) + elements * bytes; };
+  // One slice per thread: each slice packs its share of A or B again, so smaller ones cost more.
+  const std::int64_t extent = by_columns ? s.n : s.m;
+  parallel_for(extent, std::max(kMinSlice, (extent + num_threads() - 1) / num_threads()),
+               [&](std::int64_t i0, std::int64_t i1) {
+                 GemmShape part = s;
+                 GemmOperand pa = a, pb = b;
+                 GemmOutput pc = c;
+                 if (by_columns) {
+                   part.n = i1 - i0;
+                   pb.data = at(b.data, i0 * b.col_stride);
+                   pc.data = const_cast<char*>(at(c.data, i0 * c.col_stride));
+                 } else {
+                   part.m = i1 - i0;
+                   pa.data = at(a.data, i0 * a.row_stride);
+                   pc.data = const_cast<char*>(at(c.data, i0 * c.row_stride));
+                 }
+                 gemm_one(dtype, part, alpha, pa, pb, beta, pc);
+               });
+  return true;
+}
+
+}  // namespace
+
+void gemm(DType dtype, const GemmShape& shape, double alpha, const GemmOperand& a, const GemmOperand& b, double beta,
+          const GemmOutput& c) {
+  if (!check_args(dtype, shape, alpha, beta, c)) return;
+  blas_single_threaded();
+  if (!gemm_split(dtype, shape, alpha, a, b, beta, c)) gemm_one(dtype, shape, alpha, a, b, beta, c);
 }
 
 }  // namespace kiln::cpu
