@@ -82,7 +82,7 @@ fi
 # 5. kill -9 of a rank under --max-restarts 1: resumes from the last checkpoint and ends with the
 #    weights of an uninterrupted run.
 if want resume; then
-resume=(--model cnn --epochs 3 --batch-size 256 --seed 3)
+resume=(--model cnn --epochs 6 --batch-size 64 --seed 3)
 "$run" -n 2 -- "$train" "${resume[@]}" --save "$out/straight.safetensors" --metrics "$out/straight.jsonl" \
   >"$out/straight.log" 2>&1; echo "resume: uninterrupted run exit $?"
 rm -f "$out/ck.safetensors"
@@ -90,7 +90,7 @@ rm -f "$out/ck.safetensors"
   --save "$out/resumed.safetensors" --metrics "$out/resumed.jsonl" >"$out/resumed.log" 2>&1 &
 launcher=$!
 for _ in $(seq 1 1200); do [ -e "$out/ck.safetensors" ] && break; sleep 0.1; done
-sleep 1; victim=$(rank_pid "$launcher" 1 "$train"); kill -KILL "$victim"; wait "$launcher"; code=$?
+victim=$(rank_pid "$launcher" 1 "$train"); kill -KILL "$victim"; wait "$launcher"; code=$?
 echo "resume: kill -9 of rank 1 after the first checkpoint, --max-restarts 1: exit $code;" \
   "$(grep -c 'restarting' "$out/resumed.log") restart(s); final weights" \
   "$(cmp -s "$out/straight.safetensors" "$out/resumed.safetensors" && echo IDENTICAL || echo DIFFERENT)"

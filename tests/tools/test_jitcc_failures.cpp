@@ -180,6 +180,8 @@ TEST_CASE("jitcc warm --jobs: 0 is one compile per hardware thread (documented),
   INFO(zero.err);
   CHECK(zero.exit_code == 0);
   CHECK(nlohmann::json::parse(zero.out).at("compiled") == static_cast<std::int64_t>(selection().instances.size()));
+}
+
 TEST_CASE("jitcc list, verify, gc, clear and stats fail naming a cache directory they cannot read") {
   ScratchDir dir;
   copy_warmed_cache(dir.path());
