@@ -31,8 +31,14 @@ struct detail::GroupState {
     if (!comm) return;
     try {
       const bool healthy = !watchdog || watchdog->drain();
+      // A failed group's communicator is being aborted (and freed) by the watchdog. Exiting before
+      // NCCL lets go of it races NCCL's teardown against the process's; an abort still stuck after
+      // the grace means a kernel that never ends, so the process ends as it would have anyway.
+      if (!healthy && !watchdog->wait_for_abort(kExitGrace) && watchdog->options().on_failure == OnFailure::end_process)
+        detail::end_process("kiln.dist: rank " + std::to_string(env.rank) + ": ending the process (exit code " +
+                            std::to_string(kFailureExitCode) + "): its failed process group's NCCL abort has not " +
+                            "returned " + detail::seconds_text(kExitGrace) + " after the group was destroyed\n");
       watchdog.reset();
-      // A failed group's communicator was aborted (and freed) by the watchdog.
       if (healthy) {
         rt::make_current(device.index());
         const nccl::Result r = nccl::api().ncclCommDestroy(comm);

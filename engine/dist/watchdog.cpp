@@ -33,21 +33,36 @@ void write_stderr(const std::string& text) {
 }
 
 // ncclCommAbort on a detached thread: it can block for as long as an NCCL kernel spins, and the
-// watchdog must stay free to end the process. The communicator is the group's no more.
-void abort_in_background(rt::nccl::Comm comm, int device) {
+// watchdog must stay free to end the process. The communicator is the group's no more; `done`
+// tells the group's destructor when NCCL has let go of it (exiting earlier races its teardown).
+void abort_in_background(rt::nccl::Comm comm, int device, std::shared_ptr<AbortDone> done) {
   const rt::nccl::Api* api = rt::nccl::try_api();
-  if (!api || !comm) return;
-  std::thread([api, comm, device] {
+  if (!api || !comm) return done->set();
+  std::thread([api, comm, device, done] {
     try {
       rt::make_current(device);
     } catch (const std::exception&) {
     }
     const rt::nccl::Result r = api->ncclCommAbort(comm);
     if (r != rt::nccl::kSuccess) rt::log().error("[dist] ncclCommAbort failed (ncclResult_t {})", r);
+    done->set();
   }).detach();
 }
 
 }  // namespace
+
+void AbortDone::set() {
+  std::lock_guard lk(mu);
+  done = true;
+  cv.notify_all();
+}
+
+bool AbortDone::wait_for(std::chrono::milliseconds d) {
+  std::unique_lock lk(mu);
+  return cv.wait_for(lk, d, [this] { return done; });
+}
+
+bool Watchdog::wait_for_abort(std::chrono::milliseconds d) { return abort_done_->wait_for(d); }
 
 void end_process(const std::string& message) {
   write_stderr(message);
@@ -201,7 +216,7 @@ void Watchdog::fail_locked(const std::string& why) {
   std::unique_lock comm_lock(comm_mu_, std::defer_lock);
   (void)comm_lock.try_lock_for(std::chrono::seconds(1));
   if (comm_lock.owns_lock()) comm_lock.unlock();
-  abort_in_background(comm_, options_.device);
+  abort_in_background(comm_, options_.device, abort_done_);
   pending_.clear();
   cv_.notify_all();
 }

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,6 +29,15 @@ struct WatchdogOptions {
   std::chrono::milliseconds exit_grace{};  // from the failure to the end of the process
 };
 
+// Set once ncclCommAbort returned.
+struct AbortDone {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  void set();
+  bool wait_for(std::chrono::milliseconds d);  // false when still aborting after d
+};
+
 class Watchdog {
  public:
   Watchdog(rt::nccl::Comm comm, WatchdogOptions options);
@@ -44,6 +54,9 @@ class Watchdog {
   // Empty while healthy; otherwise what failed, and the communicator is being aborted.
   std::string failure() const;
   bool failed() const { return failed_.load(); }
+  // After a failure: waits up to `d` for the communicator's abort to return; false if it has not.
+  bool wait_for_abort(std::chrono::milliseconds d);
+  const WatchdogOptions& options() const { return options_; }
   // Held while a collective is queued, so the abort never frees the communicator under it.
   // Empty (not owning) when the group has failed.
   std::unique_lock<std::timed_mutex> lock_comm();
@@ -71,6 +84,7 @@ class Watchdog {
   std::string failure_;
   std::atomic<bool> failed_{false};
   std::timed_mutex comm_mu_;  // taken after mu_, never before
+  std::shared_ptr<AbortDone> abort_done_ = std::make_shared<AbortDone>();
   bool stop_ = false;
   std::thread thread_;
 };
