@@ -185,17 +185,7 @@ int main(int argc, char** argv) {
                             "--sync-bn"})
     recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return usage_error(e.what());
-  }
+  if (const std::optional<int> code = kiln::cli::parse_command_line(app, argc, argv, usage_error)) return *code;
 
   try {
     // Under kiln-run (or torchrun) each process trains on cuda:LOCAL_RANK; rank 0 reports.

@@ -29,4 +29,20 @@ std::string version_text() {
          (driver.empty() ? "CUDA driver: not found" : "CUDA driver " + driver);
 }
 
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv,
+                                      const std::function<int(const std::string&)>& on_error) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return on_error(e.what());
+  }
+  return std::nullopt;
+}
+
 }  // namespace kiln::cli

@@ -69,17 +69,10 @@ int main(int argc, char** argv) {
                   std::string("unknown subcommand '") + argv[1] + "' (one of:" + names + ")");
   }
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return fail(wants_json(argc, argv), jitcc::kUsageExit, e.what() + std::string(" (run 'jitcc --help')"));
-  }
+  const auto usage = [&](const std::string& what) {
+    return fail(wants_json(argc, argv), jitcc::kUsageExit, what + " (run 'jitcc --help')");
+  };
+  if (const std::optional<int> code = kiln::cli::parse_command_line(app, argc, argv, usage)) return *code;
 
   try {
     return ctx.run();
