@@ -85,7 +85,8 @@ int convert_sync_batchnorm(nn::Sequential& net, ProcessGroup& group) {
   int replaced = 0;
   for (std::size_t i = 0; i < net.size(); ++i) {
     const std::shared_ptr<nn::Module> child = net.child(i);
-    if (typeid(*child) == typeid(nn::BatchNorm2d)) {
+    const nn::Module& module = *child;  // typeid of a plain reference: no side effects to warn about
+    if (typeid(module) == typeid(nn::BatchNorm2d)) {
       net.replace(i, std::make_shared<SyncBatchNorm>(static_cast<const nn::BatchNorm2d&>(*child), group));
       ++replaced;
     } else if (auto* nested = dynamic_cast<nn::Sequential*>(child.get())) {

@@ -354,7 +354,9 @@ TEST_CASE("io checkpoint extras: tensors and metadata beside the model, ignored 
   CHECK(values(b.parameters()[0]) == values(a.parameters()[0]));
   CHECK(back.metadata == io::Metadata{{"trainer", R"({"epoch":2})"}});
   REQUIRE(back.tensors.size() == 2);
-  for (const auto& [name, t] : back.tensors) {
+  for (const auto& entry : back.tensors) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const Tensor& t = entry.second;
     CAPTURE(name);
     if (name == "order") {
       CHECK(t.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4});

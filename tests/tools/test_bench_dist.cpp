@@ -37,7 +37,9 @@ TEST_CASE("bench_dist: --help, and bad arguments exit 2 with the reason") {
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--json", tmp.file("missing-dir/rows.jsonl")}, "cannot write"},
   };
-  for (const auto& [args, what] : bad) {
+  for (const auto& row : bad) {
+    const auto& args = row.first;  // not a structured binding: clang 14 cannot capture one
+    const auto& what = row.second;
     CAPTURE(args.front());
     const ProcessResult r = bench_dist(args);
     CHECK(r.exit_code == 2);
