@@ -158,6 +158,7 @@ void NodeLink::join_master(int restart, int signal_fd) {
   while (std::count(joined.begin(), joined.end(), true) < o_.nnodes) {
     std::vector<pollfd> fds{{signal_fd, POLLIN, 0}, {listener.get(), POLLIN, 0}};
     for (Peer& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
+    const std::size_t polled = pending.size();  // an accept below adds to `pending`, not to `fds`
     for (Peer& p : peers_) fds.push_back({p.open ? p.fd.get() : -1, POLLIN, 0});
     const int r = ::poll(fds.data(), fds.size(), held_.empty() ? remaining_ms(deadline) : 0);
     if (r < 0 && errno == EINTR) continue;
@@ -177,12 +178,12 @@ void NodeLink::join_master(int restart, int signal_fd) {
     }
     std::vector<Message> got = std::move(held_);
     held_.clear();
-    for (std::size_t i = 0; i < pending.size(); ++i)
+    for (std::size_t i = 0; i < polled; ++i)
       if (fds[2 + i].revents)
         for (Message& m : read_lines(pending[i]))
           got.push_back(std::move(m)), got.back().node = -1 - static_cast<int>(i);
     for (std::size_t i = 0; i < peers_.size(); ++i)
-      if (fds[2 + pending.size() + i].revents)
+      if (fds[2 + polled + i].revents)
         for (Message& m : read_lines(peers_[i])) got.push_back(std::move(m));
     for (const Message& m : got) {
       if (m.kind == "eof" && m.node < 0) continue;  // a connection that never joined
