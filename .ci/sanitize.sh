@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI's sanitizer job: one clang build with ASan and UBSan (any report fails the run) of the
 # CPU suites and the fuzz targets. Runs the suites, then each fuzz target for
-# ${KILN_FUZZ_SECONDS:-60} s from its seed corpus (tests/fuzz/run_fuzz.sh).
+# ${KILN_FUZZ_SECONDS:-60} s from its seed corpus (tests/fuzz/run_fuzz.sh). KILN_CMAKE_ARGS: extra
+# configure flags (.ci/run passes -DKILN_WERROR=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_SANITIZE_BUILD:-build-san}
@@ -20,7 +21,7 @@ fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" \
-  -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON "${launcher[@]}" >/dev/null
+  -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON "${launcher[@]}" ${KILN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:suppressions=$PWD/.ci/lsan.supp

@@ -44,7 +44,8 @@ if [ -n "$missing" ]; then
 fi
 
 build=${KILN_BUILD_DIR:-build}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# KILN_CMAKE_ARGS: extra configure flags (CI passes -DKILN_WERROR=ON).
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} >/dev/null
 
 case "$what" in
   test)

@@ -25,9 +25,9 @@ using ReplayAction = std::function<void(rt::Graph&)>;
 struct CaptureContext {
   Device device;
   const rt::Stream* stream = nullptr;
-  std::unordered_map<const void*, std::shared_ptr<const void>> kept;  // storages the graph uses
-  std::vector<ReplayAction> actions;
-  std::vector<CapturedRng> rngs;
+  std::unordered_map<const void*, std::shared_ptr<const void>> kept{};  // storages the graph uses
+  std::vector<ReplayAction> actions{};
+  std::vector<CapturedRng> rngs{};
 };
 
 }  // namespace kiln::compile_detail

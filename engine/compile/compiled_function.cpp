@@ -104,7 +104,7 @@ struct CompiledFunction::Impl {
       if (t.requires_grad())
         throw ValueError("[compile] input " + std::to_string(i) +
                          " requires grad: inputs are data copied into the graph; a step's parameters come from its closure");
-      sig += "|" + std::string(dtype_name(t.dtype())) + shape_str(t.shape());
+      sig.append("|").append(dtype_name(t.dtype())).append(shape_str(t.shape()));
     }
     // Autocast changes the dtypes of the captured work, as grad mode changes what is recorded.
     if (const auto amp = autocast_dtype()) sig += "|autocast=" + std::string(dtype_name(*amp));

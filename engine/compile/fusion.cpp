@@ -126,10 +126,10 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
     for (const Tensor& in : ops[k].inputs) {
       const int p = producer(ops, in);
       if (p >= 0) {
-        args += "t" + std::to_string(p) + ", ";
+        args.append("t").append(std::to_string(p)).append(", ");
       } else {
         const auto it = std::find_if(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); });
-        args += "v" + std::to_string(it - ext.begin()) + ", ";
+        args.append("v").append(std::to_string(it - ext.begin())).append(", ");
       }
     }
     const std::string t = "t" + std::to_string(k);
@@ -166,9 +166,9 @@ const rt::KernelSpec& spec_for(const std::string& src, const std::vector<Pending
   s.entry = "kiln_fused";
   s.dtypes = {DTypes{DType::u8}};
   s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
-  const rt::KernelSpec& stored = rt::register_kernel(std::move(s));
-  specs->emplace(src, &stored);
-  return stored;
+  const rt::KernelSpec* stored = &rt::register_kernel(std::move(s));
+  specs->emplace(src, stored);
+  return *stored;
 }
 
 template <int N>

@@ -179,7 +179,7 @@ std::vector<Attrs> test_attrs() {
   return sets;
 }
 
-const OpDef& kSyncBatchNorm = register_op({
+const OpRef kSyncBatchNorm = register_op({
     .name = "sync_batch_norm",
     .num_inputs = 5,
     .num_outputs = 4,

@@ -22,7 +22,7 @@ constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double kSoftplusThreshold = 20;               // torch.nn.functional.softplus's
 
-const OpDef& kSigmoid = [] () -> const OpDef& {
+const OpRef kSigmoid = [] () -> const OpDef& {
   OpDef d = float_unary("sigmoid", "kiln::m::sigmoid(x)", [](auto x, double) {
     using C = decltype(x);
     return C(1) / (C(1) + std::exp(-x));
@@ -38,7 +38,7 @@ const OpDef& kSigmoid = [] () -> const OpDef& {
 
 // relu's gradient from its saved output in one kernel: g where y > 0, else 0 (a where over a
 // comparison takes three). Also the gradient of linear's fused ReLU.
-const OpDef& kReluBackward = [] () -> const OpDef& {
+const OpRef kReluBackward = [] () -> const OpDef& {
   OpDef d = ew::binary_def<true, false>(
       "relu_backward", ew::kFloating, rules::promote_float,
       [](auto g, auto y) {
@@ -51,7 +51,7 @@ const OpDef& kReluBackward = [] () -> const OpDef& {
 }();
 
 // relu keeps every numeric dtype; NaN stays NaN as in the kernel's kiln::m::relu.
-const OpDef& kRelu = [] () -> const OpDef& {
+const OpRef kRelu = [] () -> const OpDef& {
   OpDef d = ew::unary_def<false, false>(
       "relu", ew::kNumeric, rules::promote,
       [](auto x, double, double) {
@@ -65,7 +65,7 @@ const OpDef& kRelu = [] () -> const OpDef& {
 }();
 
 // attrs "negative_slope" (double).
-const OpDef& kLeakyRelu = [] () -> const OpDef& {
+const OpRef kLeakyRelu = [] () -> const OpDef& {
   OpDef d = float_unary(
       "leaky_relu", "(x > C(0) ? x : x * C(p0))",
       [](auto x, double slope) {
@@ -83,7 +83,7 @@ const OpDef& kLeakyRelu = [] () -> const OpDef& {
 }();
 
 // Exact gelu, x Phi(x); d/dx = Phi(x) + x phi(x).
-const OpDef& kGelu = [] () -> const OpDef& {
+const OpRef kGelu = [] () -> const OpDef& {
   OpDef d = float_unary("gelu", "kiln::m::gelu(x)", [](auto x, double) {
     using C = decltype(x);
     return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
@@ -99,7 +99,7 @@ const OpDef& kGelu = [] () -> const OpDef& {
 }();
 
 // silu = x s(x); d/dx = s (1 + x (1 - s)).
-const OpDef& kSilu = [] () -> const OpDef& {
+const OpRef kSilu = [] () -> const OpDef& {
   OpDef d = float_unary("silu", "kiln::m::silu(x)", [](auto x, double) {
     using C = decltype(x);
     return x / (C(1) + std::exp(-x));
@@ -114,7 +114,7 @@ const OpDef& kSilu = [] () -> const OpDef& {
 }();
 
 // Above the threshold softplus is x itself, and so is its gradient (PyTorch's backward).
-const OpDef& kSoftplus = [] () -> const OpDef& {
+const OpRef kSoftplus = [] () -> const OpDef& {
   OpDef d = float_unary("softplus", "kiln::m::softplus(x)", [](auto x, double) {
     using C = decltype(x);
     return x > C(kSoftplusThreshold) ? x : static_cast<C>(std::log1p(std::exp(x)));

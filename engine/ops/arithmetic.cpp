@@ -40,19 +40,19 @@ OpDef binary_scalar(std::string name, std::string kernel, bool scalar_first, std
 using G = std::span<const Tensor>;
 using V = std::vector<Tensor>;
 
-const OpDef& kAdd = register_op(binary<false>(
+const OpRef kAdd = register_op(binary<false>(
     "add", kNumeric, rules::promote, [](auto a, auto b) { return a + b; }, "a + b",
     [](const VjpContext& c, G g) -> V { return {sum_to(g[0], c.input(0).shape), sum_to(g[0], c.input(1).shape)}; },
     {}));
 
-const OpDef& kSub = register_op(binary<false>(
+const OpRef kSub = register_op(binary<false>(
     "sub", kNumeric, rules::promote, [](auto a, auto b) { return a - b; }, "a - b",
     [](const VjpContext& c, G g) -> V {
       return {sum_to(g[0], c.input(0).shape), c.needs_grad(1) ? sum_to(neg(g[0]), c.input(1).shape) : Tensor()};
     },
     {}));
 
-const OpDef& kMul = register_op(binary<false>(
+const OpRef kMul = register_op(binary<false>(
     "mul", kNumeric, rules::promote, [](auto a, auto b) { return a * b; }, "a * b",
     [](const VjpContext& c, G g) -> V {
       V r(2);
@@ -64,7 +64,7 @@ const OpDef& kMul = register_op(binary<false>(
 
 // d(a/b) = g/b, -g*a/b^2 = -g * (out / b): out / b is 0 where a is, while g/b may
 // overflow a subnormal b and turn (g/b) * out into inf * 0 = NaN (PyTorch's order too).
-const OpDef& kDiv = register_op(binary<true>(
+const OpRef kDiv = register_op(binary<true>(
     "div", kFloating, rules::promote_float, [](auto a, auto b) { return a / b; }, "a / b",
     [](const VjpContext& c, G g) -> V {
       V r(2);
@@ -74,33 +74,33 @@ const OpDef& kDiv = register_op(binary<true>(
     },
     {.inputs = {1}, .outputs = {0}}, {.low = 0.5, .high = 2.0}));  // away from the pole at b = 0
 
-const OpDef& kAddScalar = register_op(binary_scalar<false>(
+const OpRef kAddScalar = register_op(binary_scalar<false>(
     "add_scalar", "add", false, kNumeric, rules::promote, [](auto a, auto b) { return a + b; },
     [](const VjpContext&, G g) -> V { return {g[0]}; }, {}));
 
-const OpDef& kSubScalar = register_op(binary_scalar<false>(
+const OpRef kSubScalar = register_op(binary_scalar<false>(
     "sub_scalar", "sub", false, kNumeric, rules::promote, [](auto a, auto b) { return a - b; },
     [](const VjpContext&, G g) -> V { return {g[0]}; }, {}));
 
-const OpDef& kRsubScalar = register_op(binary_scalar<false>(
+const OpRef kRsubScalar = register_op(binary_scalar<false>(
     "rsub_scalar", "sub", true, kNumeric, rules::promote, [](auto a, auto b) { return a - b; },
     [](const VjpContext&, G g) -> V { return {neg(g[0])}; }, {}));
 
-const OpDef& kMulScalar = register_op(binary_scalar<false>(
+const OpRef kMulScalar = register_op(binary_scalar<false>(
     "mul_scalar", "mul", false, kNumeric, rules::promote, [](auto a, auto b) { return a * b; },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], scalar_of(c))}; }, {}));
 
-const OpDef& kDivScalar = register_op(binary_scalar<true>(
+const OpRef kDivScalar = register_op(binary_scalar<true>(
     "div_scalar", "div", false, kFloating, rules::promote_float, [](auto a, auto b) { return a / b; },
     [](const VjpContext& c, G g) -> V { return {div(g[0], scalar_of(c))}; }, {}));
 
 // d(s/a) = -g*s/a^2 = -g*out/a.
-const OpDef& kRdivScalar = register_op(binary_scalar<true>(
+const OpRef kRdivScalar = register_op(binary_scalar<true>(
     "rdiv_scalar", "div", true, kFloating, rules::promote_float, [](auto a, auto b) { return a / b; },
     [](const VjpContext& c, G g) -> V { return {neg(div(mul(g[0], c.saved_output(0)), c.saved_input(0)))}; },
     {.inputs = {0}, .outputs = {0}}, 0.5));
 
-const OpDef& kNeg = [] () -> const OpDef& {
+const OpRef kNeg = [] () -> const OpDef& {
   OpDef d = ew::unary_def<false, false>("neg", kNumeric, rules::promote, [](auto x, double, double) { return -x; },
                                         {.expr = "-x", .domain = PointwiseDomain::numeric});
   d.vjp = [](const VjpContext&, G g) -> V { return {neg(g[0])}; };

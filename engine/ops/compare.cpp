@@ -29,29 +29,29 @@ auto ge_fn = [](auto a, auto b) { return a >= b; };
 auto and_fn = [](auto a, auto b) { return a != decltype(a)(0) && b != decltype(b)(0); };
 auto or_fn = [](auto a, auto b) { return a != decltype(a)(0) || b != decltype(b)(0); };
 
-const OpDef& kEq = compare_op("eq", "a == b", eq_fn);
-const OpDef& kNe = compare_op("ne", "a != b", ne_fn);
-const OpDef& kLt = compare_op("lt", "a < b", lt_fn);
-const OpDef& kLe = compare_op("le", "a <= b", le_fn);
-const OpDef& kGt = compare_op("gt", "a > b", gt_fn);
-const OpDef& kGe = compare_op("ge", "a >= b", ge_fn);
-const OpDef& kAnd = compare_op("logical_and", "(a != C(0)) && (b != C(0))", and_fn);
-const OpDef& kOr = compare_op("logical_or", "(a != C(0)) || (b != C(0))", or_fn);
-const OpDef& kEqScalar = compare_scalar_op("eq_scalar", "eq", eq_fn);
-const OpDef& kNeScalar = compare_scalar_op("ne_scalar", "ne", ne_fn);
-const OpDef& kLtScalar = compare_scalar_op("lt_scalar", "lt", lt_fn);
-const OpDef& kLeScalar = compare_scalar_op("le_scalar", "le", le_fn);
-const OpDef& kGtScalar = compare_scalar_op("gt_scalar", "gt", gt_fn);
-const OpDef& kGeScalar = compare_scalar_op("ge_scalar", "ge", ge_fn);
-const OpDef& kAndScalar = compare_scalar_op("logical_and_scalar", "logical_and", and_fn);
-const OpDef& kOrScalar = compare_scalar_op("logical_or_scalar", "logical_or", or_fn);
+const OpRef kEq = compare_op("eq", "a == b", eq_fn);
+const OpRef kNe = compare_op("ne", "a != b", ne_fn);
+const OpRef kLt = compare_op("lt", "a < b", lt_fn);
+const OpRef kLe = compare_op("le", "a <= b", le_fn);
+const OpRef kGt = compare_op("gt", "a > b", gt_fn);
+const OpRef kGe = compare_op("ge", "a >= b", ge_fn);
+const OpRef kAnd = compare_op("logical_and", "(a != C(0)) && (b != C(0))", and_fn);
+const OpRef kOr = compare_op("logical_or", "(a != C(0)) || (b != C(0))", or_fn);
+const OpRef kEqScalar = compare_scalar_op("eq_scalar", "eq", eq_fn);
+const OpRef kNeScalar = compare_scalar_op("ne_scalar", "ne", ne_fn);
+const OpRef kLtScalar = compare_scalar_op("lt_scalar", "lt", lt_fn);
+const OpRef kLeScalar = compare_scalar_op("le_scalar", "le", le_fn);
+const OpRef kGtScalar = compare_scalar_op("gt_scalar", "gt", gt_fn);
+const OpRef kGeScalar = compare_scalar_op("ge_scalar", "ge", ge_fn);
+const OpRef kAndScalar = compare_scalar_op("logical_and_scalar", "logical_and", and_fn);
+const OpRef kOrScalar = compare_scalar_op("logical_or_scalar", "logical_or", or_fn);
 
-const OpDef& kLogicalNot = register_op(ew::unary_def<false, true>(
+const OpRef kLogicalNot = register_op(ew::unary_def<false, true>(
     "logical_not", ew::kAll, ew::to_bool_plan, [](auto x, double, double) { return x == decltype(x)(0); },
     {.expr = "x == C(0)", .domain = ew::PointwiseDomain::any_to_bool}));
 
 // Integer and bool inputs are never NaN: the GPU fills false instead of converting them.
-const OpDef& kIsnan = register_op({
+const OpRef kIsnan = register_op({
     .name = "isnan",
     .dtypes = ew::kAll,
     .dtype_rule = ew::to_bool_plan,

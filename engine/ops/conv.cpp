@@ -222,7 +222,7 @@ Attrs with_shape(const Attrs& attrs, const char* name, const Shape& shape) {
   return a;
 }
 
-const OpDef& kGradInput = register_op({
+const OpRef kGradInput = register_op({
     .name = "conv2d_grad_input",
     .num_inputs = 2,
     .dtypes = kFloat,
@@ -250,7 +250,7 @@ const OpDef& kGradInput = register_op({
              .shapes = {{{2, 3, 3, 3}, {3, 2, 2, 2}}}},
 });
 
-const OpDef& kGradWeight = register_op({
+const OpRef kGradWeight = register_op({
     .name = "conv2d_grad_weight",
     .num_inputs = 2,
     .dtypes = kFloat,
@@ -278,7 +278,7 @@ const OpDef& kGradWeight = register_op({
              .shapes = {{{2, 2, 4, 4}, {2, 3, 3, 3}}}},
 });
 
-const OpDef& kConv2d = register_op({
+const OpRef kConv2d = register_op({
     .name = "conv2d",
     .num_inputs = 2,
     .dtypes = kFloat,

@@ -14,7 +14,7 @@ inline const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType
 
 inline std::string paren(const Shape& s) {
   std::string r = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  for (std::size_t i = 0; i < s.size(); ++i) r.append(i ? "," : "").append(std::to_string(s[i]));
   return r + ")";
 }
 

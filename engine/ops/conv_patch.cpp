@@ -92,7 +92,7 @@ std::vector<const rt::KernelSpec*> specs_for(bool flip, const PatchConv& c, cons
   std::string name = std::string("conv_patch_") + (flip ? "dgrad_" : "fwd_") + mma_name + "_" + std::string(dtype_name(t));
   for (std::int64_t v : {c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.oh, c.ow, c.ph, c.pw, c.dh, c.dw, c.g,
                          static_cast<std::int64_t>(p.rows), static_cast<std::int64_t>(p.bn)})
-    name += "_" + std::to_string(v);
+    name.append("_").append(std::to_string(v));
   return generated_conv_kernels(
       name, [&] { return source(flip, c, p, t); },
       std::string("conv2d ") + (flip ? "dgrad" : "fwd") + " patch " + mma_name,

@@ -83,7 +83,7 @@ bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const
   std::string name = std::string("conv_wgrad_") + mma_name + "_" + std::string(dtype_name(dw.dtype()));
   for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups,
                          static_cast<std::int64_t>(p.bc), p.ipb})
-    name += "_" + std::to_string(v);
+    name.append("_").append(std::to_string(v));
   const auto specs = generated_conv_kernels(
       name, [&] { return source(s, p, dw.dtype()); }, std::string("conv2d wgrad ") + mma_name,
       {"kiln_conv_wgrad", "kiln_conv_wgrad_reduce"});

@@ -64,7 +64,7 @@ bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy,
   if (p.smem > std::max(48 * 1024, info->max_shared_optin)) return false;
   std::string name = "conv_wgrad_small_" + std::string(dtype_name(dw.dtype()));
   for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, p.ipb})
-    name += "_" + std::to_string(v);
+    name.append("_").append(std::to_string(v));
   const auto specs = generated_conv_kernels(
       name, [&] { return source(s, p, dw.dtype()); }, "conv2d wgrad small",
       {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"});

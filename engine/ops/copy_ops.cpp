@@ -11,7 +11,7 @@ void copy_impl(const OpArgs& a, std::span<Tensor> out) { copy_into(a.inputs[0], 
 // The engine casts each gradient back to its input's dtype, so this is the identity.
 std::vector<Tensor> pass_through(const VjpContext&, std::span<const Tensor> g) { return {g[0]}; }
 
-const OpDef& kCast = register_op({
+const OpRef kCast = register_op({
     .name = "cast",
     .dtypes = {kAllDTypes.begin(), kAllDTypes.end()},
     .dtype_rule =
@@ -31,7 +31,7 @@ const OpDef& kCast = register_op({
              .gradcheck = false},
 });
 
-const OpDef& kClone = register_op({
+const OpRef kClone = register_op({
     .name = "clone",
     .dtypes = {kAllDTypes.begin(), kAllDTypes.end()},
     .dtype_rule = rules::same_as_input,
@@ -49,7 +49,7 @@ void transfer(const OpArgs& a, std::span<Tensor> out) {
   if (out[0].is_same(a.inputs[0])) out[0] = convert(host, host.dtype());
 }
 
-const OpDef& kToDevice = register_op({
+const OpRef kToDevice = register_op({
     .name = "to_device",
     .dtype_rule = rules::same_as_input,
     .shape_rule = rules::same_shape_as_input,

@@ -42,7 +42,7 @@ void fill_value(const OpArgs& a, std::span<Tensor> out) {
   fill_into(out[0], value);
 }
 
-const OpDef& kFull = register_op({
+const OpRef kFull = register_op({
     .name = "full",
     .num_inputs = 0,
     .dtypes = kAll,
@@ -62,7 +62,7 @@ void arange_impl(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
-const OpDef& kArange = register_op({
+const OpRef kArange = register_op({
     .name = "arange",
     .num_inputs = 0,
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8},
@@ -87,7 +87,7 @@ void linspace_impl(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
-const OpDef& kLinspace = register_op({
+const OpRef kLinspace = register_op({
     .name = "linspace",
     .num_inputs = 0,
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
@@ -107,7 +107,7 @@ void eye_impl(const OpArgs&, std::span<Tensor> out) {
   fill_into(make_view(t, {std::min(n, m)}, {m + 1}, 0), 1);
 }
 
-const OpDef& kEye = register_op({
+const OpRef kEye = register_op({
     .name = "eye",
     .num_inputs = 0,
     .dtypes = kAll,

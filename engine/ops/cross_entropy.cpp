@@ -156,7 +156,7 @@ std::vector<Attrs> test_attrs() {
   return sets;
 }
 
-const OpDef& kCrossEntropyBackward = register_op({
+const OpRef kCrossEntropyBackward = register_op({
     .name = "softmax_cross_entropy_backward",
     .num_inputs = 4,
     .dtypes = kFloating,
@@ -205,7 +205,7 @@ const OpDef& kCrossEntropyBackward = register_op({
                         {{}, {3, 1100}, {3}, {4}}}},
 });
 
-const OpDef& kCrossEntropy = register_op({
+const OpRef kCrossEntropy = register_op({
     .name = "softmax_cross_entropy",
     .num_inputs = 2,
     .num_outputs = 2,

@@ -29,7 +29,7 @@ Tensor pow_grad_exponent(const Tensor& g, const Tensor& a, const Tensor& b, cons
   return where(logical_and(eq(a, 0), ge(b, 0)), Scalar(0), mul(g, mul(y, log(a))));
 }
 
-const OpDef& kPow = [] () -> const OpDef& {
+const OpRef kPow = [] () -> const OpDef& {
   OpDef d = ew::binary_def<true, false>("pow", ew::kFloating, rules::promote_float, pow_fn,
                                         {.expr = "kiln::m::pow(a, b)", .domain = ew::PointwiseDomain::floating});
   d.vjp = [](const VjpContext& c, G g) -> V {
@@ -44,7 +44,7 @@ const OpDef& kPow = [] () -> const OpDef& {
   return register_op(std::move(d));
 }();
 
-const OpDef& kPowScalar = [] () -> const OpDef& {
+const OpRef kPowScalar = [] () -> const OpDef& {
   OpDef d = ew::binary_scalar_def<true, false>("pow_scalar", "pow", false, ew::kFloating, rules::promote_float, pow_fn);
   d.vjp = [](const VjpContext& c, G g) -> V {
     const Scalar s = ew::scalar_of(c);
@@ -57,7 +57,7 @@ const OpDef& kPowScalar = [] () -> const OpDef& {
 }();
 
 // s ** x: d/dx = s^x log(s), 0 where s == 0 and x >= 0.
-const OpDef& kRpowScalar = [] () -> const OpDef& {
+const OpRef kRpowScalar = [] () -> const OpDef& {
   OpDef d = ew::binary_scalar_def<true, false>("rpow_scalar", "pow", true, ew::kFloating, rules::promote_float, pow_fn);
   d.vjp = [](const VjpContext& c, G g) -> V {
     const double s = ew::scalar_of(c).to_double();
@@ -108,10 +108,10 @@ const OpDef& extremum_scalar(const char* name, const char* kernel, F f, bool is_
   return register_op(std::move(d));
 }
 
-const OpDef& kMaximum = extremum("maximum", "kiln::m::maximum(a, b)", max_fn, true);
-const OpDef& kMinimum = extremum("minimum", "kiln::m::minimum(a, b)", min_fn, false);
-const OpDef& kMaximumScalar = extremum_scalar("maximum_scalar", "maximum", max_fn, true);
-const OpDef& kMinimumScalar = extremum_scalar("minimum_scalar", "minimum", min_fn, false);
+const OpRef kMaximum = extremum("maximum", "kiln::m::maximum(a, b)", max_fn, true);
+const OpRef kMinimum = extremum("minimum", "kiln::m::minimum(a, b)", min_fn, false);
+const OpRef kMaximumScalar = extremum_scalar("maximum_scalar", "maximum", max_fn, true);
+const OpRef kMinimumScalar = extremum_scalar("minimum_scalar", "minimum", min_fn, false);
 
 // ---- where(cond, a, b) ----
 
@@ -142,7 +142,7 @@ void where_cpu(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
-const OpDef& kWhere = register_op({
+const OpRef kWhere = register_op({
     .name = "where",
     .num_inputs = 3,
     .dtypes = ew::kAll,

@@ -69,7 +69,7 @@ const OpDef& rounding_unary(std::string name, const char* expr, F f) {
 
 constexpr double kInvSqrtPi2 = 1.12837916709551257390;  // 2 / sqrt(pi)
 
-const OpDef& kAbs = numeric_unary(
+const OpRef kAbs = numeric_unary(
     "abs", "kiln::m::abs(x)",
     [](auto x) {
       using C = decltype(x);
@@ -80,7 +80,7 @@ const OpDef& kAbs = numeric_unary(
     [](const VjpContext& c, G g) -> V { return {mul(g[0], sign(c.saved_input(0)))}; }, {.inputs = {0}});
 
 // sign(NaN) = 0 and sign(-0.0) = +0, like the kernel's kiln::m::sign.
-const OpDef& kSign = numeric_unary(
+const OpRef kSign = numeric_unary(
     "sign", "kiln::m::sign(x)",
     [](auto x) {
       using C = decltype(x);
@@ -89,7 +89,7 @@ const OpDef& kSign = numeric_unary(
     [](const VjpContext&, G g) -> V { return {zeros_like(g[0])}; }, {});
 
 // Integers square in unsigned arithmetic: wrapping, never undefined overflow.
-const OpDef& kSquare = numeric_unary(
+const OpRef kSquare = numeric_unary(
     "square", "x * x",
     [](auto x) {
       using C = decltype(x);
@@ -102,31 +102,31 @@ const OpDef& kSquare = numeric_unary(
     },
     [](const VjpContext& c, G g) -> V { return {mul(mul(g[0], c.saved_input(0)), 2)}; }, {.inputs = {0}});
 
-const OpDef& kExp = float_unary(
+const OpRef kExp = float_unary(
     "exp", "kiln::m::exp(x)", [](auto x) { return std::exp(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], c.saved_output(0))}; }, {.outputs = {0}});
 
-const OpDef& kLog = float_unary(
+const OpRef kLog = float_unary(
     "log", "kiln::m::log(x)", [](auto x) { return std::log(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], c.saved_input(0))}; }, {.inputs = {0}},
     {.low = 0.5, .high = 3.0});
 
-const OpDef& kLog1p = float_unary(
+const OpRef kLog1p = float_unary(
     "log1p", "kiln::m::log1p(x)", [](auto x) { return std::log1p(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], add(c.saved_input(0), 1))}; }, {.inputs = {0}},
     {.low = -0.5, .high = 2.0});
 
-const OpDef& kExpm1 = float_unary(
+const OpRef kExpm1 = float_unary(
     "expm1", "kiln::m::expm1(x)", [](auto x) { return std::expm1(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], add(c.saved_output(0), 1))}; }, {.outputs = {0}});
 
-const OpDef& kSqrt = float_unary(
+const OpRef kSqrt = float_unary(
     "sqrt", "kiln::m::sqrt(x)", [](auto x) { return std::sqrt(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], mul(c.saved_output(0), 2))}; }, {.outputs = {0}},
     {.low = 0.5, .high = 3.0});
 
 // d rsqrt(x) = -x^(-3/2) / 2 = -y^3 / 2.
-const OpDef& kRsqrt = float_unary(
+const OpRef kRsqrt = float_unary(
     "rsqrt", "kiln::m::rsqrt(x)",
     [](auto x) {
       using C = decltype(x);
@@ -138,20 +138,20 @@ const OpDef& kRsqrt = float_unary(
     },
     {.outputs = {0}}, {.low = 0.5, .high = 3.0});
 
-const OpDef& kSin = float_unary(
+const OpRef kSin = float_unary(
     "sin", "kiln::m::sin(x)", [](auto x) { return std::sin(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], cos(c.saved_input(0)))}; }, {.inputs = {0}});
 
-const OpDef& kCos = float_unary(
+const OpRef kCos = float_unary(
     "cos", "kiln::m::cos(x)", [](auto x) { return std::cos(x); },
     [](const VjpContext& c, G g) -> V { return {neg(mul(g[0], sin(c.saved_input(0))))}; }, {.inputs = {0}});
 
-const OpDef& kTanh = float_unary(
+const OpRef kTanh = float_unary(
     "tanh", "kiln::m::tanh(x)", [](auto x) { return std::tanh(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], sub(1, square(c.saved_output(0))))}; },
     {.outputs = {0}});
 
-const OpDef& kErf = float_unary(
+const OpRef kErf = float_unary(
     "erf", "kiln::m::erf(x)", [](auto x) { return std::erf(x); },
     [](const VjpContext& c, G g) -> V {
       const Tensor& x = c.saved_input(0);
@@ -160,9 +160,9 @@ const OpDef& kErf = float_unary(
     {.inputs = {0}});
 
 // std::nearbyint rounds half to even in the default rounding mode, as the kernel's rint.
-const OpDef& kFloor = rounding_unary("floor", "kiln::m::floor(x)", [](auto x) { return std::floor(x); });
-const OpDef& kCeil = rounding_unary("ceil", "kiln::m::ceil(x)", [](auto x) { return std::ceil(x); });
-const OpDef& kRound = rounding_unary("round", "kiln::m::rint(x)", [](auto x) { return std::nearbyint(x); });
+const OpRef kFloor = rounding_unary("floor", "kiln::m::floor(x)", [](auto x) { return std::floor(x); });
+const OpRef kCeil = rounding_unary("ceil", "kiln::m::ceil(x)", [](auto x) { return std::ceil(x); });
+const OpRef kRound = rounding_unary("round", "kiln::m::rint(x)", [](auto x) { return std::nearbyint(x); });
 
 // ---- clamp: attrs "min" and/or "max" (Scalars) ----
 
@@ -187,7 +187,7 @@ DTypePlan clamp_dtypes(const OpArgs& a) {
   return {.inputs = {d}, .outputs = {d}, .key = d};
 }
 
-const OpDef& kClamp = [] () -> const OpDef& {
+const OpRef kClamp = [] () -> const OpDef& {
   // As kiln::m::clamp: NaN stays, comparisons in double, lo > hi gives hi.
   OpDef d = ew::unary_def<false, false>(
       "clamp", kNumeric, clamp_dtypes,

@@ -107,7 +107,7 @@ Tensor select_index(const Tensor& index, const Shape& out_shape, int axis) {
 
 const gpu::LazyKernel kGatherKernel("gather");
 
-const OpDef& kGather = register_op({
+const OpRef kGather = register_op({
     .name = "gather",
     .num_inputs = 2,
     .dtype_rule = index_plan,
@@ -138,7 +138,7 @@ const OpDef& kGather = register_op({
     .test = {.attrs = {Attrs{{"axis", std::int64_t{0}}}}, .gradcheck = false},
 });
 
-const OpDef& kIndexSelect = register_op({
+const OpRef kIndexSelect = register_op({
     .name = "index_select",
     .num_inputs = 2,
     .dtype_rule = index_plan,
@@ -224,7 +224,7 @@ void scatter_add_gpu(const gpu::LazyKernel& k, const OpArgs& a, const Tensor& ou
   if (half) copy_into(acc, out);
 }
 
-const OpDef& kScatterAdd = register_op({
+const OpRef kScatterAdd = register_op({
     .name = "scatter_add",
     .num_inputs = 3,
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64},
@@ -269,7 +269,7 @@ const OpDef& kScatterAdd = register_op({
     .test = {.attrs = {Attrs{{"axis", std::int64_t{0}}}}, .gradcheck = false},
 });
 
-const OpDef& kOneHot = register_op({
+const OpRef kOneHot = register_op({
     .name = "one_hot",
     .dtypes = {DType::i64},
     .dtype_rule =

@@ -42,7 +42,7 @@ void cat_impl(const OpArgs& a, std::span<Tensor> out) {
   }
 }
 
-const OpDef& kCat = register_op({
+const OpRef kCat = register_op({
     .name = "cat",
     .num_inputs = -1,
     .shape_rule = cat_shape,

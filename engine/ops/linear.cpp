@@ -153,7 +153,7 @@ void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
                    std::string(dtype_name(out[0].dtype())));
 }
 
-const OpDef& kLinearGradWb = register_op({
+const OpRef kLinearGradWb = register_op({
     .name = "linear_grad_wb",
     .num_inputs = 2,
     .num_outputs = 2,
@@ -186,7 +186,7 @@ std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp,
   return r;
 }
 
-const OpDef& kLinear = register_op({
+const OpRef kLinear = register_op({
     .name = "linear",
     .num_inputs = 3,
     .dtypes = kFloating,

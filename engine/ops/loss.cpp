@@ -47,7 +47,7 @@ std::int64_t inner_of(const Shape& labels) {
   return inner;
 }
 
-const OpDef& kNllBackward = register_op({
+const OpRef kNllBackward = register_op({
     .name = "nll_loss_backward",
     .num_inputs = 2,
     .dtypes = kFloating,
@@ -96,7 +96,7 @@ const OpDef& kNllBackward = register_op({
 
 // Two outputs of the labels' shape: the per-element loss (0 where ignored) and the mask of
 // elements that count (1, or 0 where ignored), which the mean divides by.
-const OpDef& kNll = register_op({
+const OpRef kNll = register_op({
     .name = "nll_loss",
     .num_inputs = 2,
     .num_outputs = 2,

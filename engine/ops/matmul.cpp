@@ -179,7 +179,7 @@ Tensor as_2d(const Tensor& t, bool is_b) {
   return is_b ? reshape(t, {t.shape()[0], 1}) : reshape(t, {1, t.shape()[0]});
 }
 
-const OpDef& kMatmul = register_op({
+const OpRef kMatmul = register_op({
     .name = "matmul",
     .num_inputs = 2,
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},

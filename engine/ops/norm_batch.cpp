@@ -272,7 +272,7 @@ std::vector<std::vector<Shape>> test_shapes(int per_channel_inputs, int leading)
   return sets;
 }
 
-const OpDef& kBatchNormBackward = register_op({
+const OpRef kBatchNormBackward = register_op({
     .name = "batch_norm_backward",
     .num_inputs = 6,
     .num_outputs = 3,
@@ -289,7 +289,7 @@ const OpDef& kBatchNormBackward = register_op({
     .test = {.attrs = test_attrs(true), .gradcheck = false, .tolerance_scale = 4, .shapes = test_shapes(3, 3)},
 });
 
-const OpDef& kBatchNorm = register_op({
+const OpRef kBatchNorm = register_op({
     .name = "batch_norm",
     .num_inputs = 5,
     .num_outputs = 3,

@@ -73,7 +73,7 @@ void stats_gpu(const OpArgs& a, std::span<Tensor> out) {
                                    sh, split, stream_of(a.device));
 }
 
-const OpDef& kStats = register_op({
+const OpRef kStats = register_op({
     .name = "batch_norm_stats",
     .num_outputs = 2,
     .dtypes = ew::kFloating,
@@ -154,7 +154,7 @@ std::vector<std::vector<Shape>> test_shapes(int per_channel_inputs, bool means) 
   return sets;
 }
 
-const OpDef& kBackwardReduce = register_op({
+const OpRef kBackwardReduce = register_op({
     .name = "batch_norm_backward_reduce",
     .num_inputs = 5,
     .dtypes = ew::kFloating,
@@ -226,7 +226,7 @@ void elemt_gpu(const OpArgs& a, std::span<Tensor> out) {
                                          shape_of(in[1]), 1, stream_of(a.device));
 }
 
-const OpDef& kBackwardElemt = register_op({
+const OpRef kBackwardElemt = register_op({
     .name = "batch_norm_backward_elemt",
     .num_inputs = 7,
     .dtypes = ew::kFloating,

@@ -197,7 +197,7 @@ Shape lead_of(const Shape& x, const Shape& row) {
   return Shape(x.begin(), x.end() - static_cast<std::ptrdiff_t>(row.size()));
 }
 
-const OpDef& kLayerNormBackward = register_op({
+const OpRef kLayerNormBackward = register_op({
     .name = "layer_norm_backward",
     .num_inputs = 5,
     .num_outputs = 3,
@@ -223,7 +223,7 @@ const OpDef& kLayerNormBackward = register_op({
                  }()},
 });
 
-const OpDef& kLayerNorm = register_op({
+const OpRef kLayerNorm = register_op({
     .name = "layer_norm",
     .num_inputs = 3,
     .num_outputs = 3,

@@ -44,7 +44,7 @@ void pad_impl(const OpArgs& a, std::span<Tensor> out) {
   if (a.inputs[0].numel() > 0) copy_into(a.inputs[0], make_view(o, a.inputs[0].shape(), o.strides(), offset));
 }
 
-const OpDef& kPad = register_op({
+const OpRef kPad = register_op({
     .name = "pad",
     .dtype_rule = rules::same_as_input,
     .shape_rule = pad_shape,

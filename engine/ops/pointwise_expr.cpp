@@ -249,7 +249,7 @@ std::string to_cuda(const Ast& ast, int node, const std::vector<std::string>& va
     case Kind::param: return "C(p" + std::to_string(n.index) + ")";
     case Kind::neg: return "(-" + sub(n.lhs) + ")";
     case Kind::add: case Kind::sub: case Kind::mul: case Kind::div:
-      return "(" + sub(n.lhs) + op_text(n.kind) + sub(n.rhs) + ")";
+      return std::string("(").append(sub(n.lhs)).append(op_text(n.kind)).append(sub(n.rhs)).append(")");
     case Kind::lt: case Kind::le: case Kind::gt: case Kind::ge: case Kind::eq: case Kind::ne:
       return "C(" + sub(n.lhs) + op_text(n.kind) + sub(n.rhs) + ")";
     case Kind::call: {

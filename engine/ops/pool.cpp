@@ -269,7 +269,7 @@ void max_backward_cpu(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
-const OpDef& kMaxBackward = register_op({
+const OpRef kMaxBackward = register_op({
     .name = "max_pool2d_backward",
     .num_inputs = 2,
     .dtypes = kFloat,
@@ -299,7 +299,7 @@ const OpDef& kMaxBackward = register_op({
              .shapes = {{{2, 3, 2, 2}, {2, 3, 2, 2}}}},
 });
 
-const OpDef& kAvgBackward = register_op({
+const OpRef kAvgBackward = register_op({
     .name = "avg_pool2d_backward",
     .dtypes = kFloat,
     .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{backward_geometry(a).in}; },
@@ -335,7 +335,7 @@ std::vector<Shape> pooled_shape(const OpArgs& a, int outputs) {
 
 using V = std::vector<std::int64_t>;
 
-const OpDef& kMaxPool = register_op({
+const OpRef kMaxPool = register_op({
     .name = "max_pool2d",
     .num_outputs = 2,
     .dtypes = kFloat,
@@ -366,7 +366,7 @@ const OpDef& kMaxPool = register_op({
                        Attrs{{"kernel", V{2, 3}}, {"stride", V{1}}, {"dilation", V{2, 1}}}}},
 });
 
-const OpDef& kAvgPool = register_op({
+const OpRef kAvgPool = register_op({
     .name = "avg_pool2d",
     .dtypes = kFloat,
     .shape_rule = [](const OpArgs& a) { return pooled_shape(a, 1); },

@@ -227,7 +227,7 @@ void random_cpu(const OpArgs& a, std::span<Tensor> out, Dist dist) {
 }
 
 // One kernel spec per distribution over the template kernel_templates/random.cu.
-const rt::KernelSpec& register_spec(const char* op, Dist dist, std::vector<DType> dtypes) {
+const rt::KernelSpec& register_spec(const char* op, Dist dist, const std::vector<DType>& dtypes) {
   rt::KernelSpec s;
   s.op = op;
   s.template_name = "random";
@@ -285,14 +285,14 @@ Attrs sample_attrs(DType dtype) {
                {"offset", std::int64_t{7}}};
 }
 
-const OpDef& kRand = register_op(random_op("rand", Dist::uniform, kFloating, sample_attrs(DType::f32)));
-const OpDef& kRandn = register_op(random_op("randn", Dist::normal, kFloating, sample_attrs(DType::f32)));
-const OpDef& kRandint = register_op(random_op(
+const OpRef kRand = register_op(random_op("rand", Dist::uniform, kFloating, sample_attrs(DType::f32)));
+const OpRef kRandn = register_op(random_op("randn", Dist::normal, kFloating, sample_attrs(DType::f32)));
+const OpRef kRandint = register_op(random_op(
     "randint", Dist::randint, kNumeric, sample_attrs(DType::i64).set("low", std::int64_t{-5}).set("high", std::int64_t{9})));
-const OpDef& kBernoulliOp =
+const OpRef kBernoulliOp =
     register_op(random_op("bernoulli", Dist::bernoulli, kFloating, sample_attrs(DType::f32).set("p", 0.3)));
 
-const OpDef& kBernoulliTensorOp = [] {
+const OpRef kBernoulliTensorOp = [] {
   const rt::KernelSpec& spec = register_spec("bernoulli_tensor", Dist::bernoulli_tensor, kFloating);
   return std::cref(register_op({
       .name = "bernoulli_tensor",

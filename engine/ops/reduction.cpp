@@ -105,7 +105,7 @@ DTypePlan widening(const OpArgs& a) {
   return DTypePlan{{in}, {is_floating(in) ? in : DType::i64}, in};
 }
 
-const OpDef& kSum = register_op({
+const OpRef kSum = register_op({
     .name = "sum",
     .dtypes = {kAllDTypes.begin(), kAllDTypes.end()},
     .dtype_rule = widening,
@@ -121,7 +121,7 @@ const OpDef& kSum = register_op({
     .test = {.attrs = test_attrs()},
 });
 
-const OpDef& kMean = register_op({
+const OpRef kMean = register_op({
     .name = "mean",
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
     .dtype_rule = rules::promote_float,
@@ -145,7 +145,7 @@ const OpDef& kMean = register_op({
     .test = {.attrs = test_attrs()},
 });
 
-const OpDef& kProd = register_op({
+const OpRef kProd = register_op({
     .name = "prod",
     .dtypes = {kAllDTypes.begin(), kAllDTypes.end()},
     .dtype_rule = widening,
@@ -192,7 +192,7 @@ const OpDef& kProd = register_op({
 
 // out[..., k] = the product of x[..., j] over j != k along the last axis (prod's gradient):
 // prefix times suffix, so a zero, an infinity or a NaN elsewhere needs no special case.
-const OpDef& kExclusiveProd = register_op({
+const OpRef kExclusiveProd = register_op({
     .name = "exclusive_prod",
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
     .dtype_rule = rules::promote_float,

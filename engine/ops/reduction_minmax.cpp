@@ -83,10 +83,10 @@ OpDef arg_def(const char* name) {
   };
 }
 
-const OpDef& kMax = register_op(extreme_def<true>("max"));
-const OpDef& kMin = register_op(extreme_def<false>("min"));
-const OpDef& kArgMax = register_op(arg_def<true>("argmax"));
-const OpDef& kArgMin = register_op(arg_def<false>("argmin"));
+const OpRef kMax = register_op(extreme_def<true>("max"));
+const OpRef kMin = register_op(extreme_def<false>("min"));
+const OpRef kArgMax = register_op(arg_def<true>("argmax"));
+const OpRef kArgMin = register_op(arg_def<false>("argmin"));
 
 Attrs axes_attrs(const std::vector<std::int64_t>& axes, bool keepdim) {
   return Attrs{{"axes", axes}, {"keepdim", keepdim}};

@@ -79,8 +79,8 @@ OpDef var_def(const char* name) {
   };
 }
 
-const OpDef& kVar = register_op(var_def<false>("var"));
-const OpDef& kStd = register_op(var_def<true>("std"));
+const OpRef kVar = register_op(var_def<false>("var"));
+const OpRef kStd = register_op(var_def<true>("std"));
 
 // A non-finite maximum (NaN, +inf, or -inf when every element is, or the dim is empty)
 // is the answer; otherwise max + log(sum(exp(x - max))).
@@ -97,7 +97,7 @@ A log_sum_exp(std::span<const A> v) {
   return m + std::log(cpu::pairwise_sum(e.data(), static_cast<std::int64_t>(e.size())));
 }
 
-const OpDef& kLogSumExp = register_op({
+const OpRef kLogSumExp = register_op({
     .name = "logsumexp",
     .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
     .dtype_rule = rules::promote_float,

@@ -4,7 +4,7 @@
 //
 // How to add an op (say `square`, in engine/ops/elementwise.cpp):
 //
-//   const OpDef& kSquare = register_op({
+//   const OpRef kSquare = register_op({
 //       .name = "square",
 //       .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64},
 //       // dtype_rule/shape_rule left empty: inputs promoted together, outputs broadcast.
@@ -183,6 +183,18 @@ struct OpDef {
 // ValueError on a duplicate name or a definition without a CPU implementation, and for a
 // pointwise op that is not unary or binary or whose kernel spec cannot be registered.
 const OpDef& register_op(OpDef def);
+// What an op's file keeps of it: `const OpRef kSquare = register_op({...});`, used as a
+// const OpDef&. Not a `const OpDef&` itself: GCC 13's -Wdangling-reference takes a reference bound
+// to a call with a temporary argument (the OpDef) for a dangling one.
+class OpRef {
+ public:
+  OpRef(const OpDef& op) : op_(&op) {}
+  operator const OpDef&() const { return *op_; }
+  const OpDef* operator->() const { return op_; }
+
+ private:
+  const OpDef* op_;
+};
 // The op's device expression; nullptr for an op that is not pointwise.
 inline const PointwiseExpr* pointwise_expr(const OpDef& op) { return op.pointwise ? &*op.pointwise : nullptr; }
 // p0, p1 of a pointwise op for one call's attrs.

@@ -124,7 +124,7 @@ std::vector<Tensor> reshape_to_input(const VjpContext& c, std::span<const Tensor
   return {reshape(g[0], c.input(0).shape)};
 }
 
-const OpDef& kPermute = register_op(view_op(
+const OpRef kPermute = register_op(view_op(
     "permute", [](const OpArgs& a) { return permuted(a.inputs[0], a.attrs.get<Ints>("dims"), "permute"); },
     [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       const Ints& dims = c.attrs().get<Ints>("dims");
@@ -132,14 +132,14 @@ const OpDef& kPermute = register_op(view_op(
     },
     {.attrs = {Attrs{{"dims", Ints{1, 0}}}, Attrs{{"dims", Ints{2, 0, 1}}}, Attrs{{"dims", Ints{3, 0, 2, 1}}}}}));
 
-const OpDef& kSqueeze = register_op(view_op("squeeze", [](const OpArgs& a) { return squeezed(a.inputs[0], a.attrs); },
+const OpRef kSqueeze = register_op(view_op("squeeze", [](const OpArgs& a) { return squeezed(a.inputs[0], a.attrs); },
                                             reshape_to_input, {.attrs = {Attrs{}, Attrs{{"axes", Ints{0}}}}}));
 
-const OpDef& kUnsqueeze = register_op(
+const OpRef kUnsqueeze = register_op(
     view_op("unsqueeze", [](const OpArgs& a) { return unsqueezed(a.inputs[0], a.attrs.get<std::int64_t>("axis")); },
             reshape_to_input, {.attrs = {Attrs{{"axis", std::int64_t{0}}}, Attrs{{"axis", std::int64_t{-1}}}}}));
 
-const OpDef& kSliceBackward = register_op({
+const OpRef kSliceBackward = register_op({
     .name = "slice_backward",
     .dtype_rule = rules::same_as_input,
     .shape_rule =
@@ -178,7 +178,7 @@ const OpDef& kSliceBackward = register_op({
              .shapes = {{{2}}}},
 });
 
-const OpDef& kSlice = register_op(view_op(
+const OpRef kSlice = register_op(view_op(
     "slice", [](const OpArgs& a) { return sliced(a.inputs[0], a.attrs); },
     [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       Attrs attrs = slice_attrs(c.attrs());

@@ -98,7 +98,7 @@ OpDef softmax_def(std::string name, bool log_mode) {
 // Sum over the softmax dim, kept for broadcasting; a zero-dim tensor is its own row.
 Tensor row_sum(const Tensor& t, std::int64_t dim) { return t.dim() == 0 ? t : sum(t, {dim}, true); }
 
-const OpDef& kSoftmax = register_op([] {
+const OpRef kSoftmax = register_op([] {
   OpDef d = softmax_def("softmax", false);
   // dx = y * (g - sum(g * y)).
   d.vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
@@ -109,7 +109,7 @@ const OpDef& kSoftmax = register_op([] {
   return d;
 }());
 
-const OpDef& kLogSoftmax = register_op([] {
+const OpRef kLogSoftmax = register_op([] {
   OpDef d = softmax_def("log_softmax", true);
   // dx = g - exp(y) * sum(g), with exp(y) recomputed as softmax(x).
   d.vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {

@@ -99,11 +99,11 @@ OpDef make_def(const std::string& name, const expr::Ast& ast, int arity, const s
   return d;
 }
 
-const OpDef& register_user_op(UserOps& u, OpDef def) {
+const OpDef* register_user_op(UserOps& u, OpDef def) {
   const std::string name = def.name;
   if (find_op(name)) throw ValueError("[pointwise " + name + "] the name belongs to another op");
-  const OpDef& op = register_op(std::move(def));
-  u.defs.insert(&op);
+  const OpDef* op = &register_op(std::move(def));
+  u.defs.insert(op);
   return op;
 }
 
@@ -172,9 +172,9 @@ std::unique_ptr<UserOp> define(UserOps& u, const std::string& name, Definition d
     for (std::size_t k = 0; k < steps.size(); ++k) {
       const expr::Step& st = steps[k];
       std::string step_name = name + ".grad_" + def.inputs[user->grads.size() - 1];
-      if (steps.size() > 1) step_name += "." + std::to_string(k);
-      const OpDef& op = register_user_op(u, make_def(step_name, st.ast, static_cast<int>(st.inputs.size()), params));
-      user->grads.back().push_back({&op, st.inputs});
+      if (steps.size() > 1) step_name.append(".").append(std::to_string(k));
+      const OpDef* op = register_user_op(u, make_def(step_name, st.ast, static_cast<int>(st.inputs.size()), params));
+      user->grads.back().push_back({op, st.inputs});
       for (int s : st.inputs) {
         auto& list = s < n ? save.inputs : save.outputs;
         const int index = s < n ? s : 0;
@@ -188,7 +188,7 @@ std::unique_ptr<UserOp> define(UserOps& u, const std::string& name, Definition d
     fwd.vjp = make_vjp(user.get());
     fwd.save = std::move(save);
   }
-  user->op = &register_user_op(u, std::move(fwd));
+  user->op = register_user_op(u, std::move(fwd));
   user->def = std::move(def);
   return user;
 }

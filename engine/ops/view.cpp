@@ -90,10 +90,10 @@ OpDef view_like(std::string name, bool may_copy) {
   };
 }
 
-const OpDef& kReshape = register_op(view_like("reshape", true));
-const OpDef& kView = register_op(view_like("view", false));
+const OpRef kReshape = register_op(view_like("reshape", true));
+const OpRef kView = register_op(view_like("view", false));
 
-const OpDef& kBroadcastTo = register_op({
+const OpRef kBroadcastTo = register_op({
     .name = "broadcast_to",
     .dtype_rule = rules::same_as_input,
     .shape_rule =

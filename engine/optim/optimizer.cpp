@@ -29,7 +29,7 @@ std::string num_str(double v) {
 }
 
 void check_params(std::string_view who, const std::vector<Tensor>& params) {
-  const std::string tag = "[" + std::string(who) + "] ";
+  const std::string tag = std::string("[").append(who).append("] ");
   if (params.empty()) throw ValueError(tag + "the parameter list is empty");
   std::map<const void*, std::size_t> seen;  // by handle, and by first element for views
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -148,7 +148,7 @@ void Optimizer::step() {
 }
 
 void Optimizer::step_unless(const Tensor& found_inf) {
-  const std::string tag = "[" + name() + "] step_unless: ";
+  const std::string tag = std::string("[").append(name()).append("] step_unless: ");
   if (!found_inf.defined() || found_inf.dtype() != DType::f32 || found_inf.numel() != 1)
     throw DTypeError(tag + "the flag must be one f32 element");
   for (std::size_t i = 0; i < params_.size(); ++i)

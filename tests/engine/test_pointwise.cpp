@@ -92,10 +92,10 @@ TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelu
 
 TEST_CASE("a binary pointwise kernel takes params p0, p1 like a unary one") {
   // A spec without an op, so the reference coverage above is not disturbed.
-  const rt::KernelSpec& spec = kernels::register_pointwise_kernel("test_pw_binary_params", 2, "a * C(p0) + b * C(p1)",
-                                                                  kernels::PointwiseDomain::floating);
-  for (std::uint32_t v : spec.variants) {
-    const std::string src = rt::instantiate_kernel(spec, spec.dtypes.front(), v);
+  const rt::KernelSpec* spec = &kernels::register_pointwise_kernel("test_pw_binary_params", 2, "a * C(p0) + b * C(p1)",
+                                                                   kernels::PointwiseDomain::floating);
+  for (std::uint32_t v : spec->variants) {
+    const std::string src = rt::instantiate_kernel(*spec, spec->dtypes.front(), v);
     CHECK(src.find("double p0, p1;") != std::string::npos);
     CHECK(src.find("double p0,") != std::string::npos);  // the entry point's parameters
   }

@@ -314,7 +314,7 @@ TEST_CASE("empty reductions: identities, NaN, or a ValueError naming the op") {
   CHECK(max(zeros({0, 3}), {1}).shape() == Shape{0});
   for (const char* name : {"max", "min", "argmax", "argmin"}) {
     const std::string msg = message_of<ValueError>([&] { call(get_op(name), {zeros({2, 0})}, Attrs{{"axes", Axes{1}}}); });
-    CHECK_MESSAGE(msg.find("[" + std::string(name) + "]") == 0, msg);
+    CHECK_MESSAGE(msg.find(std::string("[").append(name).append("]")) == 0, msg);
     CHECK_MESSAGE(msg.find("(2,0)") != std::string::npos, msg);
   }
 }

@@ -34,7 +34,7 @@ TEST_CASE("register_op refuses duplicates and ops without a CPU implementation")
 
 TEST_CASE("a new op needs only its OpDef") {
   // cube(x) = x^3 with the default rules: promoted dtype, broadcast shape.
-  static const OpDef& cube = register_op({
+  static const OpRef cube = register_op({
       .name = "test_cube",
       .dtypes = {DType::f32, DType::f64},
       .cpu =

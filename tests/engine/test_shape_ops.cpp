@@ -17,7 +17,6 @@ using kiln_test::message_of;
 using Ints = std::vector<std::int64_t>;
 
 Tensor iota(Shape s, DType dt = DType::f32) { return arange(shape_numel(s), {.dtype = dt}).reshape(s); }
-Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s); }
 Tensor i64(std::vector<std::int64_t> v, Shape s) { return from_vector(v, s); }
 std::vector<float> vals(const Tensor& t) { return t.to_vector<float>(); }
 

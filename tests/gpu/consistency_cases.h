@@ -67,7 +67,7 @@ std::vector<std::vector<Shape>> hint_shapes(const H& h) {
 
 inline std::string dims_str(const Shape& s) {
   std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  for (std::size_t i = 0; i < s.size(); ++i) r.append(i ? "," : "").append(std::to_string(s[i]));
   return r + "]";
 }
 

@@ -35,7 +35,7 @@ inline std::string index_str(std::int64_t flat, const kiln::Shape& shape) {
     flat = shape[d] ? flat / shape[d] : 0;
   }
   std::string r = "[";
-  for (std::size_t d = 0; d < idx.size(); ++d) r += (d ? "," : "") + std::to_string(idx[d]);
+  for (std::size_t d = 0; d < idx.size(); ++d) r.append(d ? "," : "").append(std::to_string(idx[d]));
   return r + "]";
 }
 

@@ -149,7 +149,7 @@ void check_output(const std::string& name, const Buffer& y, const Shape& shape, 
 
 std::string case_name(const std::string& op, const DTypes& d, const char* kind, const Shape& shape) {
   std::string s = op + "(dtypes=" + d.str() + ", " + kind + ", shape=[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));
   return s + "])";
 }
 

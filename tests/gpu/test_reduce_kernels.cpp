@@ -282,7 +282,7 @@ int check_reduction(const rt::KernelSpec& spec, const DTypes& d, Shape3 s, const
   return bad;
 }
 
-const rt::KernelSpec& spec_of(const std::string& op) {
+const rt::KernelSpec& spec_of(std::string_view op) {
   const rt::KernelSpec* spec = rt::find_kernel(op);
   REQUIRE_MESSAGE(spec != nullptr, "no kernel spec registered for " << op);
   return *spec;
@@ -371,7 +371,7 @@ TEST_CASE("reducing an empty dimension gives the identity or throws before launc
     for (const DTypes& d : spec.dtypes) {
       CAPTURE(case_name(op, d, {7, 0, 3}));
       if (!kernels::reduce_has_identity(op)) {
-        const std::string message = "[" + std::string(op) + "] cannot reduce an empty dimension";
+        const std::string message = std::string("[").append(op).append("] cannot reduce an empty dimension");
         CHECK_THROWS_WITH_AS(launch_reduce(spec, d[0], d[1], 0, out.ptr(), 7, 0, 3, s),
                              doctest::Contains(message.c_str()), ValueError);
         continue;

@@ -514,9 +514,9 @@ TEST_CASE("module cache: a generated template's kernel is stored under its label
   s.entry = "kiln_test_generated";
   s.dtypes = {kiln::DTypes{kiln::DType::u8}};
   s.bind = [](const kiln::DTypes&, std::uint32_t) { return Bindings{}; };
-  const KernelSpec& spec = register_kernel(std::move(s));
+  const KernelSpec* spec = &register_kernel(std::move(s));
   std::string digest;
-  warm_kernel(spec, kiln::DTypes{kiln::DType::u8}, 0, 80, &digest);  // compiled, or cached by an earlier run
+  warm_kernel(*spec, kiln::DTypes{kiln::DType::u8}, 0, 80, &digest);  // compiled, or cached by an earlier run
   std::optional<Entry> e = global.read(entry_file(global.dir(), digest));
   REQUIRE(e.has_value());
   CHECK(e->key.label == "fused(neg,mul) f32");

@@ -68,7 +68,7 @@ inline std::vector<nlohmann::json> json_lines(const fs::path& p) {
 // fail before any epoch runs (no "epoch 1/" line) with a message naming `needle`.
 inline void check_refused(const Scratch& s, const std::vector<std::string>& extra, const std::string& needle) {
   std::vector<std::string> args{"--data", s.dir.path().string(), "--device", "cpu"};
-  for (const std::string& flag : {"--epochs", "--batch-size"})  // one cheap epoch unless `extra` sets them
+  for (const std::string flag : {"--epochs", "--batch-size"})  // one cheap epoch unless `extra` sets them
     if (std::find(extra.begin(), extra.end(), flag) == extra.end())
       args.insert(args.end(), {flag, flag == "--epochs" ? "1" : "256"});
   args.insert(args.end(), extra.begin(), extra.end());

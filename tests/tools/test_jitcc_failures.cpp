@@ -96,7 +96,7 @@ TEST_CASE("jitcc treats a cache path that is a regular file as an error") {
   ScratchDir dir;
   const fs::path file = dir.path() / "file";
   std::ofstream(file) << "x";
-  for (const std::vector<std::string> args :
+  for (const std::vector<std::string>& args :
        {std::vector<std::string>{"verify"}, {"list"}, {"gc", "--max-size", "1M"}, {"clear"}, {"stats"}}) {
     std::vector<std::string> a = args;
     a.insert(a.end(), {"--cache-dir", file.string()});

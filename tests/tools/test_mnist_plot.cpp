@@ -58,7 +58,7 @@ std::map<std::string, std::vector<std::string>> series_points(const tiny_xml::El
 
 std::string all_text(const tiny_xml::Element& e) {
   std::string out = e.text;
-  for (const auto& c : e.children) out += "\n" + all_text(c);
+  for (const auto& c : e.children) out.append("\n").append(all_text(c));
   return out;
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("nice_ticks: round, evenly spaced values covering the range") {
   same(mnist::nice_ticks(96.2, 97.9), {96, 96.5, 97, 97.5, 98});
   same(mnist::nice_ticks(0, 3, 8, 1), {0, 1, 2, 3});  // whole epochs only
   same(mnist::nice_ticks(0, 3, 8), {0, 0.5, 1, 1.5, 2, 2.5, 3});
-  for (const std::pair<double, double> range :
+  for (const std::pair<double, double>& range :
        {std::pair{0.0, 10.0}, {1e-4, 3e-4}, {-2.5, 7.0}, {5.0, 5.0}, {0.0, 0.0}, {99.9, 100.0}}) {
     const double lo = range.first, hi = range.second;  // not a structured binding: clang 14's CAPTURE
     CAPTURE(lo);

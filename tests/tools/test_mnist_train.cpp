@@ -117,7 +117,7 @@ TEST_CASE("mnist-train: the same seed gives the same run") {
   Scratch s;
   std::vector<std::vector<nlohmann::json>> runs;
   for (int i = 0; i < 2; ++i) {
-    const fs::path m = s.dir.path() / ("m" + std::to_string(i) + ".jsonl");
+    const fs::path m = s.dir.path() / std::string("m").append(std::to_string(i)).append(".jsonl");
     auto r = train({"--data", s.dir.path().string(), "--device", "cpu", "--epochs", "1", "--batch-size", "128",
                     "--seed", "7", "--metrics", m.string()});
     REQUIRE(r.exit_code == 0);

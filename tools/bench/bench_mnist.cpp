@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < g_rows.size(); ++i) {
     const Row& r = g_rows[i];
     std::printf("%-16s %10.4f %-3s %s\n", r.name.c_str(), r.value, r.unit.c_str(), r.note.c_str());
-    json += (i ? "," : "") + std::string("{\"name\":\"") + r.name + "\",\"value\":" + std::to_string(r.value) +
+    json.append(i ? "," : "") += "{\"name\":\"" + r.name + "\",\"value\":" + std::to_string(r.value) +
             ",\"unit\":\"" + r.unit + "\",\"note\":\"" + r.note + "\"}";
   }
   std::printf("%s]}\n", json.c_str());

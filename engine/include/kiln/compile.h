@@ -58,9 +58,9 @@ struct CompileOptions {
   // single ops bit for bit, but a compiled cnn step with SGD does not yet match eager exactly.
   bool fuse = false;
   // Host state that changes the work, joined into the signature (e.g. a module's train flag).
-  std::function<std::string()> key;
+  std::function<std::string()> key{};
   // The device of a function without tensor inputs (otherwise the inputs' device).
-  std::optional<Device> device;
+  std::optional<Device> device{};
 };
 
 struct CompileStats {

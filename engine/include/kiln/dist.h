@@ -71,10 +71,10 @@ struct GroupState;
 }
 
 struct InitOptions {
-  std::optional<Env> env;                            // absent: env_from_environment()
-  std::optional<Device> device;                      // absent: cuda:LOCAL_RANK
-  std::optional<std::chrono::milliseconds> timeout;  // absent: timeout_from_environment()
-  std::optional<OnFailure> on_failure;               // absent: on_failure_from_environment()
+  std::optional<Env> env{};                            // absent: env_from_environment()
+  std::optional<Device> device{};                      // absent: cuda:LOCAL_RANK
+  std::optional<std::chrono::milliseconds> timeout{};  // absent: timeout_from_environment()
+  std::optional<OnFailure> on_failure{};               // absent: on_failure_from_environment()
 };
 
 // One NCCL communicator over the world's processes, bound to one GPU. Movable, not copyable.

@@ -24,7 +24,7 @@ struct BackwardOptions;
 
 // Options of the creation functions, e.g. zeros({2, 3}, {.dtype = DType::f64, .device = dev}).
 struct TensorOptions {
-  std::optional<DType> dtype;  // absent: the function's default (f32, or i64 for integer arange/randint)
+  std::optional<DType> dtype{};  // absent: the function's default (f32, or i64 for integer arange/randint)
   Device device = Device::cpu();
   bool requires_grad = false;
 };
@@ -107,7 +107,7 @@ class Tensor {
 };
 
 struct BackwardOptions {
-  Tensor gradient;  // undefined: ones, for a one-element tensor
+  Tensor gradient{};  // undefined: ones, for a one-element tensor
   bool retain_graph = false;
 };
 

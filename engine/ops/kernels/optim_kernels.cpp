@@ -30,7 +30,7 @@ const KernelSpec& kAdam = register_entry("adam_step", "kiln_adam_step");
 const KernelSpec& kUnscale = register_entry("unscale_grads", "kiln_unscale_grads");
 
 // The scale update reads no tensor of a parameter's dtype: one f32 instance.
-const KernelSpec& kUpdateScale = []() -> const KernelSpec& {
+const KernelSpec& register_update_scale() {
   KernelSpec s;
   s.op = "update_scale";
   s.template_name = "optim";
@@ -40,7 +40,9 @@ const KernelSpec& kUpdateScale = []() -> const KernelSpec& {
     return {{"PRELUDE", device_prelude(d)}, {"T", "float"}, {"S", "float"}};
   };
   return rt::register_kernel(std::move(s));
-}();
+}
+
+const KernelSpec& kUpdateScale = register_update_scale();
 
 rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());

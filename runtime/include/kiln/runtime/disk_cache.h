@@ -16,16 +16,16 @@ namespace kiln::rt {
 // instantiated source, every NVRTC option, the NVRTC version, the arch, the output
 // kind and the format version) names the file.
 struct EntryKey {
-  std::string op, dtypes;
+  std::string op{}, dtypes{};
   std::uint32_t variant = 0;
   int arch = 0;
-  std::string kind;  // "cubin" (CUBIN + PTX) or "ptx"
-  std::string nvrtc_version;
-  std::string options;  // NVRTC options joined by spaces
-  std::string digest;
+  std::string kind{};  // "cubin" (CUBIN + PTX) or "ptx"
+  std::string nvrtc_version{};
+  std::string options{};  // NVRTC options joined by spaces
+  std::string digest{};
   // Readable name of a generated kernel ("fused(mul,add) f32"); empty for templates shipped
   // with kiln. An optional header line, outside the digest: entries without it still read.
-  std::string label;
+  std::string label{};
 };
 
 struct Entry {
