@@ -5,11 +5,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <vector>
 
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/generated_kernels.h"
-#include "kiln/runtime/kernel_registry.h"
 #include "kiln/tensor.h"
 
 namespace kiln::conv_detail {
