@@ -123,13 +123,13 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
     for (const Tensor& in : ops[k].inputs) {
       const int p = producer(ops, in);
       if (p >= 0) {
-        args += "t" + std::to_string(p) + ", ";
+        ((args += 't') += std::to_string(p)) += ", ";  // appends: "t" + string&& trips GCC 12's -Wrestrict
       } else {
         const auto it = std::find_if(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); });
-        args += "v" + std::to_string(it - ext.begin()) + ", ";
+        ((args += 'v') += std::to_string(it - ext.begin())) += ", ";
       }
     }
-    const std::string t = "t" + std::to_string(k);
+    const std::string t = std::string("t") += std::to_string(k);
     s += "    C " + t + " = f" + std::to_string(k) + "(" + args + literal(ops[k].params.first) + ", " +
          literal(ops[k].params.second) + ");\n";
     s += std::string("    asm volatile(\"\" : \"+") + (f64 ? "d" : "f") + "\"(" + t + "));\n";
