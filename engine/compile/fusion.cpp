@@ -15,9 +15,9 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
-#include "ops/kernels/layout.h"
-#include "ops/registry.h"
-#include "tensor/tensor_impl.h"
+#include "backend/cuda/layout.h"
+#include "core/registry.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
 
@@ -41,7 +41,6 @@ struct Fusion {
 };
 
 thread_local Fusion* t_fusion = nullptr;
-std::atomic<int> g_fusions{0};
 
 namespace {
 
@@ -257,13 +256,13 @@ FusionScope::FusionScope(Device device) {
   if (t_fusion || !device.is_cuda()) return;
   own_ = new Fusion{device, {}, {}};
   t_fusion = own_;
-  g_fusions.fetch_add(1);
+  step::g_fusions.fetch_add(1);
 }
 
 FusionScope::~FusionScope() {
   if (!own_) return;
   t_fusion = nullptr;
-  g_fusions.fetch_sub(1);
+  step::g_fusions.fetch_sub(1);
   delete own_;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Engine-internal view of the user pointwise ops (kiln/pointwise.h).
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 

@@ -7,9 +7,9 @@
 #include <set>
 #include <string>
 
-#include "../../engine/ops/registry.h"
-#include "../../engine/ops/user_pointwise.h"
-#include "../gpu/elementwise_reference.h"
+#include "core/registry.h"
+#include "ops/user_pointwise.h"
+#include "elementwise_reference.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/templates.h"
 

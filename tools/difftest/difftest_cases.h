@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "../../tests/gpu/consistency_cases.h"
+#include "consistency_cases.h"
 
 namespace difftest {
 

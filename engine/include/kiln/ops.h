@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kiln/scalar.h"
-#include "kiln/tensor.h"
+#include "scalar.h"
+#include "tensor.h"
 
 namespace kiln {
 
