@@ -1,5 +1,5 @@
-// GPU building blocks shared by op implementations (declared in engine/ops/registry.h and,
-// for the tensor layer, engine/src/tensor/dispatch.h).
+// GPU building blocks of the tensor layer and the ops (declared in core/registry.h and
+// core/tensor/dispatch.h) over the launchers of engine/backend/cuda.
 #include <numeric>
 #include <string_view>
 #include <utility>

@@ -36,7 +36,7 @@
 // Non-tensor arguments travel in Attrs (a.attrs.get<Scalar>("scalar")); TestHints tell
 // the registry-driven tests which attrs and input ranges to use. Elementwise ops are
 // shorter through the builders of elementwise_common.h; a pointwise op also needs a host
-// reference in tests/gpu/elementwise_reference.h (engine_tests fails without one), except
+// reference in tests/support/elementwise_reference.h (engine_tests fails without one), except
 // the ops kiln::pointwise registers at run time (engine/ops/user_pointwise.cpp).
 #include <atomic>
 #include <functional>
@@ -235,7 +235,7 @@ class CpuReferenceGuard {
 // For implementations.
 std::string dtypes_str(const std::vector<DType>& dtypes);  // "f32, f64"
 
-// GPU building blocks over engine/ops/kernels.
+// GPU building blocks over engine/backend/cuda (core/gpu_helpers.cpp).
 namespace gpu {
 // A kernel spec found on first use: specs register while the library loads, in
 // other files, so an op cannot look its kernel up at its own registration.

@@ -3,7 +3,7 @@
 //   C[b] = alpha * A[b] @ B[b] + beta * C[b],  A[b] is (M,K), B[b] is (K,N), C[b] is (M,N)
 // in row-major terms. Each operand gives element strides: batch (0 = the same matrix for
 // every b), row and column; a transposed view is just a row stride of 1 and costs no copy.
-// Same contract as cpu::gemm (engine/src/cpu/gemm_cpu.h), which the tests compare it with.
+// Same contract as cpu::gemm (engine/core/cpu/gemm_cpu.h), which the tests compare it with.
 #include <cstdint>
 
 #include "kiln/dtype.h"

@@ -1,7 +1,7 @@
 #pragma once
-// The engine/ops entry points the tensor layer calls (Tensor::to and the in-place
-// arithmetic, views, broadcasting, GPU copies and fills). Declared here so engine/src needs nothing from
-// engine/ops; defined there (ops/registry.cpp, ops/gpu_helpers.cpp, ops/autograd/).
+// What the tensor layer needs of the rest of core without the whole registry header: op
+// lookup and calls, in-place history, broadcasting and axes, views, GPU copies and fills
+// (defined in core/registry.cpp, core/gpu_helpers.cpp and core/autograd/).
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -22,7 +22,7 @@ struct OpDef;
 
 const OpDef& get_op(std::string_view name);  // throws ValueError naming known ops
 
-// Autograd's side of an in-place write (ops/autograd/view_history.cpp): whether `self` needs
+// Autograd's side of an in-place write (core/autograd/view_history.cpp): whether `self` needs
 // its history rewritten, the checks that refuse one autograd cannot follow, and the rewrite.
 bool inplace_needs_history(const Tensor& self, std::span<const Tensor> others);
 void check_inplace(const Tensor& self, std::string_view who);
