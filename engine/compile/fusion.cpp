@@ -8,19 +8,16 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <mutex>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
-#include "kiln/runtime/templates.h"
-#include "ops/kernels/layout.h"
-#include "ops/registry.h"
-#include "tensor/tensor_impl.h"
+#include "backend/cuda/layout.h"
+#include "core/registry.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
 
@@ -44,7 +41,6 @@ struct Fusion {
 };
 
 thread_local Fusion* t_fusion = nullptr;
-std::atomic<int> g_fusions{0};
 
 namespace {
 
@@ -126,13 +122,13 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
     for (const Tensor& in : ops[k].inputs) {
       const int p = producer(ops, in);
       if (p >= 0) {
-        args.append("t").append(std::to_string(p)).append(", ");
+        ((args += 't') += std::to_string(p)) += ", ";  // appends: "t" + string&& trips GCC 12's -Wrestrict
       } else {
         const auto it = std::find_if(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); });
-        args.append("v").append(std::to_string(it - ext.begin())).append(", ");
+        ((args += 'v') += std::to_string(it - ext.begin())) += ", ";
       }
     }
-    const std::string t = "t" + std::to_string(k);
+    const std::string t = std::string("t") += std::to_string(k);
     s += "    C " + t + " = f" + std::to_string(k) + "(" + args + literal(ops[k].params.first) + ", " +
          literal(ops[k].params.second) + ");\n";
     s += std::string("    asm volatile(\"\" : \"+") + (f64 ? "d" : "f") + "\"(" + t + "));\n";
@@ -143,32 +139,41 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
   return s;
 }
 
-// One registered spec per distinct source, named after its hash alone: a name that depended on
-// the order groups first ran in would differ between processes, and the disk cache would then
-// take its own entries for foreign ones. The label "fused(mul,add) f32" is what people see.
-const rt::KernelSpec& spec_for(const std::string& src, const std::vector<Pending>& ops) {
-  static std::mutex mu;
-  static auto* specs = new std::unordered_map<std::string, const rt::KernelSpec*>;
-  std::lock_guard lock(mu);
-  if (auto it = specs->find(src); it != specs->end()) return *it->second;
-  char hash[32];
-  std::snprintf(hash, sizeof hash, "fused_%016zx", std::hash<std::string>{}(src));
-  std::string name = hash;
-  for (int k = 1; rt::find_kernel(name); ++k) name = std::string(hash) + "_" + std::to_string(k);  // a 64-bit collision
-  std::string names;
-  for (const Pending& p : ops) (names += names.empty() ? "" : ",") += p.op->name;
-  std::string label = "fused(";
-  ((label += names) += ") ") += dtype_name(ops.front().output.dtype());
-  rt::add_generated_template(name, src, std::move(label));
-  rt::KernelSpec s;
-  s.op = name;
-  s.template_name = name;
-  s.entry = "kiln_fused";
-  s.dtypes = {DTypes{DType::u8}};
-  s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
-  const rt::KernelSpec* stored = &rt::register_kernel(std::move(s));
-  specs->emplace(src, stored);
-  return *stored;
+// Everything source() depends on, as words: the dtype, then per op its name's hash, its
+// params' bits and where each input comes from (an earlier op, or an outside input by first
+// use), then the stored outputs. A repeated group finds its kernel without building source.
+rt::GeneratedKey group_key(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
+                           const std::vector<int>& stored) {
+  rt::GeneratedKey key("fused");
+  key.add(ops.front().output.dtype(), ops.size(), ext.size(), stored.size());
+  for (const Pending& p : ops) {
+    // The arity in 8 bits, then each input in 28: the op making it, or 2^27 + its outside index.
+    std::uint64_t wiring = p.inputs.size();
+    for (std::size_t i = 0; i < p.inputs.size(); ++i) {
+      const Tensor& in = p.inputs[i];
+      const int k = producer(ops, in);
+      const auto it = std::find_if(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); });
+      const std::uint64_t from =
+          k >= 0 ? static_cast<std::uint64_t>(k) : (1u << 27) + static_cast<std::uint64_t>(it - ext.begin());
+      wiring |= from << (8 + 28 * i);
+    }
+    key.add(rt::fnv1a64(p.op->name), p.params.first, p.params.second, wiring);
+  }
+  for (int k : stored) key.add(k);
+  return key;
+}
+
+// The group's spec; its source and label are made only the first time the key is met. The
+// name follows from the key alone, so another process finds the module in the disk cache.
+const rt::KernelSpec& spec_for(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
+                               const std::vector<int>& stored, int nop) {
+  return *rt::generated_kernels(group_key(ops, ext, stored), [&] {
+    std::string names;
+    for (const Pending& p : ops) (names += names.empty() ? "" : ",") += p.op->name;
+    std::string label = "fused(";
+    ((label += names) += ") ") += dtype_name(ops.front().output.dtype());
+    return rt::GeneratedModule{source(ops, ext, stored, nop), std::move(label), {"kiln_fused"}};
+  })[0];
 }
 
 template <int N>
@@ -198,9 +203,8 @@ void run(std::vector<Pending> ops) {
   if (stored.empty()) return;  // nothing can see the results
   const int nop = static_cast<int>(stored.size() + ext.size());
   const Shape shape = ops.front().output.shape();
-  const std::string src = source(ops, ext, stored, nop);
   const int device = ops.front().output.device().index();
-  const rt::Function fn = rt::get_function(spec_for(src, ops), DTypes{DType::u8}, 0, device);
+  const rt::Function fn = rt::get_function(spec_for(ops, ext, stored, nop), DTypes{DType::u8}, 0, device);
   std::vector<kernels::Operand> operands;
   std::vector<rt::DevicePtr> ptrs;
   for (int k : stored) operands.push_back(gpu::operand(ops[static_cast<std::size_t>(k)].output));
@@ -252,13 +256,13 @@ FusionScope::FusionScope(Device device) {
   if (t_fusion || !device.is_cuda()) return;
   own_ = new Fusion{device, {}, {}};
   t_fusion = own_;
-  g_fusions.fetch_add(1);
+  step::g_fusions.fetch_add(1);
 }
 
 FusionScope::~FusionScope() {
   if (!own_) return;
   t_fusion = nullptr;
-  g_fusions.fetch_sub(1);
+  step::g_fusions.fetch_sub(1);
   delete own_;
 }
 

@@ -1,13 +1,11 @@
 // Chooses tiles and split-K for one convolution pass, registers its kernel (the template
-// instantiated with the shape as constants, named after it) on first use, and launches it.
+// instantiated with the shape as constants) on first use, and launches it.
 #include "conv_igemm.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "kiln/conv.h"
 #include "kiln/runtime/device.h"
@@ -15,8 +13,8 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "kernels/launchers.h"
-#include "registry.h"
+#include "backend/cuda/launchers.h"
+#include "core/registry.h"
 
 namespace kiln::conv_detail {
 
@@ -61,19 +59,7 @@ const char* pass_name(ConvPass p) {
   return p == ConvPass::forward ? "fwd" : p == ConvPass::grad_input ? "dgrad" : "wgrad";
 }
 
-std::string sizes_key(const ConvSizes& s) {
-  std::string k;
-  for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups})
-    (k += k.empty() ? "" : "_") += std::to_string(v);
-  return k;
-}
-
-std::string kernel_name(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
-  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
-  return std::string("conv_") + pass_name(pass) + "_" + mma_name + "_" + std::string(dtype_name(ta)) +
-         std::string(dtype_name(tb)) + std::string(dtype_name(to)) + "_" + sizes_key(s) + "_t" + std::to_string(p.bm) +
-         "x" + std::to_string(p.bn) + "s" + std::to_string(p.splitk);
-}
+const char* mma_name(int mma) { return mma == 0 ? "bf16" : mma == 1 ? "f16" : "tf32"; }
 
 std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
   const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;  // the header the MMA type needs
@@ -92,38 +78,21 @@ std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, D
   return rt::instantiate("conv_igemm", rt::template_source("conv_igemm"), b);
 }
 
-// One generated kernel per (pass, dtypes, sizes, plan), named after all of them so another
-// process finds the same module in the disk cache.
+// One generated kernel per (pass, dtypes, sizes, plan); its source is made on the first call.
 const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
-  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
-  return *generated_conv_kernels(
-      kernel_name(pass, s, p, ta, tb, to), [&] { return source(pass, s, p, ta, tb, to); },
-      std::string("conv2d ") + pass_name(pass) + " " + mma_name, {"kiln_conv_igemm"})[0];
+  rt::GeneratedKey key("conv_igemm");
+  key.add(pass, p.mma, ta, tb, to, p.bm, p.bn, p.splitk);
+  add_sizes(key, s);
+  return *rt::generated_kernels(key, [&] {
+    return rt::GeneratedModule{source(pass, s, p, ta, tb, to),
+                               std::string("conv2d ") + pass_name(pass) + " " + mma_name(p.mma), {"kiln_conv_igemm"}};
+  })[0];
 }
 
 }  // namespace
 
-std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& name,
-                                                          const std::function<std::string()>& make_source,
-                                                          const std::string& label,
-                                                          const std::vector<std::string>& entries) {
-  static std::mutex mu;
-  static auto* known = new std::unordered_map<std::string, std::vector<const rt::KernelSpec*>>;
-  std::lock_guard lock(mu);
-  if (auto it = known->find(name); it != known->end()) return it->second;
-  rt::add_generated_template(name, make_source(), label);
-  std::vector<const rt::KernelSpec*> specs;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    rt::KernelSpec spec;
-    spec.op = i == 0 ? name : name + "_" + std::to_string(i);
-    spec.template_name = name;
-    spec.entry = entries[i];
-    spec.dtypes = {DTypes{DType::u8}};
-    spec.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
-    specs.push_back(&rt::register_kernel(std::move(spec)));
-  }
-  known->emplace(name, specs);
-  return specs;
+void add_sizes(rt::GeneratedKey& key, const ConvSizes& s) {
+  key.add(s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups);
 }
 
 bool generated_convs_enabled() {

@@ -3,13 +3,11 @@
 // (kernel_templates/conv_igemm.cu): bf16 and f16 inputs, and f32 through TF32 when
 // allow_conv_tf32(). conv.cpp falls back to im2col + cuBLAS where run_conv_igemm declines.
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <string>
-#include <vector>
 
 #include "kiln/runtime/device.h"
-#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/generated_kernels.h"
 #include "kiln/tensor.h"
 
 namespace kiln::conv_detail {
@@ -45,12 +43,8 @@ std::string conv_wgrad_source(const ConvSizes& s, DType t, int sm_count);
 bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
 std::string conv_wgrad_small_source(const ConvSizes& s, DType t, int sm_count);
 
-// The generated kernels of one shape: registers `make_source()` under `name` (once) and a
-// spec per entry point (the first named `name`, the others `name_1`, ...), in entry order.
-std::vector<const rt::KernelSpec*> generated_conv_kernels(const std::string& name,
-                                                          const std::function<std::string()>& make_source,
-                                                          const std::string& label,
-                                                          const std::vector<std::string>& entries);
+// Adds the 16 sizes to the key of a generated conv module (rt::generated_kernels).
+void add_sizes(rt::GeneratedKey& key, const ConvSizes& s);
 // False when KILN_CONV_IGEMM=0 asks for im2col + cuBLAS everywhere.
 bool generated_convs_enabled();
 // The device a generated conv kernel runs on for these tensors (out first), or nullptr when none

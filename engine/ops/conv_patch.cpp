@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <climits>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "conv_igemm.h"
@@ -13,8 +14,8 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "kernels/launchers.h"
-#include "registry.h"
+#include "backend/cuda/launchers.h"
+#include "core/registry.h"
 
 namespace kiln::conv_detail {
 
@@ -87,16 +88,14 @@ std::string source(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
 }
 
 // The shape's two kernels (the conv, then the weight reorder) over one generated source.
-std::vector<const rt::KernelSpec*> specs_for(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
-  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
-  std::string name = std::string("conv_patch_") + (flip ? "dgrad_" : "fwd_") + mma_name + "_" + std::string(dtype_name(t));
-  for (std::int64_t v : {c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.oh, c.ow, c.ph, c.pw, c.dh, c.dw, c.g,
-                         static_cast<std::int64_t>(p.rows), static_cast<std::int64_t>(p.bn)})
-    name.append("_").append(std::to_string(v));
-  return generated_conv_kernels(
-      name, [&] { return source(flip, c, p, t); },
-      std::string("conv2d ") + (flip ? "dgrad" : "fwd") + " patch " + mma_name,
-      {"kiln_conv_patch", "kiln_conv_patch_weights"});
+std::span<const rt::KernelSpec* const> specs_for(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
+  rt::GeneratedKey key("conv_patch");
+  key.add(flip, p.mma, t, c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.oh, c.ow, c.ph, c.pw, c.dh, c.dw, c.g, p.rows, p.bn);
+  return rt::generated_kernels(key, [&] {
+    const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
+    std::string label = std::string("conv2d ") + (flip ? "dgrad" : "fwd") + " patch " + mma_name;
+    return rt::GeneratedModule{source(flip, c, p, t), std::move(label), {"kiln_conv_patch", "kiln_conv_patch_weights"}};
+  });
 }
 
 bool applies(const PatchConv& c, int mma) {

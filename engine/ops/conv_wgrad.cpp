@@ -10,8 +10,8 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "kernels/launchers.h"
-#include "registry.h"
+#include "backend/cuda/launchers.h"
+#include "core/registry.h"
 
 namespace kiln::conv_detail {
 
@@ -79,14 +79,14 @@ bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const
   const int device = dw.device().index();
   const WgradPlan p = plan_for(s, mma, std::max(1, info->sm_count));
   if (p.smem > std::max(48 * 1024, info->max_shared_optin)) return false;
-  const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
-  std::string name = std::string("conv_wgrad_") + mma_name + "_" + std::string(dtype_name(dw.dtype()));
-  for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups,
-                         static_cast<std::int64_t>(p.bc), p.ipb})
-    name.append("_").append(std::to_string(v));
-  const auto specs = generated_conv_kernels(
-      name, [&] { return source(s, p, dw.dtype()); }, std::string("conv2d wgrad ") + mma_name,
-      {"kiln_conv_wgrad", "kiln_conv_wgrad_reduce"});
+  rt::GeneratedKey key("conv_wgrad");
+  key.add(p.mma, dw.dtype(), p.bc, p.ipb);
+  add_sizes(key, s);
+  const auto specs = rt::generated_kernels(key, [&] {
+    const char* mma_name = p.mma == 0 ? "bf16" : p.mma == 1 ? "f16" : "tf32";
+    return rt::GeneratedModule{source(s, p, dw.dtype()), std::string("conv2d wgrad ") + mma_name,
+                               {"kiln_conv_wgrad", "kiln_conv_wgrad_reduce"}};
+  });
   const rt::Function fn = rt::get_function(*specs[0], DTypes{DType::u8}, 0, device);
   const rt::Function reduce = rt::get_function(*specs[1], DTypes{DType::u8}, 0, device);
   const Tensor ws = empty({p.groups_of_images * dw.numel()}, {.dtype = DType::f32, .device = dw.device()});

@@ -10,8 +10,8 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "kernels/launchers.h"
-#include "registry.h"
+#include "backend/cuda/launchers.h"
+#include "core/registry.h"
 
 namespace kiln::conv_detail {
 
@@ -62,12 +62,13 @@ bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy,
   const int device = dw.device().index();
   const SmallPlan p = plan_for(s, dw.dtype(), std::max(1, info->sm_count));
   if (p.smem > std::max(48 * 1024, info->max_shared_optin)) return false;
-  std::string name = "conv_wgrad_small_" + std::string(dtype_name(dw.dtype()));
-  for (std::int64_t v : {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, p.ipb})
-    name.append("_").append(std::to_string(v));
-  const auto specs = generated_conv_kernels(
-      name, [&] { return source(s, p, dw.dtype()); }, "conv2d wgrad small",
-      {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"});
+  rt::GeneratedKey key("conv_wgrad_small");
+  key.add(dw.dtype(), p.ipb);
+  add_sizes(key, s);
+  const auto specs = rt::generated_kernels(key, [&] {
+    return rt::GeneratedModule{source(s, p, dw.dtype()), "conv2d wgrad small",
+                               {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"}};
+  });
   const rt::Function fn = rt::get_function(*specs[0], DTypes{DType::u8}, 0, device);
   const rt::Function reduce = rt::get_function(*specs[1], DTypes{DType::u8}, 0, device);
   const Tensor ws = empty({p.blocks * dw.numel()}, {.dtype = DType::f32, .device = dw.device()});

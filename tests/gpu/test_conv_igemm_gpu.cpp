@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "conv_tf32.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/generated_kernels.h"
 
 using namespace kiln;
 
@@ -136,4 +138,28 @@ TEST_CASE("NaN and infinity in a convolution's input reach its output") {
     for (double v : y) nans += std::isnan(v);
     CHECK(nans == 2 * 9);  // every output whose window covers (1, 1), in both channels
   }
+}
+
+// Every generated conv family (implicit GEMM, patch, wgrad, small wgrad) over the cases: the
+// second round finds each module by its key and builds no source, with the same bits.
+TEST_CASE("convolutions met again build no kernel source and give the same bits") {
+  const kiln_test::ConvTF32 tf32(true);
+  const Device gpu = Device::cuda(0);
+  auto round = [&] {
+    std::vector<std::vector<double>> out;
+    Generator gen(5);
+    for (const auto& c : cases()) {
+      const Tensor x = randn(c.x, {.dtype = DType::bf16, .device = gpu}, &gen);
+      const Tensor w = randn(c.w, {.dtype = DType::bf16, .device = gpu}, &gen);
+      const Tensor gy = randn(out_shape(c), {.dtype = DType::bf16, .device = gpu}, &gen);
+      const Tensor y = conv2d(x, w, {}, c.o), dx = conv2d_grad_input(gy, w, c.x, c.o);
+      for (const Tensor& t : {y, dx, conv2d_grad_weight(x, gy, c.w, c.o)})
+        out.push_back(t.to(Device::cpu()).to(DType::f64).to_vector<double>());
+    }
+    return out;
+  };
+  const auto first = round();
+  const std::uint64_t built = rt::generated_builds();
+  CHECK(round() == first);
+  CHECK(rt::generated_builds() == built);
 }

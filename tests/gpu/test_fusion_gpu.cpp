@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/generated_kernels.h"
 #include "process.h"
 #include "temp_dir.h"
 
@@ -136,4 +137,22 @@ TEST_CASE("fusion: a second process runs the same fused steps in another order a
   const nlohmann::json second = run("ba");
   CHECK(second.at("compiles") == 0);
   CHECK(second.at("disk_hits") == first.at("compiles"));
+}
+
+// A fused group is found by its key: meeting it again (the capture call, another compiled
+// function) builds no source, so a warm step makes no strings for its generated kernels.
+TEST_CASE("fusion: a group met again builds no kernel source") {
+  Generator g(5);
+  const Tensor x = randn({48, 16}, {}, &g).to(kGpu), y = randn({48, 16}, {}, &g).to(kGpu);
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tanh(mul(add(in[0], in[1]), in[1]))}; };
+  CompiledFunction a = compile(fn, {.fuse = true});
+  a({x, y});  // the eager call: the group's source is built here, at the latest
+  const std::uint64_t built = rt::generated_builds();
+  a({x, y});  // the capture call flushes the same group
+  CompiledFunction b = compile(fn, {.fuse = true});
+  const Tensor out = b({x, y})[0];  // another function's eager call, the same group
+  CHECK(rt::generated_builds() == built);
+  CHECK(bits(out) == bits(tanh(mul(add(x, y), y))));
+  CHECK(a.stats().captures == 1);
+  CHECK(b.stats().eager_calls == 1);
 }

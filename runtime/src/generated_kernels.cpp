@@ -1,0 +1,147 @@
+#include "kiln/runtime/generated_kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "kiln/error.h"
+#include "kiln/runtime/templates.h"
+
+namespace kiln::rt {
+
+namespace {
+
+std::atomic<std::uint64_t> g_builds{0};
+
+// One slot per key; call_once makes concurrent first calls of one key build once while
+// other keys build in parallel (as the module cache does for loads).
+struct Module {
+  std::string kind;
+  std::vector<std::uint64_t> words;
+  std::once_flag once;
+  std::atomic<bool> ready{false};
+  std::vector<const KernelSpec*> specs;
+};
+
+class Modules {
+ public:
+  Module& slot(const GeneratedKey& key) {
+    const std::uint64_t h = key.hash();
+    {
+      std::shared_lock lock(mu_);
+      if (Module* m = find(h, key)) return *m;
+    }
+    std::unique_lock lock(mu_);
+    if (Module* m = find(h, key)) return *m;
+    auto& m = by_hash_[h].emplace_back(std::make_unique<Module>());
+    m->kind = key.kind();
+    m->words.assign(key.words().begin(), key.words().end());
+    return *m;
+  }
+
+  // Serialises the choice of names, so two colliding keys built at once take different ones.
+  std::mutex naming;
+
+ private:
+  Module* find(std::uint64_t h, const GeneratedKey& key) {
+    auto it = by_hash_.find(h);
+    if (it == by_hash_.end()) return nullptr;
+    for (const auto& m : it->second)
+      if (m->kind == key.kind() && std::ranges::equal(m->words, key.words())) return m.get();
+    return nullptr;
+  }
+
+  std::shared_mutex mu_;
+  std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<Module>>> by_hash_;
+};
+
+Modules& modules() {
+  static auto* m = new Modules;  // leaked: specs handed out live for the process
+  return *m;
+}
+
+std::string entry_name(const std::string& base, std::size_t i) {
+  return i == 0 ? base : base + "_" + std::to_string(i);
+}
+
+// The base name whose template and every entry's spec name are still free.
+std::string free_name(const std::string& hashed, std::size_t entries) {
+  for (int k = 0;; ++k) {
+    const std::string base = k == 0 ? hashed : hashed + "_" + std::to_string(k);
+    bool taken = generated_template_label(base).has_value();
+    for (std::size_t i = 0; i < entries && !taken; ++i) taken = find_kernel(entry_name(base, i)) != nullptr;
+    if (!taken) return base;
+  }
+}
+
+std::vector<const KernelSpec*> build_specs(const GeneratedKey& key, GeneratedModule m) {
+  const std::string who = "[generated_kernels] " + std::string(key.kind()) + ": ";
+  if (m.entries.empty()) throw ValueError(who + "the built module names no entry points");
+  if (m.source.empty()) throw ValueError(who + "the built module has no source");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key.hash()));
+  const std::string hashed = std::string(key.kind()) + "_" + hex;
+
+  std::lock_guard lock(modules().naming);
+  const std::string base = free_name(hashed, m.entries.size());
+  add_generated_template(base, std::move(m.source), std::move(m.label));
+  std::vector<const KernelSpec*> specs;
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
+    KernelSpec spec;
+    spec.op = entry_name(base, i);
+    spec.template_name = base;
+    spec.entry = std::move(m.entries[i]);
+    spec.dtypes = {DTypes{DType::u8}};
+    spec.bind = [](const DTypes&, std::uint32_t) { return Bindings{}; };
+    specs.push_back(&register_kernel(std::move(spec)));
+  }
+  return specs;
+}
+
+}  // namespace
+
+std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t h) {
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+void GeneratedKey::push(std::uint64_t w) {
+  if (size_ < kInline) {
+    inline_[size_++] = w;
+    return;
+  }
+  if (spill_.empty()) spill_.assign(inline_.begin(), inline_.end());
+  spill_.push_back(w);
+  ++size_;
+}
+
+std::uint64_t GeneratedKey::hash() const {
+  std::uint64_t h = fnv1a64(kind_);
+  h = fnv1a64(std::string_view("\0", 1), h);
+  for (std::uint64_t w : words()) {
+    char le[8];
+    for (int b = 0; b < 8; ++b) le[b] = static_cast<char>(w >> (8 * b));
+    h = fnv1a64(std::string_view(le, 8), h);
+  }
+  return h;
+}
+
+std::span<const KernelSpec* const> generated_kernels(const GeneratedKey& key, FunctionRef<GeneratedModule()> build) {
+  Module& m = modules().slot(key);
+  if (!m.ready.load(std::memory_order_acquire)) {
+    // A throw leaves the once_flag unset, so a later call builds again.
+    std::call_once(m.once, [&] {
+      g_builds.fetch_add(1, std::memory_order_relaxed);
+      m.specs = build_specs(key, build());
+      m.ready.store(true, std::memory_order_release);
+    });
+  }
+  return m.specs;
+}
+
+std::uint64_t generated_builds() { return g_builds.load(std::memory_order_relaxed); }
+
+}  // namespace kiln::rt

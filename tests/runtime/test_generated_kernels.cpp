@@ -1,0 +1,184 @@
+// Generated kernels: the builder runs once per key (also from many threads at once), keys
+// name their specs stably, and the specs instantiate to the built source.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <latch>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/runtime/compiler.h"
+#include "kiln/runtime/generated_kernels.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/templates.h"
+
+using namespace kiln;
+using namespace kiln::rt;
+
+namespace {
+
+// Each test case uses its own kinds: the registry of generated kernels lives for the process.
+GeneratedModule module_with(const std::string& body, std::vector<std::string> entries, std::string label = "test") {
+  std::string src;
+  for (const std::string& e : entries) src += "extern \"C\" __global__ void " + e + "(float* p) { " + body + " }\n";
+  return {src, std::move(label), std::move(entries)};
+}
+
+std::string hashed_name(const GeneratedKey& key) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key.hash()));
+  return std::string(key.kind()) + "_" + hex;
+}
+
+}  // namespace
+
+TEST_CASE("generated kernels: the builder runs once per key, only on a miss") {
+  int built = 0;
+  auto build = [&] {
+    ++built;
+    return module_with("p[0] = 1.f;", {"kiln_test_once"});
+  };
+  const std::uint64_t before = generated_builds();
+  const auto first = generated_kernels(GeneratedKey("test_gen_once").add(1, 2), build);
+  const auto again = generated_kernels(GeneratedKey("test_gen_once").add(1, 2), build);
+  CHECK(built == 1);
+  CHECK(generated_builds() == before + 1);
+  REQUIRE(first.size() == 1);
+  CHECK(again.data() == first.data());
+  CHECK(again[0] == first[0]);
+  CHECK(first[0]->entry == "kiln_test_once");
+}
+
+TEST_CASE("generated kernels: the same key from 8 threads builds once and all get the same specs") {
+  std::atomic<int> built{0};
+  std::latch start(8);
+  std::vector<const KernelSpec*> got(8, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      const auto specs = generated_kernels(GeneratedKey("test_gen_threads").add(7), [&] {
+        built.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the others arrive meanwhile
+        return module_with("p[0] = 2.f;", {"kiln_test_threads"});
+      });
+      got[static_cast<std::size_t>(t)] = specs[0];
+    });
+  for (auto& th : threads) th.join();
+  CHECK(built.load() == 1);
+  REQUIRE(got[0] != nullptr);
+  for (const KernelSpec* s : got) CHECK(s == got[0]);
+}
+
+TEST_CASE("generated kernels: different keys give different specs") {
+  auto build = [] { return module_with("p[0] = 3.f;", {"kiln_test_keys"}); };
+  const KernelSpec* a = generated_kernels(GeneratedKey("test_gen_keys").add(1), build)[0];
+  const KernelSpec* b = generated_kernels(GeneratedKey("test_gen_keys").add(2), build)[0];
+  const KernelSpec* c = generated_kernels(GeneratedKey("test_gen_keys").add(1, 0), build)[0];
+  const KernelSpec* d = generated_kernels(GeneratedKey("test_gen_keys_other").add(1), build)[0];
+  const KernelSpec* e = generated_kernels(GeneratedKey("test_gen_keys").add(-0.0), build)[0];
+  const KernelSpec* f = generated_kernels(GeneratedKey("test_gen_keys").add(0.0), build)[0];
+  const std::vector<const KernelSpec*> all{a, b, c, d, e, f};
+  for (std::size_t i = 0; i < all.size(); ++i)
+    for (std::size_t j = i + 1; j < all.size(); ++j) {
+      CAPTURE(i);
+      CAPTURE(j);
+      CHECK(all[i] != all[j]);
+      CHECK(all[i]->op != all[j]->op);
+    }
+  CHECK(d->op.rfind("test_gen_keys_other_", 0) == 0);
+}
+
+TEST_CASE("generated kernels: keys past the inline words compare and hash by all their words") {
+  GeneratedKey a("test_gen_long"), b("test_gen_long"), c("test_gen_long");
+  for (std::uint64_t w = 0; w < 40; ++w) a.add(w), b.add(w), c.add(w == 39 ? 99 : w);
+  REQUIRE(a.words().size() == 40);
+  CHECK(a.words()[0] == 0);
+  CHECK(a.words()[39] == 39);
+  CHECK(a.hash() == b.hash());
+  CHECK(a.hash() != c.hash());
+  int built = 0;
+  auto build = [&] {
+    ++built;
+    return module_with("p[0] = 4.f;", {"kiln_test_long"});
+  };
+  const KernelSpec* sa = generated_kernels(a, build)[0];
+  CHECK(generated_kernels(b, build)[0] == sa);
+  CHECK(generated_kernels(c, build)[0] != sa);
+  CHECK(built == 2);
+}
+
+TEST_CASE("generated kernels: names are stable: a known key gives a known name") {
+  // FNV-1a 64 of "test_gen_stable", a zero byte and the words 1, 2, 0xdeadbeef (8 bytes each,
+  // little-endian), computed outside kiln; std::hash would differ between builds.
+  CHECK(fnv1a64("a") == 0xaf63dc4c8601ec8cull);
+  const GeneratedKey key = GeneratedKey("test_gen_stable").add(1, 2u, std::uint64_t{0xdeadbeef});
+  CHECK(key.hash() == 0x75587194d4154a3bull);
+  const auto specs = generated_kernels(key, [] { return module_with("p[0] = 5.f;", {"kiln_a", "kiln_b"}, "stable"); });
+  REQUIRE(specs.size() == 2);
+  CHECK(specs[0]->op == "test_gen_stable_75587194d4154a3b");
+  CHECK(specs[1]->op == "test_gen_stable_75587194d4154a3b_1");
+  CHECK(specs[0]->template_name == "test_gen_stable_75587194d4154a3b");
+  CHECK(specs[1]->template_name == specs[0]->template_name);
+  CHECK(specs[1]->entry == "kiln_b");
+  CHECK(find_kernel("test_gen_stable_75587194d4154a3b") == specs[0]);
+}
+
+TEST_CASE("generated kernels: the specs instantiate to the built source, labelled") {
+  const GeneratedModule m =
+      module_with("p[threadIdx.x] *= -2.f;", {"kiln_test_inst", "kiln_test_inst2"}, "fused(neg) f32");
+  const auto specs = generated_kernels(GeneratedKey("test_gen_inst").add(DType::f32), [&] { return m; });
+  REQUIRE(specs.size() == 2);
+  CHECK(generated_template_label(specs[0]->template_name) == "fused(neg) f32");
+  for (const KernelSpec* s : specs) {
+    const std::string text = instantiate_kernel(*s, DTypes{DType::u8}, 0);
+    CHECK(text.rfind("// kiln kernel " + s->op + " ", 0) == 0);
+    REQUIRE(text.size() > m.source.size());
+    CHECK(text.substr(text.size() - m.source.size()) == m.source);
+  }
+  const CompiledModule compiled =
+      compile({specs[0]->op, "u8", instantiate_kernel(*specs[0], DTypes{DType::u8}, 0), 80});
+  CHECK(compiled.ptx.find("kiln_test_inst2") != std::string::npos);
+}
+
+TEST_CASE("generated kernels: a name another key took moves on to a free one") {
+  const GeneratedKey key = GeneratedKey("test_gen_clash").add(42);
+  const std::string hashed = hashed_name(key);
+  // Another module's second entry already holds "<hashed>_1", and its template "<hashed>":
+  // "<hashed>_1" cannot be a base (its first entry is taken), so the module becomes "<hashed>_2".
+  add_generated_template(hashed, "// another key's module\n", "other");
+  KernelSpec other;
+  other.op = hashed + "_1";
+  other.template_name = hashed;
+  other.entry = "kiln_other";
+  other.dtypes = {DTypes{DType::u8}};
+  other.bind = [](const DTypes&, std::uint32_t) { return Bindings{}; };
+  register_kernel(std::move(other));
+
+  const auto specs = generated_kernels(key, [] { return module_with("p[0] = 6.f;", {"kiln_clash", "kiln_clash2"}); });
+  REQUIRE(specs.size() == 2);
+  CHECK(specs[0]->op == hashed + "_2");
+  CHECK(specs[1]->op == hashed + "_2_1");
+  CHECK(specs[0]->template_name == hashed + "_2");
+  CHECK(template_source(hashed) == "// another key's module\n");  // the other module is untouched
+  CHECK(instantiate_kernel(*specs[0], DTypes{DType::u8}, 0).find("kiln_clash2") != std::string::npos);
+}
+
+TEST_CASE("generated kernels: a builder that throws leaves the key to a later call") {
+  const GeneratedKey key = GeneratedKey("test_gen_throw").add(1);
+  CHECK_THROWS_AS(generated_kernels(key, []() -> GeneratedModule { throw std::runtime_error("no source today"); }),
+                  std::runtime_error);
+  CHECK_THROWS_AS(generated_kernels(key, [] { return GeneratedModule{"// x\n", "x", {}}; }), ValueError);
+  int built = 0;
+  const auto specs = generated_kernels(key, [&] {
+    ++built;
+    return module_with("p[0] = 7.f;", {"kiln_test_throw"});
+  });
+  CHECK(built == 1);
+  REQUIRE(specs.size() == 1);
+  CHECK(specs[0]->entry == "kiln_test_throw");
+}
