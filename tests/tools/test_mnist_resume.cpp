@@ -117,7 +117,8 @@ int check_resume_is_exact(const Data& d, const std::string& name, const Args& fl
   const Run again =
       run_ok(launcher, common + Args{"--resume", ck, "--save", again_save}, d.file(name + "-again.jsonl"));
   CHECK(resumed_after(again.process.out, ck, epochs) == epochs);
-  CHECK(again.process.out.find(std::string("/").append(std::to_string(epochs)).append(" ")) == std::string::npos);  // no epoch line
+  const std::string epoch_line = std::string("/").append(std::to_string(epochs)).append(" ");
+  CHECK(again.process.out.find(epoch_line) == std::string::npos);  // no epoch line
   check_same_weights(whole_save, again_save);
   check_same_run(whole, again);
   return k;

@@ -251,7 +251,7 @@ void print_json(const std::string& device, double copy_gbs) {
       "{\"bench\":\"kiln\",\"device\":\"" + device + "\",\"copy_gbs\":" + std::to_string(copy_gbs) + ",\"rows\":[";
   for (std::size_t i = 0; i < g_rows.size(); ++i) {
     const Row& r = g_rows[i];
-    j += (i ? "," : "") + std::string("{\"name\":\"") + r.name + "\",\"dtype\":\"" + r.dtype + "\",\"unit\":\"" +
+    j.append(i ? "," : "") += "{\"name\":\"" + r.name + "\",\"dtype\":\"" + r.dtype + "\",\"unit\":\"" +
          r.unit + "\",\"ms\":" + (r.ms < 0 ? "null" : std::to_string(r.ms)) +
          ",\"value\":" + (r.value < 0 ? "null" : std::to_string(r.value)) +
          ",\"ratio\":" + (r.ref < 0 ? "null" : std::to_string(r.ref)) + "}";
