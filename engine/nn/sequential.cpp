@@ -33,7 +33,9 @@ Tensor Sequential::forward(const Tensor& x) {
     Module& m = *mods[i].second;
     // Linear or BatchNorm2d then ReLU (exactly those classes, not subclasses) run as one fused op,
     // as does a module whose forward_fused can.
-    const bool relu_next = i + 1 < mods.size() && typeid(*mods[i + 1].second) == typeid(ReLU);
+    // typeid of a raw pointer's target: of *shared_ptr, clang warns (-Wpotentially-evaluated-expression).
+    const Module* next = i + 1 < mods.size() ? mods[i + 1].second.get() : nullptr;
+    const bool relu_next = next && typeid(*next) == typeid(ReLU);
     if (relu_next) {
       const Tensor fused = typeid(m) == typeid(Linear)        ? static_cast<Linear&>(m).forward(y, Activation::relu)
                            : typeid(m) == typeid(BatchNorm2d) ? static_cast<BatchNorm2d&>(m).forward(y, Activation::relu)
