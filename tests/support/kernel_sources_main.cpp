@@ -1,23 +1,36 @@
 // kiln_kernel_sources: the SHA-256 of every registered kernel's instantiated source, one line per
-// (op, dtypes, variant), sorted; or one instantiated source. Needs no GPU. Two listings diffed show
-// which kernels a change to kernel_templates/ or the bindings touched.
-//   kiln_kernel_sources                              op dtypes variant sha256, one line each
+// (op, dtypes, variant), sorted; or one instantiated source; or the digest of the code NVRTC makes
+// of each. Needs no GPU. Two listings diffed show which kernels a change to kernel_templates/ or
+// the bindings touched, and (--ptx) whether a changed source still compiles to the same code.
+//   kiln_kernel_sources                                op dtypes variant sha256(source), one line each
 //   kiln_kernel_sources --source OP [DTYPES [VARIANT]]  the source (default: OP's first tuple, variant)
+//   kiln_kernel_sources --ptx ARCH [OP,OP...]           op dtypes variant sha256(normalized PTX)
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <mutex>
+#include <regex>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kernel_sources.h"
 #include "kiln/dtype.h"
+#include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/version.h"
+#include "sha256.h"
 
 namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: kiln_kernel_sources                               (op dtypes variant sha256 per line)\n"
-               "       kiln_kernel_sources --source OP [DTYPES [VARIANT]]  (one instantiated source)\n");
+               "usage: kiln_kernel_sources                                (op dtypes variant sha256 per line)\n"
+               "       kiln_kernel_sources --source OP [DTYPES [VARIANT]]  (one instantiated source)\n"
+               "       kiln_kernel_sources --ptx ARCH [OP,OP...]           (sha256 of normalized PTX per line)\n");
   return 2;
 }
 
@@ -34,6 +47,74 @@ int print_source(const std::string& op, const char* dtypes, const char* variant)
   return 0;
 }
 
+// PTX without its comments, and with mangled names (a __shared__ array or a device function,
+// named after its C++ namespace) numbered in order of appearance: moving a helper to another
+// namespace leaves it unchanged, a change to the code does not.
+std::string normalized_ptx(const std::string& ptx) {
+  static const std::regex mangled(R"(_Z[A-Za-z0-9_$]+)");
+  std::vector<std::string> names;
+  std::string out;
+  std::istringstream in(ptx);
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t comment = line.find("//");
+    if (comment != std::string::npos) line.erase(comment);
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    std::string renamed;
+    std::size_t last = 0;
+    for (std::sregex_iterator it(line.begin(), line.end(), mangled), end; it != end; ++it) {
+      const std::string name = it->str();
+      std::size_t k = std::find(names.begin(), names.end(), name) - names.begin();
+      if (k == names.size()) names.push_back(name);
+      renamed += line.substr(last, static_cast<std::size_t>(it->position()) - last) + "_Z#" + std::to_string(k);
+      last = static_cast<std::size_t>(it->position() + it->length());
+    }
+    out += renamed + line.substr(last) + "\n";
+  }
+  return out;
+}
+
+struct Job {
+  const kiln::rt::KernelSpec* spec;
+  kiln::DTypes dtypes;
+  std::uint32_t variant;
+};
+
+int print_ptx(int arch, const std::string& ops) {
+  std::vector<Job> jobs;
+  for (const kiln::rt::KernelSpec* spec : kiln::rt::registered_kernels()) {
+    if (!ops.empty() && ("," + ops + ",").find("," + spec->op + ",") == std::string::npos) continue;
+    for (const kiln::DTypes& d : spec->dtypes)
+      for (std::uint32_t v : spec->variants) jobs.push_back({spec, d, v});
+  }
+  std::vector<std::string> lines;
+  std::mutex mu;
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& j = jobs[i];
+      std::string line = j.spec->op + " " + j.dtypes.str() + " " + std::to_string(j.variant) + " ";
+      try {
+        const kiln::rt::CompileRequest req{j.spec->op, j.dtypes.str(),
+                                           kiln::rt::instantiate_kernel(*j.spec, j.dtypes, j.variant), arch};
+        line += kiln::rt::sha256_hex(normalized_ptx(kiln::rt::compile(req).ptx));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln_kernel_sources: %s: %.2000s\n", line.c_str(), e.what());
+        line += "compile-error";
+        failed = true;
+      }
+      std::lock_guard lock(mu);
+      lines.push_back(line);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  std::sort(lines.begin(), lines.end());
+  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,8 +125,11 @@ int main(int argc, char** argv) {
       for (const std::string& line : kiln_test::kernel_source_lines()) std::printf("%s\n", line.c_str());
       return 0;
     }
-    if (std::string(argv[1]) == "--source" && argc >= 3 && argc <= 5)
+    const std::string mode = argv[1];
+    if (mode == "--source" && argc >= 3 && argc <= 5)
       return print_source(argv[2], argc >= 4 ? argv[3] : nullptr, argc >= 5 ? argv[4] : nullptr);
+    if (mode == "--ptx" && argc >= 3 && argc <= 4)
+      return print_ptx(kiln::rt::parse_arch(argv[2]), argc == 4 ? argv[3] : "");
     return usage();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln_kernel_sources: %s\n", e.what());
