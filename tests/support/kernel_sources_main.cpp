@@ -5,11 +5,14 @@
 //   kiln_kernel_sources                                op dtypes variant sha256(source), one line each
 //   kiln_kernel_sources --source OP [DTYPES [VARIANT]]  the source (default: OP's first tuple, variant)
 //   kiln_kernel_sources --ptx ARCH [OP,OP...]           op dtypes variant sha256(normalized PTX)
+//   kiln_kernel_sources --dump DIR                      every source as DIR/op_dtypes_variant.cu (diff -r)
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -27,10 +30,12 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: kiln_kernel_sources                                (op dtypes variant sha256 per line)\n"
-               "       kiln_kernel_sources --source OP [DTYPES [VARIANT]]  (one instantiated source)\n"
-               "       kiln_kernel_sources --ptx ARCH [OP,OP...]           (sha256 of normalized PTX per line)\n");
+  std::fprintf(
+      stderr,
+      "usage: kiln_kernel_sources                                (op dtypes variant sha256 per line)\n"
+      "       kiln_kernel_sources --source OP [DTYPES [VARIANT]]  (one instantiated source)\n"
+      "       kiln_kernel_sources --ptx ARCH [OP,OP...]           (sha256 of normalized PTX per line)\n"
+      "       kiln_kernel_sources --dump DIR                      (every source as DIR/op_dtypes_variant.cu)\n");
   return 2;
 }
 
@@ -44,6 +49,24 @@ int print_source(const std::string& op, const char* dtypes, const char* variant)
   const std::uint32_t v = variant ? static_cast<std::uint32_t>(std::stoul(variant)) : spec->variants.front();
   const std::string src = kiln::rt::instantiate_kernel(*spec, d, v);
   std::fwrite(src.data(), 1, src.size(), stdout);
+  return 0;
+}
+
+int dump_sources(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  for (const kiln::rt::KernelSpec* spec : kiln::rt::registered_kernels())
+    for (const kiln::DTypes& d : spec->dtypes)
+      for (std::uint32_t v : spec->variants) {
+        std::string dtypes = d.str();
+        std::replace(dtypes.begin(), dtypes.end(), ',', '-');
+        const std::filesystem::path file = dir / (spec->op + "_" + dtypes + "_" + std::to_string(v) + ".cu");
+        std::ofstream out(file, std::ios::binary);
+        out << kiln::rt::instantiate_kernel(*spec, d, v);
+        if (!out) {
+          std::fprintf(stderr, "kiln_kernel_sources: cannot write %s\n", file.c_str());
+          return 1;
+        }
+      }
   return 0;
 }
 
@@ -128,6 +151,7 @@ int main(int argc, char** argv) {
     const std::string mode = argv[1];
     if (mode == "--source" && argc >= 3 && argc <= 5)
       return print_source(argv[2], argc >= 4 ? argv[3] : nullptr, argc >= 5 ? argv[4] : nullptr);
+    if (mode == "--dump" && argc == 3) return dump_sources(argv[2]);
     if (mode == "--ptx" && argc >= 3 && argc <= 4)
       return print_ptx(kiln::rt::parse_arch(argv[2]), argc == 4 ? argv[3] : "");
     return usage();
