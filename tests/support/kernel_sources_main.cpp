@@ -8,6 +8,7 @@
 //   kiln_kernel_sources --dump DIR                      every source as DIR/op_dtypes_variant.cu (diff -r)
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -70,30 +71,68 @@ int dump_sources(const std::filesystem::path& dir) {
   return 0;
 }
 
-// PTX without its comments, and with mangled names (a __shared__ array or a device function,
-// named after its C++ namespace) numbered in order of appearance: moving a helper to another
-// namespace leaves it unchanged, a change to the code does not.
-std::string normalized_ptx(const std::string& ptx) {
-  static const std::regex mangled(R"(_Z[A-Za-z0-9_$]+)");
+// Mangled names (a __shared__ array, a device function: named after its C++ namespace and,
+// for internal ones, a hash of the whole source) numbered in order of first use.
+struct NameNumbers {
   std::vector<std::string> names;
-  std::string out;
-  std::istringstream in(ptx);
-  for (std::string line; std::getline(in, line);) {
-    const std::size_t comment = line.find("//");
-    if (comment != std::string::npos) line.erase(comment);
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    std::string renamed;
+  std::string rename(const std::string& line) {
+    static const std::regex mangled(R"(_Z[A-Za-z0-9_$]+)");
+    std::string out;
     std::size_t last = 0;
     for (std::sregex_iterator it(line.begin(), line.end(), mangled), end; it != end; ++it) {
-      const std::string name = it->str();
-      std::size_t k = std::find(names.begin(), names.end(), name) - names.begin();
-      if (k == names.size()) names.push_back(name);
-      renamed += line.substr(last, static_cast<std::size_t>(it->position()) - last) + "_Z#" + std::to_string(k);
+      const std::size_t k = std::find(names.begin(), names.end(), it->str()) - names.begin();
+      if (k == names.size()) names.push_back(it->str());
+      out += line.substr(last, static_cast<std::size_t>(it->position()) - last) + "_Z#" + std::to_string(k);
       last = static_cast<std::size_t>(it->position() + it->length());
     }
-    out += renamed + line.substr(last) + "\n";
+    return out + line.substr(last);
   }
-  return out;
+};
+
+// The name a one-line module-scope declaration declares: ".shared .align 4 .b8 NAME[32];".
+std::string declared_name(std::string decl) {
+  decl.erase(std::min(decl.find('='), decl.find(';')));
+  decl.erase(std::min(decl.find('['), decl.size()));
+  decl.erase(decl.find_last_not_of(" \t") + 1);
+  return decl.substr(decl.find_last_of(" \t") + 1);
+}
+
+bool uses_word(const std::string& text, const std::string& word) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  for (std::size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1))
+    if ((at == 0 || !ident(text[at - 1])) && (at + word.size() == text.size() || !ident(text[at + word.size()])))
+      return true;
+  return false;
+}
+
+// PTX reduced to what the code does: comments dropped, mangled names numbered in order of use in
+// the code, module-scope variables the code never names dropped (a constexpr kept as a global)
+// and the rest sorted. Moving a helper to another namespace leaves it unchanged; a change to
+// the code does not.
+std::string normalized_ptx(const std::string& ptx) {
+  std::vector<std::string> decls, body;
+  std::istringstream in(ptx);
+  for (std::string line; std::getline(in, line);) {
+    line.erase(std::min(line.find("//"), line.size()));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (line.empty()) continue;
+    const bool decl = line.back() == ';' &&
+                      (line.rfind(".global", 0) == 0 || line.rfind(".shared", 0) == 0 || line.rfind(".const", 0) == 0);
+    (decl ? decls : body).push_back(line);
+  }
+  NameNumbers numbers;
+  std::string code;
+  for (const std::string& line : body) code += numbers.rename(line) + "\n";
+  std::vector<std::string> kept;
+  for (const std::string& decl : decls) {
+    const std::string name = declared_name(decl);
+    const bool numbered = std::find(numbers.names.begin(), numbers.names.end(), name) != numbers.names.end();
+    if (numbered || (name.rfind("_Z", 0) != 0 && uses_word(code, name))) kept.push_back(numbers.rename(decl));
+  }
+  std::sort(kept.begin(), kept.end());
+  std::string out;
+  for (const std::string& decl : kept) out += decl + "\n";
+  return out + code;
 }
 
 struct Job {
