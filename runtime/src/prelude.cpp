@@ -1,3 +1,5 @@
+// ${PRELUDE} for every kernel: the runtime binds the one device prelude, so templates, per-shape
+// kernels and fused kernels all get the same helpers.
 #include <string>
 
 #include "kiln/dtype.h"
