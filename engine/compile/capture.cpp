@@ -5,14 +5,19 @@
 #include "kiln/error.h"
 #include "kiln/random.h"
 #include "kiln/runtime/graph.h"
-#include "ops/registry.h"
-#include "tensor/tensor_impl.h"
+#include "core/registry.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
 
 thread_local CaptureContext* t_capture = nullptr;
-thread_local int t_compiled_calls = 0;
-std::atomic<int> g_captures{0};
+
+void set_capture(CaptureContext* c) {
+  if (c && !t_capture) step::g_captures.fetch_add(1);
+  if (!c && t_capture) step::g_captures.fetch_sub(1);
+  t_capture = c;
+  step::t_capturing = c != nullptr;
+}
 
 Device capture_device() { return t_capture ? t_capture->device : Device::cpu(); }
 
@@ -21,13 +26,6 @@ void keep_alive(const Tensor& t) {
   const std::shared_ptr<Storage>& s = t.impl()->storage;
   if (!s || s->device().is_cpu() || s->is_private()) return;
   t_capture->kept.try_emplace(s.get(), s);
-}
-
-void require_host(const char* op, const char* what) {
-  if (!t_capture) return;
-  throw ValueError("[" + std::string(op) + "] " + what +
-                   " needs the host, which a captured step cannot do: a CUDA graph replays device work only. "
-                   "Move it out of the compiled function (or read the returned tensors after the call)");
 }
 
 void store_words(Device device, rt::DevicePtr dst, const Words& words, int count, std::function<Words()> refresh) {

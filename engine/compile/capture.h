@@ -1,6 +1,6 @@
 #pragma once
-// Internal to the engine: what ops, optimizers and generators do differently while a
-// compiled step is being captured (engine/compile/compiled_function.cpp drives it).
+// Internal to engine/compile: the capture side of a compiled step (compiled_function.cpp drives
+// it; the layers below reach it through core/step/step_state.h).
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "kiln/device.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/tensor.h"
+#include "core/step/step_state.h"
 
 namespace kiln {
 class Generator;
@@ -22,37 +23,19 @@ namespace kiln::compile_detail {
 
 struct CaptureContext;
 extern thread_local CaptureContext* t_capture;  // non-null while this thread captures
-extern thread_local int t_compiled_calls;       // > 0 inside a compiled function's call
-// Captures running in the process: eager ops (device_address on every launch) test this
-// plain global first, sparing them the call a thread_local of a shared library costs.
-extern std::atomic<int> g_captures;
 
-inline bool capturing() { return g_captures.load(std::memory_order_relaxed) != 0 && t_capture != nullptr; }
-inline bool in_compiled_call() { return t_compiled_calls > 0; }
+using step::RngState;
+using step::Words;
 
-// The device of this thread's capture (only while capturing).
+// The StepCompiler entries of the capture (capture.cpp).
 Device capture_device();
-// The graph reads or writes t's memory: keep it alive as long as the graph (no-op for a
-// private-pool tensor, which the graph's pool owns already).
 void keep_alive(const Tensor& t);
-// ValueError "[op] ... needs the host ..." while capturing.
-void require_host(const char* op, const char* what);
-
-using Words = std::array<std::uint64_t, 8>;
-// Writes words[0, count) to dst on the device's stream with a kernel. While capturing, the
-// kernel is a node of the graph and `refresh` gives its words before every later replay.
 void store_words(Device device, rt::DevicePtr dst, const Words& words, int count, std::function<Words()> refresh);
-// Host work to redo before every later replay, in the order registered (e.g. a scheduler's step).
 void on_replay(std::function<void()> action);
-
-// A generator's (seed, offset) for random kernels inside a capture: the kernel reads the
-// pair at `state` and adds its offset relative to `base`. Replays store the generator's
-// current pair there and advance it by what the step draws.
-struct RngState {
-  rt::DevicePtr state = 0;
-  std::uint64_t base = 0;
-};
 RngState rng_state(Generator& gen, Device device);
+
+// Sets this thread's capture (nullptr ends it), keeping core's step state in step.
+void set_capture(CaptureContext* c);
 
 // Kernels the compiled function itself launches (engine/compile/step_io.cpp).
 // Loads both before a capture, which cannot load modules.

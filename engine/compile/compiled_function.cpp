@@ -14,7 +14,7 @@
 #include "kiln/random.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/memory.h"
-#include "ops/registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -52,8 +52,8 @@ struct Entry {
 
 // RAII for the thread's compiled-call depth.
 struct CompiledCall {
-  CompiledCall() { ++compile_detail::t_compiled_calls; }
-  ~CompiledCall() { --compile_detail::t_compiled_calls; }
+  CompiledCall() { ++step::t_compiled_calls; }
+  ~CompiledCall() { --step::t_compiled_calls; }
 };
 
 std::vector<Tensor> detached(const std::vector<Tensor>& ts) {
@@ -142,8 +142,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   try {
     for (const Tensor& t : inputs) statics.push_back(empty(t.shape(), {.dtype = t.dtype(), .device = e.device}));
     CompiledCall call;
-    compile_detail::g_captures.fetch_add(1);
-    compile_detail::t_capture = &ctx;
+    compile_detail::set_capture(&ctx);
     rt::begin_capture(stream);
     began = true;
     std::vector<void*> nodes;
@@ -163,14 +162,12 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
       *r.blocks = r.gen->offset() - r.base;
       e.rng_states.push_back(r.state);
     }
-    compile_detail::t_capture = nullptr;
-    compile_detail::g_captures.fetch_sub(1);
+    compile_detail::set_capture(nullptr);
     began = false;
     e.graph = rt::Graph::end_capture(stream);
     e.copy_nodes = std::move(nodes);
   } catch (...) {
-    if (compile_detail::t_capture) compile_detail::g_captures.fetch_sub(1);
-    compile_detail::t_capture = nullptr;
+    compile_detail::set_capture(nullptr);
     if (began) rt::abort_capture(stream);
     e.rng_states.clear();
     rt::unbind_private_pool(stream);
@@ -213,7 +210,7 @@ CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = def
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {
   if (!impl_) throw ValueError("[compile] the compiled function was moved from");
   Impl& m = *impl_;
-  if (compile_detail::in_compiled_call()) throw ValueError("[compile] a compiled function cannot call a compiled function");
+  if (step::in_compiled_call()) throw ValueError("[compile] a compiled function cannot call a compiled function");
   const Device device = m.device_of(inputs);
   if (device.is_cpu()) return m.eager(inputs, device);
   const std::string sig = m.signature(inputs);
@@ -263,7 +260,7 @@ CompileStats CompiledFunction::stats() const {
 
 CompiledFunction compile(StepFunction fn, CompileOptions options) { return CompiledFunction(std::move(fn), std::move(options)); }
 
-bool in_compiled_call() { return compile_detail::in_compiled_call(); }
-bool capturing() { return compile_detail::capturing(); }
+bool in_compiled_call() { return step::in_compiled_call(); }
+bool capturing() { return step::capturing(); }
 
 }  // namespace kiln

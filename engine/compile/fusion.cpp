@@ -18,9 +18,9 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "ops/kernels/layout.h"
-#include "ops/registry.h"
-#include "tensor/tensor_impl.h"
+#include "backend/cuda/layout.h"
+#include "core/registry.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
 
@@ -44,7 +44,6 @@ struct Fusion {
 };
 
 thread_local Fusion* t_fusion = nullptr;
-std::atomic<int> g_fusions{0};
 
 namespace {
 
@@ -252,13 +251,13 @@ FusionScope::FusionScope(Device device) {
   if (t_fusion || !device.is_cuda()) return;
   own_ = new Fusion{device, {}, {}};
   t_fusion = own_;
-  g_fusions.fetch_add(1);
+  step::g_fusions.fetch_add(1);
 }
 
 FusionScope::~FusionScope() {
   if (!own_) return;
   t_fusion = nullptr;
-  g_fusions.fetch_sub(1);
+  step::g_fusions.fetch_sub(1);
   delete own_;
 }
 

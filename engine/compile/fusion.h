@@ -2,7 +2,6 @@
 // Internal to the engine: inside a compiled call on the GPU, chains of pointwise ops of one
 // shape and dtype (f32 or f64) are held back and run as one generated kernel when something
 // needs their values. Values nothing else holds are never written.
-#include <atomic>
 #include <span>
 
 #include "kiln/device.h"
@@ -17,7 +16,6 @@ namespace kiln::compile_detail {
 
 struct Fusion;
 extern thread_local Fusion* t_fusion;  // set for the duration of a compiled call on a GPU
-extern std::atomic<int> g_fusions;       // threads with fusion on: eager ops test this first
 
 // Holds the op back when it can join the pending group (flushing the group first when it
 // cannot join it); false: the caller runs it now.

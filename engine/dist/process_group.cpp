@@ -13,7 +13,7 @@
 #include "kiln/runtime/log.h"
 #include "nccl_loader.h"
 #include "rendezvous.h"
-#include "tensor/dispatch.h"
+#include "core/tensor/dispatch.h"
 #include "watchdog.h"
 
 namespace kiln::dist {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kiln/error.h"
-#include "tcp.h"
+#include "kiln/dist/tcp.h"
 
 namespace kiln::dist::detail {
 

@@ -3,6 +3,7 @@
 // then applied by batch_norm in eval mode with the merged statistics. Backward, as PyTorch's
 // SyncBatchNorm: the per-channel sums of dy and dy * xhat are all-reduced, so dx is the gradient
 // of the sum of every rank's loss; dweight and dbias stay this rank's (DDP averages them).
+#include "core/dtype_sets.h"
 #include "sync_batch_norm_op.h"
 
 #include <mutex>
@@ -15,7 +16,7 @@
 #include "kiln/nn_functional.h"
 #include "kiln/shape_ops.h"
 #include "ops/norm_batch_parts.h"
-#include "ops/registry.h"
+#include "core/registry.h"
 
 namespace kiln::dist::detail {
 
@@ -43,7 +44,6 @@ Handles& handles() {
   return h;
 }
 
-const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType::bf16};
 
 // Attrs: relu, momentum, eps, has_weight, has_bias, has_running_mean, has_running_var, group.
 struct Params {
@@ -183,7 +183,7 @@ const OpDef& kSyncBatchNorm = register_op({
     .name = "sync_batch_norm",
     .num_inputs = 5,
     .num_outputs = 4,
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = dtypes,
     .shape_rule = shapes,
     .cpu = forward,

@@ -1,4 +1,4 @@
-#include "tcp.h"
+#include "kiln/dist/tcp.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -2,6 +2,7 @@
 // its device expression (the kernel) and a CPU loop that follows prelude.cu.
 #include <cmath>
 
+#include "core/dtype_sets.h"
 #include "elementwise_common.h"
 
 namespace kiln {
@@ -13,9 +14,9 @@ using V = std::vector<Tensor>;
 
 template <class F>
 OpDef float_unary(std::string name, std::string expr, F f, decltype(PointwiseExpr::params) params = {}) {
-  return ew::unary_def<true, false>(
-      std::move(name), ew::kFloating, rules::promote_float, [f](auto x, double p0, double) { return f(x, p0); },
-      {.expr = std::move(expr), .domain = ew::PointwiseDomain::floating, .params = std::move(params)});
+  return elementwise_defs::unary_def<true, false>(
+      std::move(name), dtype_sets::floating, rules::promote_float, [f](auto x, double p0, double) { return f(x, p0); },
+      {.expr = std::move(expr), .domain = elementwise_defs::PointwiseDomain::floating, .params = std::move(params)});
 }
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -39,26 +40,26 @@ const OpDef& kSigmoid = [] () -> const OpDef& {
 // relu's gradient from its saved output in one kernel: g where y > 0, else 0 (a where over a
 // comparison takes three). Also the gradient of linear's fused ReLU.
 const OpDef& kReluBackward = [] () -> const OpDef& {
-  OpDef d = ew::binary_def<true, false>(
-      "relu_backward", ew::kFloating, rules::promote_float,
+  OpDef d = elementwise_defs::binary_def<true, false>(
+      "relu_backward", dtype_sets::floating, rules::promote_float,
       [](auto g, auto y) {
         using C = decltype(g);
         return y > C(0) ? g : C(0);
       },
-      {.expr = "(b > C(0) ? a : C(0))", .domain = ew::PointwiseDomain::floating});
+      {.expr = "(b > C(0) ? a : C(0))", .domain = elementwise_defs::PointwiseDomain::floating});
   d.test.gradcheck = false;
   return register_op(std::move(d));
 }();
 
 // relu keeps every numeric dtype; NaN stays NaN as in the kernel's kiln::math::relu.
 const OpDef& kRelu = [] () -> const OpDef& {
-  OpDef d = ew::unary_def<false, false>(
-      "relu", ew::kNumeric, rules::promote,
+  OpDef d = elementwise_defs::unary_def<false, false>(
+      "relu", dtype_sets::numeric, rules::promote,
       [](auto x, double, double) {
         using C = decltype(x);
         return (x != x || x > C(0)) ? x : C(0);
       },
-      {.expr = "kiln::math::relu(x)", .domain = ew::PointwiseDomain::numeric});
+      {.expr = "kiln::math::relu(x)", .domain = elementwise_defs::PointwiseDomain::numeric});
   d.vjp = [](const VjpContext& c, G g) -> V { return {relu_backward(g[0], c.saved_output(0))}; };
   d.save = {.outputs = {0}};
   return register_op(std::move(d));

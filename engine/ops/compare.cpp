@@ -1,6 +1,7 @@
 // Comparisons (eq ne lt le gt ge), logical_and/or/not and isnan: bool results, not
 // differentiable. Binary forms promote their inputs together (rules::compare) and have a
 // tensor-scalar form "<op>_scalar"; scalar-first comparisons are the mirrored op.
+#include "core/dtype_sets.h"
 #include "elementwise_common.h"
 
 namespace kiln {
@@ -9,14 +10,14 @@ namespace {
 
 template <class F>
 const OpDef& compare_op(const char* name, const char* expr, F f) {
-  return register_op(ew::binary_def<false, true>(name, ew::kAll, rules::compare, f,
-                                                 {.expr = expr, .domain = ew::PointwiseDomain::any_to_bool}));
+  return register_op(elementwise_defs::binary_def<false, true>(name, dtype_sets::all, rules::compare, f,
+                                                 {.expr = expr, .domain = elementwise_defs::PointwiseDomain::any_to_bool}));
 }
 
 template <class F>
 const OpDef& compare_scalar_op(const char* name, const char* kernel, F f) {
   return register_op(
-      ew::binary_scalar_def<false, true>(name, kernel, false, ew::kAll, rules::compare, f));
+      elementwise_defs::binary_scalar_def<false, true>(name, kernel, false, dtype_sets::all, rules::compare, f));
 }
 
 // Compute types only: a and b already share the kernel's compute type.
@@ -46,18 +47,18 @@ const OpDef& kGeScalar = compare_scalar_op("ge_scalar", "ge", ge_fn);
 const OpDef& kAndScalar = compare_scalar_op("logical_and_scalar", "logical_and", and_fn);
 const OpDef& kOrScalar = compare_scalar_op("logical_or_scalar", "logical_or", or_fn);
 
-const OpDef& kLogicalNot = register_op(ew::unary_def<false, true>(
-    "logical_not", ew::kAll, ew::to_bool_plan, [](auto x, double, double) { return x == decltype(x)(0); },
-    {.expr = "x == C(0)", .domain = ew::PointwiseDomain::any_to_bool}));
+const OpDef& kLogicalNot = register_op(elementwise_defs::unary_def<false, true>(
+    "logical_not", dtype_sets::all, elementwise_defs::to_bool_plan, [](auto x, double, double) { return x == decltype(x)(0); },
+    {.expr = "x == C(0)", .domain = elementwise_defs::PointwiseDomain::any_to_bool}));
 
 // Integer and bool inputs are never NaN: the GPU fills false instead of converting them.
 const OpDef& kIsnan = register_op({
     .name = "isnan",
-    .dtypes = ew::kAll,
-    .dtype_rule = ew::to_bool_plan,
+    .dtypes = dtype_sets::all,
+    .dtype_rule = elementwise_defs::to_bool_plan,
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          ew::cpu_unary<false, true>(a.inputs[0], out[0], [](auto x) { return x != x; });
+          elementwise_defs::cpu_unary<false, true>(a.inputs[0], out[0], [](auto x) { return x != x; });
         },
     .gpu =
         [k = gpu::LazyKernel("isnan")](const OpArgs& a, std::span<Tensor> out) {
@@ -82,14 +83,14 @@ Tensor gt(const Tensor& a, const Tensor& b) { return call(kGt, {a, b}); }
 Tensor ge(const Tensor& a, const Tensor& b) { return call(kGe, {a, b}); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return call(kAnd, {a, b}); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return call(kOr, {a, b}); }
-Tensor eq(const Tensor& a, const Scalar& b) { return call(kEqScalar, {a}, ew::scalar_attrs(b)); }
-Tensor ne(const Tensor& a, const Scalar& b) { return call(kNeScalar, {a}, ew::scalar_attrs(b)); }
-Tensor lt(const Tensor& a, const Scalar& b) { return call(kLtScalar, {a}, ew::scalar_attrs(b)); }
-Tensor le(const Tensor& a, const Scalar& b) { return call(kLeScalar, {a}, ew::scalar_attrs(b)); }
-Tensor gt(const Tensor& a, const Scalar& b) { return call(kGtScalar, {a}, ew::scalar_attrs(b)); }
-Tensor ge(const Tensor& a, const Scalar& b) { return call(kGeScalar, {a}, ew::scalar_attrs(b)); }
-Tensor logical_and(const Tensor& a, const Scalar& b) { return call(kAndScalar, {a}, ew::scalar_attrs(b)); }
-Tensor logical_or(const Tensor& a, const Scalar& b) { return call(kOrScalar, {a}, ew::scalar_attrs(b)); }
+Tensor eq(const Tensor& a, const Scalar& b) { return call(kEqScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor ne(const Tensor& a, const Scalar& b) { return call(kNeScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor lt(const Tensor& a, const Scalar& b) { return call(kLtScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor le(const Tensor& a, const Scalar& b) { return call(kLeScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor gt(const Tensor& a, const Scalar& b) { return call(kGtScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor ge(const Tensor& a, const Scalar& b) { return call(kGeScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor logical_and(const Tensor& a, const Scalar& b) { return call(kAndScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor logical_or(const Tensor& a, const Scalar& b) { return call(kOrScalar, {a}, elementwise_defs::scalar_attrs(b)); }
 Tensor logical_not(const Tensor& x) { return call(kLogicalNot, {x}); }
 Tensor isnan(const Tensor& x) { return call(kIsnan, {x}); }
 

@@ -3,6 +3,7 @@
 // and TF32; otherwise im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group, the
 // backward ops GEMMs + col2im. CPU: im2col + OpenBLAS (conv_cpu.h) for f32 and f64; the
 // reference (.cpu_reference, and f16/bf16) is direct nested loops, independent of all three.
+#include "core/dtype_sets.h"
 #include "kiln/conv.h"
 
 #include <atomic>
@@ -10,10 +11,10 @@
 #include "conv_common.h"
 #include "conv_cpu.h"
 #include "conv_igemm.h"
-#include "cpu/gemm_cpu.h"
-#include "kernels/gemm.h"
+#include "core/cpu/gemm_cpu.h"
+#include "backend/cuda/gemm.h"
 #include "kiln/amp.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -225,7 +226,7 @@ Attrs with_shape(const Attrs& attrs, const char* name, const Shape& shape) {
 const OpDef& kGradInput = register_op({
     .name = "conv2d_grad_input",
     .num_inputs = 2,
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .shape_rule =
         [](const OpArgs& a) {
           const Shape xs = shape_attr(a.attrs, "input_shape");
@@ -253,7 +254,7 @@ const OpDef& kGradInput = register_op({
 const OpDef& kGradWeight = register_op({
     .name = "conv2d_grad_weight",
     .num_inputs = 2,
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .shape_rule =
         [](const OpArgs& a) {
           const Shape ws = shape_attr(a.attrs, "weight_shape");
@@ -281,7 +282,7 @@ const OpDef& kGradWeight = register_op({
 const OpDef& kConv2d = register_op({
     .name = "conv2d",
     .num_inputs = 2,
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .shape_rule =
         [](const OpArgs& a) {
           return std::vector<Shape>{geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()).out_shape()};

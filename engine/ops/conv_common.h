@@ -5,12 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln::conv_detail {
 
 // The dtypes every conv and pool op takes.
-inline const std::vector<DType> kFloat{DType::f32, DType::f64, DType::f16, DType::bf16};
 
 inline std::string paren(const Shape& s) {
   std::string r = "(";

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/gemm_cpu.h"
-#include "cpu/parallel.h"
+#include "core/cpu/gemm_cpu.h"
+#include "core/cpu/parallel.h"
 #include "kiln/autograd.h"
 
 namespace kiln::conv_detail {

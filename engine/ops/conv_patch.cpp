@@ -13,8 +13,8 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "kernels/launchers.h"
-#include "registry.h"
+#include "backend/cuda/launchers.h"
+#include "core/registry.h"
 
 namespace kiln::conv_detail {
 

@@ -1,6 +1,6 @@
 // cast, clone and to_device: copies that autograd sees through.
-#include "registry.h"
-#include "tensor/copy.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 

@@ -3,15 +3,15 @@
 // arange and linspace compute their (small) values on the host and copy them over.
 #include <cmath>
 
-#include "registry.h"
-#include "tensor/copy.h"
-#include "tensor/tensor_impl.h"
+#include "core/dtype_sets.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace kiln {
 
 namespace {
 
-const std::vector<DType> kAll{kAllDTypes.begin(), kAllDTypes.end()};
 
 DTypePlan dtype_from_attrs(const OpArgs& a) {
   const DType d = a.attrs.get<DType>("dtype");
@@ -45,7 +45,7 @@ void fill_value(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kFull = register_op({
     .name = "full",
     .num_inputs = 0,
-    .dtypes = kAll,
+    .dtypes = dtype_sets::all,
     .dtype_rule = dtype_from_attrs,
     .shape_rule = shape_from_attrs,
     .cpu = fill_value,
@@ -65,7 +65,7 @@ void arange_impl(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kArange = register_op({
     .name = "arange",
     .num_inputs = 0,
-    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8},
+    .dtypes = dtype_sets::numeric,
     .dtype_rule = dtype_from_attrs,
     .shape_rule = shape_from_attrs,
     .cpu = arange_impl,
@@ -90,7 +90,7 @@ void linspace_impl(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kLinspace = register_op({
     .name = "linspace",
     .num_inputs = 0,
-    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+    .dtypes = dtype_sets::floating,
     .dtype_rule = dtype_from_attrs,
     .shape_rule = shape_from_attrs,
     .cpu = linspace_impl,
@@ -110,7 +110,7 @@ void eye_impl(const OpArgs&, std::span<Tensor> out) {
 const OpDef& kEye = register_op({
     .name = "eye",
     .num_inputs = 0,
-    .dtypes = kAll,
+    .dtypes = dtype_sets::all,
     .dtype_rule = dtype_from_attrs,
     .shape_rule = shape_from_attrs,
     .cpu = eye_impl,
@@ -128,10 +128,6 @@ Tensor finish(Tensor t, const TensorOptions& o) {
 }
 
 }  // namespace
-
-Tensor empty(const Shape& shape, TensorOptions o) {
-  return finish(Tensor(make_impl(shape, o.dtype.value_or(DType::f32), o.device)), o);
-}
 
 Tensor full(const Shape& shape, const Scalar& value, TensorOptions o) {
   Attrs attrs = creation_attrs(shape, o.dtype.value_or(value.default_dtype()), o.device);

@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/dtype_sets.h"
 #include "loss_common.h"
 
 namespace kiln {
@@ -159,7 +160,7 @@ std::vector<Attrs> test_attrs() {
 const OpDef& kCrossEntropyBackward = register_op({
     .name = "softmax_cross_entropy_backward",
     .num_inputs = 4,
-    .dtypes = kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 1, 2);
@@ -209,7 +210,7 @@ const OpDef& kCrossEntropy = register_op({
     .name = "softmax_cross_entropy",
     .num_inputs = 2,
     .num_outputs = 2,
-    .dtypes = kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 0, 1);

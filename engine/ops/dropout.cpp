@@ -4,7 +4,7 @@
 #include <string>
 
 #include "kiln/nn_functional.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 

@@ -3,6 +3,8 @@
 // scalar) and the where kernel.
 #include <cmath>
 
+#include "ops/sum_to.h"
+#include "core/dtype_sets.h"
 #include "elementwise_common.h"
 
 namespace kiln {
@@ -30,8 +32,8 @@ Tensor pow_grad_exponent(const Tensor& g, const Tensor& a, const Tensor& b, cons
 }
 
 const OpDef& kPow = [] () -> const OpDef& {
-  OpDef d = ew::binary_def<true, false>("pow", ew::kFloating, rules::promote_float, pow_fn,
-                                        {.expr = "kiln::math::pow(a, b)", .domain = ew::PointwiseDomain::floating});
+  OpDef d = elementwise_defs::binary_def<true, false>("pow", dtype_sets::floating, rules::promote_float, pow_fn,
+                                        {.expr = "kiln::math::pow(a, b)", .domain = elementwise_defs::PointwiseDomain::floating});
   d.vjp = [](const VjpContext& c, G g) -> V {
     const Tensor a = c.saved_input(0), b = c.saved_input(1);
     V r(2);
@@ -45,9 +47,9 @@ const OpDef& kPow = [] () -> const OpDef& {
 }();
 
 const OpDef& kPowScalar = [] () -> const OpDef& {
-  OpDef d = ew::binary_scalar_def<true, false>("pow_scalar", "pow", false, ew::kFloating, rules::promote_float, pow_fn);
+  OpDef d = elementwise_defs::binary_scalar_def<true, false>("pow_scalar", "pow", false, dtype_sets::floating, rules::promote_float, pow_fn);
   d.vjp = [](const VjpContext& c, G g) -> V {
-    const Scalar s = ew::scalar_of(c);
+    const Scalar s = elementwise_defs::scalar_of(c);
     if (s.to_double() == 0) return {zeros_like(g[0])};
     return {mul(g[0], mul(pow(c.saved_input(0), minus_one(s)), s))};
   };
@@ -58,9 +60,9 @@ const OpDef& kPowScalar = [] () -> const OpDef& {
 
 // s ** x: d/dx = s^x log(s), 0 where s == 0 and x >= 0.
 const OpDef& kRpowScalar = [] () -> const OpDef& {
-  OpDef d = ew::binary_scalar_def<true, false>("rpow_scalar", "pow", true, ew::kFloating, rules::promote_float, pow_fn);
+  OpDef d = elementwise_defs::binary_scalar_def<true, false>("rpow_scalar", "pow", true, dtype_sets::floating, rules::promote_float, pow_fn);
   d.vjp = [](const VjpContext& c, G g) -> V {
-    const double s = ew::scalar_of(c).to_double();
+    const double s = elementwise_defs::scalar_of(c).to_double();
     Tensor r = mul(mul(g[0], c.saved_output(0)), std::log(s));
     if (s == 0) r = where(ge(c.saved_input(0), 0), Scalar(0), r);
     return {r};
@@ -77,13 +79,13 @@ auto min_fn = [](auto a, auto b) { return a != a ? a : b != b ? b : (a < b ? a :
 
 // g where this side wins, g/2 on ties (PyTorch splits the gradient evenly).
 Tensor share(const Tensor& g, const Tensor& wins, const Tensor& ties) {
-  return add(ew::masked(g, wins), ew::masked(mul(g, 0.5), ties));
+  return add(elementwise_defs::masked(g, wins), elementwise_defs::masked(mul(g, 0.5), ties));
 }
 
 template <class F>
 const OpDef& extremum(const char* name, const char* expr, F f, bool is_max) {
-  OpDef d = ew::binary_def<false, false>(name, ew::kNumeric, rules::promote, f,
-                                         {.expr = expr, .domain = ew::PointwiseDomain::numeric});
+  OpDef d = elementwise_defs::binary_def<false, false>(name, dtype_sets::numeric, rules::promote, f,
+                                         {.expr = expr, .domain = elementwise_defs::PointwiseDomain::numeric});
   d.vjp = [is_max](const VjpContext& c, G g) -> V {
     const Tensor a = c.saved_input(0), b = c.saved_input(1);
     const Tensor ties = eq(a, b);
@@ -98,10 +100,10 @@ const OpDef& extremum(const char* name, const char* expr, F f, bool is_max) {
 
 template <class F>
 const OpDef& extremum_scalar(const char* name, const char* kernel, F f, bool is_max) {
-  OpDef d = ew::binary_scalar_def<false, false>(name, kernel, false, ew::kNumeric, rules::promote, f);
+  OpDef d = elementwise_defs::binary_scalar_def<false, false>(name, kernel, false, dtype_sets::numeric, rules::promote, f);
   d.vjp = [is_max](const VjpContext& c, G g) -> V {
     const Tensor a = c.saved_input(0);
-    const Scalar s = ew::scalar_of(c);
+    const Scalar s = elementwise_defs::scalar_of(c);
     return {share(g[0], is_max ? gt(a, s) : lt(a, s), eq(a, s))};
   };
   d.save = {.inputs = {0}};
@@ -145,7 +147,7 @@ void where_cpu(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kWhere = register_op({
     .name = "where",
     .num_inputs = 3,
-    .dtypes = ew::kAll,
+    .dtypes = dtype_sets::all,
     .dtype_rule = where_dtypes,
     .cpu = where_cpu,
     .gpu =
@@ -169,12 +171,12 @@ const OpDef& kWhere = register_op({
 }  // namespace
 
 Tensor pow(const Tensor& a, const Tensor& b) { return call(kPow, {a, b}); }
-Tensor pow(const Tensor& a, const Scalar& b) { return call(kPowScalar, {a}, ew::scalar_attrs(b)); }
-Tensor pow(const Scalar& a, const Tensor& b) { return call(kRpowScalar, {b}, ew::scalar_attrs(a)); }
+Tensor pow(const Tensor& a, const Scalar& b) { return call(kPowScalar, {a}, elementwise_defs::scalar_attrs(b)); }
+Tensor pow(const Scalar& a, const Tensor& b) { return call(kRpowScalar, {b}, elementwise_defs::scalar_attrs(a)); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return call(kMaximum, {a, b}); }
-Tensor maximum(const Tensor& a, const Scalar& b) { return call(kMaximumScalar, {a}, ew::scalar_attrs(b)); }
+Tensor maximum(const Tensor& a, const Scalar& b) { return call(kMaximumScalar, {a}, elementwise_defs::scalar_attrs(b)); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return call(kMinimum, {a, b}); }
-Tensor minimum(const Tensor& a, const Scalar& b) { return call(kMinimumScalar, {a}, ew::scalar_attrs(b)); }
+Tensor minimum(const Tensor& a, const Scalar& b) { return call(kMinimumScalar, {a}, elementwise_defs::scalar_attrs(b)); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return call(kWhere, {cond, a, b}); }
 // The scalar becomes a zero-dim tensor of the promoted dtype on a's device.

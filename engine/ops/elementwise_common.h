@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "kiln/elementwise.h"
-#include "registry.h"
+#include "core/dtype_sets.h"
+#include "core/registry.h"
 
-namespace kiln::ew {
+namespace kiln::elementwise_defs {
 
 using kernels::PointwiseDomain;
-
-inline const std::vector<DType> kNumeric{DType::f32, DType::f64, DType::f16, DType::bf16,
-                                         DType::i32, DType::i64, DType::u8};
-inline const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
-inline const std::vector<DType> kAll{DType::f32, DType::f64, DType::f16, DType::bf16,
-                                     DType::i32, DType::i64, DType::u8, DType::boolean};
 
 // The type a kernel computes in for storage type T (runtime/src/dtype.cpp: u8 computes in
 // unsigned int), so the CPU reference sees the same scalar conversions and wraps.
@@ -168,4 +163,4 @@ inline DTypePlan to_bool_plan(const OpArgs& a) {
 // g where mask is true, else 0 (mask: a bool tensor broadcastable to g).
 inline Tensor masked(const Tensor& g, const Tensor& mask) { return where(mask, g, Scalar(0)); }
 
-}  // namespace kiln::ew
+}  // namespace kiln::elementwise_defs

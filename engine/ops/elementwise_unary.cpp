@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype_sets.h"
 #include "elementwise_common.h"
 
 namespace kiln {
@@ -13,14 +14,12 @@ namespace {
 
 using G = std::span<const Tensor>;
 using V = std::vector<Tensor>;
-using ew::kFloating;
-using ew::kNumeric;
-using ew::PointwiseDomain;
+using elementwise_defs::PointwiseDomain;
 
 // A floating function: integer and bool inputs become f32.
 template <class F>
 const OpDef& float_unary(std::string name, const char* expr, F f, Vjp vjp, SavePolicy save, TestHints test = {}) {
-  OpDef d = ew::unary_def<true, false>(std::move(name), kFloating, rules::promote_float,
+  OpDef d = elementwise_defs::unary_def<true, false>(std::move(name), dtype_sets::floating, rules::promote_float,
                                        [f](auto x, double, double) { return f(x); },
                                        {.expr = expr, .domain = PointwiseDomain::floating});
   d.vjp = std::move(vjp);
@@ -32,7 +31,7 @@ const OpDef& float_unary(std::string name, const char* expr, F f, Vjp vjp, SaveP
 // A function of every numeric dtype (the result keeps the input's dtype).
 template <class F>
 const OpDef& numeric_unary(std::string name, const char* expr, F f, Vjp vjp, SavePolicy save, TestHints test = {}) {
-  OpDef d = ew::unary_def<false, false>(std::move(name), kNumeric, rules::promote,
+  OpDef d = elementwise_defs::unary_def<false, false>(std::move(name), dtype_sets::numeric, rules::promote,
                                         [f](auto x, double, double) { return f(x); },
                                         {.expr = expr, .domain = PointwiseDomain::numeric});
   d.vjp = std::move(vjp);
@@ -46,9 +45,9 @@ template <class F>
 const OpDef& rounding_unary(std::string name, const char* expr, F f) {
   OpDef d;
   d.name = name;
-  d.dtypes = kNumeric;
+  d.dtypes = dtype_sets::numeric;
   d.cpu = [f](const OpArgs& a, std::span<Tensor> out) {
-    ew::cpu_unary<false, false>(a.inputs[0], out[0], [&](auto x) {
+    elementwise_defs::cpu_unary<false, false>(a.inputs[0], out[0], [&](auto x) {
       if constexpr (std::is_floating_point_v<decltype(x)>) return f(x);
       else return x;
     });
@@ -189,8 +188,8 @@ DTypePlan clamp_dtypes(const OpArgs& a) {
 
 const OpDef& kClamp = [] () -> const OpDef& {
   // As kiln::math::clamp: NaN stays, comparisons in double, lo > hi gives hi.
-  OpDef d = ew::unary_def<false, false>(
-      "clamp", kNumeric, clamp_dtypes,
+  OpDef d = elementwise_defs::unary_def<false, false>(
+      "clamp", dtype_sets::numeric, clamp_dtypes,
       [](auto x, double lo, double hi) {
         using C = decltype(x);
         if (x != x) return x;
@@ -210,7 +209,7 @@ const OpDef& kClamp = [] () -> const OpDef& {
       Tensor below = le(x, at.get<Scalar>("max"));
       inside = inside.defined() ? logical_and(inside, below) : below;
     }
-    return {ew::masked(g[0], inside)};
+    return {elementwise_defs::masked(g[0], inside)};
   };
   d.save = {.inputs = {0}};
   d.test.attrs = {Attrs{{"min", Scalar(-1.0)}, {"max", Scalar(1.0)}}, Attrs{{"min", Scalar(0.5)}},

@@ -4,8 +4,8 @@
 // reads 0 (gather), is dropped (scatter_add) or gives a zero row (one_hot).
 #include "kiln/runtime/module_cache.h"
 #include "kiln/shape_ops.h"
-#include "registry.h"
-#include "tensor/copy.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 

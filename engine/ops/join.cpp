@@ -2,8 +2,8 @@
 // CPU, the cast kernel with in == out dtype on the GPU); its vjp hands each input the
 // matching slice of the gradient. stack, split and chunk are built from cat and views.
 #include "kiln/shape_ops.h"
-#include "registry.h"
-#include "tensor/copy.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 

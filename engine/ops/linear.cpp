@@ -2,17 +2,18 @@
 // whose epilogue adds the bias (and applies the ReLU), and in the backward pass one product
 // for the weight gradient whose epilogue also sums the bias gradient. The CPU side is the
 // blocked GEMM followed by plain loops, the reference the GPU is tested against.
-#include "cpu/gemm_cpu.h"
-#include "cpu/loops.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_lt.h"
-#include "kernels/launchers.h"
+#include "core/dtype_sets.h"
+#include "core/cpu/gemm_cpu.h"
+#include "core/cpu/loops.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/launchers.h"
 #include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/linalg.h"
 #include "kiln/ops.h"
 #include "kiln/shape_ops.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -20,7 +21,6 @@ Tensor matmul_transposed_b(const Tensor& x, const Tensor& w);  // matmul.cpp: x 
 
 namespace {
 
-const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
 
 bool relu_of(const Attrs& a) { return a.get_or("activation", std::int64_t{0}) == 1; }
 
@@ -189,7 +189,7 @@ std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp,
 const OpDef& kLinear = register_op({
     .name = "linear",
     .num_inputs = 3,
-    .dtypes = kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = rules::promote,
     .shape_rule =
         [](const OpArgs& a) {

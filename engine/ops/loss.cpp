@@ -3,11 +3,12 @@
 // log_softmax + nll_loss) and mse_loss. GPU: the nll kernels of kernel_templates/softmax.cu.
 #include <string>
 
+#include "core/dtype_sets.h"
 #include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/nn_functional.h"
 #include "loss_common.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -50,7 +51,7 @@ std::int64_t inner_of(const Shape& labels) {
 const OpDef& kNllBackward = register_op({
     .name = "nll_loss_backward",
     .num_inputs = 2,
-    .dtypes = kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = [](const OpArgs& a) { return float_and_labels(a, 0, 1); },
     .shape_rule =
         [](const OpArgs& a) {
@@ -100,7 +101,7 @@ const OpDef& kNll = register_op({
     .name = "nll_loss",
     .num_inputs = 2,
     .num_outputs = 2,
-    .dtypes = kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 0, 1);

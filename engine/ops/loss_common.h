@@ -7,11 +7,10 @@
 #include <vector>
 
 #include "kiln/nn_functional.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln::loss_detail {
 
-inline const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
 
 struct Ignore {
   bool on = false;

@@ -1,11 +1,13 @@
 // matmul (torch.matmul semantics, batch dims broadcast). One op, "matmul", with attr
 // transpose_b: linear (linear.cpp) passes w as it is stored, and the transposed view costs
 // nothing on either device. GPU: kernels::gemm (cuBLAS), CPU: cpu::gemm.
-#include "cpu/gemm_cpu.h"
-#include "kernels/gemm.h"
+#include "ops/sum_to.h"
+#include "core/dtype_sets.h"
+#include "core/cpu/gemm_cpu.h"
+#include "backend/cuda/gemm.h"
 #include "kiln/amp.h"
 #include "kiln/linalg.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -182,7 +184,7 @@ Tensor as_2d(const Tensor& t, bool is_b) {
 const OpDef& kMatmul = register_op({
     .name = "matmul",
     .num_inputs = 2,
-    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+    .dtypes = dtype_sets::floating,
     .dtype_rule = rules::promote,
     .shape_rule =
         [](const OpArgs& a) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype_sets.h"
 #include "kiln/nn_functional.h"
 #include "norm_batch_cpu.h"
 #include "norm_common.h"
@@ -276,7 +277,7 @@ const OpDef& kBatchNormBackward = register_op({
     .name = "batch_norm_backward",
     .num_inputs = 6,
     .num_outputs = 3,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = backward_dtypes,
     .shape_rule = backward_shapes,
     .cpu =
@@ -293,7 +294,7 @@ const OpDef& kBatchNorm = register_op({
     .name = "batch_norm",
     .num_inputs = 5,
     .num_outputs = 3,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = forward_dtypes,
     .shape_rule = forward_shapes,
     .cpu =

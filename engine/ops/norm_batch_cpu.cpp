@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "cpu/parallel.h"
+#include "core/cpu/parallel.h"
 
 namespace kiln::norm_detail {
 

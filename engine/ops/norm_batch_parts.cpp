@@ -1,6 +1,7 @@
 // The stages of a training batch norm as ops (norm_batch_parts.h): batch_norm_stats,
 // batch_norm_backward_reduce and batch_norm_backward_elemt. The GPU runs norm.cu's kernels one
 // at a time (batch_norm runs them back to back); the CPU references are plain loops in double.
+#include "core/dtype_sets.h"
 #include "norm_batch_parts.h"
 
 #include <cmath>
@@ -76,7 +77,7 @@ void stats_gpu(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kStats = register_op({
     .name = "batch_norm_stats",
     .num_outputs = 2,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           return norm_plan(a, a.inputs[0].dtype(), acc_of(a.inputs[0].dtype()), {{Role::x}},
@@ -157,7 +158,7 @@ std::vector<std::vector<Shape>> test_shapes(int per_channel_inputs, bool means) 
 const OpDef& kBackwardReduce = register_op({
     .name = "batch_norm_backward_reduce",
     .num_inputs = 5,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           const DType t = a.inputs[1].dtype();
@@ -229,7 +230,7 @@ void elemt_gpu(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kBackwardElemt = register_op({
     .name = "batch_norm_backward_elemt",
     .num_inputs = 7,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           const DType t = a.inputs[1].dtype();

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "elementwise_common.h"
-#include "kernels/norm_kernels.h"
-#include "registry.h"
+#include "backend/cuda/norm_kernels.h"
+#include "core/registry.h"
 
 namespace kiln::norm_detail {
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype_sets.h"
 #include "kiln/nn_functional.h"
 #include "norm_common.h"
 
@@ -201,7 +202,7 @@ const OpDef& kLayerNormBackward = register_op({
     .name = "layer_norm_backward",
     .num_inputs = 5,
     .num_outputs = 3,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = backward_dtypes,
     .shape_rule = backward_shapes,
     .cpu = backward_cpu,
@@ -227,7 +228,7 @@ const OpDef& kLayerNorm = register_op({
     .name = "layer_norm",
     .num_inputs = 3,
     .num_outputs = 3,
-    .dtypes = ew::kFloating,
+    .dtypes = dtype_sets::floating,
     .dtype_rule = forward_dtypes,
     .shape_rule = forward_shapes,
     .cpu = forward_cpu,

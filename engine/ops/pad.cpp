@@ -2,8 +2,8 @@
 // output is filled with the value, then the input is copied into its interior view
 // (loops on the CPU, the fill and cast kernels on the GPU). The vjp slices the gradient.
 #include "kiln/shape_ops.h"
-#include "registry.h"
-#include "tensor/copy.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 

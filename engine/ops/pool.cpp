@@ -4,10 +4,11 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/dtype_sets.h"
 #include "conv_common.h"
-#include "cpu/parallel.h"
+#include "core/cpu/parallel.h"
 #include "kiln/conv.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -272,7 +273,7 @@ void max_backward_cpu(const OpArgs& a, std::span<Tensor> out) {
 const OpDef& kMaxBackward = register_op({
     .name = "max_pool2d_backward",
     .num_inputs = 2,
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           const DType t = a.inputs[0].dtype();
@@ -301,7 +302,7 @@ const OpDef& kMaxBackward = register_op({
 
 const OpDef& kAvgBackward = register_op({
     .name = "avg_pool2d_backward",
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{backward_geometry(a).in}; },
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
@@ -338,7 +339,7 @@ using V = std::vector<std::int64_t>;
 const OpDef& kMaxPool = register_op({
     .name = "max_pool2d",
     .num_outputs = 2,
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           const DType t = a.inputs[0].dtype();
@@ -368,7 +369,7 @@ const OpDef& kMaxPool = register_op({
 
 const OpDef& kAvgPool = register_op({
     .name = "avg_pool2d",
-    .dtypes = kFloat,
+    .dtypes = dtype_sets::floating,
     .shape_rule = [](const OpArgs& a) { return pooled_shape(a, 1); },
     .cpu = avg_cpu,
     .gpu =

@@ -7,6 +7,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include "core/dtype_sets.h"
 #include "kiln/random.h"
 
 #include <bit>
@@ -15,8 +16,8 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
-#include "registry.h"
-#include "tensor/copy.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 
@@ -239,8 +240,6 @@ const rt::KernelSpec& register_spec(const char* op, Dist dist, std::vector<DType
   return rt::register_kernel(std::move(s));
 }
 
-const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
-const std::vector<DType> kNumeric{DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
 
 void random_gpu(const rt::KernelSpec& spec, const OpArgs& a, std::span<Tensor> out, Dist dist) {
   const RandomCall c = call_of(a, dist);
@@ -285,18 +284,18 @@ Attrs sample_attrs(DType dtype) {
                {"offset", std::int64_t{7}}};
 }
 
-const OpDef& kRand = register_op(random_op("rand", Dist::uniform, kFloating, sample_attrs(DType::f32)));
-const OpDef& kRandn = register_op(random_op("randn", Dist::normal, kFloating, sample_attrs(DType::f32)));
+const OpDef& kRand = register_op(random_op("rand", Dist::uniform, dtype_sets::floating, sample_attrs(DType::f32)));
+const OpDef& kRandn = register_op(random_op("randn", Dist::normal, dtype_sets::floating, sample_attrs(DType::f32)));
 const OpDef& kRandint = register_op(random_op(
-    "randint", Dist::randint, kNumeric, sample_attrs(DType::i64).set("low", std::int64_t{-5}).set("high", std::int64_t{9})));
+    "randint", Dist::randint, dtype_sets::numeric, sample_attrs(DType::i64).set("low", std::int64_t{-5}).set("high", std::int64_t{9})));
 const OpDef& kBernoulliOp =
-    register_op(random_op("bernoulli", Dist::bernoulli, kFloating, sample_attrs(DType::f32).set("p", 0.3)));
+    register_op(random_op("bernoulli", Dist::bernoulli, dtype_sets::floating, sample_attrs(DType::f32).set("p", 0.3)));
 
 const OpDef& kBernoulliTensorOp = [] {
-  const rt::KernelSpec& spec = register_spec("bernoulli_tensor", Dist::bernoulli_tensor, kFloating);
+  const rt::KernelSpec& spec = register_spec("bernoulli_tensor", Dist::bernoulli_tensor, dtype_sets::floating);
   return std::cref(register_op({
       .name = "bernoulli_tensor",
-      .dtypes = kFloating,
+      .dtypes = dtype_sets::floating,
       .dtype_rule = rules::same_as_input,
       .shape_rule = rules::same_shape_as_input,
       .cpu = [](const OpArgs& a, std::span<Tensor> out) { random_cpu(a, out, Dist::bernoulli_tensor); },
@@ -313,8 +312,8 @@ Attrs draw(Generator* gen, Dist dist, const Shape& shape, DType dtype, Device de
   const std::uint64_t blocks = static_cast<std::uint64_t>((shape_numel(shape) + per - 1) / per);
   // In a captured step the kernel reads (seed, offset) from the device, which each replay
   // refreshes; the offset in attrs is then relative to the step's first draw.
-  const compile_detail::RngState captured =
-      compile_detail::capturing() && device.is_cuda() ? compile_detail::rng_state(g, device) : compile_detail::RngState{};
+  const step::RngState captured =
+      step::capturing() && device.is_cuda() ? step::rng_state(g, device) : step::RngState{};
   const std::uint64_t offset = g.reserve(blocks) - captured.base;
   Attrs attrs{{"shape", std::vector<std::int64_t>(shape)},
               {"dtype", dtype},

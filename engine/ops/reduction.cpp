@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <string>
 
+#include "core/dtype_sets.h"
 #include "kiln/shape_ops.h"
 
-#include "kernels/reduce_launchers.h"
+#include "backend/cuda/reduce_launchers.h"
 #include "reduction_common.h"
 
 namespace kiln {
@@ -123,7 +124,7 @@ const OpDef& kSum = register_op({
 
 const OpDef& kMean = register_op({
     .name = "mean",
-    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+    .dtypes = dtype_sets::floating,
     .dtype_rule = rules::promote_float,
     .shape_rule = [](const OpArgs& a) { return shape_rule(a, false); },
     .cpu =
@@ -194,7 +195,7 @@ const OpDef& kProd = register_op({
 // prefix times suffix, so a zero, an infinity or a NaN elsewhere needs no special case.
 const OpDef& kExclusiveProd = register_op({
     .name = "exclusive_prod",
-    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+    .dtypes = dtype_sets::floating,
     .dtype_rule = rules::promote_float,
     .shape_rule = rules::same_shape_as_input,
     .cpu =

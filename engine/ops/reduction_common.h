@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kiln/reduction.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln::reduction {
 

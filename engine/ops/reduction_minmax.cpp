@@ -3,6 +3,7 @@
 // empty dim is a ValueError raised by the shape rule, on both devices.
 #include <string>
 
+#include "core/dtype_sets.h"
 #include "reduction_common.h"
 
 namespace kiln {
@@ -66,7 +67,7 @@ template <bool kMax>
 OpDef arg_def(const char* name) {
   return OpDef{
       .name = name,
-      .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8},
+      .dtypes = dtype_sets::numeric,
       // Bool compares as u8 (the kernels take no bool input here).
       .dtype_rule =
           [](const OpArgs& a) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype_sets.h"
 #include "reduction_common.h"
 
 namespace kiln {
@@ -51,7 +52,7 @@ template <bool kStd>
 OpDef var_def(const char* name) {
   return OpDef{
       .name = name,
-      .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+      .dtypes = dtype_sets::floating,
       .dtype_rule = rules::promote_float,
       .shape_rule = [](const OpArgs& a) { return shape_rule(a, false); },
       .cpu =
@@ -99,7 +100,7 @@ A log_sum_exp(std::span<const A> v) {
 
 const OpDef& kLogSumExp = register_op({
     .name = "logsumexp",
-    .dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16},
+    .dtypes = dtype_sets::floating,
     .dtype_rule = rules::promote_float,
     .shape_rule = [](const OpArgs& a) { return shape_rule(a, false); },
     .cpu =

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "kiln/shape_ops.h"
-#include "registry.h"
-#include "tensor/copy.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 

@@ -4,9 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype_sets.h"
 #include "kiln/amp.h"
 #include "kiln/nn_functional.h"
-#include "registry.h"
+#include "core/registry.h"
 
 namespace kiln {
 
@@ -17,7 +18,6 @@ void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t r
 
 namespace {
 
-const std::vector<DType> kFloating{DType::f32, DType::f64, DType::f16, DType::bf16};
 
 int dim_of(const OpArgs& a) { return normalize_axis(a.attrs.get<std::int64_t>("dim"), a.inputs[0].dim(), a.op.name); }
 
@@ -80,7 +80,7 @@ void softmax_gpu(const Tensor& x, const Tensor& y, int dim, bool log_mode) {
 OpDef softmax_def(std::string name, bool log_mode) {
   OpDef d;
   d.name = std::move(name);
-  d.dtypes = kFloating;
+  d.dtypes = dtype_sets::floating;
   d.shape_rule = rules::same_shape_as_input;
   d.cpu = [log_mode](const OpArgs& a, std::span<Tensor> out) {
     const int dim = dim_of(a);

@@ -2,6 +2,8 @@
 // PointwiseExpr is the emitted CUDA text, so kernel specs, the disk cache and (later) fusion
 // see them as built-in ops. Gradient i is the user op "<name>.grad_<input>", or the steps
 // "<name>.grad_<input>.<k>" when it reads more than the two tensors a kernel takes.
+#include "ops/sum_to.h"
+#include "core/dtype_sets.h"
 #include "user_pointwise.h"
 
 #include <algorithm>
@@ -65,7 +67,7 @@ std::string join(const std::vector<std::string>& v) {
 OpDef make_def(const std::string& name, const expr::Ast& ast, int arity, const std::vector<PointwiseParam>& params) {
   static const std::vector<std::string> kUnaryNames{"x"}, kBinaryNames{"a", "b"};
   PointwiseExpr pw{.expr = expr::to_cuda(ast, ast.root, arity == 1 ? kUnaryNames : kBinaryNames),
-                   .domain = ew::PointwiseDomain::floating};
+                   .domain = elementwise_defs::PointwiseDomain::floating};
   Attrs defaults;
   if (!params.empty()) {
     std::vector<std::string> names;
@@ -81,15 +83,15 @@ OpDef make_def(const std::string& name, const expr::Ast& ast, int arity, const s
     const double p[2] = {p0, p1};
     return expr::eval<decltype(x)>(ast, ast.root, &x, p);
   };
-  OpDef d = arity == 1 ? ew::unary_def<true, false>(name, ew::kFloating, rules::promote_float, eval, std::move(pw))
-                       : ew::binary_def<true, false>(
-                             name, ew::kFloating, rules::promote_float, [](auto u, auto) { return u; }, std::move(pw));
+  OpDef d = arity == 1 ? elementwise_defs::unary_def<true, false>(name, dtype_sets::floating, rules::promote_float, eval, std::move(pw))
+                       : elementwise_defs::binary_def<true, false>(
+                             name, dtype_sets::floating, rules::promote_float, [](auto u, auto) { return u; }, std::move(pw));
   if (arity == 2) {
     // binary_def's host loop takes no params; this one reads them like the unary one.
     d.cpu = [ast](const OpArgs& a, std::span<Tensor> out) {
       const auto [p0, p1] = pointwise_params(a.op, a.attrs);
       const double p[2] = {p0, p1};
-      ew::cpu_binary<true, false>(a.inputs[0], a.inputs[1], out[0], [&](auto u, auto v) {
+      elementwise_defs::cpu_binary<true, false>(a.inputs[0], a.inputs[1], out[0], [&](auto u, auto v) {
         const decltype(u) vars[2] = {u, v};
         return expr::eval<decltype(u)>(ast, ast.root, vars, p);
       });

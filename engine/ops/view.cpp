@@ -1,8 +1,9 @@
 // reshape, view and broadcast_to: new shapes over the same storage.
 #include <optional>
 
-#include "registry.h"
-#include "tensor/copy.h"
+#include "ops/sum_to.h"
+#include "core/registry.h"
+#include "core/tensor/copy.h"
 
 namespace kiln {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "cpu/loops.h"
+#include "core/cpu/loops.h"
 #include "kiln/optim/optimizer.h"
-#include "ops/registry.h"
+#include "core/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {

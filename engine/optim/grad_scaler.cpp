@@ -8,13 +8,13 @@
 #include <optional>
 #include <set>
 
-#include "cpu/loops.h"
+#include "core/cpu/loops.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
 #include "kiln/ops.h"
-#include "ops/registry.h"
+#include "core/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {
@@ -147,7 +147,7 @@ void GradScaler::step(Optimizer& opt) {
   stages_[&opt] = Stage::stepped;
   // A compiled step cannot read the flag: the optimizer's kernels do.
   const Tensor& flag = flags_.at(&opt);
-  if (in_compiled_call())
+  if (step::in_compiled_call())
     opt.step_unless(flag);
   else if (flag.item<float>() == 0.f)
     opt.step();

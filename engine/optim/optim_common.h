@@ -1,6 +1,6 @@
 #pragma once
 // Internal to engine/optim: argument checks shared by the optimizers, the dtype their
-// state is kept in, and the fused GPU updates (engine/ops/kernels/optim_kernels.cpp).
+// state is kept in, and the fused GPU updates (engine/optim/optim_kernels.cpp).
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -15,7 +15,7 @@
 #include "kiln/compile.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
-#include "ops/registry.h"
+#include "core/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {
@@ -121,7 +121,7 @@ void Optimizer::step() {
   }
   advance();
   // A replay of a captured step redoes the host's part of the step before the graph runs.
-  compile_detail::on_replay([this] { advance(); });
+  step::on_replay([this] { advance(); });
   write_step_values();
   // CUDA parameters go in groups of one device and dtype, up to 32 per launch, in order.
   std::vector<std::vector<std::size_t>> groups;
@@ -184,14 +184,14 @@ void Optimizer::write_step_values() {
   }
   auto words = [this] {
     const std::vector<double> v = step_values();
-    compile_detail::Words w{};
+    step::Words w{};
     for (std::size_t i = 0; i < v.size() && i < w.size(); ++i) std::memcpy(&w[i], &v[i], sizeof(double));
     return w;
   };
   for (const Tensor& buf : step_buffers_) {
     if (!buf.defined()) continue;
     const int count = static_cast<int>(std::min<std::size_t>(step_values().size(), 8));
-    compile_detail::store_words(buf.device(), device_address(buf), words(), count, words);
+    step::store_words(buf.device(), device_address(buf), words(), count, words);
   }
 }
 
@@ -207,7 +207,7 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::reset_state() {
-  if (kiln::capturing()) throw ValueError("[" + name() + "] reset_state inside a compiled step's capture");
+  if (step::capturing()) throw ValueError("[" + name() + "] reset_state inside a compiled step's capture");
   check_resettable();
   NoGradGuard no_grad;
   for (std::vector<Tensor>& row : slots_)

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numbers>
 
-#include "compile/capture.h"
+#include "core/step/step_state.h"
 #include "kiln/compile.h"
 #include "kiln/error.h"
 #include "optim_common.h"
@@ -37,17 +37,17 @@ double anneal_cos(double start, double end, double pct) {
 void LrScheduler::step() {
   advance();
   // Inside a captured step the host's part must also run at every replay.
-  compile_detail::on_replay([this] { advance(); });
+  step::on_replay([this] { advance(); });
 }
 
 void LrScheduler::reset() {
-  if (kiln::capturing()) throw ValueError("[optim.LrScheduler] reset inside a compiled step's capture");
+  if (step::capturing()) throw ValueError("[optim.LrScheduler] reset inside a compiled step's capture");
   step_ = 0;
   start();
 }
 
 void LrScheduler::set_step(std::int64_t step) {
-  if (kiln::capturing()) throw ValueError("[optim.LrScheduler] set_step inside a compiled step's capture");
+  if (step::capturing()) throw ValueError("[optim.LrScheduler] set_step inside a compiled step's capture");
   check_step("optim.LrScheduler", step);
   step_ = step;
   opt_.set_lr(lr_at(step_));

@@ -2,9 +2,9 @@
 // loop on the CPU (the reference the GPU tests compare with).
 #include <limits>
 
-#include "cpu/loops.h"
+#include "core/cpu/loops.h"
 #include "kiln/optim/optimizer.h"
-#include "ops/registry.h"
+#include "core/registry.h"
 #include "optim_common.h"
 
 namespace kiln::optim {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "../support/error_message.h"
+#include "error_message.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

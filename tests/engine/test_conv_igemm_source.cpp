@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "../../engine/ops/conv_igemm.h"
+#include "ops/conv_igemm.h"
 #include "kiln/conv.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/templates.h"

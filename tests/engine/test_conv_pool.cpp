@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "../gpu/consistency_cases.h"
-#include "../gpu/consistency_compare.h"
-#include "cpu/gemm_cpu.h"
-#include "cpu/parallel.h"
+#include "consistency_cases.h"
+#include "consistency_compare.h"
+#include "core/cpu/gemm_cpu.h"
+#include "core/cpu/parallel.h"
 #include "gradcheck.h"
 
 using namespace kiln;

@@ -9,8 +9,8 @@
 #include <limits>
 #include <string>
 
-#include "../../engine/ops/registry.h"
-#include "../support/gradcheck.h"
+#include "core/registry.h"
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

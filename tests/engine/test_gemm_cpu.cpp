@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/src/cpu/gemm_cpu.h"
+#include "core/cpu/gemm_cpu.h"
 #include "kiln/error.h"
 #include "kiln/half.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../engine/io/json_tree.h"
+#include "io/json_tree.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "temp_dir.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 

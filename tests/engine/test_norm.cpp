@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "../gpu/consistency_cases.h"
-#include "../support/gradcheck.h"
+#include "consistency_cases.h"
+#include "gradcheck.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
 

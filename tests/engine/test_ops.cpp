@@ -6,7 +6,7 @@
 #include <cmath>
 #include <string>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

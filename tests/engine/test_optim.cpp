@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/src/tensor/tensor_impl.h"
+#include "core/tensor/tensor_impl.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"

@@ -1,15 +1,15 @@
 // Pointwise ops: the device expression on each OpDef is the one source of its kernel, is
 // self-contained (a later fusion pass splices it), and has an independent host reference
-// for the GPU kernel tests (tests/gpu/elementwise_reference.h). No GPU needed.
+// for the GPU kernel tests (tests/support/elementwise_reference.h). No GPU needed.
 #include <doctest/doctest.h>
 
 #include <regex>
 #include <set>
 #include <string>
 
-#include "../../engine/ops/registry.h"
-#include "../../engine/ops/user_pointwise.h"
-#include "../gpu/elementwise_reference.h"
+#include "core/registry.h"
+#include "ops/user_pointwise.h"
+#include "elementwise_reference.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/templates.h"
 
@@ -36,7 +36,7 @@ TEST_CASE("every pointwise op has a host reference of its arity for the GPU kern
   std::set<std::string> unary, binary;
   for (const OpDef* op : pointwise_ops()) {
     if (is_user_pointwise(*op)) continue;  // kiln::pointwise ops: their evaluator is the reference
-    INFO(op->name, " has a device expression but no reference in tests/gpu/elementwise_reference.h");
+    INFO(op->name, " has a device expression but no reference in tests/support/elementwise_reference.h");
     if (op->num_inputs == 1)
       CHECK(elt::unary_refs().count(op->name) == 1);
     else

@@ -3,7 +3,8 @@
 
 #include <set>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
+#include "ops/sum_to.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "../gpu/consistency_cases.h"
+#include "consistency_cases.h"
 
 using namespace kiln;
 using namespace consistency;

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "../support/gradcheck.h"
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

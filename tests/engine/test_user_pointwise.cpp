@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/registry.h"
-#include "../../engine/ops/user_pointwise.h"
-#include "../support/gradcheck.h"
-#include "../support/user_ops.h"
+#include "core/registry.h"
+#include "ops/user_pointwise.h"
+#include "gradcheck.h"
+#include "user_ops.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "kiln/pointwise.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../../examples/mnist/models.h"
-#include "../support/error_message.h"
+#include "error_message.h"
 #include "conv_tf32.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/graph.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

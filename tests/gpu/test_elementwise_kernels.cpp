@@ -14,9 +14,9 @@
 #include <thread>
 #include <tuple>
 
-#include "../../engine/ops/kernels/launchers.h"
-#include "../../engine/ops/registry.h"
-#include "../../engine/ops/user_pointwise.h"
+#include "backend/cuda/launchers.h"
+#include "core/registry.h"
+#include "ops/user_pointwise.h"
 #include "elementwise_reference.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/memory.h"

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "../support/gradcheck.h"
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/disk_cache.h"
 #include "process.h"

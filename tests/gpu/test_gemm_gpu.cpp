@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/kernels/gemm.h"
-#include "../../engine/src/cpu/gemm_cpu.h"
+#include "backend/cuda/gemm.h"
+#include "core/cpu/gemm_cpu.h"
 #include "kiln/error.h"
 #include "kiln/half.h"
 #include "kiln/runtime/device.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../support/gradcheck.h"
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

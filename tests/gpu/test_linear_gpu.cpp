@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/kernels/gemm_lt.h"
+#include "backend/cuda/gemm_lt.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
 

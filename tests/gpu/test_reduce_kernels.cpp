@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/kernels/reduce_launchers.h"
+#include "backend/cuda/reduce_launchers.h"
 #include "kiln/error.h"
 #include "kiln/half.h"
 #include "kiln/runtime/device.h"

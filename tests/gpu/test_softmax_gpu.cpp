@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../support/gradcheck.h"
+#include "gradcheck.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
 

@@ -7,9 +7,9 @@
 #include <tuple>
 #include <vector>
 
-#include "../support/gpu_match.h"
-#include "../support/gradcheck.h"
-#include "../support/user_ops.h"
+#include "gpu_match.h"
+#include "gradcheck.h"
+#include "user_ops.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

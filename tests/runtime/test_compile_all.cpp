@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../engine/ops/kernels/launchers.h"
+#include "backend/cuda/launchers.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"

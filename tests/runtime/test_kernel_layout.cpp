@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../../engine/ops/kernels/layout.h"
+#include "backend/cuda/layout.h"
 #include "kiln/error.h"
 
 using namespace kiln;

@@ -12,7 +12,7 @@
 #include <vector>
 #include <unistd.h>
 
-#include "../../engine/ops/kernels/launchers.h"
+#include "backend/cuda/launchers.h"
 #include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/templates.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../../engine/ops/registry.h"
+#include "core/registry.h"
 #include "kiln/kiln.h"
 
 namespace kiln::testing {

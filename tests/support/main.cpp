@@ -9,7 +9,7 @@
 
 #include "kiln/runtime/device.h"
 #ifdef KILN_GPU_SUITE
-#include "ops/registry.h"
+#include "core/registry.h"
 #endif
 
 int main(int argc, char** argv) {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/tcp.h"
+#include "kiln/dist/tcp.h"
 #include "process.h"
 #include "temp_dir.h"
 

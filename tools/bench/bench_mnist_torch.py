@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch twin of bench_mnist (tools/bench/bench_mnist.cpp): the same models, optimizer,
+"""PyTorch twin of bench_mnist (examples/mnist/bench/bench_mnist.cpp): the same models, optimizer,
 schedules, batch sizes and measurements in PyTorch eager on the same GPU. Beside each eager
 step row: graph_* (the step captured with torch.cuda.graph and capturable Adam, set against
 kiln's compiled step of the same name), inductor_* (torch.compile(mode="reduce-overhead")) and,

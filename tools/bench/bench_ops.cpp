@@ -28,14 +28,13 @@
 #include <utility>
 #include <vector>
 
-#include "../../engine/ops/kernels/gemm.h"
-#include "../../engine/ops/kernels/launchers.h"
-#include "../../engine/ops/registry.h"
 #include "bench_timing.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/memory.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 
 using namespace kiln;
@@ -85,12 +84,6 @@ Row measure(const std::string& name, const std::string& dtype, const std::string
   return r;
 }
 
-std::vector<Tensor> run_op(const char* op, std::vector<Tensor> in, const Attrs& attrs = {}) {
-  const OpDef* def = find_op(op);
-  if (!def) throw ValueError(std::string("op ") + op + " is not registered");
-  return dispatch(*def, in, attrs);
-}
-
 void bench_elementwise(double copy_gbs) {
   const Device gpu = Device::cuda(0);
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
@@ -101,14 +94,14 @@ void bench_elementwise(double copy_gbs) {
       if (r.value >= 0) r.ref = r.value / copy_gbs, r.ref_label = "of copy";
       add_row(std::move(r));
     };
-    with_copy(measure("add", dn, "GB/s", 3 * n * sz / 1e9, [&] { return run_op("add", {x, y}); }));
-    with_copy(measure("mul", dn, "GB/s", 3 * n * sz / 1e9, [&] { return run_op("mul", {x, y}); }));
-    with_copy(measure("relu", dn, "GB/s", 2 * n * sz / 1e9, [&] { return run_op("relu", {x}); }));
+    with_copy(measure("add", dn, "GB/s", 3 * n * sz / 1e9, [&] { return std::vector<Tensor>{add(x, y)}; }));
+    with_copy(measure("mul", dn, "GB/s", 3 * n * sz / 1e9, [&] { return std::vector<Tensor>{mul(x, y)}; }));
+    with_copy(measure("relu", dn, "GB/s", 2 * n * sz / 1e9, [&] { return std::vector<Tensor>{relu(x)}; }));
     for (DType to : {DType::f32, DType::f16, DType::bf16}) {
       if (to == dt) continue;
       const double bytes = n * (sz + static_cast<double>(dtype_size(to)));
       with_copy(measure("cast", dn + "->" + std::string(dtype_name(to)), "GB/s", bytes / 1e9, [&] {
-        return run_op("cast", {x}, Attrs{{"dtype", to}});
+        return std::vector<Tensor>{x.to(to)};
       }));
     }
     with_copy(measure("sum", dn, "GB/s", n * sz / 1e9, [&] { return std::vector<Tensor>{sum(x)}; }));
@@ -141,13 +134,13 @@ void bench_matmul() {
     Tensor a = randn({kMat, kMat}, {.dtype = m.dt, .device = gpu}),
            b = randn({kMat, kMat}, {.dtype = m.dt, .device = gpu});
     Tensor c = empty({kMat, kMat}, {.dtype = m.dt, .device = gpu});
-    kernels::set_allow_tf32(m.tf32);
-    Row r = measure("matmul", m.label, "TFLOP/s", flop, [&] { return run_op("matmul", {a, b}); });
+    set_allow_tf32(m.tf32);
+    Row r = measure("matmul", m.label, "TFLOP/s", flop, [&] { return std::vector<Tensor>{matmul(a, b)}; });
     Row direct = measure("cublas", m.label, "TFLOP/s", flop, [&] {
       cublas_gemm(m.dt, m.tf32, a, b, c);
       return std::vector<Tensor>{};
     });
-    kernels::set_allow_tf32(false);
+    set_allow_tf32(false);
     if (r.value >= 0 && direct.value >= 0) r.ref = r.value / direct.value, r.ref_label = "of cuBLAS";
     add_row(std::move(r));
     add_row(std::move(direct));
@@ -191,20 +184,22 @@ void bench_overhead() {
   // Where a no-grad op's time goes: the kernel launch alone, a 4-byte allocation and free,
   // and an empty 1-element tensor (the op's output without its kernel).
   Tensor a = ones({1}, {.device = Device::cuda(0)}), y = empty({1}, {.device = Device::cuda(0)});
-  const kernels::Operand oa{reinterpret_cast<rt::DevicePtr>(a.data_ptr()), {1}};
-  const kernels::Operand oy{reinterpret_cast<rt::DevicePtr>(y.data_ptr()), {1}};
-  const std::int64_t shape[] = {1};
-  const rt::KernelSpec& add_spec = kernels::kernel("add");
-  add_overhead_row("launch", host_us_per_call([&] {
-                     kernels::launch_binary(add_spec, DType::f32, DType::f32, oa, oa, oy, shape, stream());
-                   }));
-  // The driver's share: the same kernel through rt::launch with the function looked up once.
-  const rt::Function add_fn = rt::get_function(add_spec, {DType::f32, DType::f32}, 0, 0);
-  const rt::LaunchConfig one = kernels::grid_stride_config(1, 0);
+  const auto pa = reinterpret_cast<rt::DevicePtr>(a.data_ptr()), py = reinterpret_cast<rt::DevicePtr>(y.data_ptr());
+  const rt::KernelSpec* add_spec = rt::find_kernel("add");
+  if (!add_spec) throw ValueError("[bench_ops] the kernel spec \"add\" is not registered");
+  rt::LaunchConfig one;
+  one.grid = {1, 1, 1};
+  one.block = {256, 1, 1};
   const long long n = 1;
   const double p0 = 0, p1 = 0;
-  add_overhead_row("launch_raw",
-                   host_us_per_call([&] { rt::launch(add_fn, one, stream(), oa.ptr, oa.ptr, oy.ptr, n, p0, p1); }));
+  // The module cache's lookup and the launch, as every eager op pays them.
+  add_overhead_row("launch", host_us_per_call([&] {
+                     rt::launch(rt::get_function(*add_spec, {DType::f32, DType::f32}, 0, 0), one, stream(), pa, pa, py,
+                                n, p0, p1);
+                   }));
+  // The driver's share: the same kernel with the function looked up once.
+  const rt::Function add_fn = rt::get_function(*add_spec, {DType::f32, DType::f32}, 0, 0);
+  add_overhead_row("launch_raw", host_us_per_call([&] { rt::launch(add_fn, one, stream(), pa, pa, py, n, p0, p1); }));
   add_overhead_row("alloc_free", host_us_per_call([&] { rt::DeviceBuffer b(4, stream()); }));
   add_overhead_row("empty", host_us_per_call([&] { (void)empty({1}, {.device = Device::cuda(0)}); }));
 }

@@ -1,11 +1,11 @@
 #pragma once
 // Cases of the PyTorch differential test, generated from one OpDef: its dtypes (and the
 // input dtypes its dtype rule promotes), small shapes with broadcasting and strided views
-// (layouts from tests/gpu/consistency_cases.h), mixed-dtype pairs, and edge values.
+// (layouts from tests/support/consistency_cases.h), mixed-dtype pairs, and edge values.
 #include <string>
 #include <vector>
 
-#include "../../tests/gpu/consistency_cases.h"
+#include "consistency_cases.h"
 
 namespace difftest {
 

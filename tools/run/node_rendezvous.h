@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/tcp.h"
+#include "kiln/dist/tcp.h"
 #include "options.h"
 
 namespace kiln_run {

@@ -10,7 +10,7 @@
 // the dtype its forward op chose. f64 inputs are never cast.
 #include <optional>
 
-#include "kiln/tensor.h"
+#include "tensor.h"
 
 namespace kiln {
 

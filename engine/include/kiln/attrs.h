@@ -8,10 +8,10 @@
 #include <variant>
 #include <vector>
 
-#include "kiln/device.h"
+#include "device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
-#include "kiln/scalar.h"
+#include "scalar.h"
 
 namespace kiln {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/attrs.h"
-#include "kiln/tensor.h"
+#include "attrs.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -41,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/device.h"
-#include "kiln/tensor.h"
+#include "device.h"
+#include "tensor.h"
 
 namespace kiln {
 

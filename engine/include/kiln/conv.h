@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kiln/tensor.h"
+#include "tensor.h"
 
 namespace kiln {
 

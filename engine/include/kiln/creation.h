@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kiln/half.h"
-#include "kiln/tensor.h"
+#include "half.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/device.h"
-#include "kiln/tensor.h"
+#include "device.h"
+#include "tensor.h"
 
 namespace kiln::rt {
 class Stream;

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "kiln/dtype.h"
-#include "kiln/scalar.h"
+#include "scalar.h"
 
 namespace kiln {
 

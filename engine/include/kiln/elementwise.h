@@ -5,9 +5,9 @@
 // add/sub/mul/div/neg live in kiln/ops.h.
 #include <optional>
 
-#include "kiln/ops.h"
-#include "kiln/scalar.h"
-#include "kiln/tensor.h"
+#include "ops.h"
+#include "scalar.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Matrix products: matmul with torch.matmul's 1-D/2-D/N-D semantics (batch dims
 // broadcast), and linear = x @ w^T + b. GPU through cuBLAS, CPU through the blocked GEMM.
-#include "kiln/tensor.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "kiln/linalg.h"
-#include "kiln/random.h"
-#include "kiln/tensor.h"
+#include "linalg.h"
+#include "random.h"
+#include "tensor.h"
 
 namespace kiln {
 

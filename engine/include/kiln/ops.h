@@ -1,11 +1,11 @@
 #pragma once
 // The core ops: arithmetic with broadcasting, sum, casts and views. Each is a registry
-// entry (engine/ops/registry.h) with a CPU reference, a GPU path and a vjp.
+// entry (engine/core/registry.h) with a CPU reference, a GPU path and a vjp.
 #include <cstdint>
 #include <vector>
 
-#include "kiln/scalar.h"
-#include "kiln/tensor.h"
+#include "scalar.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kiln/error.h"
-#include "kiln/tensor.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "kiln/tensor.h"
+#include "tensor.h"
 
 namespace kiln {
 

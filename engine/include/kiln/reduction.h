@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kiln/tensor.h"
+#include "tensor.h"
 
 namespace kiln {
 

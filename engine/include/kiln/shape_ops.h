@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "kiln/scalar.h"
-#include "kiln/tensor.h"
+#include "scalar.h"
+#include "tensor.h"
 
 namespace kiln {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/device.h"
+#include "device.h"
 #include "kiln/dtype.h"
-#include "kiln/scalar.h"
+#include "scalar.h"
 
 namespace kiln {
 

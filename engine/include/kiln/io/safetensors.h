@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "kiln/io/output_path.h"
+#include "output_path.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::optim {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kiln/conv.h"
-#include "kiln/nn/module.h"
+#include "module.h"
 #include "kiln/linalg.h"
 #include "kiln/random.h"
 

@@ -15,7 +15,7 @@
 #include <map>
 
 #include "kiln/nn/module.h"
-#include "kiln/optim/optimizer.h"
+#include "optimizer.h"
 #include "kiln/tensor.h"
 
 namespace kiln::optim {

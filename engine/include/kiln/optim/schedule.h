@@ -3,7 +3,7 @@
 // each step() sets the optimizer's lr for the next update, as PyTorch's schedulers do.
 #include <cstdint>
 
-#include "kiln/optim/optimizer.h"
+#include "optimizer.h"
 
 namespace kiln::optim {
 

@@ -3,7 +3,7 @@
 // cuBLASLt shares that workspace (both run in stream order, so they never overlap).
 #include <cstddef>
 
-#include "kiln/runtime/memory.h"
+#include "memory.h"
 
 namespace kiln::rt {
 class Stream;

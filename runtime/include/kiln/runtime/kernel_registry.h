@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
-#include "kiln/runtime/templates.h"
+#include "templates.h"
 
 namespace kiln::rt {
 

@@ -2,7 +2,7 @@
 // Launches a cached function with typed arguments on a stream.
 #include <cstdint>
 
-#include "kiln/runtime/module_cache.h"
+#include "module_cache.h"
 
 namespace kiln::rt {
 

@@ -1,0 +1,30 @@
+// engine/compile's side of core's step hook: the capture and fusion entries below core call,
+// installed once while the library loads.
+#include "capture.h"
+#include "core/step/step_state.h"
+#include "fusion.h"
+
+namespace kiln::compile_detail {
+namespace {
+
+class CaptureAndFusion final : public step::StepCompiler {
+ public:
+  Device capture_device() override { return compile_detail::capture_device(); }
+  void keep_alive(const Tensor& t) override { compile_detail::keep_alive(t); }
+  void store_words(Device device, rt::DevicePtr dst, const Words& words, int count,
+                   std::function<Words()> refresh) override {
+    compile_detail::store_words(device, dst, words, count, std::move(refresh));
+  }
+  void on_replay(std::function<void()> action) override { compile_detail::on_replay(std::move(action)); }
+  RngState rng_state(Generator& gen, Device device) override { return compile_detail::rng_state(gen, device); }
+  bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) override {
+    return compile_detail::defer_pointwise(op, args, outputs);
+  }
+  void before_use(const Tensor& t) override { compile_detail::before_use(t); }
+};
+
+CaptureAndFusion g_step_compiler;
+const bool g_installed = (step::install(g_step_compiler), true);
+
+}  // namespace
+}  // namespace kiln::compile_detail

@@ -1,0 +1,255 @@
+// backward(): a reverse topological walk over the recorded nodes.
+#include <map>
+#include <mutex>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/amp.h"
+#include "kiln/autograd.h"
+#include "core/registry.h"
+#include "record.h"
+#include "core/tensor/copy.h"
+#include "core/tensor/tensor_impl.h"
+
+namespace kiln {
+
+namespace {
+// Gradients meeting at a tensor add up, through the registry's add (engine/ops defines it).
+Tensor add_grads(const Tensor& a, const Tensor& b) {
+  static const OpDef& add = get_op("add");
+  return call(add, {a, b});
+}
+}  // namespace
+
+// The implicit gradient 1 of a one-element root: one constant per (device, dtype), so a
+// compiled step's backward starts without a fill kernel. Only made outside a capture, where
+// its value is written at once; nothing writes into it (a leaf that receives it copies it).
+Tensor seed_one(const Tensor& root) {
+  if (!root.device().is_cuda()) return filled(root.shape(), 1, root.dtype(), root.device());
+  static std::mutex mu;
+  // Never destroyed, like the cuBLAS handles: freeing device memory at exit could run after
+  // the driver is gone.
+  static auto* ones = new std::map<std::pair<int, DType>, Tensor>;
+  std::lock_guard lock(mu);
+  const auto key = std::make_pair(root.device().index(), root.dtype());
+  auto it = ones->find(key);
+  if (it == ones->end()) {
+    if (step::capturing()) return filled(root.shape(), 1, root.dtype(), root.device());
+    it = ones->emplace(key, filled(root.shape(), 1, root.dtype(), root.device())).first;
+  }
+  return make_view(it->second, root.shape(), contiguous_strides(root.shape()), 0);
+}
+
+class BackwardEngine {
+ public:
+  explicit BackwardEngine(bool retain) : retain_(retain) {}
+
+  void seed(const Tensor& root, Tensor grad) {
+    if (root.defined() && grad_enabled()) refresh_view(root);
+    if (!root.requires_grad())
+      throw ValueError("[backward] the tensor does not require grad: nothing it depends on has requires_grad set");
+    if (!grad.defined()) {
+      if (root.numel() != 1)
+        throw ShapeError("[backward] a gradient must be given for a tensor of shape " + shape_str(root.shape()) +
+                         "; only one-element tensors get 1 implicitly");
+      grad = seed_one(root);
+    }
+    if (grad.shape() != root.shape() || grad.device() != root.device())
+      throw ShapeError("[backward] a gradient of shape " + shape_str(grad.shape()) + " on " + grad.device().str() +
+                       " for a tensor of shape " + shape_str(root.shape()) + " on " + root.device().str());
+    const TensorImpl& r = *root.impl();
+    if (!r.grad_fn) {
+      accumulate_leaf(root.impl_ptr(), std::move(grad));
+      grad_ready(root.impl_ptr());
+      return;
+    }
+    add_grad(r.grad_fn.get(), r.output_nr, std::move(grad));
+    roots_.push_back(r.grad_fn);
+  }
+
+  void run() {
+    count_dependencies();
+    auto later_first = [](Node* a, Node* b) { return a->sequence_ < b->sequence_; };
+    std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+    for (const auto& r : roots_)
+      if (deps_[r.get()] == 0) ready.push(r.get());
+    while (!ready.empty()) {
+      Node* n = ready.top();
+      ready.pop();
+      if (processed_.emplace(n, true).second == false) continue;
+      std::vector<Tensor> input_grads = apply(*n);
+      for (std::size_t i = 0; i < n->next_.size(); ++i) {
+        const Node::Edge& e = n->next_[i];
+        Tensor& g = input_grads[i];
+        if (e.node) {
+          if (g.defined()) add_grad(e.node.get(), e.output_nr, std::move(g));
+          if (--deps_[e.node.get()] == 0) ready.push(e.node.get());
+        } else if (auto leaf = e.leaf.lock()) {
+          if (g.defined()) {
+            accumulate_leaf(leaf, std::move(g));
+            reached_.insert(leaf.get());
+          }
+          if (--leaf_deps_[leaf.get()] == 0 && reached_.count(leaf.get())) grad_ready(leaf);
+        }
+      }
+      if (!retain_) {
+        n->saved_inputs_.clear();
+        n->saved_outputs_.clear();
+        n->released_ = true;
+      }
+      grads_.erase(n);
+    }
+  }
+
+ private:
+  void add_grad(Node* n, int output_nr, Tensor g) {
+    auto& slots = grads_[n];
+    slots.resize(n->outputs_.size());
+    Tensor& slot = slots[static_cast<std::size_t>(output_nr)];
+    slot = slot.defined() ? add_grads(slot, g) : std::move(g);
+  }
+
+  void count_dependencies() {
+    std::vector<Node*> stack;
+    for (const auto& r : roots_)
+      if (seen_.emplace(r.get(), true).second) stack.push_back(r.get());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Node::Edge& e : n->next_) {
+        if (!e.node) {
+          if (auto leaf = e.leaf.lock()) ++leaf_deps_[leaf.get()];  // the paths a leaf's gradient takes
+          continue;
+        }
+        ++deps_[e.node.get()];
+        if (seen_.emplace(e.node.get(), true).second) stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  std::vector<Tensor> apply(Node& n) {
+    const std::string& name = n.name();
+    if (n.released_)
+      throw Error("[autograd] backward through " + name +
+                  " a second time: its saved tensors were freed by the first backward; pass retain_graph=true to the "
+                  "first backward to keep them");
+    auto check_saved = [&](const std::vector<SavedTensor>& saved, const char* what) {
+      for (std::size_t i = 0; i < saved.size(); ++i) {
+        if (saved[i].defined() && saved[i].data.version() != saved[i].version)
+          throw Error("[autograd] " + std::string(what) + " " + std::to_string(i) + " of " + name +
+                      ", saved for backward, was modified in place afterwards (version " +
+                      std::to_string(saved[i].data.version()) + ", saved at version " + std::to_string(saved[i].version) +
+                      ")");
+      }
+    };
+    check_saved(n.saved_inputs_, "input");
+    check_saved(n.saved_outputs_, "output");
+
+    std::vector<Tensor> grads = std::move(grads_[&n]);
+    grads.resize(n.outputs_.size());
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      const TensorMeta& m = n.outputs_[k];
+      const int first_plain = n.op_->differentiable_outputs;
+      if (!grads[k].defined() && first_plain >= 0 && static_cast<int>(k) >= first_plain) continue;
+      if (!grads[k].defined()) grads[k] = filled(m.shape, 0, m.dtype, m.device);
+      else if (grads[k].dtype() != m.dtype) grads[k] = convert(grads[k], m.dtype);
+    }
+    std::vector<bool> needs(n.next_.size());
+    for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = n.next_[i].requires_grad();
+    const std::vector<Tensor> sinks = grad_sinks(n, needs);
+    std::vector<Tensor> out = n.op_->vjp(VjpContext(n, needs, &sinks), grads);
+    if (out.size() != n.inputs_.size())
+      throw Error("[autograd] the vjp of " + name + " returned " + std::to_string(out.size()) + " gradients for " +
+                  std::to_string(n.inputs_.size()) + " inputs");
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (!needs[i] || !out[i].defined()) {
+        out[i] = Tensor();
+        continue;
+      }
+      const TensorMeta& m = n.inputs_[i];
+      if (out[i].shape() != m.shape)
+        throw Error("[autograd] the vjp of " + name + " returned a gradient of shape " + shape_str(out[i].shape()) +
+                    " for input " + std::to_string(i) + " of shape " + shape_str(m.shape));
+      if (out[i].dtype() != m.dtype) out[i] = convert(out[i], m.dtype);
+    }
+    return out;
+  }
+
+  // In a compiled step, the .grad() buffers of leaf inputs whose gradient zero_grad left
+  // pending: the vjp may write there directly, saving a copy per parameter per step.
+  static std::vector<Tensor> grad_sinks(const Node& n, const std::vector<bool>& needs) {
+    std::vector<Tensor> sinks;
+    if (!step::in_compiled_call()) return sinks;
+    sinks.resize(needs.size());
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+      const Node::Edge& e = n.next_[i];
+      if (!needs[i] || e.node) continue;
+      auto leaf = e.leaf.lock();
+      if (!leaf || !leaf->grad_is_zero || !leaf->grad.defined() || !leaf->grad.is_contiguous()) continue;
+      const TensorMeta& m = n.inputs_[i];
+      if (leaf->grad.shape() == m.shape && leaf->grad.dtype() == m.dtype && leaf->dtype == m.dtype) sinks[i] = leaf->grad;
+    }
+    return sinks;
+  }
+
+  // .grad() takes g itself when nothing else can see it, else a private copy, so an
+  // optimizer updating .grad() in place never writes into another tensor.
+  static void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
+    if (!leaf->requires_grad) return;
+    if (g.dtype() != leaf->dtype) g = convert(g, leaf->dtype);
+    if (leaf->grad.defined()) {
+      // In a compiled step the gradient keeps its storage, which the graph writes into; one
+      // zeroed by zero_grad (grad_is_zero) takes a copy.
+      const bool in_place =
+          step::in_compiled_call() && leaf->grad.is_contiguous() && leaf->grad.shape() == g.shape();
+      if (leaf->grad_is_zero) {
+        if (g.is_same(leaf->grad)) {}  // the vjp wrote into the grad sink
+        else if (in_place) copy_into(g, leaf->grad);
+        else leaf->grad = convert(g, g.dtype());
+      } else if (in_place) {
+        leaf->grad.add_(g);
+      } else {
+        leaf->grad = add_grads(leaf->grad, g);
+      }
+      leaf->grad_is_zero = false;
+      return;
+    }
+    if (step::in_compiled_call()) {
+      // The first step of a compiled function copies as later ones will, so its eager call
+      // loads every kernel the capture needs.
+      leaf->grad = convert(g, g.dtype());
+      return;
+    }
+    const bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && g.is_contiguous();
+    leaf->grad = exclusive ? std::move(g) : convert(g, g.dtype());
+  }
+
+  // Runs the leaf's grad-ready hooks, in the order they were added.
+  static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
+    if (leaf->grad_ready_hooks.empty()) return;
+    const Tensor t(leaf);
+    for (const auto& hook : leaf->grad_ready_hooks) hook(t);
+  }
+
+  bool retain_;
+  std::unordered_map<TensorImpl*, int> leaf_deps_;
+  std::unordered_set<TensorImpl*> reached_;
+  std::vector<std::shared_ptr<Node>> roots_;
+  std::unordered_map<Node*, std::vector<Tensor>> grads_;
+  std::unordered_map<Node*, int> deps_;
+  std::unordered_map<Node*, bool> seen_, processed_;
+};
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {
+  if (!gradients.empty() && gradients.size() != roots.size())
+    throw ValueError("[backward] " + std::to_string(gradients.size()) + " gradients for " +
+                     std::to_string(roots.size()) + " tensors");
+  NoGradGuard no_grad;  // gradients of gradients are not recorded
+  AutocastGuard no_autocast(std::nullopt);  // each vjp runs in the dtypes its forward op chose
+  BackwardEngine engine(retain_graph);
+  for (std::size_t i = 0; i < roots.size(); ++i) engine.seed(roots[i], gradients.empty() ? Tensor() : gradients[i]);
+  engine.run();
+}
+
+}  // namespace kiln

@@ -1,0 +1,89 @@
+#pragma once
+// A compiled step as the layers below engine/compile see it: whether this thread captures a
+// CUDA graph or fuses pointwise chains, and what ops, optimizers and generators do differently
+// then. engine/compile implements StepCompiler and installs it when the library loads; core
+// only asks and forwards, so nothing here includes engine/compile.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "kiln/device.h"
+#include "kiln/runtime/memory.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+class Generator;
+struct OpDef;
+struct OpArgs;
+}  // namespace kiln
+
+namespace kiln::step {
+
+using Words = std::array<std::uint64_t, 8>;
+
+// A generator's (seed, offset) for random kernels inside a capture: the kernel reads the
+// pair at `state` and adds its offset relative to `base`.
+struct RngState {
+  rt::DevicePtr state = 0;
+  std::uint64_t base = 0;
+};
+
+// What engine/compile does for the layers below it.
+class StepCompiler {
+ public:
+  virtual ~StepCompiler() = default;
+  // The device of this thread's capture (only while capturing).
+  virtual Device capture_device() = 0;
+  // The graph reads or writes t's memory: keep it alive as long as the graph.
+  virtual void keep_alive(const Tensor& t) = 0;
+  // Writes words[0, count) to dst on the device's stream with a kernel. While capturing, the
+  // kernel is a node of the graph and `refresh` gives its words before every later replay.
+  virtual void store_words(Device device, rt::DevicePtr dst, const Words& words, int count,
+                           std::function<Words()> refresh) = 0;
+  // Host work to redo before every later replay, in the order registered.
+  virtual void on_replay(std::function<void()> action) = 0;
+  // Replays store the generator's current pair at the returned state and advance it by what
+  // the step draws.
+  virtual RngState rng_state(Generator& gen, Device device) = 0;
+  // Holds a pointwise op back when it can join the pending fused group; false: run it now.
+  virtual bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) = 0;
+  // t is about to be read or written by other work: run the pending group if it involves t.
+  virtual void before_use(const Tensor& t) = 0;
+};
+
+// engine/compile installs its StepCompiler once, while the library loads.
+void install(StepCompiler& compiler);
+StepCompiler& compiler();  // Error when none is installed
+
+// Written by engine/compile. Eager ops test the plain globals first, sparing them the call a
+// thread_local of a shared library costs.
+extern std::atomic<int> g_captures;        // captures running in the process
+extern std::atomic<int> g_fusions;         // threads with pointwise fusion on
+extern thread_local bool t_capturing;      // this thread captures a step
+extern thread_local int t_compiled_calls;  // > 0 inside a compiled function's call
+
+inline bool capturing() { return g_captures.load(std::memory_order_relaxed) != 0 && t_capturing; }
+inline bool fusing() { return g_fusions.load(std::memory_order_relaxed) != 0; }
+inline bool in_compiled_call() { return t_compiled_calls > 0; }
+
+// ValueError "[op] ... needs the host ..." while capturing.
+void require_host(const char* op, const char* what);
+
+inline Device capture_device() { return compiler().capture_device(); }
+inline void keep_alive(const Tensor& t) { compiler().keep_alive(t); }
+inline void store_words(Device device, rt::DevicePtr dst, const Words& words, int count,
+                        std::function<Words()> refresh) {
+  compiler().store_words(device, dst, words, count, std::move(refresh));
+}
+inline void on_replay(std::function<void()> action) { compiler().on_replay(std::move(action)); }
+inline RngState rng_state(Generator& gen, Device device) { return compiler().rng_state(gen, device); }
+inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) {
+  return fusing() && compiler().defer_pointwise(op, args, outputs);
+}
+inline void before_use(const Tensor& t) {
+  if (fusing()) compiler().before_use(t);
+}
+
+}  // namespace kiln::step

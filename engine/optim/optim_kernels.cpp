@@ -1,0 +1,119 @@
+// Kernel specs and host launchers of kernel_templates/optim.cu: the fused multi-tensor SGD and
+// Adam updates and GradScaler's unscale, one tuple (t) per floating parameter dtype, and the
+// scale update (f32 only). The launchers are declared where
+// they are used (engine/optim/optim_common.h).
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+#include "backend/cuda/launchers.h"
+#include "optim_common.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+using rt::KernelSpec;
+
+// f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64.
+const KernelSpec& register_entry(const char* op, const char* entry) {
+  return register_float_spec(op, "optim", entry, "S");
+}
+
+const KernelSpec& kSgd = register_entry("sgd_step", "kiln_sgd_step");
+const KernelSpec& kAdam = register_entry("adam_step", "kiln_adam_step");
+const KernelSpec& kUnscale = register_entry("unscale_grads", "kiln_unscale_grads");
+
+// The scale update reads no tensor of a parameter's dtype: one f32 instance.
+const KernelSpec& kUpdateScale = []() -> const KernelSpec& {
+  KernelSpec s;
+  s.op = "update_scale";
+  s.template_name = "optim";
+  s.entry = "kiln_update_scale";
+  s.dtypes = {DTypes{DType::f32}};
+  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
+    return {{"PRELUDE", rt::device_prelude(d)}, {"T", "float"}, {"S", "float"}};
+  };
+  return rt::register_kernel(std::move(s));
+}();
+
+rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
+  return rt::get_function(spec, DTypes{t}, 0, s.device());
+}
+
+// The kernels' TensorList, field for field (kernel_templates/optim.cu).
+struct TensorListArg {
+  std::uint64_t p[OptimTensors::kMax], g[OptimTensors::kMax], s0[OptimTensors::kMax], s1[OptimTensors::kMax];
+  std::int64_t n[OptimTensors::kMax];
+  std::int64_t first_block[OptimTensors::kMax + 1];
+  std::int32_t flags[OptimTensors::kMax];
+  std::int32_t count;
+};
+
+constexpr std::int64_t kChunk = 4096;  // elements per block, KILN_CHUNK in optim.cu
+
+// The argument and the grid: one block per chunk of every tensor.
+TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
+  if (ts.count < 1 || ts.count > OptimTensors::kMax)
+    throw ValueError("[optim] a fused update takes 1 to " + std::to_string(OptimTensors::kMax) + " tensors, got " +
+                     std::to_string(ts.count));
+  TensorListArg a{};
+  std::int64_t blocks = 0;
+  for (int t = 0; t < ts.count; ++t) {
+    a.p[t] = ts.p[t];
+    a.g[t] = ts.g[t];
+    a.s0[t] = ts.s0[t];
+    a.s1[t] = ts.s1[t];
+    a.n[t] = ts.n[t];
+    a.flags[t] = ts.flags[t];
+    a.first_block[t] = blocks;
+    blocks += (ts.n[t] + kChunk - 1) / kChunk;
+  }
+  a.first_block[ts.count] = blocks;
+  a.count = ts.count;
+  cfg.grid.x = static_cast<unsigned>(blocks);
+  cfg.block.x = 256;
+  return a;
+}
+
+}  // namespace
+
+void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double momentum,
+                     double dampening, double weight_decay, bool nesterov, const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (cfg.grid.x == 0) return;
+  const std::int32_t nest = nesterov ? 1 : 0;
+  rt::launch(function(kSgd, t, s), cfg, s, a, step, skip, momentum, dampening, weight_decay, nest);
+}
+
+void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double beta1,
+                      double beta2, double eps, double weight_decay, bool decoupled, const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (cfg.grid.x == 0) return;
+  const std::int32_t dec = decoupled ? 1 : 0;
+  rt::launch(function(kAdam, t, s), cfg, s, a, step, skip, beta1, beta2, eps, weight_decay, dec);
+}
+
+void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, rt::DevicePtr found_inf,
+                          const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (cfg.grid.x == 0) return;
+  rt::launch(function(kUnscale, t, s), cfg, s, a, scale, found_inf);
+}
+
+void launch_update_scale(rt::DevicePtr scale, rt::DevicePtr clean_steps, rt::DevicePtr found_inf, double growth,
+                         double backoff, std::int64_t interval, const rt::Stream& s) {
+  rt::LaunchConfig cfg;
+  cfg.block.x = 32;
+  rt::launch(function(kUpdateScale, DType::f32, s), cfg, s, scale, clean_steps, found_inf, growth, backoff, interval);
+}
+
+}  // namespace kiln::kernels
