@@ -84,7 +84,7 @@ kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, T* __restrict__ dw) {
   for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) / 32; i < TOTAL; i += warps) {
     float v = 0.f;
     for (int b = lane; b < BLOCKS; b += 32) v += ws[static_cast<long long>(b) * TOTAL + i];
-    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    v = kiln::warp::sum(v);
     if (lane == 0) dw[i] = kiln::cvt<T>(v);
   }
 }

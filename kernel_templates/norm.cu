@@ -10,11 +10,11 @@ typedef ${T} T;
 typedef ${P} P;
 typedef ${ACC} Acc;
 
-namespace kn {
-
 constexpr int kBlock = 256;  // the launchers always launch 256 threads
 
-// Count, mean and sum of squared deviations (M2) of some values.
+// Welford's statistics: count, mean and sum of squared deviations (M2) of some values.
+namespace welford {
+
 struct Moments {
   long long n;
   Acc mean, m2;
@@ -38,7 +38,7 @@ __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
 
 // Merges the moments of `width` lanes (32: a warp; kBlock: the block). Every lane ends with the
 // same bits: each butterfly step merges the lower lane's part first.
-__device__ Moments group_moments(Moments m, int width) {
+__device__ Moments reduce(Moments m, int width) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int d = 16; d > 0; d /= 2) {
     const Moments o{__shfl_xor_sync(0xffffffffu, m.n, d), __shfl_xor_sync(0xffffffffu, m.mean, d),
@@ -60,27 +60,16 @@ __device__ Moments group_moments(Moments m, int width) {
   return m;
 }
 
-// Sum over `width` lanes, as group_moments (addition is commutative, so lanes agree).
-__device__ Acc group_sum(Acc v, int width) {
-  for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
-  if (width == 32) return v;
-  __shared__ Acc part[kBlock / 32];
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = part[0];
-  for (int w = 1; w < kBlock / 32; ++w) v += part[w];
-  __syncthreads();
-  return v;
-}
+}  // namespace welford
 
 // 1/sqrt(var + eps) with a correctly rounded sqrt (rsqrtf is off by up to 2 ulp).
 __device__ __forceinline__ Acc inv_std(Acc var, double eps) {
-  return Acc(1) / kiln::m::sqrt(var + static_cast<Acc>(eps));
+  return Acc(1) / kiln::math::sqrt(var + static_cast<Acc>(eps));
 }
 
 // The mean of values whose M2 is NaN (a NaN or an Inf among them) is NaN as well: Welford's
 // running mean would otherwise be Inf or NaN depending on the order the values came in.
-__device__ __forceinline__ Acc checked_mean(const Moments& m) {
+__device__ __forceinline__ Acc checked_mean(const welford::Moments& m) {
   return m.m2 != m.m2 ? kiln::Lim<Acc>::nan() : m.mean;
 }
 
@@ -128,32 +117,6 @@ __device__ __forceinline__ long long channel_of(long long i, long long C, long l
   return (i / S) % C;
 }
 
-// True in the one block that finishes last; every block's writes before the call are then
-// visible to it. `done` is reset, so the next launch (or graph replay) starts from 0.
-__device__ bool last_block(unsigned int* done) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (last && threadIdx.x == 0) *done = 0;  // no block of this launch touches it again
-  return last;
-}
-
-// Calls f(r, live, lane) for the row of each round that this thread's group of `width` lanes
-// owns (32: a warp, eight rows per block; kBlock: the block), rounds grid-stride. Every lane
-// runs every round (live false past the last row) so shuffles and barriers see whole groups.
-template <class F>
-__device__ void for_each_row(long long rows, int width, F f) {
-  const int per_block = kBlock / width;
-  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
-  const long long step = static_cast<long long>(gridDim.x) * per_block;
-  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step)
-    f(first + slot, first + slot < rows, lane);
-}
-
-}  // namespace kn
-
 // ---- Batch norm over x (N, C, S) contiguous, M = N * S values per channel. ----
 
 __device__ unsigned int kiln_bn_stats_done;
@@ -170,27 +133,27 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
   const Acc shift = kiln::cvt<Acc>(x[c * S]);  // every block of the channel uses the same one
-  kn::Moments m{0, 0, 0};
-  kn::for_channel_range(c, C, S, first, last, [&](long long o) { kn::push(m, kiln::cvt<Acc>(x[o]) - shift); });
-  m = kn::group_moments(m, kn::kBlock);
+  welford::Moments m{0, 0, 0};
+  for_channel_range(c, C, S, first, last, [&](long long o) { welford::push(m, kiln::cvt<Acc>(x[o]) - shift); });
+  m = welford::reduce(m, kBlock);
   const long long slots = C * splits;
   if (threadIdx.x == 0) {
     parts[blockIdx.x] = m.mean;
     parts[slots + blockIdx.x] = m.m2;
   }
-  if (!kn::last_block(&kiln_bn_stats_done)) return;
+  if (!kiln::block::last_to_finish(&kiln_bn_stats_done)) return;
   const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
   const Acc mom = static_cast<Acc>(momentum);
-  for (long long ch = threadIdx.x; ch < C; ch += kn::kBlock) {
-    kn::Moments t{0, 0, 0};
+  for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
+    welford::Moments t{0, 0, 0};
     for (int b = 0; b < splits; ++b) {
       const long long lo = chunk * b, hi = lo + chunk < M ? lo + chunk : M;
       if (hi <= lo) break;
-      t = kn::merge(t, kn::Moments{hi - lo, parked[ch * splits + b], parked[slots + ch * splits + b]});
+      t = welford::merge(t, welford::Moments{hi - lo, parked[ch * splits + b], parked[slots + ch * splits + b]});
     }
-    const Acc mu = kiln::cvt<Acc>(x[ch * S]) + kn::checked_mean(t);
+    const Acc mu = kiln::cvt<Acc>(x[ch * S]) + checked_mean(t);
     mean[ch] = mu;
-    invstd[ch] = kn::inv_std(t.m2 / static_cast<Acc>(M), eps);
+    invstd[ch] = inv_std(t.m2 / static_cast<Acc>(M), eps);
     if (running_mean) kiln::store(running_mean + ch, (Acc(1) - mom) * kiln::cvt<Acc>(running_mean[ch]) + mom * mu);
     if (running_var)
       kiln::store(running_var + ch, (Acc(1) - mom) * kiln::cvt<Acc>(running_var[ch]) +
@@ -209,16 +172,16 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
   if (eval)
     KILN_GRID_LOOP(c, C) {
       mean[c] = kiln::cvt<Acc>(running_mean[c]);
-      invstd[c] = kn::inv_std(kiln::cvt<Acc>(running_var[c]), eps);
+      invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
     }
   KILN_GRID_LOOP(i, total) {
-    const long long c = kn::channel_of(i, C, S, total);
+    const long long c = channel_of(i, C, S, total);
     const Acc mu = eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c];
-    const Acc is = eval ? kn::inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
+    const Acc is = eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
     Acc v = (kiln::cvt<Acc>(x[i]) - mu) * is;
     if (weight) v *= kiln::cvt<Acc>(weight[c]);
     if (bias) v += kiln::cvt<Acc>(bias[c]);
-    if (relu) v = kiln::m::relu(v);
+    if (relu) v = kiln::math::relu(v);
     kiln::store(y + i, v);
   }
 }
@@ -236,22 +199,22 @@ extern "C" __global__ void kiln_batch_norm_backward_reduce(const T* __restrict__
   const long long last = first + chunk < M ? first + chunk : M;
   const Acc mu = mean[c];
   Acc sdy = 0, sdx = 0;  // sum dy', sum dy' * (x - mean)
-  kn::for_channel_range(c, C, S, first, last, [&](long long o) {
+  for_channel_range(c, C, S, first, last, [&](long long o) {
     Acc dy = kiln::cvt<Acc>(g[o]);
     if (relu && !(kiln::cvt<Acc>(y[o]) > Acc(0))) dy = 0;
     sdy += dy;
     sdx += dy * (kiln::cvt<Acc>(x[o]) - mu);
   });
-  sdy = kn::group_sum(sdy, kn::kBlock);
-  sdx = kn::group_sum(sdx, kn::kBlock);
+  sdy = kiln::block::sum<kBlock>(sdy);
+  sdx = kiln::block::sum<kBlock>(sdx);
   const long long slots = C * splits;
   if (threadIdx.x == 0) {
     parts[blockIdx.x] = sdy;
     parts[slots + blockIdx.x] = sdx;
   }
-  if (!kn::last_block(&kiln_bn_backward_done)) return;
+  if (!kiln::block::last_to_finish(&kiln_bn_backward_done)) return;
   const volatile Acc* parked = parts;
-  for (long long ch = threadIdx.x; ch < C; ch += kn::kBlock) {
+  for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
     Acc a = 0, b = 0;
     for (int k = 0; k < splits; ++k) {
       a += parked[ch * splits + k];
@@ -275,7 +238,7 @@ extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, 
                                                        int training, int relu) {
   const Acc inv_m = Acc(1) / static_cast<Acc>(M);
   KILN_GRID_LOOP(i, total) {
-    const long long c = kn::channel_of(i, C, S, total);
+    const long long c = channel_of(i, C, S, total);
     Acc dy = kiln::cvt<Acc>(g[i]);
     if (relu && !(kiln::cvt<Acc>(y[i]) > Acc(0))) dy = 0;
     const Acc is = invstd[c];
@@ -298,15 +261,15 @@ extern "C" __global__ void kiln_layer_norm(const T* __restrict__ x, const P* __r
                                            const P* __restrict__ bias, T* __restrict__ y, Acc* __restrict__ mean,
                                            Acc* __restrict__ invstd, long long rows, long long K, int width,
                                            double eps) {
-  kn::for_each_row(rows, width, [&](long long r, bool live, int lane) {
+  kiln::rows::for_each<kBlock>(rows, width, [&](long long r, bool live, int lane) {
     const T* xr = x + (live ? r : 0) * K;
     const Acc shift = kiln::cvt<Acc>(xr[0]);
-    kn::Moments m{0, 0, 0};
+    welford::Moments m{0, 0, 0};
     if (live)
-      for (long long k = lane; k < K; k += width) kn::push(m, kiln::cvt<Acc>(xr[k]) - shift);
-    m = kn::group_moments(m, width);
+      for (long long k = lane; k < K; k += width) welford::push(m, kiln::cvt<Acc>(xr[k]) - shift);
+    m = welford::reduce(m, width);
     if (!live) return;
-    const Acc mu = shift + kn::checked_mean(m), is = kn::inv_std(m.m2 / static_cast<Acc>(K), eps);
+    const Acc mu = shift + checked_mean(m), is = inv_std(m.m2 / static_cast<Acc>(K), eps);
     if (lane == 0) {
       mean[r] = mu;
       invstd[r] = is;
@@ -327,7 +290,7 @@ extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, 
                                                        const P* __restrict__ weight, const Acc* __restrict__ mean,
                                                        const Acc* __restrict__ invstd, T* __restrict__ dx,
                                                        long long rows, long long K, int width) {
-  kn::for_each_row(rows, width, [&](long long r, bool live, int lane) {
+  kiln::rows::for_each<kBlock>(rows, width, [&](long long r, bool live, int lane) {
     const long long base = (live ? r : 0) * K;
     const Acc mu = live ? mean[r] : Acc(0), is = live ? invstd[r] : Acc(0);
     Acc s1 = 0, s2 = 0;
@@ -338,8 +301,8 @@ extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, 
         s1 += wg;
         s2 += wg * ((kiln::cvt<Acc>(x[base + k]) - mu) * is);
       }
-    s1 = kn::group_sum(s1, width);
-    s2 = kn::group_sum(s2, width);
+    s1 = kiln::rows::sum<kBlock>(s1, width);
+    s2 = kiln::rows::sum<kBlock>(s2, width);
     if (!live) return;
     const Acc inv_k = Acc(1) / static_cast<Acc>(K), m1 = s1 * inv_k, m2 = s2 * inv_k;
     for (long long k = lane; k < K; k += width) {
@@ -368,26 +331,26 @@ extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__
   const long long last = first + rows_per_split < rows ? first + rows_per_split : rows;
   Acc sw = 0, sb = 0;
   if (k < K)
-    for (long long r = first + rl; r < last; r += kn::kBlock / 32) {
+    for (long long r = first + rl; r < last; r += kBlock / 32) {
       const Acc gv = kiln::cvt<Acc>(g[r * K + k]);
       sw += gv * ((kiln::cvt<Acc>(x[r * K + k]) - mean[r]) * invstd[r]);
       sb += gv;
     }
-  __shared__ Acc tw[kn::kBlock / 32][32], tb[kn::kBlock / 32][32];
+  __shared__ Acc tw[kBlock / 32][32], tb[kBlock / 32][32];
   tw[rl][lane] = sw;
   tb[rl][lane] = sb;
   __syncthreads();
   if (rl == 0 && k < K) {
-    for (int j = 1; j < kn::kBlock / 32; ++j) {
+    for (int j = 1; j < kBlock / 32; ++j) {
       sw += tw[j][lane];
       sb += tb[j][lane];
     }
     parts[split * K + k] = sw;
     parts[(splits + split) * K + k] = sb;
   }
-  if (!kn::last_block(&kiln_ln_params_done)) return;
+  if (!kiln::block::last_to_finish(&kiln_ln_params_done)) return;
   const volatile Acc* parked = parts;
-  for (long long col = threadIdx.x; col < K; col += kn::kBlock) {
+  for (long long col = threadIdx.x; col < K; col += kBlock) {
     Acc a = 0, b = 0;
     for (int s = 0; s < splits; ++s) {
       a += parked[s * K + col];

@@ -94,7 +94,7 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __res
     const S vi = b2 * v[i] + one_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    kiln::store(p + i, pi - step_size * mi / (kiln::m::sqrt(vi) / bc2_sqrt + eps_s));
+    kiln::store(p + i, pi - step_size * mi / (kiln::math::sqrt(vi) / bc2_sqrt + eps_s));
   }
 }
 

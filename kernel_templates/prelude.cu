@@ -1,4 +1,4 @@
-// Device code shared by every template: kernels::device_prelude binds it to each template's
+// Device code shared by every template: rt::device_prelude binds it to each template's
 // PRELUDE placeholder after the half-precision headers the dtypes need, so the f16/bf16
 // helpers exist only where their header was included. No placeholders here. NVRTC -std=c++17.
 
@@ -86,7 +86,7 @@ template <> struct Lim<long long> {
 
 // Math over the compute types (float, double, int, long long, unsigned int), so an
 // op's expression is written once for every dtype.
-namespace m {
+namespace math {
 #define KILN_MATH1(name)                                                           \
   __device__ __forceinline__ float name(float x) { return ::name##f(x); }        \
   __device__ __forceinline__ double name(double x) { return ::name(x); }
@@ -128,7 +128,7 @@ template <class C> __device__ __forceinline__ C gelu(C x) {
 }
 // beta = 1, threshold = 20, as torch.nn.functional.softplus.
 template <class C> __device__ __forceinline__ C softplus(C x) { return x > C(20) ? x : log1p(exp(x)); }
-}  // namespace m
+}  // namespace math
 
 // ---- Launch shapes. Operand 0 is the output; inputs follow in parameter order. ----
 
@@ -247,5 +247,82 @@ __device__ __forceinline__ void map_strided(const Op& op, Tout* y, const Layout<
   static_assert(NOP == 1 + sizeof...(Tin), "the layout needs one stride row per operand");
   map_strided_impl(typename MakeSeq<static_cast<int>(sizeof...(Tin))>::type{}, op, y, L, x...);
 }
+
+// ---- Lanes working together. Every reduction combines in a fixed order, so runs and graph
+// replays are bit-identical. kBlock is the launch's block size (a multiple of 32).
+
+struct Sum {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {  // NaN wins, as math::maximum
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return math::maximum(a, b); }
+};
+
+namespace warp {
+// Combines v over the 32 lanes of a warp in a butterfly, op(own, other); every lane receives
+// the result.
+template <class T, class Op>
+__device__ __forceinline__ T reduce(T v, Op op) {
+  for (int d = 16; d > 0; d /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+template <class T> __device__ __forceinline__ T sum(T v) { return reduce(v, Sum()); }
+}  // namespace warp
+
+namespace block {
+// Combines the warps' results v (each warp's lanes agree) in warp order; every thread receives
+// the result. One shared array per (kBlock, T, Op), reused by every call.
+template <int kBlock, class T, class Op>
+__device__ T combine_warps(T v, Op op) {
+  __shared__ T part[kBlock / 32];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = part[0];
+  for (int w = 1; w < kBlock / 32; ++w) v = op(v, part[w]);
+  __syncthreads();  // part is reused by the next call
+  return v;
+}
+
+// v combined over the whole block; every thread receives the result.
+template <int kBlock, class T> __device__ T sum(T v) { return combine_warps<kBlock>(warp::reduce(v, Sum()), Sum()); }
+
+// True in the one block that finishes last; every block's writes before the call are then
+// visible to it. `done` is reset, so the next launch (or graph replay) starts from 0.
+__device__ bool last_to_finish(unsigned int* done) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (last && threadIdx.x == 0) *done = 0;  // no block of this launch touches it again
+  return last;
+}
+}  // namespace block
+
+// Row kernels give each row a group of `width` lanes: 32 (a warp, kBlock / 32 rows per block) or
+// kBlock (the block).
+namespace rows {
+// Calls f(r, live, lane) for the row of each round that this thread's group owns, rounds
+// grid-stride. Every lane runs every round (live false past the last row) so shuffles and
+// barriers see whole groups.
+template <int kBlock, class F>
+__device__ void for_each(long long rows, int width, F f) {
+  const int per_block = kBlock / width;
+  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
+  const long long step = static_cast<long long>(gridDim.x) * per_block;
+  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step)
+    f(first + slot, first + slot < rows, lane);
+}
+
+// Combines v over the lanes of the row's group; every lane of the group receives the result.
+template <int kBlock, class T, class Op>
+__device__ T reduce(T v, int width, Op op) {
+  v = warp::reduce(v, op);
+  if (width == 32) return v;
+  return block::combine_warps<kBlock>(v, op);
+}
+template <int kBlock, class T> __device__ T sum(T v, int width) { return reduce<kBlock>(v, width, Sum()); }
+template <int kBlock, class T> __device__ T max(T v, int width) { return reduce<kBlock>(v, width, Max()); }
+}  // namespace rows
 
 }  // namespace kiln

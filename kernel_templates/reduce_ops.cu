@@ -45,16 +45,16 @@ template <class A> struct ProdOp {
 template <class A> struct MaxOp {
   typedef A State;
   static __device__ State identity() { return kiln::Lim<A>::lowest(); }
-  static __device__ void update(State& s, A x, long long) { s = kiln::m::maximum(s, x); }
-  static __device__ State combine(State a, State b) { return kiln::m::maximum(a, b); }
+  static __device__ void update(State& s, A x, long long) { s = kiln::math::maximum(s, x); }
+  static __device__ State combine(State a, State b) { return kiln::math::maximum(a, b); }
   static __device__ Out finalize(State s, long long, double) { return kiln::cvt<Out>(s); }
 };
 
 template <class A> struct MinOp {
   typedef A State;
   static __device__ State identity() { return kiln::Lim<A>::highest(); }
-  static __device__ void update(State& s, A x, long long) { s = kiln::m::minimum(s, x); }
-  static __device__ State combine(State a, State b) { return kiln::m::minimum(a, b); }
+  static __device__ void update(State& s, A x, long long) { s = kiln::math::minimum(s, x); }
+  static __device__ State combine(State a, State b) { return kiln::math::minimum(a, b); }
   static __device__ Out finalize(State s, long long, double) { return kiln::cvt<Out>(s); }
 };
 
@@ -141,7 +141,7 @@ template <class A> struct VarOp {
 
 template <class A> struct StdOp : VarOp<A> {
   static __device__ Out finalize(VarState<A> s, long long n, double c) {
-    return kiln::cvt<Out>(kiln::m::sqrt(VarOp<A>::variance(s, n, c)));
+    return kiln::cvt<Out>(kiln::math::sqrt(VarOp<A>::variance(s, n, c)));
   }
 };
 
@@ -160,12 +160,12 @@ template <class A> struct LogSumExpOp {
   }
   static __device__ State combine(State a, State b) {
     State r;
-    r.m = kiln::m::maximum(a.m, b.m);
+    r.m = kiln::math::maximum(a.m, b.m);
     if (!(r.m > kiln::Lim<A>::lowest() && r.m < kiln::Lim<A>::highest())) {
       r.s = A(0);
       return r;
     }
-    r.s = a.m < b.m ? b.s + a.s * kiln::m::exp(a.m - b.m) : a.s + b.s * kiln::m::exp(b.m - a.m);
+    r.s = a.m < b.m ? b.s + a.s * kiln::math::exp(a.m - b.m) : a.s + b.s * kiln::math::exp(b.m - a.m);
     return r;
   }
   static __device__ void update(State& s, A x, long long) {
@@ -178,21 +178,21 @@ template <class A> struct LogSumExpOp {
   static __device__ void update_batch(State& s, const A* x, long long) {
     A m = s.m;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) m = kiln::m::maximum(m, x[j]);
+    for (int j = 0; j < kVec; ++j) m = kiln::math::maximum(m, x[j]);
     if (!(m > kiln::Lim<A>::lowest() && m < kiln::Lim<A>::highest())) {
       s.m = m;
       s.s = A(0);
       return;
     }
     if (m > s.m) {
-      s.s *= kiln::m::exp(s.m - m);
+      s.s *= kiln::math::exp(s.m - m);
       s.m = m;
     }
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) s.s += kiln::m::exp(x[j] - m);
+    for (int j = 0; j < kVec; ++j) s.s += kiln::math::exp(x[j] - m);
   }
   static __device__ Out finalize(State s, long long, double) {
     bool finite = s.m > kiln::Lim<A>::lowest() && s.m < kiln::Lim<A>::highest();
-    return kiln::cvt<Out>(finite ? s.m + kiln::m::log(s.s) : s.m);
+    return kiln::cvt<Out>(finite ? s.m + kiln::math::log(s.s) : s.m);
   }
 };

@@ -5,73 +5,38 @@ ${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
 
-namespace ks {
-
 constexpr int kBlock = 256;  // the launcher always launches 256 threads
-
-// Reduces v over `width` lanes (32: a warp; kBlock: the whole block). Every lane of the
-// group receives the result.
-template <bool kMax>
-__device__ Acc group_reduce(Acc v, int width) {
-  for (int d = 16; d > 0; d /= 2) {
-    const Acc o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = kMax ? kiln::m::maximum(v, o) : v + o;
-  }
-  if (width == 32) return v;
-  __shared__ Acc part[kBlock / 32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  v = part[0];
-  for (int w = 1; w < kBlock / 32; ++w) v = kMax ? kiln::m::maximum(v, part[w]) : v + part[w];
-  __syncthreads();  // part is reused by the next reduction
-  return v;
-}
 
 // A row's max m (NaN wins) and s = sum exp(x - m), reduced over the `width` lanes that share
 // it. Every lane calls it, dead rows too, so the shuffles and barriers see whole groups.
 __device__ void row_stats(const T* x, long long C, int lane, int width, bool live, Acc& m, Acc& s) {
   m = kiln::Lim<Acc>::lowest();
   if (live)
-    for (long long k = lane; k < C; k += width) m = kiln::m::maximum(m, kiln::cvt<Acc>(x[k]));
-  m = group_reduce<true>(m, width);
+    for (long long k = lane; k < C; k += width) m = kiln::math::maximum(m, kiln::cvt<Acc>(x[k]));
+  m = kiln::rows::max<kBlock>(m, width);
   s = 0;
   if (live)
-    for (long long k = lane; k < C; k += width) s += kiln::m::exp(kiln::cvt<Acc>(x[k]) - m);
-  s = group_reduce<false>(s, width);
+    for (long long k = lane; k < C; k += width) s += kiln::math::exp(kiln::cvt<Acc>(x[k]) - m);
+  s = kiln::rows::sum<kBlock>(s, width);
 }
-
-// Calls f(r, live, lane) for the row r of each round that this thread's group of `width`
-// lanes owns (32: a warp, eight rows per block; kBlock: the block), rounds grid-stride. Every
-// lane runs every round (live false past the last row) so shuffles and barriers see whole
-// groups.
-template <class F>
-__device__ void for_each_row(long long rows, int width, F f) {
-  const int per_block = kBlock / width;
-  const int lane = threadIdx.x % width, slot = threadIdx.x / width;
-  const long long step = static_cast<long long>(gridDim.x) * per_block;
-  for (long long first = static_cast<long long>(blockIdx.x) * per_block; first < rows; first += step)
-    f(first + slot, first + slot < rows, lane);
-}
-
-}  // namespace ks
 
 // out[r, :] = softmax(in[r, :]) (log_mode: log_softmax). width 32: a warp per row, eight
-// rows per block; width 256: a block per row (ks::for_each_row).
+// rows per block; width 256: a block per row (kiln::rows::for_each).
 extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict__ out, long long rows, long long C,
                                         int width, int log_mode) {
-  ks::for_each_row(rows, width, [&](long long r, bool live, int lane) {
+  kiln::rows::for_each<kBlock>(rows, width, [&](long long r, bool live, int lane) {
     const T* x = in + (live ? r : 0) * C;
     Acc m, s;
-    ks::row_stats(x, C, lane, width, live, m, s);
+    row_stats(x, C, lane, width, live, m, s);
     if (!live) return;
     T* y = out + r * C;
     if (log_mode) {
-      const Acc log_s = kiln::m::log(s);  // subtracted after m: m + log_s would round at m's scale
+      const Acc log_s = kiln::math::log(s);  // subtracted after m: m + log_s would round at m's scale
       for (long long k = lane; k < C; k += width) kiln::store(y + k, (kiln::cvt<Acc>(x[k]) - m) - log_s);
     } else {
       const Acc inv = Acc(1) / s;
-      for (long long k = lane; k < C; k += width) kiln::store(y + k, kiln::m::exp(kiln::cvt<Acc>(x[k]) - m) * inv);
+      for (long long k = lane; k < C; k += width)
+        kiln::store(y + k, kiln::math::exp(kiln::cvt<Acc>(x[k]) - m) * inv);
     }
   });
 }
@@ -128,17 +93,17 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
   const Acc eps = static_cast<Acc>(smoothing);
-  ks::for_each_row(N, width, [&](long long r, bool live, int lane) {
+  kiln::rows::for_each<kBlock>(N, width, [&](long long r, bool live, int lane) {
     const T* xr = x + (live ? r : 0) * C;
     Acc m, s, sx = 0;
-    ks::row_stats(xr, C, lane, width, live, m, s);
+    row_stats(xr, C, lane, width, live, m, s);
     if (eps != Acc(0)) {  // the smoothing term's mean of x: a third pass over the cached row
       if (live)
         for (long long k = lane; k < C; k += width) sx += kiln::cvt<Acc>(xr[k]);
-      sx = ks::group_reduce<false>(sx, width);
+      sx = kiln::rows::sum<kBlock>(sx, width);
     }
     if (!live || lane != 0) return;
-    const Acc log_s = kiln::m::log(s);
+    const Acc log_s = kiln::math::log(s);
     stats[r] = m + log_s;
     const long long y = labels[r];
     Acc l = 0;
@@ -151,26 +116,19 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
     if (reduction == 0) kiln::store(out + r, l);
     else rows[r] = l;
   });
-  // Classic last-block reduction: each block's writes are visible before its ticket.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&kiln_ce_blocks_done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
+  if (!kiln::block::last_to_finish(&kiln_ce_blocks_done)) return;
   const volatile Acc* parked = rows;  // written by other blocks: skip this SM's L1
   Acc total = 0, valid = 0;
-  for (long long i = threadIdx.x; i < N; i += ks::kBlock) {
+  for (long long i = threadIdx.x; i < N; i += kBlock) {
     if (reduction != 0) total += parked[i];
     if (!(has_ignore && labels[i] == ignore)) valid += Acc(1);
   }
-  total = ks::group_reduce<false>(total, ks::kBlock);
-  valid = ks::group_reduce<false>(valid, ks::kBlock);
+  total = kiln::block::sum<kBlock>(total);
+  valid = kiln::block::sum<kBlock>(valid);
   if (threadIdx.x != 0) return;
   stats[N] = valid;
   if (reduction == 1) kiln::store(out, total);
   if (reduction == 2) kiln::store(out, total / valid);
-  kiln_ce_blocks_done = 0;
 }
 
 // dx[r, c] = s_r * (exp(x[r, c] - lse[r]) - (1 - eps) * [c == y_r] - eps / C) over (N, C),
@@ -193,7 +151,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restri
     }
     const Acc s = reduction == 0 ? kiln::cvt<Acc>(g[r]) : reduction == 1 ? kiln::cvt<Acc>(g[0]) : kiln::cvt<Acc>(g[0]) / stats[N];
     const Acc target = eps / static_cast<Acc>(C) + (c == y ? Acc(1) - eps : Acc(0));
-    kiln::store(dx + j, s * (kiln::m::exp(kiln::cvt<Acc>(x[j]) - stats[r]) - target));
+    kiln::store(dx + j, s * (kiln::math::exp(kiln::cvt<Acc>(x[j]) - stats[r]) - target));
   }
 }
 

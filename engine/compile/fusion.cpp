@@ -101,7 +101,7 @@ std::string literal(double v) {
 std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& ext, const std::vector<int>& stored,
                    int nop) {
   const bool f64 = ops.front().output.dtype() == DType::f64;
-  std::string s = kernels::device_prelude(DTypes{ops.front().output.dtype()});
+  std::string s = rt::device_prelude(DTypes{ops.front().output.dtype()});
   s += std::string("typedef ") + (f64 ? "double" : "float") + " C;\n";
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const bool unary = ops[k].inputs.size() == 1;

@@ -146,7 +146,7 @@ struct TestHints {
 
 // A pointwise op's device math, spliced into the elementwise templates' ${OP} and, later,
 // into fused kernels: one expression of x (unary) or a, b (binary) in the input's compute
-// type C, plus the double params p0, p1; it may call the prelude's kiln::m
+// type C, plus the double params p0, p1; it may call the prelude's kiln::math
 // functions (kernel_templates/prelude.cu) and nothing else.
 struct PointwiseExpr {
   std::string expr;

@@ -24,7 +24,7 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double kSoftplusThreshold = 20;               // torch.nn.functional.softplus's
 
 const OpRef kSigmoid = [] () -> const OpDef& {
-  OpDef d = float_unary("sigmoid", "kiln::m::sigmoid(x)", [](auto x, double) {
+  OpDef d = float_unary("sigmoid", "kiln::math::sigmoid(x)", [](auto x, double) {
     using C = decltype(x);
     return C(1) / (C(1) + std::exp(-x));
   });
@@ -51,7 +51,7 @@ const OpRef kReluBackward = [] () -> const OpDef& {
   return register_op(std::move(d));
 }();
 
-// relu keeps every numeric dtype; NaN stays NaN as in the kernel's kiln::m::relu.
+// relu keeps every numeric dtype; NaN stays NaN as in the kernel's kiln::math::relu.
 const OpRef kRelu = [] () -> const OpDef& {
   OpDef d = elementwise_defs::unary_def<false, false>(
       "relu", dtype_sets::numeric, rules::promote,
@@ -59,7 +59,7 @@ const OpRef kRelu = [] () -> const OpDef& {
         using C = decltype(x);
         return (x != x || x > C(0)) ? x : C(0);
       },
-      {.expr = "kiln::m::relu(x)", .domain = elementwise_defs::PointwiseDomain::numeric});
+      {.expr = "kiln::math::relu(x)", .domain = elementwise_defs::PointwiseDomain::numeric});
   d.vjp = [](const VjpContext& c, G g) -> V { return {relu_backward(g[0], c.saved_output(0))}; };
   d.save = {.outputs = {0}};
   return register_op(std::move(d));
@@ -85,7 +85,7 @@ const OpRef kLeakyRelu = [] () -> const OpDef& {
 
 // Exact gelu, x Phi(x); d/dx = Phi(x) + x phi(x).
 const OpRef kGelu = [] () -> const OpDef& {
-  OpDef d = float_unary("gelu", "kiln::m::gelu(x)", [](auto x, double) {
+  OpDef d = float_unary("gelu", "kiln::math::gelu(x)", [](auto x, double) {
     using C = decltype(x);
     return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
   });
@@ -101,7 +101,7 @@ const OpRef kGelu = [] () -> const OpDef& {
 
 // silu = x s(x); d/dx = s (1 + x (1 - s)).
 const OpRef kSilu = [] () -> const OpDef& {
-  OpDef d = float_unary("silu", "kiln::m::silu(x)", [](auto x, double) {
+  OpDef d = float_unary("silu", "kiln::math::silu(x)", [](auto x, double) {
     using C = decltype(x);
     return x / (C(1) + std::exp(-x));
   });
@@ -116,7 +116,7 @@ const OpRef kSilu = [] () -> const OpDef& {
 
 // Above the threshold softplus is x itself, and so is its gradient (PyTorch's backward).
 const OpRef kSoftplus = [] () -> const OpDef& {
-  OpDef d = float_unary("softplus", "kiln::m::softplus(x)", [](auto x, double) {
+  OpDef d = float_unary("softplus", "kiln::math::softplus(x)", [](auto x, double) {
     using C = decltype(x);
     return x > C(kSoftplusThreshold) ? x : static_cast<C>(std::log1p(std::exp(x)));
   });

@@ -64,7 +64,7 @@ const char* mma_name(int mma) { return mma == 0 ? "bf16" : mma == 1 ? "f16" : "t
 std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
   const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;  // the header the MMA type needs
   auto num = [](std::int64_t v) { return std::to_string(v); };
-  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", kernels::device_prelude(DTypes{ta, tb, to, mt})},
+  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", rt::device_prelude(DTypes{ta, tb, to, mt})},
                        {"TA", std::string(cuda_storage_type(ta))},
                        {"TB", std::string(cuda_storage_type(tb))},
                        {"TO", std::string(cuda_storage_type(to))},

@@ -78,7 +78,7 @@ std::string source(bool flip, const PatchConv& c, const PatchPlan& p, DType t) {
   const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const std::string ty(cuda_storage_type(t));
-  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", kernels::device_prelude(DTypes{t, mt})},
+  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", rt::device_prelude(DTypes{t, mt})},
                        {"TX", ty}, {"TW", ty}, {"TO", ty}, {"MMA", num(p.mma)}, {"FLIP", num(flip)},
                        {"N", num(c.n)}, {"CI", num(c.ci)}, {"H", num(c.h)}, {"W", num(c.w)}, {"CO", num(c.co)},
                        {"KH", num(c.kh)}, {"KW", num(c.kw)}, {"OH", num(c.oh)}, {"OW", num(c.ow)},

@@ -60,7 +60,7 @@ std::string source(const ConvSizes& s, const WgradPlan& p, DType t) {
   const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const std::string ty(cuda_storage_type(t));
-  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", kernels::device_prelude(DTypes{t, mt})},
+  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", rt::device_prelude(DTypes{t, mt})},
                        {"TX", ty}, {"TO", ty}, {"MMA", num(p.mma)},
                        {"N", num(s.n)}, {"C", num(s.c)}, {"H", num(s.h)}, {"W", num(s.w)}, {"O", num(s.o)},
                        {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)}, {"OW", num(s.ow)},

@@ -44,7 +44,7 @@ SmallPlan plan_for(const ConvSizes& s, DType t, int sms) {
 
 std::string source(const ConvSizes& s, const SmallPlan& p, DType t) {
   auto num = [](std::int64_t v) { return std::to_string(v); };
-  const rt::Bindings b{{"PRELUDE", kernels::device_prelude(DTypes{t})}, {"T", std::string(cuda_storage_type(t))},
+  const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{t})}, {"T", std::string(cuda_storage_type(t))},
                        {"N", num(s.n)},   {"C", num(s.c)},   {"H", num(s.h)},   {"W", num(s.w)},
                        {"O", num(s.o)},   {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)},
                        {"OW", num(s.ow)}, {"SH", num(s.sh)}, {"SW", num(s.sw)}, {"PH", num(s.ph)},

@@ -33,7 +33,7 @@ Tensor pow_grad_exponent(const Tensor& g, const Tensor& a, const Tensor& b, cons
 
 const OpRef kPow = [] () -> const OpDef& {
   OpDef d = elementwise_defs::binary_def<true, false>("pow", dtype_sets::floating, rules::promote_float, pow_fn,
-                                        {.expr = "kiln::m::pow(a, b)", .domain = elementwise_defs::PointwiseDomain::floating});
+                                        {.expr = "kiln::math::pow(a, b)", .domain = elementwise_defs::PointwiseDomain::floating});
   d.vjp = [](const VjpContext& c, G g) -> V {
     const Tensor a = c.saved_input(0), b = c.saved_input(1);
     V r(2);
@@ -72,7 +72,7 @@ const OpRef kRpowScalar = [] () -> const OpDef& {
   return register_op(std::move(d));
 }();
 
-// ---- maximum / minimum: NaN propagates, as the kernels' kiln::m::maximum/minimum ----
+// ---- maximum / minimum: NaN propagates, as the kernels' kiln::math::maximum/minimum ----
 
 auto max_fn = [](auto a, auto b) { return a != a ? a : b != b ? b : (a > b ? a : b); };
 auto min_fn = [](auto a, auto b) { return a != a ? a : b != b ? b : (a < b ? a : b); };
@@ -110,8 +110,8 @@ const OpDef& extremum_scalar(const char* name, const char* kernel, F f, bool is_
   return register_op(std::move(d));
 }
 
-const OpRef kMaximum = extremum("maximum", "kiln::m::maximum(a, b)", max_fn, true);
-const OpRef kMinimum = extremum("minimum", "kiln::m::minimum(a, b)", min_fn, false);
+const OpRef kMaximum = extremum("maximum", "kiln::math::maximum(a, b)", max_fn, true);
+const OpRef kMinimum = extremum("minimum", "kiln::math::minimum(a, b)", min_fn, false);
 const OpRef kMaximumScalar = extremum_scalar("maximum_scalar", "maximum", max_fn, true);
 const OpRef kMinimumScalar = extremum_scalar("minimum_scalar", "minimum", min_fn, false);
 

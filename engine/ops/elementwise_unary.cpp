@@ -69,7 +69,7 @@ const OpDef& rounding_unary(std::string name, const char* expr, F f) {
 constexpr double kInvSqrtPi2 = 1.12837916709551257390;  // 2 / sqrt(pi)
 
 const OpRef kAbs = numeric_unary(
-    "abs", "kiln::m::abs(x)",
+    "abs", "kiln::math::abs(x)",
     [](auto x) {
       using C = decltype(x);
       if constexpr (std::is_floating_point_v<C>) return std::fabs(x);
@@ -78,9 +78,9 @@ const OpRef kAbs = numeric_unary(
     },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], sign(c.saved_input(0)))}; }, {.inputs = {0}});
 
-// sign(NaN) = 0 and sign(-0.0) = +0, like the kernel's kiln::m::sign.
+// sign(NaN) = 0 and sign(-0.0) = +0, like the kernel's kiln::math::sign.
 const OpRef kSign = numeric_unary(
-    "sign", "kiln::m::sign(x)",
+    "sign", "kiln::math::sign(x)",
     [](auto x) {
       using C = decltype(x);
       return static_cast<C>(static_cast<int>(C(0) < x) - static_cast<int>(x < C(0)));
@@ -102,31 +102,31 @@ const OpRef kSquare = numeric_unary(
     [](const VjpContext& c, G g) -> V { return {mul(mul(g[0], c.saved_input(0)), 2)}; }, {.inputs = {0}});
 
 const OpRef kExp = float_unary(
-    "exp", "kiln::m::exp(x)", [](auto x) { return std::exp(x); },
+    "exp", "kiln::math::exp(x)", [](auto x) { return std::exp(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], c.saved_output(0))}; }, {.outputs = {0}});
 
 const OpRef kLog = float_unary(
-    "log", "kiln::m::log(x)", [](auto x) { return std::log(x); },
+    "log", "kiln::math::log(x)", [](auto x) { return std::log(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], c.saved_input(0))}; }, {.inputs = {0}},
     {.low = 0.5, .high = 3.0});
 
 const OpRef kLog1p = float_unary(
-    "log1p", "kiln::m::log1p(x)", [](auto x) { return std::log1p(x); },
+    "log1p", "kiln::math::log1p(x)", [](auto x) { return std::log1p(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], add(c.saved_input(0), 1))}; }, {.inputs = {0}},
     {.low = -0.5, .high = 2.0});
 
 const OpRef kExpm1 = float_unary(
-    "expm1", "kiln::m::expm1(x)", [](auto x) { return std::expm1(x); },
+    "expm1", "kiln::math::expm1(x)", [](auto x) { return std::expm1(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], add(c.saved_output(0), 1))}; }, {.outputs = {0}});
 
 const OpRef kSqrt = float_unary(
-    "sqrt", "kiln::m::sqrt(x)", [](auto x) { return std::sqrt(x); },
+    "sqrt", "kiln::math::sqrt(x)", [](auto x) { return std::sqrt(x); },
     [](const VjpContext& c, G g) -> V { return {div(g[0], mul(c.saved_output(0), 2))}; }, {.outputs = {0}},
     {.low = 0.5, .high = 3.0});
 
 // d rsqrt(x) = -x^(-3/2) / 2 = -y^3 / 2.
 const OpRef kRsqrt = float_unary(
-    "rsqrt", "kiln::m::rsqrt(x)",
+    "rsqrt", "kiln::math::rsqrt(x)",
     [](auto x) {
       using C = decltype(x);
       return C(1) / std::sqrt(x);
@@ -138,20 +138,20 @@ const OpRef kRsqrt = float_unary(
     {.outputs = {0}}, {.low = 0.5, .high = 3.0});
 
 const OpRef kSin = float_unary(
-    "sin", "kiln::m::sin(x)", [](auto x) { return std::sin(x); },
+    "sin", "kiln::math::sin(x)", [](auto x) { return std::sin(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], cos(c.saved_input(0)))}; }, {.inputs = {0}});
 
 const OpRef kCos = float_unary(
-    "cos", "kiln::m::cos(x)", [](auto x) { return std::cos(x); },
+    "cos", "kiln::math::cos(x)", [](auto x) { return std::cos(x); },
     [](const VjpContext& c, G g) -> V { return {neg(mul(g[0], sin(c.saved_input(0))))}; }, {.inputs = {0}});
 
 const OpRef kTanh = float_unary(
-    "tanh", "kiln::m::tanh(x)", [](auto x) { return std::tanh(x); },
+    "tanh", "kiln::math::tanh(x)", [](auto x) { return std::tanh(x); },
     [](const VjpContext& c, G g) -> V { return {mul(g[0], sub(1, square(c.saved_output(0))))}; },
     {.outputs = {0}});
 
 const OpRef kErf = float_unary(
-    "erf", "kiln::m::erf(x)", [](auto x) { return std::erf(x); },
+    "erf", "kiln::math::erf(x)", [](auto x) { return std::erf(x); },
     [](const VjpContext& c, G g) -> V {
       const Tensor& x = c.saved_input(0);
       return {mul(g[0], mul(exp(neg(square(x))), kInvSqrtPi2))};
@@ -159,9 +159,9 @@ const OpRef kErf = float_unary(
     {.inputs = {0}});
 
 // std::nearbyint rounds half to even in the default rounding mode, as the kernel's rint.
-const OpRef kFloor = rounding_unary("floor", "kiln::m::floor(x)", [](auto x) { return std::floor(x); });
-const OpRef kCeil = rounding_unary("ceil", "kiln::m::ceil(x)", [](auto x) { return std::ceil(x); });
-const OpRef kRound = rounding_unary("round", "kiln::m::rint(x)", [](auto x) { return std::nearbyint(x); });
+const OpRef kFloor = rounding_unary("floor", "kiln::math::floor(x)", [](auto x) { return std::floor(x); });
+const OpRef kCeil = rounding_unary("ceil", "kiln::math::ceil(x)", [](auto x) { return std::ceil(x); });
+const OpRef kRound = rounding_unary("round", "kiln::math::rint(x)", [](auto x) { return std::nearbyint(x); });
 
 // ---- clamp: attrs "min" and/or "max" (Scalars) ----
 
@@ -187,7 +187,7 @@ DTypePlan clamp_dtypes(const OpArgs& a) {
 }
 
 const OpRef kClamp = [] () -> const OpDef& {
-  // As kiln::m::clamp: NaN stays, comparisons in double, lo > hi gives hi.
+  // As kiln::math::clamp: NaN stays, comparisons in double, lo > hi gives hi.
   OpDef d = elementwise_defs::unary_def<false, false>(
       "clamp", dtype_sets::numeric, clamp_dtypes,
       [](auto x, double lo, double hi) {
@@ -198,7 +198,7 @@ const OpRef kClamp = [] () -> const OpDef& {
         if (xd < lo) return static_cast<C>(lo);
         return x;
       },
-      {.expr = "kiln::m::clamp(x, p0, p1)", .domain = PointwiseDomain::numeric, .params = clamp_params});
+      {.expr = "kiln::math::clamp(x, p0, p1)", .domain = PointwiseDomain::numeric, .params = clamp_params});
   // The gradient flows where min <= x <= max (nowhere when min > max).
   d.vjp = [](const VjpContext& c, G g) -> V {
     const Tensor& x = c.saved_input(0);

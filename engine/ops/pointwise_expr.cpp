@@ -235,7 +235,7 @@ Ast parse(std::string_view who, std::string_view text, const std::vector<std::st
 }
 
 // Every value is in C: literals and params are cast like the CPU evaluator casts them, and a
-// comparison's bool becomes C(0) or C(1), so kiln::m's templates deduce C throughout.
+// comparison's bool becomes C(0) or C(1), so kiln::math's templates deduce C throughout.
 std::string to_cuda(const Ast& ast, int node, const std::vector<std::string>& var_names) {
   const Node& n = ast.nodes[static_cast<std::size_t>(node)];
   auto sub = [&](int i) { return to_cuda(ast, i, var_names); };
@@ -253,7 +253,7 @@ std::string to_cuda(const Ast& ast, int node, const std::vector<std::string>& va
     case Kind::lt: case Kind::le: case Kind::gt: case Kind::ge: case Kind::eq: case Kind::ne:
       return "C(" + sub(n.lhs) + op_text(n.kind) + sub(n.rhs) + ")";
     case Kind::call: {
-      std::string s = std::string("kiln::m::") + info(n.fn).name + "(" + sub(n.lhs);
+      std::string s = std::string("kiln::math::") + info(n.fn).name + "(" + sub(n.lhs);
       if (n.rhs >= 0) s += ", " + sub(n.rhs);
       return s + ")";
     }

@@ -11,7 +11,7 @@ namespace kiln::expr {
 
 enum class Kind { number, var, param, neg, add, sub, mul, div, lt, le, gt, ge, eq, ne, call };
 
-// The prelude's kiln::m functions an expression may call.
+// The prelude's kiln::math functions an expression may call.
 enum class Fn {
   exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tanh, erf, floor, ceil, rint,
   abs, sign, relu, sigmoid, silu, gelu, softplus, pow, maximum, minimum

@@ -235,7 +235,7 @@ const rt::KernelSpec& register_spec(const char* op, Dist dist, const std::vector
   s.entry = "kiln_random";
   for (DType t : dtypes) s.dtypes.push_back({t});
   s.bind = [dist](const DTypes& d, std::uint32_t) {
-    return rt::Bindings{{"PRELUDE", kernels::device_prelude(d)}, {"T", std::string(cuda_storage_type(d[0]))}, {"DIST", std::to_string(static_cast<int>(dist))}};
+    return rt::Bindings{{"PRELUDE", rt::device_prelude(d)}, {"T", std::string(cuda_storage_type(d[0]))}, {"DIST", std::to_string(static_cast<int>(dist))}};
   };
   return rt::register_kernel(std::move(s));
 }

@@ -37,7 +37,7 @@ const KernelSpec& register_update_scale() {
   s.entry = "kiln_update_scale";
   s.dtypes = {DTypes{DType::f32}};
   s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", device_prelude(d)}, {"T", "float"}, {"S", "float"}};
+    return {{"PRELUDE", rt::device_prelude(d)}, {"T", "float"}, {"S", "float"}};
   };
   return rt::register_kernel(std::move(s));
 }

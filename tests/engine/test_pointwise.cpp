@@ -68,7 +68,7 @@ TEST_CASE("a pointwise op's kernel spec is generated from its OpDef") {
   CHECK(pointwise_params(get_op("relu"), Attrs{}) == std::pair{0.0, 0.0});
 }
 
-TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelude's kiln::m") {
+TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelude's kiln::math") {
   const std::string prelude = rt::template_source("prelude");
   const std::regex name(R"([A-Za-z_][A-Za-z_0-9]*(::[A-Za-z_][A-Za-z_0-9]*)*)");
   for (const OpDef* op : pointwise_ops()) {
@@ -79,7 +79,8 @@ TEST_CASE("pointwise expressions name only their inputs, C, p0, p1 and the prelu
     for (std::sregex_iterator it(expr.begin(), expr.end(), name), end; it != end; ++it) {
       const std::string id = it->str();
       INFO(op->name, ": '", expr, "' names ", id);
-      const std::string fn = id.rfind("kiln::m::", 0) == 0 ? id.substr(9) : "";
+      const std::string prefix = "kiln::math::";
+      const std::string fn = id.rfind(prefix, 0) == 0 ? id.substr(prefix.size()) : "";
       // Declared as `name(` or through the prelude's KILN_MATH1(name).
       if (!fn.empty())
         CHECK((prelude.find(" " + fn + "(") != std::string::npos ||

@@ -164,7 +164,7 @@ TEST_CASE("the device expression sits on the OpDef and its kernel spec is regist
   (void)mix(ones({1}), ones({1}), 0.5, 0.5);
   const OpDef& s = get_op("swish");
   REQUIRE(pointwise_expr(s) != nullptr);
-  CHECK(pointwise_expr(s)->expr == "(x * kiln::m::sigmoid((C(p0) * x)))");
+  CHECK(pointwise_expr(s)->expr == "(x * kiln::math::sigmoid((C(p0) * x)))");
   CHECK(pointwise_expr(s)->domain == kernels::PointwiseDomain::floating);
   CHECK(pointwise_params(s, Attrs{{"beta", 2.5}}) == std::pair{2.5, 0.0});
   const rt::KernelSpec* spec = rt::find_kernel("swish");

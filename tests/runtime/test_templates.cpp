@@ -101,8 +101,11 @@ TEST_CASE("every template takes the one device prelude and repeats none of its h
     const bool exempt = std::find(without.begin(), without.end(), name) != without.end();
     CHECK_MESSAGE(takes == !exempt, name);
     if (name == "prelude") continue;
-    for (const std::string helper : {"__half2float", "__bfloat162float", "__float2half_rn", "__float2bfloat16_rn",
-                                     "struct Lim", "struct is_same", "thread_index() {", "kMaxDims ="})
+    // The row loop, the lane reductions and the last-block ticket live in the prelude too.
+    for (const std::string helper :
+         {"__half2float", "__bfloat162float", "__float2half_rn", "__float2bfloat16_rn", "struct Lim", "struct is_same",
+          "thread_index() {", "kMaxDims =", "for_each_row(", "void for_each(", "combine_warps(", "last_block(",
+          "last_to_finish(unsigned", "namespace m {"})
       CHECK_MESSAGE(!contains(text, helper), name, " defines its own ", helper);
   }
   // Only the half headers a tuple needs: they dominate NVRTC's compile time.
@@ -113,6 +116,18 @@ TEST_CASE("every template takes the one device prelude and repeats none of its h
   const std::string f32 = rt::instantiate_kernel(kernels::kernel("softmax"), {DType::f32}, 0);
   CHECK(contains(f32, "namespace kiln"));
   CHECK_FALSE(contains(f32, "cuda_fp16.h"));
+}
+
+TEST_CASE("rt::device_prelude is the half headers a tuple needs, then the prelude template") {
+  const std::string prelude = rt::template_source("prelude");
+  CHECK(rt::device_prelude({DType::f32, DType::i64}) == prelude);
+  CHECK(rt::device_prelude({DType::f16, DType::f32}) == "#include <cuda_fp16.h>\n" + prelude);
+  CHECK(rt::device_prelude({DType::bf16}) == "#include <cuda_bf16.h>\n" + prelude);
+  CHECK(rt::device_prelude({DType::bf16, DType::f16, DType::bf16}) ==
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + prelude);
+  // The helpers the templates share, under names that say what they are.
+  for (const char* name : {"namespace math {", "namespace warp {", "namespace block {", "namespace rows {"})
+    CHECK_MESSAGE(contains(prelude, name), name);
 }
 
 TEST_CASE("KILN_TEMPLATE_DIR reads templates from disk") {

@@ -18,7 +18,7 @@ void register_entry(const char* op, const char* tmpl, const char* entry, int kin
   s.entry = entry;
   s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
   s.bind = [kind](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", device_prelude(d)},
+    return {{"PRELUDE", rt::device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {"ACC", d[0] == DType::f64 ? "double" : "float"},
             {"KIND", std::to_string(kind)}};

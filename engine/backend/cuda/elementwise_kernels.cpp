@@ -18,7 +18,7 @@ using rt::KernelSpec;
 
 // Bindings shared by the unary and binary templates for an (input, output) tuple.
 Bindings pair_bindings(const DTypes& d, std::uint32_t variant, const std::string& expr) {
-  return {{"PRELUDE", device_prelude(d)},
+  return {{"PRELUDE", rt::device_prelude(d)},
           {"VARIANT", std::to_string(variant)},
           {"TIN", std::string(cuda_storage_type(d[0]))},
           {"TOUT", std::string(cuda_storage_type(d[1]))},
@@ -27,7 +27,7 @@ Bindings pair_bindings(const DTypes& d, std::uint32_t variant, const std::string
 }
 
 Bindings value_bindings(const DTypes& d, std::uint32_t variant) {
-  return {{"PRELUDE", device_prelude(d)},
+  return {{"PRELUDE", rt::device_prelude(d)},
           {"VARIANT", std::to_string(variant)},
           {"T", std::string(cuda_storage_type(d[0]))}};
 }

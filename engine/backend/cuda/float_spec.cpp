@@ -14,7 +14,7 @@ const rt::KernelSpec& register_float_spec(const char* op, const char* template_n
   s.entry = entry;
   s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
   s.bind = [compute_placeholder](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", device_prelude(d)},
+    return {{"PRELUDE", rt::device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {compute_placeholder, d[0] == DType::f64 ? "double" : "float"}};
   };

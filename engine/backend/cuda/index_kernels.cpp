@@ -27,7 +27,7 @@ void register_index_kernel(const char* op, const char* entry, int kind, std::vec
   s.entry = entry;
   for (DType t : dtypes) s.dtypes.push_back({t});
   s.bind = [kind](const DTypes& d, std::uint32_t) -> Bindings {
-    return {{"PRELUDE", device_prelude(d)},
+    return {{"PRELUDE", rt::device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {"ACC", accumulator(d[0])},
             {"KIND", std::to_string(kind)}};

@@ -41,9 +41,6 @@ enum class Variant : std::uint32_t { contiguous = 0, strided = 1, scalar = 2 };
 // The registered spec for `op`; throws ValueError when there is none.
 const rt::KernelSpec& kernel(std::string_view op);
 
-// ${PRELUDE} of every template: the half-precision headers `d` needs, then kernel_templates/prelude.cu.
-std::string device_prelude(const DTypes& d);
-
 // Registers a spec with one tuple (t) per floating dtype, binding PRELUDE, T
 // (the storage type) and `compute_placeholder` (double for f64, else float).
 const rt::KernelSpec& register_float_spec(const char* op, const char* template_name, const char* entry,

@@ -26,7 +26,7 @@ const KernelSpec& register_entry(const char* op, const char* entry) {
   s.entry = entry;
   s.dtypes = kTuples;
   s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", device_prelude(d)},
+    return {{"PRELUDE", rt::device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {"P", std::string(cuda_storage_type(d[1]))},
             {"ACC", d[0] == DType::f64 ? "double" : "float"}};

@@ -75,7 +75,7 @@ void register_reduction(const ReduceDef& def) {
   s.entry = "kiln_reduce";
   s.dtypes = tuples(def.domain);
   s.bind = [functor = std::string(def.functor), wide = def.wide](const DTypes& d, std::uint32_t) -> Bindings {
-    return {{"PRELUDE", device_prelude(d)},
+    return {{"PRELUDE", rt::device_prelude(d)},
             {"IN", std::string(cuda_storage_type(d[0]))},
             {"OUT", std::string(cuda_storage_type(d[1]))},
             {"ACC", accumulator(d[0], wide)},

@@ -135,41 +135,25 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 void Tensor::backward(const BackwardOptions& o) const { kiln::backward({*this}, {o.gradient}, o.retain_graph); }
 
 // The in-place arithmetic looks its ops up once, not by name on every call.
-Tensor& Tensor::add_(const Tensor& o) {
-  static const OpDef& op = get_op("add");
-  return call_inplace(op, *this, {o});
+namespace {
+struct InplaceOps {
+  const OpDef &add, &sub, &mul, &div, &add_scalar, &sub_scalar, &mul_scalar, &div_scalar;
+};
+const InplaceOps& inplace_ops() {
+  static const InplaceOps ops{get_op("add"),        get_op("sub"),        get_op("mul"),        get_op("div"),
+                              get_op("add_scalar"), get_op("sub_scalar"), get_op("mul_scalar"), get_op("div_scalar")};
+  return ops;
 }
-Tensor& Tensor::sub_(const Tensor& o) {
-  static const OpDef& op = get_op("sub");
-  return call_inplace(op, *this, {o});
-}
-Tensor& Tensor::mul_(const Tensor& o) {
-  static const OpDef& op = get_op("mul");
-  return call_inplace(op, *this, {o});
-}
-Tensor& Tensor::div_(const Tensor& o) {
-  static const OpDef& op = get_op("div");
-  return call_inplace(op, *this, {o});
-}
-Tensor& Tensor::add_(const Scalar& s) {
-  static const OpDef& op = get_op("add_scalar");
-  return call_inplace(op, *this, {}, {{"scalar", s}});
-}
-Tensor& Tensor::sub_(const Scalar& s) {
-  static const OpDef& op = get_op("sub_scalar");
-  return call_inplace(op, *this, {}, {{"scalar", s}});
-}
-Tensor& Tensor::mul_(const Scalar& s) {
-  static const OpDef& op = get_op("mul_scalar");
-  return call_inplace(op, *this, {}, {{"scalar", s}});
-}
-Tensor& Tensor::div_(const Scalar& s) {
-  static const OpDef& op = get_op("div_scalar");
-  return call_inplace(op, *this, {}, {{"scalar", s}});
-}
+}  // namespace
 
-
-
+Tensor& Tensor::add_(const Tensor& o) { return call_inplace(inplace_ops().add, *this, {o}); }
+Tensor& Tensor::sub_(const Tensor& o) { return call_inplace(inplace_ops().sub, *this, {o}); }
+Tensor& Tensor::mul_(const Tensor& o) { return call_inplace(inplace_ops().mul, *this, {o}); }
+Tensor& Tensor::div_(const Tensor& o) { return call_inplace(inplace_ops().div, *this, {o}); }
+Tensor& Tensor::add_(const Scalar& s) { return call_inplace(inplace_ops().add_scalar, *this, {}, {{"scalar", s}}); }
+Tensor& Tensor::sub_(const Scalar& s) { return call_inplace(inplace_ops().sub_scalar, *this, {}, {{"scalar", s}}); }
+Tensor& Tensor::mul_(const Scalar& s) { return call_inplace(inplace_ops().mul_scalar, *this, {}, {{"scalar", s}}); }
+Tensor& Tensor::div_(const Scalar& s) { return call_inplace(inplace_ops().div_scalar, *this, {}, {{"scalar", s}}); }
 
 std::uint64_t Tensor::version() const { return checked(impl_).storage->version(); }
 

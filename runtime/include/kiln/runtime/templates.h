@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/dtype.h"
+
 namespace kiln::rt {
 
 using Bindings = std::vector<std::pair<std::string, std::string>>;
@@ -26,5 +28,9 @@ std::vector<std::string> template_placeholders(std::string_view text);
 // Replaces every ${NAME}. A placeholder without a binding, or a binding the
 // template does not use, throws ValueError naming the template and the placeholder.
 std::string instantiate(std::string_view template_name, std::string_view text, const Bindings& b);
+
+// The text every template binds to ${PRELUDE}: the half-precision headers the tuple `d` needs,
+// then the "prelude" template (kernel_templates/prelude.cu).
+std::string device_prelude(const DTypes& d);
 
 }  // namespace kiln::rt

@@ -1,11 +1,11 @@
-// The text bound to every template's ${PRELUDE}: the half-precision headers a dtype tuple
-// needs, then kernel_templates/prelude.cu.
+// ${PRELUDE} for every kernel: the runtime binds the one device prelude, so templates, per-shape
+// kernels and fused kernels all get the same helpers.
 #include <string>
 
+#include "kiln/dtype.h"
 #include "kiln/runtime/templates.h"
-#include "launchers.h"
 
-namespace kiln::kernels {
+namespace kiln::rt {
 
 std::string device_prelude(const DTypes& d) {
   bool f16 = false, bf16 = false;
@@ -17,7 +17,7 @@ std::string device_prelude(const DTypes& d) {
   std::string s;
   if (f16) s += "#include <cuda_fp16.h>\n";
   if (bf16) s += "#include <cuda_bf16.h>\n";
-  return s + rt::template_source("prelude");
+  return s + template_source("prelude");
 }
 
-}  // namespace kiln::kernels
+}  // namespace kiln::rt
