@@ -8,6 +8,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #pragma GCC diagnostic ignored "-Warray-bounds="
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#pragma GCC diagnostic ignored "-Wstringop-overflow="
 #endif
 #include <spdlog/sinks/ringbuffer_sink.h>
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13

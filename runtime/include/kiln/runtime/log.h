@@ -3,12 +3,15 @@
 #include <memory>
 #include <string_view>
 
-// fmt 9's float formatting (fmt::detail::bigint, under spdlog) trips GCC 13's -Warray-bounds in
-// std::copy: a false positive of that pairing (fmtlib/fmt#3533), reported inside fmt's own code.
+// fmt 9's float formatting (fmt::detail::bigint, under spdlog) trips GCC 13's -Warray-bounds
+// (with that one off, -Wstringop-overflow) in std::copy: a false positive of that pairing
+// (fmtlib/fmt#3533), reported inside fmt's own code.
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #pragma GCC diagnostic ignored "-Warray-bounds="
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#pragma GCC diagnostic ignored "-Wstringop-overflow="
 #endif
 #include <spdlog/spdlog.h>
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13
