@@ -3,18 +3,9 @@
 // explicit mtimes and a capture of the kiln logger's warnings.
 #include <doctest/doctest.h>
 #include <fcntl.h>
-// The first spdlog (and fmt) header here: GCC 13's false positive in fmt, as in kiln/runtime/log.h.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Warray-bounds"
-#pragma GCC diagnostic ignored "-Warray-bounds="
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
-#pragma GCC diagnostic ignored "-Wstringop-overflow="
-#endif
+// First of spdlog and fmt: kiln/runtime/log.h includes them past GCC 13's false positive in fmt.
+#include "kiln/runtime/log.h"
 #include <spdlog/sinks/ringbuffer_sink.h>
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 13
-#pragma GCC diagnostic pop
-#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,7 +20,6 @@
 #include <vector>
 
 #include "kiln/runtime/disk_cache.h"
-#include "kiln/runtime/log.h"
 
 namespace kiln_test {
 
