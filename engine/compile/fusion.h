@@ -1,7 +1,8 @@
 #pragma once
 // Internal to the engine: inside a compiled call on the GPU, chains of pointwise ops of one
-// shape and dtype (f32 or f64) are held back and run as one generated kernel when something
-// needs their values. Values nothing else holds are never written.
+// shape (any dtypes, casts and tensor-scalar ops included) are held back and run as one
+// generated kernel when something needs their values. Values nothing else holds are never
+// written.
 #include <span>
 
 #include "kiln/device.h"

@@ -155,6 +155,13 @@ struct PointwiseExpr {
   std::function<std::pair<double, double>(const Attrs&)> params{};
 };
 
+// A tensor-scalar op (add_scalar, rdiv_scalar) that runs the binary op `binary`'s expression
+// with the attrs' "scalar" as b (as a when scalar_first): fusion splices it from there.
+struct ScalarForm {
+  std::string binary;
+  bool scalar_first = false;
+};
+
 struct OpDef {
   std::string name{};
   int num_inputs = 1;  // tensor inputs; -1: any number
@@ -169,6 +176,7 @@ struct OpDef {
   Impl gpu{};                   // empty: the op runs on the CPU only (DeviceError on cuda)
   // Set: register_op registers the op's elementwise kernel spec, named after the op.
   std::optional<PointwiseExpr> pointwise{};
+  std::optional<ScalarForm> scalar_form{};  // set by the tensor-scalar ops; fusion reads it
   bool makes_outputs = false;  // the impl creates the outputs itself (views, transfers)
   Vjp vjp{};                    // empty: not differentiable (outputs never require grad)
   // -1: every output carries a gradient (missing ones reach the vjp as zeros); n: outputs from

@@ -125,6 +125,7 @@ OpDef binary_scalar_def(std::string name, std::string kernel, bool scalar_first,
                                   kernel_scalar(a.attrs.get<Scalar>("scalar")), scalar_first, gpu::operand(out[0]),
                                   out[0].shape(), stream_of(a.device));
   };
+  d.scalar_form = ScalarForm{kernel, scalar_first};
   d.test.attrs = {Attrs{{"scalar", Scalar(2)}}, Attrs{{"scalar", Scalar(-1.5)}}};
   return d;
 }

@@ -2,7 +2,10 @@
 // give the same bits as the same ops run one by one, in fewer kernels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -76,7 +79,7 @@ TEST_CASE("fusion: random pointwise chains match the unfused ops bit for bit in 
       }
       return std::vector<Tensor>{values.back(), values[values.size() / 2 + 1]};
     };
-    CompiledFunction fused = compile(fn, {.fuse = true}), plain = compile(fn);
+    CompiledFunction fused = compile(fn, {.fuse = true}), plain = compile(fn, {.fuse = false});
     std::vector<Tensor> a, b;
     for (int call_no = 0; call_no < 3; ++call_no) {  // eager, capture, replay
       a = fused({x, row, xt});
@@ -92,6 +95,129 @@ TEST_CASE("fusion: random pointwise chains match the unfused ops bit for bit in 
     CHECK(fused.stats().kernels_per_graph.at(0) <= plain.stats().kernels_per_graph.at(0));
     if (trial == 0) CHECK(fused.stats().kernels_per_graph.at(0) < plain.stats().kernels_per_graph.at(0));
   }
+}
+
+namespace {
+
+constexpr DType kChainDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
+
+// A random chain over values of several dtypes: unary and binary ops of the registry (numeric
+// ones on any value, floating ones on floating values), casts, tensor-scalar ops and
+// comparisons cast back, each on the last value or a value of its dtype.
+struct MixedChain {
+  std::vector<int> picks;
+  std::string names;
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& in) {
+    static const std::vector<const OpDef*> unary = chain_ops(1), binary = chain_ops(2);
+    std::vector<Tensor> values(in.begin(), in.end());
+    names.clear();
+    for (std::size_t i = 0; i < picks.size(); ++i) {
+      const int r = picks[i];
+      const Tensor last = values.back();
+      const bool floating = is_floating(last.dtype());
+      Tensor next;
+      // The first op of `ops` from `start` on that takes last's dtype as it is.
+      auto pick = [&](const std::vector<const OpDef*>& ops, std::size_t start) -> const OpDef* {
+        for (std::size_t n = 0; n < ops.size(); ++n) {
+          const OpDef* op = ops[(start + n) % ops.size()];
+          const bool takes = std::find(op->dtypes.begin(), op->dtypes.end(), last.dtype()) != op->dtypes.end();
+          if (takes && (floating || pointwise_expr(*op)->domain == kernels::PointwiseDomain::numeric)) return op;
+        }
+        return nullptr;
+      };
+      const OpDef* op = r % 6 == 3 ? pick(binary, static_cast<std::size_t>(r / 6)) : pick(unary, static_cast<std::size_t>(r / 6));
+      switch (op || r % 6 == 0 || r % 6 >= 4 ? r % 6 : 0) {
+        case 0: {
+          const DType to = kChainDTypes[static_cast<std::size_t>(r / 6) % std::size(kChainDTypes)];
+          next = cast(last, to);
+          names += std::string("cast:") + std::string(dtype_name(to)) + " ";
+          break;
+        }
+        case 1: case 2:
+          next = call(*op, {last});
+          names += op->name + " ";
+          break;
+        case 3: {
+          Tensor other = last;
+          for (std::size_t k = static_cast<std::size_t>(r) % values.size(), n = 0; n < values.size(); ++n, k = (k + 1) % values.size())
+            if (values[k].dtype() == last.dtype()) {
+              other = values[k];
+              break;
+            }
+          next = call(*op, {last, other});
+          names += op->name + " ";
+          break;
+        }
+        case 4: {
+          const char* ops[] = {"add_scalar", "mul_scalar", "rsub_scalar", "sub_scalar"};
+          const OpDef& op = get_op(ops[static_cast<std::size_t>(r / 6) % 4]);
+          next = call(op, {last}, Attrs{{"scalar", r % 4 == 0 ? Scalar(3) : Scalar(-1.5)}});
+          names += op.name + " ";
+          break;
+        }
+        default:  // a mask, cast back: the pattern of ReLU's backward
+          next = cast(gt(last, zeros({}, {.dtype = last.dtype(), .device = kGpu})), last.dtype());
+          names += "gt cast ";
+      }
+      values.push_back(next);
+    }
+    return {values.back(), values[values.size() / 2 + 1]};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fusion: random chains in every dtype, casts and scalar ops included, match the unfused ops bit for bit") {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 42; ++trial) {
+    const DType dt = kChainDTypes[static_cast<std::size_t>(trial) % std::size(kChainDTypes)];
+    MixedChain chain;
+    const int length = 3 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < length; ++i) chain.picks.push_back(static_cast<int>(rng() % 600));
+    Generator g(static_cast<std::uint64_t>(100 + trial));
+    auto input = [&](Shape shape) { return cast(mul(randn(shape, {}, &g), 4.0), dt).to(kGpu); };
+    const Tensor x = input({33, 17}), row = input({1, 17}), xt = transpose(input({17, 33}), 0, 1);
+    CompiledFunction fused = compile(std::ref(chain), {.fuse = true}), plain = compile(std::ref(chain), {.fuse = false});
+    std::vector<Tensor> a, b;
+    for (int call_no = 0; call_no < 3; ++call_no) {  // eager, capture, replay
+      a = fused({x, row, xt});
+      b = plain({x, row, xt});
+    }
+    const std::vector<Tensor> want = chain({x, row, xt});
+    CAPTURE(trial);
+    CAPTURE(chain.names);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      CHECK(a[k].dtype() == want[k].dtype());
+      CHECK(bits(a[k]) == bits(want[k]));
+      CHECK(bits(b[k]) == bits(want[k]));
+    }
+    CHECK(fused.stats().kernels_per_graph.at(0) <= plain.stats().kernels_per_graph.at(0));
+  }
+}
+
+// Autocast's casts join the pointwise work beside them: a bf16 chain with an f32 input and
+// output runs as one kernel, where the single ops take four.
+TEST_CASE("fusion: casts on both ends of a bf16 chain join it") {
+  Generator g(9);
+  const Tensor x = randn({64, 40}, {}, &g).to(kGpu), y = randn({64, 40}, {}, &g).to(kGpu);
+  auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor h = mul(cast(in[0], DType::bf16), cast(in[1], DType::bf16));
+    return std::vector<Tensor>{cast(relu(add(h, 0.5)), DType::f32)};
+  };
+  CompiledFunction fused = compile(fn, {.fuse = true}), plain = compile(fn, {.fuse = false});
+  for (int i = 0; i < 3; ++i) {
+    CHECK(bits(fused({x, y})[0]) == bits(fn({x, y})[0]));
+    CHECK(bits(plain({x, y})[0]) == bits(fn({x, y})[0]));
+  }
+  CHECK(fused.stats().kernels_per_graph.at(0) + 5 == plain.stats().kernels_per_graph.at(0));
+
+  // A cast with no pointwise neighbour runs its own (vectorized) kernel: no module is built for it.
+  CompiledFunction lone = compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{cast(in[0], DType::bf16)}; });
+  for (int i = 0; i < 3; ++i) CHECK(bits(lone({x})[0]) == bits(cast(x, DType::bf16)));
+  const std::map<std::string, std::size_t>& names = lone.stats().kernel_names_per_graph.at(0);
+  CHECK(names.count("kiln_unary") == 1);
+  CHECK(names.count("kiln_fused") == 0);
 }
 
 TEST_CASE("fusion: a value read outside its group is written; a dropped one is not needed") {

@@ -171,7 +171,8 @@ class BackwardEngine {
       if (out[i].shape() != m.shape)
         throw Error("[autograd] the vjp of " + name + " returned a gradient of shape " + shape_str(out[i].shape()) +
                     " for input " + std::to_string(i) + " of shape " + shape_str(m.shape));
-      if (out[i].dtype() != m.dtype) out[i] = convert(out[i], m.dtype);
+      // A leaf's gradient is converted by accumulate_leaf, as part of its copy into .grad().
+      if (out[i].dtype() != m.dtype && n.next_[i].node) out[i] = convert(out[i], m.dtype);
     }
     return out;
   }
@@ -197,20 +198,22 @@ class BackwardEngine {
   // optimizer updating .grad() in place never writes into another tensor.
   static void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
     if (!leaf->requires_grad) return;
-    if (g.dtype() != leaf->dtype) g = convert(g, leaf->dtype);
+    // g in the leaf's dtype as a new tensor: one conversion, or one copy.
+    auto own_copy = [&] { return convert(g, leaf->dtype); };
     if (leaf->grad.defined()) {
       // In a compiled step the gradient keeps its storage, which the graph writes into; one
-      // zeroed by zero_grad (grad_is_zero) takes a copy.
+      // zeroed by zero_grad (grad_is_zero) takes a copy, converted on the way when g is of
+      // another dtype (an autocast gradient).
       const bool in_place =
           step::in_compiled_call() && leaf->grad.is_contiguous() && leaf->grad.shape() == g.shape();
       if (leaf->grad_is_zero) {
         if (g.is_same(leaf->grad)) {}  // the vjp wrote into the grad sink
         else if (in_place) copy_into(g, leaf->grad);
-        else leaf->grad = convert(g, g.dtype());
-      } else if (in_place) {
-        leaf->grad.add_(g);
+        else leaf->grad = own_copy();
       } else {
-        leaf->grad = add_grads(leaf->grad, g);
+        if (g.dtype() != leaf->dtype) g = own_copy();
+        if (in_place) leaf->grad.add_(g);
+        else leaf->grad = add_grads(leaf->grad, g);
       }
       leaf->grad_is_zero = false;
       return;
@@ -218,11 +221,12 @@ class BackwardEngine {
     if (step::in_compiled_call()) {
       // The first step of a compiled function copies as later ones will, so its eager call
       // loads every kernel the capture needs.
-      leaf->grad = convert(g, g.dtype());
+      leaf->grad = own_copy();
       return;
     }
-    const bool exclusive = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && g.is_contiguous();
-    leaf->grad = exclusive ? std::move(g) : convert(g, g.dtype());
+    const bool exclusive = g.dtype() == leaf->dtype && g.impl_ptr().use_count() == 1 &&
+                           g.impl()->storage.use_count() == 1 && g.is_contiguous();
+    leaf->grad = exclusive ? std::move(g) : own_copy();
   }
 
   // Runs the leaf's grad-ready hooks, in the order they were added.

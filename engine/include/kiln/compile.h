@@ -53,10 +53,11 @@ struct CompileOptions {
   // Eager calls per signature before the capture: more when a function's first steps do work
   // its later steps do not (the capture can only use kernels an eager call loaded).
   int warmup_calls = 1;
-  // Chains of pointwise ops (f32/f64, one shape) run as one generated kernel; intermediate
-  // values nothing else holds are never written. Off by default: random chains match the
-  // single ops bit for bit, but a compiled cnn step with SGD does not yet match eager exactly.
-  bool fuse = false;
+  // Chains of pointwise ops of one shape (any dtypes, casts and tensor-scalar ops included) run
+  // as one generated kernel; intermediate values nothing else holds are never written. Each op
+  // rounds where its single kernel rounds, so a chain gives the single ops' bits; a whole
+  // training step stays within f32 rounding of eager (docs/internals.md, "Fusion").
+  bool fuse = true;
   // Host state that changes the work, joined into the signature (e.g. a module's train flag).
   std::function<std::string()> key{};
   // The device of a function without tensor inputs (otherwise the inputs' device).
