@@ -39,7 +39,7 @@ namespace {
 
 const void* storage_of(const Tensor& t) { return t.impl()->storage.get(); }
 
-// The expression op runs: its own, or for a tensor-scalar op its binary op's (looked up once).
+// The expression op runs: its own, or for a tensor-scalar op its binary op's (found by name).
 const PointwiseExpr* expression_of(const OpDef& op) {
   if (const PointwiseExpr* pw = pointwise_expr(op)) return pw;
   if (!op.scalar_form) return nullptr;
