@@ -18,9 +18,11 @@ typedef ${S} S;
 
 struct TensorList {
   unsigned long long p[KILN_MAX_TENSORS], g[KILN_MAX_TENSORS], s0[KILN_MAX_TENSORS], s1[KILN_MAX_TENSORS];
+  unsigned long long lp[KILN_MAX_TENSORS];  // autocast's copy of the parameter, or 0
   long long n[KILN_MAX_TENSORS];
   long long first_block[KILN_MAX_TENSORS + 1];
   int flags[KILN_MAX_TENSORS];  // SGD: 1 on the buffer's first step
+  int lp_kind[KILN_MAX_TENSORS];  // lp's dtype: 1 f16, 2 bf16
   int count;
 };
 
@@ -36,6 +38,13 @@ __device__ __forceinline__ Span block_span(const TensorList& L) {
   const long long begin = (b - L.first_block[t]) * KILN_CHUNK;
   const long long end = begin + KILN_CHUNK < L.n[t] ? begin + KILN_CHUNK : L.n[t];
   return {t, begin, end};
+}
+
+// The updated parameter (as stored) into autocast's copy, rounded as a cast rounds it, so the
+// next forward reads it instead of casting the weight. Every optim spec binds both half headers.
+__device__ __forceinline__ void store_low_precision(const TensorList& L, int t, long long i, T v) {
+  if (L.lp_kind[t] == 2) kiln::store(reinterpret_cast<__nv_bfloat16*>(L.lp[t]) + i, v);
+  else if (L.lp_kind[t] == 1) kiln::store(reinterpret_cast<__half*>(L.lp[t]) + i, v);
 }
 
 // PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
@@ -61,7 +70,9 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, const float* __rest
       buf[i] = b;
       gi = nesterov ? gi + mom * b : b;
     }
-    kiln::store(p + i, pi - lr_s * gi);
+    const T updated = kiln::cvt<T>(pi - lr_s * gi);
+    kiln::store(p + i, updated);
+    store_low_precision(L, sp.t, i, updated);
   }
 }
 
@@ -94,7 +105,9 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __res
     const S vi = b2 * v[i] + one_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    kiln::store(p + i, pi - step_size * mi / (kiln::math::sqrt(vi) / bc2_sqrt + eps_s));
+    const T updated = kiln::cvt<T>(pi - step_size * mi / (kiln::math::sqrt(vi) / bc2_sqrt + eps_s));
+    kiln::store(p + i, updated);
+    store_low_precision(L, sp.t, i, updated);
   }
 }
 

@@ -1,14 +1,89 @@
 // What the entry points of matmul, linear, conv2d, softmax and the losses do in an autocast
-// scope (kiln/amp.h; the scope's state is in engine/core/amp_state.cpp).
+// scope (kiln/amp.h; the scope's state is in engine/core/amp_state.cpp), and the low-precision
+// copies of parameters that spare a forward its weight casts.
 #include "kiln/amp.h"
 
 #include "kiln/ops.h"
+#include "core/registry.h"
+#include "core/step/step_state.h"
+#include "core/tensor/copy.h"
+#include "core/tensor/dispatch.h"
+#include "core/tensor/tensor_impl.h"
 
 namespace kiln {
+
+namespace {
+
+// (Re)writes w's copy from its present values, with a new copy when there is none of that
+// dtype. Never inside a capture: a new copy would live in the graph's private pool.
+LowPrecisionCopy& refreshed(const Tensor& w, DType to) {
+  TensorImpl& param = *w.impl();
+  std::shared_ptr<LowPrecisionCopy>& lp = param.low_precision;
+  if (lp && lp->copy.dtype() == to && lp->current_for(param)) return *lp;
+  if (!lp || lp->copy.dtype() != to) {
+    lp = std::make_shared<LowPrecisionCopy>();
+    lp->copy = Tensor(make_impl(w.shape(), to, w.device()));
+  }
+  copy_into(w, lp->copy);
+  bump_version(lp->copy);
+  lp->written_from(param);
+  return *lp;
+}
+
+// The parameter's current low-precision copy, as a new handle (no kernel when the optimizer
+// kept it current). A captured step refreshes the copy before a replay when the parameter was
+// written since by anything but the optimizer (a restore, a load).
+void low_precision_weight(const OpArgs& a, std::span<Tensor> out) {
+  const Tensor& w = a.inputs[0];
+  const DType to = a.attrs.get<DType>("dtype");
+  TensorImpl& param = *w.impl();
+  const bool usable = param.low_precision && param.low_precision->copy.dtype() == to &&
+                      param.low_precision->current_for(param);
+  if (step::capturing() && !usable) {
+    out[0] = convert(w, to);  // a cast node, as without the copy
+    return;
+  }
+  const Tensor copy = refreshed(w, to).copy;
+  if (step::capturing()) {
+    step::keep_alive(copy);
+    step::on_replay([weak = std::weak_ptr<TensorImpl>(w.impl_ptr()), lp = param.low_precision] {
+      const std::shared_ptr<TensorImpl> p = weak.lock();
+      if (!p || lp->current_for(*p)) return;
+      copy_into(Tensor(p), lp->copy);
+      bump_version(lp->copy);
+      lp->written_from(*p);
+    });
+  }
+  out[0] = make_view(copy, copy.shape(), copy.strides(), 0);
+}
+
+// The engine casts each gradient back to its input's dtype, so this is the identity.
+std::vector<Tensor> pass_through(const VjpContext&, std::span<const Tensor> g) { return {g[0]}; }
+
+const OpRef kAutocastWeight = register_op({
+    .name = "autocast_weight",
+    .dtypes = {DType::f32},
+    .dtype_rule = [](const OpArgs& a) { return DTypePlan{{DType::f32}, {a.attrs.get<DType>("dtype")}, DType::f32}; },
+    .shape_rule = rules::same_shape_as_input,
+    .cpu = [](const OpArgs& a, std::span<Tensor> out) { out[0] = convert(a.inputs[0], a.attrs.get<DType>("dtype")); },
+    .gpu = low_precision_weight,
+    .makes_outputs = true,
+    .vjp = pass_through,
+    .test = {.attrs = {Attrs{{"dtype", DType::bf16}}, Attrs{{"dtype", DType::f16}}}, .gradcheck = false},
+});
+
+// A parameter (a contiguous leaf that requires grad) on the GPU: its casts go through its copy.
+bool is_parameter(const Tensor& t) {
+  return t.device().is_cuda() && t.is_leaf() && t.requires_grad() && t.is_contiguous() && t.offset() == 0 &&
+         !t.impl()->view_base;
+}
+
+}  // namespace
 
 Tensor autocast_lower(const Tensor& t) {
   const std::optional<DType> to = autocast_dtype();
   if (!to || !t.defined() || t.dtype() != DType::f32) return t;
+  if (is_parameter(t)) return call(kAutocastWeight, {t}, Attrs{{"dtype", *to}});
   return cast(t, *to);
 }
 

@@ -90,7 +90,9 @@ void Adam::update_gpu(const std::vector<std::size_t>& params, const std::vector<
     ts.s0[k] = device_address(m);
     ts.s1[k] = device_address(v);
     ts.n[k] = p.numel();
+    LowPrecisionCopy* lp = detail::low_precision_target(p, ts, static_cast<int>(k));
     bump_version(p);
+    detail::low_precision_written(p, lp);
     bump_version(m);
     bump_version(v);
   }

@@ -40,6 +40,24 @@ void visit_floating(DType t, F&& f) {
 
 }  // namespace kiln::optim::detail
 
+namespace kiln {
+struct LowPrecisionCopy;
+}
+
+namespace kiln::kernels {
+struct OptimTensors;
+}
+
+namespace kiln::optim::detail {
+
+// Points slot k of ts at p's low-precision copy (autocast's, engine/ops/amp.cpp) when it is
+// current, so the update writes it beside p; returns it, or null. Call low_precision_written
+// after p's version was bumped.
+LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& ts, int k);
+void low_precision_written(const Tensor& p, LowPrecisionCopy* lp);
+
+}  // namespace kiln::optim::detail
+
 namespace kiln::kernels {
 
 // Up to kMax parameters of one dtype t updated by one launch: p, g the parameter and its
@@ -50,8 +68,12 @@ namespace kiln::kernels {
 struct OptimTensors {
   static constexpr int kMax = 32;
   rt::DevicePtr p[kMax] = {}, g[kMax] = {}, s0[kMax] = {}, s1[kMax] = {};
+  // SGD and Adam also write each updated parameter, cast, to lp when lp_kind is 1 (f16) or 2
+  // (bf16): autocast's copy of it (0: none).
+  rt::DevicePtr lp[kMax] = {};
   std::int64_t n[kMax] = {};
   std::int32_t flags[kMax] = {};
+  std::int32_t lp_kind[kMax] = {};
   int count = 0;
 };
 void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double momentum,

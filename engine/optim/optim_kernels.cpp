@@ -20,9 +20,20 @@ namespace {
 
 using rt::KernelSpec;
 
-// f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64.
+// f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64. Every instance binds
+// both half headers: SGD and Adam also write autocast's f16/bf16 copies of the parameters.
 const KernelSpec& register_entry(const char* op, const char* entry) {
-  return register_float_spec(op, "optim", entry, "S");
+  KernelSpec s;
+  s.op = op;
+  s.template_name = "optim";
+  s.entry = entry;
+  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
+  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
+    return {{"PRELUDE", rt::device_prelude(DTypes{d[0], DType::f16, DType::bf16})},
+            {"T", std::string(cuda_storage_type(d[0]))},
+            {"S", d[0] == DType::f64 ? "double" : "float"}};
+  };
+  return rt::register_kernel(std::move(s));
 }
 
 const KernelSpec& kSgd = register_entry("sgd_step", "kiln_sgd_step");
@@ -36,8 +47,8 @@ const KernelSpec& register_update_scale() {
   s.template_name = "optim";
   s.entry = "kiln_update_scale";
   s.dtypes = {DTypes{DType::f32}};
-  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", rt::device_prelude(d)}, {"T", "float"}, {"S", "float"}};
+  s.bind = [](const DTypes&, std::uint32_t) -> rt::Bindings {
+    return {{"PRELUDE", rt::device_prelude(DTypes{DType::f32, DType::f16, DType::bf16})}, {"T", "float"}, {"S", "float"}};
   };
   return rt::register_kernel(std::move(s));
 }
@@ -51,9 +62,11 @@ rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
 // The kernels' TensorList, field for field (kernel_templates/optim.cu).
 struct TensorListArg {
   std::uint64_t p[OptimTensors::kMax], g[OptimTensors::kMax], s0[OptimTensors::kMax], s1[OptimTensors::kMax];
+  std::uint64_t lp[OptimTensors::kMax];
   std::int64_t n[OptimTensors::kMax];
   std::int64_t first_block[OptimTensors::kMax + 1];
   std::int32_t flags[OptimTensors::kMax];
+  std::int32_t lp_kind[OptimTensors::kMax];
   std::int32_t count;
 };
 
@@ -71,6 +84,8 @@ TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
     a.g[t] = ts.g[t];
     a.s0[t] = ts.s0[t];
     a.s1[t] = ts.s1[t];
+    a.lp[t] = ts.lp[t];
+    a.lp_kind[t] = ts.lp_kind[t];
     a.n[t] = ts.n[t];
     a.flags[t] = ts.flags[t];
     a.first_block[t] = blocks;

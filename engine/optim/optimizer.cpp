@@ -16,6 +16,7 @@
 #include "kiln/creation.h"
 #include "kiln/error.h"
 #include "core/registry.h"
+#include "core/tensor/tensor_impl.h"
 #include "optim_common.h"
 
 namespace kiln::optim {
@@ -63,6 +64,21 @@ void check_range(std::string_view who, std::string_view what, double v, double l
 
 DType state_dtype(DType param) {
   return param == DType::f16 || param == DType::bf16 ? DType::f32 : param;
+}
+
+
+LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& ts, int k) {
+  LowPrecisionCopy* lp = p.impl()->low_precision.get();
+  if (!lp || !lp->current_for(*p.impl())) return nullptr;
+  ts.lp[k] = device_address(lp->copy);
+  ts.lp_kind[k] = lp->copy.dtype() == DType::bf16 ? 2 : 1;
+  return lp;
+}
+
+void low_precision_written(const Tensor& p, LowPrecisionCopy* lp) {
+  if (!lp) return;
+  bump_version(lp->copy);
+  lp->written_from(*p.impl());
 }
 
 }  // namespace detail

@@ -85,7 +85,9 @@ void SGD::update_gpu(const std::vector<std::size_t>& params, const std::vector<T
     ts.s0[k] = buf.defined() ? device_address(buf) : 0;
     ts.n[k] = p.numel();
     ts.flags[k] = first ? 1 : 0;
+    LowPrecisionCopy* lp = detail::low_precision_target(p, ts, static_cast<int>(k));
     bump_version(p);
+    detail::low_precision_written(p, lp);
     if (buf.defined()) bump_version(buf);
   }
   ts.count = static_cast<int>(params.size());

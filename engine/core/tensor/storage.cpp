@@ -31,4 +31,17 @@ std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device de
   return impl;
 }
 
+bool LowPrecisionCopy::current_for(const TensorImpl& param) const {
+  const Storage* from = param.storage.get();
+  const Storage* to = copy.defined() ? copy.impl()->storage.get() : nullptr;
+  return from && to && source.lock().get() == from && source_version == from->version() &&
+         copy_version == to->version();
+}
+
+void LowPrecisionCopy::written_from(const TensorImpl& param) {
+  source = param.storage;
+  source_version = param.storage->version();
+  copy_version = copy.impl()->storage->version();
+}
+
 }  // namespace kiln

@@ -39,6 +39,8 @@ class Storage {
   std::atomic<std::uint64_t> version_{0};
 };
 
+struct LowPrecisionCopy;
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   DType dtype = DType::f32;
@@ -61,10 +63,25 @@ struct TensorImpl {
   // On a base: bumped whenever its history is rewritten in place. On a view: the base's
   // epoch its grad_fn was made from; a view whose epoch is behind is re-derived from the base.
   std::uint64_t history_epoch = 0;
+  // On a parameter: autocast's f16/bf16 copy of it (ops/amp.cpp), which the optimizers keep
+  // current as they update the parameter, so a forward reads it without a cast kernel.
+  std::shared_ptr<LowPrecisionCopy> low_precision;
 
   void* data() const {
     return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(dtype_size(dtype));
   }
+};
+
+// A parameter's low-precision copy is current while the parameter's storage and both storages'
+// versions are the ones recorded when it was last written: any other write to either shows.
+struct LowPrecisionCopy {
+  Tensor copy;
+  std::weak_ptr<Storage> source;
+  std::uint64_t source_version = 0, copy_version = 0;
+
+  bool current_for(const TensorImpl& param) const;
+  // After the copy was written from param's present values.
+  void written_from(const TensorImpl& param);
 };
 
 // ShapeError for a negative dim, or when the nonzero dims' product times element_size passes
