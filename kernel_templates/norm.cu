@@ -133,8 +133,21 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
   const Acc shift = kiln::cvt<Acc>(x[c * S]);  // every block of the channel uses the same one
+  // A thread's values as plain sums of x - shift (no division per value, two independent
+  // chains), turned into moments once; the shift keeps sum - sum^2/n far from cancelling.
+  Acc sum = 0, sq = 0;
+  long long count = 0;
+  for_channel_range(c, C, S, first, last, [&](long long o) {
+    const Acc v = kiln::cvt<Acc>(x[o]) - shift;
+    sum += v;
+    sq += v * v;
+    ++count;
+  });
   welford::Moments m{0, 0, 0};
-  for_channel_range(c, C, S, first, last, [&](long long o) { welford::push(m, kiln::cvt<Acc>(x[o]) - shift); });
+  if (count > 0) {
+    const Acc mean = sum / static_cast<Acc>(count), m2 = sq - sum * mean;
+    m = welford::Moments{count, mean, m2 < Acc(0) ? Acc(0) : m2};  // NaN stays NaN
+  }
   m = welford::reduce(m, kBlock);
   const long long slots = C * splits;
   if (threadIdx.x == 0) {
@@ -174,8 +187,7 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
       mean[c] = kiln::cvt<Acc>(running_mean[c]);
       invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
     }
-  KILN_GRID_LOOP(i, total) {
-    const long long c = channel_of(i, C, S, total);
+  auto apply = [&](long long i, long long c) {
     const Acc mu = eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c];
     const Acc is = eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
     Acc v = (kiln::cvt<Acc>(x[i]) - mu) * is;
@@ -183,6 +195,17 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
     if (bias) v += kiln::cvt<Acc>(bias[c]);
     if (relu) v = kiln::math::relu(v);
     kiln::store(y + i, v);
+  };
+  if (S < kBlock / 2) {  // short rows (BatchNorm1d): every thread on its own elements
+    KILN_GRID_LOOP(i, total) apply(i, channel_of(i, C, S, total));
+    return;
+  }
+  // A block per row of S values of one channel: the channel is found once per row, not
+  // with two integer divisions per value.
+  const long long rows = total / S;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long c = row % C, base = row * S;
+    for (long long s = threadIdx.x; s < S; s += blockDim.x) apply(base + s, c);
   }
 }
 

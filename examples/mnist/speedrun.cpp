@@ -81,7 +81,8 @@ SpeedrunRun speedrun(const SpeedrunData& data, const SpeedrunRecipe& recipe, std
   optim::OneCycleLR schedule(opt, recipe.lr, steps);
   const std::optional<DType> autocast = apply_precision(recipe.precision);
 
-  const Tensor images = data.images, labels = data.labels;
+  // Under autocast the convs read the images in its dtype: cast once here, not in every step.
+  const Tensor images = autocast ? cast(data.images, *autocast) : data.images, labels = data.labels;
   auto fn = [&](const std::vector<Tensor>& in) {
     opt.zero_grad();
     Tensor loss;
