@@ -362,6 +362,7 @@ const OpRef kMaxPool = register_op({
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       return {call(kMaxBackward, {g[0], c.saved_output(1)}, with_input_shape(c.attrs(), c.input(0).shape))};
     },
+    .differentiable_outputs = 1,  // the indices carry no gradient: no zeros are filled for them
     .save = {.outputs = {1}},
     .test = {.attrs = {Attrs{{"kernel", V{2}}}, Attrs{{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}},
                        Attrs{{"kernel", V{2, 3}}, {"stride", V{1}}, {"dilation", V{2, 1}}}}},
