@@ -100,16 +100,21 @@ template <class I>
 __device__ __forceinline__ void max_pool_backward(const T* __restrict__ g, const long long* __restrict__ idx,
                                                   T* __restrict__ dx, const Geom<I> p) {
   if (p.kh == p.sh && p.kw == p.sw && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1) {
-    // Windows that tile the input: an element has at most one, found with two divisions.
-    POOL_GRID_LOOP(I, i, p.planes * p.h * p.w) {
-      const I row = i / p.w, ix = i - row * p.w, plane = row / p.h, iy = row - plane * p.h;
-      const I oy = iy / p.sh, ox = ix / p.sw;
-      Acc s = Acc(0);
-      if (oy < p.oh && ox < p.ow) {
-        const I o = (plane * p.oh + oy) * p.ow + ox;
-        if (idx[o] == iy * p.w + ix) s = kiln::cvt<Acc>(g[o]);
-      }
-      dx[i] = kiln::cvt<T>(s);
+    // Windows that tile the input: a thread per window (those past oh, ow included, whose
+    // elements get zeros) writes each of its elements once, the window found once.
+    const I wy = (p.h + p.sh - 1) / p.sh, wx = (p.w + p.sw - 1) / p.sw;
+    POOL_GRID_LOOP(I, j, p.planes * wy * wx) {
+      const I row = j / wx, ox = j - row * wx, plane = row / wy, oy = row - plane * wy;
+      const bool pooled = oy < p.oh && ox < p.ow;
+      const I o = (plane * p.oh + oy) * p.ow + ox;
+      const long long at = pooled ? idx[o] : -1;
+      const Acc gv = pooled ? kiln::cvt<Acc>(g[o]) : Acc(0);
+      T* dp = dx + (long long)plane * p.h * p.w;
+      for (I ky = 0, iy = oy * p.sh; ky < p.sh && iy < p.h; ++ky, ++iy)
+        for (I kx = 0, ix = ox * p.sw; kx < p.sw && ix < p.w; ++kx, ++ix) {
+          const I me = iy * p.w + ix;
+          dp[me] = kiln::cvt<T>(at == me ? gv : Acc(0));
+        }
     }
     return;
   }

@@ -289,7 +289,11 @@ const OpRef kMaxBackward = register_op({
         [k = gpu::LazyKernel("max_pool2d_backward")](const OpArgs& a, std::span<Tensor> out) {
           const PoolParams p = backward_geometry(a).p;
           const Tensor g = gpu::contiguous(a.inputs[0]), idx = gpu::contiguous(a.inputs[1]);
-          launch(k, out[0].dtype(), p.planes * p.h * p.w, stream_of(a.device), device_address(g), device_address(idx),
+          // Tiling windows take a thread each (kernel_templates/pool.cu), other geometries one per element.
+          const bool tiles = p.kh == p.sh && p.kw == p.sw && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1;
+          const long long items =
+              tiles ? p.planes * ((p.h + p.sh - 1) / p.sh) * ((p.w + p.sw - 1) / p.sw) : p.planes * p.h * p.w;
+          launch(k, out[0].dtype(), items, stream_of(a.device), device_address(g), device_address(idx),
                  device_address(out[0]), p);
         },
     // Gradients of the pooled shape and argmax indices within each 4x4 plane.

@@ -161,6 +161,10 @@ TEST_CASE("max_pool2d and avg_pool2d on the GPU match the CPU, forward and backw
     compare(
         "max_pool2d[2,3,8,8],k2", [](const std::vector<Tensor>& x) { return max_pool2d(x[0], {2}); }, {{2, 3, 8, 8}},
         dt);
+    // Tiling windows whose last row and column stop short of the input's (zeros there).
+    compare(
+        "max_pool2d[2,3,9,7],k(2,3)", [](const std::vector<Tensor>& x) { return max_pool2d(x[0], V{2, 3}); },
+        {{2, 3, 9, 7}}, dt);
     compare(
         "max_pool2d[2,3,9,7],k3,s2,p1,d(1,2)",
         [](const std::vector<Tensor>& x) {
