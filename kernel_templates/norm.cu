@@ -1,10 +1,11 @@
 // Fused batch norm and layer norm (engine/ops/norm_batch.cpp, norm_layer.cpp). One module per
 // (T, P): T the storage type of x, y and the gradients, P that of the parameters (weight, bias,
 // running statistics; f32 for f16/bf16 x under mixed precision), Acc the compute type (double
-// for f64 x, else float). Statistics are Welford's over x - shift (shift: the channel's or
-// row's first value, so float keeps its precision far from zero), merged with Chan's formula
-// in a fixed order, and cross-block sums are combined by the last block: runs and graph
-// replays are bit-identical. NVRTC -std=c++17, no C++ library.
+// for f64 x, else float). Statistics are taken over x - shift (shift: the channel's or row's
+// first value, so float keeps its precision far from zero): batch norm sums each thread's
+// values and makes them moments once, layer norm pushes Welford's per value; moments merge
+// with Chan's formula in a fixed order, and cross-block sums are combined by the last block:
+// runs and graph replays are bit-identical. NVRTC -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
 typedef ${P} P;
