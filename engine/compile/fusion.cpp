@@ -66,9 +66,14 @@ bool joins(const Fusion& f, std::span<const Tensor> inputs, const Tensor& out) {
     if (producer(f.ops, in) < 0 && std::find(f.storages.begin(), f.storages.end(), storage_of(in)) != f.storages.end())
       for (const Pending& p : f.ops)
         if (storage_of(p.output) == storage_of(in)) return false;
-  std::vector<Pending> trial = f.ops;
-  trial.push_back(Pending{nullptr, nullptr, {}, {inputs.begin(), inputs.end()}, out, {}});
-  return static_cast<int>(outside_inputs(trial).size() + trial.size()) <= kMaxOperands;
+  // Operands with op: the group's outside inputs, those of op's inputs that are new, and
+  // every output (op's included).
+  std::vector<Tensor> ext = outside_inputs(f.ops);
+  for (const Tensor& in : inputs)
+    if (producer(f.ops, in) < 0 &&
+        std::none_of(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); }))
+      ext.push_back(in);
+  return static_cast<int>(ext.size() + f.ops.size() + 1) <= kMaxOperands;
 }
 
 template <int N>

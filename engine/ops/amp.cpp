@@ -14,20 +14,10 @@ namespace kiln {
 
 namespace {
 
-// (Re)writes w's copy from its present values, with a new copy when there is none of that
-// dtype. Never inside a capture: a new copy would live in the graph's private pool.
-LowPrecisionCopy& refreshed(const Tensor& w, DType to) {
-  TensorImpl& param = *w.impl();
-  std::shared_ptr<LowPrecisionCopy>& lp = param.low_precision;
-  if (lp && lp->copy.dtype() == to && lp->current_for(param)) return *lp;
-  if (!lp || lp->copy.dtype() != to) {
-    lp = std::make_shared<LowPrecisionCopy>();
-    lp->copy = Tensor(make_impl(w.shape(), to, w.device()));
-  }
-  copy_into(w, lp->copy);
-  bump_version(lp->copy);
-  lp->written_from(param);
-  return *lp;
+// Writes lp's copy from the parameter's present values.
+void rewrite(const Tensor& param, LowPrecisionCopy& lp) {
+  copy_into(param, lp.copy);
+  lp.written_from(*param.impl());
 }
 
 // The parameter's current low-precision copy, as a new handle (no kernel when the optimizer
@@ -37,24 +27,27 @@ void low_precision_weight(const OpArgs& a, std::span<Tensor> out) {
   const Tensor& w = a.inputs[0];
   const DType to = a.attrs.get<DType>("dtype");
   TensorImpl& param = *w.impl();
-  const bool usable = param.low_precision && param.low_precision->copy.dtype() == to &&
-                      param.low_precision->current_for(param);
-  if (step::capturing() && !usable) {
-    out[0] = convert(w, to);  // a cast node, as without the copy
-    return;
+  std::shared_ptr<LowPrecisionCopy>& lp = param.low_precision;
+  if (!lp || lp->copy.dtype() != to || !lp->current_for(param)) {
+    // Not inside a capture: a new copy would live in the graph's private pool.
+    if (step::capturing()) {
+      out[0] = convert(w, to);  // a cast node, as without the copy
+      return;
+    }
+    if (!lp || lp->copy.dtype() != to) {
+      lp = std::make_shared<LowPrecisionCopy>();
+      lp->copy = Tensor(make_impl(w.shape(), to, w.device()));
+    }
+    rewrite(w, *lp);
   }
-  const Tensor copy = refreshed(w, to).copy;
   if (step::capturing()) {
-    step::keep_alive(copy);
-    step::on_replay([weak = std::weak_ptr<TensorImpl>(w.impl_ptr()), lp = param.low_precision] {
+    step::keep_alive(lp->copy);
+    step::on_replay([weak = std::weak_ptr<TensorImpl>(w.impl_ptr()), copy = lp] {
       const std::shared_ptr<TensorImpl> p = weak.lock();
-      if (!p || lp->current_for(*p)) return;
-      copy_into(Tensor(p), lp->copy);
-      bump_version(lp->copy);
-      lp->written_from(*p);
+      if (p && !copy->current_for(*p)) rewrite(Tensor(p), *copy);
     });
   }
-  out[0] = make_view(copy, copy.shape(), copy.strides(), 0);
+  out[0] = make_view(lp->copy, lp->copy.shape(), lp->copy.strides(), 0);
 }
 
 // The engine casts each gradient back to its input's dtype, so this is the identity.

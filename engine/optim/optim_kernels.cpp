@@ -23,17 +23,7 @@ using rt::KernelSpec;
 // f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64. Every instance binds
 // both half headers: SGD and Adam also write autocast's f16/bf16 copies of the parameters.
 const KernelSpec& register_entry(const char* op, const char* entry) {
-  KernelSpec s;
-  s.op = op;
-  s.template_name = "optim";
-  s.entry = entry;
-  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
-  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", rt::device_prelude(DTypes{d[0], DType::f16, DType::bf16})},
-            {"T", std::string(cuda_storage_type(d[0]))},
-            {"S", d[0] == DType::f64 ? "double" : "float"}};
-  };
-  return rt::register_kernel(std::move(s));
+  return register_float_spec(op, "optim", entry, "S", true);
 }
 
 const KernelSpec& kSgd = register_entry("sgd_step", "kiln_sgd_step");

@@ -66,7 +66,6 @@ DType state_dtype(DType param) {
   return param == DType::f16 || param == DType::bf16 ? DType::f32 : param;
 }
 
-
 LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& ts, int k) {
   LowPrecisionCopy* lp = p.impl()->low_precision.get();
   if (!lp || !lp->current_for(*p.impl())) return nullptr;
@@ -76,9 +75,7 @@ LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& t
 }
 
 void low_precision_written(const Tensor& p, LowPrecisionCopy* lp) {
-  if (!lp) return;
-  bump_version(lp->copy);
-  lp->written_from(*p.impl());
+  if (lp) lp->written_from(*p.impl());
 }
 
 }  // namespace detail

@@ -43,8 +43,10 @@ const rt::KernelSpec& kernel(std::string_view op);
 
 // Registers a spec with one tuple (t) per floating dtype, binding PRELUDE, T
 // (the storage type) and `compute_placeholder` (double for f64, else float).
+// `both_half_headers`: the prelude includes cuda_fp16.h and cuda_bf16.h for every t (a
+// template that also writes f16/bf16 values beside T's, as the optimizers do).
 const rt::KernelSpec& register_float_spec(const char* op, const char* template_name, const char* entry,
-                                          const char* compute_placeholder);
+                                          const char* compute_placeholder, bool both_half_headers = false);
 
 // Grid-stride launch config over `items` work items (blocks of 256), capped at a few
 // waves of the device's SMs.

@@ -39,6 +39,7 @@ bool LowPrecisionCopy::current_for(const TensorImpl& param) const {
 }
 
 void LowPrecisionCopy::written_from(const TensorImpl& param) {
+  copy.impl()->storage->bump_version();  // tensors saved from the copy see the write
   source = param.storage;
   source_version = param.storage->version();
   copy_version = copy.impl()->storage->version();

@@ -80,7 +80,8 @@ struct LowPrecisionCopy {
   std::uint64_t source_version = 0, copy_version = 0;
 
   bool current_for(const TensorImpl& param) const;
-  // After the copy was written from param's present values.
+  // After the copy was written from param's present values: bumps the copy's version and
+  // records both.
   void written_from(const TensorImpl& param);
 };
 
