@@ -5,7 +5,8 @@
 // first value, so float keeps its precision far from zero): batch norm sums each thread's
 // values and makes them moments once, layer norm pushes Welford's per value; moments merge
 // with Chan's formula in a fixed order, and cross-block sums are combined by the last block:
-// runs and graph replays are bit-identical. NVRTC -std=c++17, no C++ library.
+// runs and graph replays are bit-identical. An op's module holds only its own entry
+// (#ifdef KILN_ENTRY_<name>, defined by the runtime). NVRTC -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
 typedef ${P} P;
@@ -123,6 +124,7 @@ __device__ __forceinline__ long long channel_of(long long i, long long C, long l
 __device__ unsigned int kiln_bn_stats_done;
 __device__ unsigned int kiln_bn_backward_done;
 
+#ifdef KILN_ENTRY_kiln_batch_norm_stats
 // Training statistics in one pass over x. Block b takes channel b / splits and its values
 // [chunk * (b % splits), + chunk), parking their mean and M2 in parts (2, C * splits); the last
 // block merges each channel's parts in order, writes mean and invstd (C) and, when given,
@@ -174,7 +176,9 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
                                         mom * (t.m2 / static_cast<Acc>(M - 1)));
   }
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_batch_norm_apply
 // y = (x - mean) * invstd * weight + bias, then ReLU when `relu`; weight and bias may be null.
 // Training reads mean/invstd (C); eval computes them from running_mean/var and also writes them
 // to mean/invstd for the backward pass.
@@ -209,7 +213,9 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
     for (long long s = threadIdx.x; s < S; s += blockDim.x) apply(base + s, c);
   }
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_batch_norm_backward_reduce
 // Per-channel sums of the backward pass, split across blocks as kiln_batch_norm_stats: with dy'
 // = g, or g where y > 0 when the ReLU was fused, sums (2, C) = (sum dy', sum dy' * xhat), which
 // are also dbias and dweight (written when non-null, in P).
@@ -251,7 +257,9 @@ extern "C" __global__ void kiln_batch_norm_backward_reduce(const T* __restrict__
     if (dweight) kiln::store(dweight + ch, b);
   }
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_batch_norm_backward_dx
 // dx = weight * invstd * (dy' - (sum dy' + xhat * sum dy' xhat) / M) in training; in eval the
 // statistics are constants and dx = weight * invstd * dy'. weight may be null (1).
 extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, const T* __restrict__ x,
@@ -274,11 +282,13 @@ extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, 
     kiln::store(dx + i, scale * dy);
   }
 }
+#endif
 
 // ---- Layer norm over contiguous rows x (rows, K). ----
 
 __device__ unsigned int kiln_ln_params_done;
 
+#ifdef KILN_ENTRY_kiln_layer_norm
 // y[r] = (x[r] - mean_r) * invstd_r * weight + bias (weight, bias (K) or null); saves mean and
 // invstd (rows). width 32: a warp per row, eight rows per block; width 256: a block per row.
 extern "C" __global__ void kiln_layer_norm(const T* __restrict__ x, const P* __restrict__ weight,
@@ -307,7 +317,9 @@ extern "C" __global__ void kiln_layer_norm(const T* __restrict__ x, const P* __r
     }
   });
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_layer_norm_backward_dx
 // dx[r] = invstd_r * (wg - mean(wg) - xhat * mean(wg * xhat)) with wg = weight * g (g alone
 // without weight), rows as kiln_layer_norm.
 extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, const T* __restrict__ x,
@@ -337,7 +349,9 @@ extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, 
     }
   });
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_layer_norm_backward_params
 // dweight = sum over rows of g * xhat, dbias = sum of g (K each, in P; either may be null), as a
 // column reduction: block b takes 32 columns (tile b / splits) and the rows [rows_per_split *
 // (b % splits), + rows_per_split), 8 rows at a time; parts (2, splits, K) are summed in order
@@ -384,3 +398,4 @@ extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__
     if (dbias) kiln::store(dbias + col, b);
   }
 }
+#endif

@@ -4,7 +4,8 @@
 // thread; those that change per step (lr, bias corrections) are read from device memory at
 // `step`, which the optimizer writes before its updates, so a replayed CUDA graph sees new
 // values. `skip` (a GradScaler's found-inf flag, or null: never skip) is read on the device too,
-// so a captured step skips an update after inf/NaN gradients without the host. NVRTC
+// so a captured step skips an update after inf/NaN gradients without the host. An op's module
+// holds only its own entry (#ifdef KILN_ENTRY_<name>, defined by the runtime). NVRTC
 // -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
@@ -47,6 +48,7 @@ __device__ __forceinline__ void store_low_precision(const TensorList& L, int t, 
   else if (L.lp_kind[t] == 1) kiln::store(reinterpret_cast<__half*>(L.lp[t]) + i, v);
 }
 
+#ifdef KILN_ENTRY_kiln_sgd_step
 // PyTorch's SGD. g += wd*p; with momentum (buf != null): b = first ? g : momentum*b +
 // (1-dampening)*g, g = nesterov ? g + momentum*b : b. Then p -= lr*g, lr = step[0].
 extern "C" __global__ void __launch_bounds__(256)
@@ -75,7 +77,9 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, const float* __rest
     store_low_precision(L, sp.t, i, updated);
   }
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_adam_step
 // Adam / AdamW. step = {lr, bc1 = 1 - beta1^t, bc2 = 1 - beta2^t}, computed by the host in double.
 // decoupled: p *= 1 - lr*wd first (AdamW); else g += wd*p (Adam's L2). Then
 // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),
@@ -110,12 +114,14 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __res
     store_low_precision(L, sp.t, i, updated);
   }
 }
+#endif
 
 __device__ __forceinline__ bool finite(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
 __device__ __forceinline__ bool finite(double x) {
   return (__double_as_longlong(x) & 0x7ff0000000000000LL) != 0x7ff0000000000000LL;
 }
 
+#ifdef KILN_ENTRY_kiln_unscale_grads
 // GradScaler's unscale: every gradient g (L.g, in place) becomes g / scale; found_inf becomes 1
 // when any g was inf or NaN before it (found_inf is zeroed before the first launch of a step).
 extern "C" __global__ void __launch_bounds__(256)
@@ -131,7 +137,9 @@ kiln_unscale_grads(TensorList L, const float* __restrict__ scale, float* __restr
   }
   if (bad) *found_inf = 1.f;
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_update_scale
 // GradScaler's update, one thread (torch's _amp_update_scale_): after inf/NaN the scale backs
 // off and the count of clean steps restarts; after `interval` clean steps it grows (unless that
 // would overflow f32).
@@ -152,3 +160,4 @@ extern "C" __global__ void kiln_update_scale(float* scale, long long* clean_step
   if (finite(grown)) *scale = grown;
   *clean_steps = 0;
 }
+#endif

@@ -1,5 +1,6 @@
 // softmax / log_softmax over contiguous rows [rows, C], the gather/scatter kernels of
-// nll_loss and the fused softmax cross-entropy. One module per dtype holds every entry; T is the storage type, Acc the compute
+// nll_loss and the fused softmax cross-entropy. An op's module holds only its own entry
+// (#ifdef KILN_ENTRY_<name>, defined by the runtime). T is the storage type, Acc the compute
 // type (float for f16/bf16/f32, double for f64). NVRTC -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
@@ -20,6 +21,7 @@ __device__ void row_stats(const T* x, long long C, int lane, int width, bool liv
   s = kiln::rows::sum<kBlock>(s, width);
 }
 
+#ifdef KILN_ENTRY_kiln_softmax
 // out[r, :] = softmax(in[r, :]) (log_mode: log_softmax). width 32: a warp per row, eight
 // rows per block; width 256: a block per row (kiln::rows::for_each).
 extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict__ out, long long rows, long long C,
@@ -40,7 +42,9 @@ extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict_
     }
   });
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_nll_forward
 // loss[i] = -lp[n, label_i, d] for i = n * inner + d over [N, C, inner] log-probabilities;
 // valid[i] = 1, or 0 (and loss 0) where label_i == ignore. A label outside [0, C) gives a
 // NaN loss: checking it on the host would need a synchronisation.
@@ -59,7 +63,9 @@ extern "C" __global__ void kiln_nll_forward(const T* __restrict__ lp, const long
     kiln::store(valid + i, w);
   }
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_nll_backward
 // grad[n, c, d] = -g[n * inner + d] where c is that element's (non-ignored) label, else 0.
 extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long long* __restrict__ labels,
                                              T* __restrict__ grad, long long total, long long C, long long inner,
@@ -74,12 +80,14 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
     kiln::store(grad + j, hit ? -kiln::cvt<Acc>(g[i]) : Acc(0));
   }
 }
+#endif
 
 // Blocks of one softmax_cross_entropy launch that have finished; the last one resets it to 0,
 // so the next launch (or graph replay) starts from 0. Per module, and kiln launches one
 // device's kernels on one stream, so launches never overlap.
 __device__ unsigned int kiln_ce_blocks_done;
 
+#ifdef KILN_ENTRY_kiln_softmax_cross_entropy
 // Fused softmax cross-entropy over contiguous logits x (N, C) and labels (N). Per row r:
 // stats[r] = lse = m + log s (m the max, s = sum exp(x - m)) and, for label y,
 // loss = (1 - eps) * ((m - x[y]) + log s) + eps * ((m - mean x) + log s): 0 where y is
@@ -130,7 +138,9 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
   if (reduction == 1) kiln::store(out, total);
   if (reduction == 2) kiln::store(out, total / valid);
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_softmax_cross_entropy_backward
 // dx[r, c] = s_r * (exp(x[r, c] - lse[r]) - (1 - eps) * [c == y_r] - eps / C) over (N, C),
 // with lse = stats[0, N) and s_r = g[r] (none), g[0] (sum) or g[0] / stats[N] (mean), read
 // on the device; 0 for rows whose label is ignored or outside [0, C).
@@ -154,7 +164,9 @@ extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restri
     kiln::store(dx + j, s * (kiln::math::exp(kiln::cvt<Acc>(x[j]) - stats[r]) - target));
   }
 }
+#endif
 
+#ifdef KILN_ENTRY_kiln_exclusive_prod
 // out[r, k] = the product of in[r, j] over j != k: suffix products first (kept in out), then
 // each times the prefix, so zeros, infinities and NaN need no division. A thread per row.
 extern "C" __global__ void kiln_exclusive_prod(const T* __restrict__ in, T* __restrict__ out, long long rows,
@@ -175,3 +187,4 @@ extern "C" __global__ void kiln_exclusive_prod(const T* __restrict__ in, T* __re
     }
   }
 }
+#endif

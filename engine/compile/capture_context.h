@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "capture.h"
+#include "core/step/step_state.h"
 #include "kiln/runtime/device.h"
 
 namespace kiln::compile_detail {
@@ -28,6 +29,12 @@ struct CaptureContext {
   std::unordered_map<const void*, std::shared_ptr<const void>> kept{};  // storages the graph uses
   std::vector<ReplayAction> actions{};
   std::vector<CapturedRng> rngs{};
+};
+
+// RAII for the thread's compiled-call depth.
+struct CompiledCall {
+  CompiledCall() { ++step::t_compiled_calls; }
+  ~CompiledCall() { --step::t_compiled_calls; }
 };
 
 }  // namespace kiln::compile_detail

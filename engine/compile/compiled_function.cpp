@@ -13,12 +13,14 @@
 #include "kiln/error.h"
 #include "kiln/random.h"
 #include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/memory.h"
 #include "core/registry.h"
 
 namespace kiln {
 
 using compile_detail::CaptureContext;
+using compile_detail::CompiledCall;
 using compile_detail::InputCopies;
 using compile_detail::ReplayAction;
 
@@ -48,12 +50,6 @@ struct Entry {
     }
     graph = rt::Graph();
   }
-};
-
-// RAII for the thread's compiled-call depth.
-struct CompiledCall {
-  CompiledCall() { ++step::t_compiled_calls; }
-  ~CompiledCall() { --step::t_compiled_calls; }
 };
 
 std::vector<Tensor> detached(const std::vector<Tensor>& ts) {
@@ -137,6 +133,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   CaptureContext ctx{.device = e.device, .stream = &stream};
   std::vector<Tensor> statics, outs;
   compile_detail::load_step_kernels(e.device.index());
+  rt::wait_for_prefetch();  // a capture cannot wait for a kernel still loading
   rt::bind_private_pool(stream, pool);
   bool began = false;
   try {
@@ -218,6 +215,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   // they load the same kernel variants (a strided input picks another one).
   std::vector<Tensor> dense;
   for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
+  if (rt::shape_only()) {  // a kernel plan's pass: what the first call asks for, its capture's kernels too
+    std::vector<Tensor> out = m.eager(dense, device);
+    --m.counts.eager_calls;
+    compile_detail::load_step_kernels(device.index());
+    return out;
+  }
   auto it = m.find(sig);
   if (it == m.entries.end()) {
     std::vector<Tensor> out = m.eager(dense, device);

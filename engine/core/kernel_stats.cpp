@@ -6,7 +6,7 @@ namespace kiln {
 
 KernelStats kernel_stats() {
   const rt::CacheCounters c = rt::cache_counters();
-  return {c.compiles, c.disk_hits, c.memory_hits, c.compile_ms};
+  return {c.compiles, c.disk_hits, c.memory_hits, c.compile_ms, c.wait_ms};
 }
 
 }  // namespace kiln

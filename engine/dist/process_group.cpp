@@ -10,6 +10,7 @@
 #include "kiln/dist.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
 #include "nccl_loader.h"
 #include "rendezvous.h"
@@ -86,6 +87,7 @@ std::string describe(std::string_view op, const Tensor& t) {
 template <class Call>
 void enqueue(detail::GroupState& g, std::string_view op, const std::string& what, Call&& call,
              const rt::Stream* on = nullptr) {
+  if (rt::shape_only()) return;  // the other ranks run no such pass: nothing to meet them in
   const rt::Stream& stream = on ? *on : stream_of(g.device);
   {
     std::unique_lock lock = g.watchdog->lock_comm();

@@ -13,6 +13,7 @@
 
 #include "dataset_files.h"
 #include "models.h"
+#include "plan.h"
 #include "speedrun.h"
 #include "train.h"
 #include "version_text.h"
@@ -80,12 +81,15 @@ void print_summary(const mnist::RunResult& r) {
   };
   const KernelStats k = kernel_stats();
   std::printf("best test accuracy %.2f%%\n", 100 * r.best_accuracy);
-  std::printf("time to 98%%: %s, to 99%%: %s (training time, evaluation excluded)\n", when(r.seconds_to_98).c_str(),
-              when(r.seconds_to_99).c_str());
+  std::printf("time to 98%%: %s, to 99%%: %s (training time, evaluation excluded)%s\n", when(r.seconds_to_98).c_str(),
+              when(r.seconds_to_99).c_str(),
+              r.process_seconds_to_99 ? ("; 99% at " + when(r.process_seconds_to_99) + " since the process started").c_str()
+                                      : "");
   std::printf("%.2f s training, %.0f samples/s\n", r.train_seconds, r.samples_per_s);
-  std::printf("kernels: %llu compiled (%.0f ms), %llu loaded from the disk cache\n",
+  std::printf("kernels: %llu compiled (%.0f ms of NVRTC time over all threads), %llu loaded from the disk cache; "
+              "the first step waited %.0f ms for them\n",
               static_cast<unsigned long long>(k.compiled), k.compile_ms,
-              static_cast<unsigned long long>(k.loaded_from_disk));
+              static_cast<unsigned long long>(k.loaded_from_disk), r.first_step_wait_ms);
   if (r.train_step) std::printf("training step graphs: %s\n", mnist::describe(*r.train_step).c_str());
   if (r.eval_step) std::printf("evaluation graphs: %s\n", mnist::describe(*r.eval_step).c_str());
 }
@@ -142,6 +146,13 @@ int main(int argc, char** argv) {
       ->check(kUnsigned64)
       ->capture_default_str();
   app.add_option("--save", o.save, "write the model and optimizer state to this safetensors file at the end");
+  std::string plan_file;
+  bool plan_only = false;
+  auto* plan_opt = app.add_option("--kernel-plan", plan_file,
+                                  "write the GPU kernels this run needs (fused and per-shape ones included) to this "
+                                  "file; `jitcc warm --plan FILE` compiles them ahead of time");
+  app.add_flag("--plan-only", plan_only, "with --kernel-plan: write the plan and stop (no data, no training)")
+      ->needs(plan_opt);
   auto* load_opt = app.add_option("--load", o.load, "start from a file written by --save");
   app.add_option("--checkpoint", o.checkpoint,
                  "after every epoch, write everything --resume needs to this safetensors file (atomically)");
@@ -182,7 +193,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   for (const char* fixed : {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--schedule", "--precision",
                             "--save", "--load", "--plot", "--eval-only", "--checkpoint", "--resume",
-                            "--sync-bn"})
+                            "--sync-bn", "--kernel-plan"})
     recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
   if (const std::optional<int> code = kiln::cli::parse_command_line(app, argc, argv, usage_error)) return *code;
@@ -214,6 +225,18 @@ int main(int argc, char** argv) {
     o = mnist::with_defaults(o);
     if (o.eval_only && o.load.empty()) throw ValueError("[mnist-train] --eval-only needs --load FILE");
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
+    // A cold process compiles the run's kernels on every core while it loads the data.
+    if (o.device.is_cuda() && !o.eval_only) {
+      const KernelPlan plan = mnist::plan_training(o);
+      if (!plan_file.empty() && dist.leader()) plan.save(plan_file);
+      if (plan_only) {
+        if (dist.leader()) std::printf("kernel plan: %zu kernels written to %s\n", plan.kernels.size(), plan_file.c_str());
+        return 0;
+      }
+      prefetch_kernels(plan, o.device);
+    } else if (!plan_file.empty()) {
+      throw ValueError("[mnist-train] --kernel-plan lists GPU kernels: it needs a CUDA device and a training run");
+    }
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
     const std::string where = dist.launched() ? std::to_string(dist.world) + (dist.world == 1 ? " GPU" : " GPUs") +

@@ -35,6 +35,9 @@ struct TrainOptions {
   bool sync_bn = false;  // under a launcher, the cnn's batch norms become dist::SyncBatchNorm
 };
 
+// Seconds since the program was loaded (whole-process times in the summary).
+double seconds_since_start();
+
 // Whether the steps run compiled: on a CUDA device unless o.eager.
 bool compiled_steps(const TrainOptions& o);
 
@@ -54,6 +57,12 @@ TrainOptions with_defaults(TrainOptions o);
 // writable directory, and --resume (other than auto) an existing file.
 void check_output_files(const TrainOptions& o);
 
+// The pieces train() builds from `o`; the kernel plan (plan.h) builds the same ones.
+kiln::data::LoaderOptions loader_options(std::int64_t batch, bool shuffle, std::uint64_t seed, kiln::Device device);
+std::unique_ptr<kiln::optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<kiln::Tensor> params);
+std::unique_ptr<kiln::optim::LrScheduler> make_schedule(const TrainOptions& o, kiln::optim::Optimizer& opt,
+                                                        std::int64_t steps);
+
 struct EpochMetrics {
   int epoch = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;  // accuracy in [0, 1]
@@ -69,8 +78,10 @@ struct RunResult {
   std::vector<EpochMetrics> epochs;
   double best_accuracy = 0;
   std::optional<double> seconds_to_98, seconds_to_99;  // cumulative training seconds
+  std::optional<double> process_seconds_to_99;         // since the process started, at the end of that epoch
   double train_seconds = 0, samples_per_s = 0;
   std::optional<kiln::CompileStats> train_step, eval_step;  // set when the steps ran compiled
+  double first_step_wait_ms = 0;  // how long the first training step waited for kernels
 };
 
 // Mean cross-entropy and accuracy of `model` on the test set (eval mode, no grad). One

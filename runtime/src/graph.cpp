@@ -9,6 +9,7 @@
 #include "driver.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
 
 namespace kiln::rt {
@@ -32,6 +33,7 @@ bool thread_capturing() { return capturing_stream != nullptr; }
 void begin_capture(const Stream& s) {
   CUstream stream = checked_stream(s, "begin_capture");
   if (capturing_stream) throw ValueError("[graph] this thread is already capturing a graph; captures do not nest");
+  if (shape_only()) throw ValueError("[graph] a shape-only pass runs nothing, so it cannot capture a graph");
   make_current(s.device());
   KILN_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
   capturing_stream = stream;

@@ -67,6 +67,10 @@ const KernelSpec* find_kernel(std::string_view op) {
   return it == r.by_op.end() ? nullptr : it->second;
 }
 
+std::string kernel_source_name(const KernelSpec& spec) {
+  return generated_template_label(spec.template_name) ? spec.template_name : spec.op;
+}
+
 std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant) {
   if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtypes) == spec.dtypes.end()) {
     std::string supported;
@@ -80,8 +84,13 @@ std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std
   }
   // The header line makes every (op, dtypes, variant) source distinct, so two ops whose
   // templates expand alike still get separate disk-cache entries.
-  std::string source = "// kiln kernel " + spec.op + " " + tuple_text(dtypes) + " variant " + std::to_string(variant) + "\n";
-  source += instantiate(spec.template_name, template_source(spec.template_name), spec.bind(dtypes, variant));
+  std::string source =
+      "// kiln kernel " + kernel_source_name(spec) + " " + tuple_text(dtypes) + " variant " + std::to_string(variant) + "\n";
+  const std::string text = template_source(spec.template_name);
+  // A template of several kernels guards each with #ifdef KILN_ENTRY_<name>: a module then
+  // holds only the entry its op launches, which cuts NVRTC's time to a fraction.
+  if (text.find("KILN_ENTRY_") != std::string::npos) source += "#define KILN_ENTRY_" + spec.entry + " 1\n";
+  source += instantiate(spec.template_name, text, spec.bind(dtypes, variant));
   return source;
 }
 

@@ -7,10 +7,12 @@
 #include "driver.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 
 namespace kiln::rt {
 
 void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void** args) {
+  if (shape_only()) return;
   if (!f.handle) throw ValueError("[launch] the function is empty (no kernel was loaded)");
   if (!s) {
     driver();  // without a GPU, say why rather than "empty"

@@ -18,6 +18,7 @@
 #include "memory_cache.h"
 #include "private_binding.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
 
 namespace kiln::rt {
@@ -307,6 +308,7 @@ void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, const Str
   CUstream stream = stream_of(s, "copy_to_device");
   require_ptr(dst, bytes, "copy_to_device");
   require_not_capturing(stream, "copy_to_device");
+  if (shape_only()) return;
   PoolState& st = state(s.device());
   make_current(s.device());
   RingLease lease(st);
@@ -327,6 +329,10 @@ void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, const Stream& s) 
   CUstream stream = stream_of(s, "copy_to_host");
   require_ptr(src, bytes, "copy_to_host");
   require_not_capturing(stream, "copy_to_host");
+  if (shape_only()) {  // what a shape-only pass reads is zeros, not whatever the memory held
+    std::memset(dst, 0, bytes);
+    return;
+  }
   PoolState& st = state(s.device());
   make_current(s.device());
   RingLease lease(st);
@@ -359,6 +365,7 @@ void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, const Stream& 
   CUstream stream = stream_of(s, "copy_device");
   require_ptr(dst, bytes, "copy_device");
   require_ptr(src, bytes, "copy_device");
+  if (shape_only()) return;
   make_current(s.device());
   KILN_CU(cuMemcpyDtoDAsync(dst, src, bytes, stream));
 }
@@ -367,6 +374,7 @@ void memset_device(DevicePtr dst, std::uint8_t value, std::size_t bytes, const S
   if (bytes == 0) return;
   CUstream stream = stream_of(s, "memset_device");
   require_ptr(dst, bytes, "memset_device");
+  if (shape_only()) return;
   make_current(s.device());
   KILN_CU(cuMemsetD8Async(dst, value, bytes, stream));
 }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -15,6 +16,7 @@
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
 #include "kiln/runtime/templates.h"
@@ -25,7 +27,7 @@ namespace {
 
 struct Counters {
   std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0};
-  std::atomic<std::uint64_t> compile_us{0}, load_us{0};
+  std::atomic<std::uint64_t> compile_us{0}, load_us{0}, wait_us{0};
   std::atomic<std::uint64_t> cubin_loads{0}, ptx_loads{0};
 } counters;
 
@@ -87,7 +89,7 @@ EntryKey key_for_arch(EntryKey named, int arch, const std::string& source) {
 
 EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int arch, const std::string& source) {
   EntryKey k;
-  k.op = spec.op;
+  k.op = kernel_source_name(spec);
   k.dtypes = d.str();
   k.variant = variant;
   k.label = generated_template_label(spec.template_name).value_or("");
@@ -105,12 +107,38 @@ Entry compile_entry(const EntryKey& key, std::string source) {
   std::call_once(first, [] {
     log().info("compiling GPU kernels on first use; `jitcc warm` fills the kernel cache ahead of time");
   });
-  CompiledModule m = compile({display_name(key), key.dtypes, source, key.arch});
-  counters.compiles++;
-  counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
-  Entry e{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};
-  DiskCache::global().store(e);
-  return e;
+  // One compile per digest at a time: the entries of a generated module share one, and a
+  // prefetch racing the run's own call for a kernel joins it.
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_future<Entry>> in_flight;
+  std::promise<Entry> done;
+  {
+    std::unique_lock lock(mu);
+    if (auto it = in_flight.find(key.digest); it != in_flight.end()) {
+      std::shared_future<Entry> other = it->second;
+      lock.unlock();
+      return other.get();
+    }
+    in_flight.emplace(key.digest, done.get_future().share());
+  }
+  auto finish = [&] {
+    std::lock_guard lock(mu);
+    in_flight.erase(key.digest);
+  };
+  try {
+    CompiledModule m = compile({display_name(key), key.dtypes, source, key.arch});
+    counters.compiles++;
+    counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
+    Entry e{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};
+    DiskCache::global().store(e);
+    done.set_value(e);
+    finish();
+    return e;
+  } catch (...) {
+    done.set_exception(std::current_exception());
+    finish();
+    throw;
+  }
 }
 
 // Errors after which the other binary form (or a fresh compile) may still load.
@@ -171,6 +199,10 @@ WarmOutcome warm_key(const EntryKey& key, std::string source, std::string* diges
 }  // namespace
 
 Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  if (shape_only()) {
+    record_request(spec, dtypes, variant, device);
+    return Function{nullptr, device};
+  }
   Slot& s = memory_cache().slot(pack_key(spec, dtypes, variant, device));
   if (s.ready.load(std::memory_order_acquire)) {
     counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
@@ -181,11 +213,14 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
     throw ValueError("[compile] kernel '" + spec.op + "' (" + dtypes.str() + ", variant " + std::to_string(variant) +
                      ") was not loaded before the capture: the eager call of a compiled function must run the same ops");
   }
-  // A throw leaves the once_flag unset, so a later call retries.
+  // A throw leaves the once_flag unset, so a later call retries. The wait counts this
+  // thread's own compile or load, or its wait for a prefetch of the same kernel.
+  const auto start = std::chrono::steady_clock::now();
   std::call_once(s.once, [&] {
     s.fn = load_function(spec, dtypes, variant, device);
     s.ready.store(true, std::memory_order_release);
   });
+  if (!on_prefetch_thread()) counters.wait_us += static_cast<std::uint64_t>(ms_since(start) * 1000);
   return s.fn;
 }
 
@@ -203,7 +238,7 @@ WarmOutcome warm_source(const EntryKey& recorded, const std::string& source, int
 CacheCounters cache_counters() {
   return {counters.compiles.load(), counters.memory_hits.load(), counters.disk_hits.load(),
           static_cast<double>(counters.compile_us.load()) / 1000.0, static_cast<double>(counters.load_us.load()) / 1000.0,
-          counters.cubin_loads.load(), counters.ptx_loads.load()};
+          counters.cubin_loads.load(), counters.ptx_loads.load(), static_cast<double>(counters.wait_us.load()) / 1000.0};
 }
 
 void reset_cache_counters() {
@@ -212,6 +247,7 @@ void reset_cache_counters() {
   counters.disk_hits = 0;
   counters.compile_us = 0;
   counters.load_us = 0;
+  counters.wait_us = 0;
   counters.cubin_loads = 0;
   counters.ptx_loads = 0;
 }

@@ -38,6 +38,12 @@ std::string shorten(const std::string& what) {
   return cut == std::string::npos ? what.substr(0, 4000) : what.substr(0, std::min<std::size_t>(cut, 4000));
 }
 
+std::size_t count_entries(const std::string& ptx) {
+  std::size_t n = 0;
+  for (std::size_t at = ptx.find(".entry "); at != std::string::npos; at = ptx.find(".entry ", at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("every registered kernel compiles for sm_80 and sm_90") {
@@ -64,6 +70,10 @@ TEST_CASE("every registered kernel compiles for sm_80 and sm_90") {
         rt::CompiledModule m = rt::compile(req);
         std::string problem;
         if (m.ptx.find(j.spec->entry) == std::string::npos) problem = "PTX lacks entry point " + j.spec->entry;
+        // A template that guards its kernels by entry gives each op a module of one kernel.
+        if (rt::template_source(j.spec->template_name).find("KILN_ENTRY_") != std::string::npos &&
+            count_entries(m.ptx) != 1)
+          problem = "a guarded template's module holds " + std::to_string(count_entries(m.ptx)) + " entry points";
         if (rt::nvrtc_can_emit_cubin(j.arch) && m.cubin.empty()) problem = "no CUBIN";
         std::lock_guard lock(mu);
         if (!problem.empty()) failures.push_back(job_name(j) + ": " + problem);

@@ -128,15 +128,18 @@ TEST_CASE("generated kernels: names are stable: a known key gives a known name")
   CHECK(find_kernel("test_gen_stable_75587194d4154a3b") == specs[0]);
 }
 
-TEST_CASE("generated kernels: the specs instantiate to the built source, labelled") {
+TEST_CASE("generated kernels: the specs instantiate to the module's one source, labelled") {
   const GeneratedModule m =
       module_with("p[threadIdx.x] *= -2.f;", {"kiln_test_inst", "kiln_test_inst2"}, "fused(neg) f32");
   const auto specs = generated_kernels(GeneratedKey("test_gen_inst").add(DType::f32), [&] { return m; });
   REQUIRE(specs.size() == 2);
   CHECK(generated_template_label(specs[0]->template_name) == "fused(neg) f32");
+  // Both entries carry the module's name, so their sources (and cache entries) are one.
+  CHECK(kernel_source_name(*specs[1]) == specs[0]->op);
+  CHECK(instantiate_kernel(*specs[1], DTypes{DType::u8}, 0) == instantiate_kernel(*specs[0], DTypes{DType::u8}, 0));
   for (const KernelSpec* s : specs) {
     const std::string text = instantiate_kernel(*s, DTypes{DType::u8}, 0);
-    CHECK(text.rfind("// kiln kernel " + s->op + " ", 0) == 0);
+    CHECK(text.rfind("// kiln kernel " + specs[0]->op + " ", 0) == 0);
     REQUIRE(text.size() > m.source.size());
     CHECK(text.substr(text.size() - m.source.size()) == m.source);
   }

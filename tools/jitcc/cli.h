@@ -98,6 +98,8 @@ void parallel_for(std::size_t n, int threads, const std::function<void(std::size
 // an eviction or another process's gc all show; warns when fewer than `built`.
 std::size_t count_stored(const kiln::rt::DiskCache& cache, const std::vector<std::string>& digests, std::size_t built);
 // jitcc warm --from-cache DIR: recompiles the kernels made at run time that DIR records.
+// jitcc warm --plan FILE (cmd_warm_plan.cpp).
+int run_warm_plan(const std::string& file, const std::string& arch, int jobs, bool allow_unstored, const Common& common);
 int run_warm_from_cache(const std::string& dir, const std::string& arch, int jobs, bool allow_unstored,
                         const Common& common);
 

@@ -24,6 +24,7 @@ struct WarmArgs {
   int jobs = 0;  // 0: hardware_concurrency
   bool allow_unstored = false;
   std::optional<std::string> from_cache;  // a cache directory whose run-time kernels to rebuild
+  std::optional<std::string> plan;        // a kernel plan file whose kernels to build
 };
 
 struct Job {
@@ -58,6 +59,7 @@ std::vector<Job> select_jobs(const WarmArgs& a) {
 int run_warm(const WarmArgs& a, const Common& common) {
   apply_cache_dir(common);
   if (a.from_cache) return run_warm_from_cache(*a.from_cache, a.arch, a.jobs, a.allow_unstored, common);
+  if (a.plan) return run_warm_plan(*a.plan, a.arch, a.jobs, a.allow_unstored, common);
   warm_threads(a.jobs, 1);  // a bad --jobs is reported before the kernels are selected
   const std::vector<Job> jobs = select_jobs(a);
   const int arch = resolve_arch(a.arch);
@@ -144,6 +146,14 @@ void add_warm(CLI::App& app, Context& ctx) {
       ->check(not_a_flag())
       ->excludes(ops)
       ->excludes(dtypes);
+  sub->add_option("--plan", args->plan,
+                  "Instead: compile exactly the kernels a run's plan FILE lists (mnist-train --kernel-plan FILE), "
+                  "fused and per-shape ones included, for --arch")
+      ->type_name("FILE")
+      ->check(not_a_flag())
+      ->excludes(ops)
+      ->excludes(dtypes)
+      ->excludes("--from-cache");
   sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")
       ->capture_default_str()
       ->check(not_a_flag());

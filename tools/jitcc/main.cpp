@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Examples:\n"
       "  jitcc warm --arch sm_90                     compile every registered kernel for sm_90\n"
+      "  jitcc warm --plan run.plan --arch sm_90     compile exactly the kernels a run's plan lists\n"
+      "                                              (mnist-train --kernel-plan run.plan --plan-only)\n"
       "  jitcc warm --from-cache DIR --arch sm_80    recompile the fused and user-defined kernels that the\n"
       "                                              cache DIR recorded (e.g. a training run's) for sm_80\n"
       "  jitcc list                                  fused kernels show as e.g. fused(mul,add,relu) f32\n"

@@ -13,6 +13,7 @@
 #include "gemm.h"
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/memory.h"
 
 namespace kiln::kernels {
@@ -65,7 +66,7 @@ cublasHandle_t handle_for(const rt::Stream& s) {
 // and 0*0 keeps any NaN in A or B out of the result.
 void scale_output(DType dtype, const CublasTypes& t, const GemmShape& sh, double beta, const GemmOperand& c,
                   const blas::BlasGemm& g, const rt::Stream& s) {
-  if (beta == 1) return;
+  if (beta == 1 || rt::shape_only()) return;
   const std::size_t bytes = static_cast<std::size_t>(std::max(g.m, g.n)) * dtype_size(dtype);
   rt::DeviceBuffer zeros(bytes, s);
   rt::memset_device(zeros.ptr(), 0, bytes, s);
@@ -129,6 +130,7 @@ bool gemm(DType dtype, const GemmShape& sh, double alpha, const GemmOperand& a, 
   // C^T(n x m) = second^T @ first^T, so cuBLAS takes `second` as its A.
   const GemmOperand& first = g->swap_ab ? b : a;
   const GemmOperand& second = g->swap_ab ? a : b;
+  if (rt::shape_only()) return true;  // the product is picked; a shape-only pass runs nothing
   if (beta == 0) zero_for_initcheck(dtype, sh, c, s);
   const ScaleArg al(alpha), be(beta);
   // A single product goes through cublasGemmEx: its heuristics can pick a faster kernel

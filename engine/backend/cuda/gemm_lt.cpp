@@ -19,6 +19,7 @@
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_plan.h"
 
 namespace kiln::kernels {
 
@@ -196,6 +197,7 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (it == ps.by_key.end()) it = ps.by_key.emplace(key, make_plan(g, t, ws, key, s.device())).first;
   Plan& p = it->second;
   if (!p.found) return false;
+  if (rt::shape_only()) return true;  // planned (the heuristic's choice kept), run nothing
   if (gemm_autotune() && !p.tuned && !rt::thread_capturing()) {
     if (p.candidates.size() < 2) {  // planned before autotuning was on: ask for candidates
       release(p);

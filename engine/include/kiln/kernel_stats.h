@@ -10,6 +10,8 @@ struct KernelStats {
   std::uint64_t loaded_from_disk = 0;
   std::uint64_t memory_hits = 0;
   double compile_ms = 0;
+  // Time callers waited for kernels not yet loaded (their own compiles, or prefetches of them).
+  double wait_ms = 0;
 };
 KernelStats kernel_stats();
 

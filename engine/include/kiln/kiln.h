@@ -14,6 +14,7 @@
 #include "elementwise.h"
 #include "pointwise.h"
 #include "half.h"
+#include "kernel_plan.h"
 #include "kernel_stats.h"
 #include "ops.h"
 #include "nn_functional.h"

@@ -29,6 +29,10 @@ const KernelSpec& register_kernel(KernelSpec spec);
 const std::vector<const KernelSpec*>& registered_kernels();
 const KernelSpec* find_kernel(std::string_view op);  // nullptr when absent
 
+// The name a spec's source header and cache entry carry: its op, or for an entry of a
+// generated module the module's, so a module's entries share one source and one compile.
+std::string kernel_source_name(const KernelSpec& spec);
+
 // Instantiated source for one (spec, dtypes, variant); throws ValueError/DTypeError
 // for a tuple the spec does not support.
 std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant);

@@ -39,6 +39,9 @@ struct CacheCounters {
   double load_ms = 0;  // cuModuleLoadData time
   std::uint64_t cubin_loads = 0;  // modules loaded from CUBIN
   std::uint64_t ptx_loads = 0;    // modules the driver had to JIT from PTX (fallback)
+  // Time get_function callers spent blocked on a kernel not yet loaded: their own compile or
+  // load, or a prefetch of it still running (prefetch threads' own time not counted).
+  double wait_ms = 0;
 };
 CacheCounters cache_counters();
 void reset_cache_counters();

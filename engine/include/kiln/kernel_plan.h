@@ -1,0 +1,47 @@
+#pragma once
+// Cold starts without a stall. A shape-only pass lists the kernels a piece of work will ask
+// for (per-shape and fused kernels included) without running it; prefetch_kernels compiles and
+// loads that list on every core before the work needs it; a saved plan lets `jitcc warm --plan`
+// build the same kernels ahead of time, for this GPU or another.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+
+namespace kiln {
+
+struct KernelPlan {
+  struct Kernel {
+    std::string op;      // the kernel's registered name (a generated kernel's is its module's entry)
+    std::string dtypes;  // "f32,bf16"
+    std::uint32_t variant = 0;
+    std::string label;   // a generated kernel's readable name ("fused(mul,relu) f32"); empty for templates
+    std::string source;  // the instantiated source: a generated kernel is rebuilt from it
+  };
+  std::vector<Kernel> kernels;
+
+  // Adds other's kernels that this plan lacks.
+  void merge(const KernelPlan& other);
+  // A JSON file ({"kiln_kernel_plan": 1, "kernels": [...]}), written atomically.
+  void save(const std::string& path) const;
+  // Throws IoError for an unreadable file and ValueError for one that is not a kernel plan.
+  static KernelPlan load(const std::string& path);
+};
+
+// Runs fn as a shape-only pass for `device`: ops check their arguments, allocate and pick their
+// kernels, but nothing runs on the GPU and reads from it give zeros. A compiled function called
+// in the pass runs as its first (eager) call does, fused kernels and its capture's own kernels
+// included, and keeps no state. fn should work on state it can throw away (a model and
+// optimizer built for the pass): host-side state it changes, such as an optimizer's step
+// count, stays changed. The default generator is left as it was.
+KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
+
+// Compiles and loads the plan's kernels for `device` on `threads` background threads (0: one
+// per hardware thread) and returns at once; a first use of one still loading waits for it.
+// Generated kernels this process has not made yet are compiled into the disk cache, where
+// their first use finds them.
+void prefetch_kernels(const KernelPlan& plan, Device device, int threads = 0);
+
+}  // namespace kiln

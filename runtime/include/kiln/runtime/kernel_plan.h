@@ -1,0 +1,65 @@
+#pragma once
+// What a run will need, loaded before it asks: a shape-only pass lists the kernels a piece of
+// work picks without running it, and prefetch compiles and loads such a list on background
+// threads, so a cold process compiles in parallel instead of one kernel per first call.
+#include <cstdint>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/disk_cache.h"
+
+namespace kiln::rt {
+
+struct KernelSpec;
+
+// One kernel a shape-only pass asked for.
+struct KernelRequest {
+  const KernelSpec* spec = nullptr;
+  DTypes dtypes;
+  std::uint32_t variant = 0;
+  int device = 0;
+};
+
+// While one lives on this thread, stream work is skipped: launches, copies, fills and library
+// calls do nothing (copies to the host write zeros), while ops still check their arguments,
+// allocate their outputs and pick their kernels; get_function records each kernel instead of
+// loading it. Passes do not nest.
+class ShapeOnlyPass {
+ public:
+  ShapeOnlyPass();
+  ~ShapeOnlyPass();
+  ShapeOnlyPass(const ShapeOnlyPass&) = delete;
+  ShapeOnlyPass& operator=(const ShapeOnlyPass&) = delete;
+
+  // Each kernel once, in the order first asked for.
+  const std::vector<KernelRequest>& requests() const { return requests_; }
+
+ private:
+  friend void record_request(const KernelSpec&, const DTypes&, std::uint32_t, int);
+  std::vector<KernelRequest> requests_;
+};
+
+// This thread is inside a ShapeOnlyPass.
+bool shape_only();
+// get_function's side of a pass.
+void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
+
+// Loads the requests on `threads` background threads (0: one per hardware thread), compiling
+// what the disk cache lacks, and returns at once. A get_function of a kernel still loading
+// waits for that load; one that failed is tried again there, which throws its error.
+void prefetch(std::vector<KernelRequest> requests, int threads = 0);
+// A generated kernel recorded by another process: compiled for `arch` into the disk cache
+// (warm_source), where the first use of its module finds it.
+struct SourceRequest {
+  EntryKey key;  // op, dtypes, variant and label as recorded
+  std::string source;
+  int arch = 0;
+};
+void prefetch_sources(std::vector<SourceRequest> sources, int threads = 0);
+
+// This thread is one of prefetch's workers (whose waits CacheCounters::wait_ms leaves out).
+bool on_prefetch_thread();
+// Blocks until every prefetched kernel has loaded or failed (a graph capture cannot wait).
+void wait_for_prefetch();
+
+}  // namespace kiln::rt

@@ -1,0 +1,149 @@
+#include "kiln/runtime/kernel_plan.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/log.h"
+#include "kiln/runtime/module_cache.h"
+
+namespace kiln::rt {
+
+namespace {
+
+thread_local ShapeOnlyPass* t_pass = nullptr;
+thread_local bool t_prefetch_worker = false;
+
+// Worker threads that load requests in order. Static, and built after the disk cache and the
+// logger it uses, so it is destroyed (its workers joined) before them at exit.
+class Prefetcher {
+ public:
+  Prefetcher() {
+    DiskCache::global();
+    log();
+  }
+  ~Prefetcher() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      pending_ -= queue_.size();
+      queue_.clear();
+    }
+    work_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  void add(std::vector<std::function<void()>> jobs, int threads) {
+    std::lock_guard lock(mu_);
+    for (auto& j : jobs) queue_.push_back(std::move(j));
+    pending_ += jobs.size();
+    const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(threads), queue_.size() + busy_);
+    while (workers_.size() < want) workers_.emplace_back([this] {
+      t_prefetch_worker = true;
+      run();
+    });
+    work_.notify_all();
+  }
+
+  void wait() {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::unique_lock lock(mu_);
+      work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      const std::function<void()> job = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      lock.unlock();
+      job();
+      lock.lock();
+      --busy_;
+      if (--pending_ == 0) idle_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_, idle_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> workers_;
+  std::size_t pending_ = 0, busy_ = 0;
+  bool stop_ = false;
+};
+
+Prefetcher& prefetcher() {
+  static Prefetcher p;
+  return p;
+}
+
+int worker_count(int threads) {
+  if (threads < 0) throw ValueError("[plan] prefetch threads must be >= 0, got " + std::to_string(threads));
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+ShapeOnlyPass::ShapeOnlyPass() {
+  if (t_pass) throw ValueError("[plan] shape-only passes do not nest");
+  t_pass = this;
+}
+
+ShapeOnlyPass::~ShapeOnlyPass() { t_pass = nullptr; }
+
+bool shape_only() { return t_pass != nullptr; }
+
+void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  if (!t_pass) return;
+  auto& seen = t_pass->requests_;
+  const bool known = std::any_of(seen.begin(), seen.end(), [&](const KernelRequest& r) {
+    return r.spec == &spec && r.dtypes == dtypes && r.variant == variant && r.device == device;
+  });
+  if (!known) seen.push_back({&spec, dtypes, variant, device});
+}
+
+void prefetch(std::vector<KernelRequest> requests, int threads) {
+  const int workers = worker_count(threads);
+  std::vector<std::function<void()>> jobs;
+  for (const KernelRequest& r : requests) {
+    if (!r.spec) throw ValueError("[plan] a prefetch request names no kernel");
+    jobs.emplace_back([r] {
+      try {
+        get_function(*r.spec, r.dtypes, r.variant, r.device);
+      } catch (const std::exception& e) {  // the run's own call tries again and reports it
+        log().debug("prefetching {} ({}) failed: {}", r.spec->op, r.dtypes.str(), e.what());
+      }
+    });
+  }
+  if (!jobs.empty()) prefetcher().add(std::move(jobs), workers);
+}
+
+void prefetch_sources(std::vector<SourceRequest> sources, int threads) {
+  const int workers = worker_count(threads);
+  std::vector<std::function<void()>> jobs;
+  for (SourceRequest& r : sources) {
+    jobs.emplace_back([r = std::move(r)] {
+      try {
+        warm_source(r.key, r.source, r.arch);
+      } catch (const std::exception& e) {  // the run builds it again when it needs it, and reports it
+        log().debug("prefetching {} failed: {}", r.key.label.empty() ? r.key.op : r.key.label, e.what());
+      }
+    });
+  }
+  if (!jobs.empty()) prefetcher().add(std::move(jobs), workers);
+}
+
+bool on_prefetch_thread() { return t_prefetch_worker; }
+
+void wait_for_prefetch() { prefetcher().wait(); }
+
+}  // namespace kiln::rt

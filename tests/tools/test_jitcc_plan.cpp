@@ -1,0 +1,107 @@
+// jitcc warm --plan FILE: a run's kernel plan (kiln/kernel_plan.h) compiled into a cache, the
+// kernels shipped with kiln from this kiln's templates and generated ones from the plan's
+// source; the entries are the very ones the run's module cache looks up.
+#include "jitcc_test_util.h"
+#include "kiln/kiln.h"
+
+using namespace jitcc_test;
+
+namespace {
+
+constexpr const char* kLabel = "fused(plan,test) f32";
+const std::string kGeneratedSource =
+    "// kiln kernel fused_jitcc_plan_0001 (u8) variant 0\n"
+    "extern \"C\" __global__ void kiln_fused(float* p) { p[threadIdx.x] += 7.f; }\n";
+
+kiln::KernelPlan two_kernel_plan() {
+  kiln::KernelPlan plan;
+  plan.kernels.push_back({"relu", "f32,f32", 0, "", ""});
+  plan.kernels.push_back({"fused_jitcc_plan_0001", "u8", 0, kLabel, kGeneratedSource});
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("KernelPlan saves and loads its kernels; a file that is not a plan is a typed error") {
+  ScratchDir dir;
+  const std::string file = (dir.path() / "run.plan").string();
+  two_kernel_plan().save(file);
+  const kiln::KernelPlan back = kiln::KernelPlan::load(file);
+  REQUIRE(back.kernels.size() == 2);
+  CHECK(back.kernels[0].op == "relu");
+  CHECK(back.kernels[0].dtypes == "f32,f32");
+  CHECK(back.kernels[0].label.empty());
+  CHECK(back.kernels[1].label == kLabel);
+  CHECK(back.kernels[1].source == kGeneratedSource);
+
+  kiln::KernelPlan merged = two_kernel_plan();
+  merged.merge(back);
+  CHECK(merged.kernels.size() == 2);
+
+  std::ofstream(dir.path() / "not.json") << "kernels: relu";
+  CHECK_THROWS_AS(kiln::KernelPlan::load((dir.path() / "not.json").string()), kiln::ValueError);
+  std::ofstream(dir.path() / "other.json") << R"({"kiln_kernel_plan": 7, "kernels": []})";
+  CHECK_THROWS_WITH_AS(kiln::KernelPlan::load((dir.path() / "other.json").string()),
+                       doctest::Contains("format 7"), kiln::ValueError);
+  std::ofstream(dir.path() / "nosource.json")
+      << R"({"kiln_kernel_plan": 1, "kernels": [{"op": "f", "dtypes": "u8", "variant": 0, "label": "fused(x) f32"}]})";
+  CHECK_THROWS_WITH_AS(kiln::KernelPlan::load((dir.path() / "nosource.json").string()),
+                       doctest::Contains("no source"), kiln::ValueError);
+  CHECK_THROWS_AS(kiln::KernelPlan::load((dir.path() / "absent.json").string()), kiln::IoError);
+}
+
+TEST_CASE("jitcc warm --plan compiles a plan's kernels, then finds them cached") {
+  ScratchDir dir, cache;
+  const std::string file = (dir.path() / "run.plan").string();
+  two_kernel_plan().save(file);
+  const std::vector<std::string> args{"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()};
+
+  nlohmann::json first = jitcc_json(args);
+  CHECK(first.at("kernels") == 2);
+  CHECK(first.at("compiled") == 2);
+  CHECK(first.at("failed") == 0);
+  CHECK(first.at("stored") == true);
+  nlohmann::json list = jitcc_json({"list", "--cache-dir", cache.path().string()});
+  REQUIRE(list.at("entries").size() == 2);
+  bool relu = false, fused = false;
+  for (const nlohmann::json& e : list.at("entries")) {
+    relu = relu || (e.at("op") == "relu" && e.at("dtypes") == "f32,f32" && e.at("arch") == "sm_90");
+    fused = fused || (e.at("label") == kLabel && e.at("op") == "fused_jitcc_plan_0001");
+  }
+  CHECK(relu);  // warmed as `jitcc warm --ops relu` would: the entry a run's lookup finds
+  CHECK(fused);
+
+  nlohmann::json second = jitcc_json(args);
+  CHECK(second.at("compiled") == 0);
+  CHECK(second.at("cached") == 2);
+  ProcessResult text = jitcc(args);
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("2 kernels from the plan " + file + " for sm_90") != std::string::npos);
+}
+
+TEST_CASE("jitcc warm --plan: an unknown kernel and a broken source are named; a bad plan is a usage error") {
+  ScratchDir dir, cache;
+  kiln::KernelPlan plan;
+  plan.kernels.push_back({"no_such_kernel", "f32", 0, "", ""});
+  plan.kernels.push_back({"fused_jitcc_plan_broken", "u8", 0, "fused(broken) f32",
+                          "extern \"C\" __global__ void kiln_fused() { this does not compile }\n"});
+  const std::string file = (dir.path() / "bad.plan").string();
+  plan.save(file);
+  nlohmann::json j =
+      jitcc_json({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()}, 1);
+  CHECK(j.at("failed") == 2);
+  ProcessResult text = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()});
+  CHECK(text.exit_code == 1);
+  CHECK(text.err.find("no_such_kernel") != std::string::npos);
+  CHECK(text.err.find("fused(broken) f32") != std::string::npos);
+
+  std::ofstream(dir.path() / "junk.plan") << "junk";
+  ProcessResult junk = jitcc({"warm", "--plan", (dir.path() / "junk.plan").string(), "--arch", "sm_90"});
+  CHECK(junk.exit_code == 2);
+  CHECK(junk.err.find("junk.plan") != std::string::npos);
+  ProcessResult absent = jitcc({"warm", "--plan", (dir.path() / "absent.plan").string(), "--arch", "sm_90"});
+  CHECK(absent.exit_code == 2);
+  ProcessResult with_ops = jitcc({"warm", "--plan", file, "--ops", "add", "--arch", "sm_90"});
+  CHECK(with_ops.exit_code == 2);
+  CHECK(with_ops.err.find("--ops") != std::string::npos);
+}
