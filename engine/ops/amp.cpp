@@ -9,6 +9,7 @@
 #include "core/tensor/copy.h"
 #include "core/tensor/dispatch.h"
 #include "core/tensor/tensor_impl.h"
+#include "kiln/runtime/kernel_plan.h"
 
 namespace kiln {
 
@@ -28,6 +29,10 @@ void low_precision_weight(const OpArgs& a, std::span<Tensor> out) {
   const DType to = a.attrs.get<DType>("dtype");
   TensorImpl& param = *w.impl();
   std::shared_ptr<LowPrecisionCopy>& lp = param.low_precision;
+  if (rt::shape_only()) {  // the cast a first real call makes; a copy it kept would hold nothing
+    out[0] = convert(w, to);
+    return;
+  }
   if (!lp || lp->copy.dtype() != to || !lp->current_for(param)) {
     // Not inside a capture: a new copy would live in the graph's private pool.
     if (step::capturing()) {

@@ -8,6 +8,7 @@
 #include "kiln/amp.h"
 #include "kiln/autograd.h"
 #include "core/registry.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "record.h"
 #include "core/tensor/copy.h"
 #include "core/tensor/tensor_impl.h"
@@ -35,7 +36,8 @@ Tensor seed_one(const Tensor& root) {
   const auto key = std::make_pair(root.device().index(), root.dtype());
   auto it = ones->find(key);
   if (it == ones->end()) {
-    if (step::capturing()) return filled(root.shape(), 1, root.dtype(), root.device());
+    // A shape-only pass writes nothing: its constant would never hold the 1.
+    if (step::capturing() || rt::shape_only()) return filled(root.shape(), 1, root.dtype(), root.device());
     it = ones->emplace(key, filled(root.shape(), 1, root.dtype(), root.device())).first;
   }
   return make_view(it->second, root.shape(), contiguous_strides(root.shape()), 0);
