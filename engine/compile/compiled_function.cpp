@@ -215,9 +215,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   // they load the same kernel variants (a strided input picks another one).
   std::vector<Tensor> dense;
   for (const Tensor& t : inputs) dense.push_back(t.is_contiguous() ? t : t.contiguous());
-  if (rt::shape_only()) {  // a kernel plan's pass: what the first call asks for, its capture's kernels too
+  if (rt::shape_only()) {
+    // A kernel plan's pass: the first call, then one as the capture's call, which finds the
+    // state the first left (gradients to zero, say), and the capture's own kernels.
+    m.eager(dense, device);
     std::vector<Tensor> out = m.eager(dense, device);
-    --m.counts.eager_calls;
+    m.counts.eager_calls -= 2;
     compile_detail::load_step_kernels(device.index());
     return out;
   }

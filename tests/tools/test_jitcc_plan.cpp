@@ -3,6 +3,7 @@
 // source; the entries are the very ones the run's module cache looks up.
 #include "jitcc_test_util.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/disk_cache.h"
 
 using namespace jitcc_test;
 
@@ -104,4 +105,40 @@ TEST_CASE("jitcc warm --plan: an unknown kernel and a broken source are named; a
   ProcessResult with_ops = jitcc({"warm", "--plan", file, "--ops", "add", "--arch", "sm_90"});
   CHECK(with_ops.exit_code == 2);
   CHECK(with_ops.err.find("--ops") != std::string::npos);
+}
+
+TEST_CASE("a compile in a forked child gives the bytes an in-process compile gives, and its errors") {
+  ScratchDir dir, forked, in_process;
+  const std::string file = (dir.path() / "run.plan").string();
+  two_kernel_plan().save(file);
+  for (const auto& [cache, mode] : {std::pair{&forked, "0"}, std::pair{&in_process, "1"}}) {
+    ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache->path().string()},
+                            {{"KILN_COMPILE_IN_PROCESS", mode}});
+    CHECK(r.exit_code == 0);
+  }
+  const kiln::rt::DiskCache a(forked.path(), kiln::rt::CacheMode::read_only, 0);
+  const kiln::rt::DiskCache b(in_process.path(), kiln::rt::CacheMode::read_only, 0);
+  const auto listed = a.list();
+  REQUIRE(listed.size() == 2);
+  for (const kiln::rt::EntryInfo& info : listed) {
+    CAPTURE(info.key.op);
+    const auto x = a.read(info.path);
+    const auto y = b.read(b.dir() / info.path.parent_path().filename() / info.path.filename());
+    REQUIRE(x);
+    REQUIRE(y);
+    CHECK(x->ptx == y->ptx);
+    CHECK(x->cubin == y->cubin);
+    CHECK_FALSE(x->cubin.empty());
+  }
+
+  kiln::KernelPlan broken;
+  broken.kernels.push_back({"fused_jitcc_plan_broken", "u8", 0, "fused(broken) f32",
+                            "extern \"C\" __global__ void kiln_fused() { this does not compile }\n"});
+  broken.save(file);
+  ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", forked.path().string(), "--json"},
+                          {{"KILN_COMPILE_IN_PROCESS", "0"}});
+  CHECK(r.exit_code == 1);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(j.at("failures").size() == 1);
+  CHECK(j.at("failures")[0].at("error").get<std::string>().find("fused(broken) f32") != std::string::npos);
 }

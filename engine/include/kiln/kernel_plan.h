@@ -32,8 +32,8 @@ struct KernelPlan {
 
 // Runs fn as a shape-only pass for `device`: ops check their arguments, allocate and pick their
 // kernels, but nothing runs on the GPU and reads from it give zeros. A compiled function called
-// in the pass runs as its first (eager) call does, fused kernels and its capture's own kernels
-// included, and keeps no state. fn should work on state it can throw away (a model and
+// in the pass runs twice, as its first (eager) call and its capturing call do, fused kernels and
+// the capture's own kernels included, and keeps no state of its own. fn should work on state it can throw away (a model and
 // optimizer built for the pass): host-side state it changes, such as an optimizer's step
 // count, stays changed. The default generator is left as it was.
 KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
