@@ -133,7 +133,6 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   CaptureContext ctx{.device = e.device, .stream = &stream};
   std::vector<Tensor> statics, outs;
   compile_detail::load_step_kernels(e.device.index());
-  rt::wait_for_prefetch();  // a capture cannot wait for a kernel still loading
   rt::bind_private_pool(stream, pool);
   bool began = false;
   try {

@@ -51,9 +51,9 @@ class Prefetcher {
     work_.notify_all();
   }
 
-  void wait() {
+  void wait(const std::function<bool()>& done) {
     std::unique_lock lock(mu_);
-    idle_.wait(lock, [this] { return pending_ == 0; });
+    idle_.wait(lock, [&] { return pending_ == 0 || (done && done()); });
   }
 
  private:
@@ -69,7 +69,8 @@ class Prefetcher {
       job();
       lock.lock();
       --busy_;
-      if (--pending_ == 0) idle_.notify_all();
+      --pending_;
+      idle_.notify_all();  // a waiter may want this very kernel
     }
   }
 
@@ -144,6 +145,8 @@ void prefetch_sources(std::vector<SourceRequest> sources, int threads) {
 
 bool on_prefetch_thread() { return t_prefetch_worker; }
 
-void wait_for_prefetch() { prefetcher().wait(); }
+void wait_for_prefetch() { prefetcher().wait(nullptr); }
+
+void wait_for_prefetch_until(const std::function<bool()>& done) { prefetcher().wait(done); }
 
 }  // namespace kiln::rt

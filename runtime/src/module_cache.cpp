@@ -208,8 +208,11 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
     counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
     return s.fn;
   }
-  // Loading a module is not a stream operation: a graph being captured cannot wait for it.
+  // Loading a module is not a stream operation: a graph being captured cannot wait for it
+  // here, only for a prefetch thread's load of it.
   if (thread_capturing()) {
+    wait_for_prefetch_until([&s] { return s.ready.load(std::memory_order_acquire); });
+    if (s.ready.load(std::memory_order_acquire)) return s.fn;
     throw ValueError("[compile] kernel '" + spec.op + "' (" + dtypes.str() + ", variant " + std::to_string(variant) +
                      ") was not loaded before the capture: the eager call of a compiled function must run the same ops");
   }

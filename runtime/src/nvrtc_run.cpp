@@ -6,14 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <initializer_list>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <thread>
 
 #include "check.h"
 
@@ -24,8 +25,7 @@ namespace {
 bool in_process_only() {
   static const bool on = [] {
     const char* v = std::getenv("KILN_COMPILE_IN_PROCESS");
-    if (v && *v) return std::string(v) != "0";
-    return std::thread::hardware_concurrency() < 4;
+    return v && *v && std::string(v) != "0";
   }();
   return on;
 }
@@ -43,17 +43,6 @@ void put(std::string& out, const std::string& field) {
   out += field;
 }
 
-bool take(const std::string& in, std::size_t& at, std::string& field) {
-  std::uint64_t n = 0;
-  if (in.size() - at < sizeof n) return false;
-  std::memcpy(&n, in.data() + at, sizeof n);
-  at += sizeof n;
-  if (in.size() - at < n) return false;
-  field.assign(in, at, n);
-  at += n;
-  return true;
-}
-
 bool write_all(int fd, const std::string& bytes) {
   for (std::size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -64,27 +53,17 @@ bool write_all(int fd, const std::string& bytes) {
   return true;
 }
 
-std::string read_all(int fd) {
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return out;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-}
-
 // In the child: every descriptor but `keep` closed, so a sibling's pipe reaches end of file
 // when that sibling exits, whoever forked in between.
-void close_all_but(int keep) {
+void close_all_but(std::initializer_list<int> keep) {
   DIR* d = ::opendir("/proc/self/fd");
   if (!d) return;
   const int own = ::dirfd(d);
   std::vector<int> fds;
   while (const dirent* e = ::readdir(d)) {
     const int fd = std::atoi(e->d_name);
-    if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd > 2 && fd != keep && fd != own) fds.push_back(fd);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd <= 2 || fd == own) continue;
+    if (std::find(keep.begin(), keep.end(), fd) == keep.end()) fds.push_back(fd);
   }
   ::closedir(d);
   for (int fd : fds) ::close(fd);
@@ -139,53 +118,130 @@ NvrtcOutput run_nvrtc_in_process(const std::string& source, const std::string& n
   return run_nvrtc(source, name, options, want_cubin);
 }
 
+namespace {
+
+bool read_exact(int fd, char* p, std::size_t n) {
+  for (std::size_t done = 0; done < n;) {
+    const ssize_t got = ::read(fd, p + done, n - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+bool read_field(int fd, std::string& field) {
+  std::uint64_t n = 0;
+  if (!read_exact(fd, reinterpret_cast<char*>(&n), sizeof n) || n > (std::uint64_t{1} << 32)) return false;
+  field.resize(n);
+  return read_exact(fd, field.data(), n);
+}
+
+// The child's loop: a request (source, name, options, want_cubin) in, NVRTC's output out,
+// until the parent closes its end.
+[[noreturn]] void serve(int in, int out) {
+  for (;;) {
+    std::string source, name, count, cubin, bytes;
+    if (!read_field(in, source) || !read_field(in, name) || !read_field(in, count) || !read_field(in, cubin))
+      ::_exit(0);
+    std::vector<std::string> options(std::stoul(count));
+    for (std::string& o : options)
+      if (!read_field(in, o)) ::_exit(0);
+    try {
+      const NvrtcOutput r = run_nvrtc(source, name, options, cubin == "1");
+      bytes.assign(1, r.ok ? '\1' : '\0');
+      bytes.append(reinterpret_cast<const char*>(&r.result), sizeof r.result);
+      put(bytes, r.log);
+      put(bytes, r.ptx);
+      put(bytes, r.cubin);
+    } catch (...) {
+      bytes.assign(1, '\2');  // an NVRTC call failed: the parent compiles in-process and reports it
+    }
+    if (!write_all(out, bytes)) ::_exit(1);
+  }
+}
+
+// One compile server per thread that compiles, forked on its first compile: a fork per compile
+// would copy the parent's page tables each time. It exits when the thread does.
+class Server {
+ public:
+  ~Server() { stop(); }
+
+  std::optional<NvrtcOutput> run(const std::string& source, const std::string& name,
+                                 const std::vector<std::string>& options, bool want_cubin) {
+    if (pid_ <= 0 && !start()) return std::nullopt;
+    std::string request;
+    put(request, source);
+    put(request, name);
+    put(request, std::to_string(options.size()));
+    put(request, want_cubin ? "1" : "0");
+    for (const std::string& o : options) put(request, o);
+    NvrtcOutput out;
+    char head[1 + sizeof out.result];
+    if (!write_all(to_, request) || !read_exact(from_, head, 1) || head[0] == '\2' ||
+        !read_exact(from_, head + 1, sizeof out.result) || !read_field(from_, out.log) ||
+        !read_field(from_, out.ptx) || !read_field(from_, out.cubin)) {
+      stop();  // a dead or confused server: the next compile forks a new one
+      return std::nullopt;
+    }
+    out.ok = head[0] == '\1';
+    std::memcpy(&out.result, head + 1, sizeof out.result);
+    return out;
+  }
+
+ private:
+  bool start() {
+    prime_nvrtc();
+    int down[2], up[2];
+    if (::pipe2(down, O_CLOEXEC) != 0) return false;
+    if (::pipe2(up, O_CLOEXEC) != 0) {
+      ::close(down[0]);
+      ::close(down[1]);
+      return false;
+    }
+    pid_t pid = -1;
+    {
+      std::shared_lock lock(nvrtc_fork_guard());
+      pid = ::fork();
+    }
+    if (pid == 0) {
+      close_all_but({down[0], up[1]});
+      serve(down[0], up[1]);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    if (pid < 0) {
+      ::close(down[1]);
+      ::close(up[0]);
+      return false;
+    }
+    pid_ = pid;
+    to_ = down[1];
+    from_ = up[0];
+    return true;
+  }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::close(to_);
+    ::close(from_);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+};
+
+}  // namespace
+
 std::optional<NvrtcOutput> run_nvrtc_in_child(const std::string& source, const std::string& name,
                                               const std::vector<std::string>& options, bool want_cubin) {
   if (in_process_only()) return std::nullopt;
-  prime_nvrtc();
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
-  pid_t pid = -1;
-  {
-    std::shared_lock lock(nvrtc_fork_guard());
-    pid = ::fork();
-  }
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return std::nullopt;
-  }
-  if (pid == 0) {  // the child: NVRTC, one write, _exit; nothing else of the parent's runs here
-    close_all_but(fds[1]);
-    int code = 1;
-    try {
-      const NvrtcOutput out = run_nvrtc(source, name, options, want_cubin);
-      std::string bytes(1, out.ok ? '\1' : '\0');
-      bytes.append(reinterpret_cast<const char*>(&out.result), sizeof out.result);
-      put(bytes, out.log);
-      put(bytes, out.ptx);
-      put(bytes, out.cubin);
-      code = write_all(fds[1], bytes) ? 0 : 1;
-    } catch (...) {
-      code = 2;
-    }
-    ::_exit(code);
-  }
-  ::close(fds[1]);
-  const std::string bytes = read_all(fds[0]);
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  NvrtcOutput out;
-  std::size_t at = 1 + sizeof out.result;
-  if (bytes.size() < at) return std::nullopt;
-  out.ok = bytes[0] == '\1';
-  std::memcpy(&out.result, bytes.data() + 1, sizeof out.result);
-  if (!take(bytes, at, out.log) || !take(bytes, at, out.ptx) || !take(bytes, at, out.cubin) || at != bytes.size())
-    return std::nullopt;
-  return out;
+  thread_local Server server;
+  return server.run(source, name, options, want_cubin);
 }
 
 }  // namespace kiln::rt

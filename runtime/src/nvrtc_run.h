@@ -1,8 +1,8 @@
 #pragma once
 // One NVRTC compile, in this process or in a forked child. NVRTC serialises much of its work
 // inside a process: 16 threads compile at a third of the rate of 16 processes on the H100
-// machine. A child runs only NVRTC and writes its results to a pipe, so compiles in parallel
-// scale with the cores. A fork while another thread is inside NVRTC would copy its locks held
+// machine. Each compiling thread gets a child that runs only NVRTC, its requests and results
+// passing through pipes, so compiles in parallel scale with the cores. A fork while another thread is inside NVRTC would copy its locks held
 // into the child, so the two never overlap: a process forks for every compile or for none.
 #include <optional>
 #include <string>
@@ -20,9 +20,9 @@ struct NvrtcOutput {
 NvrtcOutput run_nvrtc_in_process(const std::string& source, const std::string& name, const std::vector<std::string>& options,
                       bool want_cubin);
 
-// The same in a forked child; nullopt when this process compiles in-process (fewer than 4
-// hardware threads, where the fork costs more than NVRTC's locks; KILN_COMPILE_IN_PROCESS=1)
-// or no child could run it (fork failed, the child died): the caller then compiles in-process.
+// The same in this thread's compile server (a forked child); nullopt with
+// KILN_COMPILE_IN_PROCESS=1, or when no child could run it (fork failed, the child died): the
+// caller then compiles in-process.
 std::optional<NvrtcOutput> run_nvrtc_in_child(const std::string& source, const std::string& name,
                                               const std::vector<std::string>& options, bool want_cubin);
 

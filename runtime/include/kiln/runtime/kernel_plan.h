@@ -3,6 +3,7 @@
 // work picks without running it, and prefetch compiles and loads such a list on background
 // threads, so a cold process compiles in parallel instead of one kernel per first call.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kiln/dtype.h"
@@ -59,7 +60,10 @@ void prefetch_sources(std::vector<SourceRequest> sources, int threads = 0);
 
 // This thread is one of prefetch's workers (whose waits CacheCounters::wait_ms leaves out).
 bool on_prefetch_thread();
-// Blocks until every prefetched kernel has loaded or failed (a graph capture cannot wait).
+// Blocks until every prefetched kernel has loaded or failed.
 void wait_for_prefetch();
+// Blocks until `done()` holds or nothing prefetched is left to load (a graph capture waits so
+// for a kernel a prefetch thread still loads: it cannot load one itself).
+void wait_for_prefetch_until(const std::function<bool()>& done);
 
 }  // namespace kiln::rt
