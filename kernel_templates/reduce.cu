@@ -2,7 +2,8 @@
 // (op, in, out). inner == 1 reduces rows (a group of lanes or a whole block per row),
 // inner > 1 reduces columns (lanes across inner, coalesced, looping over r). A launch
 // may instead write partial states [outer, splits, inner] that a second launch of the
-// same kernel combines and finalizes. The ops themselves are in reduce_ops.cu.
+// same kernel combines and finalizes. Variant 0 holds the row loops, variant 1 the column
+// loops: a module compiles only one kind. The ops themselves are in reduce_ops.cu.
 ${PRELUDE}
 
 typedef ${IN} In;
@@ -251,16 +252,18 @@ extern "C" __global__ void __launch_bounds__(kBlock)
                 long long inner, long long splits, long long chunk, int lanes, int lanes_r, int flags,
                 long long n, double param) {
   const bool from_state = flags & 1, to_state = flags & 2, vec_cols = flags & 4;
-  if (inner == 1) {
-    if (from_state)
-      reduce_rows<true>(in, out, outer, r, splits, chunk, lanes, to_state, n, param);
-    else
-      reduce_rows<false>(in, out, outer, r, splits, chunk, lanes, to_state, n, param);
-  } else if (from_state) {
+#if ${VARIANT} == 0
+  (void)inner, (void)lanes_r, (void)vec_cols;
+  if (from_state)
+    reduce_rows<true>(in, out, outer, r, splits, chunk, lanes, to_state, n, param);
+  else
+    reduce_rows<false>(in, out, outer, r, splits, chunk, lanes, to_state, n, param);
+#else
+  if (from_state)
     reduce_columns<true, false>(in, out, outer, r, inner, splits, chunk, lanes, lanes_r, to_state, n, param);
-  } else if (vec_cols) {
+  else if (vec_cols)
     reduce_columns<false, true>(in, out, outer, r, inner, splits, chunk, lanes, lanes_r, to_state, n, param);
-  } else {
+  else
     reduce_columns<false, false>(in, out, outer, r, inner, splits, chunk, lanes, lanes_r, to_state, n, param);
-  }
+#endif
 }

@@ -73,6 +73,12 @@ void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
     const DTypes dtypes = DTypes::parse(k.dtypes);
     if (const rt::KernelSpec* spec = rt::find_kernel(k.op)) {
       known.push_back({spec, dtypes, k.variant, device.index()});
+      // A generated module's further entries (named <module>_1, _2, ...) load from the same entry.
+      for (int i = 1; !k.label.empty(); ++i) {
+        const rt::KernelSpec* more = rt::find_kernel(k.op + "_" + std::to_string(i));
+        if (!more || more->template_name != spec->template_name) break;
+        known.push_back({more, dtypes, k.variant, device.index()});
+      }
     } else if (!k.label.empty()) {
       rt::EntryKey key;
       key.op = k.op;

@@ -74,8 +74,10 @@ void register_reduction(const ReduceDef& def) {
   s.template_name = "reduce";
   s.entry = "kiln_reduce";
   s.dtypes = tuples(def.domain);
-  s.bind = [functor = std::string(def.functor), wide = def.wide](const DTypes& d, std::uint32_t) -> Bindings {
+  s.variants = {0, 1};  // rows (inner == 1), columns: a module compiles only its own loops
+  s.bind = [functor = std::string(def.functor), wide = def.wide](const DTypes& d, std::uint32_t v) -> Bindings {
     return {{"PRELUDE", rt::device_prelude(d)},
+            {"VARIANT", std::to_string(v)},
             {"IN", std::string(cuda_storage_type(d[0]))},
             {"OUT", std::string(cuda_storage_type(d[1]))},
             {"ACC", accumulator(d[0], wide)},

@@ -109,7 +109,7 @@ void launch_reduce(const rt::KernelSpec& spec, DType in, DType out, rt::DevicePt
                      std::string(dtype_name(out)));
   if (outer == 0 || inner == 0) return;
 
-  const rt::Function f = rt::get_function(spec, key, 0, s.device());
+  const rt::Function f = rt::get_function(spec, key, inner == 1 ? 0 : 1, s.device());  // rows or columns
   const int sms = rt::device_info(s.device()).sm_count;
   // Rows handle any alignment themselves; column loads of several elements need it.
   const int vec = inner == 1 || in_ptr % 16 == 0 ? static_cast<int>(16 / dtype_size(in)) : 1;
