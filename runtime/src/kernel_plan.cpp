@@ -89,7 +89,8 @@ Prefetcher& prefetcher() {
 
 int worker_count(int threads) {
   if (threads < 0) throw ValueError("[plan] prefetch threads must be >= 0, got " + std::to_string(threads));
-  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // By default one thread fewer than the hardware has: the run itself keeps a core.
+  return threads > 0 ? threads : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()) - 1);
 }
 
 }  // namespace

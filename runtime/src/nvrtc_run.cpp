@@ -140,6 +140,9 @@ bool read_field(int fd, std::string& field) {
 // The child's loop: a request (source, name, options, want_cubin) in, NVRTC's output out,
 // until the parent closes its end.
 [[noreturn]] void serve(int in, int out) {
+  // Below the parent's priority: a run's own threads keep their cores while compiles fill the rest.
+  const int niceness = ::nice(5);  // a failure leaves the priority as it was
+  (void)niceness;
   for (;;) {
     std::string source, name, count, cubin, bytes;
     if (!read_field(in, source) || !read_field(in, name) || !read_field(in, count) || !read_field(in, cubin))

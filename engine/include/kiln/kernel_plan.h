@@ -39,7 +39,7 @@ struct KernelPlan {
 KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
 
 // Compiles and loads the plan's kernels for `device` on `threads` background threads (0: one
-// per hardware thread) and returns at once; a first use of one still loading waits for it.
+// fewer than the hardware threads, so the run keeps a core) and returns at once; a first use of one still loading waits for it.
 // Generated kernels this process has not made yet are compiled into the disk cache, where
 // their first use finds them.
 void prefetch_kernels(const KernelPlan& plan, Device device, int threads = 0);
