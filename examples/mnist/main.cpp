@@ -226,9 +226,16 @@ int main(int argc, char** argv) {
     if (o.eval_only && o.load.empty()) throw ValueError("[mnist-train] --eval-only needs --load FILE");
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
     // A cold process compiles the run's kernels on every core while it loads the data.
-    if (o.device.is_cuda() && !o.eval_only) {
+    if (o.device.is_cuda() && !o.eval_only && plan_file.empty()) {
+      try {
+        prefetch_kernels(mnist::plan_training(o), o.device);
+      } catch (const std::exception& e) {  // only a speed-up: the run still compiles on first use
+        std::fprintf(stderr, "mnist-train: warning: no kernel plan (%s); kernels compile as the run first needs them\n",
+                     e.what());
+      }
+    } else if (o.device.is_cuda() && !o.eval_only) {
       const KernelPlan plan = mnist::plan_training(o);
-      if (!plan_file.empty() && dist.leader()) plan.save(plan_file);
+      if (dist.leader()) plan.save(plan_file);
       if (plan_only) {
         if (dist.leader()) std::printf("kernel plan: %zu kernels written to %s\n", plan.kernels.size(), plan_file.c_str());
         return 0;
