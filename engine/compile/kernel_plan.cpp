@@ -61,7 +61,8 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
 void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
   if (!device.is_cuda()) throw DeviceError("[prefetch_kernels] loads GPU kernels; " + device.str() + " has none");
   // Longest compiles first (source length stands for compile time): the last kernel to be
-  // ready decides when a step can run, and the per-shape convs take the longest.
+  // ready decides when a step can run, and the per-shape convs take the longest. Half the
+  // prefetch threads start from the short end.
   std::vector<const KernelPlan::Kernel*> order;
   for (const KernelPlan::Kernel& k : plan.kernels) order.push_back(&k);
   std::stable_sort(order.begin(), order.end(),

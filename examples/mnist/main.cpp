@@ -87,9 +87,9 @@ void print_summary(const mnist::RunResult& r) {
                                       : "");
   std::printf("%.2f s training, %.0f samples/s\n", r.train_seconds, r.samples_per_s);
   std::printf("kernels: %llu compiled (%.0f ms of NVRTC time over all threads), %llu loaded from the disk cache; "
-              "the first step waited %.0f ms for them\n",
+              "the first two steps waited %.0f ms for them\n",
               static_cast<unsigned long long>(k.compiled), k.compile_ms,
-              static_cast<unsigned long long>(k.loaded_from_disk), r.first_step_wait_ms);
+              static_cast<unsigned long long>(k.loaded_from_disk), r.first_steps_wait_ms);
   if (r.train_step) std::printf("training step graphs: %s\n", mnist::describe(*r.train_step).c_str());
   if (r.eval_step) std::printf("evaluation graphs: %s\n", mnist::describe(*r.eval_step).c_str());
 }

@@ -81,7 +81,7 @@ struct RunResult {
   std::optional<double> process_seconds_to_99;         // since the process started, at the end of that epoch
   double train_seconds = 0, samples_per_s = 0;
   std::optional<kiln::CompileStats> train_step, eval_step;  // set when the steps ran compiled
-  double first_step_wait_ms = 0;  // how long the first training step waited for kernels
+  double first_steps_wait_ms = 0;  // how long the first two training steps waited for kernels
 };
 
 // Mean cross-entropy and accuracy of `model` on the test set (eval mode, no grad). One

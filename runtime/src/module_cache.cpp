@@ -211,7 +211,9 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
   // Loading a module is not a stream operation: a graph being captured cannot wait for it
   // here, only for a prefetch thread's load of it.
   if (thread_capturing()) {
+    const auto waiting = std::chrono::steady_clock::now();
     wait_for_prefetch_until([&s] { return s.ready.load(std::memory_order_acquire); });
+    counters.wait_us += static_cast<std::uint64_t>(ms_since(waiting) * 1000);
     if (s.ready.load(std::memory_order_acquire)) return s.fn;
     throw ValueError("[compile] kernel '" + spec.op + "' (" + dtypes.str() + ", variant " + std::to_string(variant) +
                      ") was not loaded before the capture: the eager call of a compiled function must run the same ops");
