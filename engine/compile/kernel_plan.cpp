@@ -3,8 +3,6 @@
 // what it found.
 #include "kiln/kernel_plan.h"
 
-#include <algorithm>
-
 #include "kiln/error.h"
 #include "kiln/random.h"
 #include "kiln/runtime/device.h"
@@ -60,17 +58,11 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
 
 void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
   if (!device.is_cuda()) throw DeviceError("[prefetch_kernels] loads GPU kernels; " + device.str() + " has none");
-  // Longest compiles first (source length stands for compile time): the last kernel to be
-  // ready decides when a step can run, and the per-shape convs take the longest. Half the
-  // prefetch threads start from the short end.
-  std::vector<const KernelPlan::Kernel*> order;
-  for (const KernelPlan::Kernel& k : plan.kernels) order.push_back(&k);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto* a, const auto* b) { return a->source.size() > b->source.size(); });
+  // In the plan's order, which is the order the pass asked for them: a run's first step needs
+  // the first ones first (longest-first made a capture wait behind the evaluation's convs).
   std::vector<rt::KernelRequest> known;
   std::vector<rt::SourceRequest> generated;
-  for (const KernelPlan::Kernel* kp : order) {
-    const KernelPlan::Kernel& k = *kp;
+  for (const KernelPlan::Kernel& k : plan.kernels) {
     const DTypes dtypes = DTypes::parse(k.dtypes);
     if (const rt::KernelSpec* spec = rt::find_kernel(k.op)) {
       known.push_back({spec, dtypes, k.variant, device.index()});

@@ -44,9 +44,9 @@ class Prefetcher {
     for (auto& j : jobs) queue_.push_back(std::move(j));
     pending_ += jobs.size();
     const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(threads), queue_.size() + busy_);
-    while (workers_.size() < want) workers_.emplace_back([this, from_back = workers_.size() % 2 == 1] {
+    while (workers_.size() < want) workers_.emplace_back([this] {
       t_prefetch_worker = true;
-      run(from_back);
+      run();
     });
     work_.notify_all();
   }
@@ -57,16 +57,13 @@ class Prefetcher {
   }
 
  private:
-  // Even workers take the queue's front (a plan puts its longest compiles there), odd ones its
-  // back: the short kernels of the tail, which a step's capture may need, are not left for last.
-  void run(bool from_back) {
+  void run() {
     for (;;) {
       std::unique_lock lock(mu_);
       work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (stop_) return;
-      const std::function<void()> job = std::move(from_back ? queue_.back() : queue_.front());
-      if (from_back) queue_.pop_back();
-      else queue_.pop_front();
+      const std::function<void()> job = std::move(queue_.front());
+      queue_.pop_front();
       ++busy_;
       lock.unlock();
       job();

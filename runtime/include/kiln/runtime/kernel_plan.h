@@ -46,8 +46,7 @@ bool shape_only();
 void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
 
 // Loads the requests on `threads` background threads (0: one fewer than the hardware threads), compiling
-// what the disk cache lacks, and returns at once. Half the threads work from the list's front,
-// half from its back. A get_function of a kernel still loading
+// what the disk cache lacks, and returns at once, in the requests' order. A get_function of a kernel still loading
 // waits for that load; one that failed is tried again there, which throws its error.
 void prefetch(std::vector<KernelRequest> requests, int threads = 0);
 // A generated kernel recorded by another process: compiled for `arch` into the disk cache
