@@ -67,6 +67,21 @@ def load_mnist(d, torch):
     return [read_idx(p, torch) for p in paths]
 
 
+def mnist_on_device(data, dev):
+    """load_mnist's tensors on dev: images normalised as mnist-train does, (N, 1, 28, 28); labels i64."""
+    xtr, ytr, xte, yte = data
+    xtr = ((xtr.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
+    xte = ((xte.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
+    return xtr, ytr.to(dev).long(), xte, yte.to(dev).long()
+
+
+def schedule(torch, opt, cnn, lr, total_steps):
+    """mnist-train's default schedule: onecycle for the cnn, cosine for the mlp."""
+    if cnn:
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total_steps)
+    return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total_steps)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.environ.get("KILN_MNIST_DIR", "data/mnist"))
@@ -218,16 +233,10 @@ def main():
         net = make[model]().to(dev)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         sc = scaler()
-        xtr, ytr, xte, yte = data
-        xtr = ((xtr.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
-        xte = ((xte.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
-        ytr, yte = ytr.to(dev).long(), yte.to(dev).long()
+        xtr, ytr, xte, yte = mnist_on_device(data, dev)
         n, batches = xtr.shape[0], (xtr.shape[0] + 127) // 128
         total, quarter = batches * epochs, batches // 4
-        if cnn:
-            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
-        else:
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+        sched = schedule(torch, opt, cnn, lr, total)
         gen = torch.Generator(device=dev).manual_seed(args.seed)
 
         def accuracy():

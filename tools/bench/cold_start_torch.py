@@ -19,7 +19,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_mnist_torch import MEAN, STD, load_mnist, models  # noqa: E402
+from bench_mnist_torch import load_mnist, mnist_on_device, models, schedule  # noqa: E402
 
 
 def main():
@@ -49,16 +49,9 @@ def main():
     torch.manual_seed(args.seed)
     net = models(torch)[args.model]().to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    xtr, ytr, xte, yte = data
-    xtr = ((xtr.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
-    xte = ((xte.to(dev).float() / 255 - MEAN) / STD).unsqueeze(1)
-    ytr, yte = ytr.to(dev).long(), yte.to(dev).long()
+    xtr, ytr, xte, yte = mnist_on_device(data, dev)
     n, batches = xtr.shape[0], (xtr.shape[0] + 127) // 128
-    total = batches * epochs
-    if cnn:
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total)
-    else:
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    sched = schedule(torch, opt, cnn, lr, batches * epochs)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
 
     def autocast():
