@@ -135,11 +135,9 @@ std::vector<std::string> nvrtc_options(int arch) {
 
 CompiledModule compile(const CompileRequest& req) {
   auto start = std::chrono::steady_clock::now();
-  const std::vector<std::string> opts = nvrtc_options(req.arch);
-  const std::string name = req.op + ".cu";
-  const bool cubin = nvrtc_can_emit_cubin(req.arch);
-  std::optional<NvrtcOutput> out = run_nvrtc_in_child(req.source, name, opts, cubin);
-  if (!out) out = run_nvrtc_in_process(req.source, name, opts, cubin);
+  const NvrtcRequest nvrtc{req.source, req.op + ".cu", nvrtc_options(req.arch), nvrtc_can_emit_cubin(req.arch)};
+  std::optional<NvrtcOutput> out = run_nvrtc_in_server(nvrtc);
+  if (!out) out = run_nvrtc_in_process(nvrtc);
   if (!out->ok) {
     std::string why, log = out->log.empty() ? nvrtcGetErrorString(static_cast<nvrtcResult>(out->result)) : out->log;
     const std::string path = write_failed_source(req, &why);

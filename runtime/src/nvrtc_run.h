@@ -1,29 +1,26 @@
 #pragma once
-// One NVRTC compile, in this process or in a forked child. NVRTC serialises much of its work
-// inside a process: 16 threads compile at a third of the rate of 16 processes on the H100
-// machine. Each compiling thread gets a child that runs only NVRTC, its requests and results
-// passing through pipes, so compiles in parallel scale with the cores. A fork while another thread is inside NVRTC would copy its locks held
-// into the child, so the two never overlap: a process forks for every compile or for none.
+// One NVRTC compile, in this process or in this thread's compile server. NVRTC serialises much
+// of its work inside a process: 16 threads compile at a third of the rate of 16 processes on
+// the H100 machine. Each compiling thread starts a kiln-nvrtc-server of its own (spawned and
+// exec'd, never a bare fork: a forked copy of a threaded process can inherit a lock another
+// thread held, its allocator's among them), so compiles in parallel scale with the cores.
+#include <filesystem>
 #include <optional>
-#include <string>
-#include <vector>
+
+#include "nvrtc_wire.h"
 
 namespace kiln::rt {
 
-struct NvrtcOutput {
-  bool ok = false;
-  int result = 0;  // nvrtcResult of the compile
-  std::string log, ptx, cubin;
-};
+// In this process. Throws CudaError when an NVRTC call other than the compile fails.
+NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req);
 
-// In this process, never beside a fork. Throws when an NVRTC call other than the compile fails.
-NvrtcOutput run_nvrtc_in_process(const std::string& source, const std::string& name, const std::vector<std::string>& options,
-                      bool want_cubin);
+// The same in this thread's compile server; nullopt with KILN_COMPILE_IN_PROCESS=1, when no
+// server is installed beside this library, or when none could run it (the spawn failed, the
+// server died): the caller then compiles in-process.
+std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req);
 
-// The same in this thread's compile server (a forked child); nullopt with
-// KILN_COMPILE_IN_PROCESS=1, or when no child could run it (fork failed, the child died): the
-// caller then compiles in-process.
-std::optional<NvrtcOutput> run_nvrtc_in_child(const std::string& source, const std::string& name,
-                                              const std::vector<std::string>& options, bool want_cubin);
+// The kiln-nvrtc-server this library starts: beside the library in a build tree, in
+// <libexecdir>/kiln once installed; nullopt when neither exists.
+const std::optional<std::filesystem::path>& nvrtc_server_path();
 
 }  // namespace kiln::rt

@@ -7,6 +7,11 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WO
 if(r)
   message(FATAL_ERROR "install failed: ${r}")
 endif()
+# The library finds its compile server in <libexecdir>/kiln (runtime/src/nvrtc_run.cpp).
+file(GLOB server "${WORK_DIR}/prefix/libexec/kiln/kiln-nvrtc-server")
+if(NOT server)
+  message(FATAL_ERROR "the install has no libexec/kiln/kiln-nvrtc-server")
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/embed" -B "${WORK_DIR}/build"
                         -G Ninja "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix"
                 RESULT_VARIABLE r)

@@ -107,16 +107,16 @@ TEST_CASE("jitcc warm --plan: an unknown kernel and a broken source are named; a
   CHECK(with_ops.err.find("--ops") != std::string::npos);
 }
 
-TEST_CASE("a compile in a forked child gives the bytes an in-process compile gives, and its errors") {
-  ScratchDir dir, forked, in_process;
+TEST_CASE("a compile in a compile server gives the bytes an in-process compile gives, and its errors") {
+  ScratchDir dir, served, in_process;
   const std::string file = (dir.path() / "run.plan").string();
   two_kernel_plan().save(file);
-  for (const auto& [cache, mode] : {std::pair{&forked, "0"}, std::pair{&in_process, "1"}}) {
+  for (const auto& [cache, mode] : {std::pair{&served, "0"}, std::pair{&in_process, "1"}}) {
     ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache->path().string()},
                             {{"KILN_COMPILE_IN_PROCESS", mode}});
     CHECK(r.exit_code == 0);
   }
-  const kiln::rt::DiskCache a(forked.path(), kiln::rt::CacheMode::read_only, 0);
+  const kiln::rt::DiskCache a(served.path(), kiln::rt::CacheMode::read_only, 0);
   const kiln::rt::DiskCache b(in_process.path(), kiln::rt::CacheMode::read_only, 0);
   const auto listed = a.list();
   REQUIRE(listed.size() == 2);
@@ -135,7 +135,7 @@ TEST_CASE("a compile in a forked child gives the bytes an in-process compile giv
   broken.kernels.push_back({"fused_jitcc_plan_broken", "u8", 0, "fused(broken) f32",
                             "extern \"C\" __global__ void kiln_fused() { this does not compile }\n"});
   broken.save(file);
-  ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", forked.path().string(), "--json"},
+  ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", served.path().string(), "--json"},
                           {{"KILN_COMPILE_IN_PROCESS", "0"}});
   CHECK(r.exit_code == 1);
   const nlohmann::json j = nlohmann::json::parse(r.out);

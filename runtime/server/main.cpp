@@ -1,0 +1,22 @@
+// kiln-nvrtc-server: a compile server the runtime starts, one per compiling thread. NVRTC
+// serialises much of its work inside one process; apart, compiles scale with the cores.
+// Requests arrive on stdin, outputs leave on stdout (nvrtc_wire.h); it exits at end of input.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "nvrtc_wire.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2 || std::strcmp(argv[1], kiln::rt::kNvrtcServerProtocol) != 0) {
+    std::fprintf(stderr, "kiln-nvrtc-server: started by libkiln_runtime only (it expects %s)\n",
+                 kiln::rt::kNvrtcServerProtocol);
+    return 2;
+  }
+  // Below the parent's priority: a run's own threads keep their cores while compiles fill the rest.
+  const int niceness = ::nice(5);  // a failure leaves the priority as it was
+  (void)niceness;
+  kiln::rt::serve_nvrtc(STDIN_FILENO, STDOUT_FILENO);
+  return 0;
+}
