@@ -216,55 +216,6 @@ int resolve_arch(const std::string& text) {
   return arch;
 }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-int warm_threads(int jobs, std::size_t kernels) {
-  if (jobs < 0)
-    throw UsageError("--jobs must be 0 (one per hardware thread) or more, got " + std::to_string(jobs));
-  const int threads = jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, std::min<int>(threads, static_cast<int>(kernels)));
-}
-
-rt::DiskCache& open_warm_cache() {
-  auto& cache = rt::DiskCache::global();
-  if (cache.mode() != rt::CacheMode::read_write)
-    warn("KILN_CACHE is not rw: kernels are compiled but not stored in " + cache.dir().string());
-  else
-    cache.remove_abandoned_temps();  // left by a killed warm; they would never be collected otherwise
-  return cache;
-}
-
-void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& body) {
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i = next++; i < n; i = next++) body(i);
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-}
-
-namespace {
-
-// Why fewer kernels are in the cache than were built; the disk cache has already logged the cause.
-std::string unstored_reason(const rt::DiskCache& cache) {
-  if (cache.mode() != rt::CacheMode::read_write) return "KILN_CACHE is not rw";
-  if (!cache.writable()) return "writes to " + cache.dir().string() + " failed (see the warning above)";
-  return "the size bound KILN_CACHE_MAX_SIZE=" + human_bytes(cache.max_bytes()) + " evicted them";
-}
-
-}  // namespace
-
-std::size_t count_stored(const rt::DiskCache& cache, const std::vector<std::string>& digests, std::size_t built) {
-  std::size_t stored = 0;
-  for (const std::string& d : digests) stored += !d.empty() && cache.contains(d);
-  if (stored < built)
-    warn("stored " + std::to_string(stored) + " of " + std::to_string(built) + " kernels in " + cache.dir().string() +
-         "; the others are compiled but not cached (" + unstored_reason(cache) + ")");
-  return stored;
-}
-
 std::string arch_name(int arch) { return "sm_" + std::to_string(arch); }
 
 std::string iso_time(std::int64_t unix_seconds) {

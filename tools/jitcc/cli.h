@@ -86,23 +86,6 @@ std::uint64_t parse_size(const std::string& text);
 int resolve_arch(const std::string& text);
 std::vector<int> nvrtc_supported_archs();
 
-// Shared by warm and warm --from-cache.
-std::string first_line(const std::string& s);
-// --jobs (0: hardware threads), at most one per kernel.
-int warm_threads(int jobs, std::size_t kernels);
-// The process-wide cache warm fills, with a warning when KILN_CACHE is not rw.
-kiln::rt::DiskCache& open_warm_cache();
-// Runs body(i) for every i in [0, n) on `threads` threads, the caller's among them.
-void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& body);
-// How many of `digests` (empty: failed) are on disk, counted at the end so that a failed write,
-// an eviction or another process's gc all show; warns when fewer than `built`.
-std::size_t count_stored(const kiln::rt::DiskCache& cache, const std::vector<std::string>& digests, std::size_t built);
-// jitcc warm --from-cache DIR: recompiles the kernels made at run time that DIR records.
-// jitcc warm --plan FILE (cmd_warm_plan.cpp).
-int run_warm_plan(const std::string& file, const std::string& arch, int jobs, bool allow_unstored, const Common& common);
-int run_warm_from_cache(const std::string& dir, const std::string& arch, int jobs, bool allow_unstored,
-                        const Common& common);
-
 // What people see for an entry: a generated kernel's label, else its op.
 inline std::string entry_name(const kiln::rt::EntryKey& k) { return k.label.empty() ? k.op : k.label; }
 std::string arch_name(int arch);                  // "sm_90"

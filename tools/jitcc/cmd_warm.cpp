@@ -1,15 +1,10 @@
 // jitcc warm: compiles every selected registered instantiation into the disk cache,
 // so that a production process compiles nothing (--from-cache: cmd_warm_from_cache.cpp).
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 
-#include "cli.h"
-#include "kiln/error.h"
-#include "kiln/runtime/module_cache.h"
+#include "warm_batch.h"
 
 namespace jitcc {
 
@@ -31,12 +26,6 @@ struct Job {
   const rt::KernelSpec* spec;
   kiln::DTypes dtypes;
   std::uint32_t variant;
-};
-
-struct Failure {
-  const Job* job;
-  std::string error;  // first line of the message
-  std::string log;    // NVRTC log, for compile errors
 };
 
 std::vector<Job> select_jobs(const WarmArgs& a) {
@@ -65,66 +54,28 @@ int run_warm(const WarmArgs& a, const Common& common) {
   const int arch = resolve_arch(a.arch);
   const int threads = warm_threads(a.jobs, jobs.size());
   auto& cache = open_warm_cache();
-
-  std::atomic<int> compiled{0}, cached{0};
-  std::mutex mu;
-  std::vector<Failure> failures;
-  std::vector<std::string> digests(jobs.size());  // empty for failed jobs
-  auto progress = progress_line(common, "warm", "kernels", jobs.size(), {"compiled", "cached", "failed"});
-  const auto start = std::chrono::steady_clock::now();
-  parallel_for(jobs.size(), threads, [&](std::size_t i) {
-    const Job& j = jobs[i];
-    try {
-      const bool fresh = rt::warm_kernel(*j.spec, j.dtypes, j.variant, arch, &digests[i]) == rt::WarmOutcome::compiled;
-      (fresh ? compiled : cached)++;
-      progress.tick(fresh ? 0 : 1);
-    } catch (const kiln::CompileError& e) {
-      std::lock_guard lock(mu);
-      failures.push_back({&j, first_line(e.what()), e.log()});
-      progress.tick(2);
-    } catch (const std::exception& e) {
-      std::lock_guard lock(mu);
-      failures.push_back({&j, first_line(e.what()), ""});
-      progress.tick(2);
-    }
+  const WarmBatch b = warm_batch(jobs.size(), threads, common, cache, [&](std::size_t i, std::string* digest) {
+    return rt::warm_kernel(*jobs[i].spec, jobs[i].dtypes, jobs[i].variant, arch, digest);
   });
-  progress.finish();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  std::sort(failures.begin(), failures.end(), [](const Failure& x, const Failure& y) { return x.job < y.job; });
-  const std::size_t built = jobs.size() - failures.size();
-  const std::size_t stored = count_stored(cache, digests, built);
 
   Json fails = Json::array();
-  std::string text;
-  for (const Failure& f : failures) {
-    fails.push_back(Json{{"op", f.job->spec->op},
-                         {"dtypes", f.job->dtypes.str()},
-                         {"variant", f.job->variant},
-                         {"error", f.error},
-                         {"log", f.log}});
-    std::fprintf(stderr, "jitcc: failed: %s (%s) variant %u: %s\n%s", f.job->spec->op.c_str(),
-                 f.job->dtypes.str().c_str(), f.job->variant, f.error.c_str(), f.log.c_str());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (!b.outcomes[i].empty()) continue;
+    const Job& j = jobs[i];
+    fails.push_back(Json{{"op", j.spec->op},
+                         {"dtypes", j.dtypes.str()},
+                         {"variant", j.variant},
+                         {"error", b.errors[i]},
+                         {"log", b.logs[i]}});
+    std::fprintf(stderr, "jitcc: failed: %s (%s) variant %u: %s\n%s", j.spec->op.c_str(), j.dtypes.str().c_str(),
+                 j.variant, b.errors[i].c_str(), b.logs[i].c_str());
   }
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "%zu kernels for %s in %.2f s: %d compiled, %d already cached, %zu failed (%d threads)\n", jobs.size(),
-                arch_name(arch).c_str(), seconds, compiled.load(), cached.load(), failures.size(), threads);
-  text = line + std::string("cache: ") + cache.dir().string() + "\n";
-  emit(common,
-       Json{{"compiled", compiled.load()},
-            {"cached", cached.load()},
-            {"failed", failures.size()},
-            {"seconds", seconds},
-            {"kernels", jobs.size()},
-            {"arch", arch_name(arch)},
-            {"threads", threads},
-            {"cache_dir", cache.dir().string()},
-            {"stored", stored == built},
-            {"stored_kernels", stored},
-            {"failures", std::move(fails)}},
-       text);
-  return failures.empty() && (stored == built || a.allow_unstored) ? 0 : kFailureExit;
+  char line[128];
+  std::snprintf(line, sizeof line, "%zu kernels for %s in %.2f s: ", jobs.size(), arch_name(arch).c_str(), b.seconds);
+  Json summary = warm_summary(Json{{"kernels", jobs.size()}}, b, arch, cache);
+  summary["failures"] = std::move(fails);
+  emit(common, summary, line + warm_counts(b, b.failed) + "\ncache: " + cache.dir().string() + "\n");
+  return warm_exit(b, b.failed, a.allow_unstored);
 }
 
 }  // namespace

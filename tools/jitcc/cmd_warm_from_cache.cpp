@@ -3,16 +3,11 @@
 // recompiles those sources for another arch into the cache, so that one training run's cache
 // prepares a production image. Built-in kernels are left to plain `warm`.
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <set>
 #include <tuple>
 
-#include "cli.h"
-#include "kiln/error.h"
-#include "kiln/runtime/module_cache.h"
+#include "warm_batch.h"
 
 namespace jitcc {
 
@@ -74,51 +69,29 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
   if (kernels.empty() && failures.empty())
     warn(from.string() + " records no kernel made at run time (fused or user-defined)");
 
-  const int threads = warm_threads(jobs_arg, kernels.size());
   auto& cache = open_warm_cache();
-  std::vector<std::string> digests(kernels.size()), outcomes(kernels.size());
-  std::atomic<int> compiled{0}, cached{0};
-  std::mutex mu;
-  auto progress = progress_line(common, "warm", "kernels", kernels.size(), {"compiled", "cached", "failed"});
-  const auto start = std::chrono::steady_clock::now();
-  parallel_for(kernels.size(), threads, [&](std::size_t i) {
-    const Recorded& r = kernels[i];
-    try {
-      const bool fresh = rt::warm_source(r.entry.key, r.entry.source, arch, &digests[i]) == rt::WarmOutcome::compiled;
-      outcomes[i] = fresh ? "compiled" : "cached";
-      (fresh ? compiled : cached)++;
-      progress.tick(fresh ? 0 : 1);
-    } catch (const kiln::CompileError& e) {
-      std::lock_guard lock(mu);
-      failures.push_back({describe(r.entry.key), r.path, first_line(e.what()), e.log()});
-      digests[i].clear();
-      progress.tick(2);
-    } catch (const std::exception& e) {
-      std::lock_guard lock(mu);
-      failures.push_back({describe(r.entry.key), r.path, first_line(e.what()), ""});
-      digests[i].clear();
-      progress.tick(2);
-    }
-  });
-  progress.finish();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::size_t built = static_cast<std::size_t>(compiled.load() + cached.load());
-  const std::size_t stored = count_stored(cache, digests, built);
-  std::sort(failures.begin(), failures.end(), [](const Failure& a, const Failure& b) { return a.path < b.path; });
+  const WarmBatch b = warm_batch(kernels.size(), warm_threads(jobs_arg, kernels.size()), common, cache,
+                                 [&](std::size_t i, std::string* digest) {
+                                   return rt::warm_source(kernels[i].entry.key, kernels[i].entry.source, arch, digest);
+                                 });
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    if (b.outcomes[i].empty())
+      failures.push_back({describe(kernels[i].entry.key), kernels[i].path, b.errors[i], b.logs[i]});
+  std::sort(failures.begin(), failures.end(), [](const Failure& x, const Failure& y) { return x.path < y.path; });
 
   std::string text;
   Json list = Json::array(), fails = Json::array();
   for (std::size_t i = 0; i < kernels.size(); ++i) {
-    if (outcomes[i].empty()) continue;
+    if (b.outcomes[i].empty()) continue;
     const rt::EntryKey& k = kernels[i].entry.key;
-    text += outcomes[i] + " " + describe(k) + " for " + arch_name(arch) + "\n";
+    text += b.outcomes[i] + " " + describe(k) + " for " + arch_name(arch) + "\n";
     list.push_back(Json{{"name", entry_name(k)},
                         {"op", k.op},
                         {"label", k.label},
                         {"dtypes", k.dtypes},
                         {"variant", k.variant},
-                        {"outcome", outcomes[i]},
-                        {"digest", digests[i]},
+                        {"outcome", b.outcomes[i]},
+                        {"digest", b.digests[i]},
                         {"from", kernels[i].path.string()}});
   }
   for (const Failure& f : failures) {
@@ -126,29 +99,17 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
                  f.log.c_str());
     fails.push_back(Json{{"name", f.name}, {"entry", f.path.string()}, {"error", f.error}, {"log", f.log}});
   }
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "%zu kernels from %s for %s in %.2f s: %d compiled, %d already cached, %zu failed (%d threads); "
-                "%zu built-in entries left to `jitcc warm`\n",
-                kernels.size(), from.c_str(), arch_name(arch).c_str(), seconds, compiled.load(), cached.load(),
-                failures.size(), threads, builtin);
-  text += line + std::string("cache: ") + cache.dir().string() + "\n";
-  emit(common,
-       Json{{"from_cache", from.string()},
-            {"compiled", compiled.load()},
-            {"cached", cached.load()},
-            {"failed", failures.size()},
-            {"builtin_skipped", builtin},
-            {"seconds", seconds},
-            {"arch", arch_name(arch)},
-            {"threads", threads},
-            {"cache_dir", cache.dir().string()},
-            {"stored", stored == built},
-            {"stored_kernels", stored},
-            {"kernels", std::move(list)},
-            {"failures", std::move(fails)}},
-       text);
-  return failures.empty() && (stored == built || allow_unstored) ? 0 : kFailureExit;
+  char line[128];
+  std::snprintf(line, sizeof line, " for %s in %.2f s: ", arch_name(arch).c_str(), b.seconds);
+  text += std::to_string(kernels.size()) + " kernels from " + from.string() + line + warm_counts(b, failures.size()) +
+          "; " + std::to_string(builtin) + " built-in entries left to `jitcc warm`\ncache: " + cache.dir().string() + "\n";
+  Json summary = warm_summary(Json{{"from_cache", from.string()}}, b, arch, cache);
+  summary["failed"] = failures.size();  // unreadable entries too
+  summary["builtin_skipped"] = builtin;
+  summary["kernels"] = std::move(list);
+  summary["failures"] = std::move(fails);
+  emit(common, summary, text);
+  return warm_exit(b, failures.size(), allow_unstored);
 }
 
 }  // namespace jitcc

@@ -1,0 +1,123 @@
+#include "warm_batch.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "kiln/error.h"
+
+namespace jitcc {
+
+namespace rt = kiln::rt;
+
+namespace {
+
+void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& body) {
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < n; i = next++) body(i);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+}
+
+// Why fewer kernels are in the cache than were built; the disk cache has already logged the cause.
+std::string unstored_reason(const rt::DiskCache& cache) {
+  if (cache.mode() != rt::CacheMode::read_write) return "KILN_CACHE is not rw";
+  if (!cache.writable()) return "writes to " + cache.dir().string() + " failed (see the warning above)";
+  return "the size bound KILN_CACHE_MAX_SIZE=" + human_bytes(cache.max_bytes()) + " evicted them";
+}
+
+// Counted at the end, so that a failed write, an eviction or another process's gc all show.
+std::size_t count_stored(const rt::DiskCache& cache, const std::vector<std::string>& digests, std::size_t built) {
+  std::size_t stored = 0;
+  for (const std::string& d : digests) stored += !d.empty() && cache.contains(d);
+  if (stored < built)
+    warn("stored " + std::to_string(stored) + " of " + std::to_string(built) + " kernels in " + cache.dir().string() +
+         "; the others are compiled but not cached (" + unstored_reason(cache) + ")");
+  return stored;
+}
+
+std::size_t built(const WarmBatch& b) { return static_cast<std::size_t>(b.compiled + b.cached); }
+
+}  // namespace
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+int warm_threads(int jobs, std::size_t kernels) {
+  if (jobs < 0)
+    throw UsageError("--jobs must be 0 (one per hardware thread) or more, got " + std::to_string(jobs));
+  const int threads = jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, std::min<int>(threads, static_cast<int>(kernels)));
+}
+
+rt::DiskCache& open_warm_cache() {
+  auto& cache = rt::DiskCache::global();
+  if (cache.mode() != rt::CacheMode::read_write)
+    warn("KILN_CACHE is not rw: kernels are compiled but not stored in " + cache.dir().string());
+  else
+    cache.remove_abandoned_temps();  // left by a killed warm; they would never be collected otherwise
+  return cache;
+}
+
+WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt::DiskCache& cache,
+                     const std::function<rt::WarmOutcome(std::size_t, std::string*)>& warm_one) {
+  WarmBatch b;
+  b.outcomes.resize(n);
+  b.digests.resize(n);
+  b.errors.resize(n);
+  b.logs.resize(n);
+  b.threads = threads;
+  std::atomic<int> compiled{0}, cached{0}, failed{0};
+  auto progress = progress_line(common, "warm", "kernels", n, {"compiled", "cached", "failed"});
+  const auto start = std::chrono::steady_clock::now();
+  parallel_for(n, threads, [&](std::size_t i) {
+    try {
+      const bool fresh = warm_one(i, &b.digests[i]) == rt::WarmOutcome::compiled;
+      b.outcomes[i] = fresh ? "compiled" : "cached";
+      (fresh ? compiled : cached)++;
+      progress.tick(fresh ? 0 : 1);
+    } catch (const std::exception& e) {
+      b.errors[i] = first_line(e.what());
+      if (const auto* ce = dynamic_cast<const kiln::CompileError*>(&e)) b.logs[i] = ce->log();
+      b.digests[i].clear();
+      failed++;
+      progress.tick(2);
+    }
+  });
+  progress.finish();
+  b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  b.compiled = compiled;
+  b.cached = cached;
+  b.failed = failed;
+  b.stored = count_stored(cache, b.digests, built(b));
+  return b;
+}
+
+Json warm_summary(Json head, const WarmBatch& b, int arch, const rt::DiskCache& cache) {
+  head["compiled"] = b.compiled;
+  head["cached"] = b.cached;
+  head["failed"] = b.failed;
+  head["seconds"] = b.seconds;
+  head["arch"] = arch_name(arch);
+  head["threads"] = b.threads;
+  head["cache_dir"] = cache.dir().string();
+  head["stored"] = b.stored == built(b);
+  head["stored_kernels"] = b.stored;
+  return head;
+}
+
+std::string warm_counts(const WarmBatch& b, std::size_t failed) {
+  return std::to_string(b.compiled) + " compiled, " + std::to_string(b.cached) + " already cached, " +
+         std::to_string(failed) + " failed (" + std::to_string(b.threads) + " threads)";
+}
+
+int warm_exit(const WarmBatch& b, std::size_t failed, bool allow_unstored) {
+  return failed == 0 && (b.stored == built(b) || allow_unstored) ? 0 : kFailureExit;
+}
+
+}  // namespace jitcc

@@ -1,0 +1,45 @@
+#pragma once
+// What the three kinds of `jitcc warm` share (registered kernels, --from-cache, --plan):
+// compiling a list of kernels into the cache on several threads, and the summary of it.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "kiln/runtime/module_cache.h"
+
+namespace jitcc {
+
+// --jobs (0: hardware threads), at most one per kernel.
+int warm_threads(int jobs, std::size_t kernels);
+// The process-wide cache warm fills, with a warning when KILN_CACHE is not rw.
+kiln::rt::DiskCache& open_warm_cache();
+std::string first_line(const std::string& s);
+
+struct WarmBatch {
+  std::vector<std::string> outcomes;      // "compiled" or "cached"; empty for a kernel that failed
+  std::vector<std::string> digests;       // empty for a kernel that failed
+  std::vector<std::string> errors, logs;  // a failed kernel's first line of error, and NVRTC's log
+  int compiled = 0, cached = 0, failed = 0, threads = 0;
+  double seconds = 0;
+  std::size_t stored = 0;  // of the built kernels, how many the cache holds at the end
+};
+
+// warm_one(i, &digest) for each of n kernels on `threads` threads under a progress line, then
+// a count of what reached the cache (warning when some did not).
+WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const kiln::rt::DiskCache& cache,
+                     const std::function<kiln::rt::WarmOutcome(std::size_t, std::string*)>& warm_one);
+
+// The fields every warm's JSON summary has, after `head` (what was warmed from).
+Json warm_summary(Json head, const WarmBatch& b, int arch, const kiln::rt::DiskCache& cache);
+// "N compiled, N already cached, N failed (N threads)", with `failed` counting other failures too.
+std::string warm_counts(const WarmBatch& b, std::size_t failed);
+// 0, or kFailureExit when a kernel failed or (without --allow-unstored) was not stored.
+int warm_exit(const WarmBatch& b, std::size_t failed, bool allow_unstored);
+
+// jitcc warm --from-cache DIR (cmd_warm_from_cache.cpp) and --plan FILE (cmd_warm_plan.cpp).
+int run_warm_from_cache(const std::string& dir, const std::string& arch, int jobs, bool allow_unstored,
+                        const Common& common);
+int run_warm_plan(const std::string& file, const std::string& arch, int jobs, bool allow_unstored, const Common& common);
+
+}  // namespace jitcc
