@@ -4,11 +4,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kiln/runtime/compiler.h"
 #include "nvrtc_run.h"
 #include "process.h"
 
@@ -19,6 +24,24 @@ namespace {
 rt::NvrtcRequest request(const std::string& body, bool want_cubin = true) {
   return {"extern \"C\" __global__ void k(float* x) { " + body + " }\n", "server_probe.cu",
           {"-std=c++17", "-arch=sm_90"}, want_cubin};
+}
+
+// This process's compile servers: its children whose program is kiln-nvrtc-server.
+std::vector<pid_t> own_servers() {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string pid, comm, state;
+    pid_t ppid = 0;
+    stat >> pid >> comm >> state >> ppid;
+    if (ppid != ::getpid()) continue;
+    if (std::filesystem::read_symlink(e.path() / "exe", ec).filename() == "kiln-nvrtc-server")
+      pids.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return pids;
 }
 
 }  // namespace
@@ -88,4 +111,22 @@ TEST_CASE("the server's loop ends at a malformed request, with no reply") {
   char c = 0;
   CHECK(::read(sv[0], &c, 1) == 0);  // end of file: nothing was written back
   ::close(sv[0]);
+}
+
+TEST_CASE("a compile server killed between compiles costs no compile: the next one runs here, then a new server") {
+  std::thread([] {
+    const std::vector<pid_t> before = own_servers();  // other threads' servers, left alone
+    REQUIRE(rt::run_nvrtc_in_server(request("x[0] = 3.f;")).has_value());
+    std::vector<pid_t> mine;
+    for (pid_t p : own_servers())
+      if (std::find(before.begin(), before.end(), p) == before.end()) mine.push_back(p);
+    REQUIRE(mine.size() == 1);
+    ::kill(mine[0], SIGKILL);
+    // The dead server is found on this compile, which falls back in-process.
+    const rt::CompiledModule m = rt::compile({"server_killed", "f32", request("x[0] = 4.f;").source, 90});
+    CHECK(m.ptx.find(".entry k") != std::string::npos);
+    const std::optional<rt::NvrtcOutput> again = rt::run_nvrtc_in_server(request("x[0] = 5.f;"));
+    REQUIRE(again.has_value());
+    CHECK(again->ok);
+  }).join();
 }
