@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
@@ -29,6 +30,11 @@ bool in_process_only() {
 }
 
 std::optional<std::filesystem::path> find_server() {
+  if (const char* env = std::getenv("KILN_NVRTC_SERVER"); env && *env) {
+    if (::access(env, X_OK) == 0) return std::filesystem::path(env);
+    log().warn("KILN_NVRTC_SERVER={} is not an executable file; NVRTC compiles in this process", env);
+    return std::nullopt;
+  }
   Dl_info info{};
   if (::dladdr(reinterpret_cast<const void*>(&nvrtc_server_path), &info) == 0 || !info.dli_fname) return std::nullopt;
   const std::filesystem::path lib_dir = std::filesystem::path(info.dli_fname).parent_path();
@@ -38,6 +44,11 @@ std::optional<std::filesystem::path> find_server() {
   return std::nullopt;
 }
 
+// Servers that ended before their first answer (one that cannot load NVRTC, say); after three,
+// none is started again rather than one per compile.
+std::atomic<int> stillborn_servers{0};
+constexpr int kStillbornLimit = 3;
+
 // One server per thread that compiles, started on its first compile and kept: a start per
 // compile would load NVRTC each time. It exits when the thread does.
 class Server {
@@ -45,10 +56,20 @@ class Server {
   ~Server() { stop(); }
 
   std::optional<NvrtcOutput> run(const NvrtcRequest& req) {
-    if (pid_ <= 0 && !start()) return std::nullopt;
+    if (pid_ <= 0 && (stillborn_servers >= kStillbornLimit || !nvrtc_server_path())) return std::nullopt;
     std::optional<NvrtcOutput> out;
-    if (!send_request(fd_, req) || !(out = receive_output(fd_))) stop();  // the next compile starts a new one
-    return out;
+    if (pid_ > 0 || start()) {
+      if (send_request(fd_, req) && (out = receive_output(fd_))) {
+        answered_ = true;
+        return out;
+      }
+    }
+    if (!answered_ && ++stillborn_servers == kStillbornLimit)
+      log().warn("{} compile servers failed to start or ended before answering; NVRTC compiles in this process "
+                 "from now on",
+                 kStillbornLimit);
+    stop();  // the next compile starts a new one
+    return std::nullopt;
   }
 
  private:
@@ -70,7 +91,7 @@ class Server {
     ::close(sv[1]);
     if (err != 0) {
       ::close(sv[0]);
-      log().warn("could not start the compile server {} ({}); compiling in this process", exe, std::strerror(err));
+      log().debug("could not start the compile server {} ({})", exe, std::strerror(err));
       return false;
     }
     pid_ = pid;
@@ -85,10 +106,12 @@ class Server {
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     pid_ = -1;
+    answered_ = false;
   }
 
   pid_t pid_ = -1;
   int fd_ = -1;
+  bool answered_ = false;
 };
 
 }  // namespace

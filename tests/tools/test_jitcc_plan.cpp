@@ -142,3 +142,32 @@ TEST_CASE("a compile in a compile server gives the bytes an in-process compile g
   REQUIRE(j.at("failures").size() == 1);
   CHECK(j.at("failures")[0].at("error").get<std::string>().find("fused(broken) f32") != std::string::npos);
 }
+
+TEST_CASE("compile servers that cannot run cost no compile, and after three none is started") {
+  ScratchDir dir, cache;
+  const std::string file = (dir.path() / "run.plan").string();
+  two_kernel_plan().save(file);
+  // /bin/false ends before answering, as a server that cannot load NVRTC would.
+  for (const char* server : {"/bin/false", "/nonexistent/kiln-nvrtc-server"}) {
+    CAPTURE(server);
+    ScratchDir fresh;
+    ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "-j", "1", "--cache-dir", fresh.path().string()},
+                            {{"KILN_NVRTC_SERVER", server}});
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("2 compiled") != std::string::npos);
+    const bool missing = std::string(server).find("nonexistent") != std::string::npos;
+    CHECK((r.err.find("KILN_NVRTC_SERVER=") != std::string::npos) == missing);
+  }
+  // Three stillborn servers, then the warning, once, and the rest compile in-process.
+  kiln::KernelPlan many;
+  for (const char* op : {"add", "sub", "mul", "div"}) many.kernels.push_back({op, "f32,f32", 0, "", ""});
+  many.save(file);
+  ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "-j", "1", "--cache-dir", cache.path().string()},
+                          {{"KILN_NVRTC_SERVER", "/bin/false"}});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("4 compiled") != std::string::npos);
+  const std::string warning = "compile servers failed to start or ended before answering";
+  const std::size_t at = r.err.find(warning);
+  CHECK(at != std::string::npos);
+  CHECK(r.err.find(warning, at + 1) == std::string::npos);
+}
