@@ -136,17 +136,16 @@ std::vector<std::string> nvrtc_options(int arch) {
 CompiledModule compile(const CompileRequest& req) {
   auto start = std::chrono::steady_clock::now();
   const NvrtcRequest nvrtc{req.source, req.op + ".cu", nvrtc_options(req.arch), nvrtc_can_emit_cubin(req.arch)};
-  std::optional<NvrtcOutput> out = run_nvrtc_in_server(nvrtc);
-  if (!out) out = run_nvrtc_in_process(nvrtc);
-  if (!out->ok) {
-    std::string why, log = out->log.empty() ? nvrtcGetErrorString(static_cast<nvrtcResult>(out->result)) : out->log;
+  NvrtcOutput out = run_nvrtc(nvrtc);
+  if (!out.ok) {
+    std::string why, log = out.log.empty() ? nvrtcGetErrorString(static_cast<nvrtcResult>(out.result)) : out.log;
     const std::string path = write_failed_source(req, &why);
     if (path.empty()) log += "\nkiln could not write the source to a file: " + why;
     throw CompileError(req.op, req.dtypes, log, numbered(req.source), path);
   }
   CompiledModule m;
-  m.ptx = std::move(out->ptx);
-  m.cubin = std::move(out->cubin);
+  m.ptx = std::move(out.ptx);
+  m.cubin = std::move(out.cubin);
   m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   log().debug("compiled {} ({}) for sm_{} in {:.1f} ms", req.op, req.dtypes, req.arch, m.ms);
   return m;

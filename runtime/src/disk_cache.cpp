@@ -17,6 +17,7 @@
 
 #include "disk_cache_files.h"
 #include "disk_cache_format.h"
+#include "fd_io.h"
 #include "kiln/error.h"
 #include "kiln/runtime/log.h"
 
@@ -24,18 +25,6 @@ namespace fs = std::filesystem;
 
 namespace kiln::rt {
 namespace {
-
-bool write_all(int fd, const std::string& bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) errno = EIO;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
 
 // Unique in this directory across processes and threads; O_EXCL makes a clash an error, not a mix-up.
 std::string temp_name(const std::string& digest) {

@@ -44,10 +44,17 @@ std::optional<std::filesystem::path> find_server() {
   return std::nullopt;
 }
 
-// Servers that ended before their first answer (one that cannot load NVRTC, say); after three,
-// none is started again rather than one per compile.
+// Servers that failed to start or ended before their first answer (one that cannot load NVRTC,
+// say); after three, none is started again rather than one per compile.
 std::atomic<int> stillborn_servers{0};
 constexpr int kStillbornLimit = 3;
+
+void note_stillborn() {
+  if (++stillborn_servers == kStillbornLimit)
+    log().warn("{} compile servers failed to start or ended before answering; NVRTC compiles in this process "
+               "from now on",
+               kStillbornLimit);
+}
 
 // One server per thread that compiles, started on its first compile and kept: a start per
 // compile would load NVRTC each time. It exits when the thread does.
@@ -56,26 +63,25 @@ class Server {
   ~Server() { stop(); }
 
   std::optional<NvrtcOutput> run(const NvrtcRequest& req) {
-    if (pid_ <= 0 && (stillborn_servers >= kStillbornLimit || !nvrtc_server_path())) return std::nullopt;
-    std::optional<NvrtcOutput> out;
-    if (pid_ > 0 || start()) {
-      if (send_request(fd_, req) && (out = receive_output(fd_))) {
-        answered_ = true;
-        return out;
+    if (pid_ <= 0) {
+      if (stillborn_servers >= kStillbornLimit || !nvrtc_server_path()) return std::nullopt;
+      if (!start()) {
+        note_stillborn();
+        return std::nullopt;
       }
     }
-    if (!answered_ && ++stillborn_servers == kStillbornLimit)
-      log().warn("{} compile servers failed to start or ended before answering; NVRTC compiles in this process "
-                 "from now on",
-                 kStillbornLimit);
+    std::optional<NvrtcOutput> out;
+    if (send_request(fd_, req) && (out = receive_output(fd_))) {
+      answered_ = true;
+      return out;
+    }
+    if (!answered_) note_stillborn();
     stop();  // the next compile starts a new one
     return std::nullopt;
   }
 
  private:
   bool start() {
-    const std::optional<std::filesystem::path>& path = nvrtc_server_path();
-    if (!path) return false;
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
     // The server's end becomes its stdin and stdout; every other descriptor closes at its exec.
@@ -83,7 +89,7 @@ class Server {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, sv[1], STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&actions, sv[1], STDOUT_FILENO);
-    std::string exe = path->string(), protocol = kNvrtcServerProtocol;
+    std::string exe = nvrtc_server_path()->string(), protocol = kNvrtcServerProtocol;
     char* argv[] = {exe.data(), protocol.data(), nullptr};
     pid_t pid = -1;
     const int err = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
@@ -114,6 +120,12 @@ class Server {
   bool answered_ = false;
 };
 
+// Throws CudaError for an NVRTC call other than the compile that failed, wherever it ran.
+NvrtcOutput checked(NvrtcOutput out) {
+  if (!out.failed_call.empty()) detail::throw_nvrtc(out.result, out.failed_call.c_str(), __FILE__, __LINE__);
+  return out;
+}
+
 }  // namespace
 
 const std::optional<std::filesystem::path>& nvrtc_server_path() {
@@ -125,18 +137,17 @@ const std::optional<std::filesystem::path>& nvrtc_server_path() {
   return path;
 }
 
-NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req) {
-  NvrtcOutput out = nvrtc_compile(req);
-  if (!out.failed_call.empty()) detail::throw_nvrtc(out.result, out.failed_call.c_str(), __FILE__, __LINE__);
-  return out;
-}
+NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req) { return checked(nvrtc_compile(req)); }
 
 std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req) {
   if (in_process_only()) return std::nullopt;
   thread_local Server server;
-  std::optional<NvrtcOutput> out = server.run(req);
-  if (out && !out->failed_call.empty()) return std::nullopt;  // compiled again here, which reports the failure
-  return out;
+  return server.run(req);
+}
+
+NvrtcOutput run_nvrtc(const NvrtcRequest& req) {
+  if (std::optional<NvrtcOutput> out = run_nvrtc_in_server(req)) return checked(std::move(*out));
+  return run_nvrtc_in_process(req);
 }
 
 }  // namespace kiln::rt

@@ -11,12 +11,15 @@
 
 namespace kiln::rt {
 
-// In this process. Throws CudaError when an NVRTC call other than the compile fails.
-NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req);
+// In this thread's compile server, else in this process. Throws CudaError when an NVRTC call
+// other than the compile fails.
+NvrtcOutput run_nvrtc(const NvrtcRequest& req);
 
-// The same in this thread's compile server; nullopt with KILN_COMPILE_IN_PROCESS=1, when no
-// server is installed beside this library, or when none could run it (the spawn failed, the
-// server died): the caller then compiles in-process.
+// Its two halves. In this process, throwing as run_nvrtc does.
+NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req);
+// In this thread's server, failed_call as the server reported it; nullopt with
+// KILN_COMPILE_IN_PROCESS=1, when no server is installed, or when none could run it (the spawn
+// failed, the server died).
 std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req);
 
 // The kiln-nvrtc-server this library starts: beside the library in a build tree, in

@@ -1,13 +1,11 @@
 #include "nvrtc_wire.h"
 
 #include <nvrtc.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdint>
-#include <exception>
 #include <memory>
+
+#include "fd_io.h"
 
 namespace kiln::rt {
 
@@ -21,42 +19,23 @@ bool called(NvrtcOutput& out, nvrtcResult r, const char* call) {
   return false;
 }
 
+void put_u64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+
 void put(std::string& out, const std::string& field) {
-  const std::uint64_t n = field.size();
-  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  put_u64(out, field.size());
   out += field;
 }
 
-bool write_all(int fd, const std::string& bytes) {
-  for (std::size_t done = 0; done < bytes.size();) {
-    // send, not write: a server gone must be an error here, not a SIGPIPE that ends the process.
-    ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == ENOTSOCK) n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-bool read_exact(int fd, char* p, std::size_t n) {
-  for (std::size_t done = 0; done < n;) {
-    const ssize_t got = ::read(fd, p + done, n - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    done += static_cast<std::size_t>(got);
-  }
-  return true;
-}
+bool get_u64(int fd, std::uint64_t& v) { return read_exact(fd, reinterpret_cast<char*>(&v), sizeof v); }
 
 bool read_field(int fd, std::string& field) {
   std::uint64_t n = 0;
-  if (!read_exact(fd, reinterpret_cast<char*>(&n), sizeof n) || n > (std::uint64_t{1} << 32)) return false;
+  if (!get_u64(fd, n) || n > (std::uint64_t{1} << 32)) return false;
   field.resize(n);
   return read_exact(fd, field.data(), n);
 }
 
-std::string flag(bool b) { return b ? "1" : "0"; }
+constexpr std::uint64_t kMaxOptions = 4096;  // more is a malformed request, not a compile
 
 }  // namespace
 
@@ -93,23 +72,22 @@ NvrtcOutput nvrtc_compile(const NvrtcRequest& req) {
 
 bool send_request(int fd, const NvrtcRequest& req) {
   std::string bytes;
+  put_u64(bytes, req.want_cubin);
+  put_u64(bytes, req.options.size());
   put(bytes, req.source);
   put(bytes, req.name);
-  put(bytes, flag(req.want_cubin));
-  put(bytes, std::to_string(req.options.size()));
   for (const std::string& o : req.options) put(bytes, o);
-  return write_all(fd, bytes);
+  return send_all(fd, bytes);
 }
 
 std::optional<NvrtcRequest> receive_request(int fd) {
   NvrtcRequest req;
-  std::string cubin, count;
-  if (!read_field(fd, req.source) || !read_field(fd, req.name) || !read_field(fd, cubin) || !read_field(fd, count))
+  std::uint64_t cubin = 0, count = 0;
+  if (!get_u64(fd, cubin) || !get_u64(fd, count) || count > kMaxOptions || !read_field(fd, req.source) ||
+      !read_field(fd, req.name))
     return std::nullopt;
-  if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  req.want_cubin = cubin == "1";
-  req.options.resize(std::stoul(count));
+  req.want_cubin = cubin != 0;
+  req.options.resize(count);
   for (std::string& o : req.options)
     if (!read_field(fd, o)) return std::nullopt;
   return req;
@@ -117,24 +95,20 @@ std::optional<NvrtcRequest> receive_request(int fd) {
 
 bool send_output(int fd, const NvrtcOutput& out) {
   std::string bytes;
-  put(bytes, flag(out.ok));
-  put(bytes, std::to_string(out.result));
+  put_u64(bytes, out.ok);
+  put_u64(bytes, static_cast<std::uint32_t>(out.result));
   for (const std::string* f : {&out.failed_call, &out.log, &out.ptx, &out.cubin}) put(bytes, *f);
-  return write_all(fd, bytes);
+  return send_all(fd, bytes);
 }
 
 std::optional<NvrtcOutput> receive_output(int fd) {
   NvrtcOutput out;
-  std::string ok, result;
-  if (!read_field(fd, ok) || !read_field(fd, result) || result.empty() || result.size() > 11) return std::nullopt;
+  std::uint64_t ok = 0, result = 0;
+  if (!get_u64(fd, ok) || !get_u64(fd, result)) return std::nullopt;
   for (std::string* f : {&out.failed_call, &out.log, &out.ptx, &out.cubin})
     if (!read_field(fd, *f)) return std::nullopt;
-  out.ok = ok == "1";
-  try {
-    out.result = std::stoi(result);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  out.ok = ok != 0;
+  out.result = static_cast<int>(static_cast<std::uint32_t>(result));
   return out;
 }
 

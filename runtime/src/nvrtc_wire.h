@@ -24,7 +24,7 @@ struct NvrtcOutput {
 // failed_call).
 NvrtcOutput nvrtc_compile(const NvrtcRequest& req);
 
-// Whole messages on a stream descriptor; false at end of file, on an error or a malformed
+// Whole messages on a stream socket; false at end of file, on an error or a malformed
 // message. The sender never raises SIGPIPE.
 bool send_request(int fd, const NvrtcRequest& req);
 std::optional<NvrtcRequest> receive_request(int fd);

@@ -67,8 +67,8 @@ int run_warm(const WarmArgs& a, const Common& common) {
                          {"variant", j.variant},
                          {"error", b.errors[i]},
                          {"log", b.logs[i]}});
-    std::fprintf(stderr, "jitcc: failed: %s (%s) variant %u: %s\n%s", j.spec->op.c_str(), j.dtypes.str().c_str(),
-                 j.variant, b.errors[i].c_str(), b.logs[i].c_str());
+    std::fprintf(stderr, "jitcc: failed: %s: %s\n%s", kernel_name(j.spec->op, j.dtypes.str(), j.variant).c_str(),
+                 b.errors[i].c_str(), b.logs[i].c_str());
   }
   char line[128];
   std::snprintf(line, sizeof line, "%zu kernels for %s in %.2f s: ", jobs.size(), arch_name(arch).c_str(), b.seconds);

@@ -30,9 +30,7 @@ struct Failure {
 // A generated kernel (it has a label) or an op this process has no spec for (user-defined).
 bool made_at_run_time(const rt::EntryKey& k) { return !k.label.empty() || !rt::find_kernel(k.op); }
 
-std::string describe(const rt::EntryKey& k) {
-  return k.label.empty() ? k.op + " (" + k.dtypes + ") variant " + std::to_string(k.variant) : k.label;
-}
+std::string describe(const rt::EntryKey& k) { return kernel_name(k.op, k.dtypes, k.variant, k.label); }
 
 }  // namespace
 

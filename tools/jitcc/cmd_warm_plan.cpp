@@ -15,9 +15,7 @@ namespace rt = kiln::rt;
 
 namespace {
 
-std::string describe(const kiln::KernelPlan::Kernel& k) {
-  return k.label.empty() ? k.op + " (" + k.dtypes + ") variant " + std::to_string(k.variant) : k.label;
-}
+std::string describe(const kiln::KernelPlan::Kernel& k) { return kernel_name(k.op, k.dtypes, k.variant, k.label); }
 
 // One kernel of the plan into the cache; throws what the compile throws.
 rt::WarmOutcome warm_planned(const kiln::KernelPlan::Kernel& k, int arch, std::string* digest) {

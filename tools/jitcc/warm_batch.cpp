@@ -48,6 +48,11 @@ std::size_t built(const WarmBatch& b) { return static_cast<std::size_t>(b.compil
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+std::string kernel_name(const std::string& op, const std::string& dtypes, std::uint32_t variant,
+                        const std::string& label) {
+  return label.empty() ? op + " (" + dtypes + ") variant " + std::to_string(variant) : label;
+}
+
 int warm_threads(int jobs, std::size_t kernels) {
   if (jobs < 0)
     throw UsageError("--jobs must be 0 (one per hardware thread) or more, got " + std::to_string(jobs));

@@ -1,6 +1,7 @@
 #pragma once
 // What the three kinds of `jitcc warm` share (registered kernels, --from-cache, --plan):
 // compiling a list of kernels into the cache on several threads, and the summary of it.
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -15,6 +16,9 @@ int warm_threads(int jobs, std::size_t kernels);
 // The process-wide cache warm fills, with a warning when KILN_CACHE is not rw.
 kiln::rt::DiskCache& open_warm_cache();
 std::string first_line(const std::string& s);
+// What warm calls a kernel: a generated kernel's label, else "op (dtypes) variant N".
+std::string kernel_name(const std::string& op, const std::string& dtypes, std::uint32_t variant,
+                        const std::string& label = "");
 
 struct WarmBatch {
   std::vector<std::string> outcomes;      // "compiled" or "cached"; empty for a kernel that failed
