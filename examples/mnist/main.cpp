@@ -165,9 +165,11 @@ int main(int argc, char** argv) {
                  "each epoch)")
       ->check(kSvgName);
   app.add_option("--precision", o.precision,
-                 "f32 (exact), tf32 (TF32 tensor cores for matmuls and convs), bf16 or f16 (autocast for forward "
-                 "and loss, f32 weights; f16 with dynamic loss scaling)")
-      ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
+                 "default (the library's and PyTorch's: convs on TF32 tensor cores, matmuls exact f32), f32 "
+                 "(exact: TF32 off for convs and matmuls), tf32 (TF32 tensor cores for matmuls and convs), bf16 or "
+                 "f16 (autocast for forward and loss, f32 weights; f16 with dynamic loss scaling); TF32 changes "
+                 "nothing on the CPU")
+      ->check(CLI::IsMember({"default", "f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
   app.add_flag("--sync-bn", o.sync_bn,
                "cnn under kiln-run: batch norm statistics over the global batch of all GPUs (dist::SyncBatchNorm) "

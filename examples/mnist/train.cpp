@@ -131,9 +131,9 @@ double seconds_since_start() {
 }
 
 std::optional<DType> apply_precision(const std::string& precision) {
-  const bool tf32 = precision == "tf32";
-  set_allow_tf32(tf32);
-  set_allow_conv_tf32(tf32);
+  // Set both ways every time: the switches are process-wide and a run must not inherit them.
+  set_allow_tf32(precision == "tf32");
+  set_allow_conv_tf32(precision == "tf32" || precision == "default");
   if (precision == "bf16") return DType::bf16;
   if (precision == "f16") return DType::f16;
   return std::nullopt;
@@ -147,8 +147,9 @@ TrainOptions with_defaults(TrainOptions o) {
   if (o.schedule.empty()) o.schedule = cnn ? "onecycle" : "cosine";
   if (o.schedule != "none" && o.schedule != "step" && o.schedule != "cosine" && o.schedule != "onecycle")
     throw ValueError("[mnist-train] --schedule must be none, step, cosine or onecycle, got '" + o.schedule + "'");
-  if (o.precision != "f32" && o.precision != "tf32" && o.precision != "bf16" && o.precision != "f16")
-    throw ValueError("[mnist-train] --precision must be f32, tf32, bf16 or f16, got '" + o.precision + "'");
+  if (o.precision != "default" && o.precision != "f32" && o.precision != "tf32" && o.precision != "bf16" &&
+      o.precision != "f16")
+    throw ValueError("[mnist-train] --precision must be default, f32, tf32, bf16 or f16, got '" + o.precision + "'");
   if (o.sync_bn && !cnn) throw ValueError("[mnist-train] --sync-bn: the " + o.model + " has no batch norm");
   if (!o.epochs) o.epochs = cnn ? 5 : 10;
   if (*o.epochs < 1 || *o.epochs > kMaxEpochs)

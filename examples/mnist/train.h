@@ -31,7 +31,7 @@ struct TrainOptions {
   std::string resume;  // a --checkpoint file to continue from; "auto": o.checkpoint when it exists
   bool eval_only = false;
   bool eager = false;  // on a GPU, run the steps op by op instead of as CUDA graphs
-  std::string precision = "f32";  // f32, tf32, bf16 or f16 (apply_precision)
+  std::string precision = "default";  // default, f32, tf32, bf16 or f16 (apply_precision)
   bool sync_bn = false;  // under a launcher, the cnn's batch norms become dist::SyncBatchNorm
 };
 
@@ -41,10 +41,12 @@ double seconds_since_start();
 // Whether the steps run compiled: on a CUDA device unless o.eager.
 bool compiled_steps(const TrainOptions& o);
 
-// --precision: f32 computes exactly in f32 (TF32 off for matmuls and convs), tf32 lets both
+// --precision: default is the library's (and PyTorch's) policy, convs on TF32 tensor cores and
+// matmuls exact; f32 computes exactly in f32 (TF32 off for matmuls and convs), tf32 lets both
 // use TF32 tensor cores, bf16 and f16 run forward and loss under an autocast scope of that
-// dtype (f32 master weights; TF32 off), f16 with a GradScaler. Sets the TF32 switches and
-// returns the autocast dtype (nullopt for f32 and tf32).
+// dtype (f32 master weights; TF32 off), f16 with a GradScaler. On the CPU the TF32 switches
+// change nothing. Sets the TF32 switches and returns the autocast dtype (nullopt for default,
+// f32 and tf32).
 std::optional<kiln::DType> apply_precision(const std::string& precision);
 
 // The model's defaults filled in; ValueError for an unknown model, optimizer, schedule or precision,

@@ -162,7 +162,7 @@ TEST_CASE("mnist-train --plot draws train and test loss and test accuracy, one p
         std::stod(train_loss.front().substr(train_loss.front().find(',') + 1)));
   const std::string text = all_text(root);
   for (const char* want :
-       {"mlp on cpu (eager steps), 3 epochs", "adam lr 0.001 (cosine), batch 256, precision f32, seed 4", "train loss",
+       {"mlp on cpu (eager steps), 3 epochs", "adam lr 0.001 (cosine), batch 256, precision default, seed 4", "train loss",
         "test loss", "test accuracy", "epoch", "test accuracy (%)"}) {
     CAPTURE(want);
     CHECK(text.find(want) != std::string::npos);

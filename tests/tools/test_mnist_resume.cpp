@@ -141,7 +141,7 @@ void check_refused_resume(const Args& args, const Args& needles) {
 TEST_CASE("mnist-train --resume after kill -9: the same weights and metrics as an uninterrupted run (CPU)") {
   const Data d(4096);
   const Args cpu{"--device", "cpu", "--batch-size", "512", "--seed", "4"};
-  MESSAGE("mlp f32 resumed after epoch " << check_resume_is_exact(d, "mlp", cpu, 3));
+  MESSAGE("mlp (default precision) resumed after epoch " << check_resume_is_exact(d, "mlp", cpu, 3));
   // The loss scaler's state, SGD's momentum and the one-cycle schedule's position.
   MESSAGE("mlp f16 sgd resumed after epoch " << check_resume_is_exact(
               d, "mlp-f16", cpu + Args{"--precision", "f16", "--optimizer", "sgd", "--schedule", "onecycle"}, 3));
@@ -162,10 +162,19 @@ TEST_CASE("mnist-train --resume refuses other settings, other data, missing and 
                        {"was written with --lr 0.001 --seed 0, this run asks --lr 0.01 --seed 9"});
   check_refused_resume(
       resume + Args{"--epochs", "2", "--model", "cnn", "--precision", "bf16"},
-      {"was written with --model mlp --lr 0.001 --schedule cosine --precision f32, this run asks --model cnn "
+      {"was written with --model mlp --lr 0.001 --schedule cosine --precision default, this run asks --model cnn "
        "--lr 0.002 --schedule onecycle --precision bf16"});
   check_refused_resume({"--data", dir, "--device", "cpu", "--batch-size", "128", "--epochs", "2", "--resume", ck},
                        {"was written with --batch-size 256, this run asks --batch-size 128"});
+
+  // A checkpoint written at --precision f32 (the trainer's default before `default`) resumes with that flag only.
+  const std::string ck32 = (s.dir.path() / "ck32.safetensors").string();
+  REQUIRE(train(base + Args{"--epochs", "1", "--precision", "f32", "--checkpoint", ck32}).exit_code == 0);
+  check_refused_resume(base + Args{"--epochs", "1", "--resume", ck32},
+                       {"was written with --precision f32, this run asks --precision default"});
+  const auto f32_again = train(base + Args{"--epochs", "1", "--precision", "f32", "--resume", ck32});
+  CHECK_MESSAGE(f32_again.exit_code == 0, f32_again.err);
+  CHECK(f32_again.out.find("resuming from " + ck32 + " after epoch 1 of 1") != std::string::npos);
 
   // Other data: the checkpointed run's order of samples cannot repeat.
   const Data other(2048);
@@ -216,6 +225,7 @@ TEST_CASE("mnist-train --resume auto without a checkpoint yet starts from the fi
   CHECK(state.at("epoch") == 1);
   CHECK(state.at("metrics").size() == 1);
   CHECK(state.at("settings").at("--epochs") == 1);
+  CHECK(state.at("settings").at("--precision") == "default");
   CHECK(state.at("data").at("samples") == 1024);
 }
 

@@ -36,8 +36,8 @@ TEST_CASE("mnist-train learns the synthetic set on the CPU, writes metrics and a
   CHECK(lines[1].at("epoch") == 2);
   for (const char* key : {"train_loss", "test_loss", "test_accuracy", "seconds", "samples_per_s", "precision"})
     CHECK(lines[1].contains(key));
-  CHECK(lines[1].at("precision") == "f32");  // the default
-  CHECK(r.out.find("precision f32") != std::string::npos);
+  CHECK(lines[1].at("precision") == "default");  // TF32 convs, exact matmuls: the library's policy
+  CHECK(r.out.find("precision default") != std::string::npos);
   CHECK(lines[1].at("train_loss").get<double>() < lines[0].at("train_loss").get<double>());
   const double acc = lines[1].at("test_accuracy").get<double>();
   CHECK(acc > 0.9);
@@ -141,7 +141,9 @@ TEST_CASE("mnist-train --eager changes nothing on the CPU and is listed in --hel
   CHECK(help.out.find("--eager") != std::string::npos);
 }
 
-TEST_CASE("mnist-train --precision: tf32 is f32 on the CPU; bf16 and f16 (loss-scaled) train; all are reported") {
+TEST_CASE(
+    "mnist-train --precision: the default and tf32 are f32 on the CPU; bf16 and f16 (loss-scaled) train; all are "
+    "reported") {
   Scratch s;
   const std::vector<std::string> common{"--device", "cpu", "--epochs", "1", "--batch-size", "128", "--seed", "3"};
   auto with = [&](const char* precision) {
@@ -149,11 +151,19 @@ TEST_CASE("mnist-train --precision: tf32 is f32 on the CPU; bf16 and f16 (loss-s
     flags.insert(flags.end(), {"--precision", precision});
     return run_with_metrics(s, precision, flags);
   };
-  const Run f32 = with("f32"), tf32 = with("tf32");
-  check_same_run(f32, tf32);  // TF32 is a GPU tensor-core mode: nothing changes on the CPU
+  const Run f32 = with("f32"), tf32 = with("tf32"), unset = run_with_metrics(s, "unset", common);
+  // TF32 is a GPU tensor-core mode: nothing changes on the CPU.
+  check_same_run(f32, tf32);
+  check_same_run(f32, unset);
   CHECK(f32.metrics.back().at("precision") == "f32");
+  CHECK(f32.process.out.find("precision f32") != std::string::npos);
   CHECK(tf32.metrics.back().at("precision") == "tf32");
   CHECK(tf32.process.out.find("precision tf32") != std::string::npos);
+  CHECK(unset.metrics.back().at("precision") == "default");
+  CHECK(unset.process.out.find("precision default") != std::string::npos);
+  const Run named = with("default");  // the same as leaving it out
+  check_same_run(unset, named);
+  CHECK(named.metrics.back().at("precision") == "default");
   for (const char* p : {"bf16", "f16"}) {
     CAPTURE(p);
     const Run r = with(p);
@@ -168,6 +178,7 @@ TEST_CASE("mnist-train --precision: tf32 is f32 on the CPU; bf16 and f16 (loss-s
   }
   auto help = train({"--help"});
   CHECK(help.out.find("--precision") != std::string::npos);
+  CHECK(help.out.find("{default,f32,tf32,bf16,f16}") != std::string::npos);
 }
 
 TEST_CASE("mnist-train: compiled steps on the GPU give the same run as --eager") {
@@ -311,7 +322,7 @@ TEST_CASE("mnist-train refuses numeric flags out of range instead of replacing o
   for (const char* v : {"0", "-5", "100000000000"}) check_refused(s, {"--batch-size", v}, "--batch-size");
   for (const char* v : {"0", "-0.1", "nan", "inf"}) check_refused(s, {"--lr", v}, "--lr");
   for (const char* v : {"-1", "-9223372036854775808"}) check_refused(s, {"--seed", v}, "--seed");
-  for (const char* v : {"fp8", "F32", "bfloat16", ""}) check_refused(s, {"--precision", v}, "--precision");
+  for (const char* v : {"fp8", "F32", "bfloat16", "Default", ""}) check_refused(s, {"--precision", v}, "--precision");
 }
 
 TEST_CASE("mnist-train checks --save, --plot and --metrics before training") {
