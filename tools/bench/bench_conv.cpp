@@ -1,11 +1,13 @@
-// bench_conv: issue 11's convolution figures on cuda:0 (the MNIST cnn's convolutions at batch
-// 128 set against cuDNN); tools/bench/bench_conv_torch.py times the same rows in PyTorch
-// and prints kiln/cuDNN ratios, so both run in one GPU session:
-//   ops        conv2d (no bias), conv2d_grad_input, conv2d_grad_weight (kiln/conv.h); conv1's
-//              grad_input is not needed by training but is measured too
+// bench_conv: issue 11's convolution figures on cuda:0 (the MNIST cnn's and the speedrun's
+// convolutions set against cuDNN); tools/bench/bench_conv_torch.py times the same rows in
+// PyTorch and prints kiln/cuDNN ratios, so both run in one GPU session:
+//   ops        conv2d (no bias), conv2d_grad_input, conv2d_grad_weight (kiln/conv.h); the
+//              first convs' (conv1, sr1) grad_input is not needed by training but is measured too
 //   precisions bf16 (bf16 tensors), tf32 (f32 with set_allow_conv_tf32(true)), f32 (TF32 off)
-//   shapes     conv1 x(128,1,28,28) w(32,1,5,5) pad 2, conv2 x(128,32,14,14) w(64,32,5,5) pad 2,
-//              or instead each --shape N,C,H,W,O,kh,kw,stride,pad
+//   shapes     the cnn's conv1 x(128,1,28,28) w(32,1,5,5) pad 2 and conv2 x(128,32,14,14)
+//              w(64,32,5,5) pad 2; the speedrun's (batch 256, no padding) sr1 x(256,1,28,28)
+//              w(24,1,5,5) and sr2 x(256,24,12,12) w(32,24,3,3); conv2_b1024, conv2 at batch
+//              1024; or instead each --shape N,C,H,W,O,kh,kw,stride,pad
 // A row's time is the median microseconds per call over --reps event-timed batches of --calls
 // calls back to back, after --warmup untimed batches (NVRTC compiles, cuBLAS heuristics and
 // pool growth fall there); first_ms is the host time of the very first call, compiles
@@ -45,8 +47,12 @@ struct ConvShape {
   }
 };
 
+// bench_conv_torch.py's CNN_SHAPES holds the same names and specs (it matches rows by spec).
 const std::vector<ConvShape> kCnnShapes = {{"conv1", 128, 1, 28, 28, 32, 5, 5, 1, 2},
-                                           {"conv2", 128, 32, 14, 14, 64, 5, 5, 1, 2}};
+                                           {"conv2", 128, 32, 14, 14, 64, 5, 5, 1, 2},
+                                           {"sr1", 256, 1, 28, 28, 24, 5, 5, 1, 0},
+                                           {"sr2", 256, 24, 12, 12, 32, 3, 3, 1, 0},
+                                           {"conv2_b1024", 1024, 32, 14, 14, 64, 5, 5, 1, 2}};
 
 // "N,C,H,W,O,kh,kw,stride,pad" -> a shape named "shape<index>".
 ConvShape parse_shape(const std::string& text, std::size_t index) {
@@ -113,7 +119,7 @@ Row measure(const ConvShape& s, const Precision& p, const char* op, const std::f
     std::snprintf(buf, sizeof buf, "%.2f", v);
     return v < 0 ? std::string("n/a") : std::string(buf);
   };
-  std::printf("%-7s %-24s %-5s %-19s %10s %9s %10s  %s\n", r.name.c_str(), r.shape.c_str(), r.precision.c_str(),
+  std::printf("%-11s %-24s %-5s %-19s %10s %9s %10s  %s\n", r.name.c_str(), r.shape.c_str(), r.precision.c_str(),
               r.op.c_str(), cell(r.us).c_str(), cell(r.tflops).c_str(), cell(r.first_ms).c_str(), r.note.c_str());
   std::fflush(stdout);
   return r;
@@ -158,7 +164,8 @@ int main(int argc, char** argv) {
   std::string json_path;
   Settings set;
   app.add_option("--shape", shape_args,
-                 "N,C,H,W,O,kh,kw,stride,pad (repeatable; default: the MNIST cnn's conv1, conv2)");
+                 "N,C,H,W,O,kh,kw,stride,pad (repeatable; default: the MNIST cnn's conv1 and conv2, the speedrun's "
+                 "sr1 and sr2, conv2 at batch 1024)");
   app.add_option("--precision", precision_args, "bf16, tf32 or f32 (repeatable; default: all three)")
       ->check(CLI::IsMember({"bf16", "tf32", "f32"}));
   app.add_option("--reps", set.reps, "Event-timed batches per row; the median is reported")
@@ -200,7 +207,7 @@ int main(int argc, char** argv) {
     const rt::DeviceInfo& info = rt::device_info(0);
     std::printf("bench_conv on %s (sm_%d): median of %d batches of %d calls after %d warm-up batches\n",
                 info.name.c_str(), info.arch(), set.reps, set.calls, set.warmup);
-    std::printf("%-7s %-24s %-5s %-19s %10s %9s %10s  %s\n", "name", "N,C,H,W,O,kh,kw,s,pad", "prec", "op", "us/call",
+    std::printf("%-11s %-24s %-5s %-19s %10s %9s %10s  %s\n", "name", "N,C,H,W,O,kh,kw,s,pad", "prec", "op", "us/call",
                 "TFLOP/s", "first_ms", "note");
     std::vector<Row> rows;
     for (const ConvShape& s : shapes)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch (cuDNN) twin of bench_conv (tools/bench/bench_conv.cpp): the same shapes,
-precisions and ops, timed the same way (median microseconds per call over --reps
-event-timed batches of --calls calls, after --warmup untimed batches), with
-torch.backends.cudnn.benchmark on:
+"""PyTorch (cuDNN) twin of bench_conv (tools/bench/bench_conv.cpp): the same shapes (by
+default the MNIST cnn's conv1 and conv2 at batch 128, the speedrun's sr1 and sr2 at batch
+256, and conv2_b1024, conv2 at batch 1024), precisions and ops, timed the same way (median
+microseconds per call over --reps event-timed batches of --calls calls, after --warmup
+untimed batches), with torch.backends.cudnn.benchmark on:
 
     conv2d              torch.nn.functional.conv2d (no bias)
     conv2d_grad_input   aten.convolution_backward with output_mask (True, False, False)
@@ -25,7 +26,10 @@ import time
 
 OPS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight")
 PRECISIONS = ("bf16", "tf32", "f32")
-CNN_SHAPES = (("conv1", "128,1,28,28,32,5,5,1,2"), ("conv2", "128,32,14,14,64,5,5,1,2"))
+# bench_conv's kCnnShapes, names included: rows are matched by spec, shown by name.
+CNN_SHAPES = (("conv1", "128,1,28,28,32,5,5,1,2"), ("conv2", "128,32,14,14,64,5,5,1,2"),
+              ("sr1", "256,1,28,28,24,5,5,1,0"), ("sr2", "256,24,12,12,32,3,3,1,0"),
+              ("conv2_b1024", "1024,32,14,14,64,5,5,1,2"))
 
 
 def parse_shape(text):
@@ -84,7 +88,7 @@ def compare(rows, kiln):
     """Prints kiln beside cuDNN per row; returns the rows where kiln's throughput is below cuDNN's."""
     by_key = {(r["shape"], r["precision"], r["op"]): r for r in kiln["rows"]}
     print(f"kiln on {kiln.get('device', '?')} beside cuDNN; ratio = kiln TFLOP/s / cuDNN TFLOP/s")
-    print(f"{'name':<7} {'prec':<5} {'op':<19} {'kiln us':>9} {'cudnn us':>9} {'kiln TF/s':>9} {'cudnn TF/s':>10} "
+    print(f"{'name':<11} {'prec':<5} {'op':<19} {'kiln us':>9} {'cudnn us':>9} {'kiln TF/s':>9} {'cudnn TF/s':>10} "
           f"{'ratio':>6}")
     short = []
     for r in rows:
@@ -93,7 +97,7 @@ def compare(rows, kiln):
         ratio = r["us"] / ku if ku and r["us"] else None
         if ratio is None or ratio < 1:
             short.append(r)
-        print(f"{r['name']:<7} {r['precision']:<5} {r['op']:<19} {ku or float('nan'):>9.2f} "
+        print(f"{r['name']:<11} {r['precision']:<5} {r['op']:<19} {ku or float('nan'):>9.2f} "
               f"{r['us'] or float('nan'):>9.2f} {(k or {}).get('tflops') or float('nan'):>9.2f} "
               f"{r['tflops'] or float('nan'):>10.2f} {ratio or float('nan'):>6.2f}"
               f"{'' if ratio is None or ratio >= 1 else '  below cuDNN'} {(k or {}).get('note', '')}")
@@ -161,7 +165,7 @@ def main():
     print(f"bench_conv_torch (torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}) on "
           f"{torch.cuda.get_device_name(0)}: median of {args.reps} batches of {args.calls} calls after "
           f"{args.warmup} warm-up batches")
-    print(f"{'name':<7} {'N,C,H,W,O,kh,kw,s,pad':<24} {'prec':<5} {'op':<19} {'us/call':>10} {'TFLOP/s':>9} "
+    print(f"{'name':<11} {'N,C,H,W,O,kh,kw,s,pad':<24} {'prec':<5} {'op':<19} {'us/call':>10} {'TFLOP/s':>9} "
           f"{'first_ms':>10}  note")
     rows = []
     for name, s in shapes:
@@ -185,7 +189,7 @@ def main():
                     row["note"] = f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
                 rows.append(row)
                 nan = float("nan")
-                print(f"{name:<7} {s['spec']:<24} {prec:<5} {op:<19} {row['us'] or nan:>10.2f} "
+                print(f"{name:<11} {s['spec']:<24} {prec:<5} {op:<19} {row['us'] or nan:>10.2f} "
                       f"{row['tflops'] or nan:>9.2f} {row['first_ms'] or nan:>10.2f}  {row['note']}", flush=True)
     torch.backends.cudnn.allow_tf32 = tf32_was
     if kiln:
