@@ -175,24 +175,35 @@ __device__ __forceinline__ void apply_lanes(const Op& op, Vec<Tout, N>& out, con
   for (int j = 0; j < N; ++j) out.v[j] = op(in.v[j]...);
 }
 
-// y[i] = op(x[i]...) for i < n, grid-stride. 16-byte vectors (sized by the widest
-// operand) when every pointer is aligned for them, then a scalar tail.
+// Vectors each thread of a contiguous map handles per pass; the launcher sizes the grid to
+// cover every vector in one pass (kContiguousVectorsPerThread in launch_elementwise.cpp).
+constexpr int kVectorsPerThread = 2;
+
+// y[i] = op(x[i]...) for i < n. 16-byte vectors (sized by the widest operand) when every
+// pointer is aligned for them, then a scalar tail. Each thread loads all its vectors before
+// computing any: with one grid-wide pass this reaches copy bandwidth, where a grid-stride
+// loop of one vector per step stayed 3-7% below it on the H100. Any grid size is correct.
 template <class Op, class Tout, class... Tin>
 __device__ __forceinline__ void map_contiguous(const Op& op, Tout* __restrict__ y, long long n,
                                                const Tin* __restrict__... x) {
   constexpr int N = 16 / max_size<Tout, Tin...>();
-  const long long start = thread_index(), step = thread_count();
+  constexpr int U = kVectorsPerThread;
   long long done = 0;
   if (N > 1 && aligned<N>(y) && (aligned<N>(x) && ...)) {
-    const long long nv = n / N;
-    for (long long i = start; i < nv; i += step) {
-      Vec<Tout, N> out;
-      apply_lanes<N>(op, out, reinterpret_cast<const Vec<Tin, N>*>(x)[i]...);
-      reinterpret_cast<Vec<Tout, N>*>(y)[i] = out;
+    const long long nv = n / N, span = static_cast<long long>(blockDim.x) * U;
+    for (long long base = blockIdx.x * span + threadIdx.x; base < nv; base += gridDim.x * span) {
+      Vec<Tout, N> out[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (base + u * blockDim.x < nv)
+          apply_lanes<N>(op, out[u], reinterpret_cast<const Vec<Tin, N>*>(x)[base + u * blockDim.x]...);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (base + u * blockDim.x < nv) reinterpret_cast<Vec<Tout, N>*>(y)[base + u * blockDim.x] = out[u];
     }
     done = nv * N;
   }
-  for (long long i = done + start; i < n; i += step) y[i] = op(x[i]...);
+  for (long long i = done + thread_index(); i < n; i += thread_count()) y[i] = op(x[i]...);
 }
 
 // Element offsets of linear output index i for every operand. Below 2^31 elements the

@@ -16,12 +16,19 @@ namespace {
 // each thread loops (blocks of 256 at 2048 threads per SM is 8 per SM per wave).
 constexpr unsigned kBlocksPerSm = 32;
 
-// Elements per vector in the contiguous kernels: 16 bytes of the widest operand.
-std::uint64_t vector_items(std::int64_t n, std::initializer_list<DType> dtypes) {
+// The contiguous kernels' launch: 16-byte vectors of the widest operand, kVectorsPerThread
+// of them per thread (prelude.cu), and enough blocks to cover them all in one pass.
+constexpr std::uint64_t kContiguousVectorsPerThread = 2;
+constexpr unsigned kContiguousBlock = 256;
+
+rt::LaunchConfig contiguous_config(std::int64_t n, std::initializer_list<DType> dtypes) {
   std::size_t widest = 1;
   for (DType t : dtypes) widest = std::max(widest, dtype_size(t));
   const auto per = static_cast<std::uint64_t>(16 / widest);
-  return (static_cast<std::uint64_t>(n) + per - 1) / per;
+  const std::uint64_t vectors = (static_cast<std::uint64_t>(n) + per - 1) / per;
+  const std::uint64_t span = kContiguousBlock * kContiguousVectorsPerThread;
+  const std::uint64_t blocks = std::min<std::uint64_t>((vectors + span - 1) / span, 0x7fffffffu);
+  return rt::linear_config(vectors, kContiguousBlock, static_cast<unsigned>(blocks));
 }
 
 rt::Function function(const rt::KernelSpec& spec, const DTypes& d, Variant v, const rt::Stream& s) {
@@ -47,7 +54,7 @@ void launch_unary(const rt::KernelSpec& spec, DType in, DType out, const Operand
   const DTypes d{in, out};
   if (L.ndim == 0) {
     const long long n = L.n;
-    rt::launch(function(spec, d, Variant::contiguous, s), grid_stride_config(vector_items(n, {in, out}), s.device()),
+    rt::launch(function(spec, d, Variant::contiguous, s), contiguous_config(n, {in, out}),
                s, x.ptr, y.ptr, n, p0, p1);
   } else {
     rt::launch(function(spec, d, Variant::strided, s), grid_stride_config(L.n, s.device()), s, x.ptr, y.ptr, L, p0,
@@ -63,7 +70,7 @@ void launch_binary(const rt::KernelSpec& spec, DType in, DType out, const Operan
   const DTypes d{in, out};
   if (L.ndim == 0) {
     const long long n = L.n;
-    rt::launch(function(spec, d, Variant::contiguous, s), grid_stride_config(vector_items(n, {in, out}), s.device()),
+    rt::launch(function(spec, d, Variant::contiguous, s), contiguous_config(n, {in, out}),
                s, a.ptr, b.ptr, y.ptr, n, p0, p1);
   } else {
     rt::launch(function(spec, d, Variant::strided, s), grid_stride_config(L.n, s.device()), s, a.ptr, b.ptr, y.ptr,
@@ -76,11 +83,12 @@ void launch_binary_scalar(const rt::KernelSpec& spec, DType in, DType out, const
                           const rt::Stream& s) {
   const auto L = make_layout<2>(spec.op, shape, {&y, &a});
   if (L.n == 0) return;
-  const std::uint64_t items = L.ndim == 0 ? vector_items(L.n, {in, out}) : static_cast<std::uint64_t>(L.n);
+  const rt::LaunchConfig cfg =
+      L.ndim == 0 ? contiguous_config(L.n, {in, out}) : grid_stride_config(static_cast<std::uint64_t>(L.n), s.device());
   const long long si = scalar.i;
   const int first = scalar_first ? 1 : 0;
   const double p0 = 0, p1 = 0;  // the scalar ops (add_scalar...) have no params
-  rt::launch(function(spec, {in, out}, Variant::scalar, s), grid_stride_config(items, s.device()), s, a.ptr, y.ptr,
+  rt::launch(function(spec, {in, out}, Variant::scalar, s), cfg, s, a.ptr, y.ptr,
              L, scalar.f, si, first, p0, p1);
 }
 
@@ -98,7 +106,7 @@ void launch_fill(DType t, const Operand& y, std::span<const std::int64_t> shape,
   const long long vi = value.i;
   if (L.ndim == 0) {
     const long long n = L.n;
-    rt::launch(function(spec, {t}, Variant::contiguous, s), grid_stride_config(vector_items(n, {t}), s.device()), s,
+    rt::launch(function(spec, {t}, Variant::contiguous, s), contiguous_config(n, {t}), s,
                y.ptr, n, value.f, vi);
   } else {
     rt::launch(function(spec, {t}, Variant::strided, s), grid_stride_config(L.n, s.device()), s, y.ptr, L, value.f,
@@ -114,7 +122,7 @@ void launch_where(DType t, const Operand& cond, const Operand& a, const Operand&
   if (L.ndim == 0) {
     const long long n = L.n;
     rt::launch(function(spec, {t}, Variant::contiguous, s),
-               grid_stride_config(vector_items(n, {t, DType::boolean}), s.device()), s, cond.ptr, a.ptr, b.ptr, y.ptr,
+               contiguous_config(n, {t, DType::boolean}), s, cond.ptr, a.ptr, b.ptr, y.ptr,
                n);
   } else {
     rt::launch(function(spec, {t}, Variant::strided, s), grid_stride_config(L.n, s.device()), s, cond.ptr, a.ptr,
