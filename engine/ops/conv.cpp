@@ -161,7 +161,7 @@ Impl cpu_impl(int which, bool reference) {
 
 void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
   const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
-  if (run_conv_patch(false, sizes(g), x, w, y) || run_conv_igemm(ConvPass::forward, sizes(g), x, w, y)) return;
+  if (run_generated_conv(ConvPass::forward, sizes(g), x, w, y)) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -178,7 +178,7 @@ void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, con
 
 void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
   const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
-  if (run_conv_patch(true, sizes(g), gy, w, dx) || run_conv_igemm(ConvPass::grad_input, sizes(g), gy, w, dx)) return;
+  if (run_generated_conv(ConvPass::grad_input, sizes(g), gy, w, dx)) return;
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -195,9 +195,7 @@ void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in,
 
 void conv_grad_weight_gpu(const Geom& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
-  if (run_conv_wgrad(sizes(g), x, gy, dw) || run_conv_wgrad_small(sizes(g), x, gy, dw) ||
-      run_conv_igemm(ConvPass::grad_weight, sizes(g), gy, x, dw))
-    return;
+  if (run_generated_conv(ConvPass::grad_weight, sizes(g), x, gy, dw)) return;
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);

@@ -32,7 +32,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 // Tiles large enough to feed the tensor cores, small enough to fill the SMs; k split across
 // blocks when the output alone leaves most SMs idle (weight gradients).
-Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms) {
+Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms, ConvTiles tiles_ = {}) {
   Plan p;
   p.mma = mma;
   const std::int64_t cg = s.c / s.groups, og = s.o / s.groups, rs = s.kh * s.kw;
@@ -44,6 +44,7 @@ Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms) {
   p.bm = p.gm <= 32 ? 32 : p.gm <= 64 ? 64 : 128;
   auto tiles = [&] { return ceil_div(p.gm, p.bm) * ceil_div(p.gn, p.bn) * s.groups; };
   if (p.bm == 128 && tiles() < 2 * sms) p.bm = 64;
+  if (tiles_.bm > 0) p.bm = tiles_.bm, p.bn = tiles_.bn;
   p.grid_m = ceil_div(p.gm, p.bm);
   p.grid_n = ceil_div(p.gn, p.bn);
   const std::int64_t kt = ceil_div(p.gk, p.bk);
@@ -119,14 +120,28 @@ int conv_mma_for(DType ta, DType tb, DType to) {
   return -1;
 }
 
-bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+std::vector<ConvTiles> igemm_alternatives(ConvPass pass, const ConvSizes& s, DType t, int sm_count) {
+  const int mma = conv_mma_for(t, t, t);
+  if (mma < 0) return {};
+  const Plan h = plan_for(pass, s, mma, sm_count);
+  std::vector<ConvTiles> out;
+  // Neighbours of the heuristic's tile: half or twice as tall, half or twice as wide.
+  for (ConvTiles c : {ConvTiles{h.bm / 2, h.bn}, ConvTiles{h.bm * 2, h.bn}, ConvTiles{h.bm, h.bn / 2},
+                      ConvTiles{h.bm, h.bn * 2}})
+    if (c.bm >= 32 && c.bm <= 128 && c.bn >= 16 && c.bn <= 64 && c.bm < 2 * h.gm && c.bn < 2 * h.gn) out.push_back(c);
+  return out;
+}
+
+bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out,
+                    ConvTiles tiles, bool launch) {
   const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
   if (mma < 0 || out.numel() == 0) return false;
   const rt::DeviceInfo* info = generated_conv_device({&out, &a, &b});
   if (!info) return false;
   const int device = out.device().index();
-  const Plan p = plan_for(pass, s, mma, std::max(1, info->sm_count));
+  const Plan p = plan_for(pass, s, mma, std::max(1, info->sm_count), tiles);
   if (p.gk == 0) return false;  // an empty sum: the fallback writes the zeros
+  if (!launch) return true;
   const rt::KernelSpec& spec = spec_for(pass, s, p, a.dtype(), b.dtype(), out.dtype());
   const rt::Function fn = rt::get_function(spec, DTypes{DType::u8}, 0, device);
   Tensor ws;
@@ -143,10 +158,10 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
   return true;
 }
 
-std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count) {
+std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count, ConvTiles tiles) {
   const int mma = conv_mma_for(t, t, t);
   if (mma < 0) return {};
-  return source(pass, s, plan_for(pass, s, mma, sm_count), t, t, t);
+  return source(pass, s, plan_for(pass, s, mma, sm_count, tiles), t, t, t);
 }
 
 }  // namespace kiln::conv_detail

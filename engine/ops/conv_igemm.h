@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/generated_kernels.h"
@@ -23,24 +24,41 @@ struct ConvSizes {
 // All contiguous on one GPU. Returns false, having done nothing, when the generated kernel
 // does not apply (f64, f32 without TF32, mixed dtypes, pre-sm_80 devices, huge tensors or
 // KILN_CONV_IGEMM=0), so the caller takes its fallback.
-bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
+// `tiles` overrides the heuristic's block tile (the tuner's alternatives); launch = false only
+// says whether the kernel applies.
+struct ConvTiles {
+  int bm = 0, bn = 0;  // 0: the heuristic's
+};
+bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out,
+                    ConvTiles tiles = {}, bool launch = true);
+// Tiles worth timing beside the heuristic's (which is not listed) for dtype t.
+std::vector<ConvTiles> igemm_alternatives(ConvPass pass, const ConvSizes& s, DType t, int sm_count);
 
 // Stride-1 forward (flip = false) or input gradient (flip = true: a = gy, b = w, out = dx)
 // from input patches staged in shared memory (kernel_templates/conv_patch.cu); needs the
 // input channels per group to be a multiple of 16 (8 for TF32). Returns false, having done
 // nothing, where it does not apply.
-bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
-std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count);
+// rows > 0 overrides the heuristic's band of output rows per block; launch as for igemm.
+bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out, int rows = 0,
+                    bool launch = true);
+// Bands worth timing beside the heuristic's for dtype t.
+std::vector<int> patch_alternatives(bool flip, const ConvSizes& s, DType t, int sm_count, int max_smem);
+std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count, int rows = 0);
 
 // Stride-1 weight gradient (a = x, b = gy, out = dw) from staged gy and input rows
 // (kernel_templates/conv_wgrad.cu); input channels per group in 8s, kernels up to 8 wide.
-bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
+bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw, bool launch = true);
 std::string conv_wgrad_source(const ConvSizes& s, DType t, int sm_count);
 
 // Weight gradient (a = x, b = gy, out = dw) of a conv with at most 256 kernel rows (O * C * KH,
 // groups 1) up to 8 wide, on CUDA cores in f32 (kernel_templates/conv_wgrad_small.cu): a first
 // conv over few input channels, whose long sum over pixels tensor-core tiles would spread thin.
-bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw);
+bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw,
+                          bool launch = true);
+
+// The pass on the generated kernel measured fastest for this problem (kernels::run_tuned over
+// the paths above and their tiles); false, having done nothing, when none applies.
+bool run_generated_conv(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
 std::string conv_wgrad_small_source(const ConvSizes& s, DType t, int sm_count);
 
 // Adds the 16 sizes to the key of a generated conv module (rt::generated_kernels).
@@ -56,6 +74,6 @@ int conv_mma_for(DType ta, DType tb, DType to);
 
 // The kernel run_conv_igemm would generate for dtype t on a device of `sm_count` SMs; empty
 // when none applies. Lets tests compile every configuration with NVRTC without a GPU.
-std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count);
+std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count, ConvTiles tiles = {});
 
 }  // namespace kiln::conv_detail

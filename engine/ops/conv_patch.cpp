@@ -56,7 +56,7 @@ std::int64_t smem_bytes(const PatchConv& c, int mma, int rows, int bn) {
 
 // Bands of up to 14 row tiles of 16 pixels (accumulators stay in registers), narrowed until
 // the grid covers the SMs twice; none when even one row's patch overflows shared memory.
-std::optional<PatchPlan> plan_patch(const PatchConv& c, int mma, int sms, int max_smem) {
+std::optional<PatchPlan> plan_patch(const PatchConv& c, int mma, int sms, int max_smem, int rows = 0) {
   PatchPlan p;
   p.mma = mma;
   const std::int64_t cog = c.co / c.g;
@@ -68,6 +68,7 @@ std::optional<PatchPlan> plan_patch(const PatchConv& c, int mma, int sms, int ma
   if (c.ow > 224) return std::nullopt;
   auto blocks = [&] { return c.n * ceil_div(c.oh, p.rows) * ceil_div(cog, p.bn) * c.g; };
   while (p.rows > 1 && (blocks() < 2 * sms || smem_bytes(c, mma, p.rows, p.bn) > max_smem)) p.rows = (p.rows + 1) / 2;
+  if (rows > 0) p.rows = static_cast<int>(std::min<std::int64_t>(rows, c.oh));
   p.smem = smem_bytes(c, mma, p.rows, p.bn);
   if (p.smem > max_smem) return std::nullopt;
   p.bands = ceil_div(c.oh, p.rows);
@@ -106,7 +107,24 @@ bool applies(const PatchConv& c, int mma) {
 
 }  // namespace
 
-bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+std::vector<int> patch_alternatives(bool flip, const ConvSizes& s, DType t, int sm_count, int max_smem) {
+  const int mma = conv_mma_for(t, t, t);
+  const auto c = patch_conv(flip, s);
+  if (!c || !applies(*c, mma)) return {};
+  const auto h = plan_patch(*c, mma, sm_count, max_smem);
+  if (!h) return {};
+  std::vector<int> out;
+  // Half or twice the heuristic's band; a taller one holds more accumulators per block.
+  for (int rows : {h->rows / 2, h->rows * 2})
+    if (rows >= 1 && rows <= c->oh && rows * c->ow <= 224) {
+      const auto p = plan_patch(*c, mma, sm_count, max_smem, rows);
+      if (p && p->rows == rows && p->rows != h->rows) out.push_back(rows);
+    }
+  return out;
+}
+
+bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out, int rows,
+                    bool launch) {
   if (!generated_convs_enabled()) return false;
   const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
   const auto c = patch_conv(flip, s);
@@ -115,8 +133,9 @@ bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor
   const int device = out.device().index();
   const rt::DeviceInfo& info = rt::device_info(device);
   if (info.arch() < 80) return false;
-  const auto p = plan_patch(*c, mma, std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin));
+  const auto p = plan_patch(*c, mma, std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin), rows);
   if (!p) return false;
+  if (!launch) return true;
   const auto specs = specs_for(flip, *c, *p, out.dtype());
   const rt::Function fn = rt::get_function(*specs[0], DTypes{DType::u8}, 0, device);
   const rt::Function prep = rt::get_function(*specs[1], DTypes{DType::u8}, 0, device);
@@ -135,11 +154,11 @@ bool run_conv_patch(bool flip, const ConvSizes& s, const Tensor& a, const Tensor
   return true;
 }
 
-std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count) {
+std::string conv_patch_source(bool flip, const ConvSizes& s, DType t, int sm_count, int rows) {
   const int mma = conv_mma_for(t, t, t);
   const auto c = patch_conv(flip, s);
   if (!c || !applies(*c, mma)) return {};
-  const auto p = plan_patch(*c, mma, sm_count, 227 * 1024);
+  const auto p = plan_patch(*c, mma, sm_count, 227 * 1024, rows);
   return p ? source(flip, *c, *p, t) : std::string();
 }
 

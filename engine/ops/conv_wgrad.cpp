@@ -71,7 +71,7 @@ std::string source(const ConvSizes& s, const WgradPlan& p, DType t) {
 
 }  // namespace
 
-bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw) {
+bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw, bool launch) {
   const int mma = conv_mma_for(x.dtype(), gy.dtype(), dw.dtype());
   if (!applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
   const rt::DeviceInfo* info = generated_conv_device({&dw, &x, &gy});
@@ -79,6 +79,7 @@ bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const
   const int device = dw.device().index();
   const WgradPlan p = plan_for(s, mma, std::max(1, info->sm_count));
   if (p.smem > std::max(48 * 1024, info->max_shared_optin)) return false;
+  if (!launch) return true;
   rt::GeneratedKey key("conv_wgrad");
   key.add(p.mma, dw.dtype(), p.bc, p.ipb);
   add_sizes(key, s);

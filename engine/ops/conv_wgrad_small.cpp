@@ -54,7 +54,7 @@ std::string source(const ConvSizes& s, const SmallPlan& p, DType t) {
 
 }  // namespace
 
-bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw) {
+bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw, bool launch) {
   const int mma = conv_mma_for(x.dtype(), gy.dtype(), dw.dtype());
   if (!applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
   const rt::DeviceInfo* info = generated_conv_device({&dw, &x, &gy});
@@ -62,6 +62,7 @@ bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy,
   const int device = dw.device().index();
   const SmallPlan p = plan_for(s, dw.dtype(), std::max(1, info->sm_count));
   if (p.smem > std::max(48 * 1024, info->max_shared_optin)) return false;
+  if (!launch) return true;
   rt::GeneratedKey key("conv_wgrad_small");
   key.add(dw.dtype(), p.ipb);
   add_sizes(key, s);

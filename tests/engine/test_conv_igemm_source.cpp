@@ -130,3 +130,35 @@ TEST_CASE("no generated convolution for f64, or for f32 with TF32 switched off")
   CHECK_FALSE(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132).empty());
   set_allow_conv_tf32(tf32);
 }
+
+TEST_CASE("the tuner's tile alternatives compile for the MNIST cnn's and the speedrun's convs") {
+  const ConvSizes shapes[] = {make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),
+                              make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1), make(1024, 32, 14, 14, 64, 5, 1, 2, 1, 1)};
+  const bool tf32_was = allow_conv_tf32();
+  set_allow_conv_tf32(true);
+  int compiled = 0, alternatives = 0;
+  for (const ConvSizes& s : shapes)
+    for (DType t : {DType::bf16, DType::f32})
+      for (int pass = 0; pass < 3; ++pass) {
+        const auto p = static_cast<ConvPass>(pass);
+        for (conv_detail::ConvTiles tiles : conv_detail::igemm_alternatives(p, s, t, 132)) {
+          CAPTURE(tiles.bm);
+          CAPTURE(tiles.bn);
+          const std::string src = conv_detail::conv_igemm_source(p, s, t, 132, tiles);
+          REQUIRE_FALSE(src.empty());
+          CHECK(rt::compile({"conv_igemm", std::string(dtype_name(t)), src, 90}).cubin.size() > 0);
+          ++compiled, ++alternatives;
+        }
+        if (pass == 2) continue;
+        for (int rows : conv_detail::patch_alternatives(pass == 1, s, t, 132, 227 * 1024)) {
+          CAPTURE(rows);
+          const std::string src = conv_detail::conv_patch_source(pass == 1, s, t, 132, rows);
+          REQUIRE_FALSE(src.empty());
+          CHECK(rt::compile({"conv_patch", std::string(dtype_name(t)), src, 90}).cubin.size() > 0);
+          ++compiled, ++alternatives;
+        }
+      }
+  set_allow_conv_tf32(tf32_was);
+  CHECK(alternatives > 20);  // the tuner has real choices on these shapes
+  CHECK(compiled == alternatives);
+}

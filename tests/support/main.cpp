@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/tuning.h"
 #ifdef KILN_GPU_SUITE
 #include "core/registry.h"
 #endif
@@ -22,6 +24,9 @@ int main(int argc, char** argv) {
   // GPU results are compared with the independent CPU loops, not the CPU fast paths.
   kiln::use_cpu_reference(true);
 #endif
+  // Suites check the heuristics' kernels against references; the tuning tests switch measuring
+  // on themselves (a suite that measured every shape it meets would spend minutes compiling).
+  if (!std::getenv("KILN_TUNE")) kiln::rt::set_tune_mode(kiln::rt::TuneMode::cached);
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

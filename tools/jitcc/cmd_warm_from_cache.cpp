@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "kiln/runtime/tuning.h"
 #include "warm_batch.h"
 
 namespace jitcc {
@@ -55,6 +56,7 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
       ++builtin;
       continue;
     }
+    if (info.ok && info.key.kind == rt::kTuneKind) continue;  // a measured choice, no kernel to compile
     if (info.ok) e = source.read(info.path, &problem);
     if (!e) {
       failures.push_back({info.key.op.empty() ? info.path.filename().string() : describe(info.key), info.path,

@@ -20,16 +20,12 @@
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/tuning.h"
+#include "tuner.h"
 
 namespace kiln::kernels {
 
 namespace {
-
-// KILN_GEMM_AUTOTUNE=1 turns autotuning on from the start (benchmarks, a trainer run).
-std::atomic<bool> g_autotune{[] {
-  const char* v = std::getenv("KILN_GEMM_AUTOTUNE");
-  return v && std::string(v) == "1";
-}()};
 
 struct LtTypes {
   cudaDataType data, scale;
@@ -69,6 +65,8 @@ std::uint32_t alignment(rt::DevicePtr p) {
   return a;
 }
 
+constexpr int kTuneCandidates = 16;  // cuBLASLt's first picks, timed once per shape
+
 using Key = std::tuple<int, DType, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t, std::int64_t,
                        std::int64_t, LtEpilogue, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
 
@@ -78,7 +76,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> candidates;
   cublasLtMatmulAlgo_t algo{};
-  bool found = false, tuned = false;
+  bool found = false, settled = false;  // settled: the measured or remembered choice is in algo
 };
 
 struct Plans {
@@ -126,7 +124,8 @@ Plan make_plan(const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
-  p.candidates.resize(gemm_autotune() ? 16 : 1);  // the heuristic's first choice, or candidates to time
+  // The heuristic's first choice, or candidates to time.
+  p.candidates.resize(rt::tune_mode() == rt::TuneMode::off ? 1 : kTuneCandidates);
   int returned = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(rt::cublaslt_handle(device)), p.op, p.a, p.b, p.d, p.d, pref,
@@ -159,30 +158,59 @@ void launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const LtMatmul& g, 
                              static_cast<cudaStream_t>(s.handle())));
 }
 
-// Runs each candidate (one warm-up, then 3 timed) and keeps the fastest.
-void autotune(Plan& p, const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws, const rt::Stream& s) {
-  p.tuned = true;
-  if (p.candidates.size() < 2) return;
-  rt::Event start = rt::Event::create(s.device(), true), stop = rt::Event::create(s.device(), true);
-  float best = -1;
-  for (const auto& c : p.candidates) {
-    launch(p, c.algo, g, t, ws, s);
-    start.record(s);
-    for (int i = 0; i < 3; ++i) launch(p, c.algo, g, t, ws, s);
-    stop.record(s);
-    stop.synchronize();
-    const float ms = stop.elapsed_ms_since(start);
-    if (best < 0 || ms < best) {
-      best = ms;
-      p.algo = c.algo;
-    }
-  }
+// An algorithm's configuration as text: what the tuning store remembers it by.
+std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
+  std::string name;
+  auto field = [&](const char* label, cublasLtMatmulAlgoConfigAttributes_t attr, auto value) {
+    std::size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) != CUBLAS_STATUS_SUCCESS)
+      return;
+    if (!name.empty()) name += ' ';
+    name.append(label).append(std::to_string(value));
+  };
+  field("algo", CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0});
+  field("tile", CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0});
+  field("stages", CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0});
+  field("splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM, std::int32_t{0});
+  field("reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, std::uint32_t{0});
+  field("swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, std::uint32_t{0});
+  field("custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0});
+  field("inner", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, std::uint16_t{0});
+  field("cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0});
+  return name;
+}
+
+rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
+  static const char* epilogues[] = {"none", "bias", "relu_bias", "bgrad_b"};
+  std::string problem;
+  for (auto [label, v] : {std::pair{"m", g.m}, {" n", g.n}, {" k", g.k}, {" lda", g.lda}, {" ldb", g.ldb}, {" ldd", g.ldd}})
+    problem.append(label).append(std::to_string(v));
+  problem.append(g.trans_a ? " At" : " A").append(g.trans_b ? " Bt" : " B");
+  problem.append(" epilogue ").append(epilogues[static_cast<int>(g.epilogue)]).append(" align");
+  for (std::uint32_t a : {std::get<11>(key), std::get<12>(key), std::get<13>(key), std::get<14>(key)})
+    problem.append(" ").append(std::to_string(a));
+  const std::string dtypes = std::string(dtype_name(g.dtype)) + (g.dtype == DType::f32 && allow_tf32() ? "/tf32" : "");
+  return {"cublaslt", problem, dtypes, rt::device_info(device).arch(),
+          "cublasLt " + std::to_string(cublasLtGetVersion())};
+}
+
+// Every candidate writes D (and the bias gradient); run_tuned runs the remembered or fastest.
+void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
+          const rt::Stream& s) {
+  std::vector<TuneCandidate> cands;
+  for (const auto& c : p.candidates)
+    cands.push_back({algo_name(c.algo), [&p, &c, &g, &t, &ws, &s] { launch(p, c.algo, g, t, ws, s); }});
+  TuneCheck check;
+  check.outputs.push_back({g.d, g.dtype, g.n, g.m, g.ldd});
+  if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, g.dtype, 1, g.n, g.n});
+  // Split-K and reduction orders round differently; a wrong kernel is far off.
+  check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
+  const TuneOutcome out = run_tuned(tune_key(key, g, s.device()), cands, check, s);
+  p.algo = p.candidates[out.index].algo;
+  p.settled = out.settled;
 }
 
 }  // namespace
-
-void set_gemm_autotune(bool on) { g_autotune.store(on, std::memory_order_relaxed); }
-bool gemm_autotune() { return g_autotune.load(std::memory_order_relaxed); }
 
 bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   const LtTypes t = lt_types(g.dtype);
@@ -197,13 +225,10 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (it == ps.by_key.end()) it = ps.by_key.emplace(key, make_plan(g, t, ws, key, s.device())).first;
   Plan& p = it->second;
   if (!p.found) return false;
-  if (rt::shape_only()) return true;  // planned (the heuristic's choice kept), run nothing
-  if (gemm_autotune() && !p.tuned && !rt::thread_capturing()) {
-    if (p.candidates.size() < 2) {  // planned before autotuning was on: ask for candidates
-      release(p);
-      p = make_plan(g, t, ws, key, s.device());
-    }
-    autotune(p, g, t, ws, s);
+  if (rt::shape_only()) return true;  // planned, run nothing
+  if (!p.settled) {
+    tune(p, key, g, t, ws, s);  // runs the product
+    return true;
   }
   launch(p, p.algo, g, t, ws, s);
   return true;

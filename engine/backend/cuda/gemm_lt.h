@@ -4,8 +4,8 @@
 // sum over the product's k dimension. Column-major, as cuBLASLt sees it:
 //   D (m x n) = op(A) (m x k) @ op(B) (k x n)           [+ bias (m), then ReLU]
 //   bias_grad (n) = sum over k of op(B)                    (bgrad_b)
-// The chosen algorithm is kept per (device, dtype, sizes, layouts, epilogue, alignment), so a
-// shape costs one heuristic query; set_gemm_autotune(true) times the candidates instead.
+// The algorithm is chosen per (device, dtype, sizes, layouts, epilogue, alignment): cuBLASLt's
+// first 16 candidates timed once (tuner.h), and the choice kept in the disk cache.
 #include <cstdint>
 
 #include "kiln/dtype.h"
@@ -29,11 +29,5 @@ struct LtMatmul {
 // Enqueues the product on `s`. false, enqueuing nothing, when cuBLASLt has no algorithm for
 // it (the caller then takes another path); DTypeError for a dtype it never handles.
 [[nodiscard]] bool lt_matmul(const LtMatmul& g, const rt::Stream& s);
-
-// Autotuning: the first call of a configuration outside a capture runs each heuristic
-// candidate a few times and keeps the fastest. Off by default: which algorithm wins can vary
-// between processes, and with it the rounding of the results. KILN_GEMM_AUTOTUNE=1 turns it on.
-void set_gemm_autotune(bool on);
-bool gemm_autotune();
 
 }  // namespace kiln::kernels

@@ -1,0 +1,149 @@
+// run_tuned: the measuring side of rt::tuning's store.
+#include "tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kiln/error.h"
+#include "kiln/half.h"
+#include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/log.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+// The output's elements as doubles, in line order.
+std::vector<double> read_output(const TuneOutput& o, const rt::Stream& s) {
+  const std::size_t es = dtype_size(o.dtype);
+  const std::int64_t span = o.lines > 0 ? (o.lines - 1) * o.stride + o.length : 0;
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(span) * es);
+  if (!bytes.empty()) rt::copy_to_host(bytes.data(), o.ptr, bytes.size(), s);
+  s.synchronize();
+  std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(o.lines * o.length));
+  for (std::int64_t l = 0; l < o.lines; ++l)
+    for (std::int64_t i = 0; i < o.length; ++i) {
+      const unsigned char* p = bytes.data() + static_cast<std::size_t>(l * o.stride + i) * es;
+      std::uint16_t h;
+      float f;
+      double d;
+      switch (o.dtype) {
+        case DType::f64: std::memcpy(&d, p, 8); break;
+        case DType::f32: std::memcpy(&f, p, 4), d = f; break;
+        case DType::f16: std::memcpy(&h, p, 2), d = half_bits_to_float(h); break;
+        case DType::bf16: std::memcpy(&h, p, 2), d = bf16_bits_to_float(h); break;
+        default: throw DTypeError("[tune] outputs of dtype " + std::string(dtype_name(o.dtype)) + " are not checked");
+      }
+      out.push_back(d);
+    }
+  return out;
+}
+
+std::vector<double> read_outputs(const TuneCheck& c, const rt::Stream& s) {
+  std::vector<double> all;
+  for (const TuneOutput& o : c.outputs) {
+    std::vector<double> v = read_output(o, s);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// Milliseconds per run of `run`, from enough back-to-back runs to span about a millisecond.
+double time_ms(const std::function<void()>& run, const rt::Stream& s) {
+  rt::Event start = rt::Event::create(s.device(), true), stop = rt::Event::create(s.device(), true);
+  auto batch = [&](int reps) {
+    start.record(s);
+    for (int i = 0; i < reps; ++i) run();
+    stop.record(s);
+    stop.synchronize();
+    return static_cast<double>(stop.elapsed_ms_since(start)) / reps;
+  };
+  const double once = batch(1);
+  const int reps = static_cast<int>(std::clamp(1.0 / std::max(once, 1e-4), 3.0, 50.0));
+  return std::min(once, batch(reps));
+}
+
+// Compiles every candidate's kernels at once on the prefetch threads, instead of one NVRTC
+// compile after another as each first runs.
+void compile_all(std::span<const TuneCandidate> candidates) {
+  std::vector<rt::KernelRequest> requests;
+  {
+    rt::ShapeOnlyPass pass;
+    for (const TuneCandidate& c : candidates) c.run();
+    requests = pass.requests();
+  }
+  rt::prefetch(std::move(requests));
+  rt::wait_for_prefetch();
+}
+
+}  // namespace
+
+bool outputs_agree(std::span<const double> want, std::span<const double> got, double tolerance) {
+  if (want.size() != got.size()) return false;
+  double scale = 0;
+  for (double w : want)
+    if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
+  const double limit = tolerance * std::max(scale, std::numeric_limits<double>::min());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double w = want[i], g = got[i];
+    if (std::isnan(w) || std::isnan(g)) {
+      if (std::isnan(w) != std::isnan(g)) return false;
+    } else if (std::isinf(w) || std::isinf(g)) {
+      if (w != g) return false;
+    } else if (std::abs(w - g) > limit) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
+                      const rt::Stream& s) {
+  if (candidates.empty()) throw ValueError("[tune] " + key.site + ": no candidates for " + key.problem);
+  auto run = [&](std::size_t i, bool settled = true) {
+    candidates[i].run();
+    return TuneOutcome{i, settled};
+  };
+  if (candidates.size() == 1) return run(0);
+  if (std::optional<rt::TuneChoice> c = rt::find_choice(key)) {
+    for (std::size_t i = 0; i < candidates.size(); ++i)
+      if (candidates[i].name == c->variant) return run(i);
+  }
+  if (rt::shape_only()) {
+    if (rt::tune_mode() != rt::TuneMode::on) return run(0);
+    for (const TuneCandidate& c : candidates) c.run();  // every kernel planned, for the tuning to come
+    return {0, false};
+  }
+  if (rt::tune_mode() != rt::TuneMode::on) return run(0);
+  if (rt::thread_capturing()) return run(0, false);
+
+  compile_all(candidates);
+  run(0);
+  const std::vector<double> want = read_outputs(check, s);
+  std::size_t best = 0;
+  double best_ms = std::numeric_limits<double>::infinity();
+  std::string detail;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (i > 0) {
+      run(i);
+      if (!outputs_agree(want, read_outputs(check, s), check.tolerance)) {
+        rt::log().warn("[tune] {} {}: candidate '{}' disagrees with '{}'; not used", key.site, key.problem,
+                       candidates[i].name, candidates[0].name);
+        detail += candidates[i].name + ": rejected, its output disagrees with the reference\n";
+        continue;
+      }
+    }
+    const double ms = time_ms(candidates[i].run, s);
+    detail += candidates[i].name + ": " + std::to_string(ms * 1e3) + " us\n";
+    if (ms < best_ms) best_ms = ms, best = i;
+  }
+  run(best);  // the output is the chosen candidate's, as in every later call
+  rt::store_choice(key, {candidates[best].name, detail});
+  return {best, true};
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,55 @@
+#pragma once
+// Runs one of several ways of doing the same GPU work, the one measured fastest for this exact
+// problem. The first time a problem is seen (KILN_TUNE=on, outside a graph capture), every
+// candidate runs once, its output is checked against candidate 0's (the heuristic's pick, the
+// reference), and the ones that agree are timed; the fastest is remembered in memory and in the
+// disk cache (rt::store_choice), so later calls and later processes run it without measuring.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/memory.h"
+#include "kiln/runtime/tuning.h"
+
+namespace kiln::kernels {
+
+struct TuneCandidate {
+  std::string name;           // stable across processes: it is what the cache remembers
+  std::function<void()> run;  // enqueues the work on the tuning stream
+};
+
+// Device memory every candidate writes: `lines` runs of `length` elements, `stride` apart.
+struct TuneOutput {
+  rt::DevicePtr ptr = 0;
+  DType dtype = DType::f32;
+  std::int64_t lines = 1, length = 0, stride = 0;
+};
+
+struct TuneCheck {
+  std::vector<TuneOutput> outputs;
+  // Largest |candidate - reference| accepted, as a share of the reference's largest magnitude.
+  double tolerance = 1e-5;
+};
+
+struct TuneOutcome {
+  std::size_t index = 0;  // the candidate that ran
+  bool settled = true;    // false: a capture or shape-only pass ran the heuristic's pick, not yet measured
+};
+
+// Runs the chosen candidate on `s`. Candidate 0 runs when there is a single one, while
+// capturing, with KILN_TUNE=off, or with =cached and nothing remembered. A shape-only pass
+// runs them all, so each kernel is planned (callers whose work is not skipped in such a pass,
+// library calls, must not come here in one).
+TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
+                      const rt::Stream& s);
+
+// Whether `got` agrees with `want` within `tolerance` of want's largest magnitude, NaNs in the
+// same places; the values as doubles. Exposed for the tests.
+bool outputs_agree(std::span<const double> want, std::span<const double> got, double tolerance);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,48 @@
+#pragma once
+// Choices among variants of one piece of work (a cuBLASLt algorithm, a convolution's kernel and
+// tiles), measured once per (site, problem, dtypes, arch, library) and remembered in memory and
+// in the disk cache as an entry of kind "tune", so no later process measures them again.
+// KILN_TUNE: on (default) measures what is not remembered; cached uses remembered choices and
+// each site's heuristic otherwise; off always takes the heuristic.
+#include <optional>
+#include <string>
+
+#include "kiln/runtime/disk_cache.h"
+
+namespace kiln::rt {
+
+struct TuneKey {
+  std::string site;     // "cublaslt", "conv2d"
+  std::string problem;  // shape and layout as canonical text
+  std::string dtypes;   // "f32", "bf16"
+  int arch = 0;         // 90 for sm_90
+  std::string library;  // what else the candidates depend on: "cublasLt 130100", "kiln conv 1"
+};
+
+struct TuneChoice {
+  std::string variant;  // the chosen candidate's name
+  std::string detail;   // each candidate's time, one per line, for a reader
+};
+
+enum class TuneMode { off, cached, on };
+TuneMode tune_mode();
+void set_tune_mode(TuneMode mode);  // process-wide; jitcc tune and tests
+// "off", "cached", "on"; nullopt for anything else.
+std::optional<TuneMode> parse_tune_mode(const std::string& text);
+
+// The remembered choice for `key` (memory, then the disk cache); nullopt when none, or when
+// tuning is off.
+std::optional<TuneChoice> find_choice(const TuneKey& key);
+// Remembers `choice` in memory and, when the disk cache is writable, on disk.
+void store_choice(const TuneKey& key, const TuneChoice& choice);
+// Forgets the in-memory choices (tests: the next lookup reads the disk cache).
+void forget_choices_in_memory();
+
+// The disk cache entry of a choice (kind "tune": its source is the question, its ptx field the
+// answer); tune_entry_choice reads a choice back, nullopt when the entry is not one.
+Entry tune_entry(const TuneKey& key, const TuneChoice& choice);
+EntryKey tune_entry_key(const TuneKey& key);
+std::optional<TuneChoice> tune_entry_choice(const Entry& e);
+inline constexpr const char* kTuneKind = "tune";
+
+}  // namespace kiln::rt

@@ -1,0 +1,117 @@
+// The store of measured choices: a map in memory in front of "tune" entries of the disk cache.
+#include "kiln/runtime/tuning.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kiln/runtime/log.h"
+
+namespace kiln::rt {
+
+namespace {
+
+std::atomic<TuneMode> g_mode{[] {
+  const char* v = std::getenv("KILN_TUNE");
+  if (!v || !*v) return TuneMode::on;
+  if (auto m = parse_tune_mode(v)) return *m;
+  log().warn("[tune] KILN_TUNE='{}' is not one of on, cached, off: tuning stays on", v);
+  return TuneMode::on;
+}()};
+
+using MemKey = std::tuple<std::string, std::string, std::string, int, std::string>;
+
+struct Memory {
+  std::mutex mu;
+  std::map<MemKey, TuneChoice> choices;
+};
+
+Memory& memory() {
+  static auto* m = new Memory;  // never destroyed: ops may tune during static destruction
+  return *m;
+}
+
+MemKey mem_key(const TuneKey& k) { return {k.site, k.problem, k.dtypes, k.arch, k.library}; }
+
+// The whole question: the digest covers the source, not the op or dtypes fields.
+std::string question(const TuneKey& k) {
+  return "site " + k.site + "\nproblem " + k.problem + "\ndtypes " + k.dtypes + "\narch " + std::to_string(k.arch) +
+         "\nlibrary " + k.library + "\n";
+}
+
+}  // namespace
+
+std::optional<TuneMode> parse_tune_mode(const std::string& text) {
+  if (text == "on") return TuneMode::on;
+  if (text == "cached") return TuneMode::cached;
+  if (text == "off") return TuneMode::off;
+  return std::nullopt;
+}
+
+TuneMode tune_mode() { return g_mode.load(std::memory_order_relaxed); }
+void set_tune_mode(TuneMode mode) { g_mode.store(mode, std::memory_order_relaxed); }
+
+EntryKey tune_entry_key(const TuneKey& key) {
+  EntryKey k;
+  k.op = "tune/" + key.site;
+  k.dtypes = key.dtypes;
+  k.arch = key.arch;
+  k.kind = kTuneKind;
+  k.options = key.library;
+  k.label = key.site + " " + key.problem;
+  k.digest = entry_digest(k, question(key));
+  return k;
+}
+
+Entry tune_entry(const TuneKey& key, const TuneChoice& choice) {
+  Entry e;
+  e.key = tune_entry_key(key);
+  e.source = question(key);
+  e.ptx = choice.variant + "\n" + choice.detail;
+  return e;
+}
+
+std::optional<TuneChoice> tune_entry_choice(const Entry& e) {
+  if (e.key.kind != kTuneKind) return std::nullopt;
+  const auto nl = e.ptx.find('\n');
+  TuneChoice c{e.ptx.substr(0, nl), nl == std::string::npos ? "" : e.ptx.substr(nl + 1)};
+  if (c.variant.empty()) return std::nullopt;
+  return c;
+}
+
+std::optional<TuneChoice> find_choice(const TuneKey& key) {
+  if (tune_mode() == TuneMode::off) return std::nullopt;
+  Memory& m = memory();
+  {
+    std::lock_guard lock(m.mu);
+    if (auto it = m.choices.find(mem_key(key)); it != m.choices.end()) return it->second;
+  }
+  std::optional<Entry> e = DiskCache::global().load(tune_entry_key(key));
+  if (!e) return std::nullopt;
+  std::optional<TuneChoice> c = tune_entry_choice(*e);
+  if (c) {
+    std::lock_guard lock(m.mu);
+    m.choices.emplace(mem_key(key), *c);
+  }
+  return c;
+}
+
+void store_choice(const TuneKey& key, const TuneChoice& choice) {
+  {
+    Memory& m = memory();
+    std::lock_guard lock(m.mu);
+    m.choices.insert_or_assign(mem_key(key), choice);
+  }
+  DiskCache& cache = DiskCache::global();
+  if (cache.mode() == CacheMode::read_write) cache.store(tune_entry(key, choice));
+}
+
+void forget_choices_in_memory() {
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  m.choices.clear();
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,164 @@
+// Choices by measurement (backend/cuda/tuner.h): the fastest candidate that agrees with the
+// reference is chosen, remembered in memory and in the disk cache, and used without measuring
+// again; a candidate that disagrees is never chosen; KILN_TUNE's modes. Then the two sites:
+// cuBLASLt algorithms for linear and the generated convolutions, tuned, against the CPU
+// reference.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backend/cuda/tuner.h"
+#include "core/tensor/dispatch.h"
+#include "gpu_match.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/tuning.h"
+
+using namespace kiln;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// Sets the tuning mode for a scope.
+struct TuneModeGuard {
+  rt::TuneMode was = rt::tune_mode();
+  explicit TuneModeGuard(rt::TuneMode m) { rt::set_tune_mode(m); }
+  ~TuneModeGuard() { rt::set_tune_mode(was); }
+};
+
+// A problem no earlier run has stored: the test cache is shared between runs.
+std::string fresh_problem(const std::string& what) {
+  return what + " pid " + std::to_string(::getpid()) + " t " +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// Candidates filling `y` (1 Mi floats): `value` each time, `repeats` times (slower when more).
+struct Fills {
+  Tensor y = zeros({1 << 20}, {.device = kGpu});
+  std::vector<int> runs;
+  std::vector<kernels::TuneCandidate> make(const std::vector<std::pair<double, int>>& spec) {
+    runs.assign(spec.size(), 0);
+    std::vector<kernels::TuneCandidate> c;
+    for (std::size_t i = 0; i < spec.size(); ++i)
+      c.push_back({"fill " + std::to_string(i), [this, i, v = spec[i].first, r = spec[i].second] {
+                     ++runs[i];
+                     for (int k = 0; k < r; ++k) y.fill_(v);
+                   }});
+    return c;
+  }
+  kernels::TuneCheck check() const { return {{{device_address(y), DType::f32, 1, y.numel(), y.numel()}}, 1e-6}; }
+};
+
+}  // namespace
+
+TEST_CASE("run_tuned picks the fastest candidate that agrees with the reference, and remembers it") {
+  TuneModeGuard on(rt::TuneMode::on);
+  Fills f;
+  // 0: the reference, slow; 1: wrong and fastest; 2: right and fast; 3: right and slower.
+  const auto c = f.make({{1.0, 40}, {2.0, 1}, {1.0, 1}, {1.0, 10}});
+  const rt::TuneKey key{"test", fresh_problem("fills"), "f32", 90, "test 1"};
+  const kernels::TuneOutcome first = kernels::run_tuned(key, c, f.check(), rt::default_stream(0));
+  CHECK(first.index == 2);
+  CHECK(first.settled);
+  CHECK(f.y.to(Device::cpu()).item<float>() == 1.0f);  // the output is the chosen one's
+  const std::optional<rt::TuneChoice> stored = rt::find_choice(key);
+  REQUIRE(stored);
+  CHECK(stored->variant == "fill 2");
+  CHECK(stored->detail.find("fill 1: rejected") != std::string::npos);
+  CHECK(stored->detail.find("fill 3: ") != std::string::npos);
+
+  // Later calls run the choice alone, also after the memory is forgotten (from the disk cache).
+  for (bool forget : {false, true}) {
+    if (forget) rt::forget_choices_in_memory();
+    const auto again = f.make({{1.0, 40}, {2.0, 1}, {1.0, 1}, {1.0, 10}});
+    CHECK(kernels::run_tuned(key, again, f.check(), rt::default_stream(0)).index == 2);
+    CHECK(f.runs == std::vector<int>{0, 0, 1, 0});
+  }
+}
+
+TEST_CASE("KILN_TUNE modes: cached and off run the reference where nothing is remembered; off ignores the store") {
+  Fills f;
+  const rt::TuneKey key{"test", fresh_problem("modes"), "f32", 90, "test 1"};
+  {
+    TuneModeGuard cached(rt::TuneMode::cached);
+    const auto c = f.make({{1.0, 20}, {1.0, 1}});
+    CHECK(kernels::run_tuned(key, c, f.check(), rt::default_stream(0)).index == 0);
+    CHECK(f.runs == std::vector<int>{1, 0});
+    CHECK_FALSE(rt::find_choice(key));  // cached mode measures nothing, stores nothing
+  }
+  {
+    TuneModeGuard on(rt::TuneMode::on);
+    const auto c = f.make({{1.0, 20}, {1.0, 1}});
+    CHECK(kernels::run_tuned(key, c, f.check(), rt::default_stream(0)).index == 1);
+  }
+  {
+    TuneModeGuard off(rt::TuneMode::off);
+    const auto c = f.make({{1.0, 20}, {1.0, 1}});
+    CHECK(kernels::run_tuned(key, c, f.check(), rt::default_stream(0)).index == 0);
+  }
+  TuneModeGuard cached(rt::TuneMode::cached);
+  const auto c = f.make({{1.0, 20}, {1.0, 1}});
+  CHECK(kernels::run_tuned(key, c, f.check(), rt::default_stream(0)).index == 1);
+}
+
+TEST_CASE("tuned cuBLASLt algorithms for linear match the CPU reference, and the choice is in the disk cache") {
+  TuneModeGuard on(rt::TuneMode::on);
+  Generator gen(11);
+  // A shape of its own (k = 781), so this process measures it unless an earlier run stored it.
+  const Tensor x = randn({128, 781}, {.device = kGpu}, &gen), w = randn({512, 781}, {.device = kGpu}, &gen),
+               b = randn({512}, {.device = kGpu}, &gen);
+  const Tensor y = linear(x, w, b, Activation::relu);
+  const Tensor ref = linear(x.to(Device::cpu()), w.to(Device::cpu()), b.to(Device::cpu()), Activation::relu);
+  kiln_test::check_match(ref, y, 2e-4, "tuned linear");
+  bool found = false;
+  for (const rt::EntryInfo& info : rt::DiskCache::global().list())
+    if (info.key.kind == rt::kTuneKind && info.key.op == "tune/cublaslt" &&
+        info.key.label.find("k781") != std::string::npos) {
+      const std::optional<rt::Entry> e = rt::DiskCache::global().read(info.path);
+      REQUIRE(e);
+      const auto choice = rt::tune_entry_choice(*e);
+      REQUIRE(choice);
+      CHECK(choice->variant.find("algo") == 0);
+      found = true;
+    }
+  CHECK(found);
+}
+
+TEST_CASE("tuned convolutions (bf16, TF32; forward, input and weight gradients) match the CPU reference") {
+  TuneModeGuard on(rt::TuneMode::on);
+  const bool tf32_was = allow_conv_tf32();
+  set_allow_conv_tf32(true);
+  struct Case {
+    Shape x, w;
+    std::int64_t pad;
+  };
+  // The trainer's cnn and the speedrun's convs, at small batches.
+  for (const Case& c : {Case{{8, 1, 28, 28}, {32, 1, 5, 5}, 2}, Case{{8, 32, 14, 14}, {64, 32, 5, 5}, 2},
+                        Case{{8, 24, 12, 12}, {32, 24, 3, 3}, 0}})
+    for (DType t : {DType::bf16, DType::f32}) {
+      CAPTURE(t);
+      CAPTURE(c.w);
+      Generator gen(3);
+      const Conv2dOptions o{.padding = {c.pad}};
+      const Tensor x = randn(c.x, {.device = kGpu}, &gen).to(t), w = randn(c.w, {.device = kGpu}, &gen).to(t);
+      const Tensor y = conv2d(x, w, {}, o);
+      const Tensor gy = randn(y.shape(), {.device = kGpu}, &gen).to(t);
+      const Tensor dx = conv2d_grad_input(gy, w, c.x, o), dw = conv2d_grad_weight(x, gy, c.w, o);
+      auto cpu = [](const Tensor& v) { return v.to(Device::cpu()).to(DType::f64); };
+      const double tol = t == DType::bf16 ? 3e-2 : 5e-3;
+      auto close = [&](const Tensor& want, const Tensor& got, const char* what) {
+        const double scale = max(abs(want)).item<double>();
+        const double err = max(abs(sub(want, cpu(got)))).item<double>();
+        INFO(what << ": max error " << err << " against max |value| " << scale);
+        CHECK(err <= tol * scale);
+      };
+      close(conv2d(cpu(x), cpu(w), {}, o), y, "forward");
+      close(conv2d_grad_input(cpu(gy), cpu(w), c.x, o), dx, "input gradient");
+      close(conv2d_grad_weight(cpu(x), cpu(gy), c.w, o), dw, "weight gradient");
+    }
+  set_allow_conv_tf32(tf32_was);
+}
