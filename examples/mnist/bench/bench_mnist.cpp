@@ -10,8 +10,8 @@
 //   fused the compiled steps with fusion on (CompileOptions::fuse)
 //   bench_mnist [--data DIR] [--steps N] [--seed S] [--only mlp|cnn] [--no-tta] [--tf32]
 //               [--precision f32|tf32|bf16|f16]
-// --tf32 lets f32 matmuls use TF32 tensor cores (kiln::set_allow_tf32); KILN_GEMM_AUTOTUNE=1
-// times cuBLASLt's candidate algorithms for each product. --precision measures every row as
+// --tf32 lets f32 matmuls use TF32 tensor cores (kiln::set_allow_tf32); KILN_TUNE=off measures
+// the heuristics' kernels instead of the tuned choices (on by default). --precision measures every row as
 // mnist-train --precision trains: f32 with TF32 off for matmuls and convs, tf32 with both on,
 // bf16/f16 with forward and loss under autocast (f16 with a GradScaler); without it, the
 // library's defaults (TF32 for convs only, as PyTorch). The JSON line then names the precision.
