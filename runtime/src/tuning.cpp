@@ -15,10 +15,10 @@ namespace {
 
 std::atomic<TuneMode> g_mode{[] {
   const char* v = std::getenv("KILN_TUNE");
-  if (!v || !*v) return TuneMode::on;
+  if (!v || !*v) return TuneMode::auto_;
   if (auto m = parse_tune_mode(v)) return *m;
-  log().warn("[tune] KILN_TUNE='{}' is not one of on, cached, off: tuning stays on", v);
-  return TuneMode::on;
+  log().warn("[tune] KILN_TUNE='{}' is not one of on, auto, cached, off: it stays auto", v);
+  return TuneMode::auto_;
 }()};
 
 using MemKey = std::tuple<std::string, std::string, std::string, int, std::string>;
@@ -46,6 +46,7 @@ std::string question(const TuneKey& k) {
 std::optional<TuneMode> parse_tune_mode(const std::string& text) {
   if (text == "on") return TuneMode::on;
   if (text == "cached") return TuneMode::cached;
+  if (text == "auto") return TuneMode::auto_;
   if (text == "off") return TuneMode::off;
   return std::nullopt;
 }

@@ -107,6 +107,19 @@ TEST_CASE("KILN_TUNE modes: cached and off run the reference where nothing is re
   CHECK(kernels::run_tuned(key, c, f.check(), rt::default_stream(0)).index == 1);
 }
 
+TEST_CASE("KILN_TUNE=auto measures candidates that need no compile, and not those that do") {
+  TuneModeGuard automatic(rt::TuneMode::auto_);
+  Fills f;
+  const rt::TuneKey compiled{"test", fresh_problem("auto compiled"), "f32", 90, "test 1"};
+  auto c = f.make({{1.0, 20}, {1.0, 1}});
+  CHECK(kernels::run_tuned(compiled, c, f.check(), rt::default_stream(0), true).index == 0);
+  CHECK_FALSE(rt::find_choice(compiled));
+  const rt::TuneKey free{"test", fresh_problem("auto free"), "f32", 90, "test 1"};
+  c = f.make({{1.0, 20}, {1.0, 1}});
+  CHECK(kernels::run_tuned(free, c, f.check(), rt::default_stream(0), false).index == 1);
+  CHECK(rt::find_choice(free));
+}
+
 TEST_CASE("tuned cuBLASLt algorithms for linear match the CPU reference, and the choice is in the disk cache") {
   TuneModeGuard on(rt::TuneMode::on);
   Generator gen(11);

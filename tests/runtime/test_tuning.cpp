@@ -60,6 +60,7 @@ TEST_CASE("a stored choice is found again from the disk cache once the memory fo
 TEST_CASE("KILN_TUNE spellings") {
   CHECK(parse_tune_mode("on") == TuneMode::on);
   CHECK(parse_tune_mode("cached") == TuneMode::cached);
+  CHECK(parse_tune_mode("auto") == TuneMode::auto_);
   CHECK(parse_tune_mode("off") == TuneMode::off);
   for (const char* bad : {"", "ON", "1", "yes", "cache"}) CHECK_FALSE(parse_tune_mode(bad));
 }

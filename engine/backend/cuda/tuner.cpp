@@ -102,7 +102,7 @@ bool outputs_agree(std::span<const double> want, std::span<const double> got, do
 }
 
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
-                      const rt::Stream& s) {
+                      const rt::Stream& s, bool compile) {
   if (candidates.empty()) throw ValueError("[tune] " + key.site + ": no candidates for " + key.problem);
   auto run = [&](std::size_t i, bool settled = true) {
     candidates[i].run();
@@ -113,12 +113,14 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
     for (std::size_t i = 0; i < candidates.size(); ++i)
       if (candidates[i].name == c->variant) return run(i);
   }
+  const rt::TuneMode mode = rt::tune_mode();
+  const bool measure = mode == rt::TuneMode::on || (mode == rt::TuneMode::auto_ && !compile);
   if (rt::shape_only()) {
-    if (rt::tune_mode() != rt::TuneMode::on) return run(0);
+    if (!measure) return run(0);
     for (const TuneCandidate& c : candidates) c.run();  // every kernel planned, for the tuning to come
     return {0, false};
   }
-  if (rt::tune_mode() != rt::TuneMode::on) return run(0);
+  if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
 
   compile_all(candidates);

@@ -42,11 +42,12 @@ struct TuneOutcome {
 };
 
 // Runs the chosen candidate on `s`. Candidate 0 runs when there is a single one, while
-// capturing, with KILN_TUNE=off, or with =cached and nothing remembered. A shape-only pass
+// capturing, with KILN_TUNE=off, or with nothing remembered where the mode does not measure:
+// cached, or auto when the candidates `compile` (kernels generated for them). A shape-only pass
 // runs them all, so each kernel is planned (callers whose work is not skipped in such a pass,
 // library calls, must not come here in one).
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
-                      const rt::Stream& s);
+                      const rt::Stream& s, bool compile = false);
 
 // Whether `got` agrees with `want` within `tolerance` of want's largest magnitude, NaNs in the
 // same places; the values as doubles. Exposed for the tests.

@@ -2,8 +2,10 @@
 // Choices among variants of one piece of work (a cuBLASLt algorithm, a convolution's kernel and
 // tiles), measured once per (site, problem, dtypes, arch, library) and remembered in memory and
 // in the disk cache as an entry of kind "tune", so no later process measures them again.
-// KILN_TUNE: on (default) measures what is not remembered; cached uses remembered choices and
-// each site's heuristic otherwise; off always takes the heuristic.
+// KILN_TUNE: on measures what is not remembered; auto (default) measures only where candidates
+// cost no compile (cuBLASLt algorithms), so a cold process does not compile every conv tile
+// alternative; cached uses remembered choices and each site's heuristic otherwise; off always
+// takes the heuristic.
 #include <optional>
 #include <string>
 
@@ -24,10 +26,10 @@ struct TuneChoice {
   std::string detail;   // each candidate's time, one per line, for a reader
 };
 
-enum class TuneMode { off, cached, on };
+enum class TuneMode { off, cached, auto_, on };
 TuneMode tune_mode();
 void set_tune_mode(TuneMode mode);  // process-wide; jitcc tune and tests
-// "off", "cached", "on"; nullopt for anything else.
+// "off", "cached", "auto", "on"; nullopt for anything else.
 std::optional<TuneMode> parse_tune_mode(const std::string& text);
 
 // The remembered choice for `key` (memory, then the disk cache); nullopt when none, or when
