@@ -39,7 +39,7 @@ Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms, ConvTiles til
   if (pass == ConvPass::forward) p.gm = s.n * s.oh * s.ow, p.gn = og, p.gk = cg * rs;
   if (pass == ConvPass::grad_input) p.gm = s.n * s.h * s.w, p.gn = cg, p.gk = og * rs;
   if (pass == ConvPass::grad_weight) p.gm = og, p.gn = cg * rs, p.gk = s.n * s.oh * s.ow;
-  p.bk = mma == 2 ? 16 : 32;
+  p.bk = mma == 2 ? 16 : mma == kFfma ? 8 : 32;
   p.bn = p.gn <= 16 ? 16 : p.gn <= 32 ? 32 : 64;
   p.bm = p.gm <= 32 ? 32 : p.gm <= 64 ? 64 : 128;
   auto tiles = [&] { return ceil_div(p.gm, p.bm) * ceil_div(p.gn, p.bn) * s.groups; };
@@ -60,22 +60,29 @@ const char* pass_name(ConvPass p) {
   return p == ConvPass::forward ? "fwd" : p == ConvPass::grad_input ? "dgrad" : "wgrad";
 }
 
-const char* mma_name(int mma) { return mma == 0 ? "bf16" : mma == 1 ? "f16" : "tf32"; }
+const char* mma_name(int mma) { return mma == 0 ? "bf16" : mma == 1 ? "f16" : mma == 2 ? "tf32" : "f32"; }
 
 std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
-  const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;  // the header the MMA type needs
   auto num = [](std::int64_t v) { return std::to_string(v); };
-  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", rt::device_prelude(DTypes{ta, tb, to, mt})},
-                       {"TA", std::string(cuda_storage_type(ta))},
-                       {"TB", std::string(cuda_storage_type(tb))},
-                       {"TO", std::string(cuda_storage_type(to))},
-                       {"MODE", num(static_cast<int>(pass))}, {"MMA", num(p.mma)},
-                       {"N", num(s.n)}, {"C", num(s.c)}, {"H", num(s.h)}, {"W", num(s.w)}, {"O", num(s.o)},
-                       {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)}, {"OW", num(s.ow)},
-                       {"SH", num(s.sh)}, {"SW", num(s.sw)}, {"PH", num(s.ph)}, {"PW", num(s.pw)},
-                       {"DH", num(s.dh)}, {"DW", num(s.dw)}, {"G", num(s.groups)}, {"BM", num(p.bm)},
-                       {"BN", num(p.bn)}, {"SPLITK", num(p.splitk)},
-                       {"TILES", num(p.tiles() * s.groups)}};
+  rt::Bindings b{{"CONV_COMMON", rt::template_source("conv_common")},
+                 {"MODE", num(static_cast<int>(pass))},
+                 {"N", num(s.n)}, {"C", num(s.c)}, {"H", num(s.h)}, {"W", num(s.w)}, {"O", num(s.o)},
+                 {"KH", num(s.kh)}, {"KW", num(s.kw)}, {"OH", num(s.oh)}, {"OW", num(s.ow)},
+                 {"SH", num(s.sh)}, {"SW", num(s.sw)}, {"PH", num(s.ph)}, {"PW", num(s.pw)},
+                 {"DH", num(s.dh)}, {"DW", num(s.dw)}, {"G", num(s.groups)}, {"BM", num(p.bm)},
+                 {"BN", num(p.bn)}, {"SPLITK", num(p.splitk)},
+                 {"TILES", num(p.tiles() * s.groups)}};
+  if (p.mma == kFfma) {
+    b.push_back({"PRELUDE", rt::device_prelude(DTypes{DType::f32})});
+    return rt::instantiate("conv_ffma", rt::template_source("conv_ffma"), b);
+  }
+  const DType mt = p.mma == 1 ? DType::f16 : DType::bf16;  // the header the MMA type needs
+  b.push_back({"PRELUDE", rt::device_prelude(DTypes{ta, tb, to, mt})});
+  b.push_back({"MMA_OPS", rt::template_source("mma")});
+  b.push_back({"MMA", num(p.mma)});
+  b.push_back({"TA", std::string(cuda_storage_type(ta))});
+  b.push_back({"TB", std::string(cuda_storage_type(tb))});
+  b.push_back({"TO", std::string(cuda_storage_type(to))});
   return rt::instantiate("conv_igemm", rt::template_source("conv_igemm"), b);
 }
 
@@ -86,7 +93,8 @@ const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p,
   add_sizes(key, s);
   return *rt::generated_kernels(key, [&] {
     return rt::GeneratedModule{source(pass, s, p, ta, tb, to),
-                               std::string("conv2d ") + pass_name(pass) + " " + mma_name(p.mma), {"kiln_conv_igemm"}};
+                               std::string("conv2d ") + pass_name(pass) + " " + mma_name(p.mma),
+                               {p.mma == kFfma ? "kiln_conv_ffma" : "kiln_conv_igemm"}};
   })[0];
 }
 
@@ -112,6 +120,12 @@ const rt::DeviceInfo* generated_conv_device(std::initializer_list<const Tensor*>
   return info.arch() >= 80 ? &info : nullptr;
 }
 
+int igemm_kind_for(DType ta, DType tb, DType to) {
+  const int mma = conv_mma_for(ta, tb, to);
+  if (mma >= 0) return mma;
+  return ta == DType::f32 && tb == DType::f32 && to == DType::f32 ? kFfma : -1;
+}
+
 int conv_mma_for(DType ta, DType tb, DType to) {
   if (ta != tb || ta != to) return -1;
   if (ta == DType::bf16) return 0;
@@ -121,7 +135,7 @@ int conv_mma_for(DType ta, DType tb, DType to) {
 }
 
 std::vector<ConvTiles> igemm_alternatives(ConvPass pass, const ConvSizes& s, DType t, int sm_count) {
-  const int mma = conv_mma_for(t, t, t);
+  const int mma = igemm_kind_for(t, t, t);
   if (mma < 0) return {};
   const Plan h = plan_for(pass, s, mma, sm_count);
   std::vector<ConvTiles> out;
@@ -134,7 +148,7 @@ std::vector<ConvTiles> igemm_alternatives(ConvPass pass, const ConvSizes& s, DTy
 
 bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out,
                     ConvTiles tiles, bool launch) {
-  const int mma = conv_mma_for(a.dtype(), b.dtype(), out.dtype());
+  const int mma = igemm_kind_for(a.dtype(), b.dtype(), out.dtype());
   if (mma < 0 || out.numel() == 0) return false;
   const rt::DeviceInfo* info = generated_conv_device({&out, &a, &b});
   if (!info) return false;
@@ -159,7 +173,7 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
 }
 
 std::string conv_igemm_source(ConvPass pass, const ConvSizes& s, DType t, int sm_count, ConvTiles tiles) {
-  const int mma = conv_mma_for(t, t, t);
+  const int mma = igemm_kind_for(t, t, t);
   if (mma < 0) return {};
   return source(pass, s, plan_for(pass, s, mma, sm_count, tiles), t, t, t);
 }

@@ -21,9 +21,9 @@ struct ConvSizes {
 };
 
 // forward: (a, b) = (x, w) -> out = y; grad_input: (gy, w) -> dx; grad_weight: (gy, x) -> dw.
-// All contiguous on one GPU. Returns false, having done nothing, when the generated kernel
-// does not apply (f64, f32 without TF32, mixed dtypes, pre-sm_80 devices, huge tensors or
-// KILN_CONV_IGEMM=0), so the caller takes its fallback.
+// All contiguous on one GPU. f32 without TF32 runs exact FFMA kernels (conv_ffma.cu). Returns
+// false, having done nothing, when no generated kernel applies (f64, mixed dtypes, pre-sm_80
+// devices, huge tensors or KILN_CONV_IGEMM=0), so the caller takes its fallback.
 // `tiles` overrides the heuristic's block tile (the tuner's alternatives); launch = false only
 // says whether the kernel applies.
 struct ConvTiles {
@@ -69,8 +69,12 @@ bool generated_convs_enabled();
 // may: generated convs switched off, a device before sm_80, or a tensor past 32-bit indexing.
 const rt::DeviceInfo* generated_conv_device(std::initializer_list<const Tensor*> tensors);
 
-// The MMA for these dtypes (0 bf16, 1 f16, 2 tf32), or -1 when no generated kernel applies.
+// The MMA for these dtypes (0 bf16, 1 f16, 2 tf32), or -1 when no tensor-core kernel applies.
 int conv_mma_for(DType ta, DType tb, DType to);
+// The implicit GEMM's kind: conv_mma_for's MMA, else kFfma for f32 with TF32 off (exact f32 on
+// the CUDA cores, kernel_templates/conv_ffma.cu), else -1.
+inline constexpr int kFfma = 3;
+int igemm_kind_for(DType ta, DType tb, DType to);
 
 // The kernel run_conv_igemm would generate for dtype t on a device of `sm_count` SMs; empty
 // when none applies. Lets tests compile every configuration with NVRTC without a GPU.

@@ -30,7 +30,8 @@ std::string problem_text(ConvPass pass, const ConvSizes& s) {
 std::string library_text() {
   static const std::string text = [] {
     std::uint64_t h = rt::kFnvOffset;
-    for (const char* name : {"conv_igemm", "conv_patch", "conv_wgrad", "conv_wgrad_small", "mma", "prelude"})
+    for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
+                             "mma", "prelude"})
       h = rt::fnv1a64(rt::template_source(name), h);
     return "kiln conv " + std::to_string(h);
   }();
@@ -76,12 +77,13 @@ bool run_generated_conv(ConvPass pass, const ConvSizes& s, const Tensor& a, cons
   const std::vector<TuneCandidate> c = candidates(pass, s, a, b, out, *info);
   if (c.empty()) return false;
   const DType t = out.dtype();
-  const rt::TuneKey key{"conv2d", problem_text(pass, s), std::string(dtype_name(t)).append(t == DType::f32 ? "/tf32" : ""),
+  const bool tf32 = t == DType::f32 && allow_conv_tf32();
+  const rt::TuneKey key{"conv2d", problem_text(pass, s), std::string(dtype_name(t)).append(tf32 ? "/tf32" : ""),
                         info->arch(), library_text()};
   kernels::TuneCheck check;
   check.outputs.push_back({device_address(out), t, 1, out.numel(), out.numel()});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.
-  check.tolerance = t == DType::bf16 ? 4e-2 : 1e-2;
+  check.tolerance = t == DType::bf16 ? 4e-2 : t == DType::f32 && !tf32 ? 1e-4 : 1e-2;
   kernels::run_tuned(key, c, check, stream_of(out.device()), true);  // alternatives cost compiles
   return true;
 }

@@ -162,3 +162,28 @@ TEST_CASE("the tuner's tile alternatives compile for the MNIST cnn's and the spe
   CHECK(alternatives > 20);  // the tuner has real choices on these shapes
   CHECK(compiled == alternatives);
 }
+
+TEST_CASE("exact-f32 FFMA convolutions compile for every pass and their tile alternatives") {
+  const ConvSizes shapes[] = {make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),
+                              make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1), make(3, 6, 9, 7, 10, 3, 2, 1, 2, 2)};
+  const bool tf32_was = allow_conv_tf32();
+  set_allow_conv_tf32(false);
+  CHECK(conv_detail::igemm_kind_for(DType::f32, DType::f32, DType::f32) == conv_detail::kFfma);
+  CHECK(conv_detail::igemm_kind_for(DType::f64, DType::f64, DType::f64) == -1);
+  int compiled = 0;
+  for (const ConvSizes& s : shapes)
+    for (int pass = 0; pass < 3; ++pass) {
+      const auto p = static_cast<ConvPass>(pass);
+      std::vector<conv_detail::ConvTiles> tiles{{}};
+      for (auto t : conv_detail::igemm_alternatives(p, s, DType::f32, 132)) tiles.push_back(t);
+      for (conv_detail::ConvTiles t : tiles) {
+        const std::string src = conv_detail::conv_igemm_source(p, s, DType::f32, 132, t);
+        REQUIRE(src.find("kiln_conv_ffma") != std::string::npos);
+        const rt::CompiledModule m = rt::compile({"conv_ffma", "f32", src, 90});
+        CHECK(m.cubin.size() > 0);
+        ++compiled;
+      }
+    }
+  set_allow_conv_tf32(tf32_was);
+  CHECK(compiled >= 12);
+}

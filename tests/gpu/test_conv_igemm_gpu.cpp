@@ -103,7 +103,7 @@ TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF3
       }
 }
 
-TEST_CASE("f32 convolutions with TF32 off stay exact f32 (im2col + cuBLAS)") {
+TEST_CASE("f32 convolutions with TF32 off stay exact f32 (FFMA implicit GEMMs)") {
   const kiln_test::ConvTF32 tf32(false);
   for (const auto& c : cases())
     for (int pass = 0; pass < 3; ++pass) {
@@ -114,11 +114,11 @@ TEST_CASE("f32 convolutions with TF32 off stay exact f32 (im2col + cuBLAS)") {
 }
 
 TEST_CASE("split-K weight gradients are bit-identical from run to run") {
-  const kiln_test::ConvTF32 tf32(true);
   const Case& c = cases()[1];
   Generator gen(3);
   const Device gpu = Device::cuda(0);
-  for (DType dt : {DType::bf16, DType::f32}) {
+  for (auto [dt, tf32_on] : {std::pair{DType::bf16, true}, {DType::f32, true}, {DType::f32, false}}) {
+    const kiln_test::ConvTF32 tf32(tf32_on);
     const Tensor x = randn(c.x, {.dtype = dt, .device = gpu}, &gen), gy = randn(out_shape(c), {.dtype = dt, .device = gpu}, &gen);
     const std::vector<double> first = conv2d_grad_weight(x, gy, c.w, c.o).to(Device::cpu()).to(DType::f64).to_vector<double>();
     for (int rep = 0; rep < 3; ++rep)
