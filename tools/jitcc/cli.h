@@ -102,5 +102,6 @@ void add_verify(CLI::App& app, Context& ctx);
 void add_gc(CLI::App& app, Context& ctx);
 void add_clear(CLI::App& app, Context& ctx);
 void add_stats(CLI::App& app, Context& ctx);
+void add_tune(CLI::App& app, Context& ctx);
 
 }  // namespace jitcc

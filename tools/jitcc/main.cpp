@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   jitcc::add_gc(app, ctx);
   jitcc::add_clear(app, ctx);
   jitcc::add_stats(app, ctx);
+  jitcc::add_tune(app, ctx);
 
   // CLI11 alone would answer a misspelt subcommand with "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
