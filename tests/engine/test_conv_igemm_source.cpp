@@ -120,14 +120,17 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
   set_allow_conv_tf32(tf32);
 }
 
-TEST_CASE("no generated convolution for f64, or for f32 with TF32 switched off") {
+TEST_CASE("no generated convolution for f64; f32 takes TF32 tensor cores, or exact FFMA with TF32 off") {
   const ConvSizes s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
   const bool tf32 = allow_conv_tf32();
   CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f64, 132).empty());
   set_allow_conv_tf32(false);
-  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132).empty());
+  const std::string exact = conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132);
+  CHECK(exact.find("kiln_conv_ffma") != std::string::npos);
+  CHECK(exact.find("mma.sync") == std::string::npos);
   set_allow_conv_tf32(true);
-  CHECK_FALSE(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132).empty());
+  CHECK(conv_detail::conv_igemm_source(ConvPass::forward, s, DType::f32, 132).find("kiln_conv_igemm") !=
+        std::string::npos);
   set_allow_conv_tf32(tf32);
 }
 
