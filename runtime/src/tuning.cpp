@@ -25,7 +25,8 @@ using MemKey = std::tuple<std::string, std::string, std::string, int, std::strin
 
 struct Memory {
   std::mutex mu;
-  std::map<MemKey, TuneChoice> choices;
+  // nullopt: the disk cache had none when asked; ops ask on every call, so it is read once.
+  std::map<MemKey, std::optional<TuneChoice>> choices;
 };
 
 Memory& memory() {
@@ -90,13 +91,9 @@ std::optional<TuneChoice> find_choice(const TuneKey& key) {
     if (auto it = m.choices.find(mem_key(key)); it != m.choices.end()) return it->second;
   }
   std::optional<Entry> e = DiskCache::global().load(tune_entry_key(key));
-  if (!e) return std::nullopt;
-  std::optional<TuneChoice> c = tune_entry_choice(*e);
-  if (c) {
-    std::lock_guard lock(m.mu);
-    m.choices.emplace(mem_key(key), *c);
-  }
-  return c;
+  std::optional<TuneChoice> c = e ? tune_entry_choice(*e) : std::nullopt;
+  std::lock_guard lock(m.mu);
+  return m.choices.emplace(mem_key(key), c).first->second;  // a store since the read wins
 }
 
 void store_choice(const TuneKey& key, const TuneChoice& choice) {

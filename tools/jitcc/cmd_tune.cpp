@@ -3,6 +3,7 @@
 // layer's forward and backward products, on random inputs of the given sizes on GPU 0. The
 // choices land in the cache as entries of kind "tune", where later processes find them.
 #include <cstdio>
+#include <memory>
 #include <sstream>
 
 #include "cli.h"
@@ -115,14 +116,15 @@ void add_tune(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand(
       "tune", "Measure kiln's choices by measurement ahead of time, on GPU 0: the kernel and tiles of each --conv's "
               "three passes and the cuBLASLt algorithms of each --linear's products, kept in the cache");
-  static TuneArgs a;
+  auto args = std::make_shared<TuneArgs>();
+  TuneArgs& a = *args;
   sub->add_option("--conv", a.convs, "N,C,H,W,O,K,stride,pad: a conv2d with a KxK kernel (repeatable)");
   sub->add_option("--linear", a.linears, "BATCH,IN,OUT: a linear layer with bias and ReLU (repeatable)");
   sub->add_option("--precision", a.precisions,
                   "comma-separated: default (TF32 convs, f32 matmuls), f32 (exact), tf32, bf16")
       ->capture_default_str();
   add_common_options(*sub, ctx.common);
-  sub->callback([&ctx] { ctx.run = [&ctx] { return run_tune(a, ctx.common); }; });
+  sub->callback([&ctx, args] { ctx.run = [&ctx, args] { return run_tune(*args, ctx.common); }; });
 }
 
 }  // namespace jitcc

@@ -84,13 +84,6 @@ struct Plans {
   std::map<Key, Plan> by_key;  // never erased: descriptors live for the process
 };
 
-void release(Plan& p) {
-  if (p.op) cublasLtMatmulDescDestroy(p.op);
-  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d})
-    if (l) cublasLtMatrixLayoutDestroy(l);
-  p = Plan{};
-}
-
 Plans& plans() {
   static auto* p = new Plans;
   return *p;

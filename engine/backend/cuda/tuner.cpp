@@ -123,7 +123,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
 
-  compile_all(candidates);
+  if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned
   run(0);
   const std::vector<double> want = read_outputs(check, s);
   std::size_t best = 0;

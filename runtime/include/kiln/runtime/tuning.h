@@ -32,8 +32,8 @@ void set_tune_mode(TuneMode mode);  // process-wide; jitcc tune and tests
 // "off", "cached", "auto", "on"; nullopt for anything else.
 std::optional<TuneMode> parse_tune_mode(const std::string& text);
 
-// The remembered choice for `key` (memory, then the disk cache); nullopt when none, or when
-// tuning is off.
+// The remembered choice for `key` (memory, then the disk cache, read once per key: a miss is
+// remembered too); nullopt when none, or when tuning is off.
 std::optional<TuneChoice> find_choice(const TuneKey& key);
 // Remembers `choice` in memory and, when the disk cache is writable, on disk.
 void store_choice(const TuneKey& key, const TuneChoice& choice);
