@@ -280,6 +280,18 @@ std::vector<Shape> same_shape_as_input(const OpArgs& a) {
   return std::vector<Shape>(static_cast<std::size_t>(a.op.num_outputs), a.inputs[0].shape());
 }
 
+DTypePlan dtype_from_attrs(const OpArgs& a) {
+  const DType d = a.attrs.get<DType>("dtype");
+  return DTypePlan{{}, {d}, d};
+}
+
+std::vector<Shape> shape_from_attrs(const OpArgs& a) {
+  const Shape& s = a.attrs.get<std::vector<std::int64_t>>("shape");
+  for (std::int64_t d : s)
+    if (d < 0) throw ShapeError("[" + a.op.name + "] negative size in shape " + shape_str(s));
+  return {s};
+}
+
 }  // namespace rules
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {

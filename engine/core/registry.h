@@ -228,7 +228,19 @@ DTypePlan same_as_input(const OpArgs& a);
 // Every output has the broadcast shape of the inputs.
 std::vector<Shape> broadcast(const OpArgs& a);
 std::vector<Shape> same_shape_as_input(const OpArgs& a);
+// Ops without inputs (creation, random): the dtype from attrs "dtype", the shape from attrs
+// "shape" (a negative size is a ShapeError naming the op).
+DTypePlan dtype_from_attrs(const OpArgs& a);
+std::vector<Shape> shape_from_attrs(const OpArgs& a);
+// The vjp of an op whose gradient is its output's (copies, casts that autograd sees through).
+inline std::vector<Tensor> pass_through(const VjpContext&, std::span<const Tensor> g) { return {g[0]}; }
 }  // namespace rules
+
+// A created tensor (creation and random ops), made to require grad when o asks.
+inline Tensor with_grad_option(Tensor t, const TensorOptions& o) {
+  if (o.requires_grad) t.requires_grad_();
+  return t;
+}
 
 // Broadcasting (broadcast_shapes), axis handling, make_view and bump_version: tensor/dispatch.h.
 

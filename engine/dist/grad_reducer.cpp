@@ -15,7 +15,7 @@ namespace kiln::dist {
 
 namespace {
 
-constexpr const char* kWho = "[dist.GradReducer] ";
+constexpr const char* kWhoReducer = "[dist.GradReducer] ";
 
 struct Bucket {
   std::vector<std::size_t> params;
@@ -36,7 +36,7 @@ bool is_view(const Tensor& g, const Tensor& view) {
 
 std::vector<std::vector<std::size_t>> reducer_buckets(const std::vector<std::size_t>& bytes,
                                                       const ReducerOptions& options) {
-  if (options.bucket_bytes == 0) throw ValueError(std::string(kWho) + "bucket_bytes must be more than 0");
+  if (options.bucket_bytes == 0) throw ValueError(std::string(kWhoReducer) + "bucket_bytes must be more than 0");
   std::vector<std::vector<std::size_t>> out;
   std::size_t rest = bytes.size();
   if (options.first_bucket_bytes > 0 && options.first_bucket_bytes < options.bucket_bytes && rest > 0) {
@@ -69,7 +69,7 @@ struct GradReducer::Impl {
   void ready(std::size_t i) {
     Bucket& b = buckets[bucket_of[i]];
     if (b.pending == 0)
-      throw ValueError(std::string(kWho) + "parameter " + std::to_string(i) +
+      throw ValueError(std::string(kWhoReducer) + "parameter " + std::to_string(i) +
                        "'s gradient was completed twice before finish(); call finish() after each backward");
     if (--b.pending == 0) start(b);
   }
@@ -101,7 +101,7 @@ struct GradReducer::Impl {
     for (const Bucket& b : buckets)
       if (!b.started) {
         reset();
-        throw ValueError(std::string(kWho) + "finish() before every bucket was reduced: parameter(s) " +
+        throw ValueError(std::string(kWhoReducer) + "finish() before every bucket was reduced: parameter(s) " +
                          (missing.empty() ? std::string("of an incomplete bucket") : missing) +
                          " got no gradient in this backward; every parameter must get one on every rank");
       }
@@ -133,16 +133,16 @@ struct GradReducer::Impl {
 GradReducer::GradReducer(ProcessGroup& group, std::vector<Tensor> params, ReducerOptions options)
     : impl_(std::make_unique<Impl>(group, std::move(params), options)) {
   Impl& m = *impl_;
-  if (m.params.empty()) throw ValueError(std::string(kWho) + "no parameters");
+  if (m.params.empty()) throw ValueError(std::string(kWhoReducer) + "no parameters");
   if (options.wire_dtype && *options.wire_dtype != DType::bf16 && *options.wire_dtype != DType::f16)
-    throw DTypeError(std::string(kWho) + "wire_dtype must be bf16 or f16, got " +
+    throw DTypeError(std::string(kWhoReducer) + "wire_dtype must be bf16 or f16, got " +
                      std::string(dtype_name(*options.wire_dtype)));
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const Tensor& p = m.params[i];
     if (!p.defined() || !p.requires_grad() || !p.is_leaf() || !is_floating(p.dtype()))
-      throw ValueError(std::string(kWho) + "parameter " + std::to_string(i) + " is not a floating leaf requiring grad");
+      throw ValueError(std::string(kWhoReducer) + "parameter " + std::to_string(i) + " is not a floating leaf requiring grad");
     if (p.device() != group.device())
-      throw DeviceError(std::string(kWho) + "parameter " + std::to_string(i) + " lives on " + p.device().str() +
+      throw DeviceError(std::string(kWhoReducer) + "parameter " + std::to_string(i) + " lives on " + p.device().str() +
                         ", the group on " + group.device().str());
   }
   // Buckets never mix dtypes: one flat buffer per bucket.

@@ -15,7 +15,7 @@ namespace kiln::dist {
 
 namespace {
 
-constexpr const char* kWho = "[dist.SyncBatchNorm] ";
+constexpr const char* kWhoSyncBn = "[dist.SyncBatchNorm] ";
 
 std::string num_str(double v) {
   std::ostringstream s;
@@ -30,10 +30,10 @@ SyncBatchNorm::SyncBatchNorm(std::int64_t channels, ProcessGroup& group, double 
       eps_(eps),
       momentum_(momentum),
       handle_(std::make_shared<detail::CollectivesHandle>(detail::group_collectives(group))) {
-  if (channels <= 0) throw ValueError(std::string(kWho) + "channels must be positive; got " + std::to_string(channels));
-  if (!(eps > 0.0)) throw ValueError(std::string(kWho) + "eps must be positive; got " + num_str(eps));
+  if (channels <= 0) throw ValueError(std::string(kWhoSyncBn) + "channels must be positive; got " + std::to_string(channels));
+  if (!(eps > 0.0)) throw ValueError(std::string(kWhoSyncBn) + "eps must be positive; got " + num_str(eps));
   if (!(momentum >= 0.0 && momentum <= 1.0))
-    throw ValueError(std::string(kWho) + "momentum must be in [0, 1]; got " + num_str(momentum));
+    throw ValueError(std::string(kWhoSyncBn) + "momentum must be in [0, 1]; got " + num_str(momentum));
   add_parameter("weight", ones({channels}));
   add_parameter("bias", zeros({channels}));
   add_buffer("running_mean", zeros({channels}));
@@ -54,15 +54,15 @@ SyncBatchNorm::SyncBatchNorm(const nn::BatchNorm2d& bn, ProcessGroup& group)
 Tensor SyncBatchNorm::forward(const Tensor& x) { return forward(x, Activation::none); }
 
 Tensor SyncBatchNorm::forward(const Tensor& x, Activation activation) {
-  if (!x.defined()) throw ValueError(std::string(kWho) + "the input is an undefined tensor");
+  if (!x.defined()) throw ValueError(std::string(kWhoSyncBn) + "the input is an undefined tensor");
   if (x.dim() != 4 || x.size(1) != channels_)
-    throw ShapeError(std::string(kWho) + "expected input (N, " + std::to_string(channels_) + ", H, W), got " +
+    throw ShapeError(std::string(kWhoSyncBn) + "expected input (N, " + std::to_string(channels_) + ", H, W), got " +
                      shape_str(x.shape()));
   if (!is_training())
     return batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), false, momentum_, eps_, activation);
   const Device group_device = handle_->get().device();
   if (x.device() != group_device)
-    throw DeviceError(std::string(kWho) + "the input is on " + x.device().str() + "; the process group's device is " +
+    throw DeviceError(std::string(kWhoSyncBn) + "the input is on " + x.device().str() + "; the process group's device is " +
                       group_device.str());
   Tensor y = detail::sync_batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), momentum_, eps_, activation,
                                      handle_->id());

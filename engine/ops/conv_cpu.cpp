@@ -30,12 +30,12 @@ T* scratch(int slot, std::int64_t elements) {
   return b.data();
 }
 
-struct Plan {
+struct CpuPlan {
   const ConvSizes& s;
   std::int64_t L, K, gk, cg, og, nb;  // L = oh*ow; K = c*kh*kw rows of cols; gk = K / groups
 };
 
-Plan plan_of(const ConvSizes& s) {
+CpuPlan plan_of(const ConvSizes& s) {
   const std::int64_t L = s.oh * s.ow, K = s.c * s.kh * s.kw;
   const std::int64_t per = std::max<std::int64_t>(K * L, 1);
   const std::int64_t nb = std::clamp<std::int64_t>(kColsPerChunk / per, 1, std::max<std::int64_t>(s.n, 1));
@@ -55,7 +55,7 @@ Span valid_columns(const ConvSizes& s, std::int64_t x0) {
 // cols (K, b*L): row (c, ki, kj), column (n, oy, ox) = x[n0+n, c, oy*sh-ph+ki*dh, ox*sw-pw+kj*dw],
 // 0 over the padding. The bounds are worked out per row so the inner loops have no branches.
 template <class T>
-void im2col(const Plan& p, const T* x, std::int64_t b, T* cols) {
+void im2col(const CpuPlan& p, const T* x, std::int64_t b, T* cols) {
   const ConvSizes& s = p.s;
   cpu::parallel_for(p.K, 1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -85,7 +85,7 @@ void im2col(const Plan& p, const T* x, std::int64_t b, T* cols) {
 
 // The adjoint of im2col: dx[n0+n] = sum over the taps of cols, one (n, c) plane per item.
 template <class T>
-void col2im(const Plan& p, const T* cols, std::int64_t b, T* dx) {
+void col2im(const CpuPlan& p, const T* cols, std::int64_t b, T* dx) {
   const ConvSizes& s = p.s;
   cpu::parallel_for(b * s.c, 1, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
@@ -113,14 +113,14 @@ void col2im(const Plan& p, const T* cols, std::int64_t b, T* dx) {
 
 // (b, O, L) <-> (O, b*L): samples-major as the tensors are, channels-major as the GEMMs want.
 template <class T>
-void to_channels_major(const Plan& p, const T* src, std::int64_t b, T* dst) {
+void to_channels_major(const CpuPlan& p, const T* src, std::int64_t b, T* dst) {
   cpu::parallel_for(b * p.s.o, 4, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i)
       std::memcpy(dst + ((i % p.s.o) * b + i / p.s.o) * p.L, src + i * p.L, sizeof(T) * p.L);
   });
 }
 template <class T>
-void to_samples_major(const Plan& p, const T* src, std::int64_t b, T* dst) {
+void to_samples_major(const CpuPlan& p, const T* src, std::int64_t b, T* dst) {
   cpu::parallel_for(b * p.s.o, 4, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i)
       std::memcpy(dst + i * p.L, src + ((i % p.s.o) * b + i / p.s.o) * p.L, sizeof(T) * p.L);
@@ -134,7 +134,7 @@ void gemm(DType t, std::int64_t m, std::int64_t n, std::int64_t k, cpu::GemmOper
 }
 
 template <class T>
-void forward(const Plan& p, DType t, const T* x, const T* w, T* y) {
+void forward(const CpuPlan& p, DType t, const T* x, const T* w, T* y) {
   const ConvSizes& s = p.s;
   T* cols = scratch<T>(0, p.K * p.nb * p.L);
   T* tmp = scratch<T>(1, s.o * p.nb * p.L);
@@ -150,7 +150,7 @@ void forward(const Plan& p, DType t, const T* x, const T* w, T* y) {
 }
 
 template <class T>
-void grad_input(const Plan& p, DType t, const T* gy, const T* w, T* dx) {
+void grad_input(const CpuPlan& p, DType t, const T* gy, const T* w, T* dx) {
   const ConvSizes& s = p.s;
   T* cols = scratch<T>(0, p.K * p.nb * p.L);
   T* gt = scratch<T>(1, s.o * p.nb * p.L);
@@ -166,7 +166,7 @@ void grad_input(const Plan& p, DType t, const T* gy, const T* w, T* dx) {
 }
 
 template <class T>
-void grad_weight(const Plan& p, DType t, const T* x, const T* gy, T* dw) {
+void grad_weight(const CpuPlan& p, DType t, const T* x, const T* gy, T* dw) {
   const ConvSizes& s = p.s;
   if (s.n == 0) std::fill(dw, dw + s.o * p.gk, T(0));
   T* cols = scratch<T>(0, p.K * p.nb * p.L);
@@ -189,7 +189,7 @@ bool run_conv_cpu(ConvPass pass, const ConvSizes& s, const Tensor& a_in, const T
   if ((t != DType::f32 && t != DType::f64) || a_in.dtype() != t || b_in.dtype() != t) return false;
   NoGradGuard no_grad;  // contiguous copies of views need no history
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
-  const Plan p = plan_of(s);
+  const CpuPlan p = plan_of(s);
   auto run = [&]<class T>() {
     const T* pa = static_cast<const T*>(a.data_ptr());
     const T* pb = static_cast<const T*>(b.data_ptr());

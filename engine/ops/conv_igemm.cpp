@@ -18,9 +18,11 @@
 
 namespace kiln::conv_detail {
 
+using kernels::ceil_div;
+
 namespace {
 
-struct Plan {
+struct IgemmPlan {
   int mma = 0;  // 0 bf16, 1 f16, 2 tf32
   std::int64_t gm = 0, gn = 0, gk = 0;
   int bm = 0, bn = 0, bk = 0, splitk = 1;
@@ -28,14 +30,13 @@ struct Plan {
   std::int64_t tiles() const { return grid_m * grid_n; }
 };
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 constexpr std::int64_t kFfmaChain = 4096;
 
 // Tiles large enough to feed the tensor cores, small enough to fill the SMs; k split across
 // blocks when the output alone leaves most SMs idle (weight gradients).
-Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms, ConvTiles tiles_ = {}) {
-  Plan p;
+IgemmPlan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms, ConvTiles tiles_ = {}) {
+  IgemmPlan p;
   p.mma = mma;
   const std::int64_t cg = s.c / s.groups, og = s.o / s.groups, rs = s.kh * s.kw;
   if (pass == ConvPass::forward) p.gm = s.n * s.oh * s.ow, p.gn = og, p.gk = cg * rs;
@@ -66,7 +67,7 @@ Plan plan_for(ConvPass pass, const ConvSizes& s, int mma, int sms, ConvTiles til
 // Narrow products where im2col + cuBLAS measured faster on the H100 than an FFMA tile at least
 // 16 wide: a one-channel conv's input gradient (n = 1: 250 vs 36 us for the cnn's conv1) and
 // weight gradients of fewer than 32 columns (conv1's 25: 101 vs 92 us).
-bool ffma_declines(ConvPass pass, const Plan& p) {
+bool ffma_declines(ConvPass pass, const IgemmPlan& p) {
   return p.gn < 16 || (pass == ConvPass::grad_weight && p.gn < 32);
 }
 
@@ -76,7 +77,7 @@ const char* pass_name(ConvPass p) {
 
 const char* mma_name(int mma) { return mma == 0 ? "bf16" : mma == 1 ? "f16" : mma == 2 ? "tf32" : "f32"; }
 
-std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
+std::string source(ConvPass pass, const ConvSizes& s, const IgemmPlan& p, DType ta, DType tb, DType to) {
   auto num = [](std::int64_t v) { return std::to_string(v); };
   rt::Bindings b{{"CONV_COMMON", rt::template_source("conv_common")},
                  {"MODE", num(static_cast<int>(pass))},
@@ -101,7 +102,7 @@ std::string source(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, D
 }
 
 // One generated kernel per (pass, dtypes, sizes, plan); its source is made on the first call.
-const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const Plan& p, DType ta, DType tb, DType to) {
+const rt::KernelSpec& spec_for(ConvPass pass, const ConvSizes& s, const IgemmPlan& p, DType ta, DType tb, DType to) {
   rt::GeneratedKey key("conv_igemm");
   key.add(pass, p.mma, ta, tb, to, p.bm, p.bn, p.splitk);
   add_sizes(key, s);
@@ -151,7 +152,7 @@ int conv_mma_for(DType ta, DType tb, DType to) {
 std::vector<ConvTiles> igemm_alternatives(ConvPass pass, const ConvSizes& s, DType t, int sm_count) {
   const int mma = igemm_kind_for(t, t, t);
   if (mma < 0) return {};
-  const Plan h = plan_for(pass, s, mma, sm_count);
+  const IgemmPlan h = plan_for(pass, s, mma, sm_count);
   std::vector<ConvTiles> out;
   // Neighbours of the heuristic's tile: half or twice as tall, half or twice as wide.
   for (ConvTiles c : {ConvTiles{h.bm / 2, h.bn}, ConvTiles{h.bm * 2, h.bn}, ConvTiles{h.bm, h.bn / 2},
@@ -167,7 +168,7 @@ bool run_conv_igemm(ConvPass pass, const ConvSizes& s, const Tensor& a, const Te
   const rt::DeviceInfo* info = generated_conv_device({&out, &a, &b});
   if (!info) return false;
   const int device = out.device().index();
-  const Plan p = plan_for(pass, s, mma, std::max(1, info->sm_count), tiles);
+  const IgemmPlan p = plan_for(pass, s, mma, std::max(1, info->sm_count), tiles);
   if (p.gk == 0) return false;  // an empty sum: the fallback writes the zeros
   if (mma == kFfma && ffma_declines(pass, p)) return false;
   if (!launch) return true;

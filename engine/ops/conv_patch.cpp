@@ -19,6 +19,8 @@
 
 namespace kiln::conv_detail {
 
+using kernels::ceil_div;
+
 namespace {
 
 // The conv the kernel runs: for the input gradient, gy in, dx out, padding mirrored.
@@ -31,7 +33,6 @@ struct PatchPlan {
   std::int64_t bands = 1, smem = 0;
 };
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 std::optional<PatchConv> patch_conv(bool flip, const ConvSizes& s) {
   if (s.sh != 1 || s.sw != 1) return std::nullopt;

@@ -15,6 +15,8 @@
 
 namespace kiln::conv_detail {
 
+using kernels::ceil_div;
+
 namespace {
 
 struct WgradPlan {
@@ -22,9 +24,8 @@ struct WgradPlan {
   std::int64_t ipb = 1, groups_of_images = 1, o_tiles = 1, c_tiles = 1, smem = 0;
 };
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-bool applies(const ConvSizes& s, int mma) {
+bool wgrad_applies(const ConvSizes& s, int mma) {
   const std::int64_t cg = s.c / s.groups;
   // Channels in 8s: with one channel (the MNIST cnn's conv1: 121 us against the implicit
   // GEMM's 80 in bf16 on the H100) most of the staged rows would be zeros.
@@ -73,7 +74,7 @@ std::string source(const ConvSizes& s, const WgradPlan& p, DType t) {
 
 bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw, bool launch) {
   const int mma = conv_mma_for(x.dtype(), gy.dtype(), dw.dtype());
-  if (!applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
+  if (!wgrad_applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
   const rt::DeviceInfo* info = generated_conv_device({&dw, &x, &gy});
   if (!info) return false;
   const int device = dw.device().index();
@@ -105,7 +106,7 @@ bool run_conv_wgrad(const ConvSizes& s, const Tensor& x, const Tensor& gy, const
 
 std::string conv_wgrad_source(const ConvSizes& s, DType t, int sm_count) {
   const int mma = conv_mma_for(t, t, t);
-  return applies(s, mma) ? source(s, plan_for(s, mma, sm_count), t) : std::string();
+  return wgrad_applies(s, mma) ? source(s, plan_for(s, mma, sm_count), t) : std::string();
 }
 
 }  // namespace kiln::conv_detail

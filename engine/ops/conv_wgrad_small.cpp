@@ -15,14 +15,15 @@
 
 namespace kiln::conv_detail {
 
+using kernels::ceil_div;
+
 namespace {
 
 constexpr std::int64_t kThreads = 256;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // One kernel row (o, c, r) per thread, so at most a block's worth; rows up to 8 wide.
-bool applies(const ConvSizes& s, int mma) {
+bool small_wgrad_applies(const ConvSizes& s, int mma) {
   return mma >= 0 && s.groups == 1 && s.o * s.c * s.kh <= kThreads && s.kw <= 8 && s.oh * s.ow > 0;
 }
 
@@ -56,7 +57,7 @@ std::string source(const ConvSizes& s, const SmallPlan& p, DType t) {
 
 bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy, const Tensor& dw, bool launch) {
   const int mma = conv_mma_for(x.dtype(), gy.dtype(), dw.dtype());
-  if (!applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
+  if (!small_wgrad_applies(s, mma) || dw.numel() == 0 || s.n == 0) return false;
   const rt::DeviceInfo* info = generated_conv_device({&dw, &x, &gy});
   if (!info) return false;
   const int device = dw.device().index();
@@ -87,7 +88,7 @@ bool run_conv_wgrad_small(const ConvSizes& s, const Tensor& x, const Tensor& gy,
 }
 
 std::string conv_wgrad_small_source(const ConvSizes& s, DType t, int sm_count) {
-  return applies(s, conv_mma_for(t, t, t)) ? source(s, plan_for(s, t, sm_count), t) : std::string();
+  return small_wgrad_applies(s, conv_mma_for(t, t, t)) ? source(s, plan_for(s, t, sm_count), t) : std::string();
 }
 
 }  // namespace kiln::conv_detail

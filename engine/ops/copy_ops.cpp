@@ -9,7 +9,6 @@ namespace {
 void copy_impl(const OpArgs& a, std::span<Tensor> out) { copy_into(a.inputs[0], out[0]); }
 
 // The engine casts each gradient back to its input's dtype, so this is the identity.
-std::vector<Tensor> pass_through(const VjpContext&, std::span<const Tensor> g) { return {g[0]}; }
 
 const OpRef kCast = register_op({
     .name = "cast",
@@ -24,7 +23,7 @@ const OpRef kCast = register_op({
     .gpu = copy_impl,
     // The kernel copy_impl launches for a conversion: the template's cvt does the work.
     .pointwise = PointwiseExpr{.expr = "x", .domain = kernels::PointwiseDomain::all_pairs},
-    .vjp = pass_through,
+    .vjp = rules::pass_through,
     .test = {.attrs = {Attrs{{"dtype", DType::f32}}, Attrs{{"dtype", DType::f16}}, Attrs{{"dtype", DType::bf16}},
                        Attrs{{"dtype", DType::f64}}, Attrs{{"dtype", DType::i32}}, Attrs{{"dtype", DType::i64}},
                        Attrs{{"dtype", DType::u8}}, Attrs{{"dtype", DType::boolean}}},
@@ -38,7 +37,7 @@ const OpRef kClone = register_op({
     .shape_rule = rules::same_shape_as_input,
     .cpu = copy_impl,
     .gpu = copy_impl,
-    .vjp = pass_through,
+    .vjp = rules::pass_through,
 });
 
 // Host <-> device through a contiguous host copy; cuda -> cuda goes through the host too.

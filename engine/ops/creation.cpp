@@ -13,17 +13,8 @@ namespace kiln {
 namespace {
 
 
-DTypePlan dtype_from_attrs(const OpArgs& a) {
-  const DType d = a.attrs.get<DType>("dtype");
-  return DTypePlan{{}, {d}, d};
-}
-
-std::vector<Shape> shape_from_attrs(const OpArgs& a) {
-  const Shape& s = a.attrs.get<std::vector<std::int64_t>>("shape");
-  for (std::int64_t d : s)
-    if (d < 0) throw ShapeError("[" + a.op.name + "] negative size in shape " + shape_str(s));
-  return {s};
-}
+using rules::dtype_from_attrs;
+using rules::shape_from_attrs;
 
 // Fills a contiguous tensor from host-computed values, on either device.
 template <class F>
@@ -122,17 +113,13 @@ Attrs creation_attrs(const Shape& shape, DType dtype, Device device) {
   return Attrs{{"shape", std::vector<std::int64_t>(shape)}, {"dtype", dtype}, {"device", device}};
 }
 
-Tensor finish(Tensor t, const TensorOptions& o) {
-  if (o.requires_grad) t.requires_grad_();
-  return t;
-}
 
 }  // namespace
 
 Tensor full(const Shape& shape, const Scalar& value, TensorOptions o) {
   Attrs attrs = creation_attrs(shape, o.dtype.value_or(value.default_dtype()), o.device);
   attrs.set("value", value);
-  return finish(call(kFull, {}, attrs), o);
+  return with_grad_option(call(kFull, {}, attrs), o);
 }
 
 Tensor zeros(const Shape& shape, TensorOptions o) {
@@ -173,21 +160,21 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   const DType dtype = o.dtype.value_or(integral ? DType::i64 : DType::f32);
   Attrs attrs = creation_attrs({n}, dtype, o.device);
   attrs.set("start", start).set("step", step);
-  return finish(call(kArange, {}, attrs), o);
+  return with_grad_option(call(kArange, {}, attrs), o);
 }
 
 Tensor linspace(double start, double end, std::int64_t steps, TensorOptions o) {
   if (steps < 0) throw ValueError("[linspace] steps must be non-negative, got " + std::to_string(steps));
   Attrs attrs = creation_attrs({steps}, o.dtype.value_or(DType::f32), o.device);
   attrs.set("start", start).set("end", end);
-  return finish(call(kLinspace, {}, attrs), o);
+  return with_grad_option(call(kLinspace, {}, attrs), o);
 }
 
 Tensor eye(std::int64_t n, TensorOptions o) { return eye(n, n, o); }
 
 Tensor eye(std::int64_t n, std::int64_t m, TensorOptions o) {
   if (n < 0 || m < 0) throw ShapeError("[eye] sizes must be non-negative, got " + std::to_string(n) + " and " + std::to_string(m));
-  return finish(call(kEye, {}, creation_attrs({n, m}, o.dtype.value_or(DType::f32), o.device)), o);
+  return with_grad_option(call(kEye, {}, creation_attrs({n, m}, o.dtype.value_or(DType::f32), o.device)), o);
 }
 
 }  // namespace kiln

@@ -17,15 +17,7 @@ namespace {
 
 using namespace norm_detail;
 
-using Params = BatchNormParams;
-Params params_of(const Attrs& a) { return batch_norm_params(a); }
 
-// x (N, C, d...) as (N, C, S).
-kernels::BatchNormShape shape_of(const Tensor& x) {
-  const std::int64_t c = x.shape()[1], n = x.shape()[0];
-  const std::int64_t s = c * n == 0 ? 1 : x.numel() / (c * n);
-  return {c, s, n * s};
-}
 
 void check_input(const OpArgs& a, const Tensor& x) {
   if (x.dim() < 2)
@@ -44,31 +36,31 @@ std::vector<Tensor> present_params(const OpArgs& a) {
   return present;
 }
 
-DTypePlan forward_dtypes(const OpArgs& a) {
+DTypePlan bn_forward_dtypes(const OpArgs& a) {
   const DType t = a.inputs[0].dtype();
   std::vector<Slot> in{{Role::x}};
   for (const char* name : kParamNames) in.push_back({Role::param, has(a.attrs, name), name});
   return norm_plan(a, t, param_dtype(t, present_params(a)), in, {Role::x, Role::stats, Role::stats});
 }
 
-std::vector<Shape> forward_shapes(const OpArgs& a) {
+std::vector<Shape> bn_forward_shapes(const OpArgs& a) {
   const Tensor& x = a.inputs[0];
   check_input(a, x);
-  const Params p = params_of(a.attrs);
+  const BatchNormParams p = batch_norm_params(a.attrs);
   const Shape c{x.shape()[1]};
   for (int i = 0; i < 4; ++i)
     if (has(a.attrs, kParamNames[i])) check_shape(a, kParamNames[i], a.inputs[static_cast<std::size_t>(i + 1)], c);
   if (!p.training && !(p.rm && p.rv))
     throw ValueError("[" + a.op.name + "] eval mode needs running_mean and running_var");
-  if (p.training && shape_of(x).per_channel <= 1)
+  if (p.training && batch_norm_shape(x).per_channel <= 1)
     throw ValueError("[" + a.op.name + "] training needs more than one value per channel; got input " +
                      shape_str(x.shape()));
   return {x.shape(), c, c};
 }
 
-void forward_cpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
-  const kernels::BatchNormShape sh = shape_of(a.inputs[0]);
+void bn_forward_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const BatchNormParams p = batch_norm_params(a.attrs);
+  const kernels::BatchNormShape sh = batch_norm_shape(a.inputs[0]);
   const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[0].shape()[0];
   const std::vector<double> x = values(a.inputs[0]);
   const std::vector<double> w = p.weight ? values(a.inputs[1]) : std::vector<double>(C, 1.0);
@@ -111,10 +103,10 @@ void forward_cpu(const OpArgs& a, std::span<Tensor> out) {
   if (p.training && p.rv) store_values(a.inputs[4], rv);
 }
 
-void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
+void bn_forward_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const BatchNormParams p = batch_norm_params(a.attrs);
   const Tensor x = gpu::contiguous(a.inputs[0]);
-  const kernels::BatchNormShape sh = shape_of(x);
+  const kernels::BatchNormShape sh = batch_norm_shape(x);
   auto param = [&](bool present, int i) {
     return present ? gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]) : Tensor();
   };
@@ -146,14 +138,14 @@ void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
 // dbias. dweight = sum dy' * xhat and dbias = sum dy' per channel, where dy' is g, or g where
 // y > 0 with the fused ReLU; they come in the weight's dtype (the compute dtype without one).
 
-DType backward_param_dtype(const OpArgs& a) {
+DType bn_backward_param_dtype(const OpArgs& a) {
   return param_dtype(a.inputs[1].dtype(),
                      has(a.attrs, "weight") ? std::vector<Tensor>{a.inputs[3]} : std::vector<Tensor>{});
 }
 
-DTypePlan backward_dtypes(const OpArgs& a) {
-  const Params p = params_of(a.attrs);
-  return norm_plan(a, a.inputs[1].dtype(), backward_param_dtype(a),
+DTypePlan bn_backward_dtypes(const OpArgs& a) {
+  const BatchNormParams p = batch_norm_params(a.attrs);
+  return norm_plan(a, a.inputs[1].dtype(), bn_backward_param_dtype(a),
                    {{Role::x, true, "gradient"},
                     {Role::x},
                     {Role::x, p.relu, "output"},
@@ -163,10 +155,10 @@ DTypePlan backward_dtypes(const OpArgs& a) {
                    {Role::x, Role::param, Role::param});
 }
 
-std::vector<Shape> backward_shapes(const OpArgs& a) {
+std::vector<Shape> bn_backward_shapes(const OpArgs& a) {
   const Tensor &g = a.inputs[0], &x = a.inputs[1];
   check_input(a, x);
-  const Params p = params_of(a.attrs);
+  const BatchNormParams p = batch_norm_params(a.attrs);
   const Shape c{x.shape()[1]};
   check_shape(a, "gradient", g, x.shape());
   if (p.relu) check_shape(a, "output", a.inputs[2], x.shape());
@@ -176,9 +168,9 @@ std::vector<Shape> backward_shapes(const OpArgs& a) {
   return {x.shape(), c, c};
 }
 
-void backward_cpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
-  const kernels::BatchNormShape sh = shape_of(a.inputs[1]);
+void bn_backward_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const BatchNormParams p = batch_norm_params(a.attrs);
+  const kernels::BatchNormShape sh = batch_norm_shape(a.inputs[1]);
   const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[1].shape()[0];
   const std::vector<double> g = values(a.inputs[0]), x = values(a.inputs[1]);
   const std::vector<double> y = p.relu ? values(a.inputs[2]) : std::vector<double>();
@@ -212,12 +204,12 @@ void backward_cpu(const OpArgs& a, std::span<Tensor> out) {
   store_values(out[2], db);
 }
 
-void backward_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
+void bn_backward_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const BatchNormParams p = batch_norm_params(a.attrs);
   Tensor in[6];
   for (std::size_t i = 0; i < 6; ++i)
     if ((i != 2 || p.relu) && (i != 3 || p.weight)) in[i] = gpu::contiguous(a.inputs[i]);
-  const kernels::BatchNormShape sh = shape_of(in[1]);
+  const kernels::BatchNormShape sh = batch_norm_shape(in[1]);
   const kernels::NormSplit split = kernels::batch_norm_split(sh, a.device.index());
   const DType acc = acc_of(out[0].dtype());
   const Tensor parts = empty({split.scratch}, {.dtype = acc, .device = a.device});
@@ -243,7 +235,7 @@ void backward_gpu(const OpArgs& a, std::span<Tensor> out) {
 // Test cases: 4-D and 2-D inputs, odd sizes, N = 1, enough values per channel for several
 // blocks; every optional input present or not, eval and training, the ReLU fused or not.
 // Running variances stay positive.
-std::vector<Attrs> test_attrs(bool backward) {
+std::vector<Attrs> bn_test_attrs(bool backward) {
   std::vector<Attrs> sets;
   for (bool training : {true, false})
     for (bool relu : {false, true})
@@ -278,16 +270,16 @@ const OpRef kBatchNormBackward = register_op({
     .num_inputs = 6,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
-    .dtype_rule = backward_dtypes,
-    .shape_rule = backward_shapes,
+    .dtype_rule = bn_backward_dtypes,
+    .shape_rule = bn_backward_shapes,
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          if (!batch_norm_backward_fast(a, out)) backward_cpu(a, out);
+          if (!batch_norm_backward_fast(a, out)) bn_backward_cpu(a, out);
         },
-    .cpu_reference = backward_cpu,
-    .gpu = backward_gpu,
+    .cpu_reference = bn_backward_cpu,
+    .gpu = bn_backward_gpu,
     // inputs g, x, y, weight, then mean and invstd (C): shapes (x, x, x, C, C, C).
-    .test = {.attrs = test_attrs(true), .gradcheck = false, .tolerance_scale = 4, .shapes = test_shapes(3, 3)},
+    .test = {.attrs = bn_test_attrs(true), .gradcheck = false, .tolerance_scale = 4, .shapes = test_shapes(3, 3)},
 });
 
 const OpRef kBatchNorm = register_op({
@@ -295,17 +287,17 @@ const OpRef kBatchNorm = register_op({
     .num_inputs = 5,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
-    .dtype_rule = forward_dtypes,
-    .shape_rule = forward_shapes,
+    .dtype_rule = bn_forward_dtypes,
+    .shape_rule = bn_forward_shapes,
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          if (!batch_norm_forward_fast(a, out)) forward_cpu(a, out);
+          if (!batch_norm_forward_fast(a, out)) bn_forward_cpu(a, out);
         },
-    .cpu_reference = forward_cpu,
-    .gpu = forward_gpu,
+    .cpu_reference = bn_forward_cpu,
+    .gpu = bn_forward_gpu,
     // mean and invstd are state for the backward pass, not differentiable outputs.
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
-      const Params p = params_of(c.attrs());
+      const BatchNormParams p = batch_norm_params(c.attrs());
       const Tensor x = c.saved_input(0);
       const Tensor in[] = {g[0],
                            x,
@@ -330,7 +322,7 @@ const OpRef kBatchNorm = register_op({
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1}, .outputs = {0, 1, 2}},
-    .test = {.attrs = test_attrs(false),
+    .test = {.attrs = bn_test_attrs(false),
              .tolerance_scale = 4,
              .inputs = {{}, {}, {}, {}, {.low = 0.5, .high = 2}},
              .shapes = test_shapes(4, 1)},

@@ -15,12 +15,6 @@ namespace {
 
 using namespace norm_detail;
 
-// x (N, C, d...) as (N, C, S).
-kernels::BatchNormShape shape_of(const Tensor& x) {
-  const std::int64_t c = x.shape()[1], n = x.shape()[0];
-  const std::int64_t s = c * n == 0 ? 1 : x.numel() / (c * n);
-  return {c, s, n * s};
-}
 
 Shape check_x(const OpArgs& a, const Tensor& x) {
   if (x.dim() < 2)
@@ -40,7 +34,7 @@ double masked(const std::vector<double>& g, const std::vector<double>& y, bool r
 // ---- batch_norm_stats: x -> mean, invstd (C); attrs eps ----
 
 void stats_cpu(const OpArgs& a, std::span<Tensor> out) {
-  const kernels::BatchNormShape sh = shape_of(a.inputs[0]);
+  const kernels::BatchNormShape sh = batch_norm_shape(a.inputs[0]);
   const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[0].shape()[0];
   const double eps = a.attrs.get_or<double>("eps", 1e-5), m = static_cast<double>(sh.per_channel);
   const std::vector<double> x = values(a.inputs[0]);
@@ -61,7 +55,7 @@ void stats_cpu(const OpArgs& a, std::span<Tensor> out) {
 
 void stats_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor x = gpu::contiguous(a.inputs[0]);
-  const kernels::BatchNormShape sh = shape_of(x);
+  const kernels::BatchNormShape sh = batch_norm_shape(x);
   const kernels::NormSplit split = kernels::batch_norm_split(sh, a.device.index());
   const Tensor parts = empty({split.scratch}, {.dtype = out[0].dtype(), .device = a.device});
   kernels::launch_batch_norm_stats({.t = x.dtype(),
@@ -86,7 +80,7 @@ const OpRef kStats = register_op({
     .shape_rule =
         [](const OpArgs& a) {
           const Shape c = check_x(a, a.inputs[0]);
-          if (shape_of(a.inputs[0]).per_channel < 1)
+          if (batch_norm_shape(a.inputs[0]).per_channel < 1)
             throw ValueError("[" + a.op.name + "] needs at least one value per channel; got input " +
                              shape_str(a.inputs[0].shape()));
           return std::vector<Shape>{c, c};
@@ -102,7 +96,7 @@ const OpRef kStats = register_op({
 
 void reduce_cpu(const OpArgs& a, std::span<Tensor> out) {
   const bool relu = a.attrs.get_or<bool>("relu", false);
-  const kernels::BatchNormShape sh = shape_of(a.inputs[1]);
+  const kernels::BatchNormShape sh = batch_norm_shape(a.inputs[1]);
   const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[1].shape()[0];
   const std::vector<double> g = values(a.inputs[0]), x = values(a.inputs[1]);
   const std::vector<double> y = relu ? values(a.inputs[2]) : std::vector<double>();
@@ -127,7 +121,7 @@ void reduce_gpu(const OpArgs& a, std::span<Tensor> out) {
   Tensor in[5];
   for (std::size_t i = 0; i < 5; ++i)
     if (i != 2 || relu) in[i] = gpu::contiguous(a.inputs[i]);
-  const kernels::BatchNormShape sh = shape_of(in[1]);
+  const kernels::BatchNormShape sh = batch_norm_shape(in[1]);
   const kernels::NormSplit split = kernels::batch_norm_split(sh, a.device.index());
   const Tensor parts = empty({split.scratch}, {.dtype = out[0].dtype(), .device = a.device});
   kernels::launch_batch_norm_backward_reduce({.t = in[1].dtype(),
@@ -189,7 +183,7 @@ const OpRef kBackwardReduce = register_op({
 
 void elemt_cpu(const OpArgs& a, std::span<Tensor> out) {
   const bool relu = a.attrs.get_or<bool>("relu", false), weight = has(a.attrs, "weight");
-  const kernels::BatchNormShape sh = shape_of(a.inputs[1]);
+  const kernels::BatchNormShape sh = batch_norm_shape(a.inputs[1]);
   const std::int64_t C = sh.channels, S = sh.spatial, N = a.inputs[1].shape()[0];
   const std::vector<double> g = values(a.inputs[0]), x = values(a.inputs[1]);
   const std::vector<double> y = relu ? values(a.inputs[2]) : std::vector<double>();
@@ -224,7 +218,7 @@ void elemt_gpu(const OpArgs& a, std::span<Tensor> out) {
                                           .sums = device_address(in[6]),
                                           .training = true,
                                           .relu = relu},
-                                         shape_of(in[1]), 1, stream_of(a.device));
+                                         batch_norm_shape(in[1]), 1, stream_of(a.device));
 }
 
 const OpRef kBackwardElemt = register_op({

@@ -11,6 +11,13 @@
 
 namespace kiln::norm_detail {
 
+// x (N, C, d...) as (N, C, S), as the batch-norm kernels take it.
+inline kernels::BatchNormShape batch_norm_shape(const Tensor& x) {
+  const std::int64_t c = x.shape()[1], n = x.shape()[0];
+  const std::int64_t s = c * n == 0 ? 1 : x.numel() / (c * n);
+  return {c, s, n * s};
+}
+
 inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 // The kernels' compute type, which is also the dtype of the saved mean and invstd.
 inline DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }

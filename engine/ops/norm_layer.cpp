@@ -17,12 +17,12 @@ using namespace norm_detail;
 
 // Attrs: normalized_ndim (i64, the trailing dims normalised together), eps (double), has_weight,
 // has_bias (bool, default true).
-struct Params {
+struct LayerNormParams {
   int k;
   bool weight, bias;
   double eps;
 };
-Params params_of(const Attrs& a) {
+LayerNormParams layer_norm_params(const Attrs& a) {
   return {static_cast<int>(a.get_or<std::int64_t>("normalized_ndim", 1)), has(a, "weight"), has(a, "bias"),
           a.get_or<double>("eps", 1e-5)};
 }
@@ -44,8 +44,8 @@ Rows rows_of(const OpArgs& a, const Tensor& x, int k) {
 
 // ---- forward: inputs x, weight, bias; outputs y, mean and invstd (x's leading dims) ----
 
-DTypePlan forward_dtypes(const OpArgs& a) {
-  const Params p = params_of(a.attrs);
+DTypePlan ln_forward_dtypes(const OpArgs& a) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   const DType t = a.inputs[0].dtype();
   std::vector<Tensor> present;
   if (p.weight) present.push_back(a.inputs[1]);
@@ -55,16 +55,16 @@ DTypePlan forward_dtypes(const OpArgs& a) {
                    {Role::x, Role::stats, Role::stats});
 }
 
-std::vector<Shape> forward_shapes(const OpArgs& a) {
-  const Params p = params_of(a.attrs);
+std::vector<Shape> ln_forward_shapes(const OpArgs& a) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   const Rows r = rows_of(a, a.inputs[0], p.k);
   if (p.weight) check_shape(a, "weight", a.inputs[1], r.row);
   if (p.bias) check_shape(a, "bias", a.inputs[2], r.row);
   return {a.inputs[0].shape(), r.lead, r.lead};
 }
 
-void forward_cpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
+void ln_forward_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   const Rows r = rows_of(a, a.inputs[0], p.k);
   const std::int64_t rows = r.count(), K = r.width();
   const std::vector<double> x = values(a.inputs[0]);
@@ -86,8 +86,8 @@ void forward_cpu(const OpArgs& a, std::span<Tensor> out) {
   store_values(out[2], invstd);
 }
 
-void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
+void ln_forward_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   const Tensor x = gpu::contiguous(a.inputs[0]);
   const Tensor w = p.weight ? gpu::contiguous(a.inputs[1]) : Tensor(),
                b = p.bias ? gpu::contiguous(a.inputs[2]) : Tensor();
@@ -102,21 +102,21 @@ void forward_gpu(const OpArgs& a, std::span<Tensor> out) {
 // dtype, the compute dtype without one). Attr param_grads (bool, default true) false: dweight
 // and dbias are empty (shape (0)) and not computed.
 
-DType backward_param_dtype(const OpArgs& a) {
+DType ln_backward_param_dtype(const OpArgs& a) {
   const DType t = a.inputs[1].dtype();
   return has(a.attrs, "weight") ? param_dtype(t, {a.inputs[2]}) : acc_of(t);
 }
 
-DTypePlan backward_dtypes(const OpArgs& a) {
-  const Params p = params_of(a.attrs);
+DTypePlan ln_backward_dtypes(const OpArgs& a) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   return norm_plan(
-      a, a.inputs[1].dtype(), backward_param_dtype(a),
+      a, a.inputs[1].dtype(), ln_backward_param_dtype(a),
       {{Role::x, true, "gradient"}, {Role::x}, {Role::param, p.weight, "weight"}, {Role::stats}, {Role::stats}},
       {Role::x, Role::param, Role::param});
 }
 
-std::vector<Shape> backward_shapes(const OpArgs& a) {
-  const Params p = params_of(a.attrs);
+std::vector<Shape> ln_backward_shapes(const OpArgs& a) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   const Tensor &g = a.inputs[0], &x = a.inputs[1];
   const Rows r = rows_of(a, x, p.k);
   check_shape(a, "gradient", g, x.shape());
@@ -127,8 +127,8 @@ std::vector<Shape> backward_shapes(const OpArgs& a) {
   return {x.shape(), params, params};
 }
 
-void backward_cpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
+void ln_backward_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   const Rows r = rows_of(a, a.inputs[1], p.k);
   const std::int64_t rows = r.count(), K = r.width();
   const std::vector<double> g = values(a.inputs[0]), x = values(a.inputs[1]);
@@ -156,8 +156,8 @@ void backward_cpu(const OpArgs& a, std::span<Tensor> out) {
   if (out[2].numel() > 0) store_values(out[2], db);
 }
 
-void backward_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const Params p = params_of(a.attrs);
+void ln_backward_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const LayerNormParams p = layer_norm_params(a.attrs);
   Tensor in[5];
   for (std::size_t i = 0; i < 5; ++i)
     if (i != 2 || p.weight) in[i] = gpu::contiguous(a.inputs[i]);
@@ -182,7 +182,7 @@ void backward_gpu(const OpArgs& a, std::span<Tensor> out) {
 
 // Test cases: one and two normalised dims, a single row, rows longer than 1024 (a block per
 // row), with and without weight and bias.
-std::vector<Attrs> test_attrs() {
+std::vector<Attrs> ln_test_attrs() {
   std::vector<Attrs> sets;
   for (std::int64_t k : {1, 2})
     for (bool affine : {true, false})
@@ -203,13 +203,13 @@ const OpRef kLayerNormBackward = register_op({
     .num_inputs = 5,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
-    .dtype_rule = backward_dtypes,
-    .shape_rule = backward_shapes,
-    .cpu = backward_cpu,
-    .gpu = backward_gpu,
+    .dtype_rule = ln_backward_dtypes,
+    .shape_rule = ln_backward_shapes,
+    .cpu = ln_backward_cpu,
+    .gpu = ln_backward_gpu,
     .test = {.attrs =
                  [] {
-                   std::vector<Attrs> sets = test_attrs();
+                   std::vector<Attrs> sets = ln_test_attrs();
                    sets.push_back(Attrs{{"has_weight", false}, {"param_grads", false}});
                    return sets;
                  }(),
@@ -229,13 +229,13 @@ const OpRef kLayerNorm = register_op({
     .num_inputs = 3,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
-    .dtype_rule = forward_dtypes,
-    .shape_rule = forward_shapes,
-    .cpu = forward_cpu,
-    .gpu = forward_gpu,
+    .dtype_rule = ln_forward_dtypes,
+    .shape_rule = ln_forward_shapes,
+    .cpu = ln_forward_cpu,
+    .gpu = ln_forward_gpu,
     // mean and invstd are state for the backward pass, not differentiable outputs.
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
-      const Params p = params_of(c.attrs());
+      const LayerNormParams p = layer_norm_params(c.attrs());
       const Tensor x = c.saved_input(0);
       const Tensor in[] = {g[0], x, p.weight ? c.saved_input(1) : x, c.saved_output(1), c.saved_output(2)};
       const bool params = (p.weight && c.needs_grad(1)) || (p.bias && c.needs_grad(2));
@@ -247,7 +247,7 @@ const OpRef kLayerNorm = register_op({
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1}, .outputs = {1, 2}},
-    .test = {.attrs = test_attrs(),
+    .test = {.attrs = ln_test_attrs(),
              .tolerance_scale = 4,
              .shapes =
                  [] {

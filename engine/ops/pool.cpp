@@ -21,12 +21,12 @@ struct PoolParams {
   long long planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, include_pad;
 };
 
-struct Geom {
+struct PoolGeom {
   PoolParams p;
   Shape in, out;
 };
 
-Geom geometry(const Shape& x, const Attrs& attrs, const std::string& op) {
+PoolGeom geometry(const Shape& x, const Attrs& attrs, const std::string& op) {
   if (x.size() != 4) throw ShapeError("[" + op + "] input must be 4-D (N, C, H, W), got shape " + paren(x));
   const auto k = pair_attr(attrs, "kernel", -1, 1, op);
   const auto st = attrs.has("stride") && !attrs.get<std::vector<std::int64_t>>("stride").empty()
@@ -43,7 +43,7 @@ Geom geometry(const Shape& x, const Attrs& attrs, const std::string& op) {
   if (ekh > x[2] + 2 * pad[0] || ekw > x[3] + 2 * pad[1])
     throw ShapeError("[" + op + "] window " + paren({ekh, ekw}) + " is larger than the padded input " +
                      paren({x[2] + 2 * pad[0], x[3] + 2 * pad[1]}) + " of input " + paren(x));
-  Geom g;
+  PoolGeom g;
   g.p = {x[0] * x[1],
          x[2],
          x[3],
@@ -244,8 +244,8 @@ Attrs with_input_shape(const Attrs& attrs, const Shape& shape) {
 }
 
 // The geometry of a backward op: input_shape from attrs, the gradient checked against it.
-Geom backward_geometry(const OpArgs& a) {
-  const Geom g = geometry(a.attrs.get<std::vector<std::int64_t>>("input_shape"), a.attrs, a.name());
+PoolGeom backward_geometry(const OpArgs& a) {
+  const PoolGeom g = geometry(a.attrs.get<std::vector<std::int64_t>>("input_shape"), a.attrs, a.name());
   for (std::size_t i = 0; i < a.inputs.size(); ++i)
     if (a.inputs[i].shape() != g.out)
       throw ShapeError("[" + a.name() + "] input " + std::to_string(i) + " has shape " + paren(a.inputs[i].shape()) +
@@ -338,7 +338,7 @@ std::vector<Shape> pooled_shape(const OpArgs& a, int outputs) {
   return std::vector<Shape>(static_cast<std::size_t>(outputs), geometry(a.inputs[0].shape(), a.attrs, a.name()).out);
 }
 
-using V = std::vector<std::int64_t>;
+using Dims = std::vector<std::int64_t>;
 
 const OpRef kMaxPool = register_op({
     .name = "max_pool2d",
@@ -368,8 +368,8 @@ const OpRef kMaxPool = register_op({
     },
     .differentiable_outputs = 1,  // the indices carry no gradient: no zeros are filled for them
     .save = {.outputs = {1}},
-    .test = {.attrs = {Attrs{{"kernel", V{2}}}, Attrs{{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}},
-                       Attrs{{"kernel", V{2, 3}}, {"stride", V{1}}, {"dilation", V{2, 1}}}}},
+    .test = {.attrs = {Attrs{{"kernel", Dims{2}}}, Attrs{{"kernel", Dims{3}}, {"stride", Dims{2}}, {"padding", Dims{1}}},
+                       Attrs{{"kernel", Dims{2, 3}}, {"stride", Dims{1}}, {"dilation", Dims{2, 1}}}}},
 });
 
 const OpRef kAvgPool = register_op({
@@ -379,7 +379,7 @@ const OpRef kAvgPool = register_op({
     .cpu = avg_cpu,
     .gpu =
         [k = gpu::LazyKernel("avg_pool2d")](const OpArgs& a, std::span<Tensor> out) {
-          const Geom g = geometry(a.inputs[0].shape(), a.attrs, a.name());
+          const PoolGeom g = geometry(a.inputs[0].shape(), a.attrs, a.name());
           const Tensor x = gpu::contiguous(a.inputs[0]);
           launch(k, out[0].dtype(), g.p.planes * g.p.oh * g.p.ow, stream_of(a.device), device_address(x),
                  device_address(out[0]), g.p);
@@ -387,24 +387,24 @@ const OpRef kAvgPool = register_op({
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       return {call(kAvgBackward, {g[0]}, with_input_shape(c.attrs(), c.input(0).shape))};
     },
-    .test = {.attrs = {Attrs{{"kernel", V{2}}},
-                       Attrs{{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}, {"count_include_pad", false}},
-                       Attrs{{"kernel", V{3, 2}}, {"stride", V{1}}, {"padding", V{1, 0}}}}},
+    .test = {.attrs = {Attrs{{"kernel", Dims{2}}},
+                       Attrs{{"kernel", Dims{3}}, {"stride", Dims{2}}, {"padding", Dims{1}}, {"count_include_pad", false}},
+                       Attrs{{"kernel", Dims{3, 2}}, {"stride", Dims{1}}, {"padding", Dims{1, 0}}}}},
 });
 
-Attrs pool_attrs(const V& kernel, const V& stride, const V& padding) {
+Attrs pool_attrs(const Dims& kernel, const Dims& stride, const Dims& padding) {
   return Attrs{{"kernel", kernel}, {"stride", stride}, {"padding", padding}};
 }
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, V kernel, V stride, V padding, V dilation) {
+Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims dilation) {
   Attrs attrs = pool_attrs(kernel, stride, padding);
   attrs.set("dilation", std::move(dilation));
   return dispatch(kMaxPool, std::vector<Tensor>{x}, attrs)[0];
 }
 
-Tensor avg_pool2d(const Tensor& x, V kernel, V stride, V padding, bool count_include_pad) {
+Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, bool count_include_pad) {
   Attrs attrs = pool_attrs(kernel, stride, padding);
   attrs.set("count_include_pad", count_include_pad);
   return dispatch(kAvgPool, std::vector<Tensor>{x}, attrs)[0];

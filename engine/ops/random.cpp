@@ -258,12 +258,8 @@ void random_gpu(const rt::KernelSpec& spec, const OpArgs& a, std::span<Tensor> o
              static_cast<long long>(c.low), static_cast<unsigned long long>(c.range), c.p, probs_ptr, state);
 }
 
-DTypePlan dtype_from_attrs(const OpArgs& a) {
-  const DType d = a.attrs.get<DType>("dtype");
-  return DTypePlan{{}, {d}, d};
-}
-
-std::vector<Shape> shape_from_attrs(const OpArgs& a) { return {a.attrs.get<std::vector<std::int64_t>>("shape")}; }
+using rules::dtype_from_attrs;
+using rules::shape_from_attrs;
 
 OpDef random_op(const char* name, Dist dist, std::vector<DType> dtypes, Attrs test_attrs) {
   const rt::KernelSpec& spec = register_spec(name, dist, dtypes);
@@ -324,21 +320,17 @@ Attrs draw(Generator* gen, Dist dist, const Shape& shape, DType dtype, Device de
   return attrs;
 }
 
-Tensor finish(Tensor t, const TensorOptions& o) {
-  if (o.requires_grad) t.requires_grad_();
-  return t;
-}
 
 }  // namespace
 
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
   const DType dt = o.dtype.value_or(DType::f32);
-  return finish(call(kRand, {}, draw(gen, Dist::uniform, shape, dt, o.device)), o);
+  return with_grad_option(call(kRand, {}, draw(gen, Dist::uniform, shape, dt, o.device)), o);
 }
 
 Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
   const DType dt = o.dtype.value_or(DType::f32);
-  return finish(call(kRandn, {}, draw(gen, Dist::normal, shape, dt, o.device)), o);
+  return with_grad_option(call(kRandn, {}, draw(gen, Dist::normal, shape, dt, o.device)), o);
 }
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, TensorOptions o, Generator* gen) {
@@ -350,7 +342,7 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, TensorOp
   const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
   Attrs attrs = draw(gen, Dist::randint, shape, dt, o.device, range);
   attrs.set("low", low).set("high", high);
-  return finish(call(kRandint, {}, attrs), o);
+  return with_grad_option(call(kRandint, {}, attrs), o);
 }
 
 Tensor bernoulli(const Shape& shape, double p, TensorOptions o, Generator* gen) {
@@ -358,7 +350,7 @@ Tensor bernoulli(const Shape& shape, double p, TensorOptions o, Generator* gen) 
   const DType dt = o.dtype.value_or(DType::f32);
   Attrs attrs = draw(gen, Dist::bernoulli, shape, dt, o.device);
   attrs.set("p", p);
-  return finish(call(kBernoulliOp, {}, attrs), o);
+  return with_grad_option(call(kBernoulliOp, {}, attrs), o);
 }
 
 Tensor bernoulli(const Tensor& p, Generator* gen) {

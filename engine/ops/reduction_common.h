@@ -50,17 +50,27 @@ using WideAcc = std::conditional_t<std::is_same_v<T, double>, double,
 template <class T>
 using SameAcc = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, cpu::compute_t<T>>;
 
+// Stores a result R into element i of out, whatever out's dtype: picked once per call, so the
+// reduction loop below is instantiated per input dtype, not per (input, output) pair.
+template <class R>
+using StoreFn = void (*)(void* out, std::int64_t i, R v);
+template <class R>
+StoreFn<R> store_fn(DType out) {
+  return cpu::visit(out, []<class O>() -> StoreFn<R> {
+    return [](void* p, std::int64_t i, R v) { static_cast<O*>(p)[i] = cpu::store<O>(v); };
+  });
+}
+
 // out[i] = f(values reduced into element i), values converted to Acc<T>; f returns a value
 // stored as out's dtype.
 template <template <class> class Acc, class F>
 void cpu_reduce(const Tensor& in, const std::vector<int>& axes, const Tensor& out, F&& f) {
   cpu::visit(in.dtype(), [&]<class T>() {
     using A = Acc<T>;
-    cpu::visit(out.dtype(), [&]<class O>() {
-      O* po = cpu::ptr<O>(out);
-      cpu::for_each_reduction<T, A>(in, axes,
-                                    [&](std::int64_t i, std::span<const A> v) { po[i] = cpu::store<O>(f(v)); });
-    });
+    using R = decltype(f(std::span<const A>{}));
+    const StoreFn<R> put = store_fn<R>(out.dtype());
+    void* po = out.data_ptr();
+    cpu::for_each_reduction<T, A>(in, axes, [&](std::int64_t i, std::span<const A> v) { put(po, i, f(v)); });
   });
 }
 

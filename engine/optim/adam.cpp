@@ -12,7 +12,7 @@ namespace kiln::optim {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
 std::vector<Tensor> checked(const char* who, std::vector<Tensor> params, const AdamOptions& o) {
   detail::check_range(who, "lr", o.lr, 0, false, kInf, false);

@@ -22,7 +22,7 @@ namespace kiln::optim {
 namespace {
 
 constexpr const char* kWho = "optim.GradScaler";
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
 GradScalerOptions checked(const GradScalerOptions& o) {
   detail::check_range(kWho, "init_scale", o.init_scale, 0, true, kInf, false);

@@ -2,6 +2,7 @@
 // Internal to engine/optim: argument checks shared by the optimizers, the dtype their
 // state is kept in, and the fused GPU updates (engine/optim/optim_kernels.cpp).
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "kiln/tensor.h"
 
 namespace kiln::optim::detail {
+
+// The open upper bound of check_range: "finite".
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // ValueError "[<who>] ..." for an empty list, an undefined, non-floating, non-leaf,
 // non-contiguous or grad-less parameter, or one listed twice.

@@ -82,7 +82,7 @@ void low_precision_written(const Tensor& p, LowPrecisionCopy* lp) {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
 // Why a loaded state slot (f32 or f64) is unusable: its first element that is not finite, or
 // negative when `nonnegative`; empty when every element is fine.

@@ -16,7 +16,7 @@ namespace kiln::optim {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
 void check_positive_steps(const char* who, const char* what, std::int64_t n) {
   if (n <= 0) throw ValueError("[" + std::string(who) + "] " + what + " must be > 0, got " + std::to_string(n));

@@ -11,7 +11,7 @@ namespace kiln::optim {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
 std::vector<Tensor> checked(std::vector<Tensor> params, const SgdOptions& o) {
   const char* who = "optim.SGD";

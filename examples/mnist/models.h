@@ -7,6 +7,9 @@
 
 namespace mnist {
 
+// MNIST's pixel statistics: the networks take (x / 255 - kMean) / kStd.
+inline constexpr double kMean = 0.1307, kStd = 0.3081;
+
 // mlp: 784-512-512-10 with ReLU. cnn: two conv5x5 + batch-norm + ReLU + max-pool stages
 // (32 and 64 channels), then 3136-128-10. ValueError for another name.
 std::shared_ptr<kiln::nn::Sequential> make_model(const std::string& name, kiln::Generator& gen);

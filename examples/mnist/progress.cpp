@@ -12,7 +12,7 @@
 namespace mnist {
 
 namespace {
-constexpr int kWidth = 16;
+constexpr int kBarWidth = 16;
 constexpr std::int64_t kRedraws = 50;  // per epoch: each reads the loss back once
 constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
 }  // namespace
@@ -48,10 +48,10 @@ std::string format_rate(double per_s) {
 }
 
 std::string progress_line(const ProgressView& v) {
-  const auto filled = static_cast<int>(kWidth * v.step / std::max<std::int64_t>(v.steps, 1));
+  const auto filled = static_cast<int>(kBarWidth * v.step / std::max<std::int64_t>(v.steps, 1));
   char buf[200];
   std::snprintf(buf, sizeof buf, "epoch %d/%d [%.*s%*s] %lld/%lld loss %.4f, %s samples/s, ETA %s", v.epoch, v.epochs,
-                filled, "================", kWidth - filled, "", static_cast<long long>(v.step),
+                filled, "================", kBarWidth - filled, "", static_cast<long long>(v.step),
                 static_cast<long long>(v.steps), v.loss, format_rate(v.samples_per_s).c_str(),
                 kiln::cli::format_duration(v.seconds_left).c_str());
   return buf;

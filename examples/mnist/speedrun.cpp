@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "models.h"
 #include "train.h"
 
 namespace mnist {
@@ -14,7 +15,6 @@ using namespace kiln;
 
 namespace {
 
-constexpr double kMean = 0.1307, kStd = 0.3081;  // MNIST's pixel statistics, as train.cpp
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }

@@ -27,7 +27,6 @@ const auto g_process_start = std::chrono::steady_clock::now();
 constexpr std::int64_t kEstimateAfterSteps = 4;
 
 // MNIST's pixel mean and standard deviation over the training set.
-constexpr double kMean = 0.1307, kStd = 0.3081;
 
 std::string metrics_json(const EpochMetrics& m, const std::string& precision) {
   char buf[256];

@@ -17,8 +17,8 @@ namespace kiln::rt {
 
 namespace {
 
-constexpr std::size_t kGranule = 512;
-constexpr std::size_t kChunk = 8u << 20;  // bytes asked of the driver at a time, at least
+constexpr std::size_t kPoolGranule = 512;
+constexpr std::size_t kPoolChunk = 8u << 20;  // bytes asked of the driver at a time, at least
 
 // cuMemAlloc is not stream-ordered; a capturing thread may call it only in relaxed mode.
 CUdeviceptr alloc_relaxed(std::size_t bytes) {
@@ -64,7 +64,7 @@ PrivatePool::~PrivatePool() {
 }
 
 DevicePtr PrivatePool::take(std::size_t bytes) {
-  const std::size_t rounded = std::max(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  const std::size_t rounded = std::max(kPoolGranule, (bytes + kPoolGranule - 1) / kPoolGranule * kPoolGranule);
   std::lock_guard lock(impl_->mu);
   auto it = impl_->bins.find(rounded);
   if (it != impl_->bins.end() && !it->second.empty()) {
@@ -73,7 +73,7 @@ DevicePtr PrivatePool::take(std::size_t bytes) {
     return p;
   }
   if (impl_->room < rounded) {
-    const std::size_t size = std::max(kChunk, rounded);
+    const std::size_t size = std::max(kPoolChunk, rounded);
     make_current(device_);
     impl_->chunks.push_back(alloc_relaxed(size));
     impl_->next = impl_->chunks.back();
@@ -89,7 +89,7 @@ DevicePtr PrivatePool::take(std::size_t bytes) {
 
 void PrivatePool::give_back(DevicePtr p, std::size_t bytes) noexcept {
   if (p == 0) return;
-  const std::size_t rounded = std::max(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  const std::size_t rounded = std::max(kPoolGranule, (bytes + kPoolGranule - 1) / kPoolGranule * kPoolGranule);
   try {
     std::lock_guard lock(impl_->mu);
     impl_->bins[rounded].push_back(p);
@@ -108,14 +108,14 @@ struct Binding {
   std::vector<ParkedFree> parked;
 };
 
-struct Bindings {
+struct PoolBindings {
   std::mutex mu;
   std::atomic<int> count{0};
   std::vector<Binding> list;
 };
 
-Bindings& bindings() {
-  static auto* b = new Bindings;  // leaked: buffers may be freed during static destruction
+PoolBindings& bindings() {
+  static auto* b = new PoolBindings;  // leaked: buffers may be freed during static destruction
   return *b;
 }
 
@@ -123,7 +123,7 @@ Bindings& bindings() {
 
 void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool) {
   if (!s || !pool) throw ValueError("[memory] bind_private_pool needs a stream and a pool");
-  Bindings& b = bindings();
+  PoolBindings& b = bindings();
   std::lock_guard lock(b.mu);
   for (const Binding& x : b.list)
     if (x.stream == static_cast<CUstream>(s.handle()))
@@ -135,7 +135,7 @@ void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool) {
 void unbind_private_pool(const Stream& s) noexcept {
   std::vector<ParkedFree> parked;
   {
-    Bindings& b = bindings();
+    PoolBindings& b = bindings();
     std::lock_guard lock(b.mu);
     auto it = std::find_if(b.list.begin(), b.list.end(),
                            [&](const Binding& x) { return x.stream == static_cast<CUstream>(s.handle()); });
@@ -148,7 +148,7 @@ void unbind_private_pool(const Stream& s) noexcept {
 }
 
 std::shared_ptr<PrivatePool> bound_pool(void* stream) {
-  Bindings& b = bindings();
+  PoolBindings& b = bindings();
   if (b.count.load(std::memory_order_acquire) == 0) return nullptr;
   std::lock_guard lock(b.mu);
   for (const Binding& x : b.list)
@@ -157,7 +157,7 @@ std::shared_ptr<PrivatePool> bound_pool(void* stream) {
 }
 
 bool park_if_bound(const ParkedFree& f) {
-  Bindings& b = bindings();
+  PoolBindings& b = bindings();
   if (b.count.load(std::memory_order_acquire) == 0) return false;
   try {
     std::lock_guard lock(b.mu);

@@ -107,7 +107,7 @@ std::string template_source(std::string_view name) {
     text << in.rdbuf();
     return text.str();
   }
-  for (const auto& [stem, text] : detail::embedded_templates())
+  for (const auto& [stem, text] : kiln::detail::embedded_templates())
     if (stem == name) return std::string(text);
   std::string known;
   for (const auto& n : template_names()) known += " " + n;
@@ -121,7 +121,7 @@ std::vector<std::string> template_names() {
     for (const auto& e : std::filesystem::directory_iterator(dir, ec))
       if (e.path().extension() == ".cu") names.push_back(e.path().stem().string());
   } else {
-    for (const auto& [stem, text] : detail::embedded_templates()) names.emplace_back(stem);
+    for (const auto& [stem, text] : kiln::detail::embedded_templates()) names.emplace_back(stem);
   }
   std::sort(names.begin(), names.end());
   return names;

@@ -17,7 +17,7 @@ using kiln_test::message_of;
 
 namespace {
 
-Tensor leaf(const Shape& shape, std::uint64_t seed, DType t = DType::f32) {
+Tensor random_leaf(const Shape& shape, std::uint64_t seed, DType t = DType::f32) {
   Generator gen(seed);
   Tensor p = randn(shape, {}, &gen).to(t);
   p.requires_grad_();
@@ -65,7 +65,7 @@ TEST_CASE("autocast: the guard nests, restores, turns off with nullopt and refus
 TEST_CASE("autocast: linear runs in bf16 and f16 while f32 master weights get f32 gradients") {
   for (DType t : {DType::bf16, DType::f16}) {
     CAPTURE(dtype_name(t));
-    Tensor x = leaf({4, 6}, 1), w = leaf({3, 6}, 2), b = leaf({3}, 3);
+    Tensor x = random_leaf({4, 6}, 1), w = random_leaf({3, 6}, 2), b = random_leaf({3}, 3);
     Tensor y;
     {
       AutocastGuard amp(t);
@@ -86,8 +86,8 @@ TEST_CASE("autocast: linear runs in bf16 and f16 while f32 master weights get f3
 }
 
 TEST_CASE("autocast: matmul and conv2d run in the autocast dtype; f64 inputs are left alone") {
-  Tensor a = leaf({2, 3, 5}, 4), m = leaf({5, 4}, 5);
-  Tensor x = leaf({2, 3, 6, 6}, 6), k = leaf({4, 3, 3, 3}, 7), kb = leaf({4}, 8);
+  Tensor a = random_leaf({2, 3, 5}, 4), m = random_leaf({5, 4}, 5);
+  Tensor x = random_leaf({2, 3, 6, 6}, 6), k = random_leaf({4, 3, 3, 3}, 7), kb = random_leaf({4}, 8);
   Tensor y, c;
   {
     AutocastGuard amp(DType::bf16);
@@ -107,17 +107,17 @@ TEST_CASE("autocast: matmul and conv2d run in the autocast dtype; f64 inputs are
     check_close(cast(c, DType::f32), conv2d(x, k, kb, {.padding = {1}}), 3e-2);
   }
 
-  Tensor a64 = leaf({3, 5}, 9, DType::f64), m64 = leaf({5, 2}, 10, DType::f64);
+  Tensor a64 = random_leaf({3, 5}, 9, DType::f64), m64 = random_leaf({5, 2}, 10, DType::f64);
   AutocastGuard amp(DType::f16);
   CHECK(matmul(a64, m64).dtype() == DType::f64);
-  CHECK(linear(a64, leaf({2, 5}, 11, DType::f64)).dtype() == DType::f64);
-  CHECK(conv2d(leaf({1, 3, 4, 4}, 12, DType::f64), leaf({2, 3, 3, 3}, 13, DType::f64)).dtype() == DType::f64);
+  CHECK(linear(a64, random_leaf({2, 5}, 11, DType::f64)).dtype() == DType::f64);
+  CHECK(conv2d(random_leaf({1, 3, 4, 4}, 12, DType::f64), random_leaf({2, 3, 3, 3}, 13, DType::f64)).dtype() == DType::f64);
   // Integer and already-low inputs are not touched either.
-  CHECK(matmul(leaf({2, 2}, 14, DType::bf16), leaf({2, 2}, 15, DType::bf16)).dtype() == DType::bf16);
+  CHECK(matmul(random_leaf({2, 2}, 14, DType::bf16), random_leaf({2, 2}, 15, DType::bf16)).dtype() == DType::bf16);
 }
 
 TEST_CASE("autocast: softmax, log_softmax and the losses compute in f32") {
-  Tensor logits = leaf({4, 5}, 20, DType::bf16);
+  Tensor logits = random_leaf({4, 5}, 20, DType::bf16);
   Tensor labels = from_vector(std::vector<std::int64_t>{0, 3, 1, 4});
   // Outside a scope a bf16 input gives a bf16 output.
   CHECK(softmax(logits, 1).dtype() == DType::bf16);
@@ -126,8 +126,8 @@ TEST_CASE("autocast: softmax, log_softmax and the losses compute in f32") {
   CHECK(log_softmax(logits, 1).dtype() == DType::f32);
   CHECK(nll_loss(log_softmax(logits, 1), labels).dtype() == DType::f32);
   CHECK(mse_loss(logits, logits).dtype() == DType::f32);
-  CHECK(mse_loss(logits, leaf({4, 5}, 21)).dtype() == DType::f32);
-  CHECK(cross_entropy(leaf({4, 5, 2}, 22, DType::f16), from_vector(std::vector<std::int64_t>(8, 1), {4, 2})).dtype() ==
+  CHECK(mse_loss(logits, random_leaf({4, 5}, 21)).dtype() == DType::f32);
+  CHECK(cross_entropy(random_leaf({4, 5, 2}, 22, DType::f16), from_vector(std::vector<std::int64_t>(8, 1), {4, 2})).dtype() ==
         DType::f32);
   Tensor loss = cross_entropy(logits, labels);
   CHECK(loss.dtype() == DType::f32);
@@ -136,7 +136,7 @@ TEST_CASE("autocast: softmax, log_softmax and the losses compute in f32") {
   REQUIRE(logits.grad().defined());
   CHECK(logits.grad().dtype() == DType::bf16);
   // f64 stays f64.
-  CHECK(softmax(leaf({2, 3}, 23, DType::f64), 1).dtype() == DType::f64);
+  CHECK(softmax(random_leaf({2, 3}, 23, DType::f64), 1).dtype() == DType::f64);
 }
 
 TEST_CASE("autocast: a small net under the guard trains its f32 weights like f32 does") {
@@ -165,7 +165,7 @@ TEST_CASE("autocast: a small net under the guard trains its f32 weights like f32
 
 TEST_CASE("autocast: backward runs with autocast off, whatever scope calls it") {
   auto grads = [](bool in_scope) {
-    Tensor a = leaf({3, 4}, 40), b = leaf({4, 2}, 41);
+    Tensor a = random_leaf({3, 4}, 40), b = random_leaf({4, 2}, 41);
     Tensor y = matmul(a, b);  // recorded in f32
     std::optional<AutocastGuard> amp;
     if (in_scope) amp.emplace(DType::f16);

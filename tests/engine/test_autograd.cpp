@@ -8,14 +8,15 @@
 
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::f64;
+using kiln_test::leaf;
 using kiln_test::message_of;
-Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s); }
-Tensor leaf(std::vector<double> v, Shape s) { return from_vector(v, s, {.requires_grad = true}); }
 
 }  // namespace
 

@@ -12,17 +12,16 @@
 #include "core/registry.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 
 namespace {
+using kiln_test::random_f64;
+using kiln_test::check_close;
 using kiln_test::message_of;
 
 
-Tensor randn_f64(const Shape& s, std::uint64_t seed) {
-  Generator g(seed);
-  return randn(s, {.dtype = DType::f64}, &g);
-}
 
 // x (N,C,H,W) surrounded by `ph`/`pw` rows and columns of `fill`.
 std::vector<double> padded(const Tensor& x, std::int64_t ph, std::int64_t pw, double fill) {
@@ -63,16 +62,8 @@ std::vector<double> ref_conv(const Tensor& x, const Tensor& w, const Conv& c, Sh
   return out;
 }
 
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::fabs(got[i] - want[i]) > tol * (1 + std::fabs(want[i]))) {
-      FAIL_CHECK("element " << i << ": got " << got[i] << ", want " << want[i]);
-      return;
-    }
-}
 
-using V = std::vector<std::int64_t>;
+using Dims = std::vector<std::int64_t>;
 
 }  // namespace
 
@@ -106,7 +97,7 @@ TEST_CASE("conv2d matches loops over a padded copy for random configs") {
       {{2, 1, 5, 4}, {2, 1, 5, 4}, {1, 1, 0, 0, 1, 1, 1}}};
   std::uint64_t seed = 7;
   for (const auto& k : cases) {
-    Tensor x = randn_f64(k.x, seed++), w = randn_f64(k.w, seed++);
+    Tensor x = random_f64(k.x, seed++), w = random_f64(k.w, seed++);
     Conv2dOptions o{
         .stride = {k.c.sh, k.c.sw}, .padding = {k.c.ph, k.c.pw}, .dilation = {k.c.dh, k.c.dw}, .groups = k.c.groups};
     Shape want_shape;
@@ -161,9 +152,9 @@ TEST_CASE("max_pool2d and avg_pool2d on hand-computed cases") {
 }
 
 TEST_CASE("pooling matches loops over a padded copy; max indices") {
-  Tensor x = randn_f64({2, 3, 7, 8}, 3);
+  Tensor x = random_f64({2, 3, 7, 8}, 3);
   struct Case {
-    V k, s, p, d;
+    Dims k, s, p, d;
   };
   for (const Case& c : {Case{{2, 2}, {2, 2}, {0, 0}, {1, 1}}, Case{{3, 3}, {2, 1}, {1, 1}, {1, 1}},
                         Case{{3, 2}, {1, 2}, {1, 0}, {2, 1}}, Case{{2, 3}, {3, 3}, {1, 1}, {1, 1}}}) {
@@ -189,7 +180,7 @@ TEST_CASE("pooling matches loops over a padded copy; max indices") {
     Tensor got = max_pool2d(x, c.k, c.s, c.p, c.d);
     CHECK(got.shape() == Shape{2, 3, OH, OW});
     check_close(got.to_vector<double>(), want_max, 0);
-    if (c.d == V{1, 1}) check_close(avg_pool2d(x, c.k, c.s, c.p).to_vector<double>(), want_avg, 1e-12);
+    if (c.d == Dims{1, 1}) check_close(avg_pool2d(x, c.k, c.s, c.p).to_vector<double>(), want_avg, 1e-12);
     // The indices name where each maximum came from, within its (h, w) plane.
     auto outs = dispatch(get_op("max_pool2d"), std::vector<Tensor>{x},
                          Attrs{{"kernel", c.k}, {"stride", c.s}, {"padding", c.p}, {"dilation", c.d}});
@@ -224,13 +215,13 @@ TEST_CASE("conv2d and pooling gradients match finite differences") {
   for (const auto& k :
        {Case{{2, 2, 5, 4}, {3, 2, 3, 2}, {}}, Case{{1, 4, 5, 5}, {2, 2, 2, 3}, {{2, 1}, {1}, {1, 2}, 2}},
         Case{{2, 3, 6, 5}, {3, 1, 3, 3}, {{2}, {1, 0}, {1}, 3}}}) {
-    Tensor bias = randn_f64({k.w[0]}, seed++);
+    Tensor bias = random_f64({k.w[0]}, seed++);
     auto f = [&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], k.o); };
-    auto r = gradcheck(f, {randn_f64(k.x, seed++), randn_f64(k.w, seed++), bias});
+    auto r = gradcheck(f, {random_f64(k.x, seed++), random_f64(k.w, seed++), bias});
     CHECK_MESSAGE(r.ok, "conv2d x=" << shape_str(k.x) << ": " << r.message);
   }
   // Random normal inputs: ties inside a window have probability zero.
-  Tensor x = randn_f64({2, 2, 6, 5}, 90);
+  Tensor x = random_f64({2, 2, 6, 5}, 90);
   for (const auto& f :
        std::vector<testing::SingleFn>{[](const std::vector<Tensor>& in) { return max_pool2d(in[0], {2}); },
                                       [](const std::vector<Tensor>& in) {

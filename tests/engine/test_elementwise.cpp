@@ -12,19 +12,20 @@
 #include "core/registry.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::kNaN;
+using kiln_test::kInf;
+using kiln_test::f64;
+using kiln_test::f32;
 using kiln_test::message_of;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s, {.dtype = DType::f64}); }
 Tensor f64(std::vector<double> v) { return f64(v, {static_cast<std::int64_t>(v.size())}); }
-Tensor f32(std::vector<float> v, Shape s) { return from_vector(v, s); }
 Tensor f32(std::vector<float> v) { return f32(v, {static_cast<std::int64_t>(v.size())}); }
 Tensor i32(std::vector<std::int32_t> v) { return from_vector(v); }
 Tensor boolean(std::vector<bool> v) {

@@ -10,14 +10,15 @@
 
 #include "error_message.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln_test::message_of;
 
 namespace {
+using kiln_test::kInf;
 
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Tensor param(std::vector<double> v, DType t = DType::f32) {
   Tensor p = from_vector(v).to(t);

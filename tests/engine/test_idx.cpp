@@ -20,24 +20,19 @@
 #include "kiln/data/mnist.h"
 #include "kiln/kiln.h"
 #include "temp_dir.h"
+#include "test_values.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
 using Bytes = std::vector<unsigned char>;
 
 namespace {
+using kiln_test::read_bytes;
+using kiln_test::write_bytes;
 
 using kiln_test::TempDir;
 
-void write_bytes(const std::string& path, const Bytes& b) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
 
 // An IDX header: 00 00 type ndim, then big-endian dims.
 Bytes header(unsigned char type, const std::vector<std::uint32_t>& dims) {

@@ -5,14 +5,15 @@
 #include "error_message.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 using kiln_test::message_of;
 
 namespace {
+using kiln_test::leaf;
 using V = std::vector<double>;
-Tensor leaf(V v, Shape s) { return from_vector(v, s, {.requires_grad = true}); }
 }  // namespace
 
 TEST_CASE("add_ on a slice sends gradients to the added tensor and the base") {

@@ -10,17 +10,16 @@
 #include "core/registry.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 
 namespace {
+using kiln_test::random_f64;
+using kiln_test::check_close;
 using kiln_test::message_of;
 
 
-Tensor randn_f64(const Shape& s, std::uint64_t seed) {
-  Generator g(seed);
-  return randn(s, {.dtype = DType::f64}, &g);
-}
 
 // (.., m, k) @ (.., k, n) with the batch dims broadcast, by index arithmetic on flat values.
 std::vector<double> naive(const std::vector<double>& a, const Shape& as, const std::vector<double>& b, const Shape& bs,
@@ -58,14 +57,6 @@ std::vector<double> naive(const std::vector<double>& a, const Shape& as, const s
   return out;
 }
 
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::fabs(got[i] - want[i]) > tol * (1 + std::fabs(want[i]))) {
-      FAIL_CHECK("element " << i << ": got " << got[i] << ", want " << want[i]);
-      return;
-    }
-}
 
 // The last two dims swapped, as a view of the same storage.
 Tensor transposed(const Tensor& t) {
@@ -117,7 +108,7 @@ TEST_CASE("matmul with broadcast batch dims matches naive loops") {
   for (const auto& item : cases) {
     const auto& as = item.first;  // named, not bound: clang 14 cannot capture bindings
     const auto& bs = item.second;
-    Tensor a = randn_f64(as, seed++), b = randn_f64(bs, seed++);
+    Tensor a = random_f64(as, seed++), b = random_f64(bs, seed++);
     Shape want_shape;
     auto want = naive(a.to_vector<double>(), as, b.to_vector<double>(), bs, want_shape);
     Tensor c = matmul(a, b);
@@ -128,7 +119,7 @@ TEST_CASE("matmul with broadcast batch dims matches naive loops") {
 }
 
 TEST_CASE("matmul in every floating dtype and through transposed and strided views") {
-  Tensor a = randn_f64({3, 4, 6}, 11), b = randn_f64({6, 5}, 12);
+  Tensor a = random_f64({3, 4, 6}, 11), b = random_f64({6, 5}, 12);
   Shape s;
   auto want = naive(a.to_vector<double>(), a.shape(), b.to_vector<double>(), b.shape(), s);
   for (auto item : {std::pair{DType::f32, 1e-5}, {DType::f64, 1e-12}, {DType::f16, 1e-2}, {DType::bf16, 5e-2}}) {
@@ -193,11 +184,11 @@ TEST_CASE("matmul and linear gradients match finite differences") {
     const auto& as = item.first;  // named, not bound: clang 14 cannot capture bindings
     const auto& bs = item.second;
     INFO(shape_str(as) << " @ " << shape_str(bs));
-    auto r = gradcheck(mm, {randn_f64(as, seed++), randn_f64(bs, seed++)});
+    auto r = gradcheck(mm, {random_f64(as, seed++), random_f64(bs, seed++)});
     CHECK_MESSAGE(r.ok, r.message);
   }
   auto lin = [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); };
-  auto r = gradcheck(lin, {randn_f64({2, 3, 4}, 50), randn_f64({5, 4}, 51), randn_f64({5}, 52)});
+  auto r = gradcheck(lin, {random_f64({2, 3, 4}, 50), random_f64({5, 4}, 51), random_f64({5}, 52)});
   CHECK_MESSAGE(r.ok, r.message);
   auto failures = testing::gradcheck_op(get_op("matmul"));
   CHECK_MESSAGE(failures.empty(), (failures.empty() ? "" : failures[0]));

@@ -13,17 +13,19 @@
 
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::f64;
+using kiln_test::i64;
+using kiln_test::random_f64;
 using kiln_test::message_of;
 
-Tensor f64(std::vector<double> v, Shape s) { return from_vector(v, s, {.dtype = DType::f64}); }
-Tensor i64(std::vector<std::int64_t> v, Shape s) { return from_vector(v, s); }
 
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+void check_within(const std::vector<double>& got, const std::vector<double>& want, double tol) {
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     CHECK_MESSAGE(std::abs(got[i] - want[i]) <= tol, "index ", i, ": ", got[i], " vs ", want[i]);
@@ -42,10 +44,6 @@ std::vector<double> ref_log_softmax(const std::vector<double>& x, int n, int c) 
   return out;
 }
 
-Tensor random_f64(const Shape& s, std::uint64_t seed, double scale = 1.0) {
-  Generator g(seed);
-  return mul(randn(s, {.dtype = DType::f64}, &g), scale);
-}
 
 }  // namespace
 
@@ -54,9 +52,9 @@ TEST_CASE("softmax and log_softmax: values, rows summing to 1, any dim") {
   Tensor t = f64(x, {2, 3});
   std::vector<double> lsm = ref_log_softmax(x, 2, 3), sm(6);
   for (int i = 0; i < 6; ++i) sm[i] = std::exp(lsm[i]);
-  check_close(softmax(t, 1).to_vector<double>(), sm, 1e-14);
-  check_close(log_softmax(t, -1).to_vector<double>(), lsm, 1e-14);
-  check_close(sum(softmax(t, 0), {0}).to_vector<double>(), {1, 1, 1}, 1e-14);
+  check_within(softmax(t, 1).to_vector<double>(), sm, 1e-14);
+  check_within(log_softmax(t, -1).to_vector<double>(), lsm, 1e-14);
+  check_within(sum(softmax(t, 0), {0}).to_vector<double>(), {1, 1, 1}, 1e-14);
   // dim 0 of (2, 3) is the row softmax of the transpose.
   std::vector<double> xt{1, -1, 2, 0, 3, 4};
   std::vector<double> col = ref_log_softmax(xt, 3, 2), got = log_softmax(t, 0).to_vector<double>();
@@ -72,13 +70,13 @@ TEST_CASE("softmax and log_softmax: values, rows summing to 1, any dim") {
 TEST_CASE("softmax is stable for inputs of 1e4, and reads strided views") {
   Tensor t = from_vector(std::vector<float>{1e4f, 1e4f + 1, -1e4f}, {3});
   const double e = std::exp(1.0);
-  check_close(std::vector<double>(softmax(t).to_vector<double>()), {1 / (1 + e), e / (1 + e), 0}, 1e-6);
+  check_within(std::vector<double>(softmax(t).to_vector<double>()), {1 / (1 + e), e / (1 + e), 0}, 1e-6);
   std::vector<double> l = log_softmax(t).to_vector<double>();
   CHECK(l[0] == doctest::Approx(-std::log1p(e)).epsilon(1e-5));
   CHECK(l[2] == doctest::Approx(-2e4 - 1 - std::log1p(1 / e)).epsilon(1e-6));
   for (double v : l) CHECK(std::isfinite(v));
   Tensor big = from_vector(std::vector<Half>{Half(1e4f), Half(1e4f), Half(-1e4f), Half(-1e4f)}, {2, 2});
-  check_close(softmax(big, 1).to_vector<double>(), {0.5, 0.5, 0.5, 0.5}, 1e-3);
+  check_within(softmax(big, 1).to_vector<double>(), {0.5, 0.5, 0.5, 0.5}, 1e-3);
   // A transposed view: softmax over dim 1 of x^T is softmax over dim 0 of x.
   Tensor x = f64({1, 2, 3, 4, 5, 7}, {2, 3});
   Tensor xt = make_view(x, {3, 2}, {1, 3}, 0);
@@ -96,18 +94,18 @@ TEST_CASE("softmax errors are typed and name the op") {
 TEST_CASE("nll_loss gathers -log_probs at the labels, with ignore_index") {
   Tensor lp = f64({-0.1, -2, -3, -1.5, -0.5, -4}, {2, 3});
   Tensor labels = i64({0, 2}, {2});
-  check_close(nll_loss(lp, labels, Reduction::none).to_vector<double>(), {0.1, 4}, 0);
+  check_within(nll_loss(lp, labels, Reduction::none).to_vector<double>(), {0.1, 4}, 0);
   CHECK(nll_loss(lp, labels, Reduction::sum).item<double>() == doctest::Approx(4.1));
   CHECK(nll_loss(lp, labels).item<double>() == doctest::Approx(2.05));
   // Ignored elements count in neither the sum nor the mean's divisor.
   Tensor with_ignored = i64({-100, 1}, {2});
-  check_close(nll_loss(lp, with_ignored, Reduction::none, -100).to_vector<double>(), {0, 0.5}, 0);
+  check_within(nll_loss(lp, with_ignored, Reduction::none, -100).to_vector<double>(), {0, 0.5}, 0);
   CHECK(nll_loss(lp, with_ignored, Reduction::mean, -100).item<double>() == doctest::Approx(0.5));
   CHECK(std::isnan(nll_loss(lp, i64({-1, -1}, {2}), Reduction::mean, -1).item<double>()));
   // i32 labels and (N, C, d) log-probabilities.
   Tensor lp3 = f64({-1, -2, -3, -4, -5, -6, -7, -8}, {1, 2, 4});  // [n][c][d]
   Tensor l3 = from_vector(std::vector<std::int32_t>{1, 0, 0, 1}, {1, 4});
-  check_close(nll_loss(lp3, l3, Reduction::none).to_vector<double>(), {5, 2, 3, 8}, 0);
+  check_within(nll_loss(lp3, l3, Reduction::none).to_vector<double>(), {5, 2, 3, 8}, 0);
 }
 
 TEST_CASE("nll_loss errors: labels out of range, dtypes, shapes") {
@@ -135,7 +133,7 @@ TEST_CASE("cross_entropy against hand-computed values, with label smoothing and 
       const double uniform = -(lsm[i * 3] + lsm[i * 3 + 1] + lsm[i * 3 + 2]) / 3;
       want[i] = (1 - eps) * nll + eps * uniform;
     }
-    check_close(cross_entropy(logits, labels, Reduction::none, eps).to_vector<double>(), want, 1e-12);
+    check_within(cross_entropy(logits, labels, Reduction::none, eps).to_vector<double>(), want, 1e-12);
     CHECK(cross_entropy(logits, labels, Reduction::sum, eps).item<double>() ==
           doctest::Approx(want[0] + want[1] + want[2]).epsilon(1e-12));
     CHECK(cross_entropy(logits, labels, Reduction::mean, eps).item<double>() ==
@@ -246,7 +244,7 @@ TEST_CASE("fused cross_entropy: gradients equal the composite's, and pass f64 fi
       Tensor cot = r == Reduction::none ? random_f64({6}, 34) : scalar_tensor(1.5);
       cross_entropy(a, ignored, r, eps, -1).backward(cot);
       composite_cross_entropy(b, ignored, r, eps, -1).backward(cot);
-      check_close(a.grad().to_vector<double>(), b.grad().to_vector<double>(), 1e-14);
+      check_within(a.grad().to_vector<double>(), b.grad().to_vector<double>(), 1e-14);
     }
   // The op itself (its stats output is saved state: no gradient flows through it).
   const OpDef& op = get_op("softmax_cross_entropy");
@@ -260,7 +258,7 @@ TEST_CASE("softmax_cross_entropy saves each row's lse and the count; errors name
   const Attrs mean{{"reduction", std::string("mean")}, {"ignore_index", std::int64_t{7}}};
   std::vector<Tensor> out = dispatch(op, {{x, i64({2, 7}, {2})}}, mean);
   REQUIRE(out.size() == 2);
-  check_close(out[1].to_vector<double>(), {3 + std::log(1 + std::exp(-1.0) + std::exp(-2.0)), std::log(3.0), 1}, 1e-14);
+  check_within(out[1].to_vector<double>(), {3 + std::log(1 + std::exp(-1.0) + std::exp(-2.0)), std::log(3.0), 1}, 1e-14);
   CHECK(out[0].item<double>() == doctest::Approx(std::log(1 + std::exp(-1.0) + std::exp(-2.0))).epsilon(1e-14));
   // f16 logits keep the stats in f32.
   std::vector<Tensor> half = dispatch(op, {{x.to(DType::f16), i64({2, 1}, {2})}}, mean);
@@ -282,7 +280,7 @@ TEST_CASE("softmax_cross_entropy saves each row's lse and the count; errors name
 
 TEST_CASE("mse_loss reduces the squared difference") {
   Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({1, 0, 5, 1}, {2, 2});
-  check_close(mse_loss(a, b, Reduction::none).to_vector<double>(), {0, 4, 4, 9}, 0);
+  check_within(mse_loss(a, b, Reduction::none).to_vector<double>(), {0, 4, 4, 9}, 0);
   CHECK(mse_loss(a, b, Reduction::sum).item<double>() == 17);
   CHECK(mse_loss(a, b).item<double>() == 4.25);
   CHECK_THROWS_AS(mse_loss(a, f64({1, 2}, {2})), ShapeError);
@@ -329,12 +327,12 @@ TEST_CASE("layer_norm matches independent loops, with weight and bias") {
     for (int k = 0; k < 8; ++k) var += (xv[r * 8 + k] - m) * (xv[r * 8 + k] - m) / 8;
     for (int k = 0; k < 8; ++k) want[r * 8 + k] = (xv[r * 8 + k] - m) / std::sqrt(var + 1e-5) * wv[k] + bv[k];
   }
-  check_close(layer_norm(x, {2, 4}, w, b).to_vector<double>(), want, 1e-12);
+  check_within(layer_norm(x, {2, 4}, w, b).to_vector<double>(), want, 1e-12);
   Tensor y = layer_norm(x, {4});
-  check_close(sum(y, {2}).to_vector<double>(), std::vector<double>(6, 0.0), 1e-12);
+  check_within(sum(y, {2}).to_vector<double>(), std::vector<double>(6, 0.0), 1e-12);
   Tensor h = layer_norm(x.to(DType::f16), {2, 4}, w.to(DType::f16), b.to(DType::f16));
   CHECK(h.dtype() == DType::f16);
-  check_close(h.to_vector<double>(), want, 0.02);
+  check_within(h.to_vector<double>(), want, 0.02);
   CHECK_THROWS_AS(layer_norm(x, {3}), ShapeError);
   CHECK_THROWS_AS(layer_norm(x, {4}, ones({3})), ShapeError);
 }
@@ -363,25 +361,25 @@ TEST_CASE("batch_norm in training and eval mode, with running statistics") {
         want_eval[(i * c + ch) * hw + k] = (at(i, ch, k) - rmv[ch]) / std::sqrt(rvv[ch] + 1e-5) * wv[ch] + bv[ch];
       }
   }
-  check_close(batch_norm(x, rm, rv, w, b, false).to_vector<double>(), want_eval, 1e-12);
+  check_within(batch_norm(x, rm, rv, w, b, false).to_vector<double>(), want_eval, 1e-12);
   CHECK(rm.to_vector<double>() == std::vector<double>{0.5, -1});  // eval leaves them alone
   const std::uint64_t before = rm.version();
-  check_close(batch_norm(x, rm, rv, w, b, true, 0.1).to_vector<double>(), want_train, 1e-12);
+  check_within(batch_norm(x, rm, rv, w, b, true, 0.1).to_vector<double>(), want_train, 1e-12);
   CHECK(rm.version() > before);
-  check_close(rm.to_vector<double>(), new_rm, 1e-12);
-  check_close(rv.to_vector<double>(), new_rv, 1e-12);
+  check_within(rm.to_vector<double>(), new_rm, 1e-12);
+  check_within(rv.to_vector<double>(), new_rv, 1e-12);
   // f16 input and running statistics: normalised in f32, updated in place in f16.
   Tensor rm16 = rm.to(DType::f16), rv16 = rv.to(DType::f16);
   Tensor y16 = batch_norm(x.to(DType::f16), rm16, rv16, w, b, true, 0.1);
   CHECK(y16.dtype() == DType::f16);  // half inputs come back in their dtype
-  check_close(y16.to_vector<double>(), want_train, 0.02);
+  check_within(y16.to_vector<double>(), want_train, 0.02);
   CHECK(rm16.dtype() == DType::f16);
-  check_close(rm16.to_vector<double>(),
+  check_within(rm16.to_vector<double>(),
               {0.9 * new_rm[0] + 0.1 * (new_rm[0] - 0.9 * 0.5) / 0.1, 0.9 * new_rm[1] + 0.1 * (new_rm[1] + 0.9) / 0.1},
               0.01);
   // (N, C) input, no running statistics, no affine parameters.
   Tensor x2 = f64({1, 10, 3, 30}, {2, 2});
-  check_close(batch_norm(x2, {}, {}, {}, {}, true).to_vector<double>(), {-1, -1, 1, 1}, 1e-4);
+  check_within(batch_norm(x2, {}, {}, {}, {}, true).to_vector<double>(), {-1, -1, 1, 1}, 1e-4);
   CHECK_THROWS_AS(batch_norm(x2, {}, {}, {}, {}, false), ValueError);
   CHECK_THROWS_AS(batch_norm(x2, ones({3}), ones({3})), ShapeError);
   CHECK_THROWS_AS(batch_norm(f64({1, 2}, {1, 2}), {}, {}, {}, {}, true), ValueError);

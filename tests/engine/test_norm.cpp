@@ -15,17 +15,15 @@
 #include "gradcheck.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 using kiln_test::message_of;
 
 namespace {
+using kiln_test::random_f64;
 
-Tensor random_f64(const Shape& s, std::uint64_t seed, double scale = 1.0, double shift = 0.0) {
-  Generator g(seed);
-  return add(mul(randn(s, {.dtype = DType::f64}, &g), scale), shift);
-}
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   const std::vector<double> u = a.to_vector<double>(), v = b.to_vector<double>();

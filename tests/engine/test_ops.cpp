@@ -8,12 +8,13 @@
 
 #include "core/registry.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 
 namespace {
+using kiln_test::f32;
 using kiln_test::message_of;
-Tensor f32(std::vector<float> v, Shape s) { return from_vector(v, s); }
 
 }  // namespace
 

@@ -12,19 +12,20 @@
 #include "core/registry.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::kNaN;
+using kiln_test::kInf;
+using kiln_test::f64;
 using kiln_test::message_of;
 
 using Axes = std::vector<std::int64_t>;
 using Values = std::vector<double>;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor f64(const Values& v, const Shape& s) { return from_vector(v, s, {.dtype = DType::f64}); }
 
 // Reduces row-major `data` of `shape` over `axes` (normalised) with `f`, which sees the
 // reduced values in row-major order: the slow, obvious way.

@@ -18,24 +18,20 @@
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "temp_dir.h"
+#include "test_values.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
 using Bytes = std::vector<unsigned char>;
 
 namespace {
+using kiln_test::read_bytes;
+using kiln_test::write_bytes;
+using kiln_test::values;
 
 using kiln_test::TempDir;
 
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
 
-void write_bytes(const std::string& path, const Bytes& b) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 // A file: 8-byte little-endian length of `json` (used as is: callers pad it), then json, then data.
 Bytes st_file(const std::string& json, const Bytes& data) {
@@ -69,7 +65,6 @@ std::string load_error(const TempDir& dir, const Bytes& bytes, std::uint64_t off
   return {};
 }
 
-std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
 
 }  // namespace
 

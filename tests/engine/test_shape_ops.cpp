@@ -8,16 +8,17 @@
 
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
 
 namespace {
+using kiln_test::i64;
 using kiln_test::message_of;
 using Ints = std::vector<std::int64_t>;
 
 Tensor iota(Shape s, DType dt = DType::f32) { return arange(shape_numel(s), {.dtype = dt}).reshape(s); }
-Tensor i64(std::vector<std::int64_t> v, Shape s) { return from_vector(v, s); }
 std::vector<float> vals(const Tensor& t) { return t.to_vector<float>(); }
 
 

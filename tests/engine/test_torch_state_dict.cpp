@@ -11,10 +11,12 @@
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "temp_dir.h"
+#include "test_values.h"
 
 using namespace kiln;
 
 namespace {
+using kiln_test::values;
 
 const std::string kFixture = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/torch_state_dict.safetensors";
 
@@ -25,7 +27,6 @@ nn::Sequential tiny_model() {
                         nn::Linear(8, 3, true, &gen)};
 }
 
-std::vector<double> values(const Tensor& t) { return t.to(DType::f64).to_vector<double>(); }
 
 const Tensor& find(const nn::NamedTensors& state, const std::string& name) {
   auto it = std::find_if(state.begin(), state.end(), [&](const auto& p) { return p.first == name; });

@@ -12,12 +12,13 @@
 
 #include "../../examples/mnist/models.h"
 #include "kiln/kiln.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 Tensor gpu_param(std::vector<float> v) {

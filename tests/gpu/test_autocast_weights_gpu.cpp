@@ -9,12 +9,13 @@
 
 #include "core/tensor/tensor_impl.h"
 #include "kiln/kiln.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 std::vector<std::uint16_t> bits16(const Tensor& t) {
   const Tensor h = t.to(Device::cpu()).contiguous();
@@ -31,13 +32,13 @@ std::uint32_t bits32(const Tensor& t) {
 }
 
 // A Linear layer trained under autocast with Adam or SGD; `compiled` replays its step.
-struct Trainer {
+struct AutocastTrainer {
   Generator gen{7};
   std::shared_ptr<nn::Linear> layer = std::make_shared<nn::Linear>(24, 8, true, &gen);
   std::unique_ptr<optim::Optimizer> opt;
   DType dtype;
 
-  Trainer(DType d, bool adam) : dtype(d) {
+  AutocastTrainer(DType d, bool adam) : dtype(d) {
     layer->to(kGpu);
     if (adam) opt = std::make_unique<optim::Adam>(layer->parameters(), optim::AdamOptions{.lr = 0.01});
     else opt = std::make_unique<optim::SGD>(layer->parameters(), optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
@@ -63,7 +64,7 @@ TEST_CASE("autocast weights: the optimizer keeps each copy equal to a fresh cast
     for (bool adam : {true, false}) {
       CAPTURE(dtype_name(dt));
       CAPTURE(adam);
-      Trainer t(dt, adam);
+      AutocastTrainer t(dt, adam);
       Generator g(3);
       const Tensor x = randn({16, 24}, {}, &g).to(kGpu);
       for (int step = 0; step < 4; ++step) {
@@ -82,7 +83,7 @@ TEST_CASE("autocast weights: the optimizer keeps each copy equal to a fresh cast
 TEST_CASE("autocast weights: compiled steps match eager ones bit for bit and see writes made between them") {
   for (bool adam : {true, false}) {
     CAPTURE(adam);
-    Trainer eager(DType::bf16, adam), graph(DType::bf16, adam);
+    AutocastTrainer eager(DType::bf16, adam), graph(DType::bf16, adam);
     CompiledFunction step = compile(std::ref(graph));
     Generator g(4);
     const Tensor x = randn({16, 24}, {}, &g).to(kGpu);
@@ -102,7 +103,7 @@ TEST_CASE("autocast weights: compiled steps match eager ones bit for bit and see
 }
 
 TEST_CASE("autocast weights: a forward reads the copy, with no cast kernel for the weight") {
-  Trainer t(DType::bf16, true);
+  AutocastTrainer t(DType::bf16, true);
   Generator g(5);
   const Tensor x = cast(randn({16, 24}, {}, &g), DType::bf16).to(kGpu);  // no cast for the input either
   auto forward = [&](const std::vector<Tensor>& in) {

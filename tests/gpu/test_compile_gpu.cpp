@@ -18,12 +18,13 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/memory.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 struct Config {
   std::string model, optimizer, schedule;
@@ -31,13 +32,13 @@ struct Config {
 };
 
 // A model, its optimizer and schedule, from fixed seeds.
-struct Trainer {
+struct CompiledTrainer {
   std::shared_ptr<nn::Sequential> net;
   std::unique_ptr<optim::Optimizer> opt;
   std::unique_ptr<optim::LrScheduler> sched;
   Generator drop_gen{99};
 
-  explicit Trainer(const Config& c) {
+  explicit CompiledTrainer(const Config& c) {
     Generator gen(11);
     if (c.dropout) {
       net = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(784, 256, true, &gen), nn::ReLU(),
@@ -73,38 +74,33 @@ std::vector<std::pair<Tensor, Tensor>> batches(int count, std::int64_t batch) {
   return out;
 }
 
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  const std::vector<float> v = t.to(Device::cpu()).to_vector<float>();
-  std::vector<std::uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-  return b;
-}
+using kiln_test::f32_bits;
 
-struct Outcome {
+struct StepOutcome {
   std::vector<std::uint32_t> losses;
   std::vector<std::vector<std::uint32_t>> params{};
   std::int64_t steps = 0;
   double lr = 0;
 };
 
-Outcome finish(Trainer& t, std::vector<std::uint32_t> losses) {
-  Outcome o{std::move(losses)};
-  for (const Tensor& p : t.net->parameters()) o.params.push_back(bits(p));
+StepOutcome finish(CompiledTrainer& t, std::vector<std::uint32_t> losses) {
+  StepOutcome o{std::move(losses)};
+  for (const Tensor& p : t.net->parameters()) o.params.push_back(f32_bits(p));
   o.steps = t.opt->steps();
   o.lr = t.opt->lr();
   return o;
 }
 
-Outcome run(const Config& c, int steps, bool compiled, CompileStats* stats = nullptr, bool fuse = false) {
+StepOutcome run(const Config& c, int steps, bool compiled, CompileStats* stats = nullptr, bool fuse = false) {
   manual_seed(1234);  // the second dropout draws from the default generator
-  Trainer t(c);
+  CompiledTrainer t(c);
   const auto data = batches(3, 32);
   std::vector<std::uint32_t> losses;
   CompiledFunction cf = compile([&](const std::vector<Tensor>& in) { return t.step(in); }, {.fuse = fuse});
   for (int i = 0; i < steps; ++i) {
     const auto& [x, y] = data[static_cast<std::size_t>(i) % data.size()];
     const Tensor loss = compiled ? cf({x, y})[0] : t.step({x, y})[0];
-    losses.push_back(bits(loss)[0]);
+    losses.push_back(f32_bits(loss)[0]);
   }
   if (stats) *stats = cf.stats();
   return finish(t, std::move(losses));
@@ -122,8 +118,8 @@ TEST_CASE("a compiled training step is bit-identical to eager: mlp and cnn, Adam
     CAPTURE(name);
     constexpr int kSteps = 7;
     CompileStats stats;
-    const Outcome eager = run(c, kSteps, false);
-    const Outcome compiled = run(c, kSteps, true, &stats);
+    const StepOutcome eager = run(c, kSteps, false);
+    const StepOutcome compiled = run(c, kSteps, true, &stats);
     CHECK(stats.eager_calls == 1);
     CHECK(stats.captures == 1);
     CHECK(stats.replays == kSteps - 2);
@@ -158,8 +154,8 @@ TEST_CASE("fused training steps give eager's losses and parameters bit for bit")
     const std::string name = c.model + "/" + c.optimizer + "/" + c.schedule + (c.dropout ? "/dropout" : "");
     CAPTURE(name);
     CompileStats stats;
-    const Outcome eager = run(c, 7, false);
-    const Outcome fused = run(c, 7, true, &stats, true);
+    const StepOutcome eager = run(c, 7, false);
+    const StepOutcome fused = run(c, 7, true, &stats, true);
     std::size_t first_loss = eager.losses.size(), differing = 0;
     for (std::size_t i = 0; i < eager.losses.size(); ++i)
       if (fused.losses[i] != eager.losses[i] && first_loss == eager.losses.size()) first_loss = i;
@@ -188,13 +184,13 @@ std::vector<Tensor> affine_relu(const Tensor& w, const std::vector<Tensor>& in) 
 
 void check_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
   REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(want[i]));
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(f32_bits(got[i]) == f32_bits(want[i]));
 }
 
 }  // namespace
 
 TEST_CASE("compile: weights put back, reset_state and a schedule reset make the replays repeat the first run") {
-  Trainer t({"cnn", "adam", "onecycle"});
+  CompiledTrainer t({"cnn", "adam", "onecycle"});
   std::vector<Tensor> start;
   for (const Tensor& p : t.net->parameters()) start.push_back(p.detach().clone());
   const auto data = batches(3, 32);
@@ -203,11 +199,11 @@ TEST_CASE("compile: weights put back, reset_state and a schedule reset make the 
     std::vector<std::uint32_t> losses;
     for (int i = 0; i < 5; ++i) {
       const auto& xy = data[static_cast<std::size_t>(i) % data.size()];
-      losses.push_back(bits(cf({xy.first, xy.second})[0])[0]);
+      losses.push_back(f32_bits(cf({xy.first, xy.second})[0])[0]);
     }
     return finish(t, std::move(losses));
   };
-  const Outcome first = five_steps();  // the eager call, the capture, three replays
+  const StepOutcome first = five_steps();  // the eager call, the capture, three replays
   {
     NoGradGuard no_grad;
     const std::vector<Tensor> params = t.net->parameters();
@@ -215,7 +211,7 @@ TEST_CASE("compile: weights put back, reset_state and a schedule reset make the 
   }
   t.opt->reset_state();
   t.sched->reset();
-  const Outcome again = five_steps();  // replays only
+  const StepOutcome again = five_steps();  // replays only
   CHECK(cf.stats().captures == 1);
   CHECK(cf.stats().replays == 8);
   CHECK(again.losses == first.losses);
@@ -262,11 +258,11 @@ TEST_CASE("compile: outputs live in static buffers that the next call overwrites
   const Tensor a = randn({4, 16}, {}, &g).to(kGpu), b = randn({4, 16}, {}, &g).to(kGpu);
   cf({a});
   const Tensor first = cf({a})[0];  // captured
-  const std::vector<std::uint32_t> kept = bits(first.clone());
+  const std::vector<std::uint32_t> kept = f32_bits(first.clone());
   const Tensor second = cf({b})[0];  // replayed into the same buffer
   CHECK(first.data_ptr() == second.data_ptr());
-  CHECK(bits(first) == bits(second));
-  CHECK(bits(second) != kept);
+  CHECK(f32_bits(first) == f32_bits(second));
+  CHECK(f32_bits(second) != kept);
   CHECK_FALSE(second.requires_grad());
 }
 
@@ -334,13 +330,13 @@ TEST_CASE("compile: what needs the host throws inside a capture and leaves the e
     CHECK_FALSE(capturing());
     CHECK(cf.stats().captures == 0);
     // The next eager work runs and reads back.
-    CHECK(bits(add(x, 1.0)) == bits(add(x, 1.0).to(Device::cpu()).to(kGpu)));
+    CHECK(f32_bits(add(x, 1.0)) == f32_bits(add(x, 1.0).to(Device::cpu()).to(kGpu)));
     CHECK(rt::pool_usage(0).private_bytes == private_before);
   }
 }
 
 TEST_CASE("compile: destroying a compiled function returns its memory; two can be alive at once") {
-  Trainer t({"mlp", "adam", "none"});
+  CompiledTrainer t({"mlp", "adam", "none"});
   const auto data = batches(2, 64);
   t.step({data[0].first, data[0].second});  // gradients and optimizer state exist before measuring
   const rt::PoolUsage before = rt::pool_usage(0);
@@ -355,7 +351,7 @@ TEST_CASE("compile: destroying a compiled function returns its memory; two can b
       const Tensor loss = train({x, y})[0];
       const Tensor pred = eval({x})[0];
       NoGradGuard no_grad;
-      CHECK(bits(pred) == bits(argmax((*t.net)(x), 1)));  // the eval graph sees the trained weights
+      CHECK(f32_bits(pred) == f32_bits(argmax((*t.net)(x), 1)));  // the eval graph sees the trained weights
       CHECK(std::isfinite(loss.item<float>()));
     }
     CHECK(train.stats().replays == 2);
@@ -458,8 +454,8 @@ TEST_CASE("compile: a strided input runs eagerly on the layout the capture sees"
   CompiledFunction cf = compile([](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{pointwise("strided_input_probe", "x * 3 + 1", {in[0]})};
   });
-  const std::vector<std::uint32_t> want = bits(pointwise("strided_input_probe", "x * 3 + 1", {xt}));
-  for (int i = 0; i < 3; ++i) CHECK(bits(cf({xt})[0]) == want);  // eager, capture, replay
+  const std::vector<std::uint32_t> want = f32_bits(pointwise("strided_input_probe", "x * 3 + 1", {xt}));
+  for (int i = 0; i < 3; ++i) CHECK(f32_bits(cf({xt})[0]) == want);  // eager, capture, replay
   CHECK(cf.stats().captures == 1);
 }
 

@@ -18,13 +18,13 @@ using namespace kiln;
 
 namespace {
 
-struct Case {
+struct IgemmCase {
   std::string name;
   Shape x, w;
   Conv2dOptions o;
 };
 
-Shape out_shape(const Case& c) {
+Shape out_shape(const IgemmCase& c) {
   auto at = [](const std::vector<std::int64_t>& v, int i) { return v.size() == 2 ? v[i] : v[0]; };
   Shape y{c.x[0], c.w[0], 0, 0};
   for (int d = 0; d < 2; ++d)
@@ -33,7 +33,7 @@ Shape out_shape(const Case& c) {
 }
 
 // pass 0: conv2d(a = x, b = w); 1: conv2d_grad_input(a = gy, b = w); 2: conv2d_grad_weight(a = x, b = gy).
-Tensor run_pass(int pass, const Case& c, const Tensor& a, const Tensor& b) {
+Tensor run_pass(int pass, const IgemmCase& c, const Tensor& a, const Tensor& b) {
   if (pass == 0) return conv2d(a, b, {}, c.o);
   if (pass == 1) return conv2d_grad_input(a, b, c.x, c.o);
   return conv2d_grad_weight(a, b, c.w, c.o);
@@ -41,7 +41,7 @@ Tensor run_pass(int pass, const Case& c, const Tensor& a, const Tensor& b) {
 
 // Worst |gpu - ref| / (sum |a||b|) over the elements, with inputs drawn in `dt` (so the
 // reference sees the rounded values) and the GPU computing in `dt`.
-double worst_error(int pass, const Case& c, DType dt, std::uint64_t seed) {
+double worst_error(int pass, const IgemmCase& c, DType dt, std::uint64_t seed) {
   Generator gen(seed);
   const Shape ya = pass == 2 ? c.x : pass == 1 ? out_shape(c) : c.x, yb = pass == 2 ? out_shape(c) : c.w;
   const Tensor a = randn(ya, {.dtype = DType::f64}, &gen).to(dt), b = randn(yb, {.dtype = DType::f64}, &gen).to(dt);
@@ -60,8 +60,8 @@ double worst_error(int pass, const Case& c, DType dt, std::uint64_t seed) {
   return worst;
 }
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> c = {
+const std::vector<IgemmCase>& cases() {
+  static const std::vector<IgemmCase> c = {
       {"mnist-conv1 b64", {64, 1, 28, 28}, {32, 1, 5, 5}, {.padding = {2}}},
       {"mnist-conv2 b16", {16, 32, 14, 14}, {64, 32, 5, 5}, {.padding = {2}}},
       {"plain 3x3", {2, 3, 9, 8}, {4, 3, 3, 3}, {}},
@@ -114,7 +114,7 @@ TEST_CASE("f32 convolutions with TF32 off stay exact f32 (FFMA implicit GEMMs)")
 }
 
 TEST_CASE("split-K weight gradients are bit-identical from run to run") {
-  const Case& c = cases()[1];
+  const IgemmCase& c = cases()[1];
   Generator gen(3);
   const Device gpu = Device::cuda(0);
   for (auto [dt, tf32_on] : {std::pair{DType::bf16, true}, {DType::f32, true}, {DType::f32, false}}) {

@@ -19,7 +19,7 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-double tolerance(DType t) {
+double conv_tolerance(DType t) {
   switch (t) {
     case DType::f64:
       return 1e-9;
@@ -71,7 +71,7 @@ void compare(const std::string& name, const Fn& f, const std::vector<Shape>& sha
   for (const Shape& s : shapes) inputs.push_back(randn(s, {.dtype = DType::f64}, &gen).to(dt));
   auto cpu = run(f, inputs, Device::cpu(), view_first, 5);
   auto gpu = run(f, inputs, Device::cuda(0), view_first, 5);
-  const double tol = tolerance(dt);
+  const double tol = conv_tolerance(dt);
   for (std::size_t k = 0; k < cpu.size(); ++k) {
     const std::string what = name + "(dtype=" + std::string(dtype_name(dt)) + ")" +
                              (k == 0 ? " output" : " grad of input " + std::to_string(k - 1));
@@ -87,13 +87,13 @@ void compare(const std::string& name, const Fn& f, const std::vector<Shape>& sha
   }
 }
 
-const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+const DType kConvDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 }  // namespace
 
 TEST_CASE("matmul and linear on the GPU match the CPU, forward and backward") {
   Fn mm = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
-  for (DType dt : kDTypes) {
+  for (DType dt : kConvDTypes) {
     compare("matmul[64,48]@[48,32]", mm, {{64, 48}, {48, 32}}, dt);
     compare("matmul[3,1,17,9]@[4,9,5]", mm, {{3, 1, 17, 9}, {4, 9, 5}}, dt);
     compare("matmul[2,3,9,7]^T-view@[7,5]", mm, {{2, 3, 9, 7}, {7, 5}}, dt, true);
@@ -138,7 +138,7 @@ TEST_CASE("conv2d on the GPU matches the CPU, forward and backward") {
   // The im2col + cuBLAS path, exact in f32 (test_conv_igemm_gpu.cpp covers the tensor cores).
   const bool tf32 = allow_conv_tf32();
   set_allow_conv_tf32(false);
-  for (DType dt : kDTypes)
+  for (DType dt : kConvDTypes)
     for (const auto& c : cases) {
       Fn f = [o = c.o](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x[2], o); };
       compare(c.name, f, {c.x, c.w, {c.w[0]}}, dt);
@@ -157,7 +157,7 @@ TEST_CASE("conv2d on the GPU matches the CPU, forward and backward") {
 
 TEST_CASE("max_pool2d and avg_pool2d on the GPU match the CPU, forward and backward") {
   using V = std::vector<std::int64_t>;
-  for (DType dt : kDTypes) {
+  for (DType dt : kConvDTypes) {
     compare(
         "max_pool2d[2,3,8,8],k2", [](const std::vector<Tensor>& x) { return max_pool2d(x[0], {2}); }, {{2, 3, 8, 8}},
         dt);

@@ -20,11 +20,11 @@ using kiln_test::check_match;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // GPU (f32 accumulation, tree order) against the CPU (double, in order): f32 allows for
 // sums over 1000 rows of 1000 classes; f16/bf16 one rounding of the storage type and a bit.
-double tolerance(DType t) {
+double ce_tolerance(DType t) {
   switch (t) {
     case DType::f16:
       return 2e-3;
@@ -41,7 +41,7 @@ const char* reduction_name(Reduction r) {
   return r == Reduction::none ? "none" : r == Reduction::sum ? "sum" : "mean";
 }
 
-Tensor normal(const Shape& s, std::uint64_t seed, double scale) {
+Tensor ce_normal(const Shape& s, std::uint64_t seed, double scale) {
   Generator g(seed);
   return mul(randn(s, {.dtype = DType::f64}, &g), scale);
 }
@@ -55,12 +55,7 @@ Tensor make_labels(std::int64_t n, std::int64_t c, bool ignored, std::uint64_t s
   return from_vector(v, {n});
 }
 
-std::vector<std::uint64_t> bits(const Tensor& t) {
-  std::vector<double> v = t.to(Device::cpu()).to_vector<double>();
-  std::vector<std::uint64_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
-  return b;
-}
+using kiln_test::f64_bits;
 
 }  // namespace
 
@@ -71,7 +66,7 @@ TEST_CASE("softmax_cross_entropy on the GPU matches the CPU: dtypes, reductions,
   const Size sizes[] = {{1, 10}, {1, 1000}, {1000, 10}, {1000, 1000}, {37, 1500}, {0, 10}};
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     for (const Size& sz : sizes) {
-      const Tensor x = normal({sz.n, sz.c}, 1, 3.0).to(t);
+      const Tensor x = ce_normal({sz.n, sz.c}, 1, 3.0).to(t);
       for (bool ignored : {false, true}) {
         const Tensor labels = make_labels(sz.n, sz.c, ignored, 2);
         const std::optional<std::int64_t> ignore = ignored ? std::optional<std::int64_t>(-100) : std::nullopt;
@@ -83,12 +78,12 @@ TEST_CASE("softmax_cross_entropy on the GPU matches the CPU: dtypes, reductions,
             Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
             const Tensor yc = cross_entropy(xc, labels, r, eps, ignore);
             const Tensor yg = cross_entropy(xg, labels.to(kGpu), r, eps, ignore);
-            check_match(yc, yg, tolerance(t), name + " forward");
+            check_match(yc, yg, ce_tolerance(t), name + " forward");
             Generator gen(3);
             const Tensor cot = randn(yc.shape(), {.dtype = t}, &gen);
             yc.backward(cot);
             yg.backward(cot.to(kGpu));
-            check_match(xc.grad(), xg.grad(), tolerance(t), name + " backward");
+            check_match(xc.grad(), xg.grad(), ce_tolerance(t), name + " backward");
           }
         }
       }
@@ -99,14 +94,14 @@ TEST_CASE("softmax_cross_entropy on the GPU matches the CPU: dtypes, reductions,
 TEST_CASE("softmax_cross_entropy on the GPU: the same call twice gives the same bits (the counter resets)") {
   for (DType t : {DType::f32, DType::f16, DType::f64}) {
     for (std::int64_t c : {10, 1000, 3000}) {
-      const Tensor x = normal({1000, c}, 4, 2.0).to(t).to(kGpu);
+      const Tensor x = ce_normal({1000, c}, 4, 2.0).to(t).to(kGpu);
       const Tensor labels = make_labels(1000, c, true, 5).to(kGpu);
       for (Reduction r : {Reduction::sum, Reduction::mean}) {
         CAPTURE(dtype_name(t));
         CAPTURE(c);
         CAPTURE(reduction_name(r));
-        const std::vector<std::uint64_t> first = bits(cross_entropy(x, labels, r, 0.1, -100));
-        for (int k = 0; k < 3; ++k) CHECK(bits(cross_entropy(x, labels, r, 0.1, -100)) == first);
+        const std::vector<std::uint64_t> first = f64_bits(cross_entropy(x, labels, r, 0.1, -100));
+        for (int k = 0; k < 3; ++k) CHECK(f64_bits(cross_entropy(x, labels, r, 0.1, -100)) == first);
       }
     }
   }
@@ -124,13 +119,13 @@ TEST_CASE("softmax_cross_entropy in a compiled step: one kernel each way, replay
   const Tensor x = randn({256, 32}, {}, &g).to(kGpu);
   const Tensor labels = make_labels(256, 10, true, 9).to(kGpu);
   std::vector<Tensor> eager = fn({x, labels});
-  const std::vector<std::uint64_t> want_loss = bits(eager[0]), want_grad = bits(eager[1]);
+  const std::vector<std::uint64_t> want_loss = f64_bits(eager[0]), want_grad = f64_bits(eager[1]);
   CompiledFunction cf = compile(fn);
   for (int k = 0; k < 20; ++k) {
     std::vector<Tensor> out = cf({x, labels});
     CAPTURE(k);
-    CHECK(bits(out[0]) == want_loss);
-    CHECK(bits(out[1]) == want_grad);
+    CHECK(f64_bits(out[0]) == want_loss);
+    CHECK(f64_bits(out[1]) == want_grad);
   }
   const CompileStats s = cf.stats();
   CHECK(s.replays == 18);
@@ -146,7 +141,7 @@ TEST_CASE("softmax_cross_entropy in a compiled step: one kernel each way, replay
 
 TEST_CASE("softmax_cross_entropy on the GPU: an out-of-range label gives a NaN loss and a zero gradient") {
   const Tensor labels = from_vector(std::vector<std::int64_t>{1, 7, 0}, {3}).to(kGpu);
-  Tensor x = normal({3, 4}, 10, 1.0).to(DType::f32).to(kGpu).requires_grad_();
+  Tensor x = ce_normal({3, 4}, 10, 1.0).to(DType::f32).to(kGpu).requires_grad_();
   const Tensor loss = cross_entropy(x, labels, Reduction::none, 0.1);
   const std::vector<float> l = loss.to(Device::cpu()).to_vector<float>();
   CHECK(std::isfinite(l[0]));
@@ -162,7 +157,7 @@ TEST_CASE("softmax_cross_entropy on the GPU: an out-of-range label gives a NaN l
 }
 
 TEST_CASE("softmax_cross_entropy: gradient checks in f64 on the GPU") {
-  const Tensor x = normal({5, 7}, 11, 2.0).to(kGpu);
+  const Tensor x = ce_normal({5, 7}, 11, 2.0).to(kGpu);
   const Tensor labels = from_vector(std::vector<std::int64_t>{6, -1, 3, 3, 0}, {5}).to(kGpu);
   for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean})
     for (double eps : {0.0, 0.2}) {

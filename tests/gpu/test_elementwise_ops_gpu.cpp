@@ -9,12 +9,13 @@
 
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Tensor cond_of(std::vector<std::uint8_t> v, Shape s) { return from_vector(v, s).to(DType::boolean); }

@@ -18,12 +18,13 @@
 #include "kiln/runtime/generated_kernels.h"
 #include "process.h"
 #include "temp_dir.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // Pointwise ops whose output has their input dtype and that need no attrs.
 std::vector<const OpDef*> chain_ops(int arity) {
@@ -37,12 +38,7 @@ std::vector<const OpDef*> chain_ops(int arity) {
   return out;
 }
 
-std::vector<std::uint64_t> bits(const Tensor& t) {
-  const std::vector<double> v = t.to(Device::cpu()).to(DType::f64).to_vector<double>();
-  std::vector<std::uint64_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
-  return b;
-}
+using kiln_test::f64_bits;
 
 }  // namespace
 
@@ -89,8 +85,8 @@ TEST_CASE("fusion: random pointwise chains match the unfused ops bit for bit in 
     CAPTURE(trial);
     CAPTURE(names);
     for (std::size_t k = 0; k < want.size(); ++k) {
-      CHECK(bits(a[k]) == bits(want[k]));
-      CHECK(bits(b[k]) == bits(want[k]));
+      CHECK(f64_bits(a[k]) == f64_bits(want[k]));
+      CHECK(f64_bits(b[k]) == f64_bits(want[k]));
     }
     CHECK(fused.stats().kernels_per_graph.at(0) <= plain.stats().kernels_per_graph.at(0));
     if (trial == 0) CHECK(fused.stats().kernels_per_graph.at(0) < plain.stats().kernels_per_graph.at(0));
@@ -189,8 +185,8 @@ TEST_CASE("fusion: random chains in every dtype, casts and scalar ops included, 
     CAPTURE(chain.names);
     for (std::size_t k = 0; k < want.size(); ++k) {
       CHECK(a[k].dtype() == want[k].dtype());
-      CHECK(bits(a[k]) == bits(want[k]));
-      CHECK(bits(b[k]) == bits(want[k]));
+      CHECK(f64_bits(a[k]) == f64_bits(want[k]));
+      CHECK(f64_bits(b[k]) == f64_bits(want[k]));
     }
     CHECK(fused.stats().kernels_per_graph.at(0) <= plain.stats().kernels_per_graph.at(0));
   }
@@ -207,14 +203,14 @@ TEST_CASE("fusion: casts on both ends of a bf16 chain join it") {
   };
   CompiledFunction fused = compile(fn, {.fuse = true}), plain = compile(fn, {.fuse = false});
   for (int i = 0; i < 3; ++i) {
-    CHECK(bits(fused({x, y})[0]) == bits(fn({x, y})[0]));
-    CHECK(bits(plain({x, y})[0]) == bits(fn({x, y})[0]));
+    CHECK(f64_bits(fused({x, y})[0]) == f64_bits(fn({x, y})[0]));
+    CHECK(f64_bits(plain({x, y})[0]) == f64_bits(fn({x, y})[0]));
   }
   CHECK(fused.stats().kernels_per_graph.at(0) + 5 == plain.stats().kernels_per_graph.at(0));
 
   // A cast with no pointwise neighbour runs its own (vectorized) kernel: no module is built for it.
   CompiledFunction lone = compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{cast(in[0], DType::bf16)}; });
-  for (int i = 0; i < 3; ++i) CHECK(bits(lone({x})[0]) == bits(cast(x, DType::bf16)));
+  for (int i = 0; i < 3; ++i) CHECK(f64_bits(lone({x})[0]) == f64_bits(cast(x, DType::bf16)));
   const CompileStats stats = lone.stats();
   const std::map<std::string, std::size_t>& names = stats.kernel_names_per_graph.at(0);
   CHECK(names.count("kiln_unary") == 1);
@@ -234,8 +230,8 @@ TEST_CASE("fusion: a value read outside its group is written; a dropped one is n
   for (int i = 0; i < 3; ++i) {
     const Tensor out = cf({x, bias})[0];
     const Tensor want = sigmoid(relu(mul(add(x, bias), add(x, bias))));
-    CHECK(bits(out) == bits(want));
-    CHECK(bits(kept) == bits(add(x, bias)));
+    CHECK(f64_bits(out) == f64_bits(want));
+    CHECK(f64_bits(kept) == f64_bits(add(x, bias)));
   }
   CHECK(cf.stats().kernels_per_graph.at(0) <= 2);  // the input copy and one fused kernel
 }
@@ -279,7 +275,7 @@ TEST_CASE("fusion: a group met again builds no kernel source") {
   CompiledFunction b = compile(fn, {.fuse = true});
   const Tensor out = b({x, y})[0];  // another function's eager call, the same group
   CHECK(rt::generated_builds() == built);
-  CHECK(bits(out) == bits(tanh(mul(add(x, y), y))));
+  CHECK(f64_bits(out) == f64_bits(tanh(mul(add(x, y), y))));
   CHECK(a.stats().captures == 1);
   CHECK(b.stats().eager_calls == 1);
 }

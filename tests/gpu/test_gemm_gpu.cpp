@@ -66,14 +66,14 @@ struct Mat {
   bool layout_ok() const { return kernels::gemm_layout_ok(rows, cols, rs, cs); }
 };
 
-struct Case {
+struct GemmCase {
   kernels::GemmShape s;
   Layout la = Layout::N, lb = Layout::N, lc = Layout::N;
   bool bcast_a = false, bcast_b = false;
   double alpha = 1, beta = 0;
 };
 
-std::string case_name(DType d, bool tf32, const Case& c) {
+std::string case_name(DType d, bool tf32, const GemmCase& c) {
   std::ostringstream o;
   o << "gemm(dtype=" << (tf32 ? "tf32" : std::string(dtype_name(d))) << ", bmnk=[" << c.s.batch << "," << c.s.m << ","
     << c.s.n << "," << c.s.k << "], a=" << layout_name(c.la) << (c.bcast_a ? "*" : "") << ", b=" << layout_name(c.lb)
@@ -139,7 +139,7 @@ struct Tf32Scope {
 
 // Runs one case on both devices and checks the GPU result; returns the relative error
 // (NaN when cuBLAS was asked to decline the layout).
-double check_case(DType d, const Case& c, std::uint32_t seed, bool tf32 = false) {
+double check_case(DType d, const GemmCase& c, std::uint32_t seed, bool tf32 = false) {
   const rt::Stream& s = rt::default_stream(0);
   std::mt19937 rng(seed);
   Mat a(d, c.s.batch, c.s.m, c.s.k, c.la, c.bcast_a), b(d, c.s.batch, c.s.k, c.s.n, c.lb, c.bcast_b);
@@ -173,14 +173,14 @@ double check_case(DType d, const Case& c, std::uint32_t seed, bool tf32 = false)
   return err;
 }
 
-const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+const DType kGemmDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 }  // namespace
 
 TEST_CASE("gemm on the GPU matches the CPU for every dtype and layout") {
   const Layout all[] = {Layout::N, Layout::T, Layout::P, Layout::S};
   std::uint32_t seed = 1;
-  for (DType d : kDTypes)
+  for (DType d : kGemmDTypes)
     for (kernels::GemmShape s :
          {kernels::GemmShape{1, 1, 1, 1}, kernels::GemmShape{1, 37, 53, 29}, kernels::GemmShape{3, 5, 7, 11}})
       for (Layout la : all)
@@ -191,7 +191,7 @@ TEST_CASE("gemm on the GPU matches the CPU for every dtype and layout") {
 
 TEST_CASE("gemm on the GPU broadcasts operands over the batch and applies alpha and beta") {
   std::uint32_t seed = 500;
-  for (DType d : kDTypes) {
+  for (DType d : kGemmDTypes) {
     check_case(d, {{4, 9, 6, 13}, Layout::N, Layout::T, Layout::N, true, false, -2, 0}, seed++);
     check_case(d, {{4, 9, 6, 13}, Layout::T, Layout::N, Layout::T, false, true, 1, 3}, seed++);
     check_case(d, {{3, 33, 17, 70}, Layout::P, Layout::T, Layout::P, true, true, 1.25, 0.5}, seed++);
@@ -201,7 +201,7 @@ TEST_CASE("gemm on the GPU broadcasts operands over the batch and applies alpha 
 
 TEST_CASE("gemm on the GPU with K = 0, alpha = 0 or an empty output leaves beta * C") {
   std::uint32_t seed = 700;
-  for (DType d : kDTypes) {
+  for (DType d : kGemmDTypes) {
     check_case(d, {{2, 5, 7, 0}, Layout::N, Layout::N, Layout::N, false, false, 1, 0}, seed++);
     check_case(d, {{2, 5, 7, 0}, Layout::N, Layout::N, Layout::T, false, false, 1, 1}, seed++);
     check_case(d, {{2, 5, 7, 0}, Layout::N, Layout::N, Layout::P, false, false, 1, 2.5}, seed++);
@@ -230,7 +230,7 @@ TEST_CASE("gemm on the GPU with K = 0, alpha = 0 or an empty output leaves beta 
 }
 
 TEST_CASE("gemm on the GPU: 512x768x1024 in f32, TF32, f16, bf16 and f64") {
-  const Case big{{1, 512, 768, 1024}};
+  const GemmCase big{{1, 512, 768, 1024}};
   const double f32_err = check_case(DType::f32, big, 900);
   const double tf32_err = check_case(DType::f32, big, 900, true);
   MESSAGE("512x768x1024 relative error: f32 " << f32_err << ", tf32 " << tf32_err);

@@ -30,7 +30,7 @@ struct Net {
   }
 };
 
-std::vector<std::vector<float>> grads_of(const nn::Module& m) {
+std::vector<std::vector<float>> module_grads(const nn::Module& m) {
   std::vector<std::vector<float>> out;
   for (const Tensor& p : m.parameters()) out.push_back(p.grad().to(Device::cpu()).to_vector<float>());
   return out;
@@ -63,7 +63,7 @@ TEST_CASE("GradReducer (world of 1): buckets, gradients equal to a plain backwar
   CHECK(reducer.buckets() == std::vector<std::vector<std::size_t>>{{3, 2, 1}, {0}});
   cross_entropy((*reduced.net)(x), y).backward();
   reducer.finish();
-  CHECK(grads_of(*reduced.net) == grads_of(*plain.net));
+  CHECK(module_grads(*reduced.net) == module_grads(*plain.net));
 
   // Inside a compiled step: hooks, copies, the all-reduce on its own stream and the join are captured.
   optim::SGD opt_plain(plain.net->parameters(), {.lr = 0.1}), opt_reduced(reduced.net->parameters(), {.lr = 0.1});
@@ -85,7 +85,7 @@ TEST_CASE("GradReducer (world of 1): buckets, gradients equal to a plain backwar
     CHECK(std::memcmp(&la, &lb, sizeof la) == 0);
   }
   CHECK(b.stats().captures == 1);
-  CHECK(grads_of(*reduced.net) == grads_of(*plain.net));
+  CHECK(module_grads(*reduced.net) == module_grads(*plain.net));
 
   // A parameter that gets no gradient leaves its bucket unreduced: finish() says which.
   Net partial(dev);

@@ -27,7 +27,7 @@ std::shared_ptr<nn::Sequential> small_net(Device d) {
   return net;
 }
 
-std::vector<std::vector<float>> grads_of(const nn::Module& m, std::optional<DType> rounded_to = std::nullopt) {
+std::vector<std::vector<float>> module_grads_rounded(const nn::Module& m, std::optional<DType> rounded_to = std::nullopt) {
   std::vector<std::vector<float>> out;
   for (const Tensor& p : m.parameters()) {
     Tensor g = rounded_to ? p.grad().to(*rounded_to).to(DType::f32) : p.grad();
@@ -66,7 +66,7 @@ TEST_CASE("GradReducer (world of 1): gradients as bucket views, private copies, 
   CHECK(by_view.buckets() == std::vector<std::vector<std::size_t>>{{3, 2, 1, 0}});
   cross_entropy((*viewed)(x), y).backward();
   by_view.finish();
-  CHECK(grads_of(*viewed) == grads_of(*plain));
+  CHECK(module_grads_rounded(*viewed) == module_grads_rounded(*plain));
   const std::vector<Tensor> p = viewed->parameters();
   for (std::size_t k = 3; k > 0; --k) {
     CAPTURE(k);
@@ -78,7 +78,7 @@ TEST_CASE("GradReducer (world of 1): gradients as bucket views, private copies, 
   const std::uintptr_t fresh = address(p[0].grad());
   by_view.finish();
   CHECK(address(p[0].grad()) != fresh);
-  CHECK(grads_of(*viewed) == grads_of(*plain));
+  CHECK(module_grads_rounded(*viewed) == module_grads_rounded(*plain));
 
   auto copied = small_net(dev);
   dist::GradReducer by_copy(pg, copied->parameters(), {.grad_as_bucket_view = false});
@@ -86,15 +86,15 @@ TEST_CASE("GradReducer (world of 1): gradients as bucket views, private copies, 
   const std::uintptr_t own = address(copied->parameters()[0].grad());
   by_copy.finish();
   CHECK(address(copied->parameters()[0].grad()) == own);
-  CHECK(grads_of(*copied) == grads_of(*plain));
+  CHECK(module_grads_rounded(*copied) == module_grads_rounded(*plain));
 
   // The average of one rank's bf16 gradients is those gradients: f32 rounded to bf16.
   auto wired = small_net(dev);
   dist::GradReducer by_wire(pg, wired->parameters(), {.wire_dtype = DType::bf16});
   cross_entropy((*wired)(x), y).backward();
   by_wire.finish();
-  CHECK(grads_of(*wired) == grads_of(*plain, DType::bf16));
-  CHECK(grads_of(*wired) != grads_of(*plain));
+  CHECK(module_grads_rounded(*wired) == module_grads_rounded(*plain, DType::bf16));
+  CHECK(module_grads_rounded(*wired) != module_grads_rounded(*plain));
 
   CHECK(message_of<DTypeError>([&] {
           dist::GradReducer bad(pg, small_net(dev)->parameters(), {.wire_dtype = DType::f64});

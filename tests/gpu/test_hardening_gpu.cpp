@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // f32 data of shape (4, 300) with the given mean and standard deviation near 1.
 Tensor shifted(double mean, std::uint64_t seed) {

@@ -10,12 +10,13 @@
 
 #include "gradcheck.h"
 #include "kiln/kiln.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 using Ints = std::vector<std::int64_t>;
 
 // Values in f64 on the host, row-major.

@@ -7,12 +7,13 @@
 
 #include "kiln/kiln.h"
 #include "kiln/runtime/kernel_plan.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // A small cnn of shapes no other test uses, so its per-shape kernels are new to the process.
 struct Net {

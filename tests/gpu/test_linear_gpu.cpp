@@ -16,9 +16,9 @@ using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
-double tolerance(DType t) {
+double linear_tolerance(DType t) {
   switch (t) {
     case DType::f64: return 1e-12;
     case DType::f32: return 1e-4;  // sums of up to 300 terms of either sign
@@ -64,9 +64,9 @@ TEST_CASE("linear with bias and ReLU on the GPU matches the CPU forward and back
         const Tensor up = randn(ys, {}, &gen).to(dt);
         const std::string what = std::string(dtype_name(dt)) + (act == Activation::relu ? " relu " : " none ") +
                                  shape_str(xs);
-        check_all(run(x, w, b, up, act, Device::cpu()), run(x, w, b, up, act, kGpu), tolerance(dt), what);
+        check_all(run(x, w, b, up, act, Device::cpu()), run(x, w, b, up, act, kGpu), linear_tolerance(dt), what);
         if (xs.size() == 2)
-          check_all(run(x, w, b, up, act, Device::cpu()), run(x, w, b, up, act, kGpu, true), tolerance(dt),
+          check_all(run(x, w, b, up, act, Device::cpu()), run(x, w, b, up, act, kGpu, true), linear_tolerance(dt),
                     what + " column-major x");
       }
 }

@@ -11,6 +11,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 using data::DataLoader;
@@ -18,7 +19,7 @@ using data::LoaderOptions;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // Every batch of every listed epoch: the GPU loader's against the CPU loader's.
 void check_same_batches(DataLoader& cpu, DataLoader& gpu, std::vector<std::int64_t> epochs) {

@@ -22,9 +22,9 @@ using kiln_test::check_match;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
-double tolerance(DType t) {
+double norm_tolerance(DType t) {
   switch (t) {
     case DType::f16:
       return 1e-2;
@@ -37,23 +37,18 @@ double tolerance(DType t) {
   }
 }
 
-Tensor normal(const Shape& s, std::uint64_t seed, double scale = 1.0, double shift = 0.0) {
+Tensor norm_normal(const Shape& s, std::uint64_t seed, double scale = 1.0, double shift = 0.0) {
   Generator g(seed);
   return add(mul(randn(s, {.dtype = DType::f64}, &g), scale), shift);
 }
 
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  const std::vector<float> v = t.to(Device::cpu()).to(DType::f32).to_vector<float>();
-  std::vector<std::uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-  return b;
-}
+using kiln_test::f32_bits;
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 // f on each device from the same values (x in dtype t, parameters in p), then backward with
 // one cotangent: outputs and every input's gradient must match.
-void check_both(const Fn& f, const std::vector<Tensor>& inputs, DType t, DType p, const std::string& name) {
+void check_norm_both(const Fn& f, const std::vector<Tensor>& inputs, DType t, DType p, const std::string& name) {
   std::vector<Tensor> cpu_in, gpu_in;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     // detach: .to() returns the same tensor when the dtype matches, and its grad would pile up.
@@ -62,36 +57,36 @@ void check_both(const Fn& f, const std::vector<Tensor>& inputs, DType t, DType p
     gpu_in.push_back(c.detach().to(kGpu).requires_grad_());
   }
   const Tensor yc = f(cpu_in), yg = f(gpu_in);
-  check_match(yc, yg, tolerance(t), name + " forward");
-  const Tensor cot = normal(yc.shape(), 3).to(yc.dtype());
+  check_match(yc, yg, norm_tolerance(t), name + " forward");
+  const Tensor cot = norm_normal(yc.shape(), 3).to(yc.dtype());
   yc.backward(cot);
   yg.backward(cot.to(kGpu));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     REQUIRE(cpu_in[i].grad().defined());
     CHECK(gpu_in[i].grad().dtype() == cpu_in[i].dtype());
     // Gradients sum over a channel or a row: a few times the forward's rounding.
-    check_match(cpu_in[i].grad(), gpu_in[i].grad(), 4 * tolerance(i == 0 ? t : p), name + " grad " + std::to_string(i));
+    check_match(cpu_in[i].grad(), gpu_in[i].grad(), 4 * norm_tolerance(i == 0 ? t : p), name + " grad " + std::to_string(i));
   }
 }
 
-const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+const DType kNormDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
 }  // namespace
 
 TEST_CASE("batch_norm on the GPU matches the CPU: forward and gradients, every dtype, relu, optional affine") {
-  for (DType t : kDTypes)
+  for (DType t : kNormDTypes)
     for (const Shape& s : {Shape{2, 3, 5, 7}, Shape{4, 3}, Shape{1, 3, 5, 7}, Shape{16, 4, 30, 31}, Shape{300, 5}}) {
       const std::string name = std::string(dtype_name(t)) + " " + shape_str(s);
       const std::int64_t c = s[1];
-      const Tensor x = normal(s, 1, 2.0, 0.5), w = normal({c}, 2), b = normal({c}, 3);
-      const Tensor rm = normal({c}, 4), rv = normal({c}, 5, 0.2, 1.0);
+      const Tensor x = norm_normal(s, 1, 2.0, 0.5), w = norm_normal({c}, 2), b = norm_normal({c}, 3);
+      const Tensor rm = norm_normal({c}, 4), rv = norm_normal({c}, 5, 0.2, 1.0);
       for (Activation act : {Activation::none, Activation::relu}) {
         const std::string n = name + (act == Activation::relu ? " relu" : "");
-        check_both([&](const auto& v) { return batch_norm(v[0], {}, {}, v[1], v[2], true, 0.1, 1e-5, act); }, {x, w, b},
+        check_norm_both([&](const auto& v) { return batch_norm(v[0], {}, {}, v[1], v[2], true, 0.1, 1e-5, act); }, {x, w, b},
                    t, t, "train " + n);
-        check_both([&](const auto& v) { return batch_norm(v[0], {}, {}, {}, {}, true, 0.1, 1e-5, act); }, {x}, t, t,
+        check_norm_both([&](const auto& v) { return batch_norm(v[0], {}, {}, {}, {}, true, 0.1, 1e-5, act); }, {x}, t, t,
                    "train no affine " + n);
-        check_both(
+        check_norm_both(
             [&](const auto& v) {
               return batch_norm(v[0], rm.to(t).to(v[0].device()), rv.to(t).to(v[0].device()), v[1], {}, false, 0.1,
                                 1e-5, act);
@@ -102,7 +97,7 @@ TEST_CASE("batch_norm on the GPU matches the CPU: forward and gradients, every d
 }
 
 TEST_CASE("layer_norm on the GPU matches the CPU: forward and gradients, warp and block rows") {
-  for (DType t : kDTypes)
+  for (DType t : kNormDTypes)
     for (const auto& sr : {std::pair<Shape, Shape>{{4, 6, 5}, {5}},
                            {{3, 2, 4}, {2, 4}},
                            {{1, 7}, {7}},
@@ -112,28 +107,28 @@ TEST_CASE("layer_norm on the GPU matches the CPU: forward and gradients, warp an
       const Shape& s = sr.first;  // not a structured binding: clang 14 lambdas cannot capture one
       const Shape& row = sr.second;
       const std::string name = std::string(dtype_name(t)) + " " + shape_str(s);
-      const Tensor x = normal(s, 6, 2.0, 1.0), w = normal(row, 7), b = normal(row, 8);
-      check_both([&](const auto& v) { return layer_norm(v[0], row, v[1], v[2]); }, {x, w, b}, t, t, name);
-      check_both([&](const auto& v) { return layer_norm(v[0], row); }, {x}, t, t, "no affine " + name);
-      check_both([&](const auto& v) { return layer_norm(v[0], row, v[1]); }, {x, w}, t, t, "weight only " + name);
+      const Tensor x = norm_normal(s, 6, 2.0, 1.0), w = norm_normal(row, 7), b = norm_normal(row, 8);
+      check_norm_both([&](const auto& v) { return layer_norm(v[0], row, v[1], v[2]); }, {x, w, b}, t, t, name);
+      check_norm_both([&](const auto& v) { return layer_norm(v[0], row); }, {x}, t, t, "no affine " + name);
+      check_norm_both([&](const auto& v) { return layer_norm(v[0], row, v[1]); }, {x, w}, t, t, "weight only " + name);
     }
 }
 
 TEST_CASE("mixed precision on the GPU: bf16/f16 x with f32 parameters and running statistics") {
   for (DType t : {DType::bf16, DType::f16}) {
     const std::string name(dtype_name(t));
-    const Tensor x = normal({8, 3, 6, 5}, 10, 1.5, -0.5), w = normal({3}, 11), b = normal({3}, 12);
-    check_both([](const auto& v) { return batch_norm(v[0], {}, {}, v[1], v[2], true, 0.1, 1e-5, Activation::relu); },
+    const Tensor x = norm_normal({8, 3, 6, 5}, 10, 1.5, -0.5), w = norm_normal({3}, 11), b = norm_normal({3}, 12);
+    check_norm_both([](const auto& v) { return batch_norm(v[0], {}, {}, v[1], v[2], true, 0.1, 1e-5, Activation::relu); },
                {x, w, b}, t, DType::f32, "batch_norm " + name);
-    const Tensor lw = normal({5}, 13), lb = normal({5}, 14);
-    check_both([](const auto& v) { return layer_norm(v[0], {5}, v[1], v[2]); }, {x, lw, lb}, t, DType::f32,
+    const Tensor lw = norm_normal({5}, 13), lb = norm_normal({5}, 14);
+    check_norm_both([](const auto& v) { return layer_norm(v[0], {5}, v[1], v[2]); }, {x, lw, lb}, t, DType::f32,
                "layer_norm " + name);
     // The f32 running statistics are updated in place on each device; eval reads them.
     Tensor rm = zeros({3}), rv = ones({3});
     Tensor rmg = rm.to(kGpu), rvg = rv.to(kGpu);
     const void* where = rmg.data_ptr();
     for (int step = 0; step < 4; ++step) {
-      const Tensor xs = normal({8, 3, 6, 5}, 20 + static_cast<std::uint64_t>(step), 1.5, step).to(t);
+      const Tensor xs = norm_normal({8, 3, 6, 5}, 20 + static_cast<std::uint64_t>(step), 1.5, step).to(t);
       batch_norm(xs, rm, rv, w.to(DType::f32), b.to(DType::f32), true, 0.3);
       batch_norm(xs.to(kGpu), rmg, rvg, w.to(DType::f32).to(kGpu), b.to(DType::f32).to(kGpu), true, 0.3);
     }
@@ -142,36 +137,36 @@ TEST_CASE("mixed precision on the GPU: bf16/f16 x with f32 parameters and runnin
     check_match(rm, rmg, 1e-5, "running_mean " + name);
     check_match(rv, rvg, 1e-5, "running_var " + name);
     check_match(batch_norm(x.to(t), rm, rv, w.to(DType::f32), {}, false),
-                batch_norm(x.to(t).to(kGpu), rmg, rvg, w.to(DType::f32).to(kGpu), {}, false), tolerance(t),
+                batch_norm(x.to(t).to(kGpu), rmg, rvg, w.to(DType::f32).to(kGpu), {}, false), norm_tolerance(t),
                 "eval " + name);
   }
 }
 
 TEST_CASE("running statistics on the GPU follow the CPU over several steps, in every dtype") {
-  for (DType t : kDTypes) {
+  for (DType t : kNormDTypes) {
     const std::string name(dtype_name(t));
-    Tensor rm = normal({5}, 30).to(t), rv = normal({5}, 31, 0.1, 1.0).to(t);
+    Tensor rm = norm_normal({5}, 30).to(t), rv = norm_normal({5}, 31, 0.1, 1.0).to(t);
     Tensor rmg = rm.to(kGpu), rvg = rv.to(kGpu);
     for (int step = 0; step < 5; ++step) {
-      const Tensor xs = normal({6, 5, 9, 11}, 40 + static_cast<std::uint64_t>(step), 1.0 + step, step).to(t);
+      const Tensor xs = norm_normal({6, 5, 9, 11}, 40 + static_cast<std::uint64_t>(step), 1.0 + step, step).to(t);
       const Tensor y = batch_norm(xs, rm, rv, {}, {}, true, 0.2);
       const Tensor yg = batch_norm(xs.to(kGpu), rmg, rvg, {}, {}, true, 0.2);
-      check_match(y, yg, tolerance(t), name + " step " + std::to_string(step));
+      check_match(y, yg, norm_tolerance(t), name + " step " + std::to_string(step));
     }
-    check_match(rm, rmg, tolerance(t), "running_mean " + name);
-    check_match(rv, rvg, tolerance(t), "running_var " + name);
+    check_match(rm, rmg, norm_tolerance(t), "running_mean " + name);
+    check_match(rv, rvg, norm_tolerance(t), "running_var " + name);
     // A non-contiguous running statistic is updated through a copy.
     Tensor base = zeros({10}, {.dtype = t, .device = kGpu});
     Tensor strided = slice(base, 0, 0, 10, 2);
-    batch_norm(normal({6, 5}, 50).to(t).to(kGpu), strided, rvg, {}, {}, true, 1.0);
-    check_match(mean(normal({6, 5}, 50).to(t), {0}), strided, tolerance(t), "strided running_mean " + name);
+    batch_norm(norm_normal({6, 5}, 50).to(t).to(kGpu), strided, rvg, {}, {}, true, 1.0);
+    check_match(mean(norm_normal({6, 5}, 50).to(t), {0}), strided, norm_tolerance(t), "strided running_mean " + name);
   }
 }
 
 TEST_CASE("f32 statistics stay accurate far from zero (mean 1e4, std 1), with several blocks per channel") {
   // Welford in f32 on the raw values loses about 1e-4 of the variance here; on x - shift it
   // keeps about 1e-7.
-  const Tensor x = normal({64, 2, 20, 20}, 90, 1.0, 1e4).to(DType::f32);
+  const Tensor x = norm_normal({64, 2, 20, 20}, 90, 1.0, 1e4).to(DType::f32);
   const Tensor x64 = x.to(DType::f64);
   Tensor rm = zeros({2}, {.device = kGpu}), rv = ones({2}, {.device = kGpu});
   const Tensor y = batch_norm(x.to(kGpu), rm, rv, {}, {}, true, 1.0);
@@ -187,13 +182,13 @@ TEST_CASE("f32 statistics stay accurate far from zero (mean 1e4, std 1), with se
 
 TEST_CASE("NaN propagates to its channel or row only, on the GPU as on the CPU") {
   for (DType t : {DType::f32, DType::bf16}) {
-    std::vector<double> v = normal({4, 2, 3}, 60).to_vector<double>();
+    std::vector<double> v = norm_normal({4, 2, 3}, 60).to_vector<double>();
     v[1] = std::nan("");                                               // channel 0, row 0
     v[(1 * 2 + 1) * 3 + 2] = std::numeric_limits<double>::infinity();  // channel 1, row 3
     const Tensor x = from_vector(v, {4, 2, 3}, {.dtype = DType::f64}).to(t);
     Tensor rm = zeros({2}, {.device = kGpu}), rv = ones({2}, {.device = kGpu});
     const Tensor yg = batch_norm(x.to(kGpu), rm, rv, {}, {}, true);
-    check_match(batch_norm(x, Tensor(), Tensor(), {}, {}, true), yg, tolerance(t), "batch_norm");
+    check_match(batch_norm(x, Tensor(), Tensor(), {}, {}, true), yg, norm_tolerance(t), "batch_norm");
     const std::vector<double> s = rm.to_vector<double>();
     CHECK(std::isnan(s[0]));
     CHECK(std::isnan(s[1]));
@@ -211,7 +206,7 @@ TEST_CASE("NaN propagates to its channel or row only, on the GPU as on the CPU")
       CHECK(std::isfinite(y1[(n * 2 + 1) * 3]));
     }
     const Tensor lg = layer_norm(x.to(kGpu), {3});
-    check_match(layer_norm(x, {3}), lg, tolerance(t), "layer_norm");
+    check_match(layer_norm(x, {3}), lg, norm_tolerance(t), "layer_norm");
     const std::vector<double> l = lg.to(Device::cpu()).to_vector<double>();
     CHECK(std::isnan(l[0]));
     CHECK(std::isfinite(l[3]));
@@ -219,11 +214,11 @@ TEST_CASE("NaN propagates to its channel or row only, on the GPU as on the CPU")
 }
 
 TEST_CASE("batch_norm and layer_norm on the GPU are bit-identical across runs, and across compiled replays") {
-  const Tensor x = normal({32, 16, 12, 12}, 70, 3.0, 1.0).to(DType::f32).to(kGpu);
-  const Tensor cot = normal({32, 16, 12, 12}, 71).to(DType::f32).to(kGpu);
-  Tensor w = normal({16}, 72).to(DType::f32).to(kGpu).requires_grad_();
-  Tensor b = normal({16}, 73).to(DType::f32).to(kGpu).requires_grad_();
-  Tensor lw = normal({12}, 74).to(DType::f32).to(kGpu).requires_grad_();
+  const Tensor x = norm_normal({32, 16, 12, 12}, 70, 3.0, 1.0).to(DType::f32).to(kGpu);
+  const Tensor cot = norm_normal({32, 16, 12, 12}, 71).to(DType::f32).to(kGpu);
+  Tensor w = norm_normal({16}, 72).to(DType::f32).to(kGpu).requires_grad_();
+  Tensor b = norm_normal({16}, 73).to(DType::f32).to(kGpu).requires_grad_();
+  Tensor lw = norm_normal({12}, 74).to(DType::f32).to(kGpu).requires_grad_();
   Tensor rm = zeros({16}, {.device = kGpu}), rv = ones({16}, {.device = kGpu});
   // One step: batch norm with the fused ReLU, then layer norm over the last dim, forward and backward.
   auto step = [&](const std::vector<Tensor>& in) {
@@ -236,12 +231,12 @@ TEST_CASE("batch_norm and layer_norm on the GPU are bit-identical across runs, a
   };
   auto snapshot = [](const std::vector<Tensor>& out) {
     std::vector<std::vector<std::uint32_t>> r;
-    for (const Tensor& t : out) r.push_back(bits(t));
+    for (const Tensor& t : out) r.push_back(f32_bits(t));
     return r;
   };
   const auto eager = snapshot(step({x, cot}));
   CHECK(snapshot(step({x, cot})) == eager);  // run to run
-  const auto rm_eager = bits(rm);
+  const auto rm_eager = f32_bits(rm);
 
   // The same step compiled: the eager call, the capture, then replays; the running statistics
   // advance at every call (one update per step), as eagerly.
@@ -250,7 +245,7 @@ TEST_CASE("batch_norm and layer_norm on the GPU are bit-identical across runs, a
   CompiledFunction cf = compile(step);
   for (int call = 0; call < 5; ++call) {
     CHECK(snapshot(cf({x, cot})) == eager);
-    if (call == 1) CHECK(bits(rm) == rm_eager);  // two updates, as the two eager steps above
+    if (call == 1) CHECK(f32_bits(rm) == rm_eager);  // two updates, as the two eager steps above
   }
   const CompileStats st = cf.stats();
   CHECK(st.replays == 3);

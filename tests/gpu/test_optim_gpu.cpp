@@ -19,9 +19,9 @@ using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
-double tolerance(DType t) {
+double optim_tolerance(DType t) {
   switch (t) {
     case DType::f16:
       return 4e-3;
@@ -38,12 +38,12 @@ using kiln_test::check_match;
 
 using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 
-struct Case {
+struct OptimCase {
   std::string name;
   Make make;
 };
 
-std::vector<Case> cases() {
+std::vector<OptimCase> cases() {
   return {
       {"SGD(lr=0.1)", [](auto p) { return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.lr = 0.1}); }},
       {"SGD(momentum=0.9, dampening=0.2, weight_decay=0.01)",
@@ -104,7 +104,7 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> leaves(const std::vector<Ten
 }
 
 void compare_all(const optim::Optimizer& cpu, const optim::Optimizer& gpu, DType t, const std::string& name) {
-  const double tol = tolerance(t);
+  const double tol = optim_tolerance(t);
   for (std::size_t j = 0; j < cpu.params().size(); ++j)
     check_match(cpu.params()[j], gpu.params()[j], tol, name + " param " + std::to_string(j));
   const nn::NamedTensors a = cpu.state(), b = gpu.state();
@@ -119,7 +119,7 @@ void compare_all(const optim::Optimizer& cpu, const optim::Optimizer& gpu, DType
 }  // namespace
 
 TEST_CASE("optim: every optimizer and dtype matches the CPU reference over five steps") {
-  for (const Case& c : cases())
+  for (const OptimCase& c : cases())
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
       const std::string name = c.name + " dtype=" + std::string(dtype_name(t));
       auto both = leaves(test_data().init, t);  // named, not bound: clang 14 cannot capture bindings
@@ -263,6 +263,6 @@ TEST_CASE("optim: one launch per 32 parameters of a dtype; mixed dtypes, empty a
       gpu->step();
     }
     for (std::size_t j = 0; j < init.size(); ++j)
-      check_match(cpu_params[j], gpu_params[j], tolerance(init[j].dtype()), "param " + std::to_string(j));
+      check_match(cpu_params[j], gpu_params[j], optim_tolerance(init[j].dtype()), "param " + std::to_string(j));
   }
 }

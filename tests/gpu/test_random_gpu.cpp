@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "gpu_match.h"
 
 using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // Raw bytes of a tensor, copied to the host.
 std::vector<std::uint8_t> bytes_of(const Tensor& t) {

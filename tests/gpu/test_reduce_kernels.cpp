@@ -288,7 +288,7 @@ const rt::KernelSpec& spec_of(std::string_view op) {
   return *spec;
 }
 
-const std::vector<Shape3> kShapes = {
+const std::vector<Shape3> kReduceShapes = {
     {1, 1, 1},     {1, 1000000, 1}, {37, 1001, 1}, {5, 333, 17},   {3, 7, 1},      {4096, 9, 1},
     {200, 40, 1},  {64, 5000, 1},   {3, 300001, 1}, {1, 100000, 4}, {3, 20000, 33}, {1000, 3, 5},
     {2, 1, 1000},  {1, 4096, 300},  {9000, 130, 1}, {2, 70000, 2},
@@ -297,7 +297,7 @@ const std::vector<Shape3> kShapes = {
 void check_op(const std::string& op) {
   const rt::KernelSpec& spec = spec_of(op);
   for (const DTypes& d : spec.dtypes) {
-    std::vector<Shape3> shapes = kShapes;
+    std::vector<Shape3> shapes = kReduceShapes;
     if (d[0] == DType::f32) shapes.push_back({1, std::int64_t{1} << 24, 1});
     std::uint64_t seed = 1;
     for (Shape3 s : shapes) check_reduction(spec, d, s, make_input(op, d[0], s.outer * s.r * s.inner, s.r, seed++));

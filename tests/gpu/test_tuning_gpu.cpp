@@ -21,7 +21,7 @@ using namespace kiln;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // Sets the tuning mode for a scope.
 struct TuneModeGuard {

@@ -20,10 +20,10 @@ using kiln_test::swish;
 
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using kiln_test::kGpu;
 
 // One rounding of the result in the dtype apart, plus expf/exp differences in float.
-double tolerance(DType t) { return t == DType::f64 ? 1e-12 : t == DType::f32 ? 1e-5 : t == DType::f16 ? 2e-3 : 1e-2; }
+double user_op_tolerance(DType t) { return t == DType::f64 ? 1e-12 : t == DType::f32 ? 1e-5 : t == DType::f16 ? 2e-3 : 1e-2; }
 
 std::string case_name(const char* op, DType t, const char* layout) {
   return std::string(op) + "(dtype=" + std::string(dtype_name(t)) + ", " + layout + ")";
@@ -34,7 +34,7 @@ std::string case_name(const char* op, DType t, const char* layout) {
 TEST_CASE("user pointwise ops: GPU matches CPU in every floating dtype and layout") {
   Generator gen(11);
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    const double tol = tolerance(t);
+    const double tol = user_op_tolerance(t);
     // (37, 53): odd sizes reach the vector kernels' scalar tails.
     Tensor x = randn({37, 53}, {.dtype = t}, &gen);
     check_match(swish(x, 1.25), swish(x.to(kGpu), 1.25), tol, case_name("swish", t, "contiguous"));
@@ -58,7 +58,7 @@ TEST_CASE("user pointwise ops: GPU matches CPU in every floating dtype and layou
 TEST_CASE("user pointwise ops: gradients on the GPU match the CPU") {
   Generator gen(5);
   for (DType t : {DType::f32, DType::f64}) {
-    const double tol = tolerance(t) * 10;
+    const double tol = user_op_tolerance(t) * 10;
     Tensor a = randn({7, 1}, {.dtype = t}, &gen);
     Tensor b = add(rand({1, 9}, {.dtype = t}, &gen), 0.5);
     Tensor cot = randn({7, 9}, {.dtype = t}, &gen);

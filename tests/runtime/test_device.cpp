@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
+#include "error_message.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/memory.h"
@@ -27,7 +28,7 @@ std::string device_error_of(const std::function<void()>& f) {
   return "";
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln_test::contains;
 
 }  // namespace
 

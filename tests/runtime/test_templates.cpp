@@ -24,7 +24,7 @@ namespace {
 using kiln_test::message_of;
 
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using kiln_test::contains;
 
 // Sets KILN_TEMPLATE_DIR to a fresh directory for one scope, then restores the environment.
 struct TemplateDirScope {

@@ -6,6 +6,8 @@
 
 namespace kiln_test {
 
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 template <class E, class F>
 std::string message_of(F&& f) {
   try {

@@ -3,12 +3,30 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
 
 namespace kiln_test {
+
+inline const kiln::Device kGpu = kiln::Device::cuda(0);
+
+// A tensor's values as the bit patterns of f32 (or f64) numbers, for bit-for-bit comparisons.
+inline std::vector<std::uint32_t> f32_bits(const kiln::Tensor& t) {
+  const std::vector<float> v = t.to(kiln::Device::cpu()).to(kiln::DType::f32).to_vector<float>();
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+inline std::vector<std::uint64_t> f64_bits(const kiln::Tensor& t) {
+  const std::vector<double> v = t.to(kiln::Device::cpu()).to(kiln::DType::f64).to_vector<double>();
+  std::vector<std::uint64_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
+  return b;
+}
 
 // Same shape and dtype; |gpu - cpu| <= tol * (1 + |cpu|) everywhere and NaNs in the same
 // places; reports the first mismatch with its flat index.

@@ -21,7 +21,7 @@ using namespace kiln;
 
 constexpr std::int64_t kC = 3, kH = 5, kW = 6;
 
-struct Case {
+struct SyncBnCase {
   DType dtype;
   Activation act;
   bool compiled;
@@ -43,14 +43,14 @@ struct Checker {
     worst = std::max(worst, err / tol);
     if (!(err <= tol)) {
       ++failures;
-      std::printf("MISMATCH %s: max error %.3g (relative to %.3g), tolerance %.3g\n", what.c_str(), err, scale, tol);
+      std::printf("MISMATCH %s: max error %.3g (relative to %.3g), sync_bn_tolerance %.3g\n", what.c_str(), err, scale, tol);
     }
   }
 };
 
-double tolerance(DType t) { return t == DType::f64 ? 1e-10 : t == DType::f32 ? 1e-4 : 3e-2; }
+double sync_bn_tolerance(DType t) { return t == DType::f64 ? 1e-10 : t == DType::f32 ? 1e-4 : 3e-2; }
 
-void run_case(const Case& k, dist::ProcessGroup& pg, Checker& check) {
+void run_case(const SyncBnCase& k, dist::ProcessGroup& pg, Checker& check) {
   const int world = pg.world_size(), rank = pg.rank();
   const Device dev = pg.device();
   std::vector<std::int64_t> begin{0};
@@ -100,7 +100,7 @@ void run_case(const Case& k, dist::ProcessGroup& pg, Checker& check) {
   };
   CompiledFunction compiled = compile(sync_step);
   const Tensor x_mine = narrow(x, 0, lo, n_mine).contiguous(), c_mine = narrow(c, 0, lo, n_mine).contiguous();
-  const double tol = tolerance(k.dtype);
+  const double tol = sync_bn_tolerance(k.dtype);
   // dx of the sync run is that of the sum of all ranks' losses: (scale * n_all) times the reference's.
   const double dx_factor = scale * static_cast<double>(n_all), param_factor = dx_factor / world;
   for (int call = 0; call < 3; ++call) {
@@ -144,7 +144,7 @@ int sync_bn_check() {
   run_case({DType::f32, Activation::none, true, true}, pg, check);
   synchronize(pg.device());
   pg.check();
-  std::printf("sync-bn rank %d of %d: %d checks, %d mismatches, worst error %.3g of its tolerance\n", pg.rank(),
+  std::printf("sync-bn rank %d of %d: %d checks, %d mismatches, worst error %.3g of its sync_bn_tolerance\n", pg.rank(),
               pg.world_size(), check.checks, check.failures, check.worst);
   return check.failures == 0 ? 0 : 1;
 }

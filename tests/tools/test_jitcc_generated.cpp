@@ -15,7 +15,7 @@ namespace rt = kiln::rt;
 
 namespace {
 
-constexpr const char* kLabel = "fused(neg,mul) f32";
+constexpr const char* kFusedLabel = "fused(neg,mul) f32";
 constexpr const char* kUserOp = "jitcc_test_swish";
 
 // Copies the global cache's entry `digest` into the cache directory `to`.
@@ -38,7 +38,7 @@ const Compiled& compiled() {
     Compiled out;
     out.generated_op = "fused_jitcc_test_0001";
     rt::add_generated_template(out.generated_op,
-                               "extern \"C\" __global__ void kiln_fused(float* p) { p[threadIdx.x] *= -3.f; }\n", kLabel);
+                               "extern \"C\" __global__ void kiln_fused(float* p) { p[threadIdx.x] *= -3.f; }\n", kFusedLabel);
     rt::KernelSpec s;
     s.op = out.generated_op;
     s.template_name = out.generated_op;
@@ -72,12 +72,12 @@ TEST_CASE("jitcc list, dump and show name a generated kernel by its label") {
   nlohmann::json list = jitcc_json({"list", "--cache-dir", cache});
   REQUIRE(list.at("entries").size() == 1);
   const nlohmann::json& e = list.at("entries")[0];
-  CHECK(e.at("name") == kLabel);
-  CHECK(e.at("label") == kLabel);
+  CHECK(e.at("name") == kFusedLabel);
+  CHECK(e.at("label") == kFusedLabel);
   CHECK(e.at("op") == compiled().generated_op);  // the key keeps the hash name
   ProcessResult text = jitcc({"list", "--cache-dir", cache});
   CHECK(text.exit_code == 0);
-  CHECK(text.out.find(kLabel) != std::string::npos);
+  CHECK(text.out.find(kFusedLabel) != std::string::npos);
   CHECK(text.out.find(compiled().generated_op) == std::string::npos);
 
   nlohmann::json dump = jitcc_json({"dump", "--out", out.path().string(), "--cache-dir", cache});
@@ -85,18 +85,18 @@ TEST_CASE("jitcc list, dump and show name a generated kernel by its label") {
   const fs::path stem = out.path() / ("fused_neg_mul_f32_sm90_" + compiled().generated_digest.substr(0, 8));
   CHECK(read_text(fs::path(stem) += ".cu").find("kiln_fused") != std::string::npos);
   nlohmann::json key = nlohmann::json::parse(read_text(fs::path(stem) += ".json"));
-  CHECK(key.at("label") == kLabel);
+  CHECK(key.at("label") == kFusedLabel);
   CHECK(key.at("op") == compiled().generated_op);
 
   // show finds a kernel jitcc has no spec for in the cache, by label or by hash name.
-  ProcessResult by_label = jitcc({"show", kLabel, "--cache-dir", cache});
+  ProcessResult by_label = jitcc({"show", kFusedLabel, "--cache-dir", cache});
   INFO(by_label.err);
   CHECK(by_label.exit_code == 0);
   CHECK(by_label.out == read_text(fs::path(stem) += ".cu"));
   nlohmann::json by_op = jitcc_json({"show", compiled().generated_op, "--cache-dir", cache});
-  CHECK(by_op.at("name") == kLabel);
+  CHECK(by_op.at("name") == kFusedLabel);
   CHECK(by_op.at("source") == by_label.out);
-  nlohmann::json ptx = jitcc_json({"show", kLabel, "--ptx", "--arch", "sm_80", "--cache-dir", cache});
+  nlohmann::json ptx = jitcc_json({"show", kFusedLabel, "--ptx", "--arch", "sm_80", "--cache-dir", cache});
   CHECK(ptx.at("ptx").get<std::string>().find(".target sm_80") != std::string::npos);
 
   ProcessResult missing = jitcc({"show", "fused(nothing) f32", "--cache-dir", cache});
@@ -118,12 +118,12 @@ TEST_CASE("jitcc warm --from-cache rebuilds generated and user-defined kernels f
   CHECK(first.at("failed") == 0);
   CHECK(first.at("builtin_skipped") == static_cast<std::int64_t>(selection().instances.size()));
   REQUIRE(first.at("kernels").size() == 2);
-  CHECK(find_by(first.at("kernels"), "name", kLabel));
+  CHECK(find_by(first.at("kernels"), "name", kFusedLabel));
   CHECK(find_by(first.at("kernels"), "name", kUserOp));
 
   nlohmann::json list = jitcc_json({"list", "--cache-dir", to.path().string()});
   REQUIRE(list.at("entries").size() == 2);
-  const nlohmann::json* fused = find_by(list.at("entries"), "label", kLabel);
+  const nlohmann::json* fused = find_by(list.at("entries"), "label", kFusedLabel);
   REQUIRE(fused);
   CHECK(fused->at("arch") == "sm_80");
   CHECK(fused->at("op") == compiled().generated_op);
@@ -138,7 +138,7 @@ TEST_CASE("jitcc warm --from-cache rebuilds generated and user-defined kernels f
 
   ProcessResult text = jitcc(args);
   CHECK(text.exit_code == 0);
-  CHECK(text.out.find(std::string("cached ") + kLabel + " for sm_80") != std::string::npos);
+  CHECK(text.out.find(std::string("cached ") + kFusedLabel + " for sm_80") != std::string::npos);
 
   // On a terminal: progress while reading DIR and while compiling, then the same text.
   const std::string tty = jitcc_on_terminal(args).out;

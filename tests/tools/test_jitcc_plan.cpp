@@ -9,7 +9,7 @@ using namespace jitcc_test;
 
 namespace {
 
-constexpr const char* kLabel = "fused(plan,test) f32";
+constexpr const char* kPlanLabel = "fused(plan,test) f32";
 const std::string kGeneratedSource =
     "// kiln kernel fused_jitcc_plan_0001 (u8) variant 0\n"
     "extern \"C\" __global__ void kiln_fused(float* p) { p[threadIdx.x] += 7.f; }\n";
@@ -17,7 +17,7 @@ const std::string kGeneratedSource =
 kiln::KernelPlan two_kernel_plan() {
   kiln::KernelPlan plan;
   plan.kernels.push_back({"relu", "f32,f32", 0, "", ""});
-  plan.kernels.push_back({"fused_jitcc_plan_0001", "u8", 0, kLabel, kGeneratedSource});
+  plan.kernels.push_back({"fused_jitcc_plan_0001", "u8", 0, kPlanLabel, kGeneratedSource});
   return plan;
 }
 
@@ -32,7 +32,7 @@ TEST_CASE("KernelPlan saves and loads its kernels; a file that is not a plan is 
   CHECK(back.kernels[0].op == "relu");
   CHECK(back.kernels[0].dtypes == "f32,f32");
   CHECK(back.kernels[0].label.empty());
-  CHECK(back.kernels[1].label == kLabel);
+  CHECK(back.kernels[1].label == kPlanLabel);
   CHECK(back.kernels[1].source == kGeneratedSource);
 
   kiln::KernelPlan merged = two_kernel_plan();
@@ -67,7 +67,7 @@ TEST_CASE("jitcc warm --plan compiles a plan's kernels, then finds them cached")
   bool relu = false, fused = false;
   for (const nlohmann::json& e : list.at("entries")) {
     relu = relu || (e.at("op") == "relu" && e.at("dtypes") == "f32,f32" && e.at("arch") == "sm_90");
-    fused = fused || (e.at("label") == kLabel && e.at("op") == "fused_jitcc_plan_0001");
+    fused = fused || (e.at("label") == kPlanLabel && e.at("op") == "fused_jitcc_plan_0001");
   }
   CHECK(relu);  // warmed as `jitcc warm --ops relu` would: the entry a run's lookup finds
   CHECK(fused);

@@ -11,7 +11,7 @@ namespace kiln::kernels {
 
 namespace {
 
-void register_entry(const char* op, const char* tmpl, const char* entry, int kind) {
+void register_conv_entry(const char* op, const char* tmpl, const char* entry, int kind) {
   rt::KernelSpec s;
   s.op = op;
   s.template_name = tmpl;
@@ -27,12 +27,12 @@ void register_entry(const char* op, const char* tmpl, const char* entry, int kin
 }
 
 const bool registered = [] {
-  register_entry("im2col", "im2col", "kiln_im2col", 0);
-  register_entry("col2im", "im2col", "kiln_col2im", 1);
-  register_entry("max_pool2d", "pool", "kiln_max_pool2d", 0);
-  register_entry("avg_pool2d", "pool", "kiln_avg_pool2d", 1);
-  register_entry("max_pool2d_backward", "pool", "kiln_max_pool2d_backward", 2);
-  register_entry("avg_pool2d_backward", "pool", "kiln_avg_pool2d_backward", 3);
+  register_conv_entry("im2col", "im2col", "kiln_im2col", 0);
+  register_conv_entry("col2im", "im2col", "kiln_col2im", 1);
+  register_conv_entry("max_pool2d", "pool", "kiln_max_pool2d", 0);
+  register_conv_entry("avg_pool2d", "pool", "kiln_avg_pool2d", 1);
+  register_conv_entry("max_pool2d_backward", "pool", "kiln_max_pool2d_backward", 2);
+  register_conv_entry("avg_pool2d_backward", "pool", "kiln_avg_pool2d_backward", 3);
   return true;
 }();
 

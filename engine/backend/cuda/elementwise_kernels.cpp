@@ -43,7 +43,7 @@ void register_value_op(const std::string& op, const char* tmpl, const char* entr
   rt::register_kernel(std::move(s));
 }
 
-const bool registered = [] {
+const bool registered_value_ops = [] {
   register_value_op("fill", "fill", "kiln_fill");
   register_value_op("where", "where", "kiln_where");
   return true;

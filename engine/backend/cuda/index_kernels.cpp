@@ -35,7 +35,7 @@ void register_index_kernel(const char* op, const char* entry, int kind, std::vec
   rt::register_kernel(std::move(s));
 }
 
-const bool registered = [] {
+const bool registered_index_ops = [] {
   register_index_kernel("gather", "kiln_gather", 0, {kAllDTypes.begin(), kAllDTypes.end()});
   register_index_kernel("scatter_add", "kiln_scatter_add", 1,
                         {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64});

@@ -42,6 +42,15 @@ Scalar::Scalar(double v) : f(v) {
   i = (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? static_cast<std::int64_t>(v) : 0;
 }
 
+RowLaunch row_launch(std::int64_t rows, std::int64_t cols, int device) {
+  RowLaunch l;
+  l.width = cols <= 1024 ? 32 : static_cast<std::int32_t>(kRowBlock);
+  const std::int64_t sms = std::max(1, rt::device_info(device).sm_count);
+  l.config.grid.x = static_cast<unsigned>(std::clamp<std::int64_t>(ceil_div(rows, kRowBlock / l.width), 1, 32 * sms));
+  l.config.block.x = kRowBlock;
+  return l;
+}
+
 rt::LaunchConfig grid_stride_config(std::uint64_t items, int device) {
   const unsigned sms = static_cast<unsigned>(std::max(1, rt::device_info(device).sm_count));
   return rt::linear_config(items, 256, sms * kBlocksPerSm);

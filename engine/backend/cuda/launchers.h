@@ -21,6 +21,8 @@ namespace kiln::kernels {
 
 inline constexpr int kMaxDims = 8;
 
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 struct Operand {
   rt::DevicePtr ptr = 0;
   std::array<std::int64_t, kMaxDims> strides{};  // elements, indexed like the shape's dims
@@ -51,6 +53,15 @@ const rt::KernelSpec& register_float_spec(const char* op, const char* template_n
 // Grid-stride launch config over `items` work items (blocks of 256), capped at a few
 // waves of the device's SMs.
 rt::LaunchConfig grid_stride_config(std::uint64_t items, int device);
+
+// Row kernels of kRowBlock threads (softmax.cu, norm.cu): a warp per row while a row is at most
+// 1024 elements (32 loads per lane), else a block per row; at least one block, at most 32 per SM.
+inline constexpr unsigned kRowBlock = 256;
+struct RowLaunch {
+  rt::LaunchConfig config;
+  std::int32_t width = 32;  // lanes per row
+};
+RowLaunch row_launch(std::int64_t rows, std::int64_t cols, int device);
 
 // ---- Elementwise (elementwise_unary.cu, elementwise_binary.cu, fill.cu, where.cu) ----
 // Dtype tuples: (in, out) for unary, binary and cast; (t) for fill and where.

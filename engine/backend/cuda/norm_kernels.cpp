@@ -19,7 +19,7 @@ using rt::KernelSpec;
 const std::vector<DTypes> kTuples{{DType::f32, DType::f32},   {DType::f64, DType::f64}, {DType::f16, DType::f16},
                                   {DType::bf16, DType::bf16}, {DType::f16, DType::f32}, {DType::bf16, DType::f32}};
 
-const KernelSpec& register_entry(const char* op, const char* entry) {
+const KernelSpec& register_norm_entry(const char* op, const char* entry) {
   KernelSpec s;
   s.op = op;
   s.template_name = "norm";
@@ -34,13 +34,13 @@ const KernelSpec& register_entry(const char* op, const char* entry) {
   return rt::register_kernel(std::move(s));
 }
 
-const KernelSpec& kBnStats = register_entry("batch_norm_stats", "kiln_batch_norm_stats");
-const KernelSpec& kBnApply = register_entry("batch_norm_apply", "kiln_batch_norm_apply");
-const KernelSpec& kBnBackwardReduce = register_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
-const KernelSpec& kBnBackwardDx = register_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
-const KernelSpec& kLayerNorm = register_entry("layer_norm", "kiln_layer_norm");
-const KernelSpec& kLnBackwardDx = register_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
-const KernelSpec& kLnBackwardParams = register_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
+const KernelSpec& kBnStats = register_norm_entry("batch_norm_stats", "kiln_batch_norm_stats");
+const KernelSpec& kBnApply = register_norm_entry("batch_norm_apply", "kiln_batch_norm_apply");
+const KernelSpec& kBnBackwardReduce = register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
+const KernelSpec& kBnBackwardDx = register_norm_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
+const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
+const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
+const KernelSpec& kLnBackwardParams = register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
 
 constexpr unsigned kBlock = 256;  // fixed by the template
 
@@ -52,7 +52,6 @@ std::int64_t sm_count(int device) { return std::max(1, rt::device_info(device).s
 // Blocks worth splitting a reduction over: a few per SM.
 std::int64_t target_blocks(int device) { return 4 * sm_count(device); }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // `units` independent reductions of `count` values each, `per_block_min` values at least per
 // block: as many splits as fill the device.
@@ -75,16 +74,6 @@ rt::LaunchConfig blocks(std::int64_t n) {
 
 // A warp per row while a row is at most 32 loads per lane, else a block per row; grid-stride
 // over the rows beyond 32 blocks per SM.
-struct RowLaunch {
-  rt::LaunchConfig config;
-  std::int32_t width = 32;
-};
-RowLaunch row_launch(std::int64_t rows, std::int64_t cols, int device) {
-  RowLaunch l;
-  l.width = cols <= 1024 ? 32 : static_cast<std::int32_t>(kBlock);
-  l.config = blocks(std::clamp<std::int64_t>(ceil_div(rows, kBlock / l.width), 1, 32 * sm_count(device)));
-  return l;
-}
 
 }  // namespace
 

@@ -7,17 +7,17 @@
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
+#include "launchers.h"
 
 namespace kiln::kernels {
 
 namespace {
 
-constexpr std::int64_t kBlock = kReduceBlock;
+constexpr std::int64_t kBlock64 = kReduceBlock;
 constexpr std::int64_t kVecLoadsPerLane = 4;  // work below this per lane is not worth more lanes
 constexpr std::int64_t kColumnStepsPerLane = 8;
 constexpr std::int64_t kMaxGrid = 0x7fffffff;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 std::int64_t next_pow2(std::int64_t x) {
   std::int64_t p = 1;
@@ -49,16 +49,16 @@ void run_pass(const rt::Function& f, const ReducePlan& p, const rt::Stream& s, r
 ReducePlan plan_reduce(std::int64_t outer, std::int64_t r, std::int64_t inner, int vec, int sm_count,
                        bool allow_split) {
   // One wave of 256-thread blocks fills the GPU; fewer leaves bandwidth unused.
-  const std::int64_t target_blocks = std::max<std::int64_t>(sm_count, 1) * (2048 / kBlock);
+  const std::int64_t target_blocks = std::max<std::int64_t>(sm_count, 1) * (2048 / kBlock64);
   ReducePlan p;
   p.chunk = r;
   if (inner == 1) {
     const std::int64_t lanes_for_work = next_pow2(std::max<std::int64_t>(ceil_div(r, kVecLoadsPerLane * vec), 1));
-    if (lanes_for_work <= 32 || outer >= target_blocks * (kBlock / 32)) {
+    if (lanes_for_work <= 32 || outer >= target_blocks * (kBlock64 / 32)) {
       p.lanes = static_cast<int>(std::min<std::int64_t>(lanes_for_work, 32));
     } else {
       p.lanes = 0;  // a block per row; split few long rows across blocks
-      const std::int64_t min_chunk = kBlock * vec * kVecLoadsPerLane;
+      const std::int64_t min_chunk = kBlock64 * vec * kVecLoadsPerLane;
       // Two waves' worth of chunks: one wave left a tail that held a full sum of 2^28 floats
       // to 0.91-0.96 of copy bandwidth on the H100, two reach it.
       if (allow_split && outer < 2 * target_blocks && r >= 2 * min_chunk)
@@ -71,9 +71,9 @@ ReducePlan plan_reduce(std::int64_t outer, std::int64_t r, std::int64_t inner, i
     const std::int64_t cols = inner / p.col_vec;
     p.lanes = static_cast<int>(std::min<std::int64_t>(next_pow2(cols), 32));
     const std::int64_t by =
-        std::min(next_pow2(std::max<std::int64_t>(ceil_div(r, kColumnStepsPerLane), 1)), kBlock / p.lanes);
+        std::min(next_pow2(std::max<std::int64_t>(ceil_div(r, kColumnStepsPerLane), 1)), kBlock64 / p.lanes);
     p.lanes_r = static_cast<int>(by);
-    const std::int64_t bz = kBlock / (p.lanes * by);
+    const std::int64_t bz = kBlock64 / (p.lanes * by);
     const std::int64_t base = ceil_div(outer, bz) * ceil_div(cols, p.lanes);
     const std::int64_t min_chunk = by * kColumnStepsPerLane * 2;
     if (allow_split && base < target_blocks && r >= 2 * min_chunk)
@@ -85,9 +85,9 @@ ReducePlan plan_reduce(std::int64_t outer, std::int64_t r, std::int64_t inner, i
     p.splits = ceil_div(r, p.chunk);
   }
   std::int64_t blocks = outer * p.splits;  // rows, a block per (row, chunk)
-  if (inner == 1 && p.lanes > 0) blocks = ceil_div(outer, kBlock / p.lanes);
+  if (inner == 1 && p.lanes > 0) blocks = ceil_div(outer, kBlock64 / p.lanes);
   if (inner != 1)
-    blocks = ceil_div(outer, kBlock / (p.lanes * p.lanes_r)) * ceil_div(inner / p.col_vec, p.lanes) * p.splits;
+    blocks = ceil_div(outer, kBlock64 / (p.lanes * p.lanes_r)) * ceil_div(inner / p.col_vec, p.lanes) * p.splits;
   p.blocks = static_cast<std::uint32_t>(std::clamp<std::int64_t>(blocks, 1, kMaxGrid));
   return p;
 }

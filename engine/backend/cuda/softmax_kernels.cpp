@@ -21,39 +21,20 @@ namespace {
 
 using rt::KernelSpec;
 
-const rt::KernelSpec& register_entry(const char* op, const char* entry) {
+const rt::KernelSpec& register_softmax_entry(const char* op, const char* entry) {
   return register_float_spec(op, "softmax", entry, "ACC");
 }
 
-const KernelSpec& kSoftmax = register_entry("softmax", "kiln_softmax");
-const KernelSpec& kNllForward = register_entry("nll_loss", "kiln_nll_forward");
-const KernelSpec& kNllBackward = register_entry("nll_loss_backward", "kiln_nll_backward");
-const KernelSpec& kCrossEntropy = register_entry("softmax_cross_entropy", "kiln_softmax_cross_entropy");
+const KernelSpec& kSoftmax = register_softmax_entry("softmax", "kiln_softmax");
+const KernelSpec& kNllForward = register_softmax_entry("nll_loss", "kiln_nll_forward");
+const KernelSpec& kNllBackward = register_softmax_entry("nll_loss_backward", "kiln_nll_backward");
+const KernelSpec& kCrossEntropy = register_softmax_entry("softmax_cross_entropy", "kiln_softmax_cross_entropy");
 const KernelSpec& kCrossEntropyBackward =
-    register_entry("softmax_cross_entropy_backward", "kiln_softmax_cross_entropy_backward");
-const KernelSpec& kExclusiveProd = register_entry("exclusive_prod", "kiln_exclusive_prod");
-
-constexpr unsigned kBlock = 256;  // fixed by the template
+    register_softmax_entry("softmax_cross_entropy_backward", "kiln_softmax_cross_entropy_backward");
+const KernelSpec& kExclusiveProd = register_softmax_entry("exclusive_prod", "kiln_exclusive_prod");
 
 rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());
-}
-
-// A warp per row while a row is at most 32 loads per lane, else a block per row; at least
-// one block (the cross-entropy's last block writes the reduction even for no rows).
-struct RowLaunch {
-  rt::LaunchConfig config;
-  std::int32_t width = 32;
-};
-RowLaunch row_launch(std::int64_t rows, std::int64_t cols, const rt::Stream& s) {
-  RowLaunch l;
-  l.width = cols <= 1024 ? 32 : static_cast<int>(kBlock);
-  const std::int64_t per_block = kBlock / l.width;
-  const std::int64_t sms = std::max(1, rt::device_info(s.device()).sm_count);
-  l.config.grid.x =
-      static_cast<unsigned>(std::clamp<std::int64_t>((rows + per_block - 1) / per_block, 1, sms * 32));
-  l.config.block.x = kBlock;
-  return l;
 }
 
 }  // namespace
@@ -61,7 +42,7 @@ RowLaunch row_launch(std::int64_t rows, std::int64_t cols, const rt::Stream& s) 
 void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t rows, std::int64_t cols, bool log_mode,
                     const rt::Stream& s) {
   if (rows == 0 || cols == 0) return;
-  const RowLaunch l = row_launch(rows, cols, s);
+  const RowLaunch l = row_launch(rows, cols, s.device());
   const long long r = rows, n = cols;
   const std::int32_t lm = log_mode ? 1 : 0;
   rt::launch(function(kSoftmax, t, s), l.config, s, in, out, r, n, l.width, lm);
@@ -72,7 +53,7 @@ void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t r
 void launch_cross_entropy(DType t, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out, rt::DevicePtr rows,
                           rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction, double smoothing,
                           std::int64_t ignore, bool has_ignore, const rt::Stream& s) {
-  const RowLaunch l = row_launch(n, classes, s);
+  const RowLaunch l = row_launch(n, classes, s.device());
   const long long nn = n, cc = classes, ig = ignore;
   const std::int32_t red = reduction, hi = has_ignore ? 1 : 0;
   rt::launch(function(kCrossEntropy, t, s), l.config, s, logits, labels, out, rows, stats, nn, cc, l.width, red, smoothing,

@@ -32,7 +32,6 @@ using namespace kiln;
 namespace {
 
 const Device kGpu = Device::cuda(0);
-constexpr double kMean = 0.1307, kStd = 0.3081;
 
 struct Row {
   std::string name;
@@ -130,7 +129,7 @@ double accuracy(nn::Module& net, const data::Mnist& d) {
   AutocastGuard amp(g_autocast);
   net.eval();
   data::DataLoader test(d.test_images, d.test_labels,
-                        {.batch_size = 1000, .shuffle = false, .device = kGpu, .mean = kMean, .std = kStd});
+                        {.batch_size = 1000, .shuffle = false, .device = kGpu, .mean = mnist::kMean, .std = mnist::kStd});
   Tensor correct = zeros({}, {.dtype = DType::i64, .device = kGpu});
   for (std::int64_t i = 0; i < test.batches(); ++i) {
     data::Batch b = test.batch(i);
@@ -153,7 +152,7 @@ double time_to_accuracy(const std::string& model, double target, const data::Mni
   optim::Adam opt(net->parameters(), {.lr = lr});
   optim::GradScaler scaler({.enabled = g_autocast == DType::f16});
   data::DataLoader train(d.train_images, d.train_labels,
-                         {.batch_size = 128, .seed = seed, .device = kGpu, .mean = kMean, .std = kStd});
+                         {.batch_size = 128, .seed = seed, .device = kGpu, .mean = mnist::kMean, .std = mnist::kStd});
   const std::int64_t total = train.batches() * epochs, quarter = train.batches() / 4;
   std::unique_ptr<optim::LrScheduler> sched;
   if (cnn)
