@@ -50,7 +50,10 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} 
 case "$what" in
   test)
     cmake --build "$build"
-    ctest --test-dir "$build" --output-on-failure ;;
+    # Suites run a ctest test per source file; these overlap CPU work with tests that wait on
+    # child processes. Kernels compiled once stay in the build's test cache for the next run.
+    jobs=$(nproc 2>/dev/null || echo 2)
+    ctest --test-dir "$build" --output-on-failure -j "$((jobs < 4 ? 4 : jobs))" ;;
   mnist)
     cmake --build "$build" --target mnist-train
     "$build/examples/mnist/mnist-train" "$@" ;;

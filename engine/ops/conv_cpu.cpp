@@ -7,6 +7,7 @@
 #include "core/cpu/gemm_cpu.h"
 #include "core/cpu/parallel.h"
 #include "kiln/autograd.h"
+#include "kiln/creation.h"
 
 namespace kiln::conv_detail {
 
@@ -186,8 +187,16 @@ void grad_weight(const CpuPlan& p, DType t, const T* x, const T* gy, T* dw) {
 
 bool run_conv_cpu(ConvPass pass, const ConvSizes& s, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const DType t = out.dtype();
-  if ((t != DType::f32 && t != DType::f64) || a_in.dtype() != t || b_in.dtype() != t) return false;
+  if (a_in.dtype() != t || b_in.dtype() != t) return false;
   NoGradGuard no_grad;  // contiguous copies of views need no history
+  if (t == DType::f16 || t == DType::bf16) {
+    // In f32, as the kernels and the reference accumulate, rounded once at the end.
+    Tensor wide = empty(out.shape(), {.dtype = DType::f32});
+    run_conv_cpu(pass, s, a_in.to(DType::f32), b_in.to(DType::f32), wide);
+    Tensor(out).copy_(wide);
+    return true;
+  }
+  if (t != DType::f32 && t != DType::f64) return false;
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
   const CpuPlan p = plan_of(s);
   auto run = [&]<class T>() {

@@ -1,13 +1,15 @@
 #pragma once
 // conv2d's CPU fast path: im2col / col2im over chunks of samples and one BLAS GEMM per group
 // and chunk (cpu::gemm: OpenBLAS when built with it), the copies spread over cpu::parallel_for.
-// f32 and f64 only; conv.cpp keeps the loop nest summing in f64 as the reference.
+// f32 and f64, and f16/bf16 through f32; conv.cpp keeps the loop nest summing in f64 as the
+// reference.
 #include "conv_igemm.h"
 
 namespace kiln::conv_detail {
 
 // forward: (a, b) = (x, w) -> y; grad_input: (gy, w) -> dx; grad_weight: (x, gy) -> dw.
-// Inputs of any strides; `out` contiguous. False, having done nothing, for other dtypes.
+// Inputs of any strides; `out` contiguous. False, having done nothing, for other dtypes
+// (or inputs whose dtype is not out's).
 bool run_conv_cpu(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
 
 }  // namespace kiln::conv_detail

@@ -186,14 +186,21 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   return Function{fn, device};
 }
 
+Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcome) {
+  if (std::optional<Entry> e = DiskCache::global().load(key)) {
+    counters.disk_hits++;
+    if (outcome) *outcome = WarmOutcome::cached;
+    return std::move(*e);
+  }
+  if (outcome) *outcome = WarmOutcome::compiled;
+  return compile_entry(key, std::move(source));
+}
+
 WarmOutcome warm_key(const EntryKey& key, std::string source, std::string* digest) {
   if (digest) *digest = key.digest;
-  if (DiskCache::global().load(key)) {
-    counters.disk_hits++;
-    return WarmOutcome::cached;
-  }
-  compile_entry(key, std::move(source));
-  return WarmOutcome::compiled;
+  WarmOutcome outcome{};
+  entry_for_key(key, std::move(source), &outcome);
+  return outcome;
 }
 
 }  // namespace
@@ -238,6 +245,13 @@ WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint3
 
 WarmOutcome warm_source(const EntryKey& recorded, const std::string& source, int arch, std::string* digest) {
   return warm_key(key_for_arch(recorded, arch, source), source, digest);
+}
+
+Entry cached_entry(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
+                   WarmOutcome* outcome) {
+  std::string source = instantiate_kernel(spec, dtypes, variant);
+  EntryKey key = make_key(spec, dtypes, variant, arch, source);  // before the source moves
+  return entry_for_key(key, std::move(source), outcome);
 }
 
 CacheCounters cache_counters() {

@@ -16,6 +16,7 @@
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "temp_dir.h"
+#include "compile_check.h"
 
 using namespace kiln;
 using kiln_test::message_of;
@@ -541,16 +542,19 @@ TEST_CASE("optim: SGD and Adam drive a least-squares fit to its solution") {
 }
 
 TEST_CASE("optim: the fused sgd_step, adam_step and GradScaler kernels compile for sm_80 and sm_90") {
+  std::vector<kiln_test::CompileJob> jobs;
   for (const char* op : {"sgd_step", "adam_step", "unscale_grads", "update_scale"}) {
     const rt::KernelSpec* spec = rt::find_kernel(op);
     REQUIRE(spec != nullptr);
     CHECK(spec->dtypes.size() == (std::string(op) == "update_scale" ? 1 : 4));  // the scale update is f32 only
     for (const DTypes& d : spec->dtypes)
-      for (int arch : {80, 90}) {
-        CAPTURE(op);
-        CAPTURE(d.str());
-        const rt::CompiledModule m = rt::compile({op, d.str(), rt::instantiate_kernel(*spec, d, 0), arch});
-        CHECK(m.ptx.find(spec->entry) != std::string::npos);
-      }
+      for (int arch : {80, 90}) jobs.push_back({spec, d, 0, arch});
+  }
+  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(jobs[i].spec->op);
+    CAPTURE(jobs[i].dtypes.str());
+    CHECK_MESSAGE(r.outcomes[i].error.empty(), r.outcomes[i].error);
+    CHECK(r.outcomes[i].ptx.find(jobs[i].spec->entry) != std::string::npos);
   }
 }

@@ -16,6 +16,7 @@
 #include "kiln/pointwise.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
+#include "compile_check.h"
 
 using namespace kiln;
 using kiln::testing::gradcheck;
@@ -257,19 +258,20 @@ TEST_CASE("user op kernels, forward and gradient steps, compile with NVRTC (no G
   (void)mix(ones({1}), ones({1}), 0.5, 0.5);
   (void)ratio(ones({1}), ones({1}));
   // "add" covers the scalar variant of the binary template that user ops share.
+  std::vector<kiln_test::CompileJob> jobs;
   for (const char* op :
        {"swish", "swish.grad_x", "mix", "mix.grad_b", "ratio.grad_b.0", "ratio.grad_b.1", "ratio.grad_b.2", "add"}) {
     const rt::KernelSpec* spec = rt::find_kernel(op);
     REQUIRE_MESSAGE(spec != nullptr, op);
-    for (DType t : {DType::f16, DType::f64}) {
-      const DTypes d{t, t};
-      for (std::uint32_t v : spec->variants) {
-        CAPTURE(op);
-        CAPTURE(d.str());
-        CAPTURE(v);
-        const rt::CompiledModule m = rt::compile({op, d.str(), rt::instantiate_kernel(*spec, d, v), 90});
-        CHECK(m.ptx.find(spec->entry) != std::string::npos);
-      }
-    }
+    for (DType t : {DType::f16, DType::f64})
+      for (std::uint32_t v : spec->variants) jobs.push_back({spec, DTypes{t, t}, v, 90});
+  }
+  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(jobs[i].spec->op);
+    CAPTURE(jobs[i].dtypes.str());
+    CAPTURE(jobs[i].variant);
+    CHECK_MESSAGE(r.outcomes[i].error.empty(), r.outcomes[i].error);
+    CHECK(r.outcomes[i].ptx.find(jobs[i].spec->entry) != std::string::npos);
   }
 }

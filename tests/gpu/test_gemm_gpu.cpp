@@ -25,7 +25,7 @@ using namespace kiln;
 
 namespace {
 
-using kiln_test::Layout;
+using MatrixLayout = kiln_test::Layout;
 using kiln_test::layout_name;
 
 // A batch of matrices in host memory (gaps included) and its copy on the device.
@@ -35,7 +35,7 @@ struct Mat {
   std::vector<unsigned char> host;
   rt::DeviceBuffer dev;
 
-  Mat(DType d, std::int64_t batch, std::int64_t r, std::int64_t c, Layout l, bool broadcast) : dt(d), rows(r), cols(c) {
+  Mat(DType d, std::int64_t batch, std::int64_t r, std::int64_t c, MatrixLayout l, bool broadcast) : dt(d), rows(r), cols(c) {
     const kiln_test::MatrixStrides m = kiln_test::matrix_strides(l, batch, r, c, broadcast, 5);
     bs = m.bs, rs = m.rs, cs = m.cs;
     host.resize(static_cast<std::size_t>(m.elements) * dtype_size(d));
@@ -68,7 +68,7 @@ struct Mat {
 
 struct GemmCase {
   kernels::GemmShape s;
-  Layout la = Layout::N, lb = Layout::N, lc = Layout::N;
+  MatrixLayout la = MatrixLayout::N, lb = MatrixLayout::N, lc = MatrixLayout::N;
   bool bcast_a = false, bcast_b = false;
   double alpha = 1, beta = 0;
 };
@@ -178,34 +178,34 @@ const DType kGemmDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
 }  // namespace
 
 TEST_CASE("gemm on the GPU matches the CPU for every dtype and layout") {
-  const Layout all[] = {Layout::N, Layout::T, Layout::P, Layout::S};
+  const MatrixLayout all[] = {MatrixLayout::N, MatrixLayout::T, MatrixLayout::P, MatrixLayout::S};
   std::uint32_t seed = 1;
   for (DType d : kGemmDTypes)
     for (kernels::GemmShape s :
          {kernels::GemmShape{1, 1, 1, 1}, kernels::GemmShape{1, 37, 53, 29}, kernels::GemmShape{3, 5, 7, 11}})
-      for (Layout la : all)
-        for (Layout lb : all)
-          for (Layout lc : {Layout::N, Layout::T, Layout::S})
+      for (MatrixLayout la : all)
+        for (MatrixLayout lb : all)
+          for (MatrixLayout lc : {MatrixLayout::N, MatrixLayout::T, MatrixLayout::S})
             check_case(d, {s, la, lb, lc, false, false, 1, 0}, seed++);
 }
 
 TEST_CASE("gemm on the GPU broadcasts operands over the batch and applies alpha and beta") {
   std::uint32_t seed = 500;
   for (DType d : kGemmDTypes) {
-    check_case(d, {{4, 9, 6, 13}, Layout::N, Layout::T, Layout::N, true, false, -2, 0}, seed++);
-    check_case(d, {{4, 9, 6, 13}, Layout::T, Layout::N, Layout::T, false, true, 1, 3}, seed++);
-    check_case(d, {{3, 33, 17, 70}, Layout::P, Layout::T, Layout::P, true, true, 1.25, 0.5}, seed++);
-    check_case(d, {{2, 67, 261, 259}, Layout::T, Layout::T, Layout::T, false, false, 0.5, -1.5}, seed++);
+    check_case(d, {{4, 9, 6, 13}, MatrixLayout::N, MatrixLayout::T, MatrixLayout::N, true, false, -2, 0}, seed++);
+    check_case(d, {{4, 9, 6, 13}, MatrixLayout::T, MatrixLayout::N, MatrixLayout::T, false, true, 1, 3}, seed++);
+    check_case(d, {{3, 33, 17, 70}, MatrixLayout::P, MatrixLayout::T, MatrixLayout::P, true, true, 1.25, 0.5}, seed++);
+    check_case(d, {{2, 67, 261, 259}, MatrixLayout::T, MatrixLayout::T, MatrixLayout::T, false, false, 0.5, -1.5}, seed++);
   }
 }
 
 TEST_CASE("gemm on the GPU with K = 0, alpha = 0 or an empty output leaves beta * C") {
   std::uint32_t seed = 700;
   for (DType d : kGemmDTypes) {
-    check_case(d, {{2, 5, 7, 0}, Layout::N, Layout::N, Layout::N, false, false, 1, 0}, seed++);
-    check_case(d, {{2, 5, 7, 0}, Layout::N, Layout::N, Layout::T, false, false, 1, 1}, seed++);
-    check_case(d, {{2, 5, 7, 0}, Layout::N, Layout::N, Layout::P, false, false, 1, 2.5}, seed++);
-    check_case(d, {{2, 5, 7, 3}, Layout::S, Layout::S, Layout::N, false, false, 0, -2}, seed++);  // A, B unread
+    check_case(d, {{2, 5, 7, 0}, MatrixLayout::N, MatrixLayout::N, MatrixLayout::N, false, false, 1, 0}, seed++);
+    check_case(d, {{2, 5, 7, 0}, MatrixLayout::N, MatrixLayout::N, MatrixLayout::T, false, false, 1, 1}, seed++);
+    check_case(d, {{2, 5, 7, 0}, MatrixLayout::N, MatrixLayout::N, MatrixLayout::P, false, false, 1, 2.5}, seed++);
+    check_case(d, {{2, 5, 7, 3}, MatrixLayout::S, MatrixLayout::S, MatrixLayout::N, false, false, 0, -2}, seed++);  // A, B unread
     check_case(d, {{0, 5, 7, 3}}, seed++);
     check_case(d, {{2, 0, 7, 3}}, seed++);
     check_case(d, {{2, 5, 0, 3}}, seed++);
@@ -213,7 +213,7 @@ TEST_CASE("gemm on the GPU with K = 0, alpha = 0 or an empty output leaves beta 
     // NaN in A with alpha = 0, and NaN in C with beta = 0, stay out of the result.
     const rt::Stream& s = rt::default_stream(0);
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    Mat a(d, 1, 2, 3, Layout::N, false), b(d, 1, 3, 2, Layout::N, false), c(d, 1, 2, 2, Layout::N, false);
+    Mat a(d, 1, 2, 3, MatrixLayout::N, false), b(d, 1, 3, 2, MatrixLayout::N, false), c(d, 1, 2, 2, MatrixLayout::N, false);
     for (std::int64_t e = 0; e < 6; ++e) a.set(e, nan), b.set(e, 1);
     for (std::int64_t e = 0; e < 4; ++e) c.set(e, 2);
     a.upload(s), b.upload(s), c.upload(s);
@@ -241,8 +241,8 @@ TEST_CASE("gemm on the GPU: 512x768x1024 in f32, TF32, f16, bf16 and f64") {
     MESSAGE("512x768x1024 relative error: " << dtype_name(d) << " " << err);
   }
   // Transposed operands on the large size too: the cuBLAS call flips, nothing is copied.
-  check_case(DType::f16, {{2, 512, 768, 1024}, Layout::T, Layout::T, Layout::N, false, true}, 902);
-  check_case(DType::bf16, {{1, 512, 768, 1024}, Layout::N, Layout::T, Layout::T}, 903);
+  check_case(DType::f16, {{2, 512, 768, 1024}, MatrixLayout::T, MatrixLayout::T, MatrixLayout::N, false, true}, 902);
+  check_case(DType::bf16, {{1, 512, 768, 1024}, MatrixLayout::N, MatrixLayout::T, MatrixLayout::T}, 903);
 }
 
 TEST_CASE("gemm on the GPU rejects bad input with typed errors") {

@@ -72,15 +72,15 @@ std::vector<OptimCase> cases() {
 const std::vector<Shape> kShapes{{37, 19}, {1}, {3, 5, 7}, {1 << 21}};
 constexpr int kSteps = 5;
 
-struct Data {
+struct OptimData {
   std::vector<Tensor> init;                // f32, per shape
   std::vector<std::vector<Tensor>> grads;  // [step][shape], f32
 };
 
-const Data& test_data() {
-  static const Data d = [] {
+const OptimData& test_data() {
+  static const OptimData d = [] {
     Generator gen(1234);
-    Data r;
+    OptimData r;
     for (const Shape& s : kShapes) r.init.push_back(randn(s, {}, &gen));
     for (int k = 0; k < kSteps; ++k) {
       r.grads.emplace_back();

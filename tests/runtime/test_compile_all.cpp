@@ -1,17 +1,15 @@
-// Every registered kernel x dtype tuple x variant compiles with NVRTC for sm_80 and
-// sm_90. No GPU needed; compiles run on every hardware thread.
+// Every registered kernel x dtype tuple x variant compiles with NVRTC for sm_80 and for sm_90
+// (a test case each, so ctest runs them side by side). No GPU needed. Compiles go through the
+// test run's disk cache (compile_check.h): each kernel compiles once per run of the test
+// command, and a later run or job reads back what an earlier one compiled.
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend/cuda/launchers.h"
+#include "compile_check.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -20,86 +18,49 @@ using namespace kiln;
 
 namespace {
 
-struct Job {
-  const rt::KernelSpec* spec;
-  DTypes dtypes;
-  std::uint32_t variant;
-  int arch;
-};
-
-std::string job_name(const Job& j) {
-  return j.spec->op + "(dtypes=" + j.dtypes.str() + ", variant=" + std::to_string(j.variant) + ", sm_" +
-         std::to_string(j.arch) + ")";
-}
-
-// The CompileError text holds the whole numbered source; the log part is what helps.
-std::string shorten(const std::string& what) {
-  auto cut = what.find("\n--- source ---");
-  return cut == std::string::npos ? what.substr(0, 4000) : what.substr(0, std::min<std::size_t>(cut, 4000));
-}
-
 std::size_t count_entries(const std::string& ptx) {
   std::size_t n = 0;
   for (std::size_t at = ptx.find(".entry "); at != std::string::npos; at = ptx.find(".entry ", at + 1)) ++n;
   return n;
 }
 
-}  // namespace
-
-TEST_CASE("every registered kernel compiles for sm_80 and sm_90") {
+void check_every_kernel_compiles(int arch) {
   // Referencing libkiln keeps it linked, so its static initialisers register the specs.
   REQUIRE(kernels::kernel("add").op == "add");
 
-  std::vector<Job> jobs;
+  std::vector<kiln_test::CompileJob> jobs;
   for (const rt::KernelSpec* spec : rt::registered_kernels())
     for (const DTypes& d : spec->dtypes)
-      for (std::uint32_t v : spec->variants)
-        for (int arch : {80, 90}) jobs.push_back({spec, d, v, arch});
+      for (std::uint32_t v : spec->variants) jobs.push_back({spec, d, v, arch});
   // Hundreds of instantiations per arch, not thousands: the warm cache and CI pay for each.
-  CHECK(jobs.size() / 2 <= 1500);
+  CHECK(jobs.size() <= 1500);
 
-  std::atomic<std::size_t> next{0};
-  std::mutex mu;
+  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
+  MESSAGE("sm_" << arch << ", " << rt::registered_kernels().size() << " kernel specs: " << r.text());
   std::vector<std::string> failures;
-  std::vector<double> ms;
-  auto worker = [&] {
-    for (std::size_t i = next++; i < jobs.size(); i = next++) {
-      const Job& j = jobs[i];
-      try {
-        rt::CompileRequest req{j.spec->op, j.dtypes.str(), rt::instantiate_kernel(*j.spec, j.dtypes, j.variant), j.arch};
-        rt::CompiledModule m = rt::compile(req);
-        std::string problem;
-        if (m.ptx.find(j.spec->entry) == std::string::npos) problem = "PTX lacks entry point " + j.spec->entry;
-        // A template that guards its kernels by entry gives each op a module of one kernel.
-        if (rt::template_source(j.spec->template_name).find("KILN_ENTRY_") != std::string::npos &&
-            count_entries(m.ptx) != 1)
-          problem = "a guarded template's module holds " + std::to_string(count_entries(m.ptx)) + " entry points";
-        if (rt::nvrtc_can_emit_cubin(j.arch) && m.cubin.empty()) problem = "no CUBIN";
-        std::lock_guard lock(mu);
-        if (!problem.empty()) failures.push_back(job_name(j) + ": " + problem);
-        ms.push_back(m.ms);
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mu);
-        failures.push_back(job_name(j) + ": " + shorten(e.what()));
-      }
-    }
-  };
-
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  std::sort(ms.begin(), ms.end());
-  std::printf("compiled %zu of %zu instantiations (%zu kernel specs, sm_80 + sm_90) in %.1f s on %u threads; "
-              "median NVRTC %.0f ms\n",
-              ms.size(), jobs.size(), rt::registered_kernels().size(), seconds, threads,
-              ms.empty() ? 0.0 : ms[ms.size() / 2]);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const rt::KernelSpec& spec = *jobs[i].spec;
+    const kiln_test::CompileOutcome& o = r.outcomes[i];
+    std::string problem = o.error;
+    if (problem.empty() && o.ptx.find(spec.entry) == std::string::npos) problem = "PTX lacks entry point " + spec.entry;
+    // A template that guards its kernels by entry gives each op a module of one kernel.
+    if (problem.empty() && rt::template_source(spec.template_name).find("KILN_ENTRY_") != std::string::npos &&
+        count_entries(o.ptx) != 1)
+      problem = "a guarded template's module holds " + std::to_string(count_entries(o.ptx)) + " entry points";
+    if (problem.empty() && rt::nvrtc_can_emit_cubin(arch) && o.cubin.empty()) problem = "no CUBIN";
+    if (!problem.empty())
+      failures.push_back(spec.op + "(dtypes=" + jobs[i].dtypes.str() + ", variant=" + std::to_string(jobs[i].variant) +
+                         ", sm_" + std::to_string(arch) + "): " + problem);
+  }
   for (std::size_t i = 0; i < failures.size() && i < 10; ++i) MESSAGE(failures[i]);
   CHECK_MESSAGE(failures.empty(), failures.size(), " instantiations failed");
 }
+
+}  // namespace
+
+TEST_CASE("every registered kernel compiles for sm_80") { check_every_kernel_compiles(80); }
+
+TEST_CASE("every registered kernel compiles for sm_90") { check_every_kernel_compiles(90); }
 
 TEST_CASE("the elementwise kernels cover the ops and dtypes the engine needs") {
   const char* ops[] = {"neg",        "abs",    "sign", "exp",      "log",   "log1p", "expm1",   "sqrt",

@@ -10,6 +10,7 @@ namespace kiln::rt {
 
 struct KernelSpec;
 struct EntryKey;
+struct Entry;
 
 struct Function {
   void* handle = nullptr;  // CUfunction
@@ -30,6 +31,12 @@ WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint3
 // `arch` into the disk cache, unless already there: a generated kernel has no spec to warm.
 WarmOutcome warm_source(const EntryKey& recorded, const std::string& source, int arch,
                         std::string* digest = nullptr);
+
+// The disk cache's entry for (spec, dtypes, variant) compiled for `arch`, without a GPU: read
+// back when there (the key hashes the source, every NVRTC option, NVRTC's version and the
+// arch), else compiled and stored. Throws CompileError. `outcome`, when given, says which.
+Entry cached_entry(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
+                   WarmOutcome* outcome = nullptr);
 
 struct CacheCounters {
   std::uint64_t compiles = 0;

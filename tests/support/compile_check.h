@@ -1,0 +1,97 @@
+#pragma once
+// NVRTC compile checks of many kernels at once, without a GPU: the jobs spread over every
+// hardware thread (each with its compile server) and go through the disk cache of the test
+// run (ctest sets KILN_CACHE_DIR), so a kernel that an earlier suite, job or run compiled is
+// read back instead of compiled again. A hit is that compile's own output: the cache key
+// hashes the source, every NVRTC option, NVRTC's version and the arch.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/generated_kernels.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/module_cache.h"
+
+namespace kiln_test {
+
+struct CompileJob {
+  const kiln::rt::KernelSpec* spec = nullptr;
+  kiln::DTypes dtypes{};
+  std::uint32_t variant = 0;
+  int arch = 90;
+};
+
+// A job for a source made outside the registry (a generated family's): registered as a
+// generated module of `kind` (a static string of letters, digits and '_'), so its entry is
+// named like the runtime's generated kernels, apart from them.
+inline CompileJob generated_job(std::string_view kind, const std::string& source, const std::string& entry, int arch) {
+  kiln::rt::GeneratedKey key(kind);
+  key.add(kiln::rt::fnv1a64(source), kiln::rt::fnv1a64(entry));
+  const kiln::rt::KernelSpec* spec = kiln::rt::generated_kernels(key, [&] {
+    return kiln::rt::GeneratedModule{source, std::string(kind), {entry}};
+  })[0];
+  return {spec, spec->dtypes.front(), 0, arch};
+}
+
+struct CompileOutcome {
+  std::string ptx, cubin;  // empty when the compile failed
+  std::string error{};     // the first 4000 characters of what failed, NVRTC's log first
+  bool compiled = false;   // false: read back from the cache
+};
+
+struct CompileSummary {
+  std::vector<CompileOutcome> outcomes;  // in job order
+  std::size_t compiled = 0, cached = 0, failed = 0;
+  double seconds = 0;
+  unsigned threads = 1;
+  std::string text() const {  // "40 kernels: 3 compiled, 37 from the cache, 0 failed, in 1.2 s on 2 threads"
+    char b[160];
+    std::snprintf(b, sizeof b, "%zu kernels: %zu compiled, %zu from the cache, %zu failed, in %.1f s on %u threads",
+                  outcomes.size(), compiled, cached, failed, seconds, threads);
+    return b;
+  }
+};
+
+inline CompileSummary compile_all(const std::vector<CompileJob>& jobs) {
+  CompileSummary r;
+  r.outcomes.resize(jobs.size());
+  r.threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(jobs.size())));
+  std::atomic<std::size_t> next{0}, compiled{0}, failed{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      const CompileJob& j = jobs[i];
+      CompileOutcome& o = r.outcomes[i];
+      try {
+        kiln::rt::WarmOutcome how{};
+        kiln::rt::Entry e = kiln::rt::cached_entry(*j.spec, j.dtypes, j.variant, j.arch, &how);
+        o.ptx = std::move(e.ptx);
+        o.cubin = std::move(e.cubin);
+        o.compiled = how == kiln::rt::WarmOutcome::compiled;
+        if (o.compiled) ++compiled;
+      } catch (const std::exception& e) {
+        // A CompileError's text holds the whole numbered source after the log.
+        const std::string what = e.what();
+        o.error = what.substr(0, std::min<std::size_t>(what.find("\n--- source ---"), 4000));
+        ++failed;
+      }
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < r.threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.compiled = compiled;
+  r.failed = failed;
+  r.cached = jobs.size() - r.compiled - r.failed;
+  return r;
+}
+
+}  // namespace kiln_test
