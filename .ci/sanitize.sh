@@ -20,8 +20,14 @@ fi
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# The main build's kernel cache, when it has one: every kernel its tests compiled is read back
+# here (same sources, options and NVRTC), so this job compiles only what they did not.
+shared_cache=()
+main_cache=$PWD/${KILN_BUILD_DIR:-build}/test-kernel-cache
+[ -d "$main_cache" ] && shared_cache=(-DKILN_TEST_CACHE_DIR="$main_cache")
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" \
-  -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON -DKILN_BUILD_GPU_TESTS=OFF "${launcher[@]}" ${KILN_CMAKE_ARGS:-} >/dev/null
+  -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON -DKILN_BUILD_GPU_TESTS=OFF "${launcher[@]}" "${shared_cache[@]}" \
+  ${KILN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:suppressions=$PWD/.ci/lsan.supp
@@ -29,5 +35,6 @@ export LSAN_OPTIONS=suppressions=$PWD/.ci/lsan.supp
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The GPU suite, with nothing to run without a GPU, is not built; the embedding example builds
 # an install.
-ctest --test-dir "$build" --output-on-failure -E '^embed_example$'
+jobs=$(nproc 2>/dev/null || echo 2)
+ctest --test-dir "$build" --output-on-failure -j "$((jobs < 4 ? 4 : jobs))" -E '^embed_example$'
 KILN_FUZZ_BUILD=$PWD/$build bash tests/fuzz/run_fuzz.sh "${KILN_FUZZ_SECONDS:-60}"
