@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kiln/runtime/generated_kernels.h"
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/launch_common.h"
 #include "core/registry.h"
 
 namespace kiln::compile_detail {

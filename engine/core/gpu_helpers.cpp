@@ -4,7 +4,7 @@
 #include <string_view>
 #include <utility>
 
-#include "backend/cuda/reduce_launchers.h"
+#include "backend/cuda/reduce_kernels.h"
 #include "kiln/runtime/device.h"
 #include "registry.h"
 #include "core/tensor/tensor_impl.h"

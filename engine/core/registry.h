@@ -2,7 +2,8 @@
 // The op registry and generic dispatcher. Every op is one OpDef, defined in its own
 // engine/ops/<family>.cpp; nothing else needs editing to add one.
 //
-// How to add an op (say `square`, in engine/ops/elementwise.cpp):
+// How to add an op (say `square`, in engine/ops/elementwise_unary.cpp, where it is written
+// shorter with the builders of elementwise_common.h):
 //
 //   const OpRef kSquare = register_op({
 //       .name = "square",
@@ -50,7 +51,7 @@
 
 #include "core/step/step_state.h"
 #include "core/cpu/loops.h"
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/elementwise_kernels.h"
 #include "kiln/attrs.h"
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
@@ -293,7 +294,7 @@ class LazyKernel {
 kernels::Operand operand(const Tensor& t, const Shape& shape);
 inline kernels::Operand operand(const Tensor& t) { return operand(t, t.shape()); }
 // Reduces `in` over `axes` (normalised, sorted) into the contiguous `out`, whose elements
-// are the kept dims in row-major order, with a reduction kernel (reduce_launchers.h).
+// are the kept dims in row-major order, with a reduction kernel (reduce_kernels.h).
 // Reduced dims are first gathered into one contiguous run when the layout needs it.
 void reduce(const rt::KernelSpec& spec, const Tensor& in, const std::vector<int>& axes, const Tensor& out,
             double param = 0);

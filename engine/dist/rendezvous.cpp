@@ -4,7 +4,6 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -13,7 +12,6 @@
 #include <vector>
 
 #include "kiln/error.h"
-#include "kiln/dist/tcp.h"
 
 namespace kiln::dist::detail {
 
@@ -74,12 +72,6 @@ int parse_port(const std::string& text) {
 }
 
 }  // namespace
-
-std::string seconds_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
 
 Rendezvous rendezvous_from_environment(const Env& env) {
   Rendezvous r;

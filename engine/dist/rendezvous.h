@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "dist/tcp/tcp.h"
 #include "kiln/dist.h"
 
 namespace kiln::dist::detail {
@@ -27,7 +28,5 @@ Rendezvous rendezvous_from_environment(const Env& env);
 // rank 0 removes the file once every rank has joined, so a later run cannot read a stale id.
 IdBytes exchange_id(const Rendezvous& r, const Env& env, const IdBytes& id, std::chrono::milliseconds timeout);
 
-// "0.25 s", "300 s": durations in messages.
-std::string seconds_text(std::chrono::milliseconds d);
 
 }  // namespace kiln::dist::detail

@@ -13,7 +13,7 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/launch_common.h"
 #include "core/registry.h"
 
 namespace kiln::conv_detail {

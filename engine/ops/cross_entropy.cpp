@@ -12,18 +12,9 @@
 
 #include "core/dtype_sets.h"
 #include "loss_common.h"
+#include "backend/cuda/softmax_kernels.h"
 
 namespace kiln {
-
-namespace kernels {
-void launch_cross_entropy(DType t, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out, rt::DevicePtr rows,
-                          rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction, double smoothing,
-                          std::int64_t ignore, bool has_ignore, const rt::Stream& s);
-void launch_cross_entropy_backward(DType t, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
-                                   rt::DevicePtr stats, rt::DevicePtr dx, std::int64_t n, std::int64_t classes,
-                                   int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
-                                   const rt::Stream& s);
-}  // namespace kernels
 
 namespace {
 

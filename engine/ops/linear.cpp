@@ -7,7 +7,7 @@
 #include "core/cpu/loops.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/elementwise_kernels.h"
 #include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/linalg.h"

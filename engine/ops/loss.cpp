@@ -9,17 +9,9 @@
 #include "kiln/nn_functional.h"
 #include "loss_common.h"
 #include "core/registry.h"
+#include "backend/cuda/softmax_kernels.h"
 
 namespace kiln {
-
-namespace kernels {
-void launch_nll_forward(DType t, rt::DevicePtr lp, rt::DevicePtr labels, rt::DevicePtr loss, rt::DevicePtr valid,
-                        std::int64_t m, std::int64_t classes, std::int64_t inner, std::int64_t ignore, bool has_ignore,
-                        const rt::Stream& s);
-void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::DevicePtr grad, std::int64_t total,
-                         std::int64_t classes, std::int64_t inner, std::int64_t ignore, bool has_ignore,
-                         const rt::Stream& s);
-}  // namespace kernels
 
 namespace {
 

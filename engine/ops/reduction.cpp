@@ -1,21 +1,17 @@
 // sum, mean, prod (and exclusive_prod, its gradient) over any set of axes, and what every reduction shares
 // (reduction_common.h). CPU: pairwise sums in f32 (f16/bf16/f32), f64 or i64 (integers,
-// bool); GPU: the parallel reduction kernels of reduce_launchers.h.
+// bool); GPU: the parallel reduction kernels of reduce_kernels.h.
 #include <algorithm>
 #include <string>
 
 #include "core/dtype_sets.h"
 #include "kiln/shape_ops.h"
 
-#include "backend/cuda/reduce_launchers.h"
+#include "backend/cuda/reduce_kernels.h"
 #include "reduction_common.h"
+#include "backend/cuda/softmax_kernels.h"
 
 namespace kiln {
-
-namespace kernels {  // kernel_templates/softmax.cu
-void launch_exclusive_prod(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t rows, std::int64_t cols,
-                           const rt::Stream& s);
-}  // namespace kernels
 
 namespace reduction {
 

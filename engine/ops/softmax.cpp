@@ -8,13 +8,9 @@
 #include "kiln/amp.h"
 #include "kiln/nn_functional.h"
 #include "core/registry.h"
+#include "backend/cuda/softmax_kernels.h"
 
 namespace kiln {
-
-namespace kernels {
-void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t rows, std::int64_t cols, bool log_mode,
-                    const rt::Stream& s);
-}  // namespace kernels
 
 namespace {
 

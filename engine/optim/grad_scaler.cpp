@@ -10,7 +10,7 @@
 
 #include "core/cpu/loops.h"
 #include "kiln/autograd.h"
-#include "kiln/compile.h"
+#include "core/step/step_state.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
 #include "kiln/ops.h"

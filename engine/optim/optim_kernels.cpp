@@ -11,7 +11,7 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/launch_common.h"
 #include "optim_common.h"
 
 namespace kiln::kernels {

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "kiln/autograd.h"
-#include "kiln/compile.h"
+#include "core/step/step_state.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
 #include "core/registry.h"

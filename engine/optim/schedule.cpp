@@ -8,7 +8,6 @@
 #include <numbers>
 
 #include "core/step/step_state.h"
-#include "kiln/compile.h"
 #include "kiln/error.h"
 #include "optim_common.h"
 

@@ -15,7 +15,7 @@
 
 #include "dist/collective_checks.h"
 #include "dist/rendezvous.h"
-#include "kiln/dist/tcp.h"
+#include "dist/tcp/tcp.h"
 #include "error_message.h"
 #include "kiln/dist.h"
 #include "kiln/error.h"

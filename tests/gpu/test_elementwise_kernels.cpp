@@ -14,7 +14,7 @@
 #include <thread>
 #include <tuple>
 
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/elementwise_kernels.h"
 #include "core/registry.h"
 #include "ops/user_pointwise.h"
 #include "elementwise_reference.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/reduce_launchers.h"
+#include "backend/cuda/reduce_kernels.h"
 #include "kiln/error.h"
 #include "kiln/half.h"
 #include "kiln/runtime/device.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/launch_common.h"
 #include "compile_check.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"

@@ -12,7 +12,7 @@
 #include <vector>
 #include <unistd.h>
 
-#include "backend/cuda/launchers.h"
+#include "backend/cuda/launch_common.h"
 #include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/templates.h"

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kiln/dist/tcp.h"
+#include "dist/tcp/tcp.h"
 #include "process.h"
 #include "temp_dir.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/dist/tcp.h"
+#include "tcp.h"
 #include "kiln/dist.h"
 #include "kiln/error.h"
 #include "options.h"

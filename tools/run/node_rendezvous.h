@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/dist/tcp.h"
+#include "tcp.h"
 #include "options.h"
 
 namespace kiln_run {

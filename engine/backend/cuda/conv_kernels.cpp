@@ -5,7 +5,7 @@
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/kernel_registry.h"
-#include "launchers.h"
+#include "launch_common.h"
 
 namespace kiln::kernels {
 

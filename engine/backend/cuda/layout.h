@@ -7,7 +7,7 @@
 #include <span>
 #include <string_view>
 
-#include "launchers.h"
+#include "launch_common.h"
 
 namespace kiln::kernels {
 

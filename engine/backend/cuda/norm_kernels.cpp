@@ -7,7 +7,7 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
-#include "launchers.h"
+#include "launch_common.h"
 
 namespace kiln::kernels {
 

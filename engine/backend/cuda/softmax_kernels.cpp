@@ -1,8 +1,7 @@
 // Kernel specs and host launchers of kernel_templates/softmax.cu: softmax/log_softmax over
 // contiguous rows, the gather/scatter kernels of nll_loss, the fused softmax cross-entropy
 // and prod's exclusive products.
-// One tuple (t) per floating dtype; the launchers are declared where they are used
-// (engine/ops/softmax.cpp, loss.cpp, cross_entropy.cpp, reduction.cpp).
+// One tuple (t) per floating dtype; the launchers are declared in softmax_kernels.h.
 #include <algorithm>
 #include <string>
 
@@ -13,7 +12,8 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "launchers.h"
+#include "launch_common.h"
+#include "softmax_kernels.h"
 
 namespace kiln::kernels {
 

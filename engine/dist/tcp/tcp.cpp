@@ -1,4 +1,4 @@
-#include "kiln/dist/tcp.h"
+#include "tcp.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -10,11 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "kiln/error.h"
-#include "rendezvous.h"
 
 namespace kiln::dist::detail {
 
@@ -134,6 +134,12 @@ bool read_all(int fd, std::vector<unsigned char>& out, Clock::time_point deadlin
 void Fd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
 }
 
 std::string tcp_where(const std::string& host, int port) {

@@ -1,8 +1,8 @@
 #pragma once
 // The TCP transport of the NCCL id rendezvous: rank 0 serves a few bytes to every other rank.
 // Hosts are names, IPv4 or IPv6 literals (getaddrinfo); errors start with [dist.rendezvous].
-// Public only because kiln-run's launchers use the socket helpers for their own rendezvous
-// (tools see public headers only); not a stable API, hence `detail`.
+// Internal: the dist layer includes it as "dist/tcp/tcp.h", and kiln-run, whose launchers use
+// the socket helpers for their own rendezvous, through the kiln_dist_tcp target (not installed).
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -23,6 +23,8 @@ int free_tcp_port();
 
 // "host:port", "[::1]:port".
 std::string tcp_where(const std::string& host, int port);
+// "0.25 s", "300 s": durations in messages.
+std::string seconds_text(std::chrono::milliseconds d);
 
 // A listening socket (close-on-exec) on host:port, or -1 with `why` set. When `host` is no address
 // of this machine (a name behind NAT), it listens on the wildcard address of that family instead.

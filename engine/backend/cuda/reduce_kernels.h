@@ -2,7 +2,7 @@
 // Launchers of the reduction kernels (kernel_templates/reduce.cu). The engine arranges the
 // input as a contiguous [outer, r, inner] block and reduces over r; the output is a
 // contiguous [outer, inner] block. Specs: sum prod mean max min argmax argmin var std
-// logsumexp (reduce_kernels.cpp).
+// logsumexp (reduce_kernels.cpp, with the launchers).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
