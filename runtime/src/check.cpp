@@ -1,8 +1,8 @@
 #include "check.h"
 
-#include <cublas_v2.h>
 #include <nvrtc.h>
 
+#include "cublas_loader.h"
 #include "driver.h"
 
 namespace kiln::rt::detail {
@@ -24,7 +24,7 @@ void throw_nvrtc(int result, const char* call, const char* file, int line) {
 
 void throw_cublas(int result, const char* call, const char* file, int line) {
   auto status = static_cast<cublasStatus_t>(result);
-  throw CudaError(call, cublasGetStatusName(status), cublasGetStatusString(status), file, line);
+  throw CudaError(call, cublas().cublasGetStatusName(status), cublas().cublasGetStatusString(status), file, line);
 }
 
 }  // namespace kiln::rt::detail

@@ -22,8 +22,9 @@ namespace kiln::rt::detail {
     if (kiln_r_ != NVRTC_SUCCESS) ::kiln::rt::detail::throw_nvrtc(kiln_r_, #call, __FILE__, __LINE__); \
   } while (0)
 
+// KILN_CUBLAS(cublasCreate(&h)) calls cublas().cublasCreate(&h) (cublas_loader.h).
 #define KILN_CUBLAS(call)                                                                       \
   do {                                                                                          \
-    auto kiln_r_ = (call);                                                                      \
+    auto kiln_r_ = ::kiln::rt::cublas().call;                                                   \
     if (kiln_r_ != CUBLAS_STATUS_SUCCESS) ::kiln::rt::detail::throw_cublas(kiln_r_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -1,13 +1,11 @@
 #include "kiln/runtime/cublas.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
-
 #include <map>
 #include <mutex>
 #include <utility>
 
 #include "check.h"
+#include "cublas_loader.h"
 #include "driver.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
@@ -48,7 +46,7 @@ StreamHandle create_handle(const Stream& s) {
     KILN_CUBLAS(cublasSetWorkspace(h, reinterpret_cast<void*>(workspace), kWorkspaceBytes));
   } catch (...) {
     device_free(workspace, s);
-    cublasDestroy(h);
+    cublas().cublasDestroy(h);
     throw;
   }
   return {h, workspace};

@@ -1,6 +1,5 @@
 // kernels::gemm: the engine's row-major, strided view of a batched GEMM mapped onto
 // cuBLAS's column-major cublasGemmStridedBatchedEx without copying any operand.
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "check.h"
+#include "cublas_loader.h"
 #include "backend/blas_layout.h"
 #include "gemm.h"
 #include "kiln/error.h"

@@ -2,7 +2,6 @@
 // algorithm cached per configuration.
 #include "gemm_lt.h"
 
-#include <cublasLt.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "check.h"
+#include "cublas_loader.h"
 #include "gemm.h"
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
@@ -111,19 +111,19 @@ Plan make_plan(const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   const std::uint64_t max_ws = ws.bytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
   const std::uint32_t al_a = std::get<11>(key), al_b = std::get<12>(key), al_d = std::get<13>(key);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
   // The heuristic's first choice, or candidates to time.
   p.candidates.resize(rt::tune_mode() == rt::TuneMode::off ? 1 : kTuneCandidates);
   int returned = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t st = rt::cublas().cublasLtMatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(rt::cublaslt_handle(device)), p.op, p.a, p.b, p.d, p.d, pref,
       static_cast<int>(p.candidates.size()), p.candidates.data(), &returned);
-  cublasLtMatmulPreferenceDestroy(pref);
+  rt::cublas().cublasLtMatmulPreferenceDestroy(pref);
   p.candidates.resize(st == CUBLAS_STATUS_SUCCESS ? static_cast<std::size_t>(returned) : 0);
   p.found = !p.candidates.empty();
   if (p.found) p.algo = p.candidates.front().algo;
@@ -156,7 +156,7 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   std::string name;
   auto field = [&](const char* label, cublasLtMatmulAlgoConfigAttributes_t attr, auto value) {
     std::size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) != CUBLAS_STATUS_SUCCESS)
+    if (rt::cublas().cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) != CUBLAS_STATUS_SUCCESS)
       return;
     if (!name.empty()) name += ' ';
     name.append(label).append(std::to_string(value));
@@ -184,7 +184,7 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
     problem.append(" ").append(std::to_string(a));
   const std::string dtypes = std::string(dtype_name(g.dtype)) + (g.dtype == DType::f32 && allow_tf32() ? "/tf32" : "");
   return {"cublaslt", problem, dtypes, rt::device_info(device).arch(),
-          "cublasLt " + std::to_string(cublasLtGetVersion())};
+          "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion())};
 }
 
 // Every candidate writes D (and the bias gradient); run_tuned runs the remembered or fastest.
