@@ -36,11 +36,17 @@ has() {
 packages="cmake ninja-build g++ libspdlog-dev doctest-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libopenblas-dev pkg-config"
 missing=""
 for p in $packages; do has "$p" || missing="$missing $p"; done
+sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
 if [ -n "$missing" ]; then
-  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
   echo "installing:$missing"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+fi
+# oneDNN runs the CPU convolutions where a release packages it; without it they take im2col + GEMM.
+if [ ! -e /usr/include/oneapi/dnnl/dnnl.hpp ] && command -v apt-get >/dev/null; then
+  [ -n "$missing" ] || $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends libdnnl-dev >/dev/null ||
+    echo "libdnnl-dev is not available here: CPU convolutions use im2col + OpenBLAS" >&2
 fi
 
 build=${KILN_BUILD_DIR:-build}

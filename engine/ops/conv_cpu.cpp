@@ -55,9 +55,34 @@ Span valid_columns(const ConvSizes& s, std::int64_t x0) {
 
 // cols (K, b*L): row (c, ki, kj), column (n, oy, ox) = x[n0+n, c, oy*sh-ph+ki*dh, ox*sw-pw+kj*dw],
 // 0 over the padding. The bounds are worked out per row so the inner loops have no branches.
+// Stride 1 with the output as wide as the input (as "same" convs are): a tap's rows are the
+// plane shifted, so the valid rows are one contiguous copy, whose columns that wrapped around
+// a row end are then zeroed (each row loop of the general path costs more than its copy).
+template <class T>
+void shifted_plane(const ConvSizes& s, const T* plane, std::int64_t ki, std::int64_t x0, Span v, T* out) {
+  const std::int64_t L = s.oh * s.ow;
+  const std::int64_t oy0 = std::clamp<std::int64_t>(s.ph - ki * s.dh, 0, s.oh);
+  const std::int64_t oy1 = std::clamp<std::int64_t>(s.h + s.ph - ki * s.dh, oy0, s.oh);
+  std::fill(out, out + oy0 * s.ow, T(0));
+  std::fill(out + oy1 * s.ow, out + L, T(0));
+  if (oy1 == oy0) return;
+  // out[j] = plane[first + j] over the valid rows, clipped to the plane (what is clipped lies
+  // in an edge column, zeroed below).
+  const std::int64_t first = (oy0 - s.ph + ki * s.dh) * s.w + x0, count = (oy1 - oy0) * s.ow;
+  const std::int64_t lo = std::max<std::int64_t>(0, -first), hi = std::min(count, s.h * s.w - first);
+  T* band = out + oy0 * s.ow;
+  if (hi > lo) std::memcpy(band + lo, plane + first + lo, sizeof(T) * static_cast<std::size_t>(hi - lo));
+  for (std::int64_t oy = oy0; oy < oy1; ++oy) {
+    T* row = out + oy * s.ow;
+    std::fill(row, row + v.lo, T(0));
+    std::fill(row + v.hi, row + s.ow, T(0));
+  }
+}
+
 template <class T>
 void im2col(const CpuPlan& p, const T* x, std::int64_t b, T* cols) {
   const ConvSizes& s = p.s;
+  const bool shifted = s.sh == 1 && s.sw == 1 && s.ow == s.w;
   cpu::parallel_for(p.K, 1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t c = r / (s.kh * s.kw), ki = (r / s.kw) % s.kh, kj = r % s.kw;
@@ -66,6 +91,10 @@ void im2col(const CpuPlan& p, const T* x, std::int64_t b, T* cols) {
       for (std::int64_t n = 0; n < b; ++n) {
         const T* plane = x + (n * s.c + c) * s.h * s.w;
         T* row = cols + (r * b + n) * p.L;
+        if (shifted) {
+          shifted_plane(s, plane, ki, x0, v, row);
+          continue;
+        }
         for (std::int64_t oy = 0; oy < s.oh; ++oy, row += s.ow) {
           const std::int64_t iy = oy * s.sh - s.ph + ki * s.dh;
           if (iy < 0 || iy >= s.h) {
@@ -198,6 +227,9 @@ bool run_conv_cpu(ConvPass pass, const ConvSizes& s, const Tensor& a_in, const T
   }
   if (t != DType::f32 && t != DType::f64) return false;
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
+#if KILN_HAVE_DNNL
+  if (t == DType::f32 && run_conv_dnnl(pass, s, a, b, out)) return true;
+#endif
   const CpuPlan p = plan_of(s);
   auto run = [&]<class T>() {
     const T* pa = static_cast<const T*>(a.data_ptr());

@@ -12,4 +12,9 @@ namespace kiln::conv_detail {
 // (or inputs whose dtype is not out's).
 bool run_conv_cpu(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
 
+// The same f32 passes through oneDNN (conv_dnnl.cpp, built where oneDNN was found), for
+// contiguous inputs; false, having done nothing, where it does not apply (fewer than 8
+// channels per group, a shape oneDNN cannot express, or an error it reports).
+bool run_conv_dnnl(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out);
+
 }  // namespace kiln::conv_detail

@@ -47,15 +47,25 @@ void linear_cpu(const OpArgs& a, std::span<Tensor> out) {
   cpu::gemm(y.dtype(), {1, m, n, k}, 1.0, {x.data_ptr(), 0, x.strides()[0], x.strides()[1]},
             {w.data_ptr(), 0, w.strides()[1], w.strides()[0]}, 0.0, {y.data_ptr(), 0, n, 1});
   const bool relu = relu_of(a.attrs);
+  const Tensor bias = b.contiguous();
   cpu::visit(y.dtype(), [&]<class T>() {
     T* py = cpu::ptr<T>(y);
-    const T* pb = cpu::ptr<T>(b);
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) {
-        auto v = cpu::load(py[i * n + j]) + cpu::load(pb[j * b.strides()[0]]);
-        if (relu && v <= decltype(v)(0)) v = decltype(v)(0);  // NaN stays NaN, as relu keeps it
-        py[i * n + j] = cpu::store<T>(v);
+    const T* pb = cpu::ptr<T>(bias);
+    // Per row, with the ReLU as a select rather than a branch (random signs defeat one), so the
+    // loop vectorizes. NaN stays NaN, as relu keeps it.
+    auto rows = [&]<bool kRelu>() {
+      for (std::int64_t i = 0; i < m; ++i) {
+        T* __restrict row = py + i * n;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const auto v = cpu::load(row[j]) + cpu::load(pb[j]);
+          row[j] = cpu::store<T>(kRelu && v <= decltype(v)(0) ? decltype(v)(0) : v);
+        }
       }
+    };
+    if (relu)
+      rows.template operator()<true>();
+    else
+      rows.template operator()<false>();
   });
 }
 

@@ -1,8 +1,11 @@
 #include "norm_batch_cpu.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/cpu/parallel.h"
 
@@ -24,49 +27,56 @@ Layout layout_of(const Tensor& x) {
 // The row loops below take restrict pointers and do selects on loaded values, so the compiler
 // vectorizes them; random signs would defeat a branch.
 
-// sum of f(i) for i in [0, n), in double with eight accumulators so the adds overlap (the
-// compiler may not reorder one running sum).
-template <class F>
-double sum8(std::int64_t n, F&& f) {
-  double acc[8] = {};
+// sum of f(i) for i in [0, n): blocks of 256 summed in T with 16 accumulators, so the loop
+// vectorizes at T's width and the adds overlap, then the blocks in double. An f32 sum thus
+// rounds like one of 16 terms, however long the row.
+template <class T, class F>
+double row_sum(std::int64_t n, F&& f) {
+  constexpr std::int64_t kLanes = 16, kBlock = 256;
+  double total = 0;
   std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
-  for (; i < n; ++i) acc[0] += f(i);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i + kBlock <= n; i += kBlock) {
+    T acc[kLanes] = {};
+    for (std::int64_t j = 0; j < kBlock; j += kLanes)
+      for (std::int64_t k = 0; k < kLanes; ++k) acc[k] += f(i + j + k);
+    for (std::int64_t k = 0; k < kLanes; ++k) total += static_cast<double>(acc[k]);
+  }
+  for (; i < n; ++i) total += static_cast<double>(f(i));
+  return total;
 }
 
-// y = (x - mu) * scale + shift, then the ReLU when asked (keeping NaN, as the reference).
+// y = (x - mu) * scale + shift in T, then the ReLU when asked (keeping NaN, as the reference).
 template <class T>
-void apply_row(const T* __restrict x, T* __restrict y, std::int64_t n, double mu, double scale, double shift,
-               bool relu) {
+void apply_row(const T* __restrict x, T* __restrict y, std::int64_t n, T mu, T scale, T shift, bool relu) {
   if (relu)
     for (std::int64_t i = 0; i < n; ++i) {
-      const T r = static_cast<T>((static_cast<double>(x[i]) - mu) * scale + shift);
+      const T r = (x[i] - mu) * scale + shift;
       y[i] = r > T(0) || r != r ? r : T(0);
     }
   else
-    for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<double>(x[i]) - mu) * scale + shift);
+    for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] - mu) * scale + shift;
 }
 
-// The gradient through the fused ReLU: g where y > 0, else 0.
-template <class T>
-void mask_row(const T* __restrict g, const T* __restrict y, T* __restrict out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T gi = g[i], yi = y[i];
-    out[i] = yi > T(0) ? gi : T(0);
+// The incoming gradient of element i: g, or through the fused ReLU (kRelu) g where y > 0,
+// else 0, as an integer mask so that loops over it vectorize.
+template <bool kRelu, class T>
+inline T masked(const T* __restrict g, const T* __restrict y, std::int64_t i) {
+  if constexpr (!kRelu) {
+    return g[i];
+  } else {
+    using K = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+    return std::bit_cast<T>(std::bit_cast<K>(g[i]) & -K(y[i] > T(0)));
   }
 }
 
-// dx = k * (dy - mdb - (x - mu) * is * mdw) in training, k * dy in eval.
-template <class T>
-void dx_row(const T* __restrict dy, const T* __restrict x, T* __restrict dx, std::int64_t n, double k, double mu,
-            double is, double mdb, double mdw, bool training) {
+// dx = k * (dy - mdb - (x - mu) * ismdw) in training, k * dy in eval, in T.
+template <bool kRelu, class T>
+void dx_row(const T* __restrict g, const T* __restrict y, const T* __restrict x, T* __restrict dx, std::int64_t n, T k,
+            T mu, T ismdw, T mdb, bool training) {
   if (training)
-    for (std::int64_t i = 0; i < n; ++i)
-      dx[i] = static_cast<T>(k * (static_cast<double>(dy[i]) - mdb - (static_cast<double>(x[i]) - mu) * is * mdw));
+    for (std::int64_t i = 0; i < n; ++i) dx[i] = k * (masked<kRelu>(g, y, i) - mdb - (x[i] - mu) * ismdw);
   else
-    for (std::int64_t i = 0; i < n; ++i) dx[i] = static_cast<T>(k * static_cast<double>(dy[i]));
+    for (std::int64_t i = 0; i < n; ++i) dx[i] = k * masked<kRelu>(g, y, i);
 }
 
 template <class F>
@@ -113,13 +123,14 @@ bool batch_norm_forward_fast(const OpArgs& a, std::span<Tensor> out) {
           double sum = 0, sq = 0;
           for (std::int64_t n = 0; n < l.n; ++n) {
             const T* x = px + row(n);
-            sum += sum8(l.s, [&](std::int64_t i) { return static_cast<double>(x[i]); });
+            sum += row_sum<T>(l.s, [&](std::int64_t i) { return x[i]; });
           }
           const double mu = sum / m;
+          const T mu_t = static_cast<T>(mu);
           for (std::int64_t n = 0; n < l.n; ++n) {
             const T* x = px + row(n);
-            sq += sum8(l.s, [&](std::int64_t i) {
-              const double d = static_cast<double>(x[i]) - mu;
+            sq += row_sum<T>(l.s, [&](std::int64_t i) {
+              const T d = x[i] - mu_t;
               return d * d;
             });
           }
@@ -133,7 +144,8 @@ bool batch_norm_forward_fast(const OpArgs& a, std::span<Tensor> out) {
           invstd[c] = 1.0 / std::sqrt(rv[c] + p.eps);
         }
         for (std::int64_t n = 0; n < l.n; ++n)
-          apply_row(px + row(n), py + row(n), l.s, mean[c], invstd[c] * w[c], b[c], p.relu);
+          apply_row(px + row(n), py + row(n), l.s, static_cast<T>(mean[c]), static_cast<T>(invstd[c] * w[c]),
+                    static_cast<T>(b[c]), p.relu);
       });
     }
   });
@@ -165,26 +177,26 @@ bool batch_norm_backward_fast(const OpArgs& a, std::span<Tensor> out) {
       T* pdx = cpu::ptr<T>(out[0]);
       each_channel(l, [&](std::int64_t c) {
         auto row = [&](std::int64_t n) { return (n * l.c + c) * l.s; };
-        // The incoming gradient of row n: g, or g where the fused ReLU passed it.
-        std::vector<T> masked(py ? static_cast<std::size_t>(l.s) : 0);
-        auto dy = [&](std::int64_t n) {
-          if (!py) return pg + row(n);
-          mask_row(pg + row(n), py + row(n), masked.data(), l.s);
-          return static_cast<const T*>(masked.data());
-        };
         const double mu = mean[c], is = invstd[c];
-        double sdy = 0, sdx = 0;
-        for (std::int64_t n = 0; n < l.n; ++n) {
-          const T *d = dy(n), *x = px + row(n);
-          sdy += sum8(l.s, [&](std::int64_t i) { return static_cast<double>(d[i]); });
-          sdx +=
-              sum8(l.s, [&](std::int64_t i) { return static_cast<double>(d[i]) * (static_cast<double>(x[i]) - mu); });
-        }
-        db[c] = sdy;
-        dw[c] = sdx * is;
-        const double k = w[c] * is, mdb = db[c] / m, mdw = dw[c] / m;
-        for (std::int64_t n = 0; n < l.n; ++n)
-          dx_row(dy(n), px + row(n), pdx + row(n), l.s, k, mu, is, mdb, mdw, p.training);
+        const T mu_t = static_cast<T>(mu);
+        auto channel = [&]<bool kRelu>() {
+          double sdy = 0, sdx = 0;
+          for (std::int64_t n = 0; n < l.n; ++n) {
+            const T *g = pg + row(n), *y = kRelu ? py + row(n) : nullptr, *x = px + row(n);
+            sdy += row_sum<T>(l.s, [&](std::int64_t i) { return masked<kRelu>(g, y, i); });
+            sdx += row_sum<T>(l.s, [&](std::int64_t i) { return masked<kRelu>(g, y, i) * (x[i] - mu_t); });
+          }
+          db[c] = sdy;
+          dw[c] = sdx * is;
+          const double k = w[c] * is, mdb = db[c] / m, mdw = dw[c] / m;
+          for (std::int64_t n = 0; n < l.n; ++n)
+            dx_row<kRelu>(pg + row(n), kRelu ? py + row(n) : nullptr, px + row(n), pdx + row(n), l.s, static_cast<T>(k),
+                          mu_t, static_cast<T>(is * mdw), static_cast<T>(mdb), p.training);
+        };
+        if (py)
+          channel.template operator()<true>();
+        else
+          channel.template operator()<false>();
       });
     }
   });

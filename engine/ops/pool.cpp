@@ -2,7 +2,9 @@
 // backward ops. GPU: kernel_templates/pool.cu; CPU: plain loops written here, and for max
 // pooling in f32/f64 a threaded path over planes (the loops stay as .cpu_reference).
 #include <algorithm>
+#include <bit>
 #include <limits>
+#include <type_traits>
 
 #include "core/dtype_sets.h"
 #include "conv_common.h"
@@ -134,6 +136,43 @@ void visit_f32_f64(DType t, F&& f) {
     f.template operator()<double>();
 }
 
+// 2x2 windows, stride 2, no padding or dilation (the usual pooling): no bounds to check, and
+// selects the compiler vectorizes. The first maximum wins; a NaN, the first in window order.
+template <class T>
+void max_2x2(const PoolParams& p, const T* px, T* py, std::int64_t* pi) {
+  cpu::parallel_for(p.planes, 4, [&](std::int64_t pl0, std::int64_t pl1) {
+    for (std::int64_t pl = pl0; pl < pl1; ++pl)
+      for (long long oy = 0; oy < p.oh; ++oy) {
+        const T* __restrict r0 = px + pl * p.h * p.w + 2 * oy * p.w;
+        const T* __restrict r1 = r0 + p.w;
+        T* __restrict y = py + (pl * p.oh + oy) * p.ow;
+        std::int64_t* __restrict idx = pi + (pl * p.oh + oy) * p.ow;
+        const std::int64_t top = 2 * oy * p.w;
+        // Integer masks of T's width, not branches or float selects, so the loop vectorizes.
+        using K = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+        for (long long ox = 0; ox < p.ow; ++ox) {
+          const T v[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+          T best = v[0];
+          K k = 0;  // window position: row k >> 1, column k & 1
+          for (int j = 1; j < 4; ++j) {
+            const K m = -K(v[j] > best);
+            k = (k & ~m) | (K(j) & m);
+            best = std::max(best, v[j]);
+          }
+          // In reverse, so the first NaN's mask is the last applied.
+          K bits = std::bit_cast<K>(best);
+          for (int j = 3; j >= 0; --j) {
+            const K m = -K(v[j] != v[j]);
+            k = (k & ~m) | (K(j) & m);
+            bits = (bits & ~m) | (std::bit_cast<K>(v[j]) & m);
+          }
+          y[ox] = std::bit_cast<T>(bits);
+          idx[ox] = top + 2 * ox + (k & 1) + (k >> 1) * p.w;
+        }
+      }
+  });
+}
+
 bool max_fast(const OpArgs& a, std::span<Tensor> out) {
   const DType t = out[0].dtype();
   if (t != DType::f32 && t != DType::f64) return false;
@@ -144,6 +183,10 @@ bool max_fast(const OpArgs& a, std::span<Tensor> out) {
     const T* px = cpu::ptr<const T>(x);
     T* py = cpu::ptr<T>(out[0]);
     std::int64_t* pi = cpu::ptr<std::int64_t>(out[1]);
+    if (p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1) {
+      max_2x2(p, px, py, pi);
+      return;
+    }
     cpu::parallel_for(p.planes, 4, [&](std::int64_t pl0, std::int64_t pl1) {
       for (std::int64_t pl = pl0; pl < pl1; ++pl) {
         const T* in = px + pl * p.h * p.w;
@@ -192,6 +235,37 @@ bool max_fast(const OpArgs& a, std::span<Tensor> out) {
 
 // Scatters each window's gradient to its index when that lies inside the window, as the
 // reference's gather does; planes are independent, so they run in parallel.
+// The 2x2, stride-2 windows of max_2x2 do not overlap and cover whole rows: each writes its
+// four positions (the gradient at its index, zeros elsewhere), with no fill beforehand.
+template <class T>
+void max_backward_2x2(const PoolParams& p, const T* pg, const std::int64_t* pidx, T* pdx) {
+  cpu::parallel_for(p.planes, 4, [&](std::int64_t pl0, std::int64_t pl1) {
+    for (std::int64_t pl = pl0; pl < pl1; ++pl) {
+      T* plane = pdx + pl * p.h * p.w;
+      // Rows and columns no window covers (odd sizes) get zeros.
+      if (p.h > 2 * p.oh) std::fill(plane + 2 * p.oh * p.w, plane + p.h * p.w, T(0));
+      for (long long oy = 0; oy < p.oh; ++oy) {
+        const T* __restrict g = pg + (pl * p.oh + oy) * p.ow;
+        const std::int64_t* __restrict idx = pidx + (pl * p.oh + oy) * p.ow;
+        T* __restrict r0 = plane + 2 * oy * p.w;
+        T* __restrict r1 = r0 + p.w;
+        const std::int64_t top = 2 * oy * p.w;
+        for (long long ox = 0; ox < p.ow; ++ox) {
+          const std::int64_t k = idx[ox] - top - 2 * ox;  // 0, 1, w or w + 1 for an index inside
+          r0[2 * ox] = k == 0 ? g[ox] : T(0);
+          r0[2 * ox + 1] = k == 1 ? g[ox] : T(0);
+          r1[2 * ox] = k == p.w ? g[ox] : T(0);
+          r1[2 * ox + 1] = k == p.w + 1 ? g[ox] : T(0);
+        }
+        if (p.w > 2 * p.ow) {
+          std::fill(r0 + 2 * p.ow, r0 + p.w, T(0));
+          std::fill(r1 + 2 * p.ow, r1 + p.w, T(0));
+        }
+      }
+    }
+  });
+}
+
 bool max_backward_fast(const OpArgs& a, const PoolParams& p, const Tensor& dx) {
   const DType t = dx.dtype();
   if (t != DType::f32 && t != DType::f64) return false;
@@ -201,6 +275,10 @@ bool max_backward_fast(const OpArgs& a, const PoolParams& p, const Tensor& dx) {
     const T* pg = cpu::ptr<const T>(g);
     const std::int64_t* pidx = cpu::ptr<const std::int64_t>(idx);
     T* pdx = cpu::ptr<T>(dx);
+    if (p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0 && p.dh == 1 && p.dw == 1) {
+      max_backward_2x2(p, pg, pidx, pdx);
+      return;
+    }
     cpu::parallel_for(p.planes, 4, [&](std::int64_t pl0, std::int64_t pl1) {
       std::fill(pdx + pl0 * p.h * p.w, pdx + pl1 * p.h * p.w, T(0));
       for (std::int64_t pl = pl0; pl < pl1; ++pl)

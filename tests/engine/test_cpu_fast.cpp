@@ -118,6 +118,10 @@ TEST_CASE("cpu fast paths: conv2d forward and gradients on odd shapes, f32 and f
       {{2, 6, 5, 5}, {6, 1, 2, 2}, {.stride = V{2}, .groups = 6}},  // depthwise
       {{1, 1, 28, 28}, {8, 1, 5, 5}, {.padding = V{2}}},            // the cnn's first layer, batch 1
       {{30, 16, 32, 32}, {8, 16, 3, 3}, {.padding = V{1}}},         // several chunks of samples
+      // 8+ channels per group: oneDNN's convolutions where kiln was built with it.
+      {{3, 16, 9, 11}, {16, 8, 3, 3}, {.stride = V{2}, .padding = V{1, 2}, .dilation = V{1, 2}, .groups = 2}},
+      {{4, 32, 14, 14}, {64, 32, 5, 5}, {.padding = V{2}}},  // the cnn's second layer
+      {{2, 8, 10, 10}, {8, 8, 3, 3}, {.stride = V{3}}},      // the last input row unused
   };
   for (DType dt : {DType::f32, DType::f64})
     for (const ConvCase& c : cases)
@@ -135,6 +139,7 @@ TEST_CASE("cpu fast paths: max_pool2d forward and backward agree exactly, ties a
     V kernel, stride, padding, dilation;
   };
   const std::vector<PoolCase> cases{{{2, 3, 8, 8}, {2}, {}, {0}, {1}},
+                                    {{1, 2, 7, 9}, {2}, {}, {0}, {1}},  // 2x2 windows, a row and column left over
                                     {{1, 2, 7, 5}, {3}, {2}, {1}, {1}},
                                     {{2, 2, 9, 6}, {2, 3}, {1}, {0}, {2, 1}},
                                     {{1, 1, 5, 9}, {3, 2}, {2, 3}, {1, 0}, {1}}};

@@ -24,11 +24,12 @@ thread_local bool t_in_job = false;
 template <class F>
 bool spin_until(F&& done) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-  while (!done()) {
+  // The clock is read every 32 polls: reading it on each took a few percent of a CPU step.
+  for (unsigned polls = 1; !done(); ++polls) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-    if (std::chrono::steady_clock::now() > until) return false;
+    if (polls % 32 == 0 && std::chrono::steady_clock::now() > until) return false;
   }
   return true;
 }

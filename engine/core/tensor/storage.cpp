@@ -1,6 +1,4 @@
-#include <cstdlib>
-#include <new>
-
+#include "core/cpu/host_blocks.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
 #include "tensor_impl.h"
@@ -10,15 +8,13 @@ namespace kiln {
 Storage::Storage(std::size_t bytes, Device device) : device_(device), bytes_(bytes) {
   if (bytes == 0) return;
   if (device.is_cpu()) {
-    // 64-byte aligned so vectorised loops and f64 views never see a misaligned base.
-    host_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!host_) throw std::bad_alloc();
+    host_ = cpu::host_alloc(bytes);
   } else {
     buffer_ = rt::DeviceBuffer(bytes, rt::default_stream(device.index()));
   }
 }
 
-Storage::~Storage() { std::free(host_); }
+Storage::~Storage() { cpu::host_free(host_, bytes_); }
 
 std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device device) {
   check_shape(shape, dtype_size(dtype));
