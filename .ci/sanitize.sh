@@ -26,7 +26,7 @@ shared_cache=()
 main_cache=$PWD/${KILN_BUILD_DIR:-build}/test-kernel-cache
 [ -d "$main_cache" ] && shared_cache=(-DKILN_TEST_CACHE_DIR="$main_cache")
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" \
-  -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON -DKILN_BUILD_GPU_TESTS=OFF "${launcher[@]}" "${shared_cache[@]}" \
+  -DKILN_SANITIZE=address,undefined -DKILN_FUZZ=ON -DKILN_BUILD_GPU_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF "${launcher[@]}" "${shared_cache[@]}" \
   ${KILN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build"
 

@@ -8,6 +8,7 @@
 
 #include "core/dtype_sets.h"
 #include "kiln/nn_functional.h"
+#include "cpu_fast.h"
 #include "norm_batch_cpu.h"
 #include "norm_common.h"
 
@@ -274,7 +275,9 @@ const OpRef kBatchNormBackward = register_op({
     .shape_rule = bn_backward_shapes,
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          if (!batch_norm_backward_fast(a, out)) bn_backward_cpu(a, out);
+          // g, x and y in f32 for half x; the parameters and statistics are read in any dtype.
+          if (!batch_norm_backward_fast(a, out) && !cpu_fast::through_f32(a, out, {0, 1, 2}, batch_norm_backward_fast))
+            bn_backward_cpu(a, out);
         },
     .cpu_reference = bn_backward_cpu,
     .gpu = bn_backward_gpu,
@@ -291,7 +294,9 @@ const OpRef kBatchNorm = register_op({
     .shape_rule = bn_forward_shapes,
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          if (!batch_norm_forward_fast(a, out)) bn_forward_cpu(a, out);
+          // x in f32 for half x: the running statistics it updates stay the tensors they are.
+          if (!batch_norm_forward_fast(a, out) && !cpu_fast::through_f32(a, out, {0}, batch_norm_forward_fast))
+            bn_forward_cpu(a, out);
         },
     .cpu_reference = bn_forward_cpu,
     .gpu = bn_forward_gpu,

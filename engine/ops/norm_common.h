@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_fast.h"
 #include "elementwise_common.h"
 #include "backend/cuda/norm_kernels.h"
 #include "core/registry.h"
@@ -18,7 +19,7 @@ inline kernels::BatchNormShape batch_norm_shape(const Tensor& x) {
   return {c, s, n * s};
 }
 
-inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+using cpu_fast::is_half;
 // The kernels' compute type, which is also the dtype of the saved mean and invstd.
 inline DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 

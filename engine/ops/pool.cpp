@@ -8,6 +8,7 @@
 
 #include "core/dtype_sets.h"
 #include "conv_common.h"
+#include "cpu_fast.h"
 #include "core/cpu/parallel.h"
 #include "kiln/conv.h"
 #include "core/registry.h"
@@ -360,7 +361,9 @@ const OpRef kMaxBackward = register_op({
     .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{backward_geometry(a).in}; },
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          if (!max_backward_fast(a, backward_geometry(a).p, out[0])) max_backward_cpu(a, out);
+          const PoolParams p = backward_geometry(a).p;
+          auto fast = [&](const OpArgs& args, std::span<Tensor> o) { return max_backward_fast(args, p, o[0]); };
+          if (!fast(a, out) && !cpu_fast::through_f32(a, out, {0}, fast)) max_backward_cpu(a, out);
         },
     .cpu_reference = max_backward_cpu,
     .gpu =
@@ -430,7 +433,7 @@ const OpRef kMaxPool = register_op({
     .shape_rule = [](const OpArgs& a) { return pooled_shape(a, 2); },
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
-          if (!max_fast(a, out)) max_cpu(a, out);
+          if (!max_fast(a, out) && !cpu_fast::through_f32(a, out, {0}, max_fast)) max_cpu(a, out);
         },
     .cpu_reference = max_cpu,
     .gpu =
