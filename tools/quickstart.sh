@@ -55,7 +55,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} 
 
 case "$what" in
   test)
-    cmake --build "$build"
+    cmake --build "$build" --target kiln_tests
     # Suites run a ctest test per source file; these overlap CPU work with tests that wait on
     # child processes. Kernels compiled once stay in the build's test cache for the next run.
     jobs=$(nproc 2>/dev/null || echo 2)

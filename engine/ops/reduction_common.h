@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "kiln/autograd.h"
 #include "kiln/reduction.h"
 #include "core/registry.h"
 
@@ -61,17 +63,47 @@ StoreFn<R> store_fn(DType out) {
   });
 }
 
+// The dtype an input is reduced as: another whose values the accumulator sees the same (f16
+// and bf16 widen to f32 exactly; for the widening accumulators, integers and bool to i64), so
+// fewer loops are compiled with the same results.
+template <template <class> class Acc>
+DType reduced_as(DType t) {
+  constexpr bool kWide = std::is_same_v<Acc<std::int32_t>, std::int64_t>;
+  if (t == DType::f16 || t == DType::bf16) return DType::f32;
+  if (kWide && (t == DType::i32 || t == DType::u8 || t == DType::boolean)) return DType::i64;
+  return t;
+}
+
 // out[i] = f(values reduced into element i), values converted to Acc<T>; f returns a value
 // stored as out's dtype.
 template <template <class> class Acc, class F>
 void cpu_reduce(const Tensor& in, const std::vector<int>& axes, const Tensor& out, F&& f) {
-  cpu::visit(in.dtype(), [&]<class T>() {
+  if (const DType as = reduced_as<Acc>(in.dtype()); as != in.dtype()) {
+    NoGradGuard no_grad;
+    return cpu_reduce<Acc>(in.to(as), axes, out, f);
+  }
+  auto run = [&]<class T>() {
     using A = Acc<T>;
     using R = decltype(f(std::span<const A>{}));
     const StoreFn<R> put = store_fn<R>(out.dtype());
     void* po = out.data_ptr();
     cpu::for_each_reduction<T, A>(in, axes, [&](std::int64_t i, std::span<const A> v) { put(po, i, f(v)); });
-  });
+  };
+  switch (in.dtype()) {
+    case DType::f32: return run.template operator()<float>();
+    case DType::f64: return run.template operator()<double>();
+    case DType::i64: return run.template operator()<std::int64_t>();
+    default: break;
+  }
+  if constexpr (!std::is_same_v<Acc<std::int32_t>, std::int64_t>) {
+    switch (in.dtype()) {
+      case DType::i32: return run.template operator()<std::int32_t>();
+      case DType::u8: return run.template operator()<std::uint8_t>();
+      case DType::boolean: return run.template operator()<bool>();
+      default: break;
+    }
+  }
+  throw DTypeError("[cpu] no reduction loop for dtype " + std::string(dtype_name(in.dtype())));
 }
 
 template <class A>

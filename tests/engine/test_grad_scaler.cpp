@@ -20,7 +20,8 @@ using kiln_test::kInf;
 
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
-Tensor param(std::vector<double> v, DType t = DType::f32) {
+// A leaf parameter, f32 unless asked.
+Tensor f32_param(std::vector<double> v, DType t = DType::f32) {
   Tensor p = from_vector(v).to(t);
   p.requires_grad_();
   return p;
@@ -35,7 +36,7 @@ void backward_scaled(optim::GradScaler& scaler, const Tensor& p, const std::vect
 }  // namespace
 
 TEST_CASE("GradScaler: gradients come back unscaled and the step uses them") {
-  Tensor p = param({1.0, 2.0, -3.0});
+  Tensor p = f32_param({1.0, 2.0, -3.0});
   optim::SGD opt({p}, {.lr = 0.5});
   optim::GradScaler scaler({.init_scale = 1024});
   backward_scaled(scaler, p, {0.25, -0.5, 1.0});
@@ -53,7 +54,7 @@ TEST_CASE("GradScaler: gradients come back unscaled and the step uses them") {
 TEST_CASE("GradScaler: inf or NaN skips the step and backs off; growth_interval clean steps grow the scale") {
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     CAPTURE(dtype_name(t));
-    Tensor p = param({1.0, -1.0}, t);
+    Tensor p = f32_param({1.0, -1.0}, t);
     optim::Adam opt({p}, {.lr = 0.1});
     optim::GradScaler scaler({.init_scale = 8, .growth_interval = 3});
     auto iteration = [&](const std::vector<double>& g) {
@@ -91,7 +92,7 @@ TEST_CASE("GradScaler: inf or NaN skips the step and backs off; growth_interval 
 
 TEST_CASE("GradScaler: a huge scale that would overflow f32 stays put; a gradient that overflows is caught") {
   const double big = std::ldexp(1.0, 127);
-  Tensor p = param({1.0});
+  Tensor p = f32_param({1.0});
   optim::SGD opt({p}, {.lr = 0.1});
   optim::GradScaler scaler({.init_scale = big, .growth_interval = 1});
   backward_scaled(scaler, p, {1.0});
@@ -108,7 +109,7 @@ TEST_CASE("GradScaler: a huge scale that would overflow f32 stays put; a gradien
 }
 
 TEST_CASE("GradScaler: each optimizer skips on its own gradients; update backs off when any was bad") {
-  Tensor a = param({1.0}), b = param({1.0});
+  Tensor a = f32_param({1.0}), b = f32_param({1.0});
   optim::SGD opt_a({a}, {.lr = 1}), opt_b({b}, {.lr = 1});
   optim::GradScaler scaler({.init_scale = 2});
   scaler.scale(sum(mul(a, 3.0)) + sum(mul(b, kInf))).backward();
@@ -121,7 +122,7 @@ TEST_CASE("GradScaler: each optimizer skips on its own gradients; update backs o
 }
 
 TEST_CASE("GradScaler: misuse and bad options are ValueErrors naming the scaler") {
-  Tensor p = param({1.0});
+  Tensor p = f32_param({1.0});
   optim::SGD opt({p});
   optim::GradScaler scaler;
   CHECK(message_of<ValueError>([&] { scaler.update(); }).find("[optim.GradScaler] update() found no gradients") == 0);
@@ -143,7 +144,7 @@ TEST_CASE("GradScaler: misuse and bad options are ValueErrors naming the scaler"
 }
 
 TEST_CASE("GradScaler: disabled, it is the plain step") {
-  Tensor p = param({1.0});
+  Tensor p = f32_param({1.0});
   optim::SGD opt({p}, {.lr = 1});
   optim::GradScaler scaler({.enabled = false});
   Tensor loss = sum(mul(p, 2.0));
@@ -155,7 +156,7 @@ TEST_CASE("GradScaler: disabled, it is the plain step") {
 }
 
 TEST_CASE("GradScaler: state round-trips and bad state changes nothing") {
-  Tensor p = param({1.0});
+  Tensor p = f32_param({1.0});
   optim::SGD opt({p});
   optim::GradScaler a({.init_scale = 32, .growth_interval = 10});
   backward_scaled(a, p, {1});
@@ -180,7 +181,7 @@ TEST_CASE("GradScaler: state round-trips and bad state changes nothing") {
 }
 
 TEST_CASE("Optimizer::step_unless on the CPU: a set flag skips everything, a clear one steps") {
-  Tensor p = param({1.0, 2.0});
+  Tensor p = f32_param({1.0, 2.0});
   optim::SGD opt({p}, {.lr = 1});
   p.set_grad(from_vector(std::vector<float>{1, 1}));
   opt.step_unless(scalar_tensor(1.0));

@@ -41,7 +41,7 @@ double stored(DType t, double v) {
   }
 }
 
-double tolerance(DType t) { return t == DType::f64 ? 1e-14 : t == DType::f32 ? 1e-6 : t == DType::f16 ? 2e-3 : 1e-2; }
+double user_op_tolerance(DType t) { return t == DType::f64 ? 1e-14 : t == DType::f32 ? 1e-6 : t == DType::f16 ? 2e-3 : 1e-2; }
 
 std::string message_of_syntax(const std::string& expr, int* column) {
   try {
@@ -68,7 +68,7 @@ TEST_CASE("a user pointwise op computes like hand-written C++ in every floating 
     for (std::size_t i = 0; i < xs.size(); ++i) {
       const double want = t == DType::f64 ? in[i] / (1 + std::exp(-1.5 * in[i]))
                                           : stored(t, in[i] / (1 + std::exp(-1.5f * static_cast<float>(in[i]))));
-      CHECK(got[i] == doctest::Approx(want).epsilon(tolerance(t)));
+      CHECK(got[i] == doctest::Approx(want).epsilon(user_op_tolerance(t)));
     }
   }
   // Integers compute in f32, as the built-in float ops do.
@@ -91,7 +91,7 @@ TEST_CASE("a binary user op broadcasts and reads its params per call") {
         for (int j = 0; j < 4; ++j) {
           const double av = std::vector<double>{1, -2, 3}[i], bv = std::vector<double>{0.5, 4, -1, 2}[j];
           CHECK(got[static_cast<std::size_t>(i * 4 + j)] ==
-                doctest::Approx(stored(t, av + w * (bv - av) + 0.5 * av * bv)).epsilon(tolerance(t)));
+                doctest::Approx(stored(t, av + w * (bv - av) + 0.5 * av * bv)).epsilon(user_op_tolerance(t)));
         }
     }
   }

@@ -19,7 +19,7 @@ using namespace kiln;
 namespace {
 
 using kiln_test::kGpu;
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kFloatInf = std::numeric_limits<float>::infinity();
 
 Tensor gpu_param(std::vector<float> v) {
   Tensor p = from_vector(v).to(kGpu);
@@ -55,7 +55,7 @@ TEST_CASE("GradScaler on the GPU, eager: inf gradients skip the step and halve t
   const std::vector<float> after_one = host(s.p);
   CHECK(after_one == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f});
   CHECK(s.scaler.growth_tracker() == 1);
-  s({grads_of({1, kInf, 1, 1})});
+  s({grads_of({1, kFloatInf, 1, 1})});
   CHECK(host(s.p) == after_one);
   CHECK(s.opt.steps() == 1);
   CHECK(s.scaler.scale_value() == 512);
@@ -69,7 +69,7 @@ TEST_CASE("GradScaler on the GPU, eager: inf gradients skip the step and halve t
 TEST_CASE("GradScaler in a compiled step: a replay after inf gradients changes no parameter or momentum") {
   ScaledStep eager, graph;
   CompiledFunction step = compile([&](const std::vector<Tensor>& in) { return graph(in); });
-  const std::vector<std::vector<float>> grads{{1, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 1, 1}, {1, kInf, 1, 1},
+  const std::vector<std::vector<float>> grads{{1, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 1, 1}, {1, kFloatInf, 1, 1},
                                               {2, 1, 1, 1}, {1, 1, 3, 1}, {1, 1, 1, 1}, {std::nanf(""), 1, 1, 1}};
   for (std::size_t i = 0; i < grads.size(); ++i) {
     CAPTURE(i);

@@ -60,7 +60,7 @@ double worst_error(int pass, const IgemmCase& c, DType dt, std::uint64_t seed) {
   return worst;
 }
 
-const std::vector<IgemmCase>& cases() {
+const std::vector<IgemmCase>& igemm_cases() {
   static const std::vector<IgemmCase> c = {
       {"mnist-conv1 b64", {64, 1, 28, 28}, {32, 1, 5, 5}, {.padding = {2}}},
       {"mnist-conv2 b16", {16, 32, 14, 14}, {64, 32, 5, 5}, {.padding = {2}}},
@@ -93,7 +93,7 @@ TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF3
   const kiln_test::ConvTF32 tf32(true);
   // bf16 and f16 outputs round to 8 and 11 bits; TF32 rounds each input to 11 bits.
   const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1.5e-3}};
-  for (const auto& c : cases())
+  for (const auto& c : igemm_cases())
     for (const auto& p : precisions)
       for (int pass = 0; pass < 3; ++pass) {
         const std::string what = c.name + " " + std::string(dtype_name(p.first)) + " pass " + std::to_string(pass);
@@ -105,7 +105,7 @@ TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF3
 
 TEST_CASE("f32 convolutions with TF32 off stay exact f32 (FFMA implicit GEMMs)") {
   const kiln_test::ConvTF32 tf32(false);
-  for (const auto& c : cases())
+  for (const auto& c : igemm_cases())
     for (int pass = 0; pass < 3; ++pass) {
       const std::string what = c.name + " pass " + std::to_string(pass);
       CAPTURE(what);
@@ -114,7 +114,7 @@ TEST_CASE("f32 convolutions with TF32 off stay exact f32 (FFMA implicit GEMMs)")
 }
 
 TEST_CASE("split-K weight gradients are bit-identical from run to run") {
-  const IgemmCase& c = cases()[1];
+  const IgemmCase& c = igemm_cases()[1];
   Generator gen(3);
   const Device gpu = Device::cuda(0);
   for (auto [dt, tf32_on] : {std::pair{DType::bf16, true}, {DType::f32, true}, {DType::f32, false}}) {
@@ -148,7 +148,7 @@ TEST_CASE("convolutions met again build no kernel source and give the same bits"
   auto round = [&] {
     std::vector<std::vector<double>> out;
     Generator gen(5);
-    for (const auto& c : cases()) {
+    for (const auto& c : igemm_cases()) {
       const Tensor x = randn(c.x, {.dtype = DType::bf16, .device = gpu}, &gen);
       const Tensor w = randn(c.w, {.dtype = DType::bf16, .device = gpu}, &gen);
       const Tensor gy = randn(out_shape(c), {.dtype = DType::bf16, .device = gpu}, &gen);

@@ -10,6 +10,7 @@
 #include "error_message.h"
 #include "kiln/dist.h"
 #include "kiln/kiln.h"
+#include "nccl_or_skip.h"
 #include "scoped_env.h"
 #include "temp_dir.h"
 
@@ -19,19 +20,12 @@ using kiln_test::message_of;
 
 namespace {
 
-bool nccl_or_skip() {
-  std::string why;
-  if (nccl_available(&why)) return true;
-  MESSAGE("skipped: NCCL does not load: " << why);
-  return false;
-}
-
 const std::vector<float> kValues{1.5f, -2.f, 3.25f, 4.f, 0.f, -0.5f};  // exact in bf16 and f16
 
 }  // namespace
 
 TEST_CASE("dist (world of 1): all_reduce sum/avg/max, broadcast and all_gather on f32 and bf16 keep the values") {
-  if (!nccl_or_skip()) return;
+  if (!kiln_test::nccl_or_skip()) return;
   kiln_test::TempDir tmp;
   kiln_test::ScopedEnv env{{"RANK", "0"},
                            {"WORLD_SIZE", "1"},
@@ -78,7 +72,7 @@ TEST_CASE("dist (world of 1): all_reduce sum/avg/max, broadcast and all_gather o
 }
 
 TEST_CASE("dist (world of 1): wrong device, dtype, layout, root or size are typed errors naming the op") {
-  if (!nccl_or_skip()) return;
+  if (!kiln_test::nccl_or_skip()) return;
   ProcessGroup pg = ProcessGroup::init({.env = Env{}, .device = Device::cuda(0)});
   const Device dev = pg.device();
   Tensor cpu = zeros({4});
@@ -99,7 +93,7 @@ TEST_CASE("dist (world of 1): wrong device, dtype, layout, root or size are type
 }
 
 TEST_CASE("dist (world of 1): an all_reduce inside kiln::compile is captured and replays correctly") {
-  if (!nccl_or_skip()) return;
+  if (!kiln_test::nccl_or_skip()) return;
   ProcessGroup pg = ProcessGroup::init({.env = Env{}});
   const Device dev = pg.device();
   CompiledFunction step = compile([&](const std::vector<Tensor>& in) {

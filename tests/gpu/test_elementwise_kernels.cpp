@@ -31,7 +31,7 @@ namespace {
 
 const rt::Stream& stream() { return rt::default_stream(0); }
 
-bool selected(const std::string& op) {
+bool kernel_selected(const std::string& op) {
   const char* env = std::getenv("KILN_TEST_OPS");
   if (!env || !*env) return true;
   std::stringstream list(env);
@@ -277,7 +277,7 @@ TEST_CASE("every pointwise op's kernel matches the host reference for every dtyp
   std::vector<const rt::KernelSpec*> unary, binary;
   for (const OpDef* op : registered_ops()) {
     // kiln::pointwise ops are compared with their CPU evaluator in test_user_pointwise_gpu.cpp.
-    if (!pointwise_expr(*op) || is_user_pointwise(*op) || !selected(op->name)) continue;
+    if (!pointwise_expr(*op) || is_user_pointwise(*op) || !kernel_selected(op->name)) continue;
     const bool is_unary = op->num_inputs == 1;
     const bool has_ref = is_unary ? unary_refs().count(op->name) > 0 : binary_refs().count(op->name) > 0;
     CHECK_MESSAGE(has_ref, op->name << " has a device expression but no reference in elementwise_reference.h");
@@ -296,7 +296,7 @@ TEST_CASE("every pointwise op's kernel matches the host reference for every dtyp
 }
 
 TEST_CASE("fill writes every dtype exactly, through contiguous and strided views") {
-  if (!selected("fill")) return;
+  if (!kernel_selected("fill")) return;
   Rng rng{7};
   for (DType t : kAllDTypes) {
     // Exact 64-bit integers need the integer half of the scalar.
@@ -322,7 +322,7 @@ TEST_CASE("fill writes every dtype exactly, through contiguous and strided views
 }
 
 TEST_CASE("where selects per element with broadcast conditions for every dtype") {
-  if (!selected("where")) return;
+  if (!kernel_selected("where")) return;
   Rng rng{11};
   struct Case {
     const char* kind;
@@ -369,7 +369,7 @@ TEST_CASE("empty shapes launch nothing; 0-d and one-element shapes launch one el
 }
 
 TEST_CASE("strided kernels index past 2^32 elements") {
-  if (!selected("fill")) return;
+  if (!kernel_selected("fill")) return;
   // u8 view of shape [65537, 65536] whose rows are padded to 65537 bytes: 2^32 + 2^16
   // elements, so the kernel takes its 64-bit path; the padding column must stay 0.
   const std::int64_t rows = 65537, cols = 65536, pitch = cols + 1;

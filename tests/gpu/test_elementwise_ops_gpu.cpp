@@ -10,13 +10,14 @@
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 #include "gpu_match.h"
+#include "test_values.h"
 
 using namespace kiln;
 
 namespace {
 
 using kiln_test::kGpu;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using kiln_test::kNaN;
 
 Tensor cond_of(std::vector<std::uint8_t> v, Shape s) { return from_vector(v, s).to(DType::boolean); }
 

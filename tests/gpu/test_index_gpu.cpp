@@ -20,7 +20,7 @@ using kiln_test::kGpu;
 using Ints = std::vector<std::int64_t>;
 
 // Values in f64 on the host, row-major.
-std::vector<double> host(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).to_vector<double>(); }
+std::vector<double> host_f64(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).to_vector<double>(); }
 
 // GPU result against the CPU one: same shape and dtype, values within tol (exact by default);
 // the first mismatches are printed with their flat index.
@@ -29,7 +29,7 @@ void check_close(const Tensor& cpu, const Tensor& gpu, const std::string& name, 
   REQUIRE(gpu.device() == kGpu);
   REQUIRE(cpu.shape() == gpu.shape());
   REQUIRE(cpu.dtype() == gpu.dtype());
-  const auto a = host(cpu), b = host(gpu);
+  const auto a = host_f64(cpu), b = host_f64(gpu);
   int shown = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const bool ok = std::fabs(a[i] - b[i]) <= tol * (1 + std::fabs(a[i])) || (std::isnan(a[i]) && std::isnan(b[i]));
@@ -113,7 +113,7 @@ TEST_CASE("scatter_add on the GPU matches the CPU, with f32 accumulation for f16
   Tensor h =
       scatter_add(full({1}, 2048.0, {.dtype = DType::f16, .device = kGpu}), 0,
                   zeros({2}, {.dtype = DType::i64, .device = kGpu}), ones({2}, {.dtype = DType::f16, .device = kGpu}));
-  CHECK(host(h)[0] == 2050);
+  CHECK(host_f64(h)[0] == 2050);
 }
 
 TEST_CASE("one_hot on the GPU matches the CPU") {
@@ -125,7 +125,7 @@ TEST_CASE("one_hot on the GPU matches the CPU") {
   check_close(one_hot(permute(indices({7, 5}, 4, 21), {1, 0}), 4), one_hot(gt, 4), "one_hot(device view)");
   // Out of range on the device is documented as a zero row (no sync to check it).
   Tensor bad = from_vector(std::vector<std::int64_t>{1, 9}).to(kGpu);
-  CHECK(host(one_hot(bad, 3)) == std::vector<double>{0, 1, 0, 0, 0, 0});
+  CHECK(host_f64(one_hot(bad, 3)) == std::vector<double>{0, 1, 0, 0, 0, 0});
 }
 
 TEST_CASE("cat, stack and pad on the GPU match the CPU") {
@@ -151,8 +151,8 @@ TEST_CASE("views of device tensors share storage and need no kernel") {
   Tensor x = zeros({4, 6}, {.device = kGpu});
   Tensor v = slice(transpose(x, 0, 1), 0, 1, kEnd, 2);
   v.fill_(3);
-  CHECK(host(x)[1] == 3);
-  CHECK(host(x)[0] == 0);
+  CHECK(host_f64(x)[1] == 3);
+  CHECK(host_f64(x)[0] == 0);
   CHECK(v.shares_storage(x));
   auto parts = chunk(x, 3, 1);
   CHECK(parts[2].offset() == 4);

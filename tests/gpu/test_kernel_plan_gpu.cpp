@@ -16,12 +16,12 @@ namespace {
 using kiln_test::kGpu;
 
 // A small cnn of shapes no other test uses, so its per-shape kernels are new to the process.
-struct Net {
+struct PlanNet {
   Generator gen{11};
   std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
   std::unique_ptr<optim::Adam> opt;
 
-  Net() {
+  PlanNet() {
     model->push_back(nn::Conv2d(3, 13, {3}, {.padding = {1}}, false, &gen));
     model->push_back(nn::BatchNorm2d(13));
     model->push_back(nn::ReLU());
@@ -78,7 +78,7 @@ TEST_CASE("a shape-only pass launches nothing, reads zeros and leaves a compiled
   CHECK(has_exp);
   CHECK(plan.kernels.size() >= 3);  // add_, exp and the sum
 
-  Net net;
+  PlanNet net;
   CompiledFunction step = net.step(std::nullopt);
   const Tensor w = net.model->parameters()[0].detach().clone();
   const std::vector<Tensor> in = batch(6);
@@ -111,7 +111,7 @@ TEST_CASE("after prefetch_kernels, a compiled step waits for no kernel: the plan
     const std::vector<Tensor> in = batch(autocast ? 9 : 5);  // shapes of their own: new per-shape kernels
     KernelPlan plan;
     {
-      Net throwaway;
+      PlanNet throwaway;
       CompiledFunction step = throwaway.step(autocast);
       plan = plan_kernels([&] { step(in); }, kGpu);
     }
@@ -121,7 +121,7 @@ TEST_CASE("after prefetch_kernels, a compiled step waits for no kernel: the plan
 
     prefetch_kernels(plan, kGpu);
     rt::wait_for_prefetch();
-    Net net;
+    PlanNet net;
     CompiledFunction step = net.step(autocast);
     const double waited = kernel_stats().wait_ms;
     const std::uint64_t compiled = kernel_stats().compiled;
@@ -132,7 +132,7 @@ TEST_CASE("after prefetch_kernels, a compiled step waits for no kernel: the plan
     CHECK(kernel_stats().compiled == compiled);
     CHECK(step.stats().captures == 1);
     // The steps trained: the weights moved (a pass leaves nothing that would stop them).
-    Net fresh;
+    PlanNet fresh;
     CHECK(max(abs(sub(net.model->parameters()[0].detach(), fresh.model->parameters()[0].detach()))).item<double>() > 0);
   }
 }

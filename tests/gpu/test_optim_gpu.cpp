@@ -43,7 +43,7 @@ struct OptimCase {
   Make make;
 };
 
-std::vector<OptimCase> cases() {
+std::vector<OptimCase> optim_cases() {
   return {
       {"SGD(lr=0.1)", [](auto p) { return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.lr = 0.1}); }},
       {"SGD(momentum=0.9, dampening=0.2, weight_decay=0.01)",
@@ -119,7 +119,7 @@ void compare_all(const optim::Optimizer& cpu, const optim::Optimizer& gpu, DType
 }  // namespace
 
 TEST_CASE("optim: every optimizer and dtype matches the CPU reference over five steps") {
-  for (const OptimCase& c : cases())
+  for (const OptimCase& c : optim_cases())
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
       const std::string name = c.name + " dtype=" + std::string(dtype_name(t));
       auto both = leaves(test_data().init, t);  // named, not bound: clang 14 cannot capture bindings

@@ -21,14 +21,15 @@
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/memory.h"
+#include "test_values.h"
 
 using namespace kiln;
 using kiln::kernels::launch_reduce;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using kiln_test::kInf;
+using kiln_test::kNaN;
 
 struct Shape3 {
   std::int64_t outer, r, inner;

@@ -15,6 +15,7 @@
 #include "kiln/dist.h"
 #include "kiln/dist/sync_batch_norm.h"
 #include "kiln/kiln.h"
+#include "nccl_or_skip.h"
 #include "process.h"
 #include "scoped_env.h"
 
@@ -22,19 +23,8 @@ int sync_bn_check();  // tests/support/sync_bn_check.cpp
 
 using namespace kiln;
 
-namespace {
-
-bool nccl_or_skip() {
-  std::string why;
-  if (dist::nccl_available(&why)) return true;
-  MESSAGE("skipped: NCCL does not load: " << why);
-  return false;
-}
-
-}  // namespace
-
 TEST_CASE("SyncBatchNorm (world of 1) == BatchNorm2d: outputs, running stats, gradients, eager and compiled") {
-  if (!nccl_or_skip()) return;
+  if (!kiln_test::nccl_or_skip()) return;
   kiln_test::ScopedEnv env{{"RANK", "0"},
                            {"WORLD_SIZE", "1"},
                            {"LOCAL_RANK", "0"},
@@ -45,7 +35,7 @@ TEST_CASE("SyncBatchNorm (world of 1) == BatchNorm2d: outputs, running stats, gr
 }
 
 TEST_CASE("sync_batch_norm (world of 1) on the GPU: gradients against finite differences in f64; device errors") {
-  if (!nccl_or_skip()) return;
+  if (!kiln_test::nccl_or_skip()) return;
   dist::ProcessGroup pg = dist::ProcessGroup::init({.env = dist::Env{}});
   const Device dev = pg.device();
   dist::detail::CollectivesHandle handle(dist::detail::group_collectives(pg));
@@ -69,7 +59,7 @@ TEST_CASE("sync_batch_norm (world of 1) on the GPU: gradients against finite dif
 }
 
 TEST_CASE("SyncBatchNorm on two GPUs == BatchNorm2d on the global batch on one GPU (kiln-run -n 2)") {
-  if (!nccl_or_skip()) return;
+  if (!kiln_test::nccl_or_skip()) return;
   if (cuda_device_count() < 2) {
     MESSAGE("skipped: needs two GPUs, found " << cuda_device_count());
     return;
