@@ -58,9 +58,10 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-// Alignment in bytes (at most 16) of a pointer; the heuristic may pick vectorised kernels.
+// Alignment in bytes (at most 256, cuBLASLt's default) of a pointer: a smaller figure tells the
+// heuristic to leave out the algorithms that need more, Hopper's among them.
 std::uint32_t alignment(rt::DevicePtr p) {
-  std::uint32_t a = 16;
+  std::uint32_t a = 256;
   while (a > 1 && p % a != 0) a /= 2;
   return a;
 }
@@ -211,7 +212,7 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
   const rt::GemmWorkspace ws = rt::cublas_workspace(s);
   const Key key{s.device(), g.dtype,   g.m, g.n, g.k, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldd, g.epilogue,
-                alignment(g.a), alignment(g.b), alignment(g.d), g.bias ? alignment(g.bias) : 16u};
+                alignment(g.a), alignment(g.b), alignment(g.d), g.bias ? alignment(g.bias) : 256u};
   Plans& ps = plans();
   std::lock_guard lock(ps.mu);
   auto it = ps.by_key.find(key);
