@@ -11,6 +11,7 @@
 
 #include "gpu_match.h"
 #include "kiln/kiln.h"
+#include "test_values.h"
 
 using namespace kiln;
 
@@ -130,4 +131,24 @@ TEST_CASE("a compiled step writes linear's weight and bias gradients into the .g
   sum(relu(lin(mul(x, 3.0)))).backward();
   kiln_test::check_match(lin.weight().grad().to(Device::cpu()), dw.to(kGpu), 0, "dw");
   kiln_test::check_match(lin.bias().grad().to(Device::cpu()), db.to(kGpu), 0, "db");
+}
+
+TEST_CASE("linear follows set_allow_tf32 when it changes between calls of one shape") {
+  const Tensor x = kiln_test::random_f64({64, 512}, 41).to(DType::f32);
+  const Tensor w = kiln_test::random_f64({96, 512}, 42).to(DType::f32);
+  const Tensor b = kiln_test::random_f64({96}, 43).to(DType::f32);
+  const Tensor want = linear(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64));
+  auto max_error = [&] {
+    const Tensor got = linear(x.to(kGpu), w.to(kGpu), b.to(kGpu)).to(Device::cpu()).to(DType::f64);
+    return max(abs(sub(got, want))).item<double>();
+  };
+  set_allow_tf32(true);
+  const double tf32_error = max_error();  // the shape's first call plans it under TF32
+  set_allow_tf32(false);
+  const double f32_error = max_error();
+  CHECK(f32_error < 1e-4);  // exact f32: sums of 512 products of N(0,1) values
+  CHECK(tf32_error > 10 * f32_error);
+  set_allow_tf32(true);
+  CHECK(max_error() == doctest::Approx(tf32_error).epsilon(0.5));  // and back
+  set_allow_tf32(false);
 }

@@ -68,8 +68,11 @@ std::uint32_t alignment(rt::DevicePtr p) {
 
 constexpr int kTuneCandidates = 16;  // cuBLASLt's first picks, timed once per shape
 
+// The compute type is part of the key: a plan's descriptor fixes it (TF32 or exact f32), so a
+// process that switches TF32 gets another plan, not the one made under the earlier setting.
 using Key = std::tuple<int, DType, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t, std::int64_t,
-                       std::int64_t, LtEpilogue, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+                       std::int64_t, LtEpilogue, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t,
+                       cublasComputeType_t>;
 
 // Descriptors of one configuration and its algorithm; `found` false: cuBLASLt has none.
 struct Plan {
@@ -212,7 +215,7 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
   const rt::GemmWorkspace ws = rt::cublas_workspace(s);
   const Key key{s.device(), g.dtype,   g.m, g.n, g.k, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldd, g.epilogue,
-                alignment(g.a), alignment(g.b), alignment(g.d), g.bias ? alignment(g.bias) : 256u};
+                alignment(g.a), alignment(g.b), alignment(g.d), g.bias ? alignment(g.bias) : 256u, t.compute};
   Plans& ps = plans();
   std::lock_guard lock(ps.mu);
   auto it = ps.by_key.find(key);
