@@ -67,10 +67,11 @@ StoreFn<R> store_fn(DType out) {
 // and bf16 widen to f32 exactly; for the widening accumulators, integers and bool to i64), so
 // fewer loops are compiled with the same results.
 template <template <class> class Acc>
+inline constexpr bool kWidensIntegers = std::is_same_v<Acc<std::int32_t>, std::int64_t>;
+template <template <class> class Acc>
 DType reduced_as(DType t) {
-  constexpr bool kWide = std::is_same_v<Acc<std::int32_t>, std::int64_t>;
   if (t == DType::f16 || t == DType::bf16) return DType::f32;
-  if (kWide && (t == DType::i32 || t == DType::u8 || t == DType::boolean)) return DType::i64;
+  if (kWidensIntegers<Acc> && (t == DType::i32 || t == DType::u8 || t == DType::boolean)) return DType::i64;
   return t;
 }
 
@@ -95,7 +96,7 @@ void cpu_reduce(const Tensor& in, const std::vector<int>& axes, const Tensor& ou
     case DType::i64: return run.template operator()<std::int64_t>();
     default: break;
   }
-  if constexpr (!std::is_same_v<Acc<std::int32_t>, std::int64_t>) {
+  if constexpr (!kWidensIntegers<Acc>) {  // else reduced_as made them i64
     switch (in.dtype()) {
       case DType::i32: return run.template operator()<std::int32_t>();
       case DType::u8: return run.template operator()<std::uint8_t>();

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "dlopen_first.h"
 #include "kiln/error.h"
 
 namespace kiln::rt {
@@ -20,12 +21,9 @@ std::atomic<bool> cublas_is_loaded{false};
 
 // The build's toolkit first (the headers' version), then the loader's search path.
 void* open_library(const char* soname, std::string* why) {
-  const std::string beside = std::string(KILN_CUBLAS_DIR) + "/" + soname;
-  if (void* lib = ::dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
-  if (void* lib = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return lib;
-  const char* e = ::dlerror();
-  *why = std::string("[cublas] cannot load ") + soname + ": " + (e ? e : "not found") + " (looked in " +
-         KILN_CUBLAS_DIR + " and the loader's path)";
+  std::string loaded, errors;
+  if (void* lib = dlopen_first({std::string(KILN_CUBLAS_DIR) + "/" + soname, soname}, &loaded, &errors)) return lib;
+  *why = std::string("[cublas] cannot load ") + soname + " (" + errors + ")";
   return nullptr;
 }
 

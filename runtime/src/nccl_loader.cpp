@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "dlopen_first.h"
 #include "kiln/error.h"
 #include "kiln/runtime/log.h"
 
@@ -50,17 +51,8 @@ std::vector<std::string> library_candidates() {
 
 Library load(const std::vector<std::string>& candidates) {
   Library out;
-  void* lib = nullptr;
   std::string errors;
-  for (const std::string& c : candidates) {
-    lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      out.path = c;
-      break;
-    }
-    const char* err = dlerror();
-    errors += (errors.empty() ? "" : "; ") + std::string(err ? err : c + ": unknown error");
-  }
+  void* lib = dlopen_first(candidates, &out.path, &errors);
   if (!lib) {
     if (candidates.empty()) errors = "no candidate paths";
     out.why = std::string("[nccl] cannot load ") + kName + " (" + errors + "); " + kHint;
