@@ -110,7 +110,7 @@ void run(std::vector<Pending> ops) {
   const int nop = static_cast<int>(stored.size() + ext.size());
   const Shape shape = ops.front().output.shape();
   const int device = ops.front().output.device().index();
-  const rt::Function fn = rt::get_function(fused_spec(ops, ext, stored, nop), DTypes{DType::u8}, 0, device);
+  const rt::Function fn = fused_function(ops, ext, stored, nop, device);
   std::vector<kernels::Operand> operands;
   std::vector<rt::DevicePtr> ptrs;
   for (int k : stored) operands.push_back(gpu::operand(ops[static_cast<std::size_t>(k)].output));

@@ -32,9 +32,9 @@ std::vector<Tensor> outside_inputs(const std::vector<Pending>& ops);
 // Where input `in` of an op comes from: 't' + the producing op, or 'v' + its outside index.
 std::pair<char, int> source_of(const std::vector<Pending>& ops, const std::vector<Tensor>& ext, const Tensor& in);
 
-// The group's kernel spec (entry kiln_fused), keyed by everything its source depends on; the
-// source and label are made only the first time the key is met.
-const rt::KernelSpec& fused_spec(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
-                                 const std::vector<int>& stored, int nop);
+// The group's kernel (entry kiln_fused) loaded on `device`, keyed by everything its source
+// depends on; the source and label are made only the first time the key is met.
+rt::Function fused_function(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
+                            const std::vector<int>& stored, int nop, int device);
 
 }  // namespace kiln::compile_detail

@@ -71,8 +71,9 @@ std::string op_function(const Pending& p, std::size_t k) {
   return s + "  return kiln::cvt<" + tout + ">(" + p.expr->expr + ");\n}\n";
 }
 
-// The kernel: each op's function called in order, with an empty asm barrier after each f32 or
-// f64 result so that no contraction crosses ops (half results are rounded there anyway).
+// The kernel: each op's function called in order. Each f32 or f64 result passes through an
+// add.rn of -0 (the identity): ptxas contracts a plain mul and add into an fma even across an
+// empty asm barrier, but never across an explicit rounding (half results are rounded anyway).
 std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& ext, const std::vector<int>& stored,
                    int nop) {
   bool f16 = false, bf16 = false;
@@ -103,10 +104,11 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
     }
     const std::string t = std::string("t") += std::to_string(k);
     const DType out = ops[k].output.dtype();
-    s += "    const " + storage(out) + " " + t + " = f" + std::to_string(k) + "(" + args +
-         literal(ops[k].params.first) + ", " + literal(ops[k].params.second) + ");\n";
-    if (out == DType::f32 || out == DType::f64)
-      s += std::string("    asm volatile(\"\" : \"+") + (out == DType::f64 ? "d" : "f") + "\"(" + t + "));\n";
+    std::string value = "f" + std::to_string(k) + "(" + args + literal(ops[k].params.first) + ", " +
+                        literal(ops[k].params.second) + ")";
+    if (out == DType::f32) value = "__fadd_rn(" + value + ", -0.0f)";
+    if (out == DType::f64) value = "__dadd_rn(" + value + ", -0.0)";
+    s += "    const " + storage(out) + " " + t + " = " + value + ";\n";
   }
   for (std::size_t k = 0; k < stored.size(); ++k)
     s += "    s" + std::to_string(k) + "[off[" + std::to_string(k) + "]] = t" + std::to_string(stored[k]) + ";\n";
@@ -140,10 +142,10 @@ rt::GeneratedKey group_key(const std::vector<Pending>& ops, const std::vector<Te
 
 }  // namespace
 
-const rt::KernelSpec& fused_spec(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
-                                 const std::vector<int>& stored, int nop) {
+rt::Function fused_function(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
+                            const std::vector<int>& stored, int nop, int device) {
   // The name follows from the key alone, so another process finds the module in the disk cache.
-  return *rt::generated_kernels(group_key(ops, ext, stored), [&] {
+  const auto module = rt::generated_kernels(group_key(ops, ext, stored), [&] {
     std::string names;
     for (const Pending& p : ops) (names += names.empty() ? "" : ",") += p.op->name;
     // The dtypes in order of appearance: "fused(cast,relu) bf16 f32".
@@ -153,7 +155,8 @@ const rt::KernelSpec& fused_spec(const std::vector<Pending>& ops, const std::vec
       for (DType t : {p.inputs[0].dtype(), p.output.dtype()})
         if (std::find(seen.begin(), seen.end(), t) == seen.end()) seen.push_back(t), (label += " ") += dtype_name(t);
     return rt::GeneratedModule{source(ops, ext, stored, nop), std::move(label), {"kiln_fused"}};
-  })[0];
+  });
+  return rt::generated_function(module, "kiln_fused", device);
 }
 
 }  // namespace kiln::compile_detail

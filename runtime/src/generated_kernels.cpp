@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "kiln/error.h"
+#include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
 
 namespace kiln::rt {
@@ -94,7 +95,7 @@ std::vector<const KernelSpec*> build_specs(const GeneratedKey& key, GeneratedMod
     spec.op = entry_name(base, i);
     spec.template_name = base;
     spec.entry = std::move(m.entries[i]);
-    spec.dtypes = {DTypes{DType::u8}};
+    spec.dtypes = {generated_dtypes()};
     spec.bind = [](const DTypes&, std::uint32_t) { return Bindings{}; };
     specs.push_back(&register_kernel(std::move(spec)));
   }
@@ -140,6 +141,20 @@ std::span<const KernelSpec* const> generated_kernels(const GeneratedKey& key, Fu
     });
   }
   return m.specs;
+}
+
+const DTypes& generated_dtypes() {
+  static const DTypes d{DType::u8};
+  return d;
+}
+
+Function generated_function(std::span<const KernelSpec* const> module, std::string_view entry, int device) {
+  for (const KernelSpec* spec : module)
+    if (spec->entry == entry) return get_function(*spec, generated_dtypes(), 0, device);
+  std::string have;
+  for (const KernelSpec* spec : module) (have += have.empty() ? "" : ", ") += spec->entry;
+  throw ValueError("[generated_kernels] no entry point '" + std::string(entry) + "' in module " +
+                   (module.empty() ? std::string("(empty)") : module[0]->template_name) + " (it has: " + have + ")");
 }
 
 std::uint64_t generated_builds() { return g_builds.load(std::memory_order_relaxed); }

@@ -136,15 +136,15 @@ TEST_CASE("generated kernels: the specs instantiate to the module's one source, 
   CHECK(generated_template_label(specs[0]->template_name) == "fused(neg) f32");
   // Both entries carry the module's name, so their sources (and cache entries) are one.
   CHECK(kernel_source_name(*specs[1]) == specs[0]->op);
-  CHECK(instantiate_kernel(*specs[1], DTypes{DType::u8}, 0) == instantiate_kernel(*specs[0], DTypes{DType::u8}, 0));
+  CHECK(instantiate_kernel(*specs[1], generated_dtypes(), 0) == instantiate_kernel(*specs[0], generated_dtypes(), 0));
   for (const KernelSpec* s : specs) {
-    const std::string text = instantiate_kernel(*s, DTypes{DType::u8}, 0);
+    const std::string text = instantiate_kernel(*s, generated_dtypes(), 0);
     CHECK(text.rfind("// kiln kernel " + specs[0]->op + " ", 0) == 0);
     REQUIRE(text.size() > m.source.size());
     CHECK(text.substr(text.size() - m.source.size()) == m.source);
   }
   const CompiledModule compiled =
-      compile({specs[0]->op, "u8", instantiate_kernel(*specs[0], DTypes{DType::u8}, 0), 80});
+      compile({specs[0]->op, "u8", instantiate_kernel(*specs[0], generated_dtypes(), 0), 80});
   CHECK(compiled.ptx.find("kiln_test_inst2") != std::string::npos);
 }
 
@@ -168,7 +168,7 @@ TEST_CASE("generated kernels: a name another key took moves on to a free one") {
   CHECK(specs[1]->op == hashed + "_2_1");
   CHECK(specs[0]->template_name == hashed + "_2");
   CHECK(template_source(hashed) == "// another key's module\n");  // the other module is untouched
-  CHECK(instantiate_kernel(*specs[0], DTypes{DType::u8}, 0).find("kiln_clash2") != std::string::npos);
+  CHECK(instantiate_kernel(*specs[0], generated_dtypes(), 0).find("kiln_clash2") != std::string::npos);
 }
 
 TEST_CASE("generated kernels: a builder that throws leaves the key to a later call") {
@@ -184,4 +184,20 @@ TEST_CASE("generated kernels: a builder that throws leaves the key to a later ca
   CHECK(built == 1);
   REQUIRE(specs.size() == 1);
   CHECK(specs[0]->entry == "kiln_test_throw");
+}
+
+TEST_CASE("generated kernels: a function is asked for by its entry point's name") {
+  const auto specs = generated_kernels(GeneratedKey("test_gen_entry"),
+                                       [] { return module_with("p[0] = 1.f;", {"kiln_first", "kiln_second"}); });
+  REQUIRE(specs.size() == 2);
+  for (const KernelSpec* s : specs) CHECK(s->dtypes == std::vector<DTypes>{generated_dtypes()});
+  // An entry the module lacks is named, with the ones it has, before anything loads.
+  try {
+    (void)generated_function(specs, "kiln_third", 0);
+    FAIL("no error for a missing entry point");
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("'kiln_third'") != std::string::npos);
+    CHECK(what.find("kiln_first, kiln_second") != std::string::npos);
+  }
 }

@@ -21,10 +21,14 @@ inline std::vector<std::uint32_t> f32_bits(const kiln::Tensor& t) {
   std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
   return b;
 }
+// Every NaN reads as one pattern: its sign and payload follow the instruction that made it (a
+// fused kernel's erf or fma, the CPU's conversions), which no engine keeps.
 inline std::vector<std::uint64_t> f64_bits(const kiln::Tensor& t) {
   const std::vector<double> v = t.to(kiln::Device::cpu()).to(kiln::DType::f64).to_vector<double>();
   std::vector<std::uint64_t> b(v.size());
   std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i] != v[i]) b[i] = 0x7ff8000000000000ULL;
   return b;
 }
 

@@ -101,6 +101,13 @@ struct GeneratedModule {
 // The specs take dtypes (u8), variant 0, and instantiate to a header line plus the source.
 std::span<const KernelSpec* const> generated_kernels(const GeneratedKey& key, FunctionRef<GeneratedModule()> build);
 
+struct Function;
+// The loaded function of the entry point named `entry` of a generated module (the specs that
+// generated_kernels returned) on `device`; ValueError when the module has no such entry.
+Function generated_function(std::span<const KernelSpec* const> module, std::string_view entry, int device);
+// The one dtype tuple every generated spec takes (its source has no placeholders).
+const DTypes& generated_dtypes();
+
 // How many builders have run in this process: lets tests prove a warm key builds nothing.
 std::uint64_t generated_builds();
 
