@@ -1,6 +1,6 @@
 // conv2d on NCHW and its two backward ops (conv2d_grad_input, conv2d_grad_weight).
-// GPU: implicit GEMMs on tensor cores generated per shape (conv_igemm.h) for bf16, f16
-// and TF32; otherwise im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group, the
+// GPU: kernels generated per shape (backend/cuda/generated/conv) for bf16, f16, TF32 and
+// exact f32; otherwise im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group, the
 // backward ops GEMMs + col2im. CPU: im2col + OpenBLAS (conv_cpu.h) for f32 and f64; the
 // reference (.cpu_reference, and f16/bf16) is direct nested loops, independent of all three.
 #include "core/dtype_sets.h"
@@ -10,7 +10,7 @@
 
 #include "conv_common.h"
 #include "conv_cpu.h"
-#include "conv_igemm.h"
+#include "backend/cuda/generated/conv/conv_run.h"
 #include "core/cpu/gemm_cpu.h"
 #include "backend/cuda/gemm.h"
 #include "kiln/amp.h"
@@ -22,18 +22,11 @@ namespace {
 
 using namespace conv_detail;
 
-// Sizes of one convolution; mirrors struct ConvParams of im2col.cu in its first fields.
-struct Geom {
-  std::int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
-  std::int64_t o, groups;
-  std::int64_t cg() const { return c / groups; }
-  std::int64_t og() const { return o / groups; }
-  Shape out_shape() const { return {n, o, oh, ow}; }
-  Shape weight_shape() const { return {o, cg(), kh, kw}; }
-  Shape input_shape() const { return {n, c, h, w}; }
-};
+using kernels::ConvGeometry;
 
-Geom geometry(const Shape& x, const Shape& w, const Attrs& attrs, const std::string& op) {
+Shape out_shape(const ConvGeometry& g) { return {g.n, g.o, g.oh, g.ow}; }
+
+ConvGeometry geometry(const Shape& x, const Shape& w, const Attrs& attrs, const std::string& op) {
   if (x.size() != 4) throw ShapeError("[" + op + "] input must be 4-D (N, C, H, W), got shape " + paren(x));
   if (w.size() != 4) throw ShapeError("[" + op + "] weight must be 4-D (O, C/groups, kh, kw), got shape " + paren(w));
   const auto st = pair_attr(attrs, "stride", 1, 1, op);
@@ -41,7 +34,7 @@ Geom geometry(const Shape& x, const Shape& w, const Attrs& attrs, const std::str
   const auto dil = pair_attr(attrs, "dilation", 1, 1, op);
   const std::int64_t groups = attrs.get_or<std::int64_t>("groups", 1);
   if (groups < 1) throw ValueError("[" + op + "] groups must be >= 1, got " + std::to_string(groups));
-  Geom g{x[0], x[1], x[2], x[3], 0, 0, w[2], w[3], st[0], st[1], pad[0], pad[1], dil[0], dil[1], w[0], groups};
+  ConvGeometry g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], 0, 0, st[0], st[1], pad[0], pad[1], dil[0], dil[1], groups};
   if (g.c % groups != 0)
     throw ShapeError("[" + op + "] input channels " + std::to_string(g.c) + " of input " + paren(x) +
                      " are not divisible by groups = " + std::to_string(groups));
@@ -66,7 +59,7 @@ Shape shape_attr(const Attrs& a, const char* name) { return a.get<std::vector<st
 // Calls f(out_index, x_index, w_index) for every product term of the convolution, with
 // contiguous NCHW / OIHW indices; the three CPU references are this one loop nest.
 template <class F>
-void for_each_term(const Geom& g, F&& f) {
+void for_each_term(const ConvGeometry& g, F&& f) {
   const std::int64_t cg = g.cg(), og = g.og();
   for (std::int64_t n = 0; n < g.n; ++n)
     for (std::int64_t o = 0; o < g.o; ++o) {
@@ -89,7 +82,7 @@ void for_each_term(const Geom& g, F&& f) {
 }
 
 // which: 0 forward (x, w) -> y; 1 grad input (g, w) -> dx; 2 grad weight (x, g) -> dw.
-void conv_cpu(const Geom& geo, int which, const Tensor& in0, const Tensor& in1, const Tensor& out) {
+void conv_cpu(const ConvGeometry& geo, int which, const Tensor& in0, const Tensor& in1, const Tensor& out) {
   cpu::visit(out.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) {
       auto a = load_dense<T>(in0), b = load_dense<T>(in1);
@@ -111,11 +104,11 @@ struct ConvParams {
   long long n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
 };
 
-ConvParams params(const Geom& g, std::int64_t nb) {
+ConvParams params(const ConvGeometry& g, std::int64_t nb) {
   return {nb, g.c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
 }
 
-std::int64_t chunk_samples(const Geom& g) {
+std::int64_t chunk_samples(const ConvGeometry& g) {
   constexpr std::int64_t kWorkspace = std::int64_t{1} << 26;  // elements of cols per chunk
   const std::int64_t per = std::max<std::int64_t>(g.c * g.kh * g.kw * g.oh * g.ow, 1);
   return std::clamp<std::int64_t>(kWorkspace / per, 1, std::max<std::int64_t>(g.n, 1));
@@ -139,12 +132,13 @@ rt::DevicePtr at(const Tensor& t, std::int64_t elements) {
   return device_address(t) + static_cast<std::uint64_t>(elements) * t.element_size();
 }
 
-ConvSizes sizes(const Geom& g) {
-  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+// The pass's operands on y's stream; a and b contiguous.
+kernels::ConvOperands operands(const Tensor& a, const Tensor& b, const Tensor& out) {
+  return {device_address(a), device_address(b), device_address(out), out.dtype(), &stream_of(out.device())};
 }
 
 // The three passes' geometry from an op's arguments; which as in conv_cpu.
-Geom pass_geometry(const OpArgs& a, const Tensor& out, int which) {
+ConvGeometry pass_geometry(const OpArgs& a, const Tensor& out, int which) {
   if (which == 0) return geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name());
   if (which == 1) return geometry(out.shape(), a.inputs[1].shape(), a.attrs, a.name());
   return geometry(a.inputs[0].shape(), out.shape(), a.attrs, a.name());
@@ -153,15 +147,15 @@ Geom pass_geometry(const OpArgs& a, const Tensor& out, int which) {
 // A pass's .cpu (the fast path where run_conv_cpu takes the dtype) or .cpu_reference.
 Impl cpu_impl(int which, bool reference) {
   return [which, reference](const OpArgs& a, std::span<Tensor> out) {
-    const Geom g = pass_geometry(a, out[0], which);
-    if (reference || !run_conv_cpu(static_cast<ConvPass>(which), sizes(g), a.inputs[0], a.inputs[1], out[0]))
+    const ConvGeometry g = pass_geometry(a, out[0], which);
+    if (reference || !run_conv_cpu(static_cast<ConvPass>(which), g, a.inputs[0], a.inputs[1], out[0]))
       conv_cpu(g, which, a.inputs[0], a.inputs[1], out[0]);
   };
 }
 
-void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
+void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
   const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
-  if (run_generated_conv(ConvPass::forward, sizes(g), x, w, y)) return;
+  if (kernels::run_generated_conv(ConvPass::forward, g, operands(x, w, y), allow_conv_tf32())) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -176,9 +170,9 @@ void conv_forward_gpu(const Geom& g, const Tensor& x_in, const Tensor& w_in, con
   }
 }
 
-void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
+void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
   const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
-  if (run_generated_conv(ConvPass::grad_input, sizes(g), gy, w, dx)) return;
+  if (kernels::run_generated_conv(ConvPass::grad_input, g, operands(gy, w, dx), allow_conv_tf32())) return;
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -193,9 +187,9 @@ void conv_grad_input_gpu(const Geom& g, const Tensor& gy_in, const Tensor& w_in,
   }
 }
 
-void conv_grad_weight_gpu(const Geom& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
+void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
-  if (run_generated_conv(ConvPass::grad_weight, sizes(g), x, gy, dw)) return;
+  if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32())) return;
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -228,10 +222,10 @@ const OpRef kGradInput = register_op({
     .shape_rule =
         [](const OpArgs& a) {
           const Shape xs = shape_attr(a.attrs, "input_shape");
-          const Geom g = geometry(xs, a.inputs[1].shape(), a.attrs, a.name());
-          if (a.inputs[0].shape() != g.out_shape())
+          const ConvGeometry g = geometry(xs, a.inputs[1].shape(), a.attrs, a.name());
+          if (a.inputs[0].shape() != out_shape(g))
             throw ShapeError("[" + a.name() + "] gradient of shape " + paren(a.inputs[0].shape()) + " does not match " +
-                             "the output " + paren(g.out_shape()) + " of input " + paren(xs));
+                             "the output " + paren(out_shape(g)) + " of input " + paren(xs));
           return std::vector<Shape>{xs};
         },
     .cpu = cpu_impl(1, false),
@@ -256,10 +250,10 @@ const OpRef kGradWeight = register_op({
     .shape_rule =
         [](const OpArgs& a) {
           const Shape ws = shape_attr(a.attrs, "weight_shape");
-          const Geom g = geometry(a.inputs[0].shape(), ws, a.attrs, a.name());
-          if (a.inputs[1].shape() != g.out_shape())
+          const ConvGeometry g = geometry(a.inputs[0].shape(), ws, a.attrs, a.name());
+          if (a.inputs[1].shape() != out_shape(g))
             throw ShapeError("[" + a.name() + "] gradient of shape " + paren(a.inputs[1].shape()) + " does not match " +
-                             "the output " + paren(g.out_shape()) + " of weight " + paren(ws));
+                             "the output " + paren(out_shape(g)) + " of weight " + paren(ws));
           return std::vector<Shape>{ws};
         },
     .cpu = cpu_impl(2, false),
@@ -283,7 +277,7 @@ const OpRef kConv2d = register_op({
     .dtypes = dtype_sets::floating,
     .shape_rule =
         [](const OpArgs& a) {
-          return std::vector<Shape>{geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()).out_shape()};
+          return std::vector<Shape>{out_shape(geometry(a.inputs[0].shape(), a.inputs[1].shape(), a.attrs, a.name()))};
         },
     .cpu = cpu_impl(0, false),
     .cpu_reference = cpu_impl(0, true),

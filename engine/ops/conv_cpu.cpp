@@ -32,11 +32,11 @@ T* scratch(int slot, std::int64_t elements) {
 }
 
 struct CpuPlan {
-  const ConvSizes& s;
+  const ConvGeometry& s;
   std::int64_t L, K, gk, cg, og, nb;  // L = oh*ow; K = c*kh*kw rows of cols; gk = K / groups
 };
 
-CpuPlan plan_of(const ConvSizes& s) {
+CpuPlan plan_of(const ConvGeometry& s) {
   const std::int64_t L = s.oh * s.ow, K = s.c * s.kh * s.kw;
   const std::int64_t per = std::max<std::int64_t>(K * L, 1);
   const std::int64_t nb = std::clamp<std::int64_t>(kColsPerChunk / per, 1, std::max<std::int64_t>(s.n, 1));
@@ -47,7 +47,7 @@ CpuPlan plan_of(const ConvSizes& s) {
 struct Span {
   std::int64_t lo, hi;
 };
-Span valid_columns(const ConvSizes& s, std::int64_t x0) {
+Span valid_columns(const ConvGeometry& s, std::int64_t x0) {
   const std::int64_t lo = x0 >= 0 ? 0 : (-x0 + s.sw - 1) / s.sw;
   const std::int64_t hi = x0 >= s.w ? 0 : std::min(s.ow, (s.w - 1 - x0) / s.sw + 1);
   return {std::min(lo, s.ow), std::max(std::min(lo, s.ow), hi)};
@@ -59,7 +59,7 @@ Span valid_columns(const ConvSizes& s, std::int64_t x0) {
 // plane shifted, so the valid rows are one contiguous copy, whose columns that wrapped around
 // a row end are then zeroed (each row loop of the general path costs more than its copy).
 template <class T>
-void shifted_plane(const ConvSizes& s, const T* plane, std::int64_t ki, std::int64_t x0, Span v, T* out) {
+void shifted_plane(const ConvGeometry& s, const T* plane, std::int64_t ki, std::int64_t x0, Span v, T* out) {
   const std::int64_t L = s.oh * s.ow;
   const std::int64_t oy0 = std::clamp<std::int64_t>(s.ph - ki * s.dh, 0, s.oh);
   const std::int64_t oy1 = std::clamp<std::int64_t>(s.h + s.ph - ki * s.dh, oy0, s.oh);
@@ -81,7 +81,7 @@ void shifted_plane(const ConvSizes& s, const T* plane, std::int64_t ki, std::int
 
 template <class T>
 void im2col(const CpuPlan& p, const T* x, std::int64_t b, T* cols) {
-  const ConvSizes& s = p.s;
+  const ConvGeometry& s = p.s;
   const bool shifted = s.sh == 1 && s.sw == 1 && s.ow == s.w;
   cpu::parallel_for(p.K, 1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -116,7 +116,7 @@ void im2col(const CpuPlan& p, const T* x, std::int64_t b, T* cols) {
 // The adjoint of im2col: dx[n0+n] = sum over the taps of cols, one (n, c) plane per item.
 template <class T>
 void col2im(const CpuPlan& p, const T* cols, std::int64_t b, T* dx) {
-  const ConvSizes& s = p.s;
+  const ConvGeometry& s = p.s;
   cpu::parallel_for(b * s.c, 1, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
       const std::int64_t n = i / s.c, c = i % s.c;
@@ -165,7 +165,7 @@ void gemm(DType t, std::int64_t m, std::int64_t n, std::int64_t k, cpu::GemmOper
 
 template <class T>
 void forward(const CpuPlan& p, DType t, const T* x, const T* w, T* y) {
-  const ConvSizes& s = p.s;
+  const ConvGeometry& s = p.s;
   T* cols = scratch<T>(0, p.K * p.nb * p.L);
   T* tmp = scratch<T>(1, s.o * p.nb * p.L);
   for (std::int64_t n0 = 0; n0 < s.n; n0 += p.nb) {
@@ -181,7 +181,7 @@ void forward(const CpuPlan& p, DType t, const T* x, const T* w, T* y) {
 
 template <class T>
 void grad_input(const CpuPlan& p, DType t, const T* gy, const T* w, T* dx) {
-  const ConvSizes& s = p.s;
+  const ConvGeometry& s = p.s;
   T* cols = scratch<T>(0, p.K * p.nb * p.L);
   T* gt = scratch<T>(1, s.o * p.nb * p.L);
   for (std::int64_t n0 = 0; n0 < s.n; n0 += p.nb) {
@@ -197,7 +197,7 @@ void grad_input(const CpuPlan& p, DType t, const T* gy, const T* w, T* dx) {
 
 template <class T>
 void grad_weight(const CpuPlan& p, DType t, const T* x, const T* gy, T* dw) {
-  const ConvSizes& s = p.s;
+  const ConvGeometry& s = p.s;
   if (s.n == 0) std::fill(dw, dw + s.o * p.gk, T(0));
   T* cols = scratch<T>(0, p.K * p.nb * p.L);
   T* gt = scratch<T>(1, s.o * p.nb * p.L);
@@ -214,7 +214,7 @@ void grad_weight(const CpuPlan& p, DType t, const T* x, const T* gy, T* dw) {
 
 }  // namespace
 
-bool run_conv_cpu(ConvPass pass, const ConvSizes& s, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+bool run_conv_cpu(ConvPass pass, const ConvGeometry& s, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   const DType t = out.dtype();
   if (a_in.dtype() != t || b_in.dtype() != t) return false;
   NoGradGuard no_grad;  // contiguous copies of views need no history

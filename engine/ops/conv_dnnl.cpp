@@ -41,7 +41,7 @@ struct Descs {
   Dims strides, dilates, pad_l, pad_r;
 };
 
-Descs descs_of(const ConvSizes& s) {
+Descs descs_of(const ConvGeometry& s) {
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
   Descs d;
@@ -61,7 +61,7 @@ Descs descs_of(const ConvSizes& s) {
   return d;
 }
 
-Primitive make_primitive(ConvPass pass, const ConvSizes& s) {
+Primitive make_primitive(ConvPass pass, const ConvGeometry& s) {
   using namespace dnnl;
   const Descs d = descs_of(s);
   dnnl::engine& eng = cpu_engine();
@@ -106,7 +106,7 @@ using Key = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64
 
 // Primitives by pass and sizes (bounded: a process meets few conv shapes; past the bound the
 // oldest is dropped). Executing one primitive from several threads at once is allowed.
-std::shared_ptr<const Primitive> primitive_for(ConvPass pass, const ConvSizes& s) {
+std::shared_ptr<const Primitive> primitive_for(ConvPass pass, const ConvGeometry& s) {
   static std::mutex mu;
   static auto* cache = new std::map<Key, std::shared_ptr<const Primitive>>;  // leaked: used until exit
   static auto* order = new std::vector<Key>;
@@ -151,7 +151,7 @@ void one_thread_per_call() {
 
 // One execution of a pass on kiln's NCHW buffers: forward (x, w) -> y, grad_input (gy, w) -> dx,
 // grad_weight (x, gy) -> dw.
-void execute(ConvPass pass, const ConvSizes& s, void* a, void* b, void* out) {
+void execute(ConvPass pass, const ConvGeometry& s, void* a, void* b, void* out) {
   one_thread_per_call();
   const Descs d = descs_of(s);
   const std::shared_ptr<const Primitive> p = primitive_for(pass, s);
@@ -180,7 +180,7 @@ constexpr std::int64_t kMaxTerms = 2048;
 
 }  // namespace
 
-bool run_conv_dnnl(ConvPass pass, const ConvSizes& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+bool run_conv_dnnl(ConvPass pass, const ConvGeometry& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   // oneDNN's blocked kernels work in blocks of channels; a narrow conv (the cnn's conv1, one
   // input channel) runs faster on im2col + GEMM.
   if (s.c / s.groups < 8 || s.o / s.groups < 8 || s.n == 0) return false;
@@ -203,7 +203,7 @@ bool run_conv_dnnl(ConvPass pass, const ConvSizes& s, const Tensor& a, const Ten
   try {
     cpu::parallel_for(pieces, 1, [&](std::int64_t p0, std::int64_t p1) {
       for (std::int64_t p = p0; p < p1; ++p) {
-        ConvSizes piece = s;
+        ConvGeometry piece = s;
         const std::int64_t n0 = p * nb;
         piece.n = std::min(nb, s.n - n0);
         float* pa = static_cast<float*>(a.data_ptr()) + n0 * a_per;

@@ -1,0 +1,51 @@
+#pragma once
+// What every generated convolution kernel is planned from: the pass, the convolution's sizes
+// (ConvGeometry, listed once: its key words and its text), the arithmetic (ConvMath), the
+// device's limits (ConvTarget) and the operands as device pointers (ConvOperands).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/generated_kernels.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln::kernels {
+
+// forward: (a, b) = (x, w) -> out = y; grad_input: (gy, w) -> dx; grad_weight: (x, gy) -> dw.
+enum class ConvPass { forward = 0, grad_input = 1, grad_weight = 2 };
+const char* pass_name(ConvPass p);  // "fwd", "dgrad", "wgrad"
+
+// Sizes of one convolution over NCHW input and OIHW weight.
+struct ConvGeometry {
+  std::int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups;
+  std::int64_t cg() const { return c / groups; }  // input channels per group
+  std::int64_t og() const { return o / groups; }  // output channels per group
+  // Every size, as words of a generated module's key.
+  void add_to(rt::GeneratedKey& key) const;
+  // "n c h w o kh kw oh ow sh sw ph pw dh dw groups": the tuner's problem text.
+  std::string text() const;
+};
+
+// The arithmetic of a generated kernel: a tensor-core MMA type, or exact f32 on the CUDA cores.
+enum class ConvMath { bf16 = 0, f16 = 1, tf32 = 2, f32 = 3 };
+const char* math_name(ConvMath m);
+// The arithmetic for these dtypes, or none (f64, mixed dtypes). f32 takes TF32 when `tf32`.
+std::optional<ConvMath> conv_math(DType a, DType b, DType out, bool tf32);
+inline bool tensor_cores(ConvMath m) { return m != ConvMath::f32; }
+
+// The limits a plan is made for.
+struct ConvTarget {
+  int sm_count = 132;
+  int max_shared = 227 * 1024;  // bytes per block after opting in
+};
+
+// Contiguous operands in the pass's order (see ConvPass) on one device, of one dtype.
+struct ConvOperands {
+  rt::DevicePtr a = 0, b = 0, out = 0;
+  DType dtype = DType::f32;
+  const rt::Stream* stream = nullptr;
+};
+
+}  // namespace kiln::kernels

@@ -1,0 +1,44 @@
+#pragma once
+// Each generated conv kind's planner, source builder and launcher; conv_plan.cpp dispatches
+// on ConvKernel to these (family-internal).
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "conv_plan.h"
+#include "kiln/runtime/kernel_registry.h"
+
+namespace kiln::kernels::conv_kinds {
+
+using Module = std::span<const rt::KernelSpec* const>;
+
+std::optional<IgemmPlan> plan_igemm(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target,
+                                    ConvTile tile);
+std::vector<ConvTile> igemm_alternatives(const ConvLaunch& h);
+bool igemm_slower_than_fallback(const ConvLaunch& l);
+std::string igemm_source(const ConvLaunch& l);
+void launch_igemm(const ConvLaunch& l, const ConvOperands& ops, Module m);
+
+std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target,
+                                    int rows);
+std::vector<ConvTile> patch_alternatives(const ConvLaunch& h, const ConvTarget& target);
+std::string patch_source(const ConvLaunch& l);
+void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m);
+
+std::optional<WgradPlan> plan_wgrad(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target);
+std::string wgrad_source(const ConvLaunch& l);
+void launch_wgrad(const ConvLaunch& l, const ConvOperands& ops, Module m);
+
+std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& g, DType t, ConvMath math,
+                                               const ConvTarget& target);
+std::string wgrad_small_source(const ConvLaunch& l);
+void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m);
+
+// The sizes as the templates name them (N, C, H, ..., G), less those a template leaves out.
+rt::Bindings size_bindings(const ConvGeometry& g, std::initializer_list<std::string_view> skip = {});
+std::string num(std::int64_t v);
+
+}  // namespace kiln::kernels::conv_kinds

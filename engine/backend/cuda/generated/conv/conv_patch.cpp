@@ -1,0 +1,113 @@
+// The patch kind: stride-1 forward and input gradient from input patches staged in shared
+// memory. Picks the band of output rows and channels per block, builds the shape's source
+// (the conv and its weight reorder) and launches both.
+#include <algorithm>
+
+#include "backend/cuda/launch_common.h"
+#include "conv_kinds.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+
+namespace kiln::kernels::conv_kinds {
+
+namespace {
+
+std::optional<PatchConv> patch_conv(ConvPass pass, const ConvGeometry& s) {
+  if (s.sh != 1 || s.sw != 1 || pass == ConvPass::grad_weight) return std::nullopt;
+  if (pass == ConvPass::forward)
+    return PatchConv{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups};
+  const std::int64_t ph = s.dh * (s.kh - 1) - s.ph, pw = s.dw * (s.kw - 1) - s.pw;
+  if (ph < 0 || pw < 0) return std::nullopt;
+  return PatchConv{s.n, s.o, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, ph, pw, s.dh, s.dw, s.groups};
+}
+
+// The kernel's CP: a group's channels rounded up to the MMA's k step, plus the bank padding.
+std::int64_t channel_run(const PatchConv& c, ConvMath math) {
+  const std::int64_t kc = math == ConvMath::tf32 ? 8 : 16;
+  return ceil_div(c.ci / c.g, kc) * kc + (math == ConvMath::tf32 ? 4 : 8);
+}
+
+std::int64_t smem_bytes(const PatchConv& c, ConvMath math, int rows, int bn) {
+  const std::int64_t cp = channel_run(c, math), el = math == ConvMath::tf32 ? 4 : 2;
+  const std::int64_t pr = rows + (c.kh - 1) * c.dh, pwc = c.ow + (c.kw - 1) * c.dw;
+  const std::int64_t mt = ceil_div(rows * c.ow, 16) * 16;
+  return std::max((pr * pwc * cp + bn * c.kh * c.kw * cp) * el, bn * (mt + 4) * 4);
+}
+
+}  // namespace
+
+// Bands of up to 14 row tiles of 16 pixels (accumulators stay in registers), narrowed until
+// the grid covers the SMs twice; none when even one row's patch overflows shared memory.
+// Channels in 8s; bf16/f16 round them up to 16 with zeros (the speedrun's 24-channel conv2).
+std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target,
+                                    int rows) {
+  const auto c = patch_conv(pass, g);
+  if (!c || !tensor_cores(math)) return std::nullopt;
+  const std::int64_t cig = c->ci / c->g, cog = c->co / c->g, sms = std::max(1, target.sm_count);
+  if (cig <= 0 || cig % 8 != 0 || cig > 256 || c->ow > 224 || c->oh == 0 || c->ow == 0 || cog == 0 || c->n == 0)
+    return std::nullopt;
+  PatchPlan p;
+  p.conv = *c;
+  p.bn = cog > 16 ? 32 : cog > 8 ? 16 : 8;
+  // Weights past 64 KiB would leave room for one block per SM: take fewer channels.
+  const bool tf32 = math == ConvMath::tf32;
+  const std::int64_t wrow = c->kh * c->kw * (cig + (tf32 ? 4 : 8)) * (tf32 ? 4 : 2);
+  while (p.bn > 8 && p.bn * wrow > 64 * 1024) p.bn /= 2;
+  p.rows = static_cast<int>(std::clamp<std::int64_t>(224 / c->ow, 1, c->oh));
+  auto blocks = [&] { return c->n * ceil_div(c->oh, p.rows) * ceil_div(cog, p.bn) * c->g; };
+  while (p.rows > 1 && (blocks() < 2 * sms || smem_bytes(*c, math, p.rows, p.bn) > target.max_shared))
+    p.rows = (p.rows + 1) / 2;
+  if (rows > 0) p.rows = static_cast<int>(std::min<std::int64_t>(rows, c->oh));
+  p.smem = smem_bytes(*c, math, p.rows, p.bn);
+  if (p.smem > target.max_shared) return std::nullopt;
+  p.bands = ceil_div(c->oh, p.rows);
+  p.channel_run = channel_run(*c, math);
+  return p;
+}
+
+std::vector<ConvTile> patch_alternatives(const ConvLaunch& l, const ConvTarget& target) {
+  const auto& h = std::get<PatchPlan>(l.plan);
+  std::vector<ConvTile> out;
+  // Half or twice the heuristic's band; a taller one holds more accumulators per block.
+  for (int rows : {h.rows / 2, h.rows * 2})
+    if (rows >= 1 && rows <= h.conv.oh && rows * h.conv.ow <= 224) {
+      const auto p = plan_patch(l.pass, l.g, l.math, target, rows);
+      if (p && p->rows == rows && p->rows != h.rows) out.push_back(ConvTile{.rows = rows});
+    }
+  return out;
+}
+
+std::string patch_source(const ConvLaunch& l) {
+  const auto& p = std::get<PatchPlan>(l.plan);
+  const PatchConv& c = p.conv;
+  const DType mt = l.math == ConvMath::f16 ? DType::f16 : DType::bf16;
+  const std::string ty(cuda_storage_type(l.dtype));
+  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", rt::device_prelude(DTypes{l.dtype, mt})},
+                       {"TX", ty}, {"TW", ty}, {"TO", ty}, {"MMA", num(static_cast<int>(l.math))},
+                       {"FLIP", num(l.pass == ConvPass::grad_input)},
+                       {"N", num(c.n)}, {"CI", num(c.ci)}, {"H", num(c.h)}, {"W", num(c.w)}, {"CO", num(c.co)},
+                       {"KH", num(c.kh)}, {"KW", num(c.kw)}, {"OH", num(c.oh)}, {"OW", num(c.ow)},
+                       {"PH", num(c.ph)}, {"PW", num(c.pw)}, {"DH", num(c.dh)}, {"DW", num(c.dw)},
+                       {"G", num(c.g)}, {"ROWS", num(p.rows)}, {"BN", num(p.bn)}};
+  return rt::instantiate("conv_patch", rt::template_source("conv_patch"), b);
+}
+
+void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
+  const auto& p = std::get<PatchPlan>(l.plan);
+  const PatchConv& c = p.conv;
+  const rt::Stream& st = *ops.stream;
+  const rt::Function fn = rt::generated_function(m, "kiln_conv_patch", st.device());
+  const rt::Function prep = rt::generated_function(m, "kiln_conv_patch_weights", st.device());
+  // The weights reordered for the kernel: f32 for TF32, else the MMA's 16-bit type.
+  const std::int64_t weights = c.co * c.kh * c.kw * p.channel_run;
+  const rt::DeviceBuffer wt(static_cast<std::size_t>(weights) * (l.math == ConvMath::tf32 ? 4 : 2), st);
+  rt::launch(prep, grid_stride_config(static_cast<std::uint64_t>(weights), st.device()), st, ops.b, wt.ptr());
+  rt::LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(c.n * p.bands), static_cast<unsigned>(ceil_div(c.co / c.g, p.bn)),
+              static_cast<unsigned>(c.g)};
+  cfg.block = {128, 1, 1};
+  cfg.shared_bytes = static_cast<unsigned>(p.smem);
+  rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out);
+}
+
+}  // namespace kiln::kernels::conv_kinds

@@ -1,0 +1,81 @@
+#pragma once
+// The generated convolution kernels (kernel_templates/conv_*.cu), one enum of kinds: plan()
+// gives a kind's launch for a problem, or none where the kind does not apply; source() builds
+// the module a launch runs, and launch() runs it. Every kernel is instantiated per exact shape.
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "conv_geometry.h"
+
+namespace kiln::kernels {
+
+enum class ConvKernel {
+  igemm = 0,        // implicit GEMM, any pass: tensor-core MMA, or exact-f32 FFMA (conv_igemm.cu, conv_ffma.cu)
+  patch = 1,        // stride-1 forward and input gradient from input patches in shared memory (conv_patch.cu)
+  wgrad = 2,        // stride-1 weight gradient from staged gy and input rows (conv_wgrad.cu)
+  wgrad_small = 3,  // weight gradient of at most 256 kernel rows, on the CUDA cores (conv_wgrad_small.cu)
+};
+const char* kernel_name(ConvKernel k);  // "igemm", "patch", "wgrad", "wgrad_small"
+
+// What the tuner varies beside a kind's heuristic (0: the heuristic's): igemm's block tile,
+// patch's band of output rows.
+struct ConvTile {
+  int bm = 0, bn = 0, rows = 0;
+  std::string text() const;  // "", "64x32", "rows 4"
+};
+
+struct IgemmPlan {
+  std::int64_t gm = 0, gn = 0, gk = 0;  // the GEMM: rows, columns, summed length
+  int bm = 0, bn = 0, bk = 0, splitk = 1;
+  std::int64_t grid_m = 0, grid_n = 0;
+  std::int64_t tiles() const { return grid_m * grid_n; }
+};
+
+// The conv a patch kernel runs: for the input gradient gy in, dx out, padding mirrored.
+struct PatchConv {
+  std::int64_t n, ci, h, w, co, kh, kw, oh, ow, ph, pw, dh, dw, g;
+};
+struct PatchPlan {
+  PatchConv conv{};
+  int rows = 1, bn = 32;
+  std::int64_t bands = 1, smem = 0, channel_run = 0;
+};
+
+struct WgradPlan {
+  int bc = 32;
+  std::int64_t ipb = 1, groups_of_images = 1, o_tiles = 1, c_tiles = 1, smem = 0;
+};
+
+struct SmallWgradPlan {
+  std::int64_t ipb = 1, blocks = 1, smem = 0;
+};
+
+struct ConvLaunch {
+  ConvKernel kernel = ConvKernel::igemm;
+  ConvPass pass = ConvPass::forward;
+  ConvGeometry g{};
+  DType dtype = DType::f32;
+  ConvMath math = ConvMath::f32;
+  std::variant<IgemmPlan, PatchPlan, WgradPlan, SmallWgradPlan> plan;
+};
+
+// The launch of kernel kind `k` for this problem and dtype (a, b and out of one dtype), or
+// none where the kind does not apply.
+std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType t, ConvMath math,
+                               const ConvTarget& target, ConvTile tile = {});
+// Whether im2col + cuBLAS measured faster than this launch (narrow exact-f32 products), so
+// that an op leaves the problem to it.
+bool slower_than_fallback(const ConvLaunch& l);
+// Tiles worth timing beside the heuristic's launch `h` (not listed).
+std::vector<ConvTile> alternatives(const ConvLaunch& h, const ConvTarget& target);
+
+// The module's source; lets tests compile every configuration without a GPU.
+std::string source(const ConvLaunch& l);
+// The module's entry points, the kernel first.
+std::vector<std::string> entry_points(const ConvLaunch& l);
+// Enqueues the launch on ops.stream (workspaces from the stream's pool, freed in stream order).
+void launch(const ConvLaunch& l, const ConvOperands& ops);
+
+}  // namespace kiln::kernels

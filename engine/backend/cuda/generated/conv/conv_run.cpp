@@ -1,0 +1,88 @@
+// The tuned choice among the generated conv kinds. The heuristic's pick is the reference
+// (candidate 0), in the order the kinds were tried before tuning: patch, then igemm; for
+// weight gradients wgrad, wgrad_small, then igemm.
+#include "conv_run.h"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/tuner.h"
+#include "conv_plan.h"
+#include "kiln/runtime/templates.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+// The kernels' sources decide what the candidates are: a changed template is a new question.
+const std::string& library_text() {
+  static const std::string text = [] {
+    std::uint64_t h = rt::kFnvOffset;
+    for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
+                             "mma", "prelude"})
+      h = rt::fnv1a64(rt::template_source(name), h);
+    return "kiln conv " + std::to_string(h);
+  }();
+  return text;
+}
+
+// Elements of the pass's operands (a, b, out).
+std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) {
+  const std::int64_t x = g.n * g.c * g.h * g.w, w = g.o * g.cg() * g.kh * g.kw, y = g.n * g.o * g.oh * g.ow;
+  if (pass == ConvPass::forward) return {x, w, y};
+  if (pass == ConvPass::grad_input) return {y, w, x};
+  return {x, y, w};
+}
+
+std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
+                                      const ConvTarget& target) {
+  std::vector<TuneCandidate> c;
+  const std::vector<ConvKernel> kinds = pass == ConvPass::grad_weight
+                                            ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
+                                            : std::vector{ConvKernel::patch, ConvKernel::igemm};
+  for (ConvKernel k : kinds) {
+    const auto h = plan(k, pass, g, ops.dtype, math, target);
+    if (!h || slower_than_fallback(*h)) continue;
+    c.push_back({kernel_name(k), [l = *h, ops] { launch(l, ops); }});
+    for (ConvTile tile : alternatives(*h, target))
+      if (const auto l = plan(k, pass, g, ops.dtype, math, target, tile))
+        c.push_back({std::string(kernel_name(k)) + " " + tile.text(), [l = *l, ops] { launch(l, ops); }});
+  }
+  return c;
+}
+
+}  // namespace
+
+bool generated_convs_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CONV_IGEMM");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
+  const std::optional<ConvMath> math = conv_math(ops.dtype, ops.dtype, ops.dtype, tf32);
+  const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
+  if (!math || !generated_convs_enabled() || sizes[2] == 0) return false;
+  if (std::any_of(sizes.begin(), sizes.end(), [](std::int64_t n) { return n >= INT_MAX / 2; })) return false;
+  const rt::DeviceInfo& info = rt::device_info(ops.stream->device());
+  if (info.arch() < 80) return false;
+  const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
+  const std::vector<TuneCandidate> c = candidates(pass, g, ops, *math, target);
+  if (c.empty()) return false;
+  const std::string dtype = std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "");
+  const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text(), dtype, info.arch(), library_text()};
+  TuneCheck check;
+  check.outputs.push_back({ops.out, ops.dtype, 1, sizes[2], sizes[2]});
+  // Low-precision products summed in other orders and splits; a wrong kernel is far off.
+  check.tolerance = ops.dtype == DType::bf16 ? 4e-2 : *math == ConvMath::f32 ? 1e-4 : 1e-2;
+  run_tuned(key, c, check, *ops.stream, true);  // alternatives cost compiles
+  return true;
+}
+
+}  // namespace kiln::kernels

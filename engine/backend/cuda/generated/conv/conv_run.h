@@ -1,0 +1,16 @@
+#pragma once
+// An op's one call into the generated convolutions: every kind that applies, with its tile
+// alternatives, as candidates for kernels::run_tuned, which runs the one measured fastest.
+#include "conv_geometry.h"
+
+namespace kiln::kernels {
+
+// Runs `pass` on a generated kernel; false, having done nothing, when none applies: generated
+// convs switched off (KILN_CONV_IGEMM=0), a device before sm_80, an operand past 32-bit
+// indexing, an empty output, or no kind for the dtypes (f64). `tf32`: f32 may take TF32.
+bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32);
+
+// False when KILN_CONV_IGEMM=0 asks for im2col + cuBLAS everywhere.
+bool generated_convs_enabled();
+
+}  // namespace kiln::kernels

@@ -1,0 +1,214 @@
+// The generated convolution kernels (backend/cuda/generated/conv) compile with NVRTC for
+// sm_80 and sm_90 in every pass, kind and arithmetic, over the shapes their tiling treats
+// differently (split-K, groups, strides, odd sizes); runs without a GPU. GPU tests check their
+// results.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "backend/cuda/generated/conv/conv_plan.h"
+#include "kiln/runtime/compiler.h"
+#include "kiln/runtime/templates.h"
+#include "compile_check.h"
+
+using namespace kiln;
+using kernels::ConvGeometry;
+using kernels::ConvKernel;
+using kernels::ConvMath;
+using kernels::ConvPass;
+using kernels::ConvTile;
+
+namespace {
+
+const kernels::ConvTarget kH100{132, 227 * 1024};
+
+// n, c, h, w, o, kh, kw, stride, pad, dilation, groups; output sizes derived.
+ConvGeometry make(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t o, std::int64_t k,
+                  std::int64_t st, std::int64_t pad, std::int64_t dil, std::int64_t groups) {
+  const std::int64_t oh = (h + 2 * pad - dil * (k - 1) - 1) / st + 1, ow = (w + 2 * pad - dil * (k - 1) - 1) / st + 1;
+  return {n, c, h, w, o, k, k, oh, ow, st, st, pad, pad, dil, dil, groups};
+}
+
+// Kind k's launch for dtype t (f32 through TF32 unless `tf32` is false), or none.
+std::optional<kernels::ConvLaunch> launch_of(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType t,
+                                             bool tf32 = true, ConvTile tile = {}) {
+  const auto math = kernels::conv_math(t, t, t, tf32);
+  return math ? kernels::plan(k, pass, g, t, *math, kH100, tile) : std::nullopt;
+}
+
+// Its source, or "" where the kind does not apply.
+std::string source_of(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType t, bool tf32 = true,
+                      ConvTile tile = {}) {
+  const auto l = launch_of(k, pass, g, t, tf32, tile);
+  return l ? kernels::source(*l) : std::string();
+}
+
+// Compiles the sources (for each arch, through the test run's cache, on every thread) and
+// checks that each compiled and its PTX holds `needle`. Returns how many compiled.
+int check_compiles(std::string_view kind, const std::vector<std::string>& sources, const std::string& entry,
+                   const std::string& needle, std::initializer_list<int> archs = {90}) {
+  std::vector<kiln_test::CompileJob> jobs;
+  for (const std::string& src : sources)
+    for (int arch : archs) jobs.push_back(kiln_test::generated_job(kind, src, entry, arch));
+  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
+  MESSAGE(kind << ": " << r.text());
+  int ok = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(i);
+    const kiln_test::CompileOutcome& o = r.outcomes[i];
+    CHECK_MESSAGE(o.error.empty(), o.error);
+    CHECK(o.cubin.size() > 0);
+    CHECK(o.ptx.find(needle) != std::string::npos);
+    ok += o.error.empty() && o.ptx.find(needle) != std::string::npos;
+  }
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
+  const ConvGeometry shapes[] = {
+      make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),    // the MNIST cnn's conv1
+      make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),   // and conv2: split-K weight gradient
+      make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2),         // strided, dilated, grouped, odd
+      make(1, 5, 4, 4, 130, 1, 1, 0, 1, 1),       // 1x1, batch 1, many outputs
+  };
+  std::vector<std::string> sources;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (int pass = 0; pass < 3; ++pass)
+      for (const ConvGeometry& s : shapes) {
+        const std::string src = source_of(ConvKernel::igemm, static_cast<ConvPass>(pass), s, t);
+        REQUIRE_FALSE(src.empty());
+        // Fully instantiated: the source becomes a generated template, instantiated again.
+        CHECK(rt::template_placeholders(src).empty());
+        sources.push_back(src);
+      }
+  CHECK(check_compiles("check_conv_igemm", sources, "kiln_conv_igemm", "mma.sync.aligned", {80, 90}) == 3 * 3 * 4 * 2);
+}
+
+TEST_CASE("patch convolutions compile where they apply: stride 1, channels in blocks of 8") {
+  const ConvGeometry conv2 = make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), grouped = make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2);
+  const ConvGeometry speedrun2 = make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1);  // 24 channels: zero-padded to 32
+  std::vector<std::string> sources;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (bool flip : {false, true})
+      for (const ConvGeometry& s : {conv2, grouped, speedrun2}) {
+        const std::string src = source_of(ConvKernel::patch, flip ? ConvPass::grad_input : ConvPass::forward, s, t);
+        REQUIRE_FALSE(src.empty());
+        CHECK(rt::template_placeholders(src).empty());
+        sources.push_back(src);
+      }
+  CHECK(check_compiles("check_conv_patch", sources, "kiln_conv_patch", "mma.sync.aligned") == 18);
+  // Strided, or 1 input channel (the MNIST cnn's conv1), or padding wider than the kernel's
+  // reach for the input gradient: the patch kernel declines, the implicit GEMM takes them.
+  CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::forward, make(2, 32, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::forward, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::grad_input, make(2, 32, 9, 9, 16, 3, 1, 3, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::grad_weight, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::bf16));
+  // Exact f32 runs on the CUDA cores, which only the implicit GEMM does.
+  CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::forward, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::f32, false));
+}
+
+TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in blocks of 8") {
+  std::vector<std::string> sources;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (const ConvGeometry& s : {make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), make(3, 40, 6, 7, 70, 3, 1, 1, 1, 1),
+                               make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2)}) {
+      const std::string src = source_of(ConvKernel::wgrad, ConvPass::grad_weight, s, t);
+      REQUIRE_FALSE(src.empty());
+      CHECK(rt::template_placeholders(src).empty());
+      sources.push_back(src);
+    }
+  CHECK(check_compiles("check_conv_wgrad", sources, "kiln_conv_wgrad", "mma.sync.aligned") == 9);
+  CHECK_FALSE(launch_of(ConvKernel::wgrad, ConvPass::grad_weight, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::wgrad, ConvPass::grad_weight, make(2, 32, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::wgrad, ConvPass::forward, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::bf16));
+}
+
+TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or strided") {
+  std::vector<std::string> sources;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (const ConvGeometry& s : {make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),
+                               make(2, 3, 10, 11, 5, 3, 2, 1, 2, 1)}) {
+      const std::string src = source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, s, t);
+      REQUIRE_FALSE(src.empty());
+      CHECK(rt::template_placeholders(src).empty());
+      sources.push_back(src);
+    }
+  CHECK(check_compiles("check_conv_wgrad_small", sources, "kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce") ==
+        9);
+  // Over 256 kernel rows, or grouped: the tensor-core kernels take them.
+  CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(4, 3, 8, 8, 128, 3, 1, 1, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2), DType::bf16));
+}
+
+TEST_CASE("no generated convolution for f64; f32 takes TF32 tensor cores, or exact FFMA with TF32 off") {
+  const ConvGeometry s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
+  CHECK_FALSE(kernels::conv_math(DType::f64, DType::f64, DType::f64, true));
+  CHECK_FALSE(kernels::conv_math(DType::bf16, DType::f32, DType::f32, true));  // mixed dtypes
+  CHECK(kernels::conv_math(DType::f32, DType::f32, DType::f32, false) == ConvMath::f32);
+  const std::string exact = source_of(ConvKernel::igemm, ConvPass::forward, s, DType::f32, false);
+  CHECK(exact.find("kiln_conv_ffma") != std::string::npos);
+  CHECK(exact.find("mma.sync") == std::string::npos);
+  CHECK(source_of(ConvKernel::igemm, ConvPass::forward, s, DType::f32).find("kiln_conv_igemm") != std::string::npos);
+}
+
+TEST_CASE("narrow exact-f32 products are left to im2col + cuBLAS; tensor-core ones are not") {
+  const ConvGeometry conv1 = make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1);
+  for (ConvPass pass : {ConvPass::grad_input, ConvPass::grad_weight}) {
+    CAPTURE(kernels::pass_name(pass));
+    const auto exact = launch_of(ConvKernel::igemm, pass, conv1, DType::f32, false);
+    REQUIRE(exact);
+    CHECK(kernels::slower_than_fallback(*exact));
+    CHECK_FALSE(kernels::slower_than_fallback(*launch_of(ConvKernel::igemm, pass, conv1, DType::f32)));
+  }
+  CHECK_FALSE(kernels::slower_than_fallback(*launch_of(ConvKernel::igemm, ConvPass::forward, conv1, DType::f32, false)));
+}
+
+// Every alternative of kind k's heuristic launch, planned with its tile; none is the heuristic's.
+std::vector<std::string> alternative_sources(ConvKernel k, ConvPass pass, const ConvGeometry& s, DType t, bool tf32) {
+  std::vector<std::string> out;
+  const auto h = launch_of(k, pass, s, t, tf32);
+  if (!h) return out;
+  for (ConvTile tile : kernels::alternatives(*h, kH100)) {
+    out.push_back(source_of(k, pass, s, t, tf32, tile));
+    CHECK(out.back() != kernels::source(*h));
+  }
+  return out;
+}
+
+TEST_CASE("the tuner's tile alternatives compile for the MNIST cnn's and the speedrun's convs") {
+  const ConvGeometry shapes[] = {make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),
+                                 make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1), make(1024, 32, 14, 14, 64, 5, 1, 2, 1, 1)};
+  std::vector<std::string> igemm, patch;
+  for (const ConvGeometry& s : shapes)
+    for (DType t : {DType::bf16, DType::f32})
+      for (int pass = 0; pass < 3; ++pass) {
+        const auto p = static_cast<ConvPass>(pass);
+        for (std::string& src : alternative_sources(ConvKernel::igemm, p, s, t, true)) igemm.push_back(std::move(src));
+        for (std::string& src : alternative_sources(ConvKernel::patch, p, s, t, true)) patch.push_back(std::move(src));
+      }
+  const std::size_t alternatives = igemm.size() + patch.size();
+  CHECK(alternatives > 20);  // the tuner has real choices on these shapes
+  for (const std::string& src : igemm) REQUIRE_FALSE(src.empty());
+  for (const std::string& src : patch) REQUIRE_FALSE(src.empty());
+  const int compiled = check_compiles("check_conv_igemm", igemm, "kiln_conv_igemm", "kiln_conv_igemm") +
+                       check_compiles("check_conv_patch", patch, "kiln_conv_patch", "kiln_conv_patch");
+  CHECK(compiled == static_cast<int>(alternatives));
+}
+
+TEST_CASE("exact-f32 FFMA convolutions compile for every pass and their tile alternatives") {
+  const ConvGeometry shapes[] = {make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),
+                                 make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1), make(3, 6, 9, 7, 10, 3, 2, 1, 2, 2)};
+  std::vector<std::string> sources;
+  for (const ConvGeometry& s : shapes)
+    for (int pass = 0; pass < 3; ++pass) {
+      const auto p = static_cast<ConvPass>(pass);
+      sources.push_back(source_of(ConvKernel::igemm, p, s, DType::f32, false));
+      for (std::string& src : alternative_sources(ConvKernel::igemm, p, s, DType::f32, false))
+        sources.push_back(std::move(src));
+    }
+  for (const std::string& src : sources) REQUIRE(src.find("kiln_conv_ffma") != std::string::npos);
+  CHECK(sources.size() >= 12);
+  CHECK(check_compiles("check_conv_ffma", sources, "kiln_conv_ffma", "kiln_conv_ffma") == static_cast<int>(sources.size()));
+}
