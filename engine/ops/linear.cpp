@@ -228,6 +228,19 @@ const OpRef kLinear = register_op({
 
 }  // namespace
 
+LinearGrads linear_grads(const Tensor& gp, const Tensor& x) {
+  const NoGradGuard no_grad;
+  if (gp.dtype() == DType::f64 || x.dtype() == DType::f64) {
+    if (gp.dim() != 2 || x.dim() != 2 || gp.shape()[0] != x.shape()[0])
+      throw ShapeError("[linear_grads] needs gradients (m, n) and inputs (m, k); got " + shape_str(gp.shape()) +
+                       " and " + shape_str(x.shape()));
+    return {matmul(transpose(gp, 0, 1), x), sum(gp, {0}, false)};
+  }
+  const Tensor in[] = {gp, x};
+  std::vector<Tensor> r = dispatch(kLinearGradWb, in);
+  return {std::move(r[0]), std::move(r[1])};
+}
+
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, Activation activation) {
   const Tensor x = autocast_lower(x_in), w = autocast_lower(w_in), bias = autocast_lower(bias_in);
   if (w.dim() != 2)

@@ -165,6 +165,24 @@ TEST_CASE("linear is x @ w^T + b") {
   CHECK(linear(from_vector(std::vector<float>{1, 2}), w, bias).to_vector<float>() == std::vector<float>{11, 23, 34});
 }
 
+TEST_CASE("linear_grads is gp^T @ x and gp's column sums, by hand, in every floating dtype") {
+  // gp (3, 2), x (3, 2): dW[i][j] = sum over rows r of gp[r][i] * x[r][j]; db[i] = sum of gp[.][i].
+  const std::vector<double> gp{1, 2, 3, 4, 5, 6}, x{1, 0, 2, 1, 0, 3};
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    const LinearGrads g = linear_grads(from_vector(gp, {3, 2}).to(t), from_vector(x, {3, 2}).to(t));
+    CHECK(g.weight.shape() == Shape{2, 2});
+    CHECK(g.bias.shape() == Shape{2});
+    CHECK(g.weight.to(DType::f64).to_vector<double>() == std::vector<double>{7, 18, 10, 22});
+    CHECK(g.bias.to(DType::f64).to_vector<double>() == std::vector<double>{9, 12});
+  }
+  CHECK(message_of<ShapeError>([] { (void)linear_grads(zeros({3, 2}), zeros({4, 2})); }).find("linear_grad") !=
+        std::string::npos);
+  CHECK(message_of<ShapeError>([] {
+          (void)linear_grads(zeros({3, 2}, {.dtype = DType::f64}), zeros({4, 2}, {.dtype = DType::f64}));
+        }).find("linear_grads") != std::string::npos);
+}
+
 TEST_CASE("allow_tf32 is opt-in") {
   CHECK_FALSE(allow_tf32());
   set_allow_tf32(true);

@@ -152,3 +152,14 @@ TEST_CASE("linear follows set_allow_tf32 when it changes between calls of one sh
   CHECK(max_error() == doctest::Approx(tf32_error).epsilon(0.5));  // and back
   set_allow_tf32(false);
 }
+
+TEST_CASE("linear_grads on the GPU (one product with its bias-gradient epilogue) matches the CPU") {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+    CAPTURE(dtype_name(t));
+    Generator g(17);
+    const Tensor gp = randn({300, 24}, {.dtype = t}, &g), x = randn({300, 40}, {.dtype = t}, &g);
+    const LinearGrads cpu = linear_grads(gp, x), gpu = linear_grads(gp.to(kGpu), x.to(kGpu));
+    kiln_test::check_match(cpu.weight, gpu.weight, linear_tolerance(t), "weight");
+    kiln_test::check_match(cpu.bias, gpu.bias, linear_tolerance(t), "bias");
+  }
+}

@@ -18,6 +18,15 @@ enum class Activation { none, relu };
 // f64 runs the same math as separate kernels). nn::Sequential uses it for Linear then ReLU.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Activation activation = Activation::none);
 
+// The weight and bias gradients of linear, from gp (m, out), the gradient of its output before
+// the activation, and its input x (m, in): gp^T @ x (out, in) and gp's column sums (out). On the
+// GPU (f32, f16, bf16) one cuBLASLt product takes both, as the backward pass does; elsewhere a
+// matmul and a sum. The results record no autograd history.
+struct LinearGrads {
+  Tensor weight, bias;
+};
+LinearGrads linear_grads(const Tensor& gp, const Tensor& x);
+
 // f32 matmuls on the GPU may use TF32 tensor cores (about 10 mantissa bits): opt-in,
 // process-wide, off by default.
 void set_allow_tf32(bool allow);
