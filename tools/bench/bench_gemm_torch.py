@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch twin of bench_gemm (tools/bench/bench_gemm.cpp): the rows of its JSON (--kiln FILE,
 its --json file or its stdout), each timed in PyTorch the same way (median microseconds per call
-over --reps event-timed batches of --calls calls, after 2 untimed batches), then the table:
-kiln, cuBLASLt's best algorithm and PyTorch per row, with lt_best/kiln (the issue asks >= 0.97
-on every training product, >= 0.95 for 8192^3 bf16) and torch/kiln.
+over --reps event-timed batches of --calls calls, after 2 untimed batches; eager, and replayed
+as one CUDA graph per batch), then the table: kiln, cuBLASLt's best algorithm and PyTorch per
+row, with lt_best/kiln (the issue asks >= 0.97 on every training product, >= 0.95 for 8192^3
+bf16) and torch/kiln, kiln and PyTorch each as a replayed graph (what a compiled step pays).
 
     fwd     torch.nn.functional.linear(x, w, b)
     dgrad   gp @ w
@@ -49,6 +50,21 @@ def timed_us(torch, body, reps, calls):
     return ms[len(ms) // 2] * 1e3 / calls
 
 
+def graph_us(torch, body, reps, calls):
+    """timed_us of one CUDA graph holding calls calls of body(), per call."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            body()  # warm-up outside the capture (cuBLAS workspaces, allocator)
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            body()
+    return timed_us(torch, g.replay, reps, 1) / calls
+
+
 def torch_call(torch, op, batch, n_in, n_out, dtype):
     """The row's PyTorch call on fresh operands of its sizes."""
     F = torch.nn.functional
@@ -87,22 +103,24 @@ def main():
     kiln = read_kiln(args.kiln)
     reps, calls = args.reps or kiln["reps"], args.calls or kiln["calls"]
     print(f"bench_gemm_torch on {torch.cuda.get_device_name(0)}, torch {torch.__version__}; kiln run on {kiln['device']}")
-    head = ("model", "batch,in,out", "op", "prec", "kiln_us", "lt_us", "torch_us", "lt/kiln", "torch/kiln")
-    print("{:<8} {:<16} {:<6} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10}".format(*head))
+    head = ("model", "batch,in,out", "op", "prec", "kiln_us", "graph_us", "lt_us", "torch_us", "t_graph",
+            "lt/kiln", "torch/kiln")
+    row_format = "{:<8} {:<16} {:<6} {:<5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10}"
+    print(row_format.format(*head))
     out = []
     for row in kiln["rows"]:
         batch, n_in, n_out = (int(v) for v in row["spec"].split(","))
         prec = row["precision"]
         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
         dtype = torch.bfloat16 if prec == "bf16" else torch.float32
-        t_us = timed_us(torch, torch_call(torch, row["op"], batch, n_in, n_out, dtype), reps, calls)
-        k_us, l_us = row["kiln_us"], row["lt_best_us"]
-        lt_ratio = l_us / k_us if k_us and l_us else None
-        torch_ratio = t_us / k_us if k_us else None
-        print("{:<8} {:<16} {:<6} {:<5} {:>9} {:>9} {:>9} {:>8} {:>10}".format(
-            row["model"], row["spec"], row["op"], prec, cell(k_us), cell(l_us), cell(t_us), cell(lt_ratio),
-            cell(torch_ratio)))
-        out.append(dict(row, torch_us=t_us, lt_over_kiln=lt_ratio, torch_over_kiln=torch_ratio))
+        call = torch_call(torch, row["op"], batch, n_in, n_out, dtype)
+        t_us, tg_us = timed_us(torch, call, reps, calls), graph_us(torch, call, reps, calls)
+        k_us, kg_us, l_us = row["kiln_us"], row.get("graph_us"), row["lt_best_us"]
+        lt_ratio = l_us / kg_us if kg_us and l_us else None
+        torch_ratio = tg_us / kg_us if kg_us else None
+        print(row_format.format(row["model"], row["spec"], row["op"], prec, cell(k_us), cell(kg_us), cell(l_us),
+                                cell(t_us), cell(tg_us), cell(lt_ratio), cell(torch_ratio)))
+        out.append(dict(row, torch_us=t_us, torch_graph_us=tg_us, lt_over_kiln=lt_ratio, torch_over_kiln=torch_ratio))
     training = [r["lt_over_kiln"] for r in out if r["model"] != "square" and r["lt_over_kiln"] is not None]
     if training:
         low = sum(1 for v in training if v < 0.97)
