@@ -30,11 +30,11 @@ void keep_alive(const Tensor& t) {
 
 void store_words(Device device, rt::DevicePtr dst, const Words& words, int count, std::function<Words()> refresh) {
   const rt::Stream& s = stream_of(device);
-  launch_store_words(dst, words, count, s);
+  kernels::launch_store_words(dst, words, count, s);
   if (!t_capture) return;
   void* node = rt::last_captured_node(s);
   t_capture->actions.push_back([node, dst, count, refresh = std::move(refresh)](rt::Graph& g) {
-    set_store_args(g, node, dst, refresh(), count);
+    kernels::set_store_args(g, node, dst, refresh(), count);
   });
 }
 

@@ -21,7 +21,7 @@ namespace kiln {
 
 using compile_detail::CaptureContext;
 using compile_detail::CompiledCall;
-using compile_detail::InputCopies;
+using kernels::InputCopies;
 using compile_detail::ReplayAction;
 
 namespace {
@@ -132,7 +132,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   auto pool = std::make_shared<rt::PrivatePool>(e.device.index(), stream.handle());
   CaptureContext ctx{.device = e.device, .stream = &stream};
   std::vector<Tensor> statics, outs;
-  compile_detail::load_step_kernels(e.device.index());
+  kernels::load_step_kernels(e.device.index());
   rt::bind_private_pool(stream, pool);
   bool began = false;
   try {
@@ -143,7 +143,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
     began = true;
     std::vector<void*> nodes;
     for (const InputCopies& c : input_copies(statics, inputs)) {
-      compile_detail::launch_copy_inputs(c, stream);
+      kernels::launch_copy_inputs(c, stream);
       nodes.push_back(rt::last_captured_node(stream));
     }
     {
@@ -184,7 +184,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
 // `inputs` are contiguous (the caller made them so).
 std::vector<Tensor> CompiledFunction::Impl::replay(Entry& e, const std::vector<Tensor>& inputs) {
   const std::vector<InputCopies> copies = input_copies(e.static_inputs, inputs);
-  for (std::size_t i = 0; i < copies.size(); ++i) compile_detail::set_copy_args(e.graph, e.copy_nodes[i], copies[i]);
+  for (std::size_t i = 0; i < copies.size(); ++i) kernels::set_copy_args(e.graph, e.copy_nodes[i], copies[i]);
   for (ReplayAction& a : e.actions) a(e.graph);
   e.graph.launch(stream_of(e.device));
   ++counts.replays;
@@ -220,7 +220,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     m.eager(dense, device);
     std::vector<Tensor> out = m.eager(dense, device);
     m.counts.eager_calls -= 2;
-    compile_detail::load_step_kernels(device.index());
+    kernels::load_step_kernels(device.index());
     return out;
   }
   auto it = m.find(sig);

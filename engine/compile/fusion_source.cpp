@@ -104,11 +104,13 @@ std::string source(const std::vector<Pending>& ops, const std::vector<Tensor>& e
     }
     const std::string t = std::string("t") += std::to_string(k);
     const DType out = ops[k].output.dtype();
-    std::string value = "f" + std::to_string(k) + "(" + args + literal(ops[k].params.first) + ", " +
-                        literal(ops[k].params.second) + ")";
-    if (out == DType::f32) value = "__fadd_rn(" + value + ", -0.0f)";
-    if (out == DType::f64) value = "__dadd_rn(" + value + ", -0.0)";
-    s += "    const " + storage(out) + " " + t + " = " + value + ";\n";
+    // Appended piece by piece: "f" + std::to_string(k) trips GCC 12's -Wrestrict here too.
+    const bool round = out == DType::f32 || out == DType::f64;
+    ((((s += "    const ") += storage(out)) += " ") += t) += " = ";
+    if (round) s += out == DType::f64 ? "__dadd_rn(" : "__fadd_rn(";
+    ((((s += "f") += std::to_string(k)) += "(") += args) += literal(ops[k].params.first);
+    (((s += ", ") += literal(ops[k].params.second)) += ")") += round ? (out == DType::f64 ? ", -0.0)" : ", -0.0f)") : "";
+    s += ";\n";
   }
   for (std::size_t k = 0; k < stored.size(); ++k)
     s += "    s" + std::to_string(k) + "[off[" + std::to_string(k) + "]] = t" + std::to_string(stored[k]) + ";\n";

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to engine/optim: argument checks shared by the optimizers, the dtype their
-// state is kept in, and the fused GPU updates (engine/optim/optim_kernels.cpp).
+// state is kept in; the fused GPU updates are backend/cuda/generated/optim.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -12,6 +12,7 @@
 #include "kiln/half.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/tensor.h"
+#include "backend/cuda/generated/optim/optim_kernels.h"
 
 namespace kiln::optim::detail {
 
@@ -48,10 +49,6 @@ namespace kiln {
 struct LowPrecisionCopy;
 }
 
-namespace kiln::kernels {
-struct OptimTensors;
-}
-
 namespace kiln::optim::detail {
 
 // Points slot k of ts at p's low-precision copy (autocast's, engine/ops/amp.cpp) when it is
@@ -61,35 +58,3 @@ LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& t
 void low_precision_written(const Tensor& p, LowPrecisionCopy* lp);
 
 }  // namespace kiln::optim::detail
-
-namespace kiln::kernels {
-
-// Up to kMax parameters of one dtype t updated by one launch: p, g the parameter and its
-// gradient, contiguous; s0, s1 the state arrays in state_dtype(t) (SGD: the momentum buffer,
-// or 0 without momentum, with flags 1 on its first step, when it becomes a copy of g; Adam:
-// exp_avg, exp_avg_sq). step: the optimizer's per-step doubles on the device (step_values);
-// skip: an f32 flag on the device that, when nonzero, makes the launch change nothing (0: none).
-struct OptimTensors {
-  static constexpr int kMax = 32;
-  rt::DevicePtr p[kMax] = {}, g[kMax] = {}, s0[kMax] = {}, s1[kMax] = {};
-  // SGD and Adam also write each updated parameter, cast, to lp when lp_kind is 1 (f16) or 2
-  // (bf16): autocast's copy of it (0: none).
-  rt::DevicePtr lp[kMax] = {};
-  std::int64_t n[kMax] = {};
-  std::int32_t flags[kMax] = {};
-  std::int32_t lp_kind[kMax] = {};
-  int count = 0;
-};
-void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double momentum,
-                     double dampening, double weight_decay, bool nesterov, const rt::Stream& s);
-void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double beta1,
-                      double beta2, double eps, double weight_decay, bool decoupled, const rt::Stream& s);
-// GradScaler: the gradients ts.g (of dtype t) divided in place by the f32 *scale, with the f32
-// *found_inf set to 1 when one was inf or NaN; then the scale update (torch's _amp_update_scale_)
-// of the f32 scale and the i64 count of clean steps.
-void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, rt::DevicePtr found_inf,
-                          const rt::Stream& s);
-void launch_update_scale(rt::DevicePtr scale, rt::DevicePtr clean_steps, rt::DevicePtr found_inf, double growth,
-                         double backoff, std::int64_t interval, const rt::Stream& s);
-
-}  // namespace kiln::kernels

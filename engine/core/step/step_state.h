@@ -12,6 +12,7 @@
 #include "kiln/device.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/tensor.h"
+#include "backend/cuda/generated/step_io/step_io_kernels.h"
 
 namespace kiln {
 class Generator;
@@ -21,7 +22,7 @@ struct OpArgs;
 
 namespace kiln::step {
 
-using Words = std::array<std::uint64_t, 8>;
+using Words = kernels::StepWords;  // what the step I/O kernels store
 
 // A generator's (seed, offset) for random kernels inside a capture: the kernel reads the
 // pair at `state` and adds its offset relative to `base`.

@@ -1,7 +1,7 @@
-// Kernel specs and host launchers of kernel_templates/optim.cu: the fused multi-tensor SGD and
-// Adam updates and GradScaler's unscale, one tuple (t) per floating parameter dtype, and the
-// scale update (f32 only). The launchers are declared where
-// they are used (engine/optim/optim_common.h).
+// Kernel specs and host launchers of kernel_templates/optim.cu: one tuple (t) per floating
+// parameter dtype, and the scale update (f32 only).
+#include "optim_kernels.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -12,7 +12,6 @@
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
 #include "backend/cuda/launch_common.h"
-#include "optim_common.h"
 
 namespace kiln::kernels {
 
@@ -22,13 +21,13 @@ using rt::KernelSpec;
 
 // f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64. Every instance binds
 // both half headers: SGD and Adam also write autocast's f16/bf16 copies of the parameters.
-const KernelSpec& register_entry(const char* op, const char* entry) {
+const KernelSpec& register_optim_entry(const char* op, const char* entry) {
   return register_float_spec(op, "optim", entry, "S", true);
 }
 
-const KernelSpec& kSgd = register_entry("sgd_step", "kiln_sgd_step");
-const KernelSpec& kAdam = register_entry("adam_step", "kiln_adam_step");
-const KernelSpec& kUnscale = register_entry("unscale_grads", "kiln_unscale_grads");
+const KernelSpec& kSgd = register_optim_entry("sgd_step", "kiln_sgd_step");
+const KernelSpec& kAdam = register_optim_entry("adam_step", "kiln_adam_step");
+const KernelSpec& kUnscale = register_optim_entry("unscale_grads", "kiln_unscale_grads");
 
 // The scale update reads no tensor of a parameter's dtype: one f32 instance.
 const KernelSpec& register_update_scale() {
@@ -45,7 +44,7 @@ const KernelSpec& register_update_scale() {
 
 const KernelSpec& kUpdateScale = register_update_scale();
 
-rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
+rt::Function optim_function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());
 }
 
@@ -96,7 +95,7 @@ void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::De
   const TensorListArg a = list_arg(ts, cfg);
   if (cfg.grid.x == 0) return;
   const std::int32_t nest = nesterov ? 1 : 0;
-  rt::launch(function(kSgd, t, s), cfg, s, a, step, skip, momentum, dampening, weight_decay, nest);
+  rt::launch(optim_function(kSgd, t, s), cfg, s, a, step, skip, momentum, dampening, weight_decay, nest);
 }
 
 void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double beta1,
@@ -105,7 +104,7 @@ void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::D
   const TensorListArg a = list_arg(ts, cfg);
   if (cfg.grid.x == 0) return;
   const std::int32_t dec = decoupled ? 1 : 0;
-  rt::launch(function(kAdam, t, s), cfg, s, a, step, skip, beta1, beta2, eps, weight_decay, dec);
+  rt::launch(optim_function(kAdam, t, s), cfg, s, a, step, skip, beta1, beta2, eps, weight_decay, dec);
 }
 
 void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, rt::DevicePtr found_inf,
@@ -113,14 +112,14 @@ void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, 
   rt::LaunchConfig cfg;
   const TensorListArg a = list_arg(ts, cfg);
   if (cfg.grid.x == 0) return;
-  rt::launch(function(kUnscale, t, s), cfg, s, a, scale, found_inf);
+  rt::launch(optim_function(kUnscale, t, s), cfg, s, a, scale, found_inf);
 }
 
 void launch_update_scale(rt::DevicePtr scale, rt::DevicePtr clean_steps, rt::DevicePtr found_inf, double growth,
                          double backoff, std::int64_t interval, const rt::Stream& s) {
   rt::LaunchConfig cfg;
   cfg.block.x = 32;
-  rt::launch(function(kUpdateScale, DType::f32, s), cfg, s, scale, clean_steps, found_inf, growth, backoff, interval);
+  rt::launch(optim_function(kUpdateScale, DType::f32, s), cfg, s, scale, clean_steps, found_inf, growth, backoff, interval);
 }
 
 }  // namespace kiln::kernels

@@ -1,19 +1,20 @@
 // Kernel specs and launchers of kernel_templates/step_io.cu.
+#include "step_io_kernels.h"
+
 #include <algorithm>
 
-#include "capture.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/device.h"
 
-namespace kiln::compile_detail {
+namespace kiln::kernels {
 
 namespace {
 
 // The kernels take no dtype; one tuple keeps them in the registry `jitcc warm` walks.
-const rt::KernelSpec& register_entry(const char* op, const char* entry) {
+const rt::KernelSpec& register_step_entry(const char* op, const char* entry) {
   rt::KernelSpec s;
   s.op = op;
   s.template_name = "step_io";
@@ -23,10 +24,10 @@ const rt::KernelSpec& register_entry(const char* op, const char* entry) {
   return rt::register_kernel(std::move(s));
 }
 
-const rt::KernelSpec& kStore = register_entry("store_words", "kiln_store_words");
-const rt::KernelSpec& kCopy = register_entry("copy_inputs", "kiln_copy_inputs");
+const rt::KernelSpec& kStore = register_step_entry("store_words", "kiln_store_words");
+const rt::KernelSpec& kCopy = register_step_entry("copy_inputs", "kiln_copy_inputs");
 
-rt::Function function(const rt::KernelSpec& spec, int device) {
+rt::Function step_function(const rt::KernelSpec& spec, int device) {
   return rt::get_function(spec, DTypes{DType::u8}, 0, device);
 }
 
@@ -39,7 +40,7 @@ struct CopiesArg {
   int count;
 };
 
-WordsArg words_arg(const Words& words) {
+WordsArg words_arg(const StepWords& words) {
   WordsArg a{};
   std::copy(words.begin(), words.end(), a.w);
   return a;
@@ -57,15 +58,15 @@ CopiesArg copies_arg(const InputCopies& c) {
 }  // namespace
 
 void load_step_kernels(int device) {
-  function(kStore, device);
-  function(kCopy, device);
+  step_function(kStore, device);
+  step_function(kCopy, device);
 }
 
-void launch_store_words(rt::DevicePtr dst, const Words& words, int count, const rt::Stream& s) {
+void launch_store_words(rt::DevicePtr dst, const StepWords& words, int count, const rt::Stream& s) {
   const WordsArg a = words_arg(words);
   rt::LaunchConfig cfg;
   cfg.block.x = 32;
-  rt::launch(function(kStore, s.device()), cfg, s, dst, a, count);
+  rt::launch(step_function(kStore, s.device()), cfg, s, dst, a, count);
 }
 
 void launch_copy_inputs(const InputCopies& copies, const rt::Stream& s) {
@@ -75,10 +76,10 @@ void launch_copy_inputs(const InputCopies& copies, const rt::Stream& s) {
   const CopiesArg a = copies_arg(copies);
   rt::LaunchConfig cfg = rt::linear_config(std::max<std::uint64_t>(most / 16, 1), 256, 1024);
   cfg.grid.y = static_cast<unsigned>(copies.count);
-  rt::launch(function(kCopy, s.device()), cfg, s, a);
+  rt::launch(step_function(kCopy, s.device()), cfg, s, a);
 }
 
-void set_store_args(rt::Graph& g, void* node, rt::DevicePtr dst, const Words& words, int count) {
+void set_store_args(rt::Graph& g, void* node, rt::DevicePtr dst, const StepWords& words, int count) {
   WordsArg a = words_arg(words);
   void* args[] = {&dst, &a, &count};
   g.set_kernel_args(node, args);
@@ -90,4 +91,4 @@ void set_copy_args(rt::Graph& g, void* node, const InputCopies& copies) {
   g.set_kernel_args(node, args);
 }
 
-}  // namespace kiln::compile_detail
+}  // namespace kiln::kernels

@@ -1,0 +1,35 @@
+#pragma once
+// The kernels a compiled step launches itself (kernel_templates/step_io.cu): words stored on the
+// device by each replay (step counts, generator offsets), and the call's inputs copied into the
+// graph's static buffers, up to kMax per launch. Their arguments are refreshed in the graph
+// between replays (rt::Graph::set_kernel_args).
+#include <array>
+#include <cstdint>
+
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln::rt {
+class Graph;
+}
+
+namespace kiln::kernels {
+
+using StepWords = std::array<std::uint64_t, 8>;
+
+struct InputCopies {
+  static constexpr int kMax = 8;
+  std::uint64_t dst[kMax] = {}, src[kMax] = {}, bytes[kMax] = {};
+  int count = 0;
+};
+
+// Loads both kernels before a capture, which cannot load modules.
+void load_step_kernels(int device);
+// Stores the first `count` words at dst.
+void launch_store_words(rt::DevicePtr dst, const StepWords& words, int count, const rt::Stream& s);
+void launch_copy_inputs(const InputCopies& copies, const rt::Stream& s);
+// The same launches' arguments, set on their captured nodes.
+void set_store_args(rt::Graph& g, void* node, rt::DevicePtr dst, const StepWords& words, int count);
+void set_copy_args(rt::Graph& g, void* node, const InputCopies& copies);
+
+}  // namespace kiln::kernels
