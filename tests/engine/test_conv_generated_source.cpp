@@ -43,6 +43,23 @@ std::string source_of(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType 
   return l ? kernels::source(*l) : std::string();
 }
 
+// Kind k's sources in bf16, f16 and TF32 for every pass and shape given, each required to apply
+// and be fully instantiated (the source becomes a generated template, instantiated again).
+std::vector<std::string> sources_for(ConvKernel k, std::initializer_list<ConvPass> passes,
+                                     std::initializer_list<ConvGeometry> shapes) {
+  std::vector<std::string> sources;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (ConvPass pass : passes)
+      for (const ConvGeometry& s : shapes) {
+        CAPTURE(kernels::pass_name(pass));
+        CAPTURE(s.text());
+        sources.push_back(source_of(k, pass, s, t));
+        REQUIRE_FALSE(sources.back().empty());
+        CHECK(rt::template_placeholders(sources.back()).empty());
+      }
+  return sources;
+}
+
 // Compiles the sources (for each arch, through the test run's cache, on every thread) and
 // checks that each compiled and its PTX holds `needle`. Returns how many compiled.
 int check_compiles(std::string_view kind, const std::vector<std::string>& sources, const std::string& entry,
@@ -67,37 +84,22 @@ int check_compiles(std::string_view kind, const std::vector<std::string>& source
 }  // namespace
 
 TEST_CASE("generated convolution kernels compile for every pass and MMA type") {
-  const ConvGeometry shapes[] = {
-      make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),    // the MNIST cnn's conv1
-      make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),   // and conv2: split-K weight gradient
-      make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2),         // strided, dilated, grouped, odd
-      make(1, 5, 4, 4, 130, 1, 1, 0, 1, 1),       // 1x1, batch 1, many outputs
-  };
-  std::vector<std::string> sources;
-  for (DType t : {DType::bf16, DType::f16, DType::f32})
-    for (int pass = 0; pass < 3; ++pass)
-      for (const ConvGeometry& s : shapes) {
-        const std::string src = source_of(ConvKernel::igemm, static_cast<ConvPass>(pass), s, t);
-        REQUIRE_FALSE(src.empty());
-        // Fully instantiated: the source becomes a generated template, instantiated again.
-        CHECK(rt::template_placeholders(src).empty());
-        sources.push_back(src);
-      }
+  const std::vector<std::string> sources = sources_for(
+      ConvKernel::igemm, {ConvPass::forward, ConvPass::grad_input, ConvPass::grad_weight},
+      {
+          make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),   // the MNIST cnn's conv1
+          make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1),  // and conv2: split-K weight gradient
+          make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2),        // strided, dilated, grouped, odd
+          make(1, 5, 4, 4, 130, 1, 1, 0, 1, 1),      // 1x1, batch 1, many outputs
+      });
   CHECK(check_compiles("check_conv_igemm", sources, "kiln_conv_igemm", "mma.sync.aligned", {80, 90}) == 3 * 3 * 4 * 2);
 }
 
 TEST_CASE("patch convolutions compile where they apply: stride 1, channels in blocks of 8") {
   const ConvGeometry conv2 = make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), grouped = make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2);
   const ConvGeometry speedrun2 = make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1);  // 24 channels: zero-padded to 32
-  std::vector<std::string> sources;
-  for (DType t : {DType::bf16, DType::f16, DType::f32})
-    for (bool flip : {false, true})
-      for (const ConvGeometry& s : {conv2, grouped, speedrun2}) {
-        const std::string src = source_of(ConvKernel::patch, flip ? ConvPass::grad_input : ConvPass::forward, s, t);
-        REQUIRE_FALSE(src.empty());
-        CHECK(rt::template_placeholders(src).empty());
-        sources.push_back(src);
-      }
+  const std::vector<std::string> sources =
+      sources_for(ConvKernel::patch, {ConvPass::forward, ConvPass::grad_input}, {conv2, grouped, speedrun2});
   CHECK(check_compiles("check_conv_patch", sources, "kiln_conv_patch", "mma.sync.aligned") == 18);
   // Strided, or 1 input channel (the MNIST cnn's conv1), or padding wider than the kernel's
   // reach for the input gradient: the patch kernel declines, the implicit GEMM takes them.
@@ -110,15 +112,10 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
 }
 
 TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in blocks of 8") {
-  std::vector<std::string> sources;
-  for (DType t : {DType::bf16, DType::f16, DType::f32})
-    for (const ConvGeometry& s : {make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), make(3, 40, 6, 7, 70, 3, 1, 1, 1, 1),
-                               make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2)}) {
-      const std::string src = source_of(ConvKernel::wgrad, ConvPass::grad_weight, s, t);
-      REQUIRE_FALSE(src.empty());
-      CHECK(rt::template_placeholders(src).empty());
-      sources.push_back(src);
-    }
+  const std::vector<std::string> sources =
+      sources_for(ConvKernel::wgrad, {ConvPass::grad_weight},
+                  {make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), make(3, 40, 6, 7, 70, 3, 1, 1, 1, 1),
+                   make(2, 32, 9, 11, 64, 3, 1, 2, 2, 2)});
   CHECK(check_compiles("check_conv_wgrad", sources, "kiln_conv_wgrad", "mma.sync.aligned") == 9);
   CHECK_FALSE(launch_of(ConvKernel::wgrad, ConvPass::grad_weight, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16));
   CHECK_FALSE(launch_of(ConvKernel::wgrad, ConvPass::grad_weight, make(2, 32, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16));
@@ -126,15 +123,10 @@ TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in b
 }
 
 TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or strided") {
-  std::vector<std::string> sources;
-  for (DType t : {DType::bf16, DType::f16, DType::f32})
-    for (const ConvGeometry& s : {make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),
-                               make(2, 3, 10, 11, 5, 3, 2, 1, 2, 1)}) {
-      const std::string src = source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, s, t);
-      REQUIRE_FALSE(src.empty());
-      CHECK(rt::template_placeholders(src).empty());
-      sources.push_back(src);
-    }
+  const std::vector<std::string> sources =
+      sources_for(ConvKernel::wgrad_small, {ConvPass::grad_weight},
+                  {make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1),
+                   make(2, 3, 10, 11, 5, 3, 2, 1, 2, 1)});
   CHECK(check_compiles("check_conv_wgrad_small", sources, "kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce") ==
         9);
   // Over 256 kernel rows, or grouped: the tensor-core kernels take them.
