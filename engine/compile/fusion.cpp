@@ -6,26 +6,14 @@
 #include "fusion_group.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <utility>
 #include <vector>
 
-#include "kiln/runtime/generated_kernels.h"
-#include "kiln/runtime/kernel_registry.h"
-#include "kiln/runtime/launch.h"
-#include "kiln/runtime/module_cache.h"
-#include "backend/cuda/layout.h"
 #include "core/registry.h"
 #include "core/tensor/tensor_impl.h"
 
 namespace kiln::compile_detail {
-
-namespace {
-
-constexpr int kMaxOperands = 8;  // outputs written plus distinct outside inputs
-
-}  // namespace
 
 struct Fusion {
   Device device;
@@ -73,19 +61,7 @@ bool joins(const Fusion& f, std::span<const Tensor> inputs, const Tensor& out) {
     if (producer(f.ops, in) < 0 &&
         std::none_of(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); }))
       ext.push_back(in);
-  return static_cast<int>(ext.size() + f.ops.size() + 1) <= kMaxOperands;
-}
-
-template <int N>
-void launch_n(const rt::Function& fn, const Shape& shape, const std::vector<kernels::Operand>& operands,
-              std::vector<rt::DevicePtr>& ptrs, const rt::Stream& s, int device) {
-  std::array<const kernels::Operand*, N> ops{};
-  for (int k = 0; k < N; ++k) ops[static_cast<std::size_t>(k)] = &operands[static_cast<std::size_t>(k)];
-  kernels::Layout<N> L = kernels::make_layout<N>("fused", shape, ops);
-  std::vector<void*> args{&L};
-  for (rt::DevicePtr& p : ptrs) args.push_back(&p);
-  args.push_back(nullptr);
-  rt::launch_raw(fn, kernels::grid_stride_config(static_cast<std::uint64_t>(L.n), device), s, args.data());
+  return static_cast<int>(ext.size() + f.ops.size() + 1) <= kernels::kMaxFusedOperands;
 }
 
 void run(std::vector<Pending> ops) {
@@ -107,27 +83,11 @@ void run(std::vector<Pending> ops) {
     p.op->gpu(OpArgs{*p.op, p.inputs, p.attrs, p.output.device()}, std::span<Tensor>(&p.output, 1));
     return;
   }
-  const int nop = static_cast<int>(stored.size() + ext.size());
   const Shape shape = ops.front().output.shape();
-  const int device = ops.front().output.device().index();
-  const rt::Function fn = fused_function(ops, ext, stored, nop, device);
   std::vector<kernels::Operand> operands;
-  std::vector<rt::DevicePtr> ptrs;
   for (int k : stored) operands.push_back(gpu::operand(ops[static_cast<std::size_t>(k)].output));
   for (const Tensor& e : ext) operands.push_back(gpu::operand(e, shape));
-  for (const Tensor& e : ext) ptrs.push_back(device_address(e));
-  for (int k : stored) ptrs.push_back(device_address(ops[static_cast<std::size_t>(k)].output));
-  const rt::Stream& s = stream_of(ops.front().output.device());
-  switch (nop) {
-    case 1: return launch_n<1>(fn, shape, operands, ptrs, s, device);
-    case 2: return launch_n<2>(fn, shape, operands, ptrs, s, device);
-    case 3: return launch_n<3>(fn, shape, operands, ptrs, s, device);
-    case 4: return launch_n<4>(fn, shape, operands, ptrs, s, device);
-    case 5: return launch_n<5>(fn, shape, operands, ptrs, s, device);
-    case 6: return launch_n<6>(fn, shape, operands, ptrs, s, device);
-    case 7: return launch_n<7>(fn, shape, operands, ptrs, s, device);
-    default: return launch_n<8>(fn, shape, operands, ptrs, s, device);
-  }
+  kernels::launch_fused(describe(ops, ext, stored), shape, operands, stream_of(ops.front().output.device()));
 }
 
 }  // namespace

@@ -5,8 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/runtime/generated_kernels.h"
-#include "backend/cuda/launch_common.h"
+#include "backend/cuda/generated/fused/fused_kernels.h"
 #include "core/registry.h"
 
 namespace kiln::compile_detail {
@@ -32,9 +31,9 @@ std::vector<Tensor> outside_inputs(const std::vector<Pending>& ops);
 // Where input `in` of an op comes from: 't' + the producing op, or 'v' + its outside index.
 std::pair<char, int> source_of(const std::vector<Pending>& ops, const std::vector<Tensor>& ext, const Tensor& in);
 
-// The group's kernel (entry kiln_fused) loaded on `device`, keyed by everything its source
-// depends on; the source and label are made only the first time the key is met.
-rt::Function fused_function(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
-                            const std::vector<int>& stored, int nop, int device);
+// The group as the fused kernel family takes it: ext its outside inputs (outside_inputs),
+// stored the ops whose results are written.
+kernels::FusedGroup describe(const std::vector<Pending>& ops, const std::vector<Tensor>& ext,
+                             const std::vector<int>& stored);
 
 }  // namespace kiln::compile_detail
