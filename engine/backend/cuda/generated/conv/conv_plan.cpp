@@ -20,6 +20,8 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;  // clang 14 deduces no aggregate's arguments
 
 conv_kinds::Module module_of(const ConvLaunch& l) {
   rt::GeneratedKey key(module_kind(l.kernel));
