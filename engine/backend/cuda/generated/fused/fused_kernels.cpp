@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/cuda/layout.h"
+#include "kiln/error.h"
 #include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/launch.h"
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kiln/dtype.h"
+#include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
