@@ -24,8 +24,8 @@ struct FusedInput {
 };
 
 struct FusedOp {
-  std::string name;       // the op's, for the module's label
-  std::string_view expr;  // its device expression over x, or a and b (the registry keeps it)
+  std::string_view name;  // the op's, for the module's label (the registry keeps both)
+  std::string_view expr;  // its device expression over x, or a and b
   DType in = DType::f32, out = DType::f32;  // its inputs' dtype and its output's
   std::pair<double, double> params{};       // p0, p1
   std::vector<FusedInput> inputs;           // one or two
