@@ -96,19 +96,19 @@ Setup setup(const Product& p, DType t) {
   auto ptr = [](const Tensor& x) { return x.data_ptr(); };
   if (p.op == "fwd") {  // y^T (O x B) = W^T' (O x I) @ x^T (I x B)
     s.a = randn({B, I}, o), s.b = randn({O, I}, o), s.bias = randn({O}, o), s.d = empty({B, O}, o);
-    s.kiln = [=] { (void)linear(s.a, s.b, s.bias); };
+    s.kiln = [x = s.a, w = s.b, bias = s.bias] { (void)linear(x, w, bias); };
     s.lt = {O, B, I, true, false, I, I, O, bench::LtEpilogue::bias, ptr(s.b), ptr(s.a), ptr(s.d), ptr(s.bias)};
   } else if (p.op == "dgrad") {  // dx^T (I x B) = W^T (I x O) @ gp^T (O x B)
     s.a = randn({B, O}, o), s.b = randn({O, I}, o), s.d = empty({B, I}, o);
-    s.kiln = [=] { (void)matmul(s.a, s.b); };
+    s.kiln = [a = s.a, b = s.b] { (void)matmul(a, b); };
     s.lt = {I, B, O, false, false, I, O, I, bench::LtEpilogue::none, ptr(s.b), ptr(s.a), ptr(s.d), nullptr};
   } else if (p.op == "wgrad") {  // dW^T (I x O) = x^T (I x B) @ gp (B x O), db = sums of gp over B
     s.a = randn({B, O}, o), s.b = randn({B, I}, o), s.d = empty({O, I}, o), s.dbias = empty({O}, o);
-    s.kiln = [=] { (void)linear_grads(s.a, s.b); };
+    s.kiln = [gp = s.a, x = s.b] { (void)linear_grads(gp, x); };
     s.lt = {I, O, B, false, true, I, O, I, bench::LtEpilogue::bgrad_b, ptr(s.b), ptr(s.a), ptr(s.d), ptr(s.dbias)};
   } else {  // C^T = B^T @ A^T
     s.a = randn({B, I}, o), s.b = randn({I, O}, o), s.d = empty({B, O}, o);
-    s.kiln = [=] { (void)matmul(s.a, s.b); };
+    s.kiln = [a = s.a, b = s.b] { (void)matmul(a, b); };
     s.lt = {O, B, I, false, false, O, I, O, bench::LtEpilogue::none, ptr(s.b), ptr(s.a), ptr(s.d), nullptr};
   }
   return s;
