@@ -7,7 +7,9 @@
 //   shapes     the cnn's conv1 x(128,1,28,28) w(32,1,5,5) pad 2 and conv2 x(128,32,14,14)
 //              w(64,32,5,5) pad 2; the speedrun's (batch 256, no padding) sr1 x(256,1,28,28)
 //              w(24,1,5,5) and sr2 x(256,24,12,12) w(32,24,3,3); conv2_b1024, conv2 at batch
-//              1024; or instead each --shape N,C,H,W,O,kh,kw,stride,pad
+//              1024; three shapes no MNIST model has, all at batch 64: res64 3x3 64->64 at 56x56,
+//              res128 3x3 128->128 at 28x28, proj256 1x1 256->64 at 56x56 (pad 1, 1, 0); or
+//              instead each --shape N,C,H,W,O,kh,kw,stride,pad
 // A row's time is the median microseconds per call over --reps event-timed batches of --calls
 // calls back to back, after --warmup untimed batches (NVRTC compiles, cuBLAS heuristics and
 // pool growth fall there); first_ms is the host time of the very first call, compiles
@@ -52,7 +54,10 @@ const std::vector<ConvShape> kCnnShapes = {{"conv1", 128, 1, 28, 28, 32, 5, 5, 1
                                            {"conv2", 128, 32, 14, 14, 64, 5, 5, 1, 2},
                                            {"sr1", 256, 1, 28, 28, 24, 5, 5, 1, 0},
                                            {"sr2", 256, 24, 12, 12, 32, 3, 3, 1, 0},
-                                           {"conv2_b1024", 1024, 32, 14, 14, 64, 5, 5, 1, 2}};
+                                           {"conv2_b1024", 1024, 32, 14, 14, 64, 5, 5, 1, 2},
+                                           {"res64", 64, 64, 56, 56, 64, 3, 3, 1, 1},
+                                           {"res128", 64, 128, 28, 28, 128, 3, 3, 1, 1},
+                                           {"proj256", 64, 256, 56, 56, 64, 1, 1, 1, 0}};
 
 // "N,C,H,W,O,kh,kw,stride,pad" -> a shape named "shape<index>".
 ConvShape parse_shape(const std::string& text, std::size_t index) {
@@ -165,7 +170,7 @@ int main(int argc, char** argv) {
   Settings set;
   app.add_option("--shape", shape_args,
                  "N,C,H,W,O,kh,kw,stride,pad (repeatable; default: the MNIST cnn's conv1 and conv2, the speedrun's "
-                 "sr1 and sr2, conv2 at batch 1024)");
+                 "sr1 and sr2, conv2 at batch 1024, res64, res128 and proj256 at batch 64)");
   app.add_option("--precision", precision_args, "bf16, tf32 or f32 (repeatable; default: all three)")
       ->check(CLI::IsMember({"bf16", "tf32", "f32"}));
   app.add_option("--reps", set.reps, "Event-timed batches per row; the median is reported")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch (cuDNN) twin of bench_conv (tools/bench/bench_conv.cpp): the same shapes (by
 default the MNIST cnn's conv1 and conv2 at batch 128, the speedrun's sr1 and sr2 at batch
-256, and conv2_b1024, conv2 at batch 1024), precisions and ops, timed the same way (median
+256, conv2_b1024, conv2 at batch 1024, and res64, res128 and proj256 at batch 64), precisions and ops, timed the same way (median
 microseconds per call over --reps event-timed batches of --calls calls, after --warmup
 untimed batches), with torch.backends.cudnn.benchmark on:
 
@@ -29,7 +29,8 @@ PRECISIONS = ("bf16", "tf32", "f32")
 # bench_conv's kCnnShapes, names included: rows are matched by spec, shown by name.
 CNN_SHAPES = (("conv1", "128,1,28,28,32,5,5,1,2"), ("conv2", "128,32,14,14,64,5,5,1,2"),
               ("sr1", "256,1,28,28,24,5,5,1,0"), ("sr2", "256,24,12,12,32,3,3,1,0"),
-              ("conv2_b1024", "1024,32,14,14,64,5,5,1,2"))
+              ("conv2_b1024", "1024,32,14,14,64,5,5,1,2"), ("res64", "64,64,56,56,64,3,3,1,1"),
+              ("res128", "64,128,28,28,128,3,3,1,1"), ("proj256", "64,256,56,56,64,1,1,1,0"))
 
 
 def parse_shape(text):
