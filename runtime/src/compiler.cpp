@@ -16,9 +16,9 @@
 #include <sstream>
 
 #include "check.h"
-#include "nvrtc_run.h"
 #include "kiln/error.h"
 #include "kiln/runtime/log.h"
+#include "nvrtc_run.h"
 
 namespace kiln::rt {
 
@@ -117,9 +117,18 @@ std::vector<std::string> cuda_include_dirs() {
   return dirs;
 }
 
-std::vector<std::string> nvrtc_options(int arch) {
+bool wants_arch_specific(std::string_view source) {
+  constexpr std::string_view kLine = "#define KILN_ARCH_SPECIFIC 1\n";
+  return source.starts_with(kLine) || source.find("\n" + std::string(kLine)) != std::string_view::npos;
+}
+
+std::vector<std::string> nvrtc_options(int arch, bool arch_specific) {
   std::vector<std::string> opts{"-std=c++17", "-default-device", "-DKILN_NVRTC=1"};
-  if (nvrtc_can_emit_cubin(arch)) {
+  if (arch_specific) {
+    if (!nvrtc_can_emit_cubin(arch))
+      throw ValueError("[nvrtc] NVRTC " + nvrtc_version() + " cannot target sm_" + std::to_string(arch) + "a");
+    opts.push_back("-arch=sm_" + std::to_string(arch) + "a");
+  } else if (nvrtc_can_emit_cubin(arch)) {
     opts.push_back("-arch=sm_" + std::to_string(arch));
   } else {
     // Newer GPU than this NVRTC knows: emit PTX for the newest arch it has; the driver JITs it.
@@ -135,7 +144,8 @@ std::vector<std::string> nvrtc_options(int arch) {
 
 CompiledModule compile(const CompileRequest& req) {
   auto start = std::chrono::steady_clock::now();
-  const NvrtcRequest nvrtc{req.source, req.op + ".cu", nvrtc_options(req.arch), nvrtc_can_emit_cubin(req.arch)};
+  const NvrtcRequest nvrtc{req.source, req.op + ".cu", nvrtc_options(req.arch, wants_arch_specific(req.source)),
+                           nvrtc_can_emit_cubin(req.arch)};
   NvrtcOutput out = run_nvrtc(nvrtc);
   if (!out.ok) {
     std::string why, log = out.log.empty() ? nvrtcGetErrorString(static_cast<nvrtcResult>(out.result)) : out.log;

@@ -66,7 +66,8 @@ namespace kiln::rt {
   X(cuGraphNodeGetType)            \
   X(cuGraphKernelNodeGetParams)    \
   X(cuGraphExecKernelNodeSetParams) \
-  X(cuFuncGetName)
+  X(cuFuncGetName)                 \
+  X(cuTensorMapEncodeTiled)
 
 struct Driver {
 #define KILN_DECLARE_PTR(name) decltype(&::name) name = nullptr;

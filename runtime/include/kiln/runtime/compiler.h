@@ -1,6 +1,7 @@
 #pragma once
 // NVRTC: instantiated source -> PTX and, where NVRTC supports the arch, CUBIN.
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::rt {
@@ -20,8 +21,13 @@ struct CompiledModule {
 
 // Throws CompileError (log, numbered source, and the file it was written to) on failure.
 CompiledModule compile(const CompileRequest& req);
-// Every NVRTC option `compile` passes for `arch` (part of the disk cache key).
-std::vector<std::string> nvrtc_options(int arch);
+// Every NVRTC option `compile` passes for `arch` (part of the disk cache key). `arch_specific`
+// targets sm_XXa, whose features (wgmma, setmaxnreg) run on that arch alone; ValueError when
+// this NVRTC cannot emit CUBIN for it.
+std::vector<std::string> nvrtc_options(int arch, bool arch_specific = false);
+// Whether `source` asks for the arch-specific target: it defines KILN_ARCH_SPECIFIC on a line
+// of its own. compile() and the cache keys both read it from the source.
+bool wants_arch_specific(std::string_view source);
 std::string nvrtc_version();          // "13.0"
 bool nvrtc_can_emit_cubin(int arch);  // from nvrtcGetSupportedArchs
 // Directories NVRTC searches for cuda_fp16.h etc.: KILN_CUDA_INCLUDE (':'-separated),

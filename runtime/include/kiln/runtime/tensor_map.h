@@ -1,0 +1,27 @@
+#pragma once
+// TMA descriptors: how the tensor memory accelerator reads a matrix in tiles. A kernel takes one
+// by value (a __grid_constant__ parameter) and names it in its bulk tensor copies.
+#include <cstdint>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln::rt {
+
+// A CUtensorMap's 128 opaque bytes.
+struct alignas(128) TensorMap {
+  std::uint64_t words[16]{};
+};
+
+// A row-major (rows x cols) matrix of f32, f16 or bf16 with row stride `ld` elements, read in
+// boxes of box_rows x box_cols with the 128-byte swizzle (so box_cols * element size must be
+// 128 bytes). Elements past the matrix read as zero. ValueError names what TMA cannot take:
+// a base or row stride that is not a multiple of 16 bytes, a box row other than 128 bytes, a
+// box taller than 256 rows.
+TensorMap tiled_tensor_map_128b(DevicePtr base, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                int box_rows, int box_cols);
+
+// Whether tiled_tensor_map_128b takes a matrix at `base` with row stride `ld` elements.
+bool tensor_map_fits(DevicePtr base, DType dtype, std::int64_t ld);
+
+}  // namespace kiln::rt
