@@ -1,0 +1,131 @@
+// The GEMM family's plans, its module per launch (keyed by the kind, tile, stages and the
+// geometry; the source built on a miss) and its launch with the operands' TMA descriptors.
+#include "gemm_plan.h"
+
+#include <algorithm>
+
+#include "backend/cuda/launch_common.h"
+#include "kiln/error.h"
+#include "kiln/runtime/launch.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+#include "kiln/runtime/tensor_map.h"
+
+namespace kiln::kernels {
+
+namespace {
+
+constexpr int kBarrierBytes = 2 * 8;  // a full and an empty mbarrier per stage
+constexpr int kAlignSlack = 1024;     // the kernel rounds its tiles up to a 1024-byte boundary
+
+std::int64_t shared_bytes(int bm, int bn, int stages) {
+  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + kAlignSlack;
+}
+
+// As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
+int stages_for(int bm, int bn, const GemmTarget& t) {
+  int s = 8;
+  while (s > 2 && shared_bytes(bm, bn, s) > t.max_shared) --s;
+  return shared_bytes(bm, bn, s) <= t.max_shared ? s : 0;
+}
+
+rt::Function kernel_of(const GemmLaunch& l, int device) {
+  rt::GeneratedKey key("gemm_wgmma");
+  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid);
+  l.g.add_to(key);
+  const auto module = rt::generated_kernels(key, [&] {
+    return rt::GeneratedModule{source(l), "gemm " + l.text() + " " + math_name(l.g.math), entry_points(l)};
+  });
+  return rt::generated_function(module, "kiln_gemm_wgmma", device);
+}
+
+}  // namespace
+
+const char* math_name(GemmMath m) {
+  static const char* names[] = {"bf16", "f16", "tf32"};
+  return names[static_cast<int>(m)];
+}
+
+DType input_dtype(GemmMath m) {
+  static const DType dtypes[] = {DType::bf16, DType::f16, DType::f32};
+  return dtypes[static_cast<int>(m)];
+}
+
+const char* epilogue_name(GemmEpilogue e) {
+  static const char* names[] = {"none", "bias", "relu_bias"};
+  return names[static_cast<int>(e)];
+}
+
+const char* kernel_name(GemmKernel) { return "wgmma"; }
+
+void GemmGeometry::add_to(rt::GeneratedKey& key) const { key.add(m, n, k, lda, ldb, ldd, math, epilogue); }
+
+std::string GemmGeometry::text() const {
+  std::string t;
+  for (std::int64_t v : {m, n, k, lda, ldb, ldd}) t += std::to_string(v) + " ";
+  return t + math_name(math) + " " + epilogue_name(epilogue);
+}
+
+std::string GemmTile::text() const { return bm > 0 ? std::to_string(bm) + "x" + std::to_string(bn) : std::string(); }
+
+std::string GemmLaunch::text() const {
+  return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
+         std::to_string(stages);
+}
+
+std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
+  if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1) return std::nullopt;
+  const DType t = input_dtype(g.math);
+  const auto es = static_cast<std::int64_t>(dtype_size(t));
+  if ((g.lda * es) % 16 != 0 || (g.ldb * es) % 16 != 0 || g.lda < g.k || g.ldb < g.k || g.ldd < g.n)
+    return std::nullopt;
+  GemmLaunch l;
+  l.g = g;
+  // Wide tiles where the output fills the SMs with them; narrower where it would not.
+  l.bm = 128;
+  l.bn = g.n <= 64 ? std::max<int>(16, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
+  if (l.bn == 256 && ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
+  if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
+  if ((l.bm != 64 && l.bm != 128) || l.bn < 16 || l.bn > 256 || l.bn % 16 != 0) return std::nullopt;
+  l.stages = stages_for(l.bm, l.bn, target);
+  if (l.stages == 0) return std::nullopt;
+  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages);
+  const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(g.n, l.bn);
+  l.grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, target.sm_count)));
+  return l;
+}
+
+std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
+  std::vector<GemmTile> out;
+  for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})
+    if ((c.bm != h.bm || c.bn != h.bn) && c.bn < 2 * h.g.n + 16) out.push_back(c);
+  return out;
+}
+
+bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
+  const DType t = input_dtype(l.g.math);
+  return rt::tensor_map_fits(ops.a, t, l.g.lda) && rt::tensor_map_fits(ops.b, t, l.g.ldb) && ops.d % 16 == 0 &&
+         (l.g.epilogue == GemmEpilogue::none || ops.bias != 0);
+}
+
+std::vector<std::string> entry_points(const GemmLaunch&) { return {"kiln_gemm_wgmma"}; }
+
+void launch(const GemmLaunch& l, const GemmOperands& ops) {
+  if (!ops.stream) throw ValueError("[gemm] launch needs a stream");
+  if (!operands_fit(l, ops))
+    throw ValueError("[gemm] " + l.text() + ": operands must be 16-byte aligned (and a bias given for its epilogue)");
+  const DType t = input_dtype(l.g.math);
+  const int box_k = static_cast<int>(128 / dtype_size(t));
+  const rt::TensorMap map_a = rt::tiled_tensor_map_128b(ops.a, t, l.g.m, l.g.k, l.g.lda, l.bm, box_k);
+  const rt::TensorMap map_b = rt::tiled_tensor_map_128b(ops.b, t, l.g.n, l.g.k, l.g.ldb, l.bn, box_k);
+  const rt::Function fn = kernel_of(l, ops.stream->device());
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(l.grid);
+  cfg.block.x = static_cast<unsigned>((l.bm / 64 + 1) * 128);
+  cfg.shared_bytes = static_cast<unsigned>(l.shared_bytes);
+  rt::DevicePtr d = ops.d, bias = ops.bias;
+  void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &bias};
+  rt::launch_raw(fn, cfg, *ops.stream, args);
+}
+
+}  // namespace kiln::kernels

@@ -1,0 +1,85 @@
+#pragma once
+// The generated GEMM kernels (kernel_templates/gemm_*.cu): D (m x n, row stride ldd) =
+// A (m x k) @ B (n x k)^T with both operands K-major (row strides lda and ldb), f32 sums, and
+// an epilogue applied to each sum before it is stored in D's dtype. plan() gives a kind's
+// launch for a problem, or none where the kind does not apply; source() builds the module a
+// launch runs and launch() runs it. Every kernel is instantiated per exact shape.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/generated_kernels.h"
+#include "kiln/runtime/memory.h"
+
+namespace kiln::kernels {
+
+// The arithmetic: 16-bit inputs, or f32 inputs on the TF32 tensor cores.
+enum class GemmMath { bf16 = 0, f16 = 1, tf32 = 2 };
+const char* math_name(GemmMath m);  // "bf16", "f16", "tf32"
+DType input_dtype(GemmMath m);      // bf16, f16, f32
+
+// What happens to a sum before it is stored: nothing, + bias[column], or + bias then ReLU
+// (NaN kept, as relu keeps it). The bias has D's dtype.
+enum class GemmEpilogue { none = 0, bias = 1, relu_bias = 2 };
+const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
+
+// One problem, listed once: its key words and its text.
+struct GemmGeometry {
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+  GemmMath math = GemmMath::bf16;
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  void add_to(rt::GeneratedKey& key) const;
+  // "m n k lda ldb ldd math epilogue": the tuner's problem text.
+  std::string text() const;
+};
+
+// The limits a plan is made for.
+struct GemmTarget {
+  int arch = 90;
+  int sm_count = 132;
+  int max_shared = 227 * 1024;  // bytes per block after opting in
+};
+
+// The operands as device pointers on one device: A, B and D (and the bias) of the math's dtype.
+struct GemmOperands {
+  rt::DevicePtr a = 0, b = 0, d = 0, bias = 0;
+  const rt::Stream* stream = nullptr;
+};
+
+enum class GemmKernel {
+  wgmma = 0,  // sm_90a: TMA loads, warpgroup MMA, producer/consumer warpgroups, persistent (gemm_wgmma.cu)
+};
+const char* kernel_name(GemmKernel k);  // "wgmma"
+
+// What the tuner varies beside the heuristic's choice (0: the heuristic's).
+struct GemmTile {
+  int bm = 0, bn = 0;
+  std::string text() const;  // "", "128x256"
+};
+
+struct GemmLaunch {
+  GemmKernel kernel = GemmKernel::wgmma;
+  GemmGeometry g{};
+  int bm = 128, bn = 128, stages = 4, group_m = 8, grid = 1;
+  std::int64_t shared_bytes = 0;
+  std::string text() const;  // "wgmma 128x256 s4": what the tuner remembers
+};
+
+// The launch of kind `k` for problem `g`, or none where the kind does not apply (another arch,
+// operands TMA cannot read: a row stride that is not a multiple of 16 bytes).
+std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTarget& target, GemmTile tile = {});
+// Whether the pointers of `ops` suit the launch (TMA needs 16-byte aligned bases).
+bool operands_fit(const GemmLaunch& l, const GemmOperands& ops);
+// Tiles worth timing beside the heuristic's launch `h` (not listed).
+std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target);
+
+// The module's source; lets tests compile every configuration without a GPU.
+std::string source(const GemmLaunch& l);
+std::vector<std::string> entry_points(const GemmLaunch& l);
+// Enqueues the launch on ops.stream. ValueError when operands_fit is false.
+void launch(const GemmLaunch& l, const GemmOperands& ops);
+
+}  // namespace kiln::kernels

@@ -1,0 +1,178 @@
+#define KILN_ARCH_SPECIFIC 1
+// The GEMM tile engine on sm_90a: D (M x N, row stride LDD) = A (M x K) @ B (N x K)^T with
+// both operands K-major, then an epilogue on each f32 result before it is stored.
+//   - TMA loads 128-byte rows of A and B into 128-byte-swizzled shared memory, STAGES deep;
+//   - one producer warpgroup (a single thread issues the copies) and BM/64 consumer
+//     warpgroups, each multiplying 64 rows by BN columns with warpgroup MMA;
+//   - a stage is handed over by two mbarriers: `full` (the copies' bytes have landed) and
+//     `empty` (every consumer has read it);
+//   - persistent: GRID blocks walk the tiles, GROUP_M tile rows at a time so that the B
+//     tiles they share stay in L2.
+// Rows, columns and k past the matrices read as zeros (TMA fills them); stores are masked.
+${PRELUDE}
+namespace {
+
+using In = ${IN};
+using Out = ${OUT};
+constexpr int kBM = ${BM}, kBN = ${BN}, kStages = ${STAGES}, kGroupM = ${GROUP_M};
+constexpr int kConsumers = kBM / 64;
+constexpr int kBK = 128 / sizeof(In);        // one swizzle atom: 128 bytes of k per row
+constexpr int kMmaK = 32 / sizeof(In);       // k of one MMA: 32 bytes (16 halves, 8 tf32)
+constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLdd = ${LDD};
+constexpr int kTilesM = (kM + kBM - 1) / kBM, kTilesN = (kN + kBN - 1) / kBN;
+constexpr int kTiles = kTilesM * kTilesN;
+constexpr int kKTiles = (kK + kBK - 1) / kBK;
+constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
+
+struct alignas(64) TensorMap {
+  unsigned long long words[16];
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts its phase
+// before the first as completed, so waiting on parity 1 there returns at once).
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, unsigned bar, int k, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(k), "r"(row)
+      : "memory");
+}
+
+// A K-major tile of 128-byte rows, 128-byte swizzled: 8-row groups 1024 bytes apart.
+__device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+${MMA}
+
+// Tile t's (row, column) of tiles: GROUP_M tile rows side by side, column by column.
+__device__ __forceinline__ void tile_coords(int t, int& tm, int& tn) {
+  const int per_group = kGroupM * kTilesN, first = (t / per_group) * kGroupM;
+  const int rows = kTilesM - first < kGroupM ? kTilesM - first : kGroupM, r = t % per_group;
+  tm = first + r % rows;
+  tn = r / rows;
+}
+
+// Two neighbouring columns of one row; one store when the pair is aligned (the column is
+// always even, so an even row stride makes every pair aligned).
+__device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
+  if constexpr (kLdd % 2 == 0 && sizeof(Out) == 4) {
+    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+  } else if constexpr (kLdd % 2 == 0) {
+    const Out h[2] = {kiln::cvt<Out>(v0), kiln::cvt<Out>(v1)};
+    unsigned u;
+    memcpy(&u, h, sizeof u);
+    *reinterpret_cast<unsigned*>(p) = u;
+  } else {
+    p[0] = kiln::cvt<Out>(v0);
+    p[1] = kiln::cvt<Out>(v1);
+  }
+}
+
+__device__ __forceinline__ float epilogue(float v, long long row, long long col${EPILOGUE_PARAMS}) {
+  ${EPILOGUE}
+  return v;
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
+    kiln_gemm_wgmma(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, Out* __restrict__ d${EPILOGUE_PARAMS}) {
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary.
+  const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned tiles_a = base, tiles_b = base + kStages * kBytesA;
+  const unsigned full = base + kStages * kStageBytes, empty = full + kStages * 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      bar_init(full + 8 * s, 1);
+      bar_init(empty + 8 * s, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid != 0) return;
+    int it = 0;
+    for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
+      int tm, tn;
+      tile_coords(t, tm, tn);
+      for (int kt = 0; kt < kKTiles; ++kt, ++it) {
+        const int s = it % kStages;
+        bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
+        bar_expect_bytes(full + 8 * s, kStageBytes);
+        tma_load(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt * kBK, tm * kBM);
+        tma_load(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt * kBK, tn * kBN);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 ${CONSUMER_REGS};");
+  const int c = wg - 1, warp = tid / 32, lane = tid % 32;
+  float acc[kBN / 2] = {};  // the first MMA of a tile overwrites them; zeroed so none is read unset
+  int it = 0;
+  for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tm, tn);
+    for (int kt = 0; kt < kKTiles; ++kt, ++it) {
+      const int s = it % kStages;
+      bar_wait(full + 8 * s, (it / kStages) & 1);
+      const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128), db = smem_desc(tiles_b + s * kBytesB);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < kBK / kMmaK; ++kk) mma(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (tid == 0) bar_arrive(empty + 8 * s);
+    }
+    // Accumulator layout of m64nN: register r holds row 16*warp + lane/4 + 8*((r/2)%2) and
+    // column 8*(r/4) + 2*(lane%4) + r%2 of the warpgroup's 64 x BN block.
+    const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
+    const long long col0 = static_cast<long long>(tn) * kBN + 2 * (lane % 4);
+#pragma unroll
+    for (int r = 0; r < kBN / 2; r += 2) {
+      const long long row = row0 + 8 * ((r / 2) % 2), col = col0 + 8 * (r / 4);
+      if (row >= kM || col >= kN) continue;
+      const float v0 = epilogue(acc[r], row, col${EPILOGUE_ARGS});
+      Out* p = d + row * kLdd + col;
+      if (col + 1 < kN) {
+        const float v1 = epilogue(acc[r + 1], row, col + 1${EPILOGUE_ARGS});
+        store_pair(p, v0, v1);
+      } else {
+        *p = kiln::cvt<Out>(v0);
+      }
+    }
+  }
+}

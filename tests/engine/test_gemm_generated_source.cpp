@@ -1,0 +1,89 @@
+// The generated GEMM kernels (backend/cuda/generated/gemm) compile with NVRTC for sm_90a in
+// every arithmetic, tile and epilogue, and their plans decline what they cannot take; runs
+// without a GPU. GPU tests check their results.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "backend/cuda/generated/gemm/gemm_plan.h"
+#include "compile_check.h"
+#include "kiln/runtime/compiler.h"
+#include "kiln/runtime/templates.h"
+
+using namespace kiln;
+using kernels::GemmEpilogue;
+using kernels::GemmGeometry;
+using kernels::GemmKernel;
+using kernels::GemmMath;
+using kernels::GemmTile;
+
+namespace {
+
+const kernels::GemmTarget kHopper{90, 132, 227 * 1024};
+
+GemmGeometry gemm_of(std::int64_t m, std::int64_t n, std::int64_t k, GemmMath math,
+                     GemmEpilogue e = GemmEpilogue::none) {
+  return {m, n, k, k, k, n, math, e};
+}
+
+}  // namespace
+
+TEST_CASE("generated GEMM kernels compile in every arithmetic, tile and epilogue") {
+  std::vector<kiln_test::CompileJob> jobs;
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
+    for (GemmTile tile : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{64, 128}, GemmTile{128, 16}})
+      for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::relu_bias}) {
+        CAPTURE(kernels::math_name(math));
+        CAPTURE(tile.text());
+        const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1000, 300, 520, math, e), kHopper, tile);
+        REQUIRE(l);
+        CHECK(l->shared_bytes <= kHopper.max_shared);
+        const std::string src = kernels::source(*l);
+        CHECK(rt::template_placeholders(src).empty());
+        CHECK(rt::wants_arch_specific(src));
+        jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+      }
+  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
+  MESSAGE("gemm_wgmma: " << r.text());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(i);
+    const kiln_test::CompileOutcome& o = r.outcomes[i];
+    CHECK_MESSAGE(o.error.empty(), o.error);
+    CHECK(o.cubin.size() > 0);
+    CHECK(o.ptx.find("wgmma.mma_async.sync.aligned") != std::string::npos);
+    CHECK(o.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
+    CHECK(o.ptx.find(".target sm_90a") != std::string::npos);
+  }
+}
+
+TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take is declined") {
+  const auto wide = kernels::plan(GemmKernel::wgmma, gemm_of(8192, 8192, 8192, GemmMath::bf16), kHopper);
+  REQUIRE(wide);
+  CHECK(wide->bn == 256);
+  CHECK(wide->grid == 132);  // persistent: one block per SM
+  const auto narrow = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, GemmMath::tf32), kHopper);
+  REQUIRE(narrow);
+  CHECK(narrow->bn == 16);
+  CHECK(narrow->grid == 8);
+  // A row stride of 784 bf16 elements is 1568 bytes, a multiple of 16; 785 is not.
+  CHECK(kernels::plan(GemmKernel::wgmma, {128, 64, 784, 784, 784, 64, GemmMath::bf16}, kHopper));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, {128, 64, 785, 785, 785, 64, GemmMath::bf16}, kHopper));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), {80, 108, 163 * 1024}));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 0, GemmMath::bf16), kHopper));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), kHopper, GemmTile{96, 64}));
+  // Operands: 16-byte aligned bases, and a bias where the epilogue reads one.
+  const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(64, 64, 64, GemmMath::bf16, GemmEpilogue::bias), kHopper);
+  REQUIRE(l);
+  CHECK(kernels::operands_fit(*l, {0x1000, 0x2000, 0x3000, 0x4000}));
+  CHECK_FALSE(kernels::operands_fit(*l, {0x1008, 0x2000, 0x3000, 0x4000}));
+  CHECK_FALSE(kernels::operands_fit(*l, {0x1000, 0x2000, 0x3000, 0}));
+  CHECK_THROWS_AS(kernels::launch(*l, {0x1008, 0x2000, 0x3000, 0x4000, nullptr}), ValueError);
+}
+
+TEST_CASE("NVRTC targets sm_90a only for sources that define KILN_ARCH_SPECIFIC") {
+  CHECK(rt::wants_arch_specific("// header\n#define KILN_ARCH_SPECIFIC 1\nint x;"));
+  CHECK(rt::wants_arch_specific("#define KILN_ARCH_SPECIFIC 1\n"));
+  CHECK_FALSE(rt::wants_arch_specific("// #define KILN_ARCH_SPECIFIC 1\n"));
+  const auto opts = rt::nvrtc_options(90, true);
+  CHECK(std::find(opts.begin(), opts.end(), "-arch=sm_90a") != opts.end());
+}
