@@ -21,10 +21,14 @@ using kiln_test::kGpu;
 
 double linear_tolerance(DType t) {
   switch (t) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-4;  // sums of up to 300 terms of either sign
-    case DType::f16: return 4e-3;
-    default: return 3e-2;  // bf16
+    case DType::f64:
+      return 1e-12;
+    case DType::f32:
+      return 1e-4;  // sums of up to 300 terms of either sign
+    case DType::f16:
+      return 4e-3;
+    default:
+      return 3e-2;  // bf16
   }
 }
 
@@ -63,8 +67,8 @@ TEST_CASE("linear with bias and ReLU on the GPU matches the CPU forward and back
         Shape ys = xs;
         ys.back() = n;
         const Tensor up = randn(ys, {}, &gen).to(dt);
-        const std::string what = std::string(dtype_name(dt)) + (act == Activation::relu ? " relu " : " none ") +
-                                 shape_str(xs);
+        const std::string what =
+            std::string(dtype_name(dt)) + (act == Activation::relu ? " relu " : " none ") + shape_str(xs);
         check_all(run(x, w, b, up, act, Device::cpu()), run(x, w, b, up, act, kGpu), linear_tolerance(dt), what);
         if (xs.size() == 2)
           check_all(run(x, w, b, up, act, Device::cpu()), run(x, w, b, up, act, kGpu, true), linear_tolerance(dt),
@@ -153,15 +157,20 @@ TEST_CASE("linear follows set_allow_tf32 when it changes between calls of one sh
   set_allow_tf32(false);
 }
 
-TEST_CASE("linear_grads on the GPU (one product with its bias-gradient epilogue) matches the CPU") {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
-    CAPTURE(dtype_name(t));
-    Generator g(17);
-    // Sums of 300 terms scaled to about 1: the products' partial sums (cuBLASLt may split k)
-    // round in the element type, an error relative to the sum's size, not to a cancelled result.
-    const Tensor gp = mul(randn({300, 24}, {}, &g), 1.0 / std::sqrt(300.0)).to(t), x = randn({300, 40}, {.dtype = t}, &g);
-    const LinearGrads cpu = linear_grads(gp, x), gpu = linear_grads(gp.to(kGpu), x.to(kGpu));
-    kiln_test::check_match(cpu.weight, gpu.weight, linear_tolerance(t), "weight");
-    kiln_test::check_match(cpu.bias, gpu.bias, linear_tolerance(t), "bias");
-  }
+TEST_CASE(
+    "linear_grads on the GPU (one product with its bias-gradient epilogue, or a product and sums) matches the CPU") {
+  // 10 outputs: bf16 takes the plain product and a column sum instead of the epilogue.
+  for (std::int64_t outputs : {24, 10})
+    for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(outputs);
+      Generator g(17);
+      // Sums of 300 terms scaled to about 1: the products' partial sums (cuBLASLt may split k)
+      // round in the element type, an error relative to the sum's size, not to a cancelled result.
+      const Tensor gp = mul(randn({300, outputs}, {}, &g), 1.0 / std::sqrt(300.0)).to(t),
+                   x = randn({300, 40}, {.dtype = t}, &g);
+      const LinearGrads cpu = linear_grads(gp, x), gpu = linear_grads(gp.to(kGpu), x.to(kGpu));
+      kiln_test::check_match(cpu.weight, gpu.weight, linear_tolerance(t), "weight");
+      kiln_test::check_match(cpu.bias, gpu.bias, linear_tolerance(t), "bias");
+    }
 }

@@ -1,16 +1,18 @@
 // kernels::gemm: the engine's row-major, strided view of a batched GEMM mapped onto
 // cuBLAS's column-major cublasGemmStridedBatchedEx without copying any operand.
 
+#include "gemm.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "backend/blas_layout.h"
 #include "check.h"
 #include "cublas_loader.h"
-#include "backend/blas_layout.h"
-#include "gemm.h"
+#include "gemm_lt.h"
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/kernel_plan.h"
@@ -124,7 +126,7 @@ bool gemm(DType dtype, const GemmShape& sh, double alpha, const GemmOperand& a, 
   }
 
   auto g = blas::blas_gemm(sh.m, sh.n, sh.k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride,
-                          c.col_stride);
+                           c.col_stride);
   if (!g) return false;
   // g is the row-major call first(m x k) @ second(k x n); in column-major that is
   // C^T(n x m) = second^T @ first^T, so cuBLAS takes `second` as its A.
@@ -133,8 +135,25 @@ bool gemm(DType dtype, const GemmShape& sh, double alpha, const GemmOperand& a, 
   if (rt::shape_only()) return true;  // the product is picked; a shape-only pass runs nothing
   if (beta == 0) zero_for_initcheck(dtype, sh, c, s);
   const ScaleArg al(alpha), be(beta);
-  // A single product goes through cublasGemmEx: its heuristics can pick a faster kernel
-  // than the batched entry point does for batch 1.
+  // A single product C = A @ B goes through cuBLASLt, whose algorithm is measured per shape and
+  // remembered (gemm_lt.h): cublasGemmEx's default pick ran matmul's 784-wide TF32 products at
+  // 0.7x of the best. Otherwise, or when cuBLASLt has no algorithm, cublasGemmEx: its heuristics
+  // can pick a faster kernel than the batched entry point does for batch 1.
+  if (sh.batch == 1 && alpha == 1 && beta == 0 && dtype != DType::f64) {
+    const LtMatmul lt{.dtype = dtype,
+                      .m = g->n,
+                      .n = g->m,
+                      .k = g->k,
+                      .trans_a = g->b.trans,
+                      .trans_b = g->a.trans,
+                      .lda = g->b.ld,
+                      .ldb = g->a.ld,
+                      .ldd = g->c.ld,
+                      .a = second.ptr,
+                      .b = first.ptr,
+                      .d = c.ptr};
+    if (lt_matmul(lt, s)) return true;
+  }
   if (sh.batch == 1) {
     KILN_CUBLAS(cublasGemmEx_64(handle_for(s), op_of(g->b), op_of(g->a), g->n, g->m, g->k, al.ptr(t),
                                 device_ptr(second.ptr), t.data, g->b.ld, device_ptr(first.ptr), t.data, g->a.ld,

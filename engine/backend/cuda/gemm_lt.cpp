@@ -2,17 +2,18 @@
 // algorithm cached per configuration.
 #include "gemm_lt.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "check.h"
 #include "cublas_loader.h"
 #include "gemm.h"
@@ -50,10 +51,14 @@ LtTypes lt_types(DType dtype) {
 
 cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
   switch (e) {
-    case LtEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
-    case LtEpilogue::relu_bias: return CUBLASLT_EPILOGUE_RELU_BIAS;
-    case LtEpilogue::bgrad_b: return CUBLASLT_EPILOGUE_BGRADB;
-    case LtEpilogue::none: break;
+    case LtEpilogue::bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::relu_bias:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case LtEpilogue::bgrad_b:
+      return CUBLASLT_EPILOGUE_BGRADB;
+    case LtEpilogue::none:
+      break;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -80,7 +85,8 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> candidates;
   cublasLtMatmulAlgo_t algo{};
-  bool found = false, settled = false;  // settled: the measured or remembered choice is in algo
+  std::optional<GemmLaunch> generated;  // the tuner's choice when a generated kernel won
+  bool found = false, settled = false;  // settled: the measured or remembered choice is in algo or generated
 };
 
 struct Plans {
@@ -110,17 +116,22 @@ Plan make_plan(const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
                                          static_cast<std::uint64_t>(g.trans_a ? g.m : g.k), g.lda));
   KILN_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, t.data, static_cast<std::uint64_t>(g.trans_b ? g.n : g.k),
                                          static_cast<std::uint64_t>(g.trans_b ? g.k : g.n), g.ldb));
-  KILN_CUBLAS(cublasLtMatrixLayoutCreate(&p.d, t.data, static_cast<std::uint64_t>(g.m),
-                                         static_cast<std::uint64_t>(g.n), g.ldd));
+  KILN_CUBLAS(cublasLtMatrixLayoutCreate(&p.d, t.data, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n),
+                                         g.ldd));
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   const std::uint64_t max_ws = ws.bytes;
-  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                    sizeof max_ws);
   const std::uint32_t al_a = std::get<11>(key), al_b = std::get<12>(key), al_d = std::get<13>(key);
-  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
-  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
-  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
-  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                    sizeof al_a);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                    sizeof al_b);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                                    sizeof al_d);
+  rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                    sizeof al_d);
   // The heuristic's first choice, or candidates to time.
   p.candidates.resize(rt::tune_mode() == rt::TuneMode::off ? 1 : kTuneCandidates);
   int returned = 0;
@@ -160,7 +171,8 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   std::string name;
   auto field = [&](const char* label, cublasLtMatmulAlgoConfigAttributes_t attr, auto value) {
     std::size_t written = 0;
-    if (rt::cublas().cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) != CUBLAS_STATUS_SUCCESS)
+    if (rt::cublas().cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) !=
+        CUBLAS_STATUS_SUCCESS)
       return;
     if (!name.empty()) name += ' ';
     name.append(label).append(std::to_string(value));
@@ -180,7 +192,8 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
   static const char* epilogues[] = {"none", "bias", "relu_bias", "bgrad_b"};
   std::string problem;
-  for (auto [label, v] : {std::pair{"m", g.m}, {" n", g.n}, {" k", g.k}, {" lda", g.lda}, {" ldb", g.ldb}, {" ldd", g.ldd}})
+  for (auto [label, v] :
+       {std::pair{"m", g.m}, {" n", g.n}, {" k", g.k}, {" lda", g.lda}, {" ldb", g.ldb}, {" ldd", g.ldd}})
     problem.append(label).append(std::to_string(v));
   problem.append(g.trans_a ? " At" : " A").append(g.trans_b ? " Bt" : " B");
   problem.append(" epilogue ").append(epilogues[static_cast<int>(g.epilogue)]).append(" align");
@@ -191,19 +204,67 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
           "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion())};
 }
 
+// The generated GEMM's view of the product: row-major D^T = op(B)^T (n x k) @ op(A) (m x k)^T,
+// which needs both K-major (A transposed, B not); none for other layouts and the bias gradient.
+std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
+  if (!g.trans_a || g.trans_b || g.epilogue == LtEpilogue::bgrad_b) return std::nullopt;
+  const bool tf32 = g.dtype == DType::f32 && allow_tf32();
+  if (g.dtype != DType::bf16 && g.dtype != DType::f16 && !tf32) return std::nullopt;
+  const GemmMath math = tf32 ? GemmMath::tf32 : g.dtype == DType::bf16 ? GemmMath::bf16 : GemmMath::f16;
+  const GemmEpilogue e = g.epilogue == LtEpilogue::bias        ? GemmEpilogue::bias
+                         : g.epilogue == LtEpilogue::relu_bias ? GemmEpilogue::relu_bias
+                                                               : GemmEpilogue::none;
+  return GemmGeometry{g.n, g.m, g.k, g.ldb, g.lda, g.ldd, math, e};
+}
+
+// The generated launches worth timing beside cuBLASLt's: measured only under KILN_TUNE=on (they
+// compile first), and otherwise offered only when a stored choice names one of them.
+std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey& key, int device) {
+  const std::optional<GemmGeometry> geo = generated_geometry(g);
+  if (!geo) return {};
+  const rt::TuneMode mode = rt::tune_mode();
+  if (mode == rt::TuneMode::off) return {};
+  if (mode != rt::TuneMode::on) {
+    const std::optional<rt::TuneChoice> c = rt::find_choice(key);
+    if (!c || c->variant.rfind(kernel_name(GemmKernel::wgmma), 0) != 0) return {};
+  }
+  const rt::DeviceInfo& info = rt::device_info(device);
+  const GemmTarget target{info.arch(), info.sm_count, info.max_shared_optin};
+  const std::optional<GemmLaunch> h = plan(GemmKernel::wgmma, *geo, target);
+  if (!h) return {};
+  std::vector<GemmLaunch> out{*h};
+  for (GemmTile tile : alternatives(*h, target))
+    if (std::optional<GemmLaunch> l = plan(GemmKernel::wgmma, *geo, target, tile)) out.push_back(*l);
+  const GemmOperands ops{g.b, g.a, g.d, g.bias};
+  std::erase_if(out, [&](const GemmLaunch& l) { return !operands_fit(l, ops); });
+  return out;
+}
+
+void launch_generated(const GemmLaunch& l, const LtMatmul& g, const rt::Stream& s) {
+  launch(l, GemmOperands{g.b, g.a, g.d, g.bias, &s});
+}
+
 // Every candidate writes D (and the bias gradient); run_tuned runs the remembered or fastest.
 void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
           const rt::Stream& s) {
   std::vector<TuneCandidate> cands;
   for (const auto& c : p.candidates)
-    cands.push_back({algo_name(c.algo), [&p, &c, &g, &t, &ws, &s] { launch(p, c.algo, g, t, ws, s); }});
+    cands.push_back({algo_name(c.algo), [&p, &c, &g, &t, &ws, &s] {
+                       if (!rt::shape_only()) launch(p, c.algo, g, t, ws, s);  // a library call: no plan to make
+                     }});
+  const rt::TuneKey tkey = tune_key(key, g, s.device());
+  const std::vector<GemmLaunch> generated = generated_launches(g, tkey, s.device());
+  for (const GemmLaunch& l : generated) cands.push_back({l.text(), [&l, &g, &s] { launch_generated(l, g, s); }});
   TuneCheck check;
   check.outputs.push_back({g.d, g.dtype, g.n, g.m, g.ldd});
   if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, g.dtype, 1, g.n, g.n});
   // Split-K and reduction orders round differently; a wrong kernel is far off.
   check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
-  const TuneOutcome out = run_tuned(tune_key(key, g, s.device()), cands, check, s);
-  p.algo = p.candidates[out.index].algo;
+  const TuneOutcome out = run_tuned(tkey, cands, check, s, !generated.empty());
+  if (out.index < p.candidates.size())
+    p.algo = p.candidates[out.index].algo;
+  else
+    p.generated = generated[out.index - p.candidates.size()];
   p.settled = out.settled;
 }
 
@@ -214,8 +275,22 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
   const rt::GemmWorkspace ws = rt::cublas_workspace(s);
-  const Key key{s.device(), g.dtype,   g.m, g.n, g.k, g.trans_a, g.trans_b, g.lda, g.ldb, g.ldd, g.epilogue,
-                alignment(g.a), alignment(g.b), alignment(g.d), g.bias ? alignment(g.bias) : 256u, t.compute};
+  const Key key{s.device(),
+                g.dtype,
+                g.m,
+                g.n,
+                g.k,
+                g.trans_a,
+                g.trans_b,
+                g.lda,
+                g.ldb,
+                g.ldd,
+                g.epilogue,
+                alignment(g.a),
+                alignment(g.b),
+                alignment(g.d),
+                g.bias ? alignment(g.bias) : 256u,
+                t.compute};
   Plans& ps = plans();
   std::lock_guard lock(ps.mu);
   auto it = ps.by_key.find(key);
@@ -227,7 +302,10 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
     tune(p, key, g, t, ws, s);  // runs the product
     return true;
   }
-  launch(p, p.algo, g, t, ws, s);
+  if (p.generated)
+    launch_generated(*p.generated, g, s);
+  else
+    launch(p, p.algo, g, t, ws, s);
   return true;
 }
 
