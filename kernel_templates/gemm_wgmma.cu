@@ -1,7 +1,9 @@
 #define KILN_ARCH_SPECIFIC 1
-// The GEMM tile engine on sm_90a: D (M x N, row stride LDD) = A (M x K) @ B (N x K)^T with
-// both operands K-major, then an epilogue on each f32 result before it is stored.
-//   - TMA loads 128-byte rows of A and B into 128-byte-swizzled shared memory, STAGES deep;
+// The GEMM tile engine on sm_90a: D (M x N, row stride LDD) = A (M x K) @ B (N x K)^T for each
+// of BATCH problems, then an epilogue on each f32 result before it is stored. An operand is
+// K-major (its rows run along k) or, for 16-bit inputs, MN-major (stored as K rows of M or N).
+//   - TMA loads 128-byte rows of A and B into 128-byte-swizzled shared memory, STAGES deep
+//     (an MN-major operand as atoms of 64 columns by BK rows);
 //   - one producer warpgroup (a single thread issues the copies) and BM/64 consumer
 //     warpgroups, each multiplying 64 rows by BN columns with warpgroup MMA;
 //   - a stage is handed over by two mbarriers: `full` (the copies' bytes have landed) and
@@ -18,9 +20,17 @@ constexpr int kBM = ${BM}, kBN = ${BN}, kStages = ${STAGES}, kGroupM = ${GROUP_M
 constexpr int kConsumers = kBM / 64;
 constexpr int kBK = 128 / sizeof(In);        // one swizzle atom: 128 bytes of k per row
 constexpr int kMmaK = 32 / sizeof(In);       // k of one MMA: 32 bytes (16 halves, 8 tf32)
-constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLdd = ${LDD};
+constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLdd = ${LDD}, kBatchD = ${BATCH_D};
+constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
+constexpr bool kABatched = ${A_BATCHED}, kBBatched = ${B_BATCHED};  // false: every problem reads the same one
+constexpr int kBatch = ${BATCH};
 constexpr int kTilesM = (kM + kBM - 1) / kBM, kTilesN = (kN + kBN - 1) / kBN;
-constexpr int kTiles = kTilesM * kTilesN;
+constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBatch;
+// Shared-memory descriptors: an MN-major tile's 64-column atoms lie BK rows (of 128 bytes)
+// apart; a k step of one MMA moves 32 bytes along a K-major row, or 16 rows down an MN-major one.
+constexpr unsigned kAtomBytes = kBK * 128;
+constexpr unsigned kStepA = kAMn ? 16 * 128 : 32, kStepB = kBMn ? 16 * 128 : 32;
+static_assert((!kAMn || kBK == 64) && (!kBMn || (kBK == 64 && kBN % 64 == 0)), "MN-major tiles: 16-bit, 64-column atoms");
 constexpr int kKTiles = (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
 
@@ -58,23 +68,39 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
       : "memory");
 }
 
-__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, unsigned bar, int k, int row) {
+// The box at (x, y) of problem z: x counts along the stored rows, y rows.
+__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, unsigned bar, int x, int y, int z) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
           dst),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(k), "r"(row)
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(x), "r"(y), "r"(z)
       : "memory");
 }
 
-// A K-major tile of 128-byte rows, 128-byte swizzled: 8-row groups 1024 bytes apart.
-__device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
-  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+// A tile of 128-byte rows, 128-byte swizzled: 8-row groups 1024 bytes apart; `lbo` bytes between
+// an MN-major tile's column atoms (unused for K-major).
+__device__ __forceinline__ unsigned long long smem_desc(unsigned addr, unsigned lbo) {
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+         (64ull << 32) | (1ull << 62);
+}
+
+// One operand's tile for k tile kt: a K-major box of `rows` rows, or MN-major atoms side by side.
+template <bool kMn, int kRows>
+__device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, unsigned bar, int kt, int row0, int z) {
+  if constexpr (kMn) {
+#pragma unroll
+    for (int j = 0; j < kRows / 64; ++j) tma_load(dst + j * kAtomBytes, map, bar, row0 + 64 * j, kt * kBK, z);
+  } else {
+    tma_load(dst, map, bar, kt * kBK, row0, z);
+  }
 }
 
 ${MMA}
 
-// Tile t's (row, column) of tiles: GROUP_M tile rows side by side, column by column.
-__device__ __forceinline__ void tile_coords(int t, int& tm, int& tn) {
+// Tile t's problem and (row, column) of tiles: GROUP_M tile rows side by side, column by column.
+__device__ __forceinline__ void tile_coords(int t, int& z, int& tm, int& tn) {
+  z = t / kTilesPerBatch;
+  t %= kTilesPerBatch;
   const int per_group = kGroupM * kTilesN, first = (t / per_group) * kGroupM;
   const int rows = kTilesM - first < kGroupM ? kTilesM - first : kGroupM, r = t % per_group;
   tm = first + r % rows;
@@ -126,14 +152,14 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     if (tid != 0) return;
     int it = 0;
     for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
-      int tm, tn;
-      tile_coords(t, tm, tn);
+      int z, tm, tn;
+      tile_coords(t, z, tm, tn);
       for (int kt = 0; kt < kKTiles; ++kt, ++it) {
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
         bar_expect_bytes(full + 8 * s, kStageBytes);
-        tma_load(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt * kBK, tm * kBM);
-        tma_load(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt * kBK, tn * kBN);
+        load_tile<kAMn, kBM>(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt, tm * kBM, kABatched ? z : 0);
+        load_tile<kBMn, kBN>(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt, tn * kBN, kBBatched ? z : 0);
       }
     }
     return;
@@ -144,15 +170,18 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   float acc[kBN / 2] = {};  // the first MMA of a tile overwrites them; zeroed so none is read unset
   int it = 0;
   for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
-    int tm, tn;
-    tile_coords(t, tm, tn);
+    int z, tm, tn;
+    tile_coords(t, z, tm, tn);
     for (int kt = 0; kt < kKTiles; ++kt, ++it) {
       const int s = it % kStages;
       bar_wait(full + 8 * s, (it / kStages) & 1);
-      const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128), db = smem_desc(tiles_b + s * kBytesB);
+      // Consumer c's 64 rows of A: 64 K-major rows, or the c-th MN-major atom; both 8 KiB in.
+      const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128, kAtomBytes);
+      const unsigned long long db = smem_desc(tiles_b + s * kBytesB, kAtomBytes);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < kBK / kMmaK; ++kk) mma(acc, da + 2 * kk, db + 2 * kk, kt > 0 || kk > 0);
+      for (int kk = 0; kk < kBK / kMmaK; ++kk)
+        mma(acc, da + kk * (kStepA >> 4), db + kk * (kStepB >> 4), kt > 0 || kk > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       if (tid == 0) bar_arrive(empty + 8 * s);
@@ -166,7 +195,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const long long row = row0 + 8 * ((r / 2) % 2), col = col0 + 8 * (r / 4);
       if (row >= kM || col >= kN) continue;
       const float v0 = epilogue(acc[r], row, col${EPILOGUE_ARGS});
-      Out* p = d + row * kLdd + col;
+      Out* p = d + z * kBatchD + row * kLdd + col;
       if (col + 1 < kN) {
         const float v1 = epilogue(acc[r + 1], row, col + 1${EPILOGUE_ARGS});
         store_pair(p, v0, v1);

@@ -28,7 +28,7 @@ GemmGeometry gemm_of(std::int64_t m, std::int64_t n, std::int64_t k, GemmMath ma
 
 }  // namespace
 
-TEST_CASE("generated GEMM kernels compile in every arithmetic, tile and epilogue") {
+TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue and layout") {
   std::vector<kiln_test::CompileJob> jobs;
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
     for (GemmTile tile : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{64, 128}, GemmTile{128, 16}})
@@ -43,6 +43,19 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile and epilogue
         CHECK(rt::wants_arch_specific(src));
         jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
       }
+  // 16-bit inputs in every layout, one problem and a batch sharing A (a 1x1 convolution's weights).
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16})
+    for (bool a_mn : {false, true})
+      for (bool b_mn : {false, true})
+        for (std::int64_t batch : {1, 4}) {
+          GemmGeometry g{200, 136, 120, a_mn ? 200 : 120, b_mn ? 136 : 120, 136, math, GemmEpilogue::bias, a_mn, b_mn};
+          if (batch > 1) g.batch = batch, g.batch_b = 120 * 136, g.batch_d = 200 * 136;
+          const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+          REQUIRE(l);
+          const std::string src = kernels::source(*l);
+          CHECK(rt::template_placeholders(src).empty());
+          jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+        }
   const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
   MESSAGE("gemm_wgmma: " << r.text());
   for (std::size_t i = 0; i < jobs.size(); ++i) {
@@ -51,7 +64,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile and epilogue
     CHECK_MESSAGE(o.error.empty(), o.error);
     CHECK(o.cubin.size() > 0);
     CHECK(o.ptx.find("wgmma.mma_async.sync.aligned") != std::string::npos);
-    CHECK(o.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
+    CHECK(o.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
     CHECK(o.ptx.find(".target sm_90a") != std::string::npos);
   }
 }
@@ -71,6 +84,24 @@ TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take 
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), {80, 108, 163 * 1024}));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 0, GemmMath::bf16), kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), kHopper, GemmTile{96, 64}));
+  // TF32 MMAs read K-major tiles only; an MN-major B comes in atoms of 64 columns.
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
+                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, false, true}, kHopper));
+  const auto mn = kernels::plan(GemmKernel::wgmma,
+                                {1024, 10, 64, 64, 16, 10, GemmMath::bf16, GemmEpilogue::none, false, true}, kHopper);
+  REQUIRE(mn);
+  CHECK(mn->bn == 64);
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
+                            {1024, 10, 64, 64, 16, 10, GemmMath::bf16, GemmEpilogue::none, false, true}, kHopper,
+                            GemmTile{128, 16}));
+  // Batches: outputs must not overlap; operands may be shared (stride 0) or apart.
+  GemmGeometry batched{64, 64, 64, 64, 64, 64, GemmMath::bf16};
+  batched.batch = 2, batched.batch_b = 64 * 64, batched.batch_d = 64 * 64;
+  CHECK(kernels::plan(GemmKernel::wgmma, batched, kHopper));
+  batched.batch_d = 64;
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, batched, kHopper));
+  batched.batch_d = 64 * 64, batched.batch_a = 8;
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, batched, kHopper));
   // Operands: 16-byte aligned bases, and a bias where the epilogue reads one.
   const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(64, 64, 64, GemmMath::bf16, GemmEpilogue::bias), kHopper);
   REQUIRE(l);

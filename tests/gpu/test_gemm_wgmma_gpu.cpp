@@ -20,13 +20,13 @@ using kernels::GemmMath;
 
 namespace {
 
-struct HostMatrix {
+// `count` elements of one dtype in host memory, read and written through double.
+struct HostBuffer {
   DType dt;
-  std::int64_t rows, ld;
   std::vector<unsigned char> bytes;
-  HostMatrix(DType d, std::int64_t r, std::int64_t l) : dt(d), rows(r), ld(l), bytes(r * l * dtype_size(d)) {}
-  double at(std::int64_t i, std::int64_t j) const { return kiln_test::get_element(dt, bytes.data(), i * ld + j); }
-  void set(std::int64_t i, std::int64_t j, double v) { kiln_test::set_element(dt, bytes.data(), i * ld + j, v); }
+  HostBuffer(DType d, std::int64_t count) : dt(d), bytes(static_cast<std::size_t>(count) * dtype_size(d)) {}
+  double at(std::int64_t e) const { return kiln_test::get_element(dt, bytes.data(), e); }
+  void set(std::int64_t e, double v) { kiln_test::set_element(dt, bytes.data(), e, v); }
 };
 
 kernels::GemmTarget target() {
@@ -34,44 +34,73 @@ kernels::GemmTarget target() {
   return {info.arch(), info.sm_count, info.max_shared_optin};
 }
 
-// Largest |got - want| over the largest |want|, NaNs required in the same places.
+// Element (i, kk) of an operand of `rows` x k, K-major (rows of ld) or MN-major (k rows of ld).
+std::int64_t element(bool mn, std::int64_t ld, std::int64_t i, std::int64_t kk) {
+  return mn ? kk * ld + i : i * ld + kk;
+}
+
+// Largest |got - want| over the largest |want|, for every problem of the batch.
 double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed) {
   const GemmGeometry& g = l.g;
   const DType t = kernels::input_dtype(g.math);
+  const std::int64_t sa = g.batch > 1 ? g.batch_a : 0, sb = g.batch > 1 ? g.batch_b : 0,
+                     sd = g.batch > 1 ? g.batch_d : 0;
+  const std::int64_t span_a = (g.a_mn ? g.k : g.m) * g.lda, span_b = (g.b_mn ? g.k : g.n) * g.ldb;
+  HostBuffer a(t, (g.batch - 1) * sa + span_a), b(t, (g.batch - 1) * sb + span_b);
+  HostBuffer d(t, (g.batch - 1) * sd + g.m * g.ldd), bias(t, g.n);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-1, 1);
-  HostMatrix a(t, g.m, g.lda), b(t, g.n, g.ldb), d(t, g.m, g.ldd), bias(t, 1, g.n);
-  for (std::int64_t i = 0; i < g.m; ++i)
-    for (std::int64_t j = 0; j < g.lda; ++j) a.set(i, j, j < g.k ? u(rng) : 1e30);  // padding must stay unread
-  for (std::int64_t i = 0; i < g.n; ++i)
-    for (std::int64_t j = 0; j < g.ldb; ++j) b.set(i, j, j < g.k ? u(rng) : 1e30);
-  for (std::int64_t j = 0; j < g.n; ++j) bias.set(0, j, u(rng));
+  // Every element a problem must not read is huge: reading one shows in the result.
+  for (std::int64_t e = 0; e < static_cast<std::int64_t>(a.bytes.size() / dtype_size(t)); ++e) a.set(e, 1e30);
+  for (std::int64_t e = 0; e < static_cast<std::int64_t>(b.bytes.size() / dtype_size(t)); ++e) b.set(e, 1e30);
+  for (std::int64_t z = 0; z < g.batch; ++z)
+    for (std::int64_t kk = 0; kk < g.k; ++kk) {
+      for (std::int64_t i = 0; i < g.m; ++i) a.set(z * sa + element(g.a_mn, g.lda, i, kk), u(rng));
+      for (std::int64_t j = 0; j < g.n; ++j) b.set(z * sb + element(g.b_mn, g.ldb, j, kk), u(rng));
+    }
+  for (std::int64_t j = 0; j < g.n; ++j) bias.set(j, u(rng));
   const rt::Stream& s = rt::default_stream(0);
-  auto upload = [&](const HostMatrix& h) {
+  auto upload = [&](const HostBuffer& h) {
     rt::DeviceBuffer buf(h.bytes.size(), s);
     rt::copy_to_device(buf.ptr(), h.bytes.data(), h.bytes.size(), s);
     return buf;
   };
   rt::DeviceBuffer da = upload(a), db = upload(b), dd = upload(d), dbias = upload(bias);
   kernels::launch(l, {da.ptr(), db.ptr(), dd.ptr(), g.epilogue == GemmEpilogue::none ? 0 : dbias.ptr(), &s});
+  const HostBuffer before = d;
   rt::copy_to_host(d.bytes.data(), dd.ptr(), d.bytes.size(), s);
   s.synchronize();
   double worst = 0, scale = 0;
-  for (std::int64_t i = 0; i < g.m; ++i)
-    for (std::int64_t j = 0; j < g.n; ++j) {
-      double want = 0;
-      for (std::int64_t k = 0; k < g.k; ++k) want += a.at(i, k) * b.at(j, k);
-      if (g.epilogue != GemmEpilogue::none) want += bias.at(0, j);
-      if (g.epilogue == GemmEpilogue::relu_bias) want = std::max(want, 0.0);
-      worst = std::max(worst, std::abs(d.at(i, j) - want));
-      scale = std::max(scale, std::abs(want));
-    }
-  for (std::int64_t i = 0; i < g.m; ++i)  // the columns past n stay as they were
-    for (std::int64_t j = g.n; j < g.ldd; ++j) REQUIRE(d.at(i, j) == 0);
+  std::vector<bool> written(d.bytes.size() / dtype_size(t), false);
+  for (std::int64_t z = 0; z < g.batch; ++z)
+    for (std::int64_t i = 0; i < g.m; ++i)
+      for (std::int64_t j = 0; j < g.n; ++j) {
+        double want = 0;
+        for (std::int64_t kk = 0; kk < g.k; ++kk)
+          want += a.at(z * sa + element(g.a_mn, g.lda, i, kk)) * b.at(z * sb + element(g.b_mn, g.ldb, j, kk));
+        if (g.epilogue != GemmEpilogue::none) want += bias.at(j);
+        if (g.epilogue == GemmEpilogue::relu_bias) want = std::max(want, 0.0);
+        const std::int64_t e = z * sd + i * g.ldd + j;
+        written[static_cast<std::size_t>(e)] = true;
+        worst = std::max(worst, std::abs(d.at(e) - want));
+        scale = std::max(scale, std::abs(want));
+      }
+  for (std::size_t e = 0; e < written.size(); ++e)  // the rest of D stays as it was
+    if (!written[e]) REQUIRE(d.at(static_cast<std::int64_t>(e)) == before.at(static_cast<std::int64_t>(e)));
   return worst / std::max(scale, 1e-30);
 }
 
 double tolerance(GemmMath m) { return m == GemmMath::bf16 ? 1.5e-2 : 4e-3; }
+
+// The heuristic's launch of `g` and every alternative tile that applies.
+std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
+  const auto h = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
+  REQUIRE(h);
+  std::vector<kernels::GemmLaunch> out{*h};
+  for (kernels::GemmTile tile : kernels::alternatives(*h, tgt))
+    if (auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) out.push_back(*l);
+  return out;
+}
 
 }  // namespace
 
@@ -93,12 +122,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
     for (const Shape& sh : shapes)
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
         const GemmGeometry g{sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e};
-        const auto h = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
-        REQUIRE(h);
-        std::vector<kernels::GemmLaunch> launches{*h};
-        for (kernels::GemmTile tile : kernels::alternatives(*h, tgt))
-          if (auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) launches.push_back(*l);
-        for (const kernels::GemmLaunch& l : launches) {
+        for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
           CAPTURE(g.text());
           CAPTURE(l.text());
           CHECK(check_launch(l, static_cast<std::uint32_t>(runs)) <= tolerance(math));
@@ -106,4 +130,41 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
         }
       }
   MESSAGE(runs << " launches checked");
+}
+
+TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems") {
+  const kernels::GemmTarget tgt = target();
+  if (tgt.arch != 90) {
+    MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
+    return;
+  }
+  int runs = 0;
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16})
+    for (bool a_mn : {false, true})
+      for (bool b_mn : {false, true}) {
+        // Tails in m, n and k; an MN-major operand's rows are m or n long, padded to 8 elements.
+        GemmGeometry g{200, 136, 120, 0, 0, 136, math, GemmEpilogue::bias, a_mn, b_mn};
+        g.lda = a_mn ? 208 : 120;
+        g.ldb = b_mn ? 136 : 120;
+        for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
+          CAPTURE(g.text());
+          CAPTURE(l.text());
+          CHECK(check_launch(l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
+          ++runs;
+        }
+        // Three problems apart, as the images of a 1x1 convolution: D_z (64 x 3136) = W (64 x 256)
+        // @ X_z (256 x 3136), X_z MN-major.
+        GemmGeometry conv{64, 196, 72, 72, 200, 200, math, GemmEpilogue::none, a_mn, true, 3, 0, 72 * 200, 64 * 200};
+        conv.lda = a_mn ? 64 : 72;
+        for (const kernels::GemmLaunch& l : launches_of(conv, tgt)) {
+          CAPTURE(conv.text());
+          CAPTURE(l.text());
+          CHECK(check_launch(l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
+          ++runs;
+        }
+      }
+  MESSAGE(runs << " launches checked");
+  // TF32 reads K-major tiles only.
+  CHECK_FALSE(kernels::plan(kernels::GemmKernel::wgmma,
+                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true}, tgt));
 }

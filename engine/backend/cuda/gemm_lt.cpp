@@ -204,17 +204,21 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
           "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion())};
 }
 
-// The generated GEMM's view of the product: row-major D^T = op(B)^T (n x k) @ op(A) (m x k)^T,
-// which needs both K-major (A transposed, B not); none for other layouts and the bias gradient.
+// The generated GEMM's view of the product: row-major D^T (n x m) = op(B)^T @ op(A)^T, where
+// op(B)^T is K-major unless B is transposed and op(A) K-major when A is; TF32 needs both
+// K-major (plan() declines the rest). None for the bias gradient, which it does not sum.
 std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
-  if (!g.trans_a || g.trans_b || g.epilogue == LtEpilogue::bgrad_b) return std::nullopt;
+  if (g.epilogue == LtEpilogue::bgrad_b) return std::nullopt;
   const bool tf32 = g.dtype == DType::f32 && allow_tf32();
   if (g.dtype != DType::bf16 && g.dtype != DType::f16 && !tf32) return std::nullopt;
   const GemmMath math = tf32 ? GemmMath::tf32 : g.dtype == DType::bf16 ? GemmMath::bf16 : GemmMath::f16;
   const GemmEpilogue e = g.epilogue == LtEpilogue::bias        ? GemmEpilogue::bias
                          : g.epilogue == LtEpilogue::relu_bias ? GemmEpilogue::relu_bias
                                                                : GemmEpilogue::none;
-  return GemmGeometry{g.n, g.m, g.k, g.ldb, g.lda, g.ldd, math, e};
+  GemmGeometry geo{g.n, g.m, g.k, g.ldb, g.lda, g.ldd, math, e};
+  geo.a_mn = g.trans_b;
+  geo.b_mn = !g.trans_a;
+  return geo;
 }
 
 // The generated launches worth timing beside cuBLASLt's: measured only under KILN_TUNE=on (they

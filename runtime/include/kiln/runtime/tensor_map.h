@@ -13,15 +13,16 @@ struct alignas(128) TensorMap {
   std::uint64_t words[16]{};
 };
 
-// A row-major (rows x cols) matrix of f32, f16 or bf16 with row stride `ld` elements, read in
-// boxes of box_rows x box_cols with the 128-byte swizzle (so box_cols * element size must be
-// 128 bytes). Elements past the matrix read as zero. ValueError names what TMA cannot take:
-// a base or row stride that is not a multiple of 16 bytes, a box row other than 128 bytes, a
-// box taller than 256 rows.
+// `batch` row-major (rows x cols) matrices of f32, f16 or bf16, row stride `ld` and
+// `batch_stride` elements apart, read in boxes of box_rows x box_cols of one matrix with the
+// 128-byte swizzle (so box_cols * element size must be 128 bytes). Elements past a matrix read
+// as zero. ValueError names what TMA cannot take: a base or stride that is not a multiple of 16
+// bytes, a box row other than 128 bytes, a box taller than 256 rows.
 TensorMap tiled_tensor_map_128b(DevicePtr base, DType dtype, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                                int box_rows, int box_cols);
+                                int box_rows, int box_cols, std::int64_t batch = 1, std::int64_t batch_stride = 0);
 
-// Whether tiled_tensor_map_128b takes a matrix at `base` with row stride `ld` elements.
-bool tensor_map_fits(DevicePtr base, DType dtype, std::int64_t ld);
+// Whether tiled_tensor_map_128b takes matrices at `base` with row stride `ld` elements (and
+// `batch_stride` between them).
+bool tensor_map_fits(DevicePtr base, DType dtype, std::int64_t ld, std::int64_t batch_stride = 0);
 
 }  // namespace kiln::rt

@@ -58,12 +58,19 @@ const char* epilogue_name(GemmEpilogue e) {
 
 const char* kernel_name(GemmKernel) { return "wgmma"; }
 
-void GemmGeometry::add_to(rt::GeneratedKey& key) const { key.add(m, n, k, lda, ldb, ldd, math, epilogue); }
+void GemmGeometry::add_to(rt::GeneratedKey& key) const {
+  key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
+}
 
 std::string GemmGeometry::text() const {
   std::string t;
   for (std::int64_t v : {m, n, k, lda, ldb, ldd}) t += std::to_string(v) + " ";
-  return t + math_name(math) + " " + epilogue_name(epilogue);
+  t.append(math_name(math)).append(" ").append(epilogue_name(epilogue));
+  if (a_mn) t.append(" A^T");
+  if (b_mn) t.append(" B^T");
+  if (batch > 1)
+    for (std::int64_t v : {batch, batch_a, batch_b, batch_d}) t.append(" ").append(std::to_string(v));
+  return t;
 }
 
 std::string GemmTile::text() const { return bm > 0 ? std::to_string(bm) + "x" + std::to_string(bn) : std::string(); }
@@ -74,23 +81,33 @@ std::string GemmLaunch::text() const {
 }
 
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
-  if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1) return std::nullopt;
+  if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
+  if (g.math == GemmMath::tf32 && (g.a_mn || g.b_mn)) return std::nullopt;  // TF32 MMAs read K-major tiles only
   const DType t = input_dtype(g.math);
-  const auto es = static_cast<std::int64_t>(dtype_size(t));
-  if ((g.lda * es) % 16 != 0 || (g.ldb * es) % 16 != 0 || g.lda < g.k || g.ldb < g.k || g.ldd < g.n)
+  if (!rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0) ||
+      !rt::tensor_map_fits(0, t, g.ldb, g.batch > 1 ? g.batch_b : 0))
+    return std::nullopt;
+  if (g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n) return std::nullopt;
+  // Problems whose operands overlap (0: every problem reads the same A or B) or outputs overlap.
+  auto apart = [&](std::int64_t stride, std::int64_t span) { return stride == 0 || stride >= span; };
+  if (g.batch > 1 && (!apart(g.batch_a, (g.a_mn ? g.k : g.m) * g.lda) ||
+                      !apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) || g.batch_d < g.m * g.ldd))
     return std::nullopt;
   GemmLaunch l;
   l.g = g;
-  // Wide tiles where the output fills the SMs with them; narrower where it would not.
+  // Wide tiles where the output fills the SMs with them; narrower where it would not. An
+  // MN-major B comes in atoms of 64 columns.
+  const int min_bn = g.b_mn ? 64 : 16;
   l.bm = 128;
-  l.bn = g.n <= 64 ? std::max<int>(16, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
-  if (l.bn == 256 && ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
+  l.bn = g.n <= 64 ? std::max<int>(min_bn, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
+  if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
   if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
-  if ((l.bm != 64 && l.bm != 128) || l.bn < 16 || l.bn > 256 || l.bn % 16 != 0) return std::nullopt;
+  if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
   l.stages = stages_for(l.bm, l.bn, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages);
-  const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(g.n, l.bn);
+  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * ceil_div(g.n, l.bn);
+  if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   l.grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, target.sm_count)));
   return l;
 }
@@ -116,8 +133,15 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
     throw ValueError("[gemm] " + l.text() + ": operands must be 16-byte aligned (and a bias given for its epilogue)");
   const DType t = input_dtype(l.g.math);
   const int box_k = static_cast<int>(128 / dtype_size(t));
-  const rt::TensorMap map_a = rt::tiled_tensor_map_128b(ops.a, t, l.g.m, l.g.k, l.g.lda, l.bm, box_k);
-  const rt::TensorMap map_b = rt::tiled_tensor_map_128b(ops.b, t, l.g.n, l.g.k, l.g.ldb, l.bn, box_k);
+  // A K-major operand in boxes of (tile rows) x (k of one stage); an MN-major one in atoms of
+  // (k of one stage) x 64 columns.
+  auto map = [&](rt::DevicePtr p, bool mn, std::int64_t rows, std::int64_t ld, std::int64_t batch_stride, int tile) {
+    const std::int64_t b = l.g.batch > 1 && batch_stride > 0 ? l.g.batch : 1, bs = b > 1 ? batch_stride : 0;
+    return mn ? rt::tiled_tensor_map_128b(p, t, l.g.k, rows, ld, box_k, 64, b, bs)
+              : rt::tiled_tensor_map_128b(p, t, rows, l.g.k, ld, tile, box_k, b, bs);
+  };
+  const rt::TensorMap map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
+  const rt::TensorMap map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);
   const rt::Function fn = kernel_of(l, ops.stream->device());
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(l.grid);

@@ -1,9 +1,11 @@
 #pragma once
-// The generated GEMM kernels (kernel_templates/gemm_*.cu): D (m x n, row stride ldd) =
-// A (m x k) @ B (n x k)^T with both operands K-major (row strides lda and ldb), f32 sums, and
-// an epilogue applied to each sum before it is stored in D's dtype. plan() gives a kind's
-// launch for a problem, or none where the kind does not apply; source() builds the module a
-// launch runs and launch() runs it. Every kernel is instantiated per exact shape.
+// The generated GEMM kernels (kernel_templates/gemm_*.cu): for each of `batch` problems,
+// D (m x n, row stride ldd) = A (m x k) @ B (n x k)^T with f32 sums and an epilogue applied to
+// each sum before it is stored in D's dtype. A and B are K-major (stored m x k and n x k,
+// row strides lda and ldb) or, for 16-bit inputs, MN-major (stored k x m and k x n): so every
+// transpose is a layout, never a copy. plan() gives a kind's launch for a problem, or none where
+// the kind does not apply; source() builds the module a launch runs and launch() runs it. Every
+// kernel is instantiated per exact shape.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,8 +33,11 @@ struct GemmGeometry {
   std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
   GemmMath math = GemmMath::bf16;
   GemmEpilogue epilogue = GemmEpilogue::none;
+  bool a_mn = false, b_mn = false;  // stored k x m / k x n (MN-major) instead of m x k / n x k
+  // Problems side by side: elements from one problem's A, B and D to the next's.
+  std::int64_t batch = 1, batch_a = 0, batch_b = 0, batch_d = 0;
   void add_to(rt::GeneratedKey& key) const;
-  // "m n k lda ldb ldd math epilogue": the tuner's problem text.
+  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d]": the tuner's problem text.
   std::string text() const;
 };
 

@@ -18,7 +18,7 @@ const char* type_name(GemmMath m) {
 
 // mma(acc, da, db, accumulate): one m64nBNk(16 or 8) warpgroup MMA on shared-memory descriptors,
 // accumulating into acc[0 .. BN/2) or, for the first k of a tile, overwriting it.
-std::string mma_function(int bn, GemmMath math) {
+std::string mma_function(int bn, GemmMath math, bool a_mn, bool b_mn) {
   const int regs = bn / 2;
   const bool tf32 = math == GemmMath::tf32;
   const std::string in = math_name(math);
@@ -27,9 +27,9 @@ std::string mma_function(int bn, GemmMath math) {
     list += (r ? ", %" : "%") + num(r);
     outs += std::string(r ? ", " : "") + "\"+f\"(acc[" + num(r) + "])";
   }
-  // The transpose immediates exist for 16-bit inputs only; both operands are K-major here.
+  // The transpose immediates (1: MN-major) exist for 16-bit inputs only.
   const std::string shape = "m64n" + num(bn) + "k" + (tf32 ? "8" : "16");
-  const std::string tail = tf32 ? "p, 1, 1;" : "p, 1, 1, 0, 0;";
+  const std::string tail = tf32 ? "p, 1, 1;" : "p, 1, 1, " + num(a_mn) + ", " + num(b_mn) + ";";
   return "__device__ __forceinline__ void mma(float* acc, unsigned long long da, unsigned long long db, bool "
          "accumulate) {\n"
          "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" +
@@ -68,7 +68,13 @@ std::string source(const GemmLaunch& l) {
                        {"N", num(g.n)},
                        {"K", num(g.k)},
                        {"LDD", num(g.ldd)},
-                       {"MMA", mma_function(l.bn, g.math)},
+                       {"BATCH", num(g.batch)},
+                       {"BATCH_D", num(g.batch > 1 ? g.batch_d : 0)},
+                       {"A_MN", g.a_mn ? "true" : "false"},
+                       {"A_BATCHED", g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
+                       {"B_BATCHED", g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
+                       {"B_MN", g.b_mn ? "true" : "false"},
+                       {"MMA", mma_function(l.bn, g.math, g.a_mn, g.b_mn)},
                        {"EPILOGUE_PARAMS", e.params},
                        {"EPILOGUE", e.body},
                        {"EPILOGUE_ARGS", e.args},
