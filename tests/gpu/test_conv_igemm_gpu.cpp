@@ -28,7 +28,8 @@ Shape out_shape(const IgemmCase& c) {
   auto at = [](const std::vector<std::int64_t>& v, int i) { return v.size() == 2 ? v[i] : v[0]; };
   Shape y{c.x[0], c.w[0], 0, 0};
   for (int d = 0; d < 2; ++d)
-    y[2 + d] = (c.x[2 + d] + 2 * at(c.o.padding, d) - at(c.o.dilation, d) * (c.w[2 + d] - 1) - 1) / at(c.o.stride, d) + 1;
+    y[2 + d] =
+        (c.x[2 + d] + 2 * at(c.o.padding, d) - at(c.o.dilation, d) * (c.w[2 + d] - 1) - 1) / at(c.o.stride, d) + 1;
   return y;
 }
 
@@ -49,7 +50,8 @@ double worst_error(int pass, const IgemmCase& c, DType dt, std::uint64_t seed) {
   const std::vector<double> ref = run_pass(pass, c, a64, b64).to_vector<double>();
   const std::vector<double> scale = run_pass(pass, c, abs(a64), abs(b64)).to_vector<double>();
   const Device gpu = Device::cuda(0);
-  const std::vector<double> got = run_pass(pass, c, a.to(gpu), b.to(gpu)).to(Device::cpu()).to(DType::f64).to_vector<double>();
+  const std::vector<double> got =
+      run_pass(pass, c, a.to(gpu), b.to(gpu)).to(Device::cpu()).to(DType::f64).to_vector<double>();
   REQUIRE(got.size() == ref.size());
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -83,6 +85,11 @@ const std::vector<IgemmCase>& igemm_cases() {
       // row, more images than SMs) and a dilated one that reads each tap.
       {"speedrun conv1 b301", {301, 1, 28, 28}, {24, 1, 5, 5}, {}},
       {"small wgrad d2 p1", {3, 2, 11, 10}, {6, 2, 3, 3}, {.padding = {1}, .dilation = {2}}},
+      // 1x1 convs as batches of GEMMs on the tile engine (16-bit on sm_90): tails in channels,
+      // outputs and pixels, and one image.
+      {"1x1 tile engine C=64 O=40", {3, 64, 8, 8}, {40, 64, 1, 1}, {}},
+      {"1x1 tile engine C=72 O=136 14x12", {2, 72, 14, 12}, {136, 72, 1, 1}, {}},
+      {"1x1 tile engine one image", {1, 256, 16, 16}, {64, 256, 1, 1}, {}},
   };
   return c;
 }
@@ -92,7 +99,8 @@ const std::vector<IgemmCase>& igemm_cases() {
 TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF32") {
   const kiln_test::ConvTF32 tf32(true);
   // bf16 and f16 outputs round to 8 and 11 bits; TF32 rounds each input to 11 bits.
-  const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1.5e-3}};
+  const std::vector<std::pair<DType, double>> precisions{
+      {DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1.5e-3}};
   for (const auto& c : igemm_cases())
     for (const auto& p : precisions)
       for (int pass = 0; pass < 3; ++pass) {
@@ -119,8 +127,10 @@ TEST_CASE("split-K weight gradients are bit-identical from run to run") {
   const Device gpu = Device::cuda(0);
   for (auto [dt, tf32_on] : {std::pair{DType::bf16, true}, {DType::f32, true}, {DType::f32, false}}) {
     const kiln_test::ConvTF32 tf32(tf32_on);
-    const Tensor x = randn(c.x, {.dtype = dt, .device = gpu}, &gen), gy = randn(out_shape(c), {.dtype = dt, .device = gpu}, &gen);
-    const std::vector<double> first = conv2d_grad_weight(x, gy, c.w, c.o).to(Device::cpu()).to(DType::f64).to_vector<double>();
+    const Tensor x = randn(c.x, {.dtype = dt, .device = gpu}, &gen),
+                 gy = randn(out_shape(c), {.dtype = dt, .device = gpu}, &gen);
+    const std::vector<double> first =
+        conv2d_grad_weight(x, gy, c.w, c.o).to(Device::cpu()).to(DType::f64).to_vector<double>();
     for (int rep = 0; rep < 3; ++rep)
       CHECK(conv2d_grad_weight(x, gy, c.w, c.o).to(Device::cpu()).to(DType::f64).to_vector<double>() == first);
   }
@@ -133,7 +143,8 @@ TEST_CASE("NaN and infinity in a convolution's input reach its output") {
     v[5] = std::nan("");  // (1, 1)
     const Tensor x = from_vector(v, {1, 1, 4, 4}).to(dt);
     const Tensor w = ones({2, 1, 3, 3}, {.dtype = dt});
-    const std::vector<double> y = conv2d(x.to(gpu), w.to(gpu), {}, {.padding = {1}}).to(Device::cpu()).to(DType::f64).to_vector<double>();
+    const std::vector<double> y =
+        conv2d(x.to(gpu), w.to(gpu), {}, {.padding = {1}}).to(Device::cpu()).to(DType::f64).to_vector<double>();
     int nans = 0;
     for (double v : y) nans += std::isnan(v);
     CHECK(nans == 2 * 9);  // every output whose window covers (1, 1), in both channels

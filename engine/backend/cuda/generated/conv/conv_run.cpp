@@ -1,6 +1,7 @@
 // The tuned choice among the generated conv kinds. The heuristic's pick is the reference
-// (candidate 0), in the order the kinds were tried before tuning: patch, then igemm; for
-// weight gradients wgrad, wgrad_small, then igemm.
+// (candidate 0), in the order the kinds were tried before tuning: the GEMM tile engine where a
+// 1x1 conv is a batch of GEMMs, then patch, then igemm; for weight gradients wgrad,
+// wgrad_small, then igemm.
 #include "conv_run.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "backend/cuda/tuner.h"
 #include "conv_plan.h"
 #include "kiln/runtime/templates.h"
@@ -23,7 +25,7 @@ const std::string& library_text() {
   static const std::string text = [] {
     std::uint64_t h = rt::kFnvOffset;
     for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
-                             "mma", "prelude"})
+                             "mma", "prelude", "gemm_wgmma"})
       h = rt::fnv1a64(rt::template_source(name), h);
     return "kiln conv " + std::to_string(h);
   }();
@@ -38,9 +40,33 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
   return {x, y, w};
 }
 
+// A 1x1 conv of stride 1 without padding is, per image z (P = h*w pixels, NCHW):
+//   forward     y_z (o x P) = w (o x c) @ x_z (c x P)
+//   grad_input dx_z (c x P) = w^T (c x o) @ gy_z (o x P)
+// a batch of GEMMs for the tile engine (16-bit, sm_90), its pixel-major operands MN-major.
+std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
+                                             const ConvTarget& target) {
+  const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.groups == 1;
+  if (!pointwise || pass == ConvPass::grad_weight || (math != ConvMath::bf16 && math != ConvMath::f16))
+    return std::nullopt;
+  const std::int64_t p = g.h * g.w, rows = pass == ConvPass::forward ? g.o : g.c,
+                     k = pass == ConvPass::forward ? g.c : g.o;
+  // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
+  GemmGeometry geo{rows, p, k, g.c, p, p, math == ConvMath::bf16 ? GemmMath::bf16 : GemmMath::f16};
+  geo.a_mn = pass == ConvPass::grad_input;
+  geo.b_mn = true;
+  geo.batch = g.n, geo.batch_a = 0, geo.batch_b = k * p, geo.batch_d = rows * p;
+  if (g.n == 1) geo.batch_b = geo.batch_d = 0;
+  return plan(GemmKernel::wgmma, geo, GemmTarget{arch, target.sm_count, target.max_shared});
+}
+
 std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
-                                      const ConvTarget& target) {
+                                      const ConvTarget& target, int arch) {
   std::vector<TuneCandidate> c;
+  if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
+    const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};  // w is A; x or gy is B
+    if (operands_fit(*l, gops)) c.push_back({"gemm " + l->text(), [l = *l, gops] { launch(l, gops); }});
+  }
   const std::vector<ConvKernel> kinds = pass == ConvPass::grad_weight
                                             ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
                                             : std::vector{ConvKernel::patch, ConvKernel::igemm};
@@ -73,7 +99,7 @@ bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands
   const rt::DeviceInfo& info = rt::device_info(ops.stream->device());
   if (info.arch() < 80) return false;
   const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
-  const std::vector<TuneCandidate> c = candidates(pass, g, ops, *math, target);
+  const std::vector<TuneCandidate> c = candidates(pass, g, ops, *math, target, info.arch());
   if (c.empty()) return false;
   const std::string dtype = std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "");
   const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text(), dtype, info.arch(), library_text()};
