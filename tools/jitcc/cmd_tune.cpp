@@ -1,7 +1,8 @@
 // jitcc tune: measures, ahead of time, the choices kiln makes by measurement (KILN_TUNE): each
-// convolution's kernel and tiles for its three passes, and the cuBLASLt algorithms of a linear
-// layer's forward and backward products, on random inputs of the given sizes on GPU 0. The
-// choices land in the cache as entries of kind "tune", where later processes find them.
+// convolution's kernel and tiles for its three passes, and for a linear layer's forward and
+// backward products the cuBLASLt algorithms and the generated GEMM's tiles (sm_90), on random
+// inputs of the given sizes on GPU 0. The choices land in the cache as entries of kind "tune",
+// where later processes find them.
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -115,7 +116,8 @@ int run_tune(const TuneArgs& a, const Common& common) {
 void add_tune(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand(
       "tune", "Measure kiln's choices by measurement ahead of time, on GPU 0: the kernel and tiles of each --conv's "
-              "three passes and the cuBLASLt algorithms of each --linear's products, kept in the cache");
+              "three passes, and the cuBLASLt algorithms and generated GEMM tiles of each --linear's products, kept "
+              "in the cache");
   auto args = std::make_shared<TuneArgs>();
   TuneArgs& a = *args;
   sub->add_option("--conv", a.convs, "N,C,H,W,O,K,stride,pad: a conv2d with a KxK kernel (repeatable)");
