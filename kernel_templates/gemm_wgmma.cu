@@ -11,6 +11,9 @@
 //   - persistent: GRID blocks walk the tiles, GROUP_M tile rows at a time so that the B
 //     tiles they share stay in L2.
 // Rows, columns and k past the matrices read as zeros (TMA fills them); stores are masked.
+// Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
+// MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
+// partial sums and squares of the stored values in `hp.stats`.
 ${PRELUDE}
 namespace {
 
@@ -33,6 +36,25 @@ constexpr unsigned kStepA = kAMn ? 16 * 128 : 32, kStepB = kBMn ? 16 * 128 : 32;
 static_assert((!kAMn || kBK == 64) && (!kBMn || (kBK == 64 && kBN % 64 == 0)), "MN-major tiles: 16-bit, 64-column atoms");
 constexpr int kKTiles = (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
+${HOOK_CONSTANTS}
+// Statistics partials: per row, one per problem and column of tiles; per column, one per
+// problem and consumer's 64 rows.
+constexpr long long kStatsParts = kStats == 1 ? (long long)kBatch * kTilesN : (long long)kBatch * kTilesM * kConsumers;
+constexpr long long kStatsChannels = kStats == 1 ? kM : kN;
+
+// The hooks' operands, as the host lays them out.
+struct HookPointers {
+  const void* epi[6];
+  const void* pro[6];
+  float* stats;
+};
+
+template <class T>
+__device__ __forceinline__ float hook_load(const void* p, long long i) {
+  return kiln::cvt<float>(static_cast<const T*>(p)[i]);
+}
+
+${HOOK_FUNCTIONS}
 
 struct alignas(64) TensorMap {
   unsigned long long words[16];
@@ -123,15 +145,99 @@ __device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
   }
 }
 
-__device__ __forceinline__ float epilogue(float v, long long row, long long col${EPILOGUE_PARAMS}) {
-  ${EPILOGUE}
-  return v;
+// Named barrier 1 + c: consumer c's four warps only.
+__device__ __forceinline__ void consumer_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
+
+// The prologue on consumer c's 8 KiB of A in stage memory `tile` (64 K-major rows, or one
+// MN-major atom of BK rows), 16 bytes per thread at a time; the swizzle permutes each 128-byte
+// line's 16-byte chunks by the line's index mod 8.
+__device__ __forceinline__ void prologue_tile(unsigned tile, int kt, long long z, int tid, const HookPointers& hp) {
+  constexpr int kPer = 16 / sizeof(In);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = tid + 128 * q, line = j / 8, chunk = (j % 8) ^ (line % 8);
+    const unsigned addr = tile + 16u * j;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+    In e[kPer];
+    memcpy(e, &v, 16);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const long long k = static_cast<long long>(kt) * kBK + (kAMn ? line : chunk * kPer + i);
+      if (k < kK) e[i] = kiln::cvt<In>(prologue(kiln::cvt<float>(e[i]), k, z, hp));
+    }
+    memcpy(&v, e, 16);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+  }
+  // The MMAs read shared memory through the async proxy: make these writes visible to it.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Per-row partials of the stored values in `acc` (rows row0 and row0 + 8 of this thread; the
+// four lanes of a quad hold a row's columns).
+__device__ __forceinline__ void row_stats(const float* acc, long long z, int tn, long long row0, int lane, float* stats) {
+  float s[2] = {0.f, 0.f}, q[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < kBN / 2; ++r) {
+    s[(r / 2) % 2] += acc[r];
+    q[(r / 2) % 2] += acc[r] * acc[r];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    for (int m = 1; m < 4; m *= 2) {
+      s[h] += __shfl_xor_sync(0xffffffffu, s[h], m);
+      q[h] += __shfl_xor_sync(0xffffffffu, q[h], m);
+    }
+    const long long row = row0 + 8 * h, part = z * kTilesN + tn;
+    if (lane % 4 == 0 && row < kM) {
+      stats[part * kStatsChannels + row] = s[h];
+      stats[(kStatsParts + part) * kStatsChannels + row] = q[h];
+    }
+  }
+}
+
+// Per-column partials over consumer c's 64 rows: each warp sums its 16 rows across lanes, then
+// the four warps' sums meet in `scratch` (4 x BN pairs) in a fixed order.
+__device__ __forceinline__ void column_stats(const float* acc, long long z, int tm, int tn, int c, int tid, float* scratch,
+                                             float* stats) {
+  const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int r = 0; r < kBN / 2; r += 4)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float s = acc[r + e] + acc[r + 2 + e], q = acc[r + e] * acc[r + e] + acc[r + 2 + e] * acc[r + 2 + e];
+      for (int m = 4; m < 32; m *= 2) {
+        s += __shfl_xor_sync(0xffffffffu, s, m);
+        q += __shfl_xor_sync(0xffffffffu, q, m);
+      }
+      if (lane < 4) {
+        const int col = 8 * (r / 4) + 2 * lane + e;
+        scratch[2 * (warp * kBN + col)] = s;
+        scratch[2 * (warp * kBN + col) + 1] = q;
+      }
+    }
+  consumer_sync(c);
+  const long long part = (z * kTilesM + tm) * kConsumers + c;
+  for (int col = tid; col < kBN; col += 128) {
+    float s = 0.f, q = 0.f;
+    for (int w = 0; w < 4; ++w) {
+      s += scratch[2 * (w * kBN + col)];
+      q += scratch[2 * (w * kBN + col) + 1];
+    }
+    const long long n = static_cast<long long>(tn) * kBN + col;
+    if (n < kN) {
+      stats[part * kStatsChannels + n] = s;
+      stats[(kStatsParts + part) * kStatsChannels + n] = q;
+    }
+  }
+  consumer_sync(c);  // the next tile writes scratch again
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
-    kiln_gemm_wgmma(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, Out* __restrict__ d${EPILOGUE_PARAMS}) {
+    kiln_gemm_wgmma(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, Out* __restrict__ d,
+                    const __grid_constant__ HookPointers hp) {
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary.
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -175,6 +281,10 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     for (int kt = 0; kt < kKTiles; ++kt, ++it) {
       const int s = it % kStages;
       bar_wait(full + 8 * s, (it / kStages) & 1);
+      if constexpr (kPrologue) {
+        prologue_tile(tiles_a + s * kBytesA + c * 64 * 128, kt, z, tid, hp);
+        consumer_sync(c);
+      }
       // Consumer c's 64 rows of A: 64 K-major rows, or the c-th MN-major atom; both 8 KiB in.
       const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128, kAtomBytes);
       const unsigned long long db = smem_desc(tiles_b + s * kBytesB, kAtomBytes);
@@ -193,15 +303,27 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 #pragma unroll
     for (int r = 0; r < kBN / 2; r += 2) {
       const long long row = row0 + 8 * ((r / 2) % 2), col = col0 + 8 * (r / 4);
-      if (row >= kM || col >= kN) continue;
-      const float v0 = epilogue(acc[r], row, col${EPILOGUE_ARGS});
+      const bool in0 = row < kM && col < kN, in1 = row < kM && col + 1 < kN;
       Out* p = d + z * kBatchD + row * kLdd + col;
-      if (col + 1 < kN) {
-        const float v1 = epilogue(acc[r + 1], row, col + 1${EPILOGUE_ARGS});
-        store_pair(p, v0, v1);
-      } else {
-        *p = kiln::cvt<Out>(v0);
+      float v0 = in0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
+      float v1 = in1 ? epilogue(acc[r + 1], row, col + 1, z, hp) : 0.f;
+      if constexpr (kAccumulate) {
+        if (in0) v0 += kiln::cvt<float>(p[0]);
+        if (in1) v1 += kiln::cvt<float>(p[1]);
       }
+      if (in1)
+        store_pair(p, v0, v1);
+      else if (in0)
+        *p = kiln::cvt<Out>(v0);
+      if constexpr (kStats != 0) {  // the values as stored; zeros outside D
+        acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
+        acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
+      }
+    }
+    if constexpr (kStats == 1) row_stats(acc, z, tn, row0, lane, hp.stats);
+    if constexpr (kStats == 2) {  // scratch: past the barriers, 4 x BN pairs per consumer
+      float* scratch = reinterpret_cast<float*>(smem_raw + (empty + kStages * 8 - smem_addr(smem_raw)));
+      column_stats(acc, z, tm, tn, c, tid, scratch + c * 4 * kBN * 2, hp.stats);
     }
   }
 }

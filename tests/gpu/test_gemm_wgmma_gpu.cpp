@@ -29,11 +29,6 @@ struct HostBuffer {
   void set(std::int64_t e, double v) { kiln_test::set_element(dt, bytes.data(), e, v); }
 };
 
-kernels::GemmTarget target() {
-  const rt::DeviceInfo& info = rt::device_info(0);
-  return {info.arch(), info.sm_count, info.max_shared_optin};
-}
-
 // Element (i, kk) of an operand of `rows` x k, K-major (rows of ld) or MN-major (k rows of ld).
 std::int64_t element(bool mn, std::int64_t ld, std::int64_t i, std::int64_t kk) {
   return mn ? kk * ld + i : i * ld + kk;
@@ -116,7 +111,7 @@ std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernel
 }  // namespace
 
 TEST_CASE("generated GEMMs match a double-precision product in every arithmetic, tile and epilogue") {
-  const kernels::GemmTarget tgt = target();
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
   if (tgt.arch != 90) {
     MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
     return;
@@ -144,7 +139,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
 }
 
 TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems") {
-  const kernels::GemmTarget tgt = target();
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
   if (tgt.arch != 90) {
     MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
     return;

@@ -232,8 +232,7 @@ std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey&
     const std::optional<rt::TuneChoice> c = rt::find_choice(key);
     if (!c || c->variant.rfind(kernel_name(GemmKernel::wgmma), 0) != 0) return {};
   }
-  const rt::DeviceInfo& info = rt::device_info(device);
-  const GemmTarget target{info.arch(), info.sm_count, info.max_shared_optin};
+  const GemmTarget target = gemm_target(device);
   const std::optional<GemmLaunch> h = plan(GemmKernel::wgmma, *geo, target);
   if (!h) return {};
   std::vector<GemmLaunch> out{*h};

@@ -18,15 +18,38 @@ namespace {
 constexpr int kBarrierBytes = 2 * 8;  // a full and an empty mbarrier per stage
 constexpr int kAlignSlack = 1024;     // the kernel rounds its tiles up to a 1024-byte boundary
 
-std::int64_t shared_bytes(int bm, int bn, int stages) {
-  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + kAlignSlack;
+struct HookPointers {
+  rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats;
+};
+
+// Column statistics add each consumer warp's column sums and squares, reduced across warps.
+std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats) {
+  const std::int64_t stats = column_stats ? (bm / 64) * 4 * bn * 2 * 4 : 0;
+  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + stats + kAlignSlack;
 }
 
 // As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
-int stages_for(int bm, int bn, const GemmTarget& t) {
+int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t) {
   int s = 8;
-  while (s > 2 && shared_bytes(bm, bn, s) > t.max_shared) --s;
-  return shared_bytes(bm, bn, s) <= t.max_shared ? s : 0;
+  while (s > 2 && shared_bytes(bm, bn, s, column_stats) > t.max_shared) --s;
+  return shared_bytes(bm, bn, s, column_stats) <= t.max_shared ? s : 0;
+}
+
+HookStats stats_of(const GemmGeometry& g) {
+  return g.hooks.epilogue ? g.hooks.epilogue->stats : HookStats::none;
+}
+
+// Malformed hooks, or hooks that do not fit the problem: the caller's mistake, not a kind that
+// does not apply.
+void check_hooks(const GemmGeometry& g) {
+  if (const std::string p = hook_problem(g.hooks); !p.empty()) throw ValueError("[gemm] " + p);
+  if (g.epilogue != GemmEpilogue::none && g.hooks.epilogue)
+    throw ValueError("[gemm] a built-in epilogue and an epilogue hook cannot both be given");
+  if (g.hooks.epilogue)
+    for (const HookInput& in : g.hooks.epilogue->inputs)
+      if (in.index == HookIndex::element && in.ld < g.n)
+        throw ValueError("[gemm] epilogue input '" + in.name + "': row stride " + std::to_string(in.ld) +
+                         " is shorter than a row of " + std::to_string(g.n));
 }
 
 rt::Function kernel_of(const GemmLaunch& l, int device) {
@@ -58,8 +81,28 @@ const char* epilogue_name(GemmEpilogue e) {
 
 const char* kernel_name(GemmKernel) { return "wgmma"; }
 
+GemmTarget gemm_target(int device) {
+  const rt::DeviceInfo& info = rt::device_info(device);
+  return {info.arch(), info.sm_count, info.max_shared_optin};
+}
+
 void GemmGeometry::add_to(rt::GeneratedKey& key) const {
   key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
+  hooks.add_to(key);
+}
+
+GemmHooks hooks_of(const GemmGeometry& g) {
+  GemmHooks h = g.hooks;
+  if (g.epilogue == GemmEpilogue::none) return h;
+  GemmEpilogueHook e;
+  e.expr = g.epilogue == GemmEpilogue::bias ? "acc + bias" : "kiln::math::relu(acc + bias)";
+  e.inputs = {HookInput{"bias", input_dtype(g.math), HookIndex::column}};
+  h.epilogue = e;
+  return h;
+}
+
+DType output_dtype(const GemmGeometry& g) {
+  return g.hooks.epilogue && g.hooks.epilogue->out ? *g.hooks.epilogue->out : input_dtype(g.math);
 }
 
 std::string GemmGeometry::text() const {
@@ -70,7 +113,7 @@ std::string GemmGeometry::text() const {
   if (b_mn) t.append(" B^T");
   if (batch > 1)
     for (std::int64_t v : {batch, batch_a, batch_b, batch_d}) t.append(" ").append(std::to_string(v));
-  return t;
+  return t + hooks.text();
 }
 
 std::string GemmTile::text() const { return bm > 0 ? std::to_string(bm) + "x" + std::to_string(bn) : std::string(); }
@@ -81,6 +124,7 @@ std::string GemmLaunch::text() const {
 }
 
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
+  check_hooks(g);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
   if (g.math == GemmMath::tf32 && (g.a_mn || g.b_mn)) return std::nullopt;  // TF32 MMAs read K-major tiles only
   const DType t = input_dtype(g.math);
@@ -103,9 +147,10 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
   if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
   if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
-  l.stages = stages_for(l.bm, l.bn, target);
+  const bool column_stats = stats_of(g) == HookStats::columns;
+  l.stages = stages_for(l.bm, l.bn, column_stats, target);
   if (l.stages == 0) return std::nullopt;
-  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages);
+  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
   const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * ceil_div(g.n, l.bn);
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   l.grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, target.sm_count)));
@@ -119,10 +164,30 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   return out;
 }
 
+GemmStatsShape stats_shape(const GemmLaunch& l) {
+  const GemmGeometry& g = l.g;
+  switch (stats_of(g)) {
+    case HookStats::rows: return {g.batch * ceil_div(g.n, l.bn), g.m};
+    case HookStats::columns: return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
+    case HookStats::none: break;
+  }
+  return {};
+}
+
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
-  return rt::tensor_map_fits(ops.a, t, l.g.lda) && rt::tensor_map_fits(ops.b, t, l.g.ldb) && ops.d % 16 == 0 &&
-         (l.g.epilogue == GemmEpilogue::none || ops.bias != 0);
+  if (!rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb) || ops.d % 16 != 0)
+    return false;
+  if (l.g.epilogue != GemmEpilogue::none && ops.bias == 0) return false;
+  auto given = [](const std::vector<HookInput>& inputs, const auto& ptrs) {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (ptrs[i] == 0 || ptrs[i] % dtype_size(inputs[i].dtype) != 0) return false;
+    return true;
+  };
+  const GemmHooks& h = l.g.hooks;
+  return (!h.epilogue || given(h.epilogue->inputs, ops.epilogue_inputs)) &&
+         (!h.prologue || given(h.prologue->inputs, ops.prologue_inputs)) &&
+         (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0));
 }
 
 std::vector<std::string> entry_points(const GemmLaunch&) { return {"kiln_gemm_wgmma"}; }
@@ -130,7 +195,8 @@ std::vector<std::string> entry_points(const GemmLaunch&) { return {"kiln_gemm_wg
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
   if (!ops.stream) throw ValueError("[gemm] launch needs a stream");
   if (!operands_fit(l, ops))
-    throw ValueError("[gemm] " + l.text() + ": operands must be 16-byte aligned (and a bias given for its epilogue)");
+    throw ValueError("[gemm] " + l.text() + ": operands must be 16-byte aligned, and the bias, every hook input and "
+                     "the statistics given");
   const DType t = input_dtype(l.g.math);
   const int box_k = static_cast<int>(128 / dtype_size(t));
   // A K-major operand in boxes of (tile rows) x (k of one stage); an MN-major one in atoms of
@@ -147,8 +213,13 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   cfg.grid.x = static_cast<unsigned>(l.grid);
   cfg.block.x = static_cast<unsigned>((l.bm / 64 + 1) * 128);
   cfg.shared_bytes = static_cast<unsigned>(l.shared_bytes);
-  rt::DevicePtr d = ops.d, bias = ops.bias;
-  void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &bias};
+  rt::DevicePtr d = ops.d;
+  HookPointers hp{};  // laid out as the kernel's HookPointers
+  for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = ops.epilogue_inputs[static_cast<std::size_t>(i)];
+  for (int i = 0; i < kMaxHookInputs; ++i) hp.pro[i] = ops.prologue_inputs[static_cast<std::size_t>(i)];
+  if (l.g.epilogue != GemmEpilogue::none) hp.epi[0] = ops.bias;
+  hp.stats = ops.stats;
+  void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);
 }
 

@@ -1,16 +1,18 @@
 #pragma once
 // The generated GEMM kernels (kernel_templates/gemm_*.cu): for each of `batch` problems,
-// D (m x n, row stride ldd) = A (m x k) @ B (n x k)^T with f32 sums and an epilogue applied to
-// each sum before it is stored in D's dtype. A and B are K-major (stored m x k and n x k,
-// row strides lda and ldb) or, for 16-bit inputs, MN-major (stored k x m and k x n): so every
-// transpose is a layout, never a copy. plan() gives a kind's launch for a problem, or none where
+// D (m x n, row stride ldd) = A (m x k) @ B (n x k)^T with f32 sums, a prologue on A and an
+// epilogue on each sum before it is stored (gemm_hooks.h). A and B are K-major (stored m x k and
+// n x k, row strides lda and ldb) or, for 16-bit inputs, MN-major (stored k x m and k x n): so
+// every transpose is a layout, never a copy. plan() gives a kind's launch for a problem, or none where
 // the kind does not apply; source() builds the module a launch runs and launch() runs it. Every
 // kernel is instantiated per exact shape.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "gemm_hooks.h"
 #include "kiln/dtype.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/generated_kernels.h"
@@ -36,10 +38,15 @@ struct GemmGeometry {
   bool a_mn = false, b_mn = false;  // stored k x m / k x n (MN-major) instead of m x k / n x k
   // Problems side by side: elements from one problem's A, B and D to the next's.
   std::int64_t batch = 1, batch_a = 0, batch_b = 0, batch_d = 0;
+  GemmHooks hooks{};  // with epilogue == none: a built-in epilogue excludes an epilogue hook
   void add_to(rt::GeneratedKey& key) const;
-  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d]": the tuner's problem text.
+  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [hooks:digest]": the tuner's problem text.
   std::string text() const;
 };
+
+// The hooks the kernel runs: g.hooks, with a built-in epilogue as a hook whose first input is the bias.
+GemmHooks hooks_of(const GemmGeometry& g);
+DType output_dtype(const GemmGeometry& g);  // the epilogue hook's `out`, or the inputs' dtype
 
 // The limits a plan is made for.
 struct GemmTarget {
@@ -47,11 +54,16 @@ struct GemmTarget {
   int sm_count = 132;
   int max_shared = 227 * 1024;  // bytes per block after opting in
 };
+GemmTarget gemm_target(int device);  // the limits of a device
 
-// The operands as device pointers on one device: A, B and D (and the bias) of the math's dtype.
+// The operands as device pointers on one device: A and B of the math's dtype, D of
+// output_dtype, the bias of a built-in epilogue (D's dtype), the hooks' inputs in their order
+// and, for an epilogue taking statistics, stats_shape(l).floats() f32s.
 struct GemmOperands {
   rt::DevicePtr a = 0, b = 0, d = 0, bias = 0;
   const rt::Stream* stream = nullptr;
+  std::array<rt::DevicePtr, kMaxHookInputs> epilogue_inputs{}, prologue_inputs{};
+  rt::DevicePtr stats = 0;
 };
 
 enum class GemmKernel {
@@ -74,9 +86,13 @@ struct GemmLaunch {
 };
 
 // The launch of kind `k` for problem `g`, or none where the kind does not apply (another arch,
-// operands TMA cannot read: a row stride that is not a multiple of 16 bytes).
+// operands TMA cannot read: a row stride that is not a multiple of 16 bytes). ValueError for
+// hooks that are malformed (hook_problem) or do not fit the problem.
 std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTarget& target, GemmTile tile = {});
-// Whether the pointers of `ops` suit the launch (TMA needs 16-byte aligned bases).
+// The statistics partials an epilogue hook with stats writes under launch `l`.
+GemmStatsShape stats_shape(const GemmLaunch& l);
+// Whether the pointers of `ops` suit the launch (TMA needs 16-byte aligned bases; every hook
+// input, the bias and the statistics given).
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 // Tiles worth timing beside the heuristic's launch `h` (not listed).
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target);

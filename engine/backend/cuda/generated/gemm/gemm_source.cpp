@@ -1,5 +1,5 @@
 // The GEMM family's source: kernel_templates/gemm_wgmma.cu with the shape, the tile, the
-// warpgroup MMA instruction for the tile's width and the epilogue filled in.
+// warpgroup MMA instruction for the tile's width and the hooks filled in.
 #include <string>
 
 #include "gemm_plan.h"
@@ -10,11 +10,6 @@ namespace kiln::kernels {
 namespace {
 
 std::string num(std::int64_t v) { return std::to_string(v); }
-
-const char* type_name(GemmMath m) {
-  static const char* names[] = {"__nv_bfloat16", "__half", "float"};
-  return names[static_cast<int>(m)];
-}
 
 // mma(acc, da, db, accumulate): one m64nBNk(16 or 8) warpgroup MMA on shared-memory descriptors,
 // accumulating into acc[0 .. BN/2) or, for the first k of a tile, overwriting it.
@@ -38,28 +33,35 @@ std::string mma_function(int bn, GemmMath math, bool a_mn, bool b_mn) {
          "\n    : \"l\"(da), \"l\"(db), \"r\"(static_cast<int>(accumulate)));\n}";
 }
 
-struct EpilogueText {
-  std::string params, args, body;
-};
-
-EpilogueText epilogue_text(GemmEpilogue e) {
-  if (e == GemmEpilogue::none) return {};
-  EpilogueText t{", const Out* __restrict__ bias", ", bias", "v += kiln::cvt<float>(bias[col]);"};
-  if (e == GemmEpilogue::relu_bias)
-    t.body += "\n  v = v != v || v > 0.f ? v : 0.f;  // NaN stays NaN, as relu keeps it";
-  return t;
+// The prelude with the headers of every dtype the kernel reads or writes.
+std::string prelude_for(const GemmGeometry& g, const GemmHooks& h) {
+  bool f16 = false, bf16 = false;
+  auto note = [&](DType t) {
+    f16 = f16 || t == DType::f16;
+    bf16 = bf16 || t == DType::bf16;
+  };
+  note(input_dtype(g.math));
+  note(output_dtype(g));
+  for (const auto* inputs : {h.epilogue ? &h.epilogue->inputs : nullptr, h.prologue ? &h.prologue->inputs : nullptr})
+    if (inputs)
+      for (const HookInput& in : *inputs) note(in.dtype);
+  DTypes d{DType::f32};
+  if (f16) d = bf16 ? DTypes{DType::f16, DType::bf16} : DTypes{DType::f16};
+  else if (bf16) d = DTypes{DType::bf16};
+  return rt::device_prelude(d);
 }
 
 }  // namespace
 
 std::string source(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
-  const EpilogueText e = epilogue_text(g.epilogue);
+  const GemmHooks hooks = hooks_of(g);
+  const HookSource hs = hook_source(hooks);
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
-  const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{input_dtype(g.math)})},
-                       {"IN", type_name(g.math)},
-                       {"OUT", type_name(g.math)},
+  const rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
+                       {"IN", cuda_type(input_dtype(g.math))},
+                       {"OUT", cuda_type(output_dtype(g))},
                        {"BM", num(l.bm)},
                        {"BN", num(l.bn)},
                        {"STAGES", num(l.stages)},
@@ -75,9 +77,8 @@ std::string source(const GemmLaunch& l) {
                        {"B_BATCHED", g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
                        {"B_MN", g.b_mn ? "true" : "false"},
                        {"MMA", mma_function(l.bn, g.math, g.a_mn, g.b_mn)},
-                       {"EPILOGUE_PARAMS", e.params},
-                       {"EPILOGUE", e.body},
-                       {"EPILOGUE_ARGS", e.args},
+                       {"HOOK_CONSTANTS", hs.constants},
+                       {"HOOK_FUNCTIONS", hs.functions},
                        {"CONSUMER_REGS", num(consumer_regs)}};
   return rt::instantiate("gemm_wgmma", rt::template_source("gemm_wgmma"), b);
 }
