@@ -59,7 +59,7 @@ std::string source(const GemmLaunch& l) {
   const HookSource hs = hook_source(hooks);
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
-  rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
+  const rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
                        {"IN", cuda_type(input_dtype(g.math))},
                        {"OUT", cuda_type(output_dtype(g))},
                        {"BM", num(l.bm)},
@@ -80,18 +80,6 @@ std::string source(const GemmLaunch& l) {
                        {"HOOK_CONSTANTS", hs.constants},
                        {"HOOK_FUNCTIONS", hs.functions},
                        {"CONSUMER_REGS", num(consumer_regs)}};
-  const GemmConv c = g.conv.value_or(GemmConv{});
-  const ConvBox box = g.conv ? conv_box(c) : ConvBox{};
-  b.insert(b.end(), {{"CONV", g.conv ? "true" : "false"},
-                     {"CONV_C", num(c.c)},
-                     {"CONV_S", num(c.s)},
-                     {"CONV_RS", num(c.r * c.s)},
-                     {"CONV_PAD_H", num(c.pad_h)},
-                     {"CONV_PAD_W", num(c.pad_w)},
-                     {"CONV_OH", num(g.conv ? c.oh() : 0)},
-                     {"CONV_OW", num(g.conv ? c.ow() : 0)},
-                     {"BOX_H", num(box.h)},
-                     {"BOX_W", num(box.w)}});
   return rt::instantiate("gemm_wgmma", rt::template_source("gemm_wgmma"), b);
 }
 
