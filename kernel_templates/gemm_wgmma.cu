@@ -129,12 +129,13 @@ __device__ __forceinline__ void tile_coords(int t, int& z, int& tm, int& tn) {
   tn = r / rows;
 }
 
-// Two neighbouring columns of one row; one store when the pair is aligned (the column is
-// always even, so an even row stride makes every pair aligned).
+// Two neighbouring columns of one row; one store when every pair is aligned (the column is
+// always even, so even strides between rows and problems make every pair aligned).
+constexpr bool kPairsAligned = kLdd % 2 == 0 && kBatchD % 2 == 0;
 __device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
-  if constexpr (kLdd % 2 == 0 && sizeof(Out) == 4) {
+  if constexpr (kPairsAligned && sizeof(Out) == 4) {
     *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-  } else if constexpr (kLdd % 2 == 0) {
+  } else if constexpr (kPairsAligned) {
     const Out h[2] = {kiln::cvt<Out>(v0), kiln::cvt<Out>(v1)};
     unsigned u;
     memcpy(&u, h, sizeof u);

@@ -168,6 +168,15 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
           CHECK(check_launch(l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
           ++runs;
         }
+        // Outputs an odd number of elements apart: every other problem's pairs of columns are
+        // unaligned, so they are stored one by one.
+        GemmGeometry odd = conv;
+        odd.batch_d = 64 * 200 + 1;
+        const auto l = kernels::plan(kernels::GemmKernel::wgmma, odd, tgt);
+        REQUIRE(l);
+        CAPTURE(odd.text());
+        CHECK(check_launch(*l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
+        ++runs;
       }
   MESSAGE(runs << " launches checked");
   // TF32 reads K-major tiles only.

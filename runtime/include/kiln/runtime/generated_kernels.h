@@ -105,7 +105,8 @@ struct Function;
 // The loaded function of the entry point named `entry` of a generated module (the specs that
 // generated_kernels returned) on `device`; ValueError when the module has no such entry.
 Function generated_function(std::span<const KernelSpec* const> module, std::string_view entry, int device);
-// The one dtype tuple every generated spec takes (its source has no placeholders).
+// The one dtype tuple every generated spec takes, and every registered kernel whose source has no
+// dtype placeholders (step I/O): no caller spells a placeholder dtype.
 const DTypes& generated_dtypes();
 
 // How many builders have run in this process: lets tests prove a warm key builds nothing.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
@@ -13,13 +14,14 @@ namespace kiln::kernels {
 
 namespace {
 
-// The kernels take no dtype; one tuple keeps them in the registry `jitcc warm` walks.
+// The kernels take no dtype: they take the runtime's tuple for sources without placeholders,
+// which keeps them in the registry `jitcc warm` walks.
 const rt::KernelSpec& register_step_entry(const char* op, const char* entry) {
   rt::KernelSpec s;
   s.op = op;
   s.template_name = "step_io";
   s.entry = entry;
-  s.dtypes = {DTypes{DType::u8}};
+  s.dtypes = {rt::generated_dtypes()};
   s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
   return rt::register_kernel(std::move(s));
 }
@@ -28,7 +30,7 @@ const rt::KernelSpec& kStore = register_step_entry("store_words", "kiln_store_wo
 const rt::KernelSpec& kCopy = register_step_entry("copy_inputs", "kiln_copy_inputs");
 
 rt::Function step_function(const rt::KernelSpec& spec, int device) {
-  return rt::get_function(spec, DTypes{DType::u8}, 0, device);
+  return rt::get_function(spec, rt::generated_dtypes(), 0, device);
 }
 
 // Both kernels take their arguments by value in structs laid out as in step_io.cu.
