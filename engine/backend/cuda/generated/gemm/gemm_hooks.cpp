@@ -66,7 +66,7 @@ std::string loads_text(const std::vector<HookInput>& inputs, const char* slots, 
     const std::string at = in.index == HookIndex::row    ? at_row
                            : in.index == HookIndex::column ? at_col
                                                            : "row * " + std::to_string(in.ld) + "LL + " + at_col;
-    s += "  const float " + in.name + " = hook_load<" + cuda_type(in.dtype) + ">(hp." + slots + "[" +
+    s += "  const float " + in.name + " = hook_load<" + std::string(cuda_storage_type(in.dtype)) + ">(hp." + slots + "[" +
          std::to_string(i) + "], z * " + std::to_string(in.batch_stride) + "LL + " + at + ");\n";
   }
   return s;
@@ -106,8 +106,6 @@ std::string canonical(const GemmHooks& h) {
 }
 
 }  // namespace
-
-const char* cuda_type(DType t) { return t == DType::bf16 ? "__nv_bfloat16" : t == DType::f16 ? "__half" : "float"; }
 
 void GemmHooks::add_to(rt::GeneratedKey& key) const {
   key.add(empty() ? std::uint64_t{0} : rt::fnv1a64(canonical(*this)));

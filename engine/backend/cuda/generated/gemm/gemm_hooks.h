@@ -67,8 +67,6 @@ struct GemmStatsShape {
   std::int64_t floats() const { return 2 * parts * channels; }
 };
 
-const char* cuda_type(DType t);  // "float", "__nv_bfloat16", "__half"
-
 // What is wrong with the hooks, or "" when nothing is.
 std::string hook_problem(const GemmHooks& h);
 

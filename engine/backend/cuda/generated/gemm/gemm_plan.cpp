@@ -3,6 +3,7 @@
 #include "gemm_plan.h"
 
 #include <algorithm>
+#include <array>
 
 #include "backend/cuda/launch_common.h"
 #include "kiln/error.h"
@@ -33,6 +34,13 @@ int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t) {
   int s = 8;
   while (s > 2 && shared_bytes(bm, bn, s, column_stats) > t.max_shared) --s;
   return shared_bytes(bm, bn, s, column_stats) <= t.max_shared ? s : 0;
+}
+
+// The epilogue's inputs in hooks_of's order: a built-in epilogue's bias is its first.
+std::array<rt::DevicePtr, kMaxHookInputs> epilogue_pointers(const GemmLaunch& l, const GemmOperands& ops) {
+  std::array<rt::DevicePtr, kMaxHookInputs> p = ops.epilogue_inputs;
+  if (l.g.epilogue != GemmEpilogue::none) p[0] = ops.bias;
+  return p;
 }
 
 HookStats stats_of(const GemmGeometry& g) {
@@ -178,14 +186,13 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
   if (!rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb) || ops.d % 16 != 0)
     return false;
-  if (l.g.epilogue != GemmEpilogue::none && ops.bias == 0) return false;
   auto given = [](const std::vector<HookInput>& inputs, const auto& ptrs) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (ptrs[i] == 0 || ptrs[i] % dtype_size(inputs[i].dtype) != 0) return false;
     return true;
   };
-  const GemmHooks& h = l.g.hooks;
-  return (!h.epilogue || given(h.epilogue->inputs, ops.epilogue_inputs)) &&
+  const GemmHooks h = hooks_of(l.g);
+  return (!h.epilogue || given(h.epilogue->inputs, epilogue_pointers(l, ops))) &&
          (!h.prologue || given(h.prologue->inputs, ops.prologue_inputs)) &&
          (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0));
 }
@@ -215,9 +222,9 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   cfg.shared_bytes = static_cast<unsigned>(l.shared_bytes);
   rt::DevicePtr d = ops.d;
   HookPointers hp{};  // laid out as the kernel's HookPointers
-  for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = ops.epilogue_inputs[static_cast<std::size_t>(i)];
+  const auto epi = epilogue_pointers(l, ops);
+  for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = epi[static_cast<std::size_t>(i)];
   for (int i = 0; i < kMaxHookInputs; ++i) hp.pro[i] = ops.prologue_inputs[static_cast<std::size_t>(i)];
-  if (l.g.epilogue != GemmEpilogue::none) hp.epi[0] = ops.bias;
   hp.stats = ops.stats;
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);

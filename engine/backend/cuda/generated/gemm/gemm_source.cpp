@@ -60,8 +60,8 @@ std::string source(const GemmLaunch& l) {
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
   const rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
-                       {"IN", cuda_type(input_dtype(g.math))},
-                       {"OUT", cuda_type(output_dtype(g))},
+                       {"IN", std::string(cuda_storage_type(input_dtype(g.math)))},
+                       {"OUT", std::string(cuda_storage_type(output_dtype(g)))},
                        {"BM", num(l.bm)},
                        {"BN", num(l.bn)},
                        {"STAGES", num(l.stages)},
