@@ -11,6 +11,11 @@
 //   - persistent: GRID blocks walk the tiles, GROUP_M tile rows at a time so that the B
 //     tiles they share stay in L2.
 // Rows, columns and k past the matrices read as zeros (TMA fills them); stores are masked.
+// Convolution mode (CONV): an implicit GEMM of stride 1 on NCHW images. A is the weights
+// reordered to [o][r][s][c] (kiln_conv_weights_rsc), k runs over (r, s, blocks of 64 channels),
+// and B's atoms are 4-D boxes of BOX_H output rows x BOX_W columns x 64 channels of image z,
+// shifted by (r - pad, s - pad): TMA fills the padding and every edge with zeros. A column of
+// the tile is an output pixel.
 // Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
 // partial sums and squares of the stored values in `hp.stats`.
@@ -27,14 +32,20 @@ constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLdd = ${LDD}, kBatchD = ${
 constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
 constexpr bool kABatched = ${A_BATCHED}, kBBatched = ${B_BATCHED};  // false: every problem reads the same one
 constexpr int kBatch = ${BATCH};
-constexpr int kTilesM = (kM + kBM - 1) / kBM, kTilesN = (kN + kBN - 1) / kBN;
+constexpr bool kConv = ${CONV};
+constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
+constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
+constexpr int kCBlocks = (kC + 63) / 64;  // k tiles per filter tap
+constexpr int kRowsPerTile = kBoxH * (kBN / 64), kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
+constexpr int kTilesM = (kM + kBM - 1) / kBM;
+constexpr int kTilesN = kConv ? (kOH + kRowsPerTile - 1) / kRowsPerTile * kTilesW : (kN + kBN - 1) / kBN;
 constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBatch;
 // Shared-memory descriptors: an MN-major tile's 64-column atoms lie BK rows (of 128 bytes)
 // apart; a k step of one MMA moves 32 bytes along a K-major row, or 16 rows down an MN-major one.
 constexpr unsigned kAtomBytes = kBK * 128;
 constexpr unsigned kStepA = kAMn ? 16 * 128 : 32, kStepB = kBMn ? 16 * 128 : 32;
 static_assert((!kAMn || kBK == 64) && (!kBMn || (kBK == 64 && kBN % 64 == 0)), "MN-major tiles: 16-bit, 64-column atoms");
-constexpr int kKTiles = (kK + kBK - 1) / kBK;
+constexpr int kKTiles = kConv ? kRS * kCBlocks : (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
 ${HOOK_CONSTANTS}
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
@@ -99,6 +110,38 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, uns
       : "memory");
 }
 
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap* map, unsigned bar, int x, int y, int c, int z) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(x), "r"(y), "r"(c), "r"(z)
+      : "memory");
+}
+
+// Convolution mode's k tile kt of tile (z, tm, tn): the weights of tap (r, s) for 64 channels,
+// and per atom the input box under BOX_H output rows, shifted by the tap.
+__device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
+                                                const TensorMap* map_b, unsigned bar, int kt, int z, int tm, int tn) {
+  const int rs = kt / kCBlocks, c0 = (kt % kCBlocks) * 64, r = rs / kS, s = rs % kS;
+  tma_load(dst_a, map_a, bar, c0, rs, tm * kBM);
+  const int oh0 = (tn / kTilesW) * kRowsPerTile, ow0 = (tn % kTilesW) * kBoxW;
+#pragma unroll
+  for (int j = 0; j < kBN / 64; ++j)
+    tma_load_4d(dst_b + j * kAtomBytes, map_b, bar, ow0 + s - kPadW, oh0 + j * kBoxH + r - kPadH, c0, z);
+}
+
+// Column j of tile tn: its offset along a row of D, or -1 past the output.
+__device__ __forceinline__ long long column_of(int tn, int j) {
+  if constexpr (kConv) {
+    const int oh = (tn / kTilesW) * kRowsPerTile + (j / 64) * kBoxH + (j % 64) / kBoxW;
+    const int ow = (tn % kTilesW) * kBoxW + j % kBoxW;
+    return oh < kOH && ow < kOW ? static_cast<long long>(oh) * kOW + ow : -1;
+  } else {
+    const long long col = static_cast<long long>(tn) * kBN + j;
+    return col < kN ? col : -1;
+  }
+}
+
 // A tile of 128-byte rows, 128-byte swizzled: 8-row groups 1024 bytes apart; `lbo` bytes between
 // an MN-major tile's column atoms (unused for K-major).
 __device__ __forceinline__ unsigned long long smem_desc(unsigned addr, unsigned lbo) {
@@ -129,9 +172,9 @@ __device__ __forceinline__ void tile_coords(int t, int& z, int& tm, int& tn) {
   tn = r / rows;
 }
 
-// Two neighbouring columns of one row; one store when every pair is aligned (the column is
-// always even, so even strides between rows and problems make every pair aligned).
-constexpr bool kPairsAligned = kLdd % 2 == 0 && kBatchD % 2 == 0;
+// Two neighbouring columns of one row; one store when every pair is aligned: the column is
+// even (in convolution mode, when a row of the output is) and the strides are.
+constexpr bool kPairsAligned = kLdd % 2 == 0 && kBatchD % 2 == 0 && (!kConv || kOW % 2 == 0);
 __device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
   if constexpr (kPairsAligned && sizeof(Out) == 4) {
     *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
@@ -265,8 +308,12 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
         bar_expect_bytes(full + 8 * s, kStageBytes);
-        load_tile<kAMn, kBM>(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt, tm * kBM, kABatched ? z : 0);
-        load_tile<kBMn, kBN>(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt, tn * kBN, kBBatched ? z : 0);
+        if constexpr (kConv) {
+          load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, z, tm, tn);
+        } else {
+          load_tile<kAMn, kBM>(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt, tm * kBM, kABatched ? z : 0);
+          load_tile<kBMn, kBN>(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt, tn * kBN, kBBatched ? z : 0);
+        }
       }
     }
     return;
@@ -300,11 +347,13 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     // Accumulator layout of m64nN: register r holds row 16*warp + lane/4 + 8*((r/2)%2) and
     // column 8*(r/4) + 2*(lane%4) + r%2 of the warpgroup's 64 x BN block.
     const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
-    const long long col0 = static_cast<long long>(tn) * kBN + 2 * (lane % 4);
 #pragma unroll
     for (int r = 0; r < kBN / 2; r += 2) {
-      const long long row = row0 + 8 * ((r / 2) % 2), col = col0 + 8 * (r / 4);
-      const bool in0 = row < kM && col < kN, in1 = row < kM && col + 1 < kN;
+      const long long row = row0 + 8 * ((r / 2) % 2);
+      // Columns j and j + 1 lie side by side in D whenever both exist.
+      const int j = 8 * (r / 4) + 2 * (lane % 4);
+      const long long col = column_of(tn, j);
+      const bool in0 = row < kM && col >= 0, in1 = in0 && column_of(tn, j + 1) >= 0;
       Out* p = d + z * kBatchD + row * kLdd + col;
       float v0 = in0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
       float v1 = in1 ? epilogue(acc[r + 1], row, col + 1, z, hp) : 0.f;
@@ -326,5 +375,16 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       float* scratch = reinterpret_cast<float*>(smem_raw + (empty + kStages * 8 - smem_addr(smem_raw)));
       column_stats(acc, z, tm, tn, c, tid, scratch + c * 4 * kBN * 2, hp.stats);
     }
+  }
+}
+
+// Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
+// the taps reversed (the input gradient's filter).
+extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
+                                                 int flip) {
+  const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
+    out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
   }
 }

@@ -24,6 +24,26 @@ CUtensorMapDataType tma_type(DType dtype) {
   }
 }
 
+// The descriptor, the checks done: strides in elements, swizzled by 128 bytes, zeros outside.
+TensorMap encode(DevicePtr base, CUtensorMapDataType type, std::int64_t es, std::span<const std::int64_t> dims,
+                 std::span<const std::int64_t> strides, std::span<const int> box) {
+  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) >= alignof(CUtensorMap));
+  TensorMap m;
+  cuuint64_t d[5], st[4];
+  cuuint32_t b[5], step[5];
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    d[i] = static_cast<cuuint64_t>(dims[i]);
+    b[i] = static_cast<cuuint32_t>(box[i]);
+    step[i] = 1;
+    if (i > 0) st[i - 1] = static_cast<cuuint64_t>(strides[i - 1] * es);
+  }
+  KILN_CU(cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&m), type, static_cast<cuuint32_t>(dims.size()),
+                                 reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)), d, st, b, step,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return m;
+}
+
 }  // namespace
 
 bool tensor_map_fits(DevicePtr base, DType dtype, std::int64_t ld, std::int64_t batch_stride) {
@@ -48,19 +68,34 @@ TensorMap tiled_tensor_map_128b(DevicePtr base, DType dtype, std::int64_t rows, 
   if (rows < 1 || cols < 1 || cols > ld)
     throw ValueError("[tensor_map] a " + std::to_string(rows) + " x " + std::to_string(cols) +
                      " matrix with row stride " + std::to_string(ld) + " is empty or overlaps itself");
-  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) >= alignof(CUtensorMap));
-  TensorMap m;
-  const auto u64 = [](std::int64_t v) { return static_cast<cuuint64_t>(v); };
-  const cuuint64_t dims[3] = {u64(cols), u64(rows), u64(batch)};
-  // Bytes between rows and between matrices (one matrix: any multiple of 16 past the rows).
-  const cuuint64_t strides[2] = {u64(ld * es), u64((batch > 1 ? batch_stride : rows * ld) * es)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t step[3] = {1, 1, 1};
-  KILN_CU(cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&m), type, 3,
-                                 reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)), dims, strides, box, step,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-  return m;
+  const std::int64_t dims[3] = {cols, rows, batch};
+  // Elements between rows and between matrices (one matrix: any multiple of 16 bytes past the rows).
+  const std::int64_t strides[2] = {ld, batch > 1 ? batch_stride : rows * ld};
+  const int box[3] = {box_cols, box_rows, 1};
+  return encode(base, type, es, dims, strides, box);
+}
+
+TensorMap tiled_tensor_map_nd(DevicePtr base, DType dtype, std::span<const std::int64_t> dims,
+                              std::span<const std::int64_t> strides, std::span<const int> box) {
+  const CUtensorMapDataType type = tma_type(dtype);
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+  if (dims.size() < 2 || dims.size() > 5 || strides.size() + 1 != dims.size() || box.size() != dims.size())
+    throw ValueError("[tensor_map] " + std::to_string(dims.size()) + " dimensions, " +
+                     std::to_string(strides.size()) + " strides and a box of " + std::to_string(box.size()) +
+                     ": need 2 to 5 dimensions, one stride fewer and a box of each");
+  if (base % 16 != 0) throw ValueError("[tensor_map] base offset " + std::to_string(base % 16) + " is not 16-byte aligned");
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 1 || box[i] < 1 || box[i] > 256)
+      throw ValueError("[tensor_map] dimension " + std::to_string(i) + " of " + std::to_string(dims[i]) +
+                       " with a box of " + std::to_string(box[i]) + ": sizes from 1, boxes from 1 to 256");
+    if (i > 0 && (strides[i - 1] < 1 || (strides[i - 1] * es) % 16 != 0))
+      throw ValueError("[tensor_map] stride " + std::to_string(i - 1) + " of " + std::to_string(strides[i - 1] * es) +
+                       " bytes is not a positive multiple of 16");
+  }
+  if ((box[0] * es) % 16 != 0 || box[0] * es > 128)
+    throw ValueError("[tensor_map] a box row of " + std::to_string(box[0] * es) +
+                     " bytes: the 128-byte swizzle takes 16 to 128, in steps of 16");
+  return encode(base, type, es, dims, strides, box);
 }
 
 }  // namespace kiln::rt

@@ -40,24 +40,40 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
   return {x, y, w};
 }
 
-// A 1x1 conv of stride 1 without padding is, per image z (P = h*w pixels, NCHW):
-//   forward     y_z (o x P) = w (o x c) @ x_z (c x P)
-//   grad_input dx_z (c x P) = w^T (c x o) @ gy_z (o x P)
-// a batch of GEMMs for the tile engine (16-bit, sm_90), its pixel-major operands MN-major.
+// On the tile engine (16-bit, sm_90), per image z (P = h*w pixels, NCHW):
+//   - a 1x1 conv of stride 1 without padding is a batch of GEMMs, its pixel-major operands
+//     MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
+//   - any other conv of stride 1 (no dilation, no groups) is convolution mode's implicit GEMM:
+//     the forward over x with w, the input gradient over gy with w transposed and flipped,
+//     padded by k - 1 - p.
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target) {
-  const bool pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.groups == 1;
-  if (!pointwise || pass == ConvPass::grad_weight || (math != ConvMath::bf16 && math != ConvMath::f16))
+  const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
+  if (!stride1 || pass == ConvPass::grad_weight || (math != ConvMath::bf16 && math != ConvMath::f16))
     return std::nullopt;
-  const std::int64_t p = g.h * g.w, rows = pass == ConvPass::forward ? g.o : g.c,
-                     k = pass == ConvPass::forward ? g.c : g.o;
-  // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
-  GemmGeometry geo{rows, p, k, g.c, p, p, math == ConvMath::bf16 ? GemmMath::bf16 : GemmMath::f16};
-  geo.a_mn = pass == ConvPass::grad_input;
+  const GemmMath gm = math == ConvMath::bf16 ? GemmMath::bf16 : GemmMath::f16;
+  const GemmTarget tgt{arch, target.sm_count, target.max_shared};
+  const bool forward = pass == ConvPass::forward;
+  const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
+  const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
+  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0) {
+    // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
+    GemmGeometry geo{rows, in_pixels, k, g.c, in_pixels, in_pixels, gm};
+    geo.a_mn = !forward;
+    geo.b_mn = true;
+    geo.batch = g.n, geo.batch_a = 0, geo.batch_b = k * in_pixels, geo.batch_d = rows * in_pixels;
+    if (g.n == 1) geo.batch_b = geo.batch_d = 0;
+    return plan(GemmKernel::wgmma, geo, tgt);
+  }
+  GemmConv c;
+  c.c = k, c.h = forward ? g.h : g.oh, c.w = forward ? g.w : g.ow, c.r = g.kh, c.s = g.kw;
+  c.pad_h = forward ? g.ph : g.kh - 1 - g.ph, c.pad_w = forward ? g.pw : g.kw - 1 - g.pw, c.flip = !forward;
+  if (c.pad_h < 0 || c.pad_w < 0 || c.oh() * c.ow() != out_pixels) return std::nullopt;
+  GemmGeometry geo{rows, out_pixels, c.r * c.s * k, c.r * c.s * k, in_pixels, out_pixels, gm};
   geo.b_mn = true;
-  geo.batch = g.n, geo.batch_a = 0, geo.batch_b = k * p, geo.batch_d = rows * p;
-  if (g.n == 1) geo.batch_b = geo.batch_d = 0;
-  return plan(GemmKernel::wgmma, geo, GemmTarget{arch, target.sm_count, target.max_shared});
+  geo.conv = c;
+  geo.batch = g.n, geo.batch_b = k * in_pixels, geo.batch_d = rows * out_pixels;
+  return plan(GemmKernel::wgmma, geo, tgt);
 }
 
 std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,

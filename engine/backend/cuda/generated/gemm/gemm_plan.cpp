@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include "backend/cuda/launch_common.h"
 #include "kiln/error.h"
@@ -60,14 +61,61 @@ void check_hooks(const GemmGeometry& g) {
                          " is shorter than a row of " + std::to_string(g.n));
 }
 
-rt::Function kernel_of(const GemmLaunch& l, int device) {
+// A GEMM's operands as TMA reads them: 16-byte strides, no overlap between problems.
+bool operands_apply(const GemmGeometry& g) {
+  if (g.math == GemmMath::tf32 && (g.a_mn || g.b_mn)) return false;  // TF32 MMAs read K-major tiles only
+  const DType t = input_dtype(g.math);
+  if (!rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0) ||
+      !rt::tensor_map_fits(0, t, g.ldb, g.batch > 1 ? g.batch_b : 0))
+    return false;
+  if (g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n) return false;
+  // Problems whose operands overlap (0: every problem reads the same A or B) or outputs overlap.
+  auto apart = [&](std::int64_t stride, std::int64_t span) { return stride == 0 || stride >= span; };
+  return g.batch == 1 || (apart(g.batch_a, (g.a_mn ? g.k : g.m) * g.lda) &&
+                          apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) && g.batch_d >= g.m * g.ldd);
+}
+
+// Convolution mode: 16-bit images whose rows and channel planes TMA can step (16-byte strides),
+// padding inside the filter, and a geometry that says the same as its window.
+bool conv_fits(const GemmGeometry& g) {
+  const GemmConv& c = *g.conv;
+  if (g.n != c.oh() * c.ow() || g.k != c.r * c.s * c.c || g.a_mn || !g.b_mn)
+    throw ValueError("[gemm] convolution mode needs n = oh * ow, k = r * s * c and B MN-major; got " + g.text());
+  if (g.math == GemmMath::tf32 || c.c % 8 != 0 || c.w % 8 != 0 || c.oh() < 1 || c.ow() < 1) return false;
+  if (c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s || stats_of(g) == HookStats::columns) return false;
+  return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && g.batch_b % 8 == 0 && g.batch_d >= g.m * g.ldd));
+}
+
+// Tiles across D's columns: in convolution mode, blocks of output rows by blocks of columns.
+std::int64_t tiles_n(const GemmGeometry& g, int bn) {
+  if (!g.conv) return ceil_div(g.n, bn);
+  const ConvBox b = conv_box(*g.conv);
+  return ceil_div(g.conv->oh(), b.h * (bn / 64)) * ceil_div(g.conv->ow(), b.w);
+}
+
+std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   rt::GeneratedKey key("gemm_wgmma");
   key.add(l.bm, l.bn, l.stages, l.group_m, l.grid);
   l.g.add_to(key);
-  const auto module = rt::generated_kernels(key, [&] {
+  return rt::generated_kernels(key, [&] {
     return rt::GeneratedModule{source(l), "gemm " + l.text() + " " + math_name(l.g.math), entry_points(l)};
   });
-  return rt::generated_function(module, "kiln_gemm_wgmma", device);
+}
+
+// Convolution mode's A: the weights as [m][r][s][c], from [m][c][r][s] (or, flipped, from
+// [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
+rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
+  const GemmConv& c = *l.g.conv;
+  const std::int64_t count = l.g.m * c.r * c.s * c.c;
+  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), *ops.stream);
+  rt::DevicePtr w = ops.a, dst = out.ptr();
+  int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
+  void* args[] = {&w, &dst, &m, &cc, &taps, &flip};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
+  cfg.block.x = 256;
+  rt::launch_raw(fn, cfg, *ops.stream, args);
+  return out;
 }
 
 }  // namespace
@@ -96,6 +144,7 @@ GemmTarget gemm_target(int device) {
 
 void GemmGeometry::add_to(rt::GeneratedKey& key) const {
   key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
+  if (conv) key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip);
   hooks.add_to(key);
 }
 
@@ -121,6 +170,10 @@ std::string GemmGeometry::text() const {
   if (b_mn) t.append(" B^T");
   if (batch > 1)
     for (std::int64_t v : {batch, batch_a, batch_b, batch_d}) t.append(" ").append(std::to_string(v));
+  if (conv)
+    for (std::int64_t v : {conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w})
+      t.append(v == conv->c ? " conv " : " ").append(std::to_string(v));
+  if (conv && conv->flip) t.append(" flip");
   return t + hooks.text();
 }
 
@@ -134,17 +187,7 @@ std::string GemmLaunch::text() const {
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
-  if (g.math == GemmMath::tf32 && (g.a_mn || g.b_mn)) return std::nullopt;  // TF32 MMAs read K-major tiles only
-  const DType t = input_dtype(g.math);
-  if (!rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0) ||
-      !rt::tensor_map_fits(0, t, g.ldb, g.batch > 1 ? g.batch_b : 0))
-    return std::nullopt;
-  if (g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n) return std::nullopt;
-  // Problems whose operands overlap (0: every problem reads the same A or B) or outputs overlap.
-  auto apart = [&](std::int64_t stride, std::int64_t span) { return stride == 0 || stride >= span; };
-  if (g.batch > 1 && (!apart(g.batch_a, (g.a_mn ? g.k : g.m) * g.lda) ||
-                      !apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) || g.batch_d < g.m * g.ldd))
-    return std::nullopt;
+  if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   GemmLaunch l;
   l.g = g;
   // Wide tiles where the output fills the SMs with them; narrower where it would not. An
@@ -152,14 +195,14 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   const int min_bn = g.b_mn ? 64 : 16;
   l.bm = 128;
   l.bn = g.n <= 64 ? std::max<int>(min_bn, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
-  if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
+  if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * tiles_n(g, 256) < target.sm_count) l.bn = 128;
   if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
   if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
   const bool column_stats = stats_of(g) == HookStats::columns;
   l.stages = stages_for(l.bm, l.bn, column_stats, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
-  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * ceil_div(g.n, l.bn);
+  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * tiles_n(g, l.bn);
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   l.grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, target.sm_count)));
   return l;
@@ -172,10 +215,17 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   return out;
 }
 
+ConvBox conv_box(const GemmConv& c) {
+  // The narrowest box (at least 16 bytes) that spans a row of the output, at most 64 wide.
+  int w = 8;
+  while (w < 64 && w < c.ow()) w *= 2;
+  return {w, 64 / w};
+}
+
 GemmStatsShape stats_shape(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   switch (stats_of(g)) {
-    case HookStats::rows: return {g.batch * ceil_div(g.n, l.bn), g.m};
+    case HookStats::rows: return {g.batch * tiles_n(g, l.bn), g.m};
     case HookStats::columns: return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
     case HookStats::none: break;
   }
@@ -184,8 +234,10 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
 
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
-  if (!rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb) || ops.d % 16 != 0)
+  if (l.g.conv ? ops.a == 0 || ops.b % 16 != 0
+               : !rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb))
     return false;
+  if (ops.d % 16 != 0) return false;
   auto given = [](const std::vector<HookInput>& inputs, const auto& ptrs) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (ptrs[i] == 0 || ptrs[i] % dtype_size(inputs[i].dtype) != 0) return false;
@@ -197,7 +249,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
          (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0));
 }
 
-std::vector<std::string> entry_points(const GemmLaunch&) { return {"kiln_gemm_wgmma"}; }
+std::vector<std::string> entry_points(const GemmLaunch&) { return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc"}; }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
   if (!ops.stream) throw ValueError("[gemm] launch needs a stream");
@@ -213,9 +265,24 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
     return mn ? rt::tiled_tensor_map_128b(p, t, l.g.k, rows, ld, box_k, 64, b, bs)
               : rt::tiled_tensor_map_128b(p, t, rows, l.g.k, ld, tile, box_k, b, bs);
   };
-  const rt::TensorMap map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
-  const rt::TensorMap map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);
-  const rt::Function fn = kernel_of(l, ops.stream->device());
+  const std::span<const rt::KernelSpec* const> module = module_of(l);
+  const int device = ops.stream->device();
+  rt::TensorMap map_a, map_b;
+  rt::DeviceBuffer weights;  // convolution mode's A, reordered
+  if (const std::optional<GemmConv>& c = l.g.conv) {
+    weights = reorder_weights(l, ops, rt::generated_function(module, "kiln_conv_weights_rsc", device));
+    const ConvBox box = conv_box(*c);
+    const std::int64_t taps = c->r * c->s;
+    map_a = rt::tiled_tensor_map_nd(weights.ptr(), t, std::array{c->c, taps, l.g.m}, std::array{c->c, taps * c->c},
+                                    std::array{box_k, 1, l.bm});
+    const std::int64_t image = l.g.batch > 1 ? l.g.batch_b : c->c * c->h * c->w;
+    map_b = rt::tiled_tensor_map_nd(ops.b, t, std::array{c->w, c->h, c->c, l.g.batch},
+                                    std::array{c->w, c->h * c->w, image}, std::array{box.w, box.h, box_k, 1});
+  } else {
+    map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
+    map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);
+  }
+  const rt::Function fn = rt::generated_function(module, "kiln_gemm_wgmma", device);
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(l.grid);
   cfg.block.x = static_cast<unsigned>((l.bm / 64 + 1) * 128);

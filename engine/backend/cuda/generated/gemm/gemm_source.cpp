@@ -46,8 +46,10 @@ std::string prelude_for(const GemmGeometry& g, const GemmHooks& h) {
     if (inputs)
       for (const HookInput& in : *inputs) note(in.dtype);
   DTypes d{DType::f32};
-  if (f16) d = bf16 ? DTypes{DType::f16, DType::bf16} : DTypes{DType::f16};
-  else if (bf16) d = DTypes{DType::bf16};
+  if (f16)
+    d = bf16 ? DTypes{DType::f16, DType::bf16} : DTypes{DType::f16};
+  else if (bf16)
+    d = DTypes{DType::bf16};
   return rt::device_prelude(d);
 }
 
@@ -59,27 +61,39 @@ std::string source(const GemmLaunch& l) {
   const HookSource hs = hook_source(hooks);
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
-  const rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
-                       {"IN", std::string(cuda_storage_type(input_dtype(g.math)))},
-                       {"OUT", std::string(cuda_storage_type(output_dtype(g)))},
-                       {"BM", num(l.bm)},
-                       {"BN", num(l.bn)},
-                       {"STAGES", num(l.stages)},
-                       {"GROUP_M", num(l.group_m)},
-                       {"M", num(g.m)},
-                       {"N", num(g.n)},
-                       {"K", num(g.k)},
-                       {"LDD", num(g.ldd)},
-                       {"BATCH", num(g.batch)},
-                       {"BATCH_D", num(g.batch > 1 ? g.batch_d : 0)},
-                       {"A_MN", g.a_mn ? "true" : "false"},
-                       {"A_BATCHED", g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
-                       {"B_BATCHED", g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
-                       {"B_MN", g.b_mn ? "true" : "false"},
-                       {"MMA", mma_function(l.bn, g.math, g.a_mn, g.b_mn)},
-                       {"HOOK_CONSTANTS", hs.constants},
-                       {"HOOK_FUNCTIONS", hs.functions},
-                       {"CONSUMER_REGS", num(consumer_regs)}};
+  rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
+                 {"IN", std::string(cuda_storage_type(input_dtype(g.math)))},
+                 {"OUT", std::string(cuda_storage_type(output_dtype(g)))},
+                 {"BM", num(l.bm)},
+                 {"BN", num(l.bn)},
+                 {"STAGES", num(l.stages)},
+                 {"GROUP_M", num(l.group_m)},
+                 {"M", num(g.m)},
+                 {"N", num(g.n)},
+                 {"K", num(g.k)},
+                 {"LDD", num(g.ldd)},
+                 {"BATCH", num(g.batch)},
+                 {"BATCH_D", num(g.batch > 1 ? g.batch_d : 0)},
+                 {"A_MN", g.a_mn ? "true" : "false"},
+                 {"A_BATCHED", g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
+                 {"B_BATCHED", g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
+                 {"B_MN", g.b_mn ? "true" : "false"},
+                 {"MMA", mma_function(l.bn, g.math, g.a_mn, g.b_mn)},
+                 {"HOOK_CONSTANTS", hs.constants},
+                 {"HOOK_FUNCTIONS", hs.functions},
+                 {"CONSUMER_REGS", num(consumer_regs)}};
+  const GemmConv c = g.conv.value_or(GemmConv{});
+  const ConvBox box = g.conv ? conv_box(c) : ConvBox{};
+  b.insert(b.end(), {{"CONV", g.conv ? "true" : "false"},
+                     {"CONV_C", num(c.c)},
+                     {"CONV_S", num(c.s)},
+                     {"CONV_RS", num(c.r * c.s)},
+                     {"CONV_PAD_H", num(c.pad_h)},
+                     {"CONV_PAD_W", num(c.pad_w)},
+                     {"CONV_OH", num(g.conv ? c.oh() : 0)},
+                     {"CONV_OW", num(g.conv ? c.ow() : 0)},
+                     {"BOX_H", num(box.h)},
+                     {"BOX_W", num(box.w)}});
   return rt::instantiate("gemm_wgmma", rt::template_source("gemm_wgmma"), b);
 }
 
