@@ -11,11 +11,14 @@
 //   - persistent: GRID blocks walk the tiles, GROUP_M tile rows at a time so that the B
 //     tiles they share stay in L2.
 // Rows, columns and k past the matrices read as zeros (TMA fills them); stores are masked.
-// Convolution mode (CONV): an implicit GEMM of stride 1 on NCHW images. A is the weights
-// reordered to [o][r][s][c] (kiln_conv_weights_rsc), k runs over (r, s, blocks of 64 channels),
-// and B's atoms are 4-D boxes of BOX_H output rows x BOX_W columns x 64 channels of image z,
-// shifted by (r - pad, s - pad): TMA fills the padding and every edge with zeros. A column of
-// the tile is an output pixel.
+// Convolution mode (CONV): an implicit GEMM of stride 1. The images come staged NHWC
+// (kiln_nchw_to_nhwc) and the weights as [o][r][s][c] (kiln_conv_weights_rsc), so k runs over
+// (r, s, blocks of BK channels) and both operands are K-major: B's tile is one 4-D box of
+// BK channels x BOX_W columns x BOX_H output rows of image z, shifted by (r - pad, s - pad).
+// The shifts move outer dimensions only (TMA takes a box only where its start along the
+// contiguous dimension is 16-byte aligned), and TMA fills the padding and every edge with
+// zeros. Column j of a tile is output pixel (j / BOX_W, j % BOX_W) of its block; columns past
+// BOX_W x BOX_H are never loaded and never stored.
 // Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
 // partial sums and squares of the stored values in `hp.stats`.
@@ -35,10 +38,10 @@ constexpr int kBatch = ${BATCH};
 constexpr bool kConv = ${CONV};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
-constexpr int kCBlocks = (kC + 63) / 64;  // k tiles per filter tap
-constexpr int kRowsPerTile = kBoxH * (kBN / 64), kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
+constexpr int kCBlocks = (kC + kBK - 1) / kBK;  // k tiles per filter tap
+constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
 constexpr int kTilesM = (kM + kBM - 1) / kBM;
-constexpr int kTilesN = kConv ? (kOH + kRowsPerTile - 1) / kRowsPerTile * kTilesW : (kN + kBN - 1) / kBN;
+constexpr int kTilesN = kConv ? (kOH + kBoxH - 1) / kBoxH * kTilesW : (kN + kBN - 1) / kBN;
 constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBatch;
 // Shared-memory descriptors: an MN-major tile's 64-column atoms lie BK rows (of 128 bytes)
 // apart; a k step of one MMA moves 32 bytes along a K-major row, or 16 rows down an MN-major one.
@@ -47,6 +50,9 @@ constexpr unsigned kStepA = kAMn ? 16 * 128 : 32, kStepB = kBMn ? 16 * 128 : 32;
 static_assert((!kAMn || kBK == 64) && (!kBMn || (kBK == 64 && kBN % 64 == 0)), "MN-major tiles: 16-bit, 64-column atoms");
 constexpr int kKTiles = kConv ? kRS * kCBlocks : (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
+// The bytes a stage's copies bring: in convolution mode B's box may fill fewer than BN rows.
+constexpr unsigned kLoadBytes = kBytesA + (kConv ? kBoxW * kBoxH * 128 : kBytesB);
+static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= kBN), "convolution mode: K-major operands, one box per tile");
 ${HOOK_CONSTANTS}
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
@@ -110,32 +116,29 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, uns
       : "memory");
 }
 
-__device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap* map, unsigned bar, int x, int y, int c, int z) {
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap* map, unsigned bar, int x, int y, int w, int z) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(
           dst),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(x), "r"(y), "r"(c), "r"(z)
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(x), "r"(y), "r"(w), "r"(z)
       : "memory");
 }
 
-// Convolution mode's k tile kt of tile (z, tm, tn): the weights of tap (r, s) for 64 channels,
-// and per atom the input box under BOX_H output rows, shifted by the tap.
+// Convolution mode's k tile kt of tile (z, tm, tn): the weights of tap (r, s) for BK channels,
+// and the box of staged input under the tile's output pixels, shifted by the tap.
 __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
                                                 const TensorMap* map_b, unsigned bar, int kt, int z, int tm, int tn) {
-  const int rs = kt / kCBlocks, c0 = (kt % kCBlocks) * 64, r = rs / kS, s = rs % kS;
+  const int rs = kt / kCBlocks, c0 = (kt % kCBlocks) * kBK, r = rs / kS, s = rs % kS;
   tma_load(dst_a, map_a, bar, c0, rs, tm * kBM);
-  const int oh0 = (tn / kTilesW) * kRowsPerTile, ow0 = (tn % kTilesW) * kBoxW;
-#pragma unroll
-  for (int j = 0; j < kBN / 64; ++j)
-    tma_load_4d(dst_b + j * kAtomBytes, map_b, bar, ow0 + s - kPadW, oh0 + j * kBoxH + r - kPadH, c0, z);
+  const int oh0 = (tn / kTilesW) * kBoxH, ow0 = (tn % kTilesW) * kBoxW;
+  tma_load_4d(dst_b, map_b, bar, c0, ow0 + s - kPadW, oh0 + r - kPadH, z);
 }
 
 // Column j of tile tn: its offset along a row of D, or -1 past the output.
 __device__ __forceinline__ long long column_of(int tn, int j) {
   if constexpr (kConv) {
-    const int oh = (tn / kTilesW) * kRowsPerTile + (j / 64) * kBoxH + (j % 64) / kBoxW;
-    const int ow = (tn % kTilesW) * kBoxW + j % kBoxW;
-    return oh < kOH && ow < kOW ? static_cast<long long>(oh) * kOW + ow : -1;
+    const int oh = (tn / kTilesW) * kBoxH + j / kBoxW, ow = (tn % kTilesW) * kBoxW + j % kBoxW;
+    return j < kBoxW * kBoxH && oh < kOH && ow < kOW ? static_cast<long long>(oh) * kOW + ow : -1;
   } else {
     const long long col = static_cast<long long>(tn) * kBN + j;
     return col < kN ? col : -1;
@@ -307,7 +310,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       for (int kt = 0; kt < kKTiles; ++kt, ++it) {
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
-        bar_expect_bytes(full + 8 * s, kStageBytes);
+        bar_expect_bytes(full + 8 * s, kLoadBytes);
         if constexpr (kConv) {
           load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, z, tm, tn);
         } else {
@@ -352,19 +355,23 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const long long row = row0 + 8 * ((r / 2) % 2);
       // Columns j and j + 1 lie side by side in D whenever both exist.
       const int j = 8 * (r / 4) + 2 * (lane % 4);
-      const long long col = column_of(tn, j);
-      const bool in0 = row < kM && col >= 0, in1 = in0 && column_of(tn, j + 1) >= 0;
+      const long long col = column_of(tn, j), next = column_of(tn, j + 1);
+      const bool in0 = row < kM && col >= 0, in1 = in0 && next == col + 1;
+      const bool alone1 = row < kM && next >= 0 && next != col + 1;  // j + 1 starts another output row
       Out* p = d + z * kBatchD + row * kLdd + col;
       float v0 = in0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
-      float v1 = in1 ? epilogue(acc[r + 1], row, col + 1, z, hp) : 0.f;
+      Out* p1 = d + z * kBatchD + row * kLdd + next;
+      float v1 = in1 || alone1 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
       if constexpr (kAccumulate) {
         if (in0) v0 += kiln::cvt<float>(p[0]);
-        if (in1) v1 += kiln::cvt<float>(p[1]);
+        if (in1 || alone1) v1 += kiln::cvt<float>(*p1);
       }
-      if (in1)
+      if (in1) {
         store_pair(p, v0, v1);
-      else if (in0)
-        *p = kiln::cvt<Out>(v0);
+      } else {
+        if (in0) *p = kiln::cvt<Out>(v0);
+        if (alone1) *p1 = kiln::cvt<Out>(v1);
+      }
       if constexpr (kStats != 0) {  // the values as stored; zeros outside D
         acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
         acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
@@ -387,4 +394,17 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
     const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
     out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
   }
+}
+
+// Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 32 x 32
+// tiles in shared memory so that both the reads and the writes are coalesced.
+extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p) {
+  __shared__ In tile[32][33];
+  const long long image = static_cast<long long>(blockIdx.z) * c * p;
+  const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y)
+    if (c0 + i < c && p0 + threadIdx.x < p) tile[i][threadIdx.x] = x[image + static_cast<long long>(c0 + i) * p + p0 + threadIdx.x];
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y)
+    if (p0 + i < p && c0 + threadIdx.x < c) out[image + static_cast<long long>(p0 + i) * c + c0 + threadIdx.x] = tile[threadIdx.x][i];
 }

@@ -56,12 +56,13 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
           CHECK(rt::template_placeholders(src).empty());
           jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
         }
-  // Convolution mode: 3x3 and 5x5 windows, the flipped input gradient, every tile width.
+  // Convolution mode: 3x3 and 5x5 windows, the flipped input gradient, TF32, rows wider than a
+  // tile, every tile width.
   for (GemmTile tile : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{64, 64}})
     for (bool flip : {false, true}) {
-      const kernels::GemmConv c{flip ? 32 : 64, 56, 56, flip ? 5 : 3, flip ? 5 : 3, flip ? 2 : 1, flip ? 2 : 1, flip};
-      GemmGeometry g{64, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), GemmMath::bf16};
-      g.b_mn = true, g.conv = c;
+      const kernels::GemmConv c{flip ? 32 : 64, 14, flip ? 300 : 56, flip ? 5 : 3, flip ? 5 : 3, flip ? 2 : 1, flip ? 2 : 1, flip};
+      GemmGeometry g{64, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), flip ? GemmMath::tf32 : GemmMath::bf16};
+      g.conv = c;
       g.batch = 4, g.batch_b = c.c * c.h * c.w, g.batch_d = 64 * c.oh() * c.ow();
       const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
       REQUIRE(l);
@@ -77,6 +78,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(o.ptx.find("wgmma.mma_async.sync.aligned") != std::string::npos);
     CHECK(o.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
     CHECK(o.ptx.find("kiln_conv_weights_rsc") != std::string::npos);
+    CHECK(o.ptx.find("kiln_nchw_to_nhwc") != std::string::npos);
     CHECK(o.ptx.find(".target sm_90a") != std::string::npos);
   }
 }
@@ -123,22 +125,27 @@ TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take 
   CHECK_THROWS_AS(kernels::launch(*l, {0x1008, 0x2000, 0x3000, 0x4000, nullptr}), ValueError);
 }
 
-TEST_CASE("GEMM plans in convolution mode: boxes span an output row; what TMA cannot step is declined") {
+TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA cannot step is declined") {
   auto conv = [](std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t r, std::int64_t pad, GemmMath math) {
     const kernels::GemmConv cv{c, h, w, r, r, pad, pad};
     GemmGeometry g{64, cv.oh() * cv.ow(), r * r * c, 0, 0, cv.oh() * cv.ow(), math};
-    g.b_mn = true, g.conv = cv;
+    g.conv = cv;
     return g;
   };
-  CHECK(kernels::conv_box({64, 56, 56, 3, 3, 1, 1}).w == 64);
-  CHECK(kernels::conv_box({64, 28, 28, 3, 3, 1, 1}).w == 32);
-  CHECK(kernels::conv_box({64, 28, 28, 3, 3, 1, 1}).h == 2);
-  CHECK(kernels::conv_box({64, 8, 8, 3, 3, 0, 0}).w == 8);  // 6 columns: the narrowest box, 16 bytes
+  const kernels::GemmConv res{64, 56, 56, 3, 3, 1, 1};
+  CHECK(kernels::conv_box(res, 256).w == 56);  // four whole rows of 56 in a tile of 256
+  CHECK(kernels::conv_box(res, 256).h == 4);
+  CHECK(kernels::conv_box(res, 64).h == 1);
+  CHECK(kernels::conv_box({64, 4, 500, 3, 3, 1, 1}, 256).w == 256);  // a row in pieces
+  CHECK(kernels::conv_box({64, 2, 8, 3, 3, 1, 1}, 256).h == 2);      // no more rows than the output has
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 56, 56, 3, 1, GemmMath::bf16), kHopper));
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(64, 14, 14, 3, 1, GemmMath::bf16), kHopper));  // 28-byte rows
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(12, 16, 16, 3, 1, GemmMath::bf16), kHopper));  // 24-byte weight rows
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::tf32), kHopper));
+  CHECK(kernels::plan(GemmKernel::wgmma, conv(32, 14, 14, 5, 2, GemmMath::bf16), kHopper));  // NHWC: any width
+  CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::tf32), kHopper));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(12, 16, 16, 3, 1, GemmMath::bf16), kHopper));  // 24-byte channel rows
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 3, GemmMath::bf16), kHopper));  // padding past the filter
+  GemmGeometry prologue = conv(64, 16, 16, 3, 1, GemmMath::bf16);
+  prologue.hooks.prologue = kernels::GemmPrologueHook{"a", {}};
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, prologue, kHopper));  // A is the weights
   GemmGeometry wrong = conv(64, 16, 16, 3, 1, GemmMath::bf16);
   wrong.n = 100;
   CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, wrong, kHopper), ValueError);

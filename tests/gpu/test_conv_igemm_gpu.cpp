@@ -90,14 +90,16 @@ const std::vector<IgemmCase>& igemm_cases() {
       {"1x1 tile engine C=64 O=40", {3, 64, 8, 8}, {40, 64, 1, 1}, {}},
       {"1x1 tile engine C=72 O=136 14x12", {2, 72, 14, 12}, {136, 72, 1, 1}, {}},
       {"1x1 tile engine one image", {1, 256, 16, 16}, {64, 256, 1, 1}, {}},
-      // Other stride-1 convs in the tile engine's convolution mode (channels and rows in 8s):
-      // 3x3 and 5x5 windows, a channel tail past 64, rows narrower and wider than a box, an
-      // odd output width, two output tiles of channels, one image.
+      // Other stride-1 convs in the tile engine's convolution mode (16-byte channel rows; the
+      // MNIST shapes above take it too): 3x3 and 5x5 windows, a channel tail past a k tile,
+      // rows that share a tile and rows wider than one, an odd output width (pairs split across
+      // rows), two output tiles of channels, one image.
       {"conv mode 3x3 C=64 16x16", {2, 64, 16, 16}, {64, 64, 3, 3}, {.padding = {1}}},
       {"conv mode 5x5 p2 C=32 O=64 16x16", {3, 32, 16, 16}, {64, 32, 5, 5}, {.padding = {2}}},
       {"conv mode 3x3 p0 C=72 O=96 10x24", {2, 72, 10, 24}, {96, 72, 3, 3}, {}},
       {"conv mode 3x3 C=16 O=136 6x40", {2, 16, 6, 40}, {136, 16, 3, 3}, {.padding = {1}}},
       {"conv mode 2x2 p0 odd width", {2, 16, 8, 8}, {24, 16, 2, 2}, {}},
+      {"conv mode rows wider than a tile", {1, 8, 3, 300}, {16, 8, 3, 3}, {.padding = {1}}},
       {"conv mode one image 28x28", {1, 64, 28, 28}, {128, 64, 3, 3}, {.padding = {1}}},
   };
   return c;

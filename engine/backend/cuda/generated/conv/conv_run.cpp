@@ -40,23 +40,22 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
   return {x, y, w};
 }
 
-// On the tile engine (16-bit, sm_90), per image z (P = h*w pixels, NCHW):
-//   - a 1x1 conv of stride 1 without padding is a batch of GEMMs, its pixel-major operands
-//     MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
-//   - any other conv of stride 1 (no dilation, no groups) is convolution mode's implicit GEMM:
-//     the forward over x with w, the input gradient over gy with w transposed and flipped,
-//     padded by k - 1 - p.
+// On the tile engine (sm_90), per image z (P = h*w pixels, NCHW):
+//   - a 16-bit 1x1 conv of stride 1 without padding is a batch of GEMMs, its pixel-major
+//     operands MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
+//   - any other conv of stride 1 (no dilation, no groups; bf16, f16 or TF32) is convolution
+//     mode's implicit GEMM: the forward over x with w, the input gradient over gy with w
+//     transposed and flipped, padded by k - 1 - p.
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
-  if (!stride1 || pass == ConvPass::grad_weight || (math != ConvMath::bf16 && math != ConvMath::f16))
-    return std::nullopt;
-  const GemmMath gm = math == ConvMath::bf16 ? GemmMath::bf16 : GemmMath::f16;
+  if (!stride1 || pass == ConvPass::grad_weight || math == ConvMath::f32) return std::nullopt;
+  const GemmMath gm = math == ConvMath::bf16 ? GemmMath::bf16 : math == ConvMath::f16 ? GemmMath::f16 : GemmMath::tf32;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
-  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0) {
+  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && gm != GemmMath::tf32) {
     // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
     GemmGeometry geo{rows, in_pixels, k, g.c, in_pixels, in_pixels, gm};
     geo.a_mn = !forward;
@@ -70,7 +69,6 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   c.pad_h = forward ? g.ph : g.kh - 1 - g.ph, c.pad_w = forward ? g.pw : g.kw - 1 - g.pw, c.flip = !forward;
   if (c.pad_h < 0 || c.pad_w < 0 || c.oh() * c.ow() != out_pixels) return std::nullopt;
   GemmGeometry geo{rows, out_pixels, c.r * c.s * k, c.r * c.s * k, in_pixels, out_pixels, gm};
-  geo.b_mn = true;
   geo.conv = c;
   geo.batch = g.n, geo.batch_b = k * in_pixels, geo.batch_d = rows * out_pixels;
   return plan(GemmKernel::wgmma, geo, tgt);

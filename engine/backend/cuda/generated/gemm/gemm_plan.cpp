@@ -75,22 +75,25 @@ bool operands_apply(const GemmGeometry& g) {
                           apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) && g.batch_d >= g.m * g.ldd);
 }
 
-// Convolution mode: 16-bit images whose rows and channel planes TMA can step (16-byte strides),
-// padding inside the filter, and a geometry that says the same as its window.
+// Convolution mode: channel rows TMA can step (16-byte multiples), padding inside the filter,
+// no prologue (A is the weights), and a geometry that says the same as its window.
 bool conv_fits(const GemmGeometry& g) {
   const GemmConv& c = *g.conv;
-  if (g.n != c.oh() * c.ow() || g.k != c.r * c.s * c.c || g.a_mn || !g.b_mn)
-    throw ValueError("[gemm] convolution mode needs n = oh * ow, k = r * s * c and B MN-major; got " + g.text());
-  if (g.math == GemmMath::tf32 || c.c % 8 != 0 || c.w % 8 != 0 || c.oh() < 1 || c.ow() < 1) return false;
-  if (c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s || stats_of(g) == HookStats::columns) return false;
-  return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && g.batch_b % 8 == 0 && g.batch_d >= g.m * g.ldd));
+  if (g.n != c.oh() * c.ow() || g.k != c.r * c.s * c.c || g.a_mn || g.b_mn)
+    throw ValueError("[gemm] convolution mode needs n = oh * ow, k = r * s * c and K-major operands; got " + g.text());
+  const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
+  if ((c.c * es) % 16 != 0 || c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r ||
+      c.pad_w >= c.s)
+    return false;
+  if (g.hooks.prologue || stats_of(g) == HookStats::columns) return false;
+  return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && g.batch_d >= g.m * g.ldd));
 }
 
 // Tiles across D's columns: in convolution mode, blocks of output rows by blocks of columns.
 std::int64_t tiles_n(const GemmGeometry& g, int bn) {
   if (!g.conv) return ceil_div(g.n, bn);
-  const ConvBox b = conv_box(*g.conv);
-  return ceil_div(g.conv->oh(), b.h * (bn / 64)) * ceil_div(g.conv->ow(), b.w);
+  const ConvBox b = conv_box(*g.conv, bn);
+  return ceil_div(g.conv->oh(), b.h) * ceil_div(g.conv->ow(), b.w);
 }
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
@@ -114,6 +117,27 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
   cfg.block.x = 256;
+  rt::launch_raw(fn, cfg, *ops.stream, args);
+  return out;
+}
+
+// Convolution mode's B: the images (batch_b elements apart) as dense [z][h][w][c].
+rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
+  const GemmConv& c = *l.g.conv;
+  const std::int64_t pixels = c.h * c.w, image = l.g.batch > 1 ? l.g.batch_b : c.c * pixels;
+  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * c.c * pixels) * dtype_size(input_dtype(l.g.math)),
+                       *ops.stream);
+  if (image != c.c * pixels)
+    throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
+  rt::DevicePtr x = ops.b, dst = out.ptr();
+  int channels = static_cast<int>(c.c), p = static_cast<int>(pixels);
+  void* args[] = {&x, &dst, &channels, &p};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 32));
+  cfg.grid.y = static_cast<unsigned>(ceil_div(c.c, 32));
+  cfg.grid.z = static_cast<unsigned>(l.g.batch);
+  cfg.block.x = 32;
+  cfg.block.y = 8;
   rt::launch_raw(fn, cfg, *ops.stream, args);
   return out;
 }
@@ -215,11 +239,10 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   return out;
 }
 
-ConvBox conv_box(const GemmConv& c) {
-  // The narrowest box (at least 16 bytes) that spans a row of the output, at most 64 wide.
-  int w = 8;
-  while (w < 64 && w < c.ow()) w *= 2;
-  return {w, 64 / w};
+ConvBox conv_box(const GemmConv& c, int bn) {
+  // Whole output rows where one fits, as many as the tile holds; else a row in pieces of bn.
+  const int w = static_cast<int>(std::min<std::int64_t>(c.ow(), bn));
+  return {w, static_cast<int>(std::min<std::int64_t>(c.oh(), bn / w))};
 }
 
 GemmStatsShape stats_shape(const GemmLaunch& l) {
@@ -234,7 +257,7 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
 
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
-  if (l.g.conv ? ops.a == 0 || ops.b % 16 != 0
+  if (l.g.conv ? ops.a == 0 || ops.b == 0
                : !rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb))
     return false;
   if (ops.d % 16 != 0) return false;
@@ -249,7 +272,9 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
          (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0));
 }
 
-std::vector<std::string> entry_points(const GemmLaunch&) { return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc"}; }
+std::vector<std::string> entry_points(const GemmLaunch&) {
+  return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
+}
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
   if (!ops.stream) throw ValueError("[gemm] launch needs a stream");
@@ -269,15 +294,16 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   const int device = ops.stream->device();
   rt::TensorMap map_a, map_b;
   rt::DeviceBuffer weights;  // convolution mode's A, reordered
+  rt::DeviceBuffer images;   // convolution mode's B, staged NHWC
   if (const std::optional<GemmConv>& c = l.g.conv) {
     weights = reorder_weights(l, ops, rt::generated_function(module, "kiln_conv_weights_rsc", device));
-    const ConvBox box = conv_box(*c);
+    images = stage_nhwc(l, ops, rt::generated_function(module, "kiln_nchw_to_nhwc", device));
+    const ConvBox box = conv_box(*c, l.bn);
     const std::int64_t taps = c->r * c->s;
     map_a = rt::tiled_tensor_map_nd(weights.ptr(), t, std::array{c->c, taps, l.g.m}, std::array{c->c, taps * c->c},
                                     std::array{box_k, 1, l.bm});
-    const std::int64_t image = l.g.batch > 1 ? l.g.batch_b : c->c * c->h * c->w;
-    map_b = rt::tiled_tensor_map_nd(ops.b, t, std::array{c->w, c->h, c->c, l.g.batch},
-                                    std::array{c->w, c->h * c->w, image}, std::array{box.w, box.h, box_k, 1});
+    map_b = rt::tiled_tensor_map_nd(images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
+                                    std::array{c->c, c->w * c->c, c->h * c->w * c->c}, std::array{box_k, box.w, box.h, 1});
   } else {
     map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
     map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);

@@ -30,11 +30,12 @@ DType input_dtype(GemmMath m);      // bf16, f16, f32
 enum class GemmEpilogue { none = 0, bias = 1, relu_bias = 2 };
 const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 
-// Convolution mode: an implicit GEMM of stride 1 over NCHW images of 16-bit values. For image z
-// of the batch (batch_b elements apart), D (m x oh*ow, rows ldd apart) = the weights
-// (m x r*s*c) @ the image's c x h x w patches, padded by zeros. The weights come as stored,
-// [m][c][r][s], and are reordered on the GPU at each launch; with `flip` they are [c][m][r][s]
-// and are transposed with their taps reversed, as the input gradient reads them.
+// Convolution mode: an implicit GEMM of stride 1 over NCHW images. For image z of the batch
+// (batch_b elements apart), D (m x oh*ow, rows ldd apart) = the weights (m x r*s*c) @ the
+// image's c x h x w patches, padded by zeros. Each launch stages the images NHWC and the weights
+// as [m][r][s][c] on the GPU, so both operands are K-major (TF32 too). The weights come as
+// stored, [m][c][r][s]; with `flip` they are [c][m][r][s] and are transposed with their taps
+// reversed, as the input gradient reads them.
 struct GemmConv {
   std::int64_t c = 0, h = 0, w = 0, r = 1, s = 1, pad_h = 0, pad_w = 0;
   bool flip = false;
@@ -51,7 +52,7 @@ struct GemmGeometry {
   // Problems side by side: elements from one problem's A, B and D to the next's.
   std::int64_t batch = 1, batch_a = 0, batch_b = 0, batch_d = 0;
   GemmHooks hooks{};  // with epilogue == none: a built-in epilogue excludes an epilogue hook
-  std::optional<GemmConv> conv{};  // n = oh * ow, k = r * s * c, B MN-major
+  std::optional<GemmConv> conv{};  // n = oh * ow, k = r * s * c, both operands K-major
   void add_to(rt::GeneratedKey& key) const;
   // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [conv c h w r s ph pw [flip]]
   // [hooks:digest]": the tuner's problem text.
@@ -114,11 +115,11 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
 // The module's source; lets tests compile every configuration without a GPU.
 std::string source(const GemmLaunch& l);
 std::vector<std::string> entry_points(const GemmLaunch& l);
-// Convolution mode's output pixels per B atom: BOX_H rows of BOX_W columns.
+// Convolution mode's output pixels per tile of `bn` columns: BOX_H rows of BOX_W columns.
 struct ConvBox {
-  int w = 64, h = 1;
+  int w = 1, h = 1;
 };
-ConvBox conv_box(const GemmConv& c);
+ConvBox conv_box(const GemmConv& c, int bn);
 // Enqueues the launch on ops.stream. ValueError when operands_fit is false.
 void launch(const GemmLaunch& l, const GemmOperands& ops);
 

@@ -83,7 +83,7 @@ std::string source(const GemmLaunch& l) {
                  {"HOOK_FUNCTIONS", hs.functions},
                  {"CONSUMER_REGS", num(consumer_regs)}};
   const GemmConv c = g.conv.value_or(GemmConv{});
-  const ConvBox box = g.conv ? conv_box(c) : ConvBox{};
+  const ConvBox box = g.conv ? conv_box(c, l.bn) : ConvBox{};
   b.insert(b.end(), {{"CONV", g.conv ? "true" : "false"},
                      {"CONV_C", num(c.c)},
                      {"CONV_S", num(c.s)},
