@@ -85,7 +85,7 @@ bool conv_fits(const GemmGeometry& g) {
   if ((c.c * es) % 16 != 0 || c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r ||
       c.pad_w >= c.s)
     return false;
-  if (g.hooks.prologue || stats_of(g) == HookStats::columns) return false;
+  if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
   return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && g.batch_d >= g.m * g.ldd));
 }
 
