@@ -19,6 +19,12 @@
 // contiguous dimension is 16-byte aligned), and TMA fills the padding and every edge with
 // zeros. Column j of a tile is output pixel (j / BOX_W, j % BOX_W) of its block; columns past
 // BOX_W x BOX_H are never loaded and never stored.
+// Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
+// gy @ patches^T, k running over boxes of 64 output pixels (BOX_W x BOX_H) of every image. Both
+// come staged NHWC, so both tiles are MN-major atoms of 64 channels by those 64 pixels; an atom
+// of B is one tap's box of the input, shifted by (r - pad, s - pad). The k tiles are split
+// BATCH ways: problem z writes its f32 partial sums, and kiln_conv_wgrad_reduce adds them in
+// order into [m][c][r][s].
 // Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
 // partial sums and squares of the stored values in `hp.stats`.
@@ -35,11 +41,16 @@ constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLdd = ${LDD}, kBatchD = ${
 constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
 constexpr bool kABatched = ${A_BATCHED}, kBBatched = ${B_BATCHED};  // false: every problem reads the same one
 constexpr int kBatch = ${BATCH};
-constexpr bool kConv = ${CONV};
+constexpr int kConvMode = ${CONV_MODE};
+constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2;
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
 constexpr int kCBlocks = (kC + kBK - 1) / kBK;  // k tiles per filter tap
 constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
+// Weight-gradient mode: k tiles are boxes of output pixels, image by image, split BATCH ways.
+constexpr int kImages = ${CONV_IMAGES}, kPixTilesW = (kOW + kBoxW - 1) / kBoxW;
+constexpr int kPixTiles = (kOH + kBoxH - 1) / kBoxH * kPixTilesW;
+constexpr long long kWgradK = static_cast<long long>(kImages) * kPixTiles, kKPerSplit = (kWgradK + kBatch - 1) / kBatch;
 constexpr int kTilesM = (kM + kBM - 1) / kBM;
 constexpr int kTilesN = kConv ? (kOH + kBoxH - 1) / kBoxH * kTilesW : (kN + kBN - 1) / kBN;
 constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBatch;
@@ -53,6 +64,7 @@ constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kByte
 // The bytes a stage's copies bring: in convolution mode B's box may fill fewer than BN rows.
 constexpr unsigned kLoadBytes = kBytesA + (kConv ? kBoxW * kBoxH * 128 : kBytesB);
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= kBN), "convolution mode: K-major operands, one box per tile");
+static_assert(!kWgrad || (kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0), "weight-gradient mode: MN-major, 64-pixel boxes");
 ${HOOK_CONSTANTS}
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
@@ -134,6 +146,32 @@ __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, 
   tma_load_4d(dst_b, map_b, bar, c0, ow0 + s - kPadW, oh0 + r - kPadH, z);
 }
 
+// Weight-gradient mode's k tile kt of tile (tm, tn): the box of output pixels it covers, in
+// gy for each 64 rows of A and, shifted by the atom's tap, in the input for each 64 columns of B.
+__device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
+                                                 const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn) {
+  const int image = static_cast<int>(kt / kPixTiles), box = static_cast<int>(kt % kPixTiles);
+  const int oh0 = (box / kPixTilesW) * kBoxH, ow0 = (box % kPixTilesW) * kBoxW;
+#pragma unroll
+  for (int j = 0; j < kBM / 64; ++j) tma_load_4d(dst_a + j * kAtomBytes, map_a, bar, tm * kBM + 64 * j, ow0, oh0, image);
+#pragma unroll
+  for (int j = 0; j < kBN / 64; ++j) {
+    const int col = tn * kBN + 64 * j, tap = col / kC;
+    tma_load_4d(dst_b + j * kAtomBytes, map_b, bar, col % kC, ow0 + tap % kS - kPadW, oh0 + tap / kS - kPadH, image);
+  }
+}
+
+// The k tiles of problem z: all of them, or in weight-gradient mode its share of the split.
+__device__ __forceinline__ void k_range(int z, long long& first, long long& end) {
+  if constexpr (kWgrad) {
+    first = z * kKPerSplit;
+    end = first + kKPerSplit < kWgradK ? first + kKPerSplit : kWgradK;
+  } else {
+    first = 0;
+    end = kKTiles;
+  }
+}
+
 // Column j of tile tn: its offset along a row of D, or -1 past the output.
 __device__ __forceinline__ long long column_of(int tn, int j) {
   if constexpr (kConv) {
@@ -198,7 +236,7 @@ __device__ __forceinline__ void consumer_sync(int c) { asm volatile("bar.sync %0
 // The prologue on consumer c's 8 KiB of A in stage memory `tile` (64 K-major rows, or one
 // MN-major atom of BK rows), 16 bytes per thread at a time; the swizzle permutes each 128-byte
 // line's 16-byte chunks by the line's index mod 8.
-__device__ __forceinline__ void prologue_tile(unsigned tile, int kt, long long z, int tid, const HookPointers& hp) {
+__device__ __forceinline__ void prologue_tile(unsigned tile, long long kt, long long z, int tid, const HookPointers& hp) {
   constexpr int kPer = 16 / sizeof(In);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -210,7 +248,7 @@ __device__ __forceinline__ void prologue_tile(unsigned tile, int kt, long long z
     memcpy(e, &v, 16);
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const long long k = static_cast<long long>(kt) * kBK + (kAMn ? line : chunk * kPer + i);
+      const long long k = kt * kBK + (kAMn ? line : chunk * kPer + i);
       if (k < kK) e[i] = kiln::cvt<In>(prologue(kiln::cvt<float>(e[i]), k, z, hp));
     }
     memcpy(&v, e, 16);
@@ -307,12 +345,16 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
       int z, tm, tn;
       tile_coords(t, z, tm, tn);
-      for (int kt = 0; kt < kKTiles; ++kt, ++it) {
+      long long first, end;
+      k_range(z, first, end);
+      for (long long kt = first; kt < end; ++kt, ++it) {
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
         bar_expect_bytes(full + 8 * s, kLoadBytes);
         if constexpr (kConv) {
-          load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, z, tm, tn);
+          load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm, tn);
+        } else if constexpr (kWgrad) {
+          load_wgrad_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, tm, tn);
         } else {
           load_tile<kAMn, kBM>(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt, tm * kBM, kABatched ? z : 0);
           load_tile<kBMn, kBN>(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt, tn * kBN, kBBatched ? z : 0);
@@ -329,7 +371,10 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
     int z, tm, tn;
     tile_coords(t, z, tm, tn);
-    for (int kt = 0; kt < kKTiles; ++kt, ++it) {
+    long long first, end;
+    k_range(z, first, end);
+    int held = -1;  // the stage whose MMAs may still be running
+    for (long long kt = first; kt < end; ++kt, ++it) {
       const int s = it % kStages;
       bar_wait(full + 8 * s, (it / kStages) & 1);
       if constexpr (kPrologue) {
@@ -342,11 +387,15 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int kk = 0; kk < kBK / kMmaK; ++kk)
-        mma(acc, da + kk * (kStepA >> 4), db + kk * (kStepB >> 4), kt > 0 || kk > 0);
+        mma(acc, da + kk * (kStepA >> 4), db + kk * (kStepB >> 4), kt > first || kk > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (tid == 0) bar_arrive(empty + 8 * s);
+      // This k tile's MMAs run on while the previous tile's are waited for and its stage freed.
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
+      held = s;
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
     // Accumulator layout of m64nN: register r holds row 16*warp + lane/4 + 8*((r/2)%2) and
     // column 8*(r/4) + 2*(lane%4) + r%2 of the warpgroup's 64 x BN block.
     const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
@@ -393,6 +442,21 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
     const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
     out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
+  }
+}
+
+// Weight-gradient mode's result: dw[o][c][tap] (`taps` taps of `c` channels) is the sum, in
+// order, of the `splits` partials [z][o][tap][cp].
+extern "C" __global__ void kiln_conv_wgrad_reduce(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
+                                                  int c, int cp, int taps) {
+  const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
+  const long long split = static_cast<long long>(m) * taps * cp;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const long long tap = i % taps, ci = (i / taps) % c, o = i / (static_cast<long long>(taps) * c);
+    const float* p = parts + (o * taps + tap) * cp + ci;
+    float sum = 0.f;
+    for (int z = 0; z < splits; ++z) sum += p[z * split];
+    dw[i] = kiln::cvt<In>(sum);
   }
 }
 

@@ -68,6 +68,22 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       REQUIRE(l);
       jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
     }
+  // Weight-gradient mode: channels padded to 64 (C = 32) or not, gy of fewer than 64 channels,
+  // both tile heights, every width of atoms.
+  for (GemmTile tile : {GemmTile{64, 64}, GemmTile{128, 192}, GemmTile{64, 256}})
+    for (GemmMath math : {GemmMath::bf16, GemmMath::f16}) {
+      const bool narrow = tile.bn == 64;
+      const kernels::GemmConv c{narrow ? 32 : 64, 14, 14, 5, 5, 2, 2, false, true};
+      const std::int64_t o = narrow ? 24 : 96;
+      GemmGeometry g{o, c.r * c.s * c.c, 8 * c.oh() * c.ow(), 0, 0, c.r * c.s * c.c, math};
+      g.conv = c;
+      g.batch = 8, g.batch_a = o * c.oh() * c.ow(), g.batch_b = c.c * c.h * c.w;
+      const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
+      REQUIRE(l);
+      const std::string src = kernels::source(*l);
+      CHECK(rt::template_placeholders(src).empty());
+      jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+    }
   const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
   MESSAGE("gemm_wgmma: " << r.text());
   for (std::size_t i = 0; i < jobs.size(); ++i) {
@@ -76,9 +92,10 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK_MESSAGE(o.error.empty(), o.error);
     CHECK(o.cubin.size() > 0);
     CHECK(o.ptx.find("wgmma.mma_async.sync.aligned") != std::string::npos);
-    CHECK(o.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
+    CHECK(o.ptx.find("cp.async.bulk.tensor.") != std::string::npos);
     CHECK(o.ptx.find("kiln_conv_weights_rsc") != std::string::npos);
     CHECK(o.ptx.find("kiln_nchw_to_nhwc") != std::string::npos);
+    CHECK(o.ptx.find("kiln_conv_wgrad_reduce") != std::string::npos);
     CHECK(o.ptx.find(".target sm_90a") != std::string::npos);
   }
 }
@@ -148,6 +165,41 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, prologue, kHopper));  // A is the weights
   GemmGeometry wrong = conv(64, 16, 16, 3, 1, GemmMath::bf16);
   wrong.n = 100;
+  CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, wrong, kHopper), ValueError);
+}
+
+TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pixels split to fill the SMs") {
+  auto wgrad = [](std::int64_t o, std::int64_t c, std::int64_t hw, std::int64_t r, std::int64_t images, GemmMath math) {
+    const kernels::GemmConv cv{c, hw, hw, r, r, r / 2, r / 2, false, true};
+    GemmGeometry g{o, r * r * c, images * cv.oh() * cv.ow(), 0, 0, r * r * c, math};
+    g.conv = cv;
+    g.batch = images, g.batch_a = o * cv.oh() * cv.ow(), g.batch_b = c * hw * hw;
+    return g;
+  };
+  // 56 x 56 pixels in boxes of 8 x 8 pad nothing; 14 x 14 pads least in 16 x 4 (the first found).
+  CHECK(kernels::wgrad_box({64, 56, 56, 3, 3, 1, 1, false, true}).w == 8);
+  CHECK(kernels::wgrad_box({64, 14, 14, 5, 5, 2, 2, false, true}).w * kernels::wgrad_box({64, 14, 14, 5, 5, 2, 2, false, true}).h == 64);
+  CHECK(kernels::wgrad_channels({32, 14, 14, 5, 5, 2, 2, false, true}) == 64);
+  CHECK(kernels::wgrad_channels({72, 14, 14, 5, 5, 2, 2, false, true}) == 128);
+  const auto res = kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::bf16), kHopper);
+  REQUIRE(res);
+  CHECK(res->bm == 64);
+  CHECK(res->bn == 192);  // 9 taps of 64 channels in three tiles, none padded
+  CHECK(res->splits == 44);
+  CHECK(res->grid == 132);
+  const auto tiny = kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 8, 3, 1, GemmMath::bf16), kHopper);
+  REQUIRE(tiny);
+  CHECK(tiny->splits == 1);  // one k tile: nothing to split
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 16, 3, 2, GemmMath::tf32), kHopper));  // MN-major tiles
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(12, 64, 16, 3, 2, GemmMath::bf16), kHopper));  // 24-byte gy rows
+  GemmGeometry hooked = wgrad(64, 64, 16, 3, 2, GemmMath::bf16);
+  hooked.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f"};
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, hooked, kHopper));  // partials are summed after the kernel
+  GemmGeometry flipped = wgrad(64, 64, 16, 3, 2, GemmMath::bf16);
+  flipped.conv->flip = true;
+  CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, flipped, kHopper), ValueError);
+  GemmGeometry wrong = wgrad(64, 64, 16, 3, 2, GemmMath::bf16);
+  wrong.k = 100;
   CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, wrong, kHopper), ValueError);
 }
 

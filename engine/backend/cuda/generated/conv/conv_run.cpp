@@ -45,13 +45,26 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     operands MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
 //   - any other conv of stride 1 (no dilation, no groups; bf16, f16 or TF32) is convolution
 //     mode's implicit GEMM: the forward over x with w, the input gradient over gy with w
-//     transposed and flipped, padded by k - 1 - p.
+//     transposed and flipped, padded by k - 1 - p;
+//   - a 16-bit weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
+//     patches of x, summed over every image.
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
-                                             const ConvTarget& target) {
+                                             const ConvTarget& target, GemmTile tile = {}) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
-  if (!stride1 || pass == ConvPass::grad_weight || math == ConvMath::f32) return std::nullopt;
+  if (!stride1 || math == ConvMath::f32) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16 ? GemmMath::bf16 : math == ConvMath::f16 ? GemmMath::f16 : GemmMath::tf32;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
+  if (pass == ConvPass::grad_weight) {
+    if (gm == GemmMath::tf32) return std::nullopt;
+    GemmConv c;
+    c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
+    if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
+    const std::int64_t taps = g.c * g.kh * g.kw;
+    GemmGeometry geo{g.o, taps, g.n * g.oh * g.ow, g.oh * g.ow, g.h * g.w, taps, gm};
+    geo.conv = c;
+    geo.batch = g.n, geo.batch_a = g.o * g.oh * g.ow, geo.batch_b = g.c * g.h * g.w;
+    return plan(GemmKernel::wgmma, geo, tgt, tile);
+  }
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
@@ -62,7 +75,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
     geo.b_mn = true;
     geo.batch = g.n, geo.batch_a = 0, geo.batch_b = k * in_pixels, geo.batch_d = rows * in_pixels;
     if (g.n == 1) geo.batch_b = geo.batch_d = 0;
-    return plan(GemmKernel::wgmma, geo, tgt);
+    return plan(GemmKernel::wgmma, geo, tgt, tile);
   }
   GemmConv c;
   c.c = k, c.h = forward ? g.h : g.oh, c.w = forward ? g.w : g.ow, c.r = g.kh, c.s = g.kw;
@@ -71,15 +84,21 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   GemmGeometry geo{rows, out_pixels, c.r * c.s * k, c.r * c.s * k, in_pixels, out_pixels, gm};
   geo.conv = c;
   geo.batch = g.n, geo.batch_b = k * in_pixels, geo.batch_d = rows * out_pixels;
-  return plan(GemmKernel::wgmma, geo, tgt);
+  return plan(GemmKernel::wgmma, geo, tgt, tile);
 }
 
 std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
                                       const ConvTarget& target, int arch) {
   std::vector<TuneCandidate> c;
   if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
-    const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};  // w is A; x or gy is B
-    if (operands_fit(*l, gops)) c.push_back({"gemm " + l->text(), [l = *l, gops] { launch(l, gops); }});
+    // w is A and x or gy B; for the weight gradient gy is A and x B.
+    const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
+    if (operands_fit(*l, gops)) {
+      c.push_back({"gemm " + l->text(), [l = *l, gops] { launch(l, gops); }});
+      for (GemmTile tile : alternatives(*l, GemmTarget{arch, target.sm_count, target.max_shared}))
+        if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile))
+          c.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
+    }
   }
   const std::vector<ConvKernel> kinds = pass == ConvPass::grad_weight
                                             ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}

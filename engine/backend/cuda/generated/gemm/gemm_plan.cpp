@@ -75,30 +75,42 @@ bool operands_apply(const GemmGeometry& g) {
                           apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) && g.batch_d >= g.m * g.ldd);
 }
 
-// Convolution mode: channel rows TMA can step (16-byte multiples), padding inside the filter,
-// no prologue (A is the weights), and a geometry that says the same as its window.
+// Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,
+// no prologue (A is the weights), and a geometry that says the same as its window. The weight
+// gradient takes no hooks (its partials are summed after the kernel) and 16-bit inputs only
+// (its tiles are MN-major).
 bool conv_fits(const GemmGeometry& g) {
   const GemmConv& c = *g.conv;
-  if (g.n != c.oh() * c.ow() || g.k != c.r * c.s * c.c || g.a_mn || g.b_mn)
-    throw ValueError("[gemm] convolution mode needs n = oh * ow, k = r * s * c and K-major operands; got " + g.text());
+  const bool wgrad = c.weight_grad;
+  const bool shaped = wgrad ? g.n == c.r * c.s * c.c && g.k == g.batch * c.oh() * c.ow() && g.ldd == g.n
+                            : g.n == c.oh() * c.ow() && g.k == c.r * c.s * c.c;
+  if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip))
+    throw ValueError("[gemm] convolution mode needs n = oh * ow and k = r * s * c (weight gradient: n = r * s * c = "
+                     "ldd, k = batch * oh * ow), operands as stored and no flip with wgrad; got " +
+                     g.text());
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   if ((c.c * es) % 16 != 0 || c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r ||
       c.pad_w >= c.s)
     return false;
   if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
-  return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && g.batch_d >= g.m * g.ldd));
+  if (wgrad && (g.math == GemmMath::tf32 || (g.m * es) % 16 != 0 || g.epilogue != GemmEpilogue::none ||
+                g.hooks.epilogue))
+    return false;
+  const std::int64_t gy = wgrad ? g.m * c.oh() * c.ow() : 0;
+  return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && (wgrad ? g.batch_a >= gy : g.batch_d >= g.m * g.ldd)));
 }
 
-// Tiles across D's columns: in convolution mode, blocks of output rows by blocks of columns.
-std::int64_t tiles_n(const GemmGeometry& g, int bn) {
+// Tiles across D's columns: in convolution mode, blocks of output rows by blocks of columns;
+// in weight-gradient mode, across taps of channels padded to 64.
+std::int64_t tiles_n(const GemmGeometry& g, int bn, ConvBox box) {
+  if (g.conv && g.conv->weight_grad) return ceil_div(g.conv->r * g.conv->s * wgrad_channels(*g.conv), bn);
   if (!g.conv) return ceil_div(g.n, bn);
-  const ConvBox b = conv_box(*g.conv, bn);
-  return ceil_div(g.conv->oh(), b.h) * ceil_div(g.conv->ow(), b.w);
+  return ceil_div(g.conv->oh(), box.h) * ceil_div(g.conv->ow(), box.w);
 }
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   rt::GeneratedKey key("gemm_wgmma");
-  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid);
+  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
     return rt::GeneratedModule{source(l), "gemm " + l.text() + " " + math_name(l.g.math), entry_points(l)};
@@ -121,25 +133,64 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
   return out;
 }
 
-// Convolution mode's B: the images (batch_b elements apart) as dense [z][h][w][c].
-rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
-  const GemmConv& c = *l.g.conv;
-  const std::int64_t pixels = c.h * c.w, image = l.g.batch > 1 ? l.g.batch_b : c.c * pixels;
-  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * c.c * pixels) * dtype_size(input_dtype(l.g.math)),
-                       *ops.stream);
-  if (image != c.c * pixels)
+// Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
+// [z][h][w][c].
+rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
+                            std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
+  const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
+  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
+  if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
-  rt::DevicePtr x = ops.b, dst = out.ptr();
-  int channels = static_cast<int>(c.c), p = static_cast<int>(pixels);
+  rt::DevicePtr dst = out.ptr();
+  int channels = static_cast<int>(c), p = static_cast<int>(pixels);
   void* args[] = {&x, &dst, &channels, &p};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 32));
-  cfg.grid.y = static_cast<unsigned>(ceil_div(c.c, 32));
+  cfg.grid.y = static_cast<unsigned>(ceil_div(c, 32));
   cfg.grid.z = static_cast<unsigned>(l.g.batch);
   cfg.block.x = 32;
   cfg.block.y = 8;
-  rt::launch_raw(fn, cfg, *ops.stream, args);
+  rt::launch_raw(fn, cfg, stream, args);
   return out;
+}
+
+// Weight-gradient mode: the splits' f32 partials added in order into D, [m][c][r][s].
+void reduce_wgrad(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
+                  const rt::Function& fn) {
+  const GemmConv& c = *l.g.conv;
+  int splits = l.splits, m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c);
+  int cp = static_cast<int>(wgrad_channels(c)), taps = static_cast<int>(c.r * c.s);
+  void* args[] = {&parts, &d, &splits, &m, &cc, &cp, &taps};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 256), 1024));
+  cfg.block.x = 256;
+  rt::launch_raw(fn, cfg, stream, args);
+}
+
+// Weight-gradient mode's plan: output tiles as wide as pad the taps least, and the pixels
+// split so that the tiles of every split fill the SMs about once.
+std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, GemmTile tile) {
+  const GemmGeometry& g = l.g;
+  const GemmConv& c = *g.conv;
+  const std::int64_t cols = c.r * c.s * wgrad_channels(c);
+  l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
+  l.bn = tile.bn;
+  if (l.bn == 0)
+    for (int bn : {256, 192, 128, 64})
+      if (l.bn == 0 || ceil_div(cols, bn) * bn < ceil_div(cols, l.bn) * l.bn) l.bn = bn;
+  if ((l.bm != 64 && l.bm != 128) || l.bn < 64 || l.bn > 256 || l.bn % 64 != 0) return std::nullopt;
+  l.box = wgrad_box(c);
+  l.stages = stages_for(l.bm, l.bn, false, target);
+  if (l.stages == 0) return std::nullopt;
+  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, false);
+  const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
+  const std::int64_t k_tiles = g.batch * ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w);
+  // At least 4 k tiles a split: fewer would spend more on partials than on products.
+  const std::int64_t want = std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
+  const std::int64_t per = ceil_div(k_tiles, want);
+  l.splits = static_cast<int>(ceil_div(k_tiles, per));  // every split has k tiles
+  l.grid = static_cast<int>(std::min<std::int64_t>(tiles * l.splits, std::max(1, target.sm_count)));
+  return l;
 }
 
 }  // namespace
@@ -168,7 +219,8 @@ GemmTarget gemm_target(int device) {
 
 void GemmGeometry::add_to(rt::GeneratedKey& key) const {
   key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
-  if (conv) key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip);
+  if (conv)
+    key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip, conv->weight_grad);
   hooks.add_to(key);
 }
 
@@ -198,6 +250,7 @@ std::string GemmGeometry::text() const {
     for (std::int64_t v : {conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w})
       t.append(v == conv->c ? " conv " : " ").append(std::to_string(v));
   if (conv && conv->flip) t.append(" flip");
+  if (conv && conv->weight_grad) t.append(" wgrad");
   return t + hooks.text();
 }
 
@@ -214,19 +267,31 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   GemmLaunch l;
   l.g = g;
+  if (g.conv && g.conv->weight_grad) return plan_wgrad(l, target, tile);
   // Wide tiles where the output fills the SMs with them; narrower where it would not. An
-  // MN-major B comes in atoms of 64 columns.
+  // MN-major B comes in atoms of 64 columns. Convolution mode sizes its tile to its box of
+  // output pixels, and takes 64 rows where the output has no more channels.
   const int min_bn = g.b_mn ? 64 : 16;
   l.bm = 128;
-  l.bn = g.n <= 64 ? std::max<int>(min_bn, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
-  if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * tiles_n(g, 256) < target.sm_count) l.bn = 128;
-  if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
+  if (g.conv) {
+    if (g.m <= 64) l.bm = 64;
+    const int most = tile.bn > 0 ? tile.bn : 256;
+    l.box = conv_box(*g.conv, most);
+    if (tile.bn == 0 && g.batch * ceil_div(g.m, l.bm) * tiles_n(g, 0, l.box) < target.sm_count)
+      l.box = conv_box(*g.conv, 128);
+    l.bn = static_cast<int>(ceil_div(l.box.w * l.box.h, 16) * 16);
+    if (tile.bm > 0) l.bm = tile.bm;
+  } else {
+    l.bn = g.n <= 64 ? std::max<int>(min_bn, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
+    if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * tiles_n(g, 256, {}) < target.sm_count) l.bn = 128;
+    if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
+  }
   if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
   const bool column_stats = stats_of(g) == HookStats::columns;
   l.stages = stages_for(l.bm, l.bn, column_stats, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
-  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * tiles_n(g, l.bn);
+  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * tiles_n(g, l.bn, l.box);
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   l.grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, target.sm_count)));
   return l;
@@ -234,21 +299,40 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
 
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   std::vector<GemmTile> out;
+  if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
+    const bool wgrad = h.g.conv->weight_grad;
+    for (int bm : {64, 128})
+      for (int bn : {128, 256})
+        if (bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) out.push_back({bm, bn});
+    return out;
+  }
   for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})
     if ((c.bm != h.bm || c.bn != h.bn) && c.bn < 2 * h.g.n + 16) out.push_back(c);
   return out;
 }
 
-ConvBox conv_box(const GemmConv& c, int bn) {
-  // Whole output rows where one fits, as many as the tile holds; else a row in pieces of bn.
-  const int w = static_cast<int>(std::min<std::int64_t>(c.ow(), bn));
-  return {w, static_cast<int>(std::min<std::int64_t>(c.oh(), bn / w))};
+ConvBox conv_box(const GemmConv& c, int most) {
+  const int w = static_cast<int>(std::min<std::int64_t>(c.ow(), most));
+  const std::int64_t rows = std::min<std::int64_t>(c.oh(), most / w), blocks = ceil_div(c.oh(), rows);
+  return {w, static_cast<int>(ceil_div(c.oh(), blocks))};
 }
+
+ConvBox wgrad_box(const GemmConv& c) {
+  ConvBox best{64, 1};
+  std::int64_t least = -1;
+  for (int w = 64; w >= 1; w /= 2) {
+    const std::int64_t padded = ceil_div(c.ow(), w) * w * ceil_div(c.oh(), 64 / w) * (64 / w);
+    if (least < 0 || padded < least) least = padded, best = {w, 64 / w};
+  }
+  return best;
+}
+
+std::int64_t wgrad_channels(const GemmConv& c) { return ceil_div(c.c, 64) * 64; }
 
 GemmStatsShape stats_shape(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   switch (stats_of(g)) {
-    case HookStats::rows: return {g.batch * tiles_n(g, l.bn), g.m};
+    case HookStats::rows: return {g.batch * tiles_n(g, l.bn, l.box), g.m};
     case HookStats::columns: return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
     case HookStats::none: break;
   }
@@ -273,7 +357,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 }
 
 std::vector<std::string> entry_points(const GemmLaunch&) {
-  return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
+  return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc", "kiln_conv_wgrad_reduce"};
 }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
@@ -295,10 +379,28 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   rt::TensorMap map_a, map_b;
   rt::DeviceBuffer weights;  // convolution mode's A, reordered
   rt::DeviceBuffer images;   // convolution mode's B, staged NHWC
-  if (const std::optional<GemmConv>& c = l.g.conv) {
+  rt::DeviceBuffer grads;    // weight-gradient mode's A (gy, staged NHWC)
+  rt::DeviceBuffer parts;    // weight-gradient mode's f32 partials, one D per split
+  rt::DevicePtr d = ops.d;
+  const std::optional<GemmConv>& c = l.g.conv;
+  if (c && c->weight_grad) {
+    const rt::Function stage = rt::generated_function(module, "kiln_nchw_to_nhwc", device);
+    const std::int64_t pixels = c->oh() * c->ow();
+    grads = stage_nhwc(l, ops.a, l.g.m, pixels, l.g.batch_a, *ops.stream, stage);
+    images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream, stage);
+    const std::array box{64, l.box.w, l.box.h, 1};
+    map_a = rt::tiled_tensor_map_nd(grads.ptr(), t, std::array{l.g.m, c->ow(), c->oh(), l.g.batch},
+                                    std::array{l.g.m, c->ow() * l.g.m, pixels * l.g.m}, box);
+    map_b = rt::tiled_tensor_map_nd(images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
+                                    std::array{c->c, c->w * c->c, c->h * c->w * c->c}, box);
+    parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * c->r * c->s * wgrad_channels(*c)) * 4,
+                             *ops.stream);
+    d = parts.ptr();
+  } else if (c) {
     weights = reorder_weights(l, ops, rt::generated_function(module, "kiln_conv_weights_rsc", device));
-    images = stage_nhwc(l, ops, rt::generated_function(module, "kiln_nchw_to_nhwc", device));
-    const ConvBox box = conv_box(*c, l.bn);
+    images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
+                        rt::generated_function(module, "kiln_nchw_to_nhwc", device));
+    const ConvBox box = l.box;
     const std::int64_t taps = c->r * c->s;
     map_a = rt::tiled_tensor_map_nd(weights.ptr(), t, std::array{c->c, taps, l.g.m}, std::array{c->c, taps * c->c},
                                     std::array{box_k, 1, l.bm});
@@ -313,7 +415,6 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   cfg.grid.x = static_cast<unsigned>(l.grid);
   cfg.block.x = static_cast<unsigned>((l.bm / 64 + 1) * 128);
   cfg.shared_bytes = static_cast<unsigned>(l.shared_bytes);
-  rt::DevicePtr d = ops.d;
   HookPointers hp{};  // laid out as the kernel's HookPointers
   const auto epi = epilogue_pointers(l, ops);
   for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = epi[static_cast<std::size_t>(i)];
@@ -321,6 +422,8 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   hp.stats = ops.stats;
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);
+  if (c && c->weight_grad)
+    reduce_wgrad(l, parts.ptr(), ops.d, *ops.stream, rt::generated_function(module, "kiln_conv_wgrad_reduce", device));
 }
 
 }  // namespace kiln::kernels

@@ -36,9 +36,14 @@ const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 // as [m][r][s][c] on the GPU, so both operands are K-major (TF32 too). The weights come as
 // stored, [m][c][r][s]; with `flip` they are [c][m][r][s] and are transposed with their taps
 // reversed, as the input gradient reads them.
+//
+// With `weight_grad` (16-bit only) it is the weight gradient instead: A is gy (m x oh*ow per
+// image, NCHW), B the images, and D (m x r*s*c, [m][c][r][s] with ldd = c*r*s) sums over every
+// image, so n = r * s * c and k = batch * oh * ow. The launch stages gy and the images NHWC,
+// splits the pixels among `splits` problems and adds their f32 partials in a fixed order.
 struct GemmConv {
   std::int64_t c = 0, h = 0, w = 0, r = 1, s = 1, pad_h = 0, pad_w = 0;
-  bool flip = false;
+  bool flip = false, weight_grad = false;
   std::int64_t oh() const { return h + 2 * pad_h - r + 1; }
   std::int64_t ow() const { return w + 2 * pad_w - s + 1; }
 };
@@ -52,9 +57,9 @@ struct GemmGeometry {
   // Problems side by side: elements from one problem's A, B and D to the next's.
   std::int64_t batch = 1, batch_a = 0, batch_b = 0, batch_d = 0;
   GemmHooks hooks{};  // with epilogue == none: a built-in epilogue excludes an epilogue hook
-  std::optional<GemmConv> conv{};  // n = oh * ow, k = r * s * c, both operands K-major
+  std::optional<GemmConv> conv{};  // as GemmConv says; A and B as the caller stores them (not MN-major)
   void add_to(rt::GeneratedKey& key) const;
-  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [conv c h w r s ph pw [flip]]
+  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [conv c h w r s ph pw [flip|wgrad]]
   // [hooks:digest]": the tuner's problem text.
   std::string text() const;
 };
@@ -86,16 +91,25 @@ enum class GemmKernel {
 };
 const char* kernel_name(GemmKernel k);  // "wgmma"
 
-// What the tuner varies beside the heuristic's choice (0: the heuristic's).
+// What the tuner varies beside the heuristic's choice (0: the heuristic's). In convolution
+// mode bn bounds the output pixels of a tile (the plan rounds the box up to 16 columns).
 struct GemmTile {
   int bm = 0, bn = 0;
   std::string text() const;  // "", "128x256"
+};
+
+// Convolution mode's output pixels per tile, and weight-gradient mode's per k tile: BOX_H rows
+// of BOX_W columns.
+struct ConvBox {
+  int w = 1, h = 1;
 };
 
 struct GemmLaunch {
   GemmKernel kernel = GemmKernel::wgmma;
   GemmGeometry g{};
   int bm = 128, bn = 128, stages = 4, group_m = 8, grid = 1;
+  ConvBox box{};   // convolution modes
+  int splits = 1;  // weight-gradient mode: problems the pixels are split among
   std::int64_t shared_bytes = 0;
   std::string text() const;  // "wgmma 128x256 s4": what the tuner remembers
 };
@@ -115,11 +129,14 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
 // The module's source; lets tests compile every configuration without a GPU.
 std::string source(const GemmLaunch& l);
 std::vector<std::string> entry_points(const GemmLaunch& l);
-// Convolution mode's output pixels per tile of `bn` columns: BOX_H rows of BOX_W columns.
-struct ConvBox {
-  int w = 1, h = 1;
-};
-ConvBox conv_box(const GemmConv& c, int bn);
+// Convolution mode's box for tiles of at most `most` output pixels: whole output rows where one
+// fits (as many as the tile holds, balanced so the last block of rows is not left short),
+// else a row in pieces of `most`.
+ConvBox conv_box(const GemmConv& c, int most);
+// Weight-gradient mode's box of 64 output pixels: the shape that pads the image least.
+ConvBox wgrad_box(const GemmConv& c);
+// Weight-gradient mode's channels per tap as the kernel lays them out: c rounded up to 64.
+std::int64_t wgrad_channels(const GemmConv& c);
 // Enqueues the launch on ops.stream. ValueError when operands_fit is false.
 void launch(const GemmLaunch& l, const GemmOperands& ops);
 

@@ -59,41 +59,46 @@ std::string source(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   const GemmHooks hooks = hooks_of(g);
   const HookSource hs = hook_source(hooks);
+  const GemmConv c = g.conv.value_or(GemmConv{});
+  // Weight-gradient mode: `splits` problems of f32 partials over taps of channels padded to 64,
+  // both operands MN-major.
+  const bool wgrad = g.conv && c.weight_grad;
+  const std::int64_t cols = wgrad ? c.r * c.s * wgrad_channels(c) : g.n;
+  const bool a_mn = wgrad || g.a_mn, b_mn = wgrad || g.b_mn;
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
   rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
                  {"IN", std::string(cuda_storage_type(input_dtype(g.math)))},
-                 {"OUT", std::string(cuda_storage_type(output_dtype(g)))},
+                 {"OUT", std::string(cuda_storage_type(wgrad ? DType::f32 : output_dtype(g)))},
                  {"BM", num(l.bm)},
                  {"BN", num(l.bn)},
                  {"STAGES", num(l.stages)},
                  {"GROUP_M", num(l.group_m)},
                  {"M", num(g.m)},
-                 {"N", num(g.n)},
+                 {"N", num(cols)},
                  {"K", num(g.k)},
-                 {"LDD", num(g.ldd)},
-                 {"BATCH", num(g.batch)},
-                 {"BATCH_D", num(g.batch > 1 ? g.batch_d : 0)},
-                 {"A_MN", g.a_mn ? "true" : "false"},
-                 {"A_BATCHED", g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
-                 {"B_BATCHED", g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
-                 {"B_MN", g.b_mn ? "true" : "false"},
-                 {"MMA", mma_function(l.bn, g.math, g.a_mn, g.b_mn)},
+                 {"LDD", num(wgrad ? cols : g.ldd)},
+                 {"BATCH", num(wgrad ? l.splits : g.batch)},
+                 {"BATCH_D", num(wgrad ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
+                 {"A_MN", a_mn ? "true" : "false"},
+                 {"A_BATCHED", !wgrad && g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
+                 {"B_BATCHED", !wgrad && g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
+                 {"B_MN", b_mn ? "true" : "false"},
+                 {"MMA", mma_function(l.bn, g.math, a_mn, b_mn)},
                  {"HOOK_CONSTANTS", hs.constants},
                  {"HOOK_FUNCTIONS", hs.functions},
                  {"CONSUMER_REGS", num(consumer_regs)}};
-  const GemmConv c = g.conv.value_or(GemmConv{});
-  const ConvBox box = g.conv ? conv_box(c, l.bn) : ConvBox{};
-  b.insert(b.end(), {{"CONV", g.conv ? "true" : "false"},
-                     {"CONV_C", num(c.c)},
+  b.insert(b.end(), {{"CONV_MODE", num(wgrad ? 2 : g.conv ? 1 : 0)},
+                     {"CONV_C", num(wgrad ? wgrad_channels(c) : c.c)},
                      {"CONV_S", num(c.s)},
                      {"CONV_RS", num(c.r * c.s)},
                      {"CONV_PAD_H", num(c.pad_h)},
                      {"CONV_PAD_W", num(c.pad_w)},
                      {"CONV_OH", num(g.conv ? c.oh() : 0)},
                      {"CONV_OW", num(g.conv ? c.ow() : 0)},
-                     {"BOX_H", num(box.h)},
-                     {"BOX_W", num(box.w)}});
+                     {"CONV_IMAGES", num(wgrad ? g.batch : 0)},
+                     {"BOX_H", num(l.box.h)},
+                     {"BOX_W", num(l.box.w)}});
   return rt::instantiate("gemm_wgmma", rt::template_source("gemm_wgmma"), b);
 }
 
