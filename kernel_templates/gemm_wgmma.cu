@@ -24,7 +24,10 @@
 // come staged NHWC, so both tiles are MN-major atoms of 64 channels by those 64 pixels; an atom
 // of B is one tap's box of the input, shifted by (r - pad, s - pad). The k tiles are split
 // BATCH ways: problem z writes its f32 partial sums, and kiln_conv_wgrad_reduce adds them in
-// order into [m][c][r][s].
+// order into [m][c][r][s]. WGRAD_K_MAJOR (TF32, or a 1x1 window read as stored): k runs over
+// the pixels of gy's rows padded to WGRAD_ROW, in K-major boxes of BK of one image; a B tile
+// holds BN channels of one tap, read from the images' copy for filter column s (shifted by
+// s - pad_w, framed by pad_h zero rows; kiln_conv_shift_rows) r rows further on.
 // Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
 // partial sums and squares of the stored values in `hp.stats`.
@@ -42,14 +45,15 @@ constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
 constexpr bool kABatched = ${A_BATCHED}, kBBatched = ${B_BATCHED};  // false: every problem reads the same one
 constexpr int kBatch = ${BATCH};
 constexpr int kConvMode = ${CONV_MODE};
-constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2;
+constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2, kWgradKMajor = ${WGRAD_K_MAJOR};
+constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
 constexpr int kCBlocks = (kC + kBK - 1) / kBK;  // k tiles per filter tap
 constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
 // Weight-gradient mode: k tiles are boxes of output pixels, image by image, split BATCH ways.
 constexpr int kImages = ${CONV_IMAGES}, kPixTilesW = (kOW + kBoxW - 1) / kBoxW;
-constexpr int kPixTiles = (kOH + kBoxH - 1) / kBoxH * kPixTilesW;
+constexpr int kPixTiles = kWgradKMajor ? (kOH * kRow + kBK - 1) / kBK : (kOH + kBoxH - 1) / kBoxH * kPixTilesW;
 constexpr long long kWgradK = static_cast<long long>(kImages) * kPixTiles, kKPerSplit = (kWgradK + kBatch - 1) / kBatch;
 constexpr int kTilesM = (kM + kBM - 1) / kBM;
 constexpr int kTilesN = kConv ? (kOH + kBoxH - 1) / kBoxH * kTilesW : (kN + kBN - 1) / kBN;
@@ -64,7 +68,8 @@ constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kByte
 // The bytes a stage's copies bring: in convolution mode B's box may fill fewer than BN rows.
 constexpr unsigned kLoadBytes = kBytesA + (kConv ? kBoxW * kBoxH * 128 : kBytesB);
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= kBN), "convolution mode: K-major operands, one box per tile");
-static_assert(!kWgrad || (kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0), "weight-gradient mode: MN-major, 64-pixel boxes");
+static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kC % kBN == 0 : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
+              "weight-gradient mode: K-major tiles within one tap, or MN-major 64-pixel boxes");
 ${HOOK_CONSTANTS}
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
@@ -151,6 +156,12 @@ __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, 
 __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
                                                  const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn) {
   const int image = static_cast<int>(kt / kPixTiles), box = static_cast<int>(kt % kPixTiles);
+  if constexpr (kWgradKMajor) {
+    const int col = tn * kBN, tap = col / kC;
+    tma_load(dst_a, map_a, bar, box * kBK, tm * kBM, image);
+    tma_load_4d(dst_b, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image, tap % kS);
+    return;
+  }
   const int oh0 = (box / kPixTilesW) * kBoxH, ow0 = (box % kPixTilesW) * kBoxW;
 #pragma unroll
   for (int j = 0; j < kBM / 64; ++j) tma_load_4d(dst_a + j * kAtomBytes, map_a, bar, tm * kBM + 64 * j, ow0, oh0, image);
@@ -442,6 +453,23 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
     const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
     out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
+  }
+}
+
+// Weight-gradient mode's K-major copies: plane i (h x w) of x becomes `copies` planes of `rows`
+// x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
+// or q >= w - copies + 1 (the output's width).
+extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
+                                                int w, int rows, int row, int copies, int ph, int pw) {
+  const long long plane = static_cast<long long>(rows) * row, n = copies * planes * plane;
+  const int ow = w + 2 * pw - copies + 1;
+  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const int q = static_cast<int>(i % row), y = static_cast<int>((i / row) % rows) - ph;
+    const long long p = (i / plane) % planes;
+    const int s = static_cast<int>(i / (plane * planes)), xq = q + s - pw;
+    const bool inside = q < ow && y >= 0 && y < h && xq >= 0 && xq < w;
+    out[i] = inside ? x[(p * h + y) * w + xq] : kiln::cvt<In>(0.f);
   }
 }
 

@@ -69,7 +69,26 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
     }
   // Weight-gradient mode: channels padded to 64 (C = 32) or not, gy of fewer than 64 channels,
-  // both tile heights, every width of atoms.
+  // both tile heights, every width of atoms; a 1x1 window read as stored in every math; TF32
+  // copies of a 5x5 window's images.
+  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
+    const kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2, false, true};
+    GemmGeometry g{64, 25 * 32, 4 * 196, 0, 0, 25 * 32, math};
+    g.conv = c;
+    g.batch = 4, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    REQUIRE(l);
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
+  }
+  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
+    const kernels::GemmConv c{40, 8, 8, 1, 1, 0, 0, false, true};
+    GemmGeometry g{24, 40, 3 * 64, 0, 0, 40, math};
+    g.conv = c;
+    g.batch = 3, g.batch_a = 24 * 64, g.batch_b = 40 * 64;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    REQUIRE(l);
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
+  }
   for (GemmTile tile : {GemmTile{64, 64}, GemmTile{128, 192}, GemmTile{64, 256}})
     for (GemmMath math : {GemmMath::bf16, GemmMath::f16}) {
       const bool narrow = tile.bn == 64;
@@ -179,8 +198,31 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
   // 56 x 56 pixels in boxes of 8 x 8 pad nothing; 14 x 14 pads least in 16 x 4 (the first found).
   CHECK(kernels::wgrad_box({64, 56, 56, 3, 3, 1, 1, false, true}).w == 8);
   CHECK(kernels::wgrad_box({64, 14, 14, 5, 5, 2, 2, false, true}).w * kernels::wgrad_box({64, 14, 14, 5, 5, 2, 2, false, true}).h == 64);
-  CHECK(kernels::wgrad_channels({32, 14, 14, 5, 5, 2, 2, false, true}) == 64);
-  CHECK(kernels::wgrad_channels({72, 14, 14, 5, 5, 2, 2, false, true}) == 128);
+  CHECK(kernels::wgrad_layout(wgrad(64, 32, 14, 5, 2, GemmMath::bf16)).channels == 64);  // 16-bit: staged NHWC
+  CHECK(kernels::wgrad_layout(wgrad(64, 72, 14, 5, 2, GemmMath::bf16)).channels == 128);
+  // A 1x1 window reads gy and the images as stored (K-major) where an image is a multiple of
+  // 16 bytes. TF32 is K-major always: 14 pixels of 4 bytes pad to 16 per row, and the images
+  // are copied once per filter column with oh + r - 1 rows.
+  const kernels::WgradLayout as_stored = kernels::wgrad_layout(wgrad(64, 256, 56, 1, 64, GemmMath::bf16));
+  CHECK(as_stored.k_major);
+  CHECK_FALSE(as_stored.stage_images);
+  CHECK_FALSE(as_stored.stage_gy);
+  CHECK(kernels::wgrad_layout(wgrad(64, 72, 14, 1, 2, GemmMath::tf32)).channels == 80);
+  const kernels::WgradLayout tf32 = kernels::wgrad_layout(wgrad(64, 32, 14, 5, 2, GemmMath::tf32));
+  CHECK(tf32.k_major);
+  CHECK(tf32.stage_gy);
+  CHECK(tf32.stage_images);
+  CHECK(tf32.row == 16);
+  CHECK(tf32.rows == 18);
+  CHECK(tf32.bn == 32);
+  CHECK(kernels::wgrad_layout(wgrad(64, 320, 14, 3, 2, GemmMath::tf32)).bn == 160);  // two tiles a tap
+  CHECK_FALSE(kernels::wgrad_layout(wgrad(64, 256, 7, 1, 2, GemmMath::bf16)).k_major);  // 49 pixels: 98 bytes
+  CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::bf16), kHopper));
+  CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::tf32), kHopper));
+  const auto proj = kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 56, 1, 64, GemmMath::tf32), kHopper);
+  REQUIRE(proj);
+  CHECK(proj->bn == 256);  // a tap's 256 channels in one tile
+  CHECK(proj->splits == 131);  // 64 images x 98 boxes of 32 pixels, 48 boxes a split
   const auto res = kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::bf16), kHopper);
   REQUIRE(res);
   CHECK(res->bm == 64);
@@ -190,7 +232,7 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
   const auto tiny = kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 8, 3, 1, GemmMath::bf16), kHopper);
   REQUIRE(tiny);
   CHECK(tiny->splits == 1);  // one k tile: nothing to split
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 16, 3, 2, GemmMath::tf32), kHopper));  // MN-major tiles
+  CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 16, 3, 2, GemmMath::tf32), kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(12, 64, 16, 3, 2, GemmMath::bf16), kHopper));  // 24-byte gy rows
   GemmGeometry hooked = wgrad(64, 64, 16, 3, 2, GemmMath::bf16);
   hooked.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f"};

@@ -1,7 +1,8 @@
 // The generated tensor-core convolutions (bf16, f16, TF32) against the CPU reference in
 // f64, forward, input gradient and weight gradient, over strides, padding, dilation,
 // groups, odd sizes, 1x1, batch 1, split-K weight gradients, the patch kernels, the small
-// weight-gradient kernel, the tile engine's 1x1 and convolution modes and the MNIST cnn's shapes.
+// weight-gradient kernel, the tile engine's 1x1, convolution and weight-gradient modes and the
+// MNIST cnn's shapes.
 // Each element may differ by tol * sum |a||b| of its own terms (the reference run on
 // |inputs|): input rounding is in that sum, so the bound holds element by element.
 #include <doctest/doctest.h>
@@ -101,6 +102,9 @@ const std::vector<IgemmCase>& igemm_cases() {
       {"conv mode 2x2 p0 odd width", {2, 16, 8, 8}, {24, 16, 2, 2}, {}},
       {"conv mode rows wider than a tile", {1, 8, 3, 300}, {16, 8, 3, 3}, {.padding = {1}}},
       {"conv mode one image 28x28", {1, 64, 28, 28}, {128, 64, 3, 3}, {.padding = {1}}},
+      // Weight-gradient mode (the cases above take it too): rows of 7 pixels padded for TF32,
+      // 24 channels padded to a tile, gy of 16 channels.
+      {"wgrad mode 3x3 p1 C=24 O=16 9x7", {3, 24, 9, 7}, {16, 24, 3, 3}, {.padding = {1}}},
   };
   return c;
 }

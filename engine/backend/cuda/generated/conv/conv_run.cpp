@@ -1,7 +1,7 @@
 // The tuned choice among the generated conv kinds. The heuristic's pick is the reference
-// (candidate 0), in the order the kinds were tried before tuning: the GEMM tile engine where a
-// 1x1 conv is a batch of GEMMs, then patch, then igemm; for weight gradients wgrad,
-// wgrad_small, then igemm.
+// (candidate 0), in the order the kinds were tried before tuning: the GEMM tile engine where
+// it applies (with its other tiles), then patch, then igemm; for weight gradients the engine
+// (last where the input has fewer than 16 channels), wgrad, wgrad_small, then igemm.
 #include "conv_run.h"
 
 #include <algorithm>
@@ -46,8 +46,8 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //   - any other conv of stride 1 (no dilation, no groups; bf16, f16 or TF32) is convolution
 //     mode's implicit GEMM: the forward over x with w, the input gradient over gy with w
 //     transposed and flipped, padded by k - 1 - p;
-//   - a 16-bit weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
-//     patches of x, summed over every image.
+//   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
+//     patches of x, summed over every image (16-bit, or any math for a 1x1 window).
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target, GemmTile tile = {}) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
@@ -55,7 +55,6 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   const GemmMath gm = math == ConvMath::bf16 ? GemmMath::bf16 : math == ConvMath::f16 ? GemmMath::f16 : GemmMath::tf32;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
   if (pass == ConvPass::grad_weight) {
-    if (gm == GemmMath::tf32) return std::nullopt;
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
@@ -89,17 +88,21 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
 
 std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
                                       const ConvTarget& target, int arch) {
-  std::vector<TuneCandidate> c;
+  std::vector<TuneCandidate> c, engine;
   if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
     // w is A and x or gy B; for the weight gradient gy is A and x B.
     const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
     if (operands_fit(*l, gops)) {
-      c.push_back({"gemm " + l->text(), [l = *l, gops] { launch(l, gops); }});
+      engine.push_back({"gemm " + l->text(), [l = *l, gops] { launch(l, gops); }});
       for (GemmTile tile : alternatives(*l, GemmTarget{arch, target.sm_count, target.max_shared}))
         if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile))
-          c.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
+          engine.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
     }
   }
+  // A weight gradient of few input channels pads each tap's tile mostly with zeros: the
+  // engine is timed there but is not the untuned pick.
+  const bool engine_first = pass != ConvPass::grad_weight || g.c >= 16;
+  if (engine_first) c = std::move(engine);
   const std::vector<ConvKernel> kinds = pass == ConvPass::grad_weight
                                             ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
                                             : std::vector{ConvKernel::patch, ConvKernel::igemm};
@@ -111,6 +114,7 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
       if (const auto l = plan(k, pass, g, ops.dtype, math, target, tile))
         c.push_back({std::string(kernel_name(k)) + " " + tile.text(), [l = *l, ops] { launch(l, ops); }});
   }
+  if (!engine_first) c.insert(c.end(), engine.begin(), engine.end());
   return c;
 }
 

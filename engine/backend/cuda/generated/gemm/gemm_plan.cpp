@@ -89,13 +89,11 @@ bool conv_fits(const GemmGeometry& g) {
                      "ldd, k = batch * oh * ow), operands as stored and no flip with wgrad; got " +
                      g.text());
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
-  if ((c.c * es) % 16 != 0 || c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r ||
-      c.pad_w >= c.s)
-    return false;
+  if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
   if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
-  if (wgrad && (g.math == GemmMath::tf32 || (g.m * es) % 16 != 0 || g.epilogue != GemmEpilogue::none ||
-                g.hooks.epilogue))
-    return false;
+  if (wgrad && (g.epilogue != GemmEpilogue::none || g.hooks.epilogue)) return false;
+  if (wgrad && wgrad_layout(g).k_major) return true;  // staged to 16-byte rows where needed
+  if ((c.c * es) % 16 != 0 || (wgrad && (g.m * es) % 16 != 0)) return false;
   const std::int64_t gy = wgrad ? g.m * c.oh() * c.ow() : 0;
   return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && (wgrad ? g.batch_a >= gy : g.batch_d >= g.m * g.ldd)));
 }
@@ -103,7 +101,7 @@ bool conv_fits(const GemmGeometry& g) {
 // Tiles across D's columns: in convolution mode, blocks of output rows by blocks of columns;
 // in weight-gradient mode, across taps of channels padded to 64.
 std::int64_t tiles_n(const GemmGeometry& g, int bn, ConvBox box) {
-  if (g.conv && g.conv->weight_grad) return ceil_div(g.conv->r * g.conv->s * wgrad_channels(*g.conv), bn);
+  if (g.conv && g.conv->weight_grad) return ceil_div(g.conv->r * g.conv->s * wgrad_layout(g).channels, bn);
   if (!g.conv) return ceil_div(g.n, bn);
   return ceil_div(g.conv->oh(), box.h) * ceil_div(g.conv->ow(), box.w);
 }
@@ -154,12 +152,36 @@ rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   return out;
 }
 
+// Weight-gradient mode's K-major copies: each of `planes` planes (h x w) as `copies` planes of
+// `rows` x `row`, copy s shifted by s - pad_w and framed by pad_h zero rows (see WgradLayout).
+struct ShiftedRows {
+  std::int64_t h, w, rows, row, copies, pad_h, pad_w;
+};
+rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t channels, std::int64_t stride,
+                            const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn) {
+  if (l.g.batch > 1 && stride != channels * s.h * s.w)
+    throw ValueError("[gemm] weight-gradient mode copies dense images; batch stride " + std::to_string(stride));
+  long long planes = l.g.batch * channels;
+  const std::int64_t count = s.copies * planes * s.rows * s.row;
+  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), stream);
+  rt::DevicePtr dst = out.ptr();
+  int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
+  int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
+  int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
+  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 65535));
+  cfg.block.x = 256;
+  rt::launch_raw(fn, cfg, stream, args);
+  return out;
+}
+
 // Weight-gradient mode: the splits' f32 partials added in order into D, [m][c][r][s].
 void reduce_wgrad(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
                   const rt::Function& fn) {
   const GemmConv& c = *l.g.conv;
   int splits = l.splits, m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c);
-  int cp = static_cast<int>(wgrad_channels(c)), taps = static_cast<int>(c.r * c.s);
+  int cp = static_cast<int>(wgrad_layout(l.g).channels), taps = static_cast<int>(c.r * c.s);
   void* args[] = {&parts, &d, &splits, &m, &cc, &cp, &taps};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 256), 1024));
@@ -167,24 +189,30 @@ void reduce_wgrad(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, con
   rt::launch_raw(fn, cfg, stream, args);
 }
 
-// Weight-gradient mode's plan: output tiles as wide as pad the taps least, and the pixels
-// split so that the tiles of every split fill the SMs about once.
+// Weight-gradient mode's plan: output tiles as wide as pad the taps least (MN-major ones in
+// atoms of 64 columns; K-major ones as wide as their layout's channels), and the pixels split
+// so that the tiles of every split fill the SMs about once.
 std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, GemmTile tile) {
   const GemmGeometry& g = l.g;
   const GemmConv& c = *g.conv;
-  const std::int64_t cols = c.r * c.s * wgrad_channels(c);
+  const WgradLayout w = wgrad_layout(g);
+  const std::int64_t cols = c.r * c.s * w.channels;
   l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
-  l.bn = tile.bn;
+  l.bn = w.k_major ? w.bn : tile.bn;
   if (l.bn == 0)
     for (int bn : {256, 192, 128, 64})
       if (l.bn == 0 || ceil_div(cols, bn) * bn < ceil_div(cols, l.bn) * l.bn) l.bn = bn;
-  if ((l.bm != 64 && l.bm != 128) || l.bn < 64 || l.bn > 256 || l.bn % 64 != 0) return std::nullopt;
-  l.box = wgrad_box(c);
+  if ((w.k_major && tile.bn != 0 && tile.bn != w.bn) || (l.bm != 64 && l.bm != 128) || l.bn > 256 ||
+      l.bn % (w.k_major ? 16 : 64) != 0)
+    return std::nullopt;
+  const std::int64_t per_image = ceil_div(c.oh() * w.row, 128 / static_cast<int>(dtype_size(input_dtype(g.math))));
+  if (!w.k_major) l.box = wgrad_box(c);
   l.stages = stages_for(l.bm, l.bn, false, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, false);
   const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
-  const std::int64_t k_tiles = g.batch * ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w);
+  const std::int64_t k_tiles =
+      g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
   // At least 4 k tiles a split: fewer would spend more on partials than on products.
   const std::int64_t want = std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
   const std::int64_t per = ceil_div(k_tiles, want);
@@ -300,10 +328,12 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   std::vector<GemmTile> out;
   if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
-    const bool wgrad = h.g.conv->weight_grad;
+    const bool wgrad = h.g.conv->weight_grad, fixed = wgrad_layout(h.g).k_major;  // K-major: bn follows c
     for (int bm : {64, 128})
-      for (int bn : {128, 256})
-        if (bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) out.push_back({bm, bn});
+      for (int bn : fixed ? std::array{h.bn, h.bn} : std::array{128, 256})
+        if ((bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) &&
+            (out.empty() || out.back().bm != bm || out.back().bn != bn))
+          out.push_back({bm, bn});
     return out;
   }
   for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})
@@ -327,7 +357,26 @@ ConvBox wgrad_box(const GemmConv& c) {
   return best;
 }
 
-std::int64_t wgrad_channels(const GemmConv& c) { return ceil_div(c.c, 64) * 64; }
+WgradLayout wgrad_layout(const GemmGeometry& g) {
+  WgradLayout w;
+  if (!g.conv || !g.conv->weight_grad) return w;
+  const GemmConv& c = *g.conv;
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
+  const bool as_stored = c.r == 1 && c.s == 1 && c.pad_h == 0 && c.pad_w == 0 && (c.oh() * c.ow() * es) % 16 == 0;
+  w.k_major = g.math == GemmMath::tf32 || as_stored;
+  if (!w.k_major) {
+    w.channels = ceil_div(c.c, 64) * 64;
+    return w;
+  }
+  w.row = as_stored ? c.ow() : ceil_div(c.ow() * es, 16) * 16 / es;
+  w.rows = as_stored ? c.oh() : c.oh() + c.r - 1;
+  w.stage_images = !as_stored;
+  w.stage_gy = w.row != c.ow();
+  const std::int64_t tiles = ceil_div(c.c, 256);  // per tap
+  w.bn = static_cast<int>(ceil_div(ceil_div(c.c, tiles), 16) * 16);
+  w.channels = w.bn * tiles;
+  return w;
+}
 
 GemmStatsShape stats_shape(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
@@ -341,7 +390,9 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
 
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
-  if (l.g.conv ? ops.a == 0 || ops.b == 0
+  const WgradLayout w = wgrad_layout(l.g);
+  if (l.g.conv ? ops.a == 0 || ops.b == 0 || (!w.stage_gy && w.k_major && ops.a % 16 != 0) ||
+                     (!w.stage_images && w.k_major && ops.b % 16 != 0)
                : !rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb))
     return false;
   if (ops.d % 16 != 0) return false;
@@ -357,7 +408,8 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 }
 
 std::vector<std::string> entry_points(const GemmLaunch&) {
-  return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc", "kiln_conv_wgrad_reduce"};
+  return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc", "kiln_conv_wgrad_reduce",
+          "kiln_conv_shift_rows"};
 }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
@@ -383,7 +435,32 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   rt::DeviceBuffer parts;    // weight-gradient mode's f32 partials, one D per split
   rt::DevicePtr d = ops.d;
   const std::optional<GemmConv>& c = l.g.conv;
+  const WgradLayout wgrad = wgrad_layout(l.g);
   if (c && c->weight_grad) {
+    parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * c->r * c->s * wgrad.channels) * 4,
+                             *ops.stream);
+    d = parts.ptr();
+  }
+  if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
+    const rt::Function shift = rt::generated_function(module, "kiln_conv_shift_rows", device);
+    const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
+    rt::DevicePtr gy = ops.a, x = ops.b;
+    std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
+    if (wgrad.stage_gy) {
+      grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream,
+                         shift);
+      gy = grads.ptr(), gy_image = l.g.m * gy_plane;
+    }
+    if (wgrad.stage_images) {
+      images = shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
+                          *ops.stream, shift);
+      x = images.ptr(), x_image = c->c * plane;
+    }
+    map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, l.bm, box_k, b, b > 1 ? gy_image : 0);
+    map_b = rt::tiled_tensor_map_nd(x, t, std::array{plane, c->c, b, wgrad.stage_images ? c->s : 1},
+                                    std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},
+                                    std::array{box_k, l.bn, 1, 1});
+  } else if (c && c->weight_grad) {
     const rt::Function stage = rt::generated_function(module, "kiln_nchw_to_nhwc", device);
     const std::int64_t pixels = c->oh() * c->ow();
     grads = stage_nhwc(l, ops.a, l.g.m, pixels, l.g.batch_a, *ops.stream, stage);
@@ -393,9 +470,6 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
                                     std::array{l.g.m, c->ow() * l.g.m, pixels * l.g.m}, box);
     map_b = rt::tiled_tensor_map_nd(images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
                                     std::array{c->c, c->w * c->c, c->h * c->w * c->c}, box);
-    parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * c->r * c->s * wgrad_channels(*c)) * 4,
-                             *ops.stream);
-    d = parts.ptr();
   } else if (c) {
     weights = reorder_weights(l, ops, rt::generated_function(module, "kiln_conv_weights_rsc", device));
     images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,

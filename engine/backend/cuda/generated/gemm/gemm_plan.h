@@ -37,10 +37,10 @@ const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 // stored, [m][c][r][s]; with `flip` they are [c][m][r][s] and are transposed with their taps
 // reversed, as the input gradient reads them.
 //
-// With `weight_grad` (16-bit only) it is the weight gradient instead: A is gy (m x oh*ow per
-// image, NCHW), B the images, and D (m x r*s*c, [m][c][r][s] with ldd = c*r*s) sums over every
-// image, so n = r * s * c and k = batch * oh * ow. The launch stages gy and the images NHWC,
-// splits the pixels among `splits` problems and adds their f32 partials in a fixed order.
+// With `weight_grad` it is the weight gradient instead: A is gy (m x oh*ow per image, NCHW),
+// B the images, and D (m x r*s*c, [m][c][r][s] with ldd = c*r*s) sums over every image, so
+// n = r * s * c and k = batch * oh * ow. The launch splits the pixels among `splits` problems
+// and adds their f32 partials in a fixed order; WgradLayout says how it reads gy and the images.
 struct GemmConv {
   std::int64_t c = 0, h = 0, w = 0, r = 1, s = 1, pad_h = 0, pad_w = 0;
   bool flip = false, weight_grad = false;
@@ -135,8 +135,22 @@ std::vector<std::string> entry_points(const GemmLaunch& l);
 ConvBox conv_box(const GemmConv& c, int most);
 // Weight-gradient mode's box of 64 output pixels: the shape that pads the image least.
 ConvBox wgrad_box(const GemmConv& c);
-// Weight-gradient mode's channels per tap as the kernel lays them out: c rounded up to 64.
-std::int64_t wgrad_channels(const GemmConv& c);
+// How weight-gradient mode reads its operands.
+//   - K-major (TF32 always; 16-bit where both are read as stored): k runs over image rows of
+//     `row` pixels. gy's rows are padded from ow to `row` (a copy where they differ); the
+//     images are copied once per filter column s, shifted by s - pad_w and framed by pad_h zero
+//     rows, so tap (r, s) reads its copy r * row pixels on from where gy is read. A 1x1 window
+//     without padding whose images are 16-byte multiples reads both as stored, no copies.
+//   - Otherwise (16-bit): both staged NHWC and read MN-major in boxes of 64 pixels.
+struct WgradLayout {
+  bool k_major = false;
+  bool stage_gy = false, stage_images = false;  // K-major: copies made per launch
+  std::int64_t row = 0;       // K-major: pixels per row as read (ow, padded)
+  std::int64_t rows = 0;      // K-major: rows per image copy (oh + r - 1, or oh)
+  std::int64_t channels = 0;  // columns per tap as the kernel lays them out (c, padded)
+  int bn = 0;                 // K-major: the tile width (a whole number of tiles per tap)
+};
+WgradLayout wgrad_layout(const GemmGeometry& g);
 // Enqueues the launch on ops.stream. ValueError when operands_fit is false.
 void launch(const GemmLaunch& l, const GemmOperands& ops);
 

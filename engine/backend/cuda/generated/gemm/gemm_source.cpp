@@ -60,11 +60,12 @@ std::string source(const GemmLaunch& l) {
   const GemmHooks hooks = hooks_of(g);
   const HookSource hs = hook_source(hooks);
   const GemmConv c = g.conv.value_or(GemmConv{});
-  // Weight-gradient mode: `splits` problems of f32 partials over taps of channels padded to 64,
-  // both operands MN-major.
+  // Weight-gradient mode: `splits` problems of f32 partials over taps of channels (padded to
+  // 64 and both operands MN-major where they are staged).
   const bool wgrad = g.conv && c.weight_grad;
-  const std::int64_t cols = wgrad ? c.r * c.s * wgrad_channels(c) : g.n;
-  const bool a_mn = wgrad || g.a_mn, b_mn = wgrad || g.b_mn;
+  const WgradLayout w = wgrad_layout(g);
+  const std::int64_t cols = wgrad ? c.r * c.s * w.channels : g.n;
+  const bool a_mn = (wgrad && !w.k_major) || g.a_mn, b_mn = (wgrad && !w.k_major) || g.b_mn;
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
   rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
@@ -89,7 +90,9 @@ std::string source(const GemmLaunch& l) {
                  {"HOOK_FUNCTIONS", hs.functions},
                  {"CONSUMER_REGS", num(consumer_regs)}};
   b.insert(b.end(), {{"CONV_MODE", num(wgrad ? 2 : g.conv ? 1 : 0)},
-                     {"CONV_C", num(wgrad ? wgrad_channels(c) : c.c)},
+                     {"CONV_C", num(wgrad ? w.channels : c.c)},
+                     {"WGRAD_K_MAJOR", w.k_major ? "true" : "false"},
+                     {"WGRAD_ROW", num(w.row)},
                      {"CONV_S", num(c.s)},
                      {"CONV_RS", num(c.r * c.s)},
                      {"CONV_PAD_H", num(c.pad_h)},
