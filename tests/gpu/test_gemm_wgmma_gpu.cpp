@@ -108,6 +108,17 @@ std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernel
   return out;
 }
 
+// Checks every launch of `g` against the product in f64, seeding each from `runs`, which
+// counts the launches checked.
+void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::uint32_t seed0, int& runs) {
+  for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
+    CAPTURE(g.text());
+    CAPTURE(l.text());
+    CHECK(check_launch(l, seed0 + static_cast<std::uint32_t>(runs)) <= tolerance(g.math));
+    ++runs;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("generated GEMMs match a double-precision product in every arithmetic, tile and epilogue") {
@@ -127,13 +138,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
     for (const Shape& sh : shapes)
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
-        const GemmGeometry g{sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e};
-        for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
-          CAPTURE(g.text());
-          CAPTURE(l.text());
-          CHECK(check_launch(l, static_cast<std::uint32_t>(runs)) <= tolerance(math));
-          ++runs;
-        }
+        check_launches({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e}, tgt, 0, runs);
       }
   MESSAGE(runs << " launches checked");
 }
@@ -152,22 +157,12 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
         GemmGeometry g{200, 136, 120, 0, 0, 136, math, GemmEpilogue::bias, a_mn, b_mn};
         g.lda = a_mn ? 208 : 120;
         g.ldb = b_mn ? 136 : 120;
-        for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
-          CAPTURE(g.text());
-          CAPTURE(l.text());
-          CHECK(check_launch(l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
-          ++runs;
-        }
+        check_launches(g, tgt, 100, runs);
         // Three problems apart, as the images of a 1x1 convolution: D_z (64 x 3136) = W (64 x 256)
         // @ X_z (256 x 3136), X_z MN-major.
         GemmGeometry conv{64, 196, 72, 72, 200, 200, math, GemmEpilogue::none, a_mn, true, 3, 0, 72 * 200, 64 * 200};
         conv.lda = a_mn ? 64 : 72;
-        for (const kernels::GemmLaunch& l : launches_of(conv, tgt)) {
-          CAPTURE(conv.text());
-          CAPTURE(l.text());
-          CHECK(check_launch(l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
-          ++runs;
-        }
+        check_launches(conv, tgt, 100, runs);
         // Outputs an odd number of elements apart: every other problem's pairs of columns are
         // unaligned, so they are stored one by one.
         GemmGeometry odd = conv;
