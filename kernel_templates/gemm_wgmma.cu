@@ -26,8 +26,8 @@
 // BATCH ways: problem z writes its f32 partial sums, and kiln_conv_wgrad_reduce adds them in
 // order into [m][c][r][s]. WGRAD_K_MAJOR (TF32, or a 1x1 window read as stored): k runs over
 // the pixels of gy's rows padded to WGRAD_ROW, in K-major boxes of BK of one image; a B tile
-// holds BN channels of one tap, read from the images' copy for filter column s (shifted by
-// s - pad_w, framed by pad_h zero rows; kiln_conv_shift_rows) r rows further on.
+// holds whole taps (or BN channels of one), each read from the images' copy for filter
+// column s (shifted by s - pad_w, framed by pad_h zero rows; kiln_conv_shift_rows) r rows on.
 // Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
 // partial sums and squares of the stored values in `hp.stats`.
@@ -68,8 +68,11 @@ constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kByte
 // The bytes a stage's copies bring: in convolution mode B's box may fill fewer than BN rows.
 constexpr unsigned kLoadBytes = kBytesA + (kConv ? kBoxW * kBoxH * 128 : kBytesB);
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= kBN), "convolution mode: K-major operands, one box per tile");
-static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kC % kBN == 0 : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
-              "weight-gradient mode: K-major tiles within one tap, or MN-major 64-pixel boxes");
+// K-major weight gradients: a B tile is BN / kTapRows boxes, each of one tap's channels.
+constexpr int kTapRows = kC < kBN ? kC : kBN;
+static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kBN % kTapRows == 0 && kC % kTapRows == 0
+                                       : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
+              "weight-gradient mode: K-major tiles of whole taps or within one, or MN-major 64-pixel boxes");
 ${HOOK_CONSTANTS}
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
@@ -157,9 +160,12 @@ __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b,
                                                  const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn) {
   const int image = static_cast<int>(kt / kPixTiles), box = static_cast<int>(kt % kPixTiles);
   if constexpr (kWgradKMajor) {
-    const int col = tn * kBN, tap = col / kC;
     tma_load(dst_a, map_a, bar, box * kBK, tm * kBM, image);
-    tma_load_4d(dst_b, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image, tap % kS);
+#pragma unroll
+    for (int j = 0; j < kBN / kTapRows; ++j) {
+      const int col = tn * kBN + j * kTapRows, tap = col / kC;
+      tma_load_4d(dst_b + j * kTapRows * 128, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image, tap % kS);
+    }
     return;
   }
   const int oh0 = (box / kPixTilesW) * kBoxH, ow0 = (box % kPixTilesW) * kBoxW;

@@ -215,6 +215,14 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
   CHECK(tf32.row == 16);
   CHECK(tf32.rows == 18);
   CHECK(tf32.bn == 32);
+  const auto five = kernels::plan(GemmKernel::wgmma, wgrad(64, 32, 14, 5, 2, GemmMath::tf32), kHopper);
+  REQUIRE(five);
+  CHECK(five->bn == 160);  // 25 taps of 32 channels, five a tile
+  const auto res_tf32 = kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::tf32), kHopper);
+  REQUIRE(res_tf32);
+  CHECK(res_tf32->bn == 192);  // 9 taps of 64, three a tile
+  CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::tf32), kHopper, GemmTile{64, 64}));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::tf32), kHopper, GemmTile{64, 96}));
   CHECK(kernels::wgrad_layout(wgrad(64, 320, 14, 3, 2, GemmMath::tf32)).bn == 160);  // two tiles a tap
   CHECK_FALSE(kernels::wgrad_layout(wgrad(64, 256, 7, 1, 2, GemmMath::bf16)).k_major);  // 49 pixels: 98 bytes
   CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::bf16), kHopper));

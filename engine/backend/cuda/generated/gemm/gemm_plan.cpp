@@ -190,21 +190,27 @@ void reduce_wgrad(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, con
 }
 
 // Weight-gradient mode's plan: output tiles as wide as pad the taps least (MN-major ones in
-// atoms of 64 columns; K-major ones as wide as their layout's channels), and the pixels split
-// so that the tiles of every split fill the SMs about once.
+// atoms of 64 columns; K-major ones a whole number of taps, or of tiles a tap), and the pixels
+// split so that the tiles of every split fill the SMs about once.
 std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, GemmTile tile) {
   const GemmGeometry& g = l.g;
   const GemmConv& c = *g.conv;
   const WgradLayout w = wgrad_layout(g);
   const std::int64_t cols = c.r * c.s * w.channels;
   l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
-  l.bn = w.k_major ? w.bn : tile.bn;
+  l.bn = tile.bn;
+  if (w.k_major) {  // several taps side by side share each tile of gy; the fewest padded taps, the most a tile
+    const std::int64_t taps = c.r * c.s, most = w.channels == w.bn ? 256 / w.bn : 1;
+    std::int64_t t = 1;
+    for (std::int64_t k = 2; k <= most; ++k)
+      if (ceil_div(taps, k) * k <= ceil_div(taps, t) * t) t = k;
+    if (l.bn == 0) l.bn = static_cast<int>(t * w.bn);
+    if (l.bn % w.bn != 0 || l.bn / w.bn > most) return std::nullopt;
+  }
   if (l.bn == 0)
     for (int bn : {256, 192, 128, 64})
       if (l.bn == 0 || ceil_div(cols, bn) * bn < ceil_div(cols, l.bn) * l.bn) l.bn = bn;
-  if ((w.k_major && tile.bn != 0 && tile.bn != w.bn) || (l.bm != 64 && l.bm != 128) || l.bn > 256 ||
-      l.bn % (w.k_major ? 16 : 64) != 0)
-    return std::nullopt;
+  if ((l.bm != 64 && l.bm != 128) || l.bn > 256 || l.bn % (w.k_major ? 16 : 64) != 0) return std::nullopt;
   const std::int64_t per_image = ceil_div(c.oh() * w.row, 128 / static_cast<int>(dtype_size(input_dtype(g.math))));
   if (!w.k_major) l.box = wgrad_box(c);
   l.stages = stages_for(l.bm, l.bn, false, target);
@@ -328,9 +334,11 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   std::vector<GemmTile> out;
   if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
-    const bool wgrad = h.g.conv->weight_grad, fixed = wgrad_layout(h.g).k_major;  // K-major: bn follows c
+    // K-major weight gradients: this width, and one tap (or one tile of a tap) a tile.
+    const bool wgrad = h.g.conv->weight_grad;
+    const WgradLayout w = wgrad_layout(h.g);
     for (int bm : {64, 128})
-      for (int bn : fixed ? std::array{h.bn, h.bn} : std::array{128, 256})
+      for (int bn : w.k_major ? std::array{h.bn, w.bn} : std::array{128, 256})
         if ((bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) &&
             (out.empty() || out.back().bm != bm || out.back().bn != bn))
           out.push_back({bm, bn});
@@ -459,7 +467,7 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
     map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, l.bm, box_k, b, b > 1 ? gy_image : 0);
     map_b = rt::tiled_tensor_map_nd(x, t, std::array{plane, c->c, b, wgrad.stage_images ? c->s : 1},
                                     std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},
-                                    std::array{box_k, l.bn, 1, 1});
+                                    std::array{box_k, static_cast<int>(std::min<std::int64_t>(l.bn, wgrad.channels)), 1, 1});
   } else if (c && c->weight_grad) {
     const rt::Function stage = rt::generated_function(module, "kiln_nchw_to_nhwc", device);
     const std::int64_t pixels = c->oh() * c->ow();
