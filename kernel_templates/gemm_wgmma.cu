@@ -510,6 +510,10 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   }
 }
 
+// The helper kernels of the convolution modes, compiled only into the modules that launch them.
+#define KILN_CONV_MODE ${CONV_MODE}
+#define KILN_WGRAD_K_MAJOR ${WGRAD_K_MAJOR}
+#if KILN_CONV_MODE == 1
 // Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
 // the taps reversed (the input gradient's filter).
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
@@ -520,6 +524,9 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
     out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
   }
 }
+#endif
+
+#if KILN_CONV_MODE == 2 && KILN_WGRAD_K_MAJOR
 
 // Weight-gradient mode's K-major copies: plane i (h x w) of x becomes `copies` planes of `rows`
 // x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
@@ -537,6 +544,9 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
     out[i] = inside ? x[(p * h + y) * w + xq] : kiln::cvt<In>(0.f);
   }
 }
+#endif
+
+#if KILN_CONV_MODE == 2
 
 // Weight-gradient mode's result: dw[o][c][tap] (`taps` taps of `c` channels) is the sum, in
 // order, of the `splits` partials [z][o][tap][cp].
@@ -552,6 +562,9 @@ extern "C" __global__ void kiln_conv_wgrad_reduce(const float* __restrict__ part
     dw[i] = kiln::cvt<In>(sum);
   }
 }
+#endif
+
+#if KILN_CONV_MODE == 1 || (KILN_CONV_MODE == 2 && !KILN_WGRAD_K_MAJOR)
 
 // Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 32 x 32
 // tiles in shared memory so that both the reads and the writes are coalesced.
@@ -565,3 +578,4 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
   for (int i = threadIdx.y; i < 32; i += blockDim.y)
     if (p0 + i < p && c0 + threadIdx.x < c) out[image + static_cast<long long>(p0 + i) * c + c0 + threadIdx.x] = tile[threadIdx.x][i];
 }
+#endif

@@ -416,9 +416,11 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
          (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0));
 }
 
-std::vector<std::string> entry_points(const GemmLaunch&) {
-  return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc", "kiln_conv_wgrad_reduce",
-          "kiln_conv_shift_rows"};
+std::vector<std::string> entry_points(const GemmLaunch& l) {
+  if (!l.g.conv) return {"kiln_gemm_wgmma"};
+  if (!l.g.conv->weight_grad) return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
+  if (wgrad_layout(l.g).k_major) return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce", "kiln_conv_shift_rows"};
+  return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce", "kiln_nchw_to_nhwc"};
 }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
