@@ -54,7 +54,9 @@ constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
 // Weight-gradient mode: k tiles are boxes of output pixels, image by image, split BATCH ways.
 constexpr int kImages = ${CONV_IMAGES}, kPixTilesW = (kOW + kBoxW - 1) / kBoxW;
 constexpr int kPixTiles = kWgradKMajor ? (kOH * kRow + kBK - 1) / kBK : (kOH + kBoxH - 1) / kBoxH * kPixTilesW;
-constexpr long long kWgradK = static_cast<long long>(kImages) * kPixTiles, kKPerSplit = (kWgradK + kBatch - 1) / kBatch;
+// SPLIT_K (one plain problem, no hooks): the k tiles split BATCH ways, partials summed after.
+constexpr bool kSplitK = ${SPLIT_K};
+constexpr long long kWgradK = static_cast<long long>(kImages) * kPixTiles;
 constexpr int kTilesM = (kM + kBM - 1) / kBM;
 constexpr int kTilesN = kConv ? (kOH + kBoxH - 1) / kBoxH * kTilesW : (kN + kBN - 1) / kBN;
 constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBatch;
@@ -178,11 +180,12 @@ __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b,
   }
 }
 
-// The k tiles of problem z: all of them, or in weight-gradient mode its share of the split.
+// The k tiles of problem z: all of them, or in weight-gradient mode and split-K its share.
 __device__ __forceinline__ void k_range(int z, long long& first, long long& end) {
-  if constexpr (kWgrad) {
-    first = z * kKPerSplit;
-    end = first + kKPerSplit < kWgradK ? first + kKPerSplit : kWgradK;
+  if constexpr (kWgrad || kSplitK) {
+    constexpr long long kAll = kWgrad ? kWgradK : kKTiles, kPer = (kAll + kBatch - 1) / kBatch;
+    first = z * kPer;
+    end = first + kPer < kAll ? first + kPer : kAll;
   } else {
     first = 0;
     end = kKTiles;
@@ -546,9 +549,9 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
 }
 #endif
 
-#if KILN_CONV_MODE == 2
+#if KILN_CONV_MODE == 2 || ${SPLIT_K}
 
-// Weight-gradient mode's result: dw[o][c][tap] (`taps` taps of `c` channels) is the sum, in
+// Weight-gradient mode's result (and split-K's: one tap of c = cp columns): dw[o][c][tap] (`taps` taps of `c` channels) is the sum, in
 // order, of the `splits` partials [z][o][tap][cp].
 extern "C" __global__ void kiln_conv_wgrad_reduce(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
                                                   int c, int cp, int taps) {

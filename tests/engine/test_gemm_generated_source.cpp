@@ -73,6 +73,14 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
       entries.push_back(kernels::entry_points(*l));
     }
+  // Split-K: a narrow product of long k, in every arithmetic.
+  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
+    const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, math), kHopper, GemmTile{128, 16, 8});
+    REQUIRE(l);
+    CHECK(l->splits == 8);
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
+    entries.push_back(kernels::entry_points(*l));
+  }
   // Weight-gradient mode: channels padded to 64 (C = 32) or not, gy of fewer than 64 channels,
   // both tile heights, every width of atoms; a 1x1 window read as stored in every math; TF32
   // copies of a 5x5 window's images.
@@ -167,6 +175,20 @@ TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take 
   CHECK_FALSE(kernels::operands_fit(*l, {0x1008, 0x2000, 0x3000, 0x4000}));
   CHECK_FALSE(kernels::operands_fit(*l, {0x1000, 0x2000, 0x3000, 0}));
   CHECK_THROWS_AS(kernels::launch(*l, {0x1008, 0x2000, 0x3000, 0x4000, nullptr}), ValueError);
+  // Split-K: offered where the tiles fill under half the SMs; every split has k tiles; only a
+  // plain dense product (no epilogue, one problem) takes it.
+  const auto narrow_k = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, GemmMath::bf16), kHopper);
+  REQUIRE(narrow_k);
+  bool offered = false;
+  for (GemmTile t : kernels::alternatives(*narrow_k, kHopper)) offered = offered || t.splits > 1;
+  CHECK(offered);
+  const auto seven = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, GemmMath::bf16), kHopper, GemmTile{128, 16, 60});
+  REQUIRE(seven);
+  CHECK(seven->splits == 32);  // 64 k tiles: 60 ways would leave splits empty; two tiles each
+  CHECK(seven->text() == "wgmma 128x16 s8 k32");
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, GemmMath::bf16, GemmEpilogue::bias), kHopper,
+                            GemmTile{128, 16, 4}));
+  for (GemmTile t : kernels::alternatives(*wide, kHopper)) CHECK(t.splits == 0);  // fills the SMs already
 }
 
 TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA cannot step is declined") {

@@ -132,7 +132,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
   };
   const Shape shapes[] = {{128, 128, 64, 0, 0},    // one tile, one k step
                           {260, 150, 136, 8, 3},   // tails in m, n and k; padded rows, odd ldd
-                          {1024, 10, 4096, 0, 0},  // the wide MLP's output layer
+                          {1024, 10, 4096, 0, 0},  // the wide MLP's output layer (split-K among its tiles)
                           {77, 200, 8, 0, 1}};     // k shorter than one k tile
   int runs = 0;
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})

@@ -177,12 +177,14 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   return out;
 }
 
-// Weight-gradient mode: the splits' f32 partials added in order into D, [m][c][r][s].
-void reduce_wgrad(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
-                  const rt::Function& fn) {
-  const GemmConv& c = *l.g.conv;
-  int splits = l.splits, m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c);
-  int cp = static_cast<int>(wgrad_layout(l.g).channels), taps = static_cast<int>(c.r * c.s);
+// Weight-gradient mode and split-K: the splits' f32 partials added in order into D, [m][c][r][s]
+// (split-K: one tap of n columns).
+void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
+                const rt::Function& fn) {
+  const bool wgrad = l.g.conv.has_value();
+  int splits = l.splits, m = static_cast<int>(l.g.m), cc = static_cast<int>(wgrad ? l.g.conv->c : l.g.n);
+  int cp = static_cast<int>(wgrad ? wgrad_layout(l.g).channels : l.g.n);
+  int taps = static_cast<int>(wgrad ? l.g.conv->r * l.g.conv->s : 1);
   void* args[] = {&parts, &d, &splits, &m, &cc, &cp, &taps};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 256), 1024));
@@ -289,12 +291,17 @@ std::string GemmGeometry::text() const {
   return t + hooks.text();
 }
 
-std::string GemmTile::text() const { return bm > 0 ? std::to_string(bm) + "x" + std::to_string(bn) : std::string(); }
+std::string GemmTile::text() const {
+  if (bm == 0) return {};
+  return std::to_string(bm) + "x" + std::to_string(bn) + (splits > 1 ? " k" + std::to_string(splits) : std::string());
+}
 
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
-         std::to_string(stages);
+         std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string());
 }
+
+bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
 
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);
@@ -328,11 +335,17 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
   const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * tiles_n(g, l.bn, l.box);
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
-  l.grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(1, target.sm_count)));
+  if (tile.splits > 1) {  // every split has k tiles; the partials need a plain dense product
+    const GemmHooks h = hooks_of(g);
+    if (g.conv || g.batch != 1 || h.epilogue || h.prologue || g.ldd != g.n) return std::nullopt;
+    const std::int64_t k_tiles = ceil_div(g.k, 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math))));
+    l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, tile.splits)));
+  }
+  l.grid = static_cast<int>(std::min<std::int64_t>(tiles * l.splits, std::max(1, target.sm_count)));
   return l;
 }
 
-std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
+std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target) {
   std::vector<GemmTile> out;
   if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
     // K-major weight gradients: this width, and one tap (or one tile of a tap) a tile.
@@ -347,6 +360,13 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget&) {
   }
   for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})
     if ((c.bm != h.bm || c.bn != h.bn) && c.bn < 2 * h.g.n + 16) out.push_back(c);
+  // A product whose tiles fill under half the SMs: its k split to fill them, and half that.
+  const std::int64_t tiles = ceil_div(h.g.m, h.bm) * ceil_div(h.g.n, h.bn), sms = std::max(1, target.sm_count);
+  const std::int64_t k_tiles = ceil_div(h.g.k, 128 / static_cast<std::int64_t>(dtype_size(input_dtype(h.g.math))));
+  const std::int64_t ways = std::min(sms / tiles, k_tiles / 2);
+  if (h.g.batch == 1 && 2 * tiles < sms && ways >= 2)
+    for (std::int64_t s : {ways, ways / 2})
+      if (s >= 2) out.push_back({h.bm, h.bn, static_cast<int>(s)});
   return out;
 }
 
@@ -417,6 +437,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 }
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
+  if (split_k(l)) return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce"};
   if (!l.g.conv) return {"kiln_gemm_wgmma"};
   if (!l.g.conv->weight_grad) return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
   if (wgrad_layout(l.g).k_major) return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce", "kiln_conv_shift_rows"};
@@ -447,9 +468,10 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   rt::DevicePtr d = ops.d;
   const std::optional<GemmConv>& c = l.g.conv;
   const WgradLayout wgrad = wgrad_layout(l.g);
-  if (c && c->weight_grad) {
-    parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * c->r * c->s * wgrad.channels) * 4,
-                             *ops.stream);
+  const bool summed = (c && c->weight_grad) || split_k(l);  // f32 partials, added after the kernel
+  if (summed) {
+    const std::int64_t cols = c ? c->r * c->s * wgrad.channels : l.g.n;
+    parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * cols) * 4, *ops.stream);
     d = parts.ptr();
   }
   if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
@@ -507,8 +529,8 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   hp.stats = ops.stats;
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);
-  if (c && c->weight_grad)
-    reduce_wgrad(l, parts.ptr(), ops.d, *ops.stream, rt::generated_function(module, "kiln_conv_wgrad_reduce", device));
+  if (summed)
+    sum_splits(l, parts.ptr(), ops.d, *ops.stream, rt::generated_function(module, "kiln_conv_wgrad_reduce", device));
 }
 
 }  // namespace kiln::kernels

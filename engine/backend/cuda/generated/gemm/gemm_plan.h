@@ -95,7 +95,8 @@ const char* kernel_name(GemmKernel k);  // "wgmma"
 // mode bn bounds the output pixels of a tile (the plan rounds the box up to 16 columns).
 struct GemmTile {
   int bm = 0, bn = 0;
-  std::string text() const;  // "", "128x256"
+  int splits = 0;  // a plain product's k split this many ways (0 or 1: not split)
+  std::string text() const;  // "", "128x256", "128x64 k8"
 };
 
 // Convolution mode's output pixels per tile, and weight-gradient mode's per k tile: BOX_H rows
@@ -108,10 +109,12 @@ struct GemmLaunch {
   GemmKernel kernel = GemmKernel::wgmma;
   GemmGeometry g{};
   int bm = 128, bn = 128, stages = 4, group_m = 8, grid = 1;
-  ConvBox box{};   // convolution modes
-  int splits = 1;  // weight-gradient mode: problems the pixels are split among
+  ConvBox box{};  // convolution modes
+  // Weight-gradient mode: problems the pixels are split among; a plain product (one problem,
+  // no hooks, dense D): ways its k is split, the f32 partials summed after the kernel.
+  int splits = 1;
   std::int64_t shared_bytes = 0;
-  std::string text() const;  // "wgmma 128x256 s4": what the tuner remembers
+  std::string text() const;  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8": what the tuner remembers
 };
 
 // The launch of kind `k` for problem `g`, or none where the kind does not apply (another arch,
@@ -126,6 +129,8 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 // Tiles worth timing beside the heuristic's launch `h` (not listed).
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target);
 
+// Whether a launch splits a plain product's k (its partials summed by a second kernel).
+bool split_k(const GemmLaunch& l);
 // The module's source; lets tests compile every configuration without a GPU.
 std::string source(const GemmLaunch& l);
 std::vector<std::string> entry_points(const GemmLaunch& l);

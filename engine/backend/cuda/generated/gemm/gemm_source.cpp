@@ -66,11 +66,12 @@ std::string source(const GemmLaunch& l) {
   const WgradLayout w = wgrad_layout(g);
   const std::int64_t cols = wgrad ? c.r * c.s * w.channels : g.n;
   const bool a_mn = (wgrad && !w.k_major) || g.a_mn, b_mn = (wgrad && !w.k_major) || g.b_mn;
+  const bool split = split_k(l), partials = wgrad || split;  // f32 partials, one D per split
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
   rt::Bindings b{{"PRELUDE", prelude_for(g, hooks)},
                  {"IN", std::string(cuda_storage_type(input_dtype(g.math)))},
-                 {"OUT", std::string(cuda_storage_type(wgrad ? DType::f32 : output_dtype(g)))},
+                 {"OUT", std::string(cuda_storage_type(partials ? DType::f32 : output_dtype(g)))},
                  {"BM", num(l.bm)},
                  {"BN", num(l.bn)},
                  {"STAGES", num(l.stages)},
@@ -79,8 +80,9 @@ std::string source(const GemmLaunch& l) {
                  {"N", num(cols)},
                  {"K", num(g.k)},
                  {"LDD", num(wgrad ? cols : g.ldd)},
-                 {"BATCH", num(wgrad ? l.splits : g.batch)},
-                 {"BATCH_D", num(wgrad ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
+                 {"BATCH", num(partials ? l.splits : g.batch)},
+                 {"BATCH_D", num(partials ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
+                 {"SPLIT_K", split ? "true" : "false"},
                  {"A_MN", a_mn ? "true" : "false"},
                  {"A_BATCHED", !wgrad && g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
                  {"B_BATCHED", !wgrad && g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
