@@ -250,42 +250,6 @@ __device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
   }
 }
 
-// Coalesced stores (every epilogue but accumulation): each warp stages its 16 rows of a chunk of
-// 128 bytes of columns, as stored, in shared memory (rows 144 bytes apart, so the pairs land in
-// distinct banks), then writes whole 16-byte pieces of rows, eight lanes a row.
-constexpr bool kStagedStore = !kAccumulate;
-constexpr int kChunkCols = 128 / sizeof(Out), kChunks = (kBN + kChunkCols - 1) / kChunkCols;
-constexpr int kScratchPitch = 144, kWarpScratch = 16 * kScratchPitch;
-constexpr unsigned kColumnStatsBytes = kStats == 2 ? kConsumers * 4 * kBN * 2 * 4 : 0;
-
-// Writes the warp's staged chunk `chunk` (16 rows from row0) to D; one copy of the code for
-// every chunk, to keep the kernel (and its compile) small.
-__device__ __noinline__ void write_chunk(const unsigned char* scratch, Out* d, long long z, int tn, long long row0,
-                                         int chunk, int lane) {
-  constexpr int kPer = 16 / sizeof(Out);
-#pragma unroll 1
-  for (int pass = 0; pass < 4; ++pass) {
-    const int r = pass * 4 + lane / 8, j0 = chunk * kChunkCols + (lane % 8) * kPer;
-    const long long row = row0 + r;
-    if (row >= kM || j0 >= kBN) continue;
-    uint4 v;
-    memcpy(&v, scratch + r * kScratchPitch + (lane % 8) * 16, 16);
-    const long long first = column_of(tn, j0), base = z * kBatchD + row * kLdd;
-    const bool whole = first >= 0 && j0 + kPer <= kBN && column_of(tn, j0 + kPer - 1) == first + kPer - 1;
-    if (whole && reinterpret_cast<unsigned long long>(d + base + first) % 16 == 0) {
-      *reinterpret_cast<uint4*>(d + base + first) = v;
-      continue;
-    }
-    Out e[kPer];
-    memcpy(e, &v, 16);
-#pragma unroll 1
-    for (int i = 0; i < kPer; ++i) {
-      const long long col = j0 + i < kBN ? column_of(tn, j0 + i) : -1;
-      if (col >= 0) d[base + col] = e[i];
-    }
-  }
-}
-
 // Named barrier 1 + c: consumer c's four warps only.
 __device__ __forceinline__ void consumer_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
@@ -455,31 +419,8 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     // Accumulator layout of m64nN: register r holds row 16*warp + lane/4 + 8*((r/2)%2) and
     // column 8*(r/4) + 2*(lane%4) + r%2 of the warpgroup's 64 x BN block.
     const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
-    if constexpr (kStagedStore) {
-      unsigned char* scratch = smem_raw + ((empty + kStages * 8 + kColumnStatsBytes + 15u) & ~15u) -
-                               smem_addr(smem_raw) + (c * 4 + warp) * kWarpScratch;
 #pragma unroll
-      for (int chunk = 0; chunk < kChunks; ++chunk) {
-#pragma unroll
-        for (int r = chunk * kChunkCols / 2; r < (chunk + 1) * kChunkCols / 2 && r < kBN / 2; r += 2) {
-          const int half = (r / 2) % 2, j = 8 * (r / 4) + 2 * (lane % 4);
-          const long long row = row0 + 8 * half, col = column_of(tn, j), next = column_of(tn, j + 1);
-          const float v0 = row < kM && col >= 0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
-          const float v1 = row < kM && next >= 0 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
-          const Out o[2] = {kiln::cvt<Out>(v0), kiln::cvt<Out>(v1)};
-          memcpy(scratch + (lane / 4 + 8 * half) * kScratchPitch + (j - chunk * kChunkCols) * sizeof(Out), o, sizeof o);
-          if constexpr (kStats != 0) {  // the values as stored; zeros outside D
-            acc[r] = kiln::cvt<float>(o[0]);
-            acc[r + 1] = kiln::cvt<float>(o[1]);
-          }
-        }
-        __syncwarp();
-        write_chunk(scratch, d, z, tn, row0 - lane / 4, chunk, lane);
-        __syncwarp();  // the next chunk writes the scratch again
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < (kStagedStore ? 0 : kBN / 2); r += 2) {
+    for (int r = 0; r < kBN / 2; r += 2) {
       const long long row = row0 + 8 * ((r / 2) % 2);
       // Columns j and j + 1 lie side by side in D whenever both exist.
       const int j = 8 * (r / 4) + 2 * (lane % 4);

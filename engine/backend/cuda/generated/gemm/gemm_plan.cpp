@@ -24,11 +24,10 @@ struct HookPointers {
   rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats;
 };
 
-// Column statistics add each consumer warp's column sums and squares, reduced across warps;
-// the coalesced stores a chunk of 16 rows of 144 bytes per warp (and 16 bytes to align it).
+// Column statistics add each consumer warp's column sums and squares, reduced across warps.
 std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats) {
-  const std::int64_t stats = column_stats ? (bm / 64) * 4 * bn * 2 * 4 : 0, stores = (bm / 64) * 4 * 16 * 144 + 16;
-  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + stats + stores + kAlignSlack;
+  const std::int64_t stats = column_stats ? (bm / 64) * 4 * bn * 2 * 4 : 0;
+  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + stats + kAlignSlack;
 }
 
 // As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
