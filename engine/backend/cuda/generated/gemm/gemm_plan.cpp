@@ -7,6 +7,7 @@
 #include <span>
 
 #include "backend/cuda/launch_common.h"
+#include "gemm_internal.h"
 #include "kiln/error.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
@@ -24,28 +25,11 @@ struct HookPointers {
   rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats;
 };
 
-// Column statistics add each consumer warp's column sums and squares, reduced across warps.
-std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats) {
-  const std::int64_t stats = column_stats ? (bm / 64) * 4 * bn * 2 * 4 : 0;
-  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + stats + kAlignSlack;
-}
-
-// As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
-int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t) {
-  int s = 8;
-  while (s > 2 && shared_bytes(bm, bn, s, column_stats) > t.max_shared) --s;
-  return shared_bytes(bm, bn, s, column_stats) <= t.max_shared ? s : 0;
-}
-
 // The epilogue's inputs in hooks_of's order: a built-in epilogue's bias is its first.
 std::array<rt::DevicePtr, kMaxHookInputs> epilogue_pointers(const GemmLaunch& l, const GemmOperands& ops) {
   std::array<rt::DevicePtr, kMaxHookInputs> p = ops.epilogue_inputs;
   if (l.g.epilogue != GemmEpilogue::none) p[0] = ops.bias;
   return p;
-}
-
-HookStats stats_of(const GemmGeometry& g) {
-  return g.hooks.epilogue ? g.hooks.epilogue->stats : HookStats::none;
 }
 
 // Malformed hooks, or hooks that do not fit the problem: the caller's mistake, not a kind that
@@ -75,37 +59,6 @@ bool operands_apply(const GemmGeometry& g) {
                           apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) && g.batch_d >= g.m * g.ldd);
 }
 
-// Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,
-// no prologue (A is the weights), and a geometry that says the same as its window. The weight
-// gradient takes no hooks (its partials are summed after the kernel) and 16-bit inputs only
-// (its tiles are MN-major).
-bool conv_fits(const GemmGeometry& g) {
-  const GemmConv& c = *g.conv;
-  const bool wgrad = c.weight_grad;
-  const bool shaped = wgrad ? g.n == c.r * c.s * c.c && g.k == g.batch * c.oh() * c.ow() && g.ldd == g.n
-                            : g.n == c.oh() * c.ow() && g.k == c.r * c.s * c.c;
-  if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip))
-    throw ValueError("[gemm] convolution mode needs n = oh * ow and k = r * s * c (weight gradient: n = r * s * c = "
-                     "ldd, k = batch * oh * ow), operands as stored and no flip with wgrad; got " +
-                     g.text());
-  const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
-  if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
-  if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
-  if (wgrad && (g.epilogue != GemmEpilogue::none || g.hooks.epilogue)) return false;
-  if (wgrad && wgrad_layout(g).k_major) return true;  // staged to 16-byte rows where needed
-  if ((c.c * es) % 16 != 0 || (wgrad && (g.m * es) % 16 != 0)) return false;
-  const std::int64_t gy = wgrad ? g.m * c.oh() * c.ow() : 0;
-  return g.ldd >= g.n && (g.batch == 1 || (g.batch_b >= c.c * c.h * c.w && (wgrad ? g.batch_a >= gy : g.batch_d >= g.m * g.ldd)));
-}
-
-// Tiles across D's columns: in convolution mode, blocks of output rows by blocks of columns;
-// in weight-gradient mode, across taps of channels padded to 64.
-std::int64_t tiles_n(const GemmGeometry& g, int bn, ConvBox box) {
-  if (g.conv && g.conv->weight_grad) return ceil_div(g.conv->r * g.conv->s * wgrad_layout(g).channels, bn);
-  if (!g.conv) return ceil_div(g.n, bn);
-  return ceil_div(g.conv->oh(), box.h) * ceil_div(g.conv->ow(), box.w);
-}
-
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   rt::GeneratedKey key("gemm_wgmma");
   key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits);
@@ -115,121 +68,24 @@ std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   });
 }
 
-// Convolution mode's A: the weights as [m][r][s][c], from [m][c][r][s] (or, flipped, from
-// [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
-rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
-  const GemmConv& c = *l.g.conv;
-  const std::int64_t count = l.g.m * c.r * c.s * c.c;
-  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), *ops.stream);
-  rt::DevicePtr w = ops.a, dst = out.ptr();
-  int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
-  void* args[] = {&w, &dst, &m, &cc, &taps, &flip};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
-  cfg.block.x = 256;
-  rt::launch_raw(fn, cfg, *ops.stream, args);
-  return out;
-}
-
-// Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
-// [z][h][w][c].
-rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
-                            std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
-  const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
-  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
-  if (image != c * pixels)
-    throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
-  rt::DevicePtr dst = out.ptr();
-  int channels = static_cast<int>(c), p = static_cast<int>(pixels);
-  void* args[] = {&x, &dst, &channels, &p};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 32));
-  cfg.grid.y = static_cast<unsigned>(ceil_div(c, 32));
-  cfg.grid.z = static_cast<unsigned>(l.g.batch);
-  cfg.block.x = 32;
-  cfg.block.y = 8;
-  rt::launch_raw(fn, cfg, stream, args);
-  return out;
-}
-
-// Weight-gradient mode's K-major copies: each of `planes` planes (h x w) as `copies` planes of
-// `rows` x `row`, copy s shifted by s - pad_w and framed by pad_h zero rows (see WgradLayout).
-struct ShiftedRows {
-  std::int64_t h, w, rows, row, copies, pad_h, pad_w;
-};
-rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t channels, std::int64_t stride,
-                            const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn) {
-  if (l.g.batch > 1 && stride != channels * s.h * s.w)
-    throw ValueError("[gemm] weight-gradient mode copies dense images; batch stride " + std::to_string(stride));
-  long long planes = l.g.batch * channels;
-  const std::int64_t count = s.copies * planes * s.rows * s.row;
-  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), stream);
-  rt::DevicePtr dst = out.ptr();
-  int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
-  int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
-  int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
-  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 65535));
-  cfg.block.x = 256;
-  rt::launch_raw(fn, cfg, stream, args);
-  return out;
-}
-
-// Weight-gradient mode and split-K: the splits' f32 partials added in order into D, [m][c][r][s]
-// (split-K: one tap of n columns).
-void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
-                const rt::Function& fn) {
-  const bool wgrad = l.g.conv.has_value();
-  int splits = l.splits, m = static_cast<int>(l.g.m), cc = static_cast<int>(wgrad ? l.g.conv->c : l.g.n);
-  int cp = static_cast<int>(wgrad ? wgrad_layout(l.g).channels : l.g.n);
-  int taps = static_cast<int>(wgrad ? l.g.conv->r * l.g.conv->s : 1);
-  void* args[] = {&parts, &d, &splits, &m, &cc, &cp, &taps};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 256), 1024));
-  cfg.block.x = 256;
-  rt::launch_raw(fn, cfg, stream, args);
-}
-
-// Weight-gradient mode's plan: output tiles as wide as pad the taps least (MN-major ones in
-// atoms of 64 columns; K-major ones a whole number of taps, or of tiles a tap), and the pixels
-// split so that the tiles of every split fill the SMs about once.
-std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, GemmTile tile) {
-  const GemmGeometry& g = l.g;
-  const GemmConv& c = *g.conv;
-  const WgradLayout w = wgrad_layout(g);
-  const std::int64_t cols = c.r * c.s * w.channels;
-  l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
-  l.bn = tile.bn;
-  if (w.k_major) {  // several taps side by side share each tile of gy; the fewest padded taps, the most a tile
-    const std::int64_t taps = c.r * c.s, most = w.channels == w.bn ? 256 / w.bn : 1;
-    std::int64_t t = 1;
-    for (std::int64_t k = 2; k <= most; ++k)
-      if (ceil_div(taps, k) * k <= ceil_div(taps, t) * t) t = k;
-    if (l.bn == 0) l.bn = static_cast<int>(t * w.bn);
-    if (l.bn % w.bn != 0 || l.bn / w.bn > most) return std::nullopt;
-  }
-  if (l.bn == 0)
-    for (int bn : {256, 192, 128, 64})
-      if (l.bn == 0 || ceil_div(cols, bn) * bn < ceil_div(cols, l.bn) * l.bn) l.bn = bn;
-  if ((l.bm != 64 && l.bm != 128) || l.bn > 256 || l.bn % (w.k_major ? 16 : 64) != 0) return std::nullopt;
-  const std::int64_t per_image = ceil_div(c.oh() * w.row, 128 / static_cast<int>(dtype_size(input_dtype(g.math))));
-  if (!w.k_major) l.box = wgrad_box(c);
-  l.stages = stages_for(l.bm, l.bn, false, target);
-  if (l.stages == 0) return std::nullopt;
-  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, false);
-  const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
-  const std::int64_t k_tiles =
-      g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
-  // At least 4 k tiles a split: fewer would spend more on partials than on products.
-  const std::int64_t want = std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
-  const std::int64_t per = ceil_div(k_tiles, want);
-  l.splits = static_cast<int>(ceil_div(k_tiles, per));  // every split has k tiles
-  l.grid = static_cast<int>(std::min<std::int64_t>(tiles * l.splits, std::max(1, target.sm_count)));
-  return l;
-}
-
 }  // namespace
+
+// Column statistics add each consumer warp's column sums and squares, reduced across warps.
+std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats) {
+  const std::int64_t stats = column_stats ? (bm / 64) * 4 * bn * 2 * 4 : 0;
+  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + stats + kAlignSlack;
+}
+
+// As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
+int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t) {
+  int s = 8;
+  while (s > 2 && shared_bytes(bm, bn, s, column_stats) > t.max_shared) --s;
+  return shared_bytes(bm, bn, s, column_stats) <= t.max_shared ? s : 0;
+}
+
+HookStats stats_of(const GemmGeometry& g) {
+  return g.hooks.epilogue ? g.hooks.epilogue->stats : HookStats::none;
+}
 
 const char* math_name(GemmMath m) {
   static const char* names[] = {"bf16", "f16", "tf32"};
@@ -318,13 +174,13 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
     if (g.m <= 64) l.bm = 64;
     const int most = tile.bn > 0 ? tile.bn : 256;
     l.box = conv_box(*g.conv, most);
-    if (tile.bn == 0 && g.batch * ceil_div(g.m, l.bm) * tiles_n(g, 0, l.box) < target.sm_count)
+    if (tile.bn == 0 && g.batch * ceil_div(g.m, l.bm) * conv_tiles_n(g, 0, l.box) < target.sm_count)
       l.box = conv_box(*g.conv, 128);
     l.bn = static_cast<int>(ceil_div(l.box.w * l.box.h, 16) * 16);
     if (tile.bm > 0) l.bm = tile.bm;
   } else {
     l.bn = g.n <= 64 ? std::max<int>(min_bn, static_cast<int>(ceil_div(g.n, 16) * 16)) : g.n <= 128 ? 128 : 256;
-    if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * tiles_n(g, 256, {}) < target.sm_count) l.bn = 128;
+    if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
     if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
   }
   if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
@@ -332,7 +188,7 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   l.stages = stages_for(l.bm, l.bn, column_stats, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
-  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * tiles_n(g, l.bn, l.box);
+  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn));
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   if (tile.splits > 1) {  // every split has k tiles; the partials need a plain dense product
     const GemmHooks h = hooks_of(g);
@@ -369,47 +225,10 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
   return out;
 }
 
-ConvBox conv_box(const GemmConv& c, int most) {
-  const int w = static_cast<int>(std::min<std::int64_t>(c.ow(), most));
-  const std::int64_t rows = std::min<std::int64_t>(c.oh(), most / w), blocks = ceil_div(c.oh(), rows);
-  return {w, static_cast<int>(ceil_div(c.oh(), blocks))};
-}
-
-ConvBox wgrad_box(const GemmConv& c) {
-  ConvBox best{64, 1};
-  std::int64_t least = -1;
-  for (int w = 64; w >= 1; w /= 2) {
-    const std::int64_t padded = ceil_div(c.ow(), w) * w * ceil_div(c.oh(), 64 / w) * (64 / w);
-    if (least < 0 || padded < least) least = padded, best = {w, 64 / w};
-  }
-  return best;
-}
-
-WgradLayout wgrad_layout(const GemmGeometry& g) {
-  WgradLayout w;
-  if (!g.conv || !g.conv->weight_grad) return w;
-  const GemmConv& c = *g.conv;
-  const std::int64_t es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
-  const bool as_stored = c.r == 1 && c.s == 1 && c.pad_h == 0 && c.pad_w == 0 && (c.oh() * c.ow() * es) % 16 == 0;
-  w.k_major = g.math == GemmMath::tf32 || as_stored;
-  if (!w.k_major) {
-    w.channels = ceil_div(c.c, 64) * 64;
-    return w;
-  }
-  w.row = as_stored ? c.ow() : ceil_div(c.ow() * es, 16) * 16 / es;
-  w.rows = as_stored ? c.oh() : c.oh() + c.r - 1;
-  w.stage_images = !as_stored;
-  w.stage_gy = w.row != c.ow();
-  const std::int64_t tiles = ceil_div(c.c, 256);  // per tap
-  w.bn = static_cast<int>(ceil_div(ceil_div(c.c, tiles), 16) * 16);
-  w.channels = w.bn * tiles;
-  return w;
-}
-
 GemmStatsShape stats_shape(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   switch (stats_of(g)) {
-    case HookStats::rows: return {g.batch * tiles_n(g, l.bn, l.box), g.m};
+    case HookStats::rows: return {g.batch * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)), g.m};
     case HookStats::columns: return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
     case HookStats::none: break;
   }
@@ -460,58 +279,18 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   const std::span<const rt::KernelSpec* const> module = module_of(l);
   const int device = ops.stream->device();
   rt::TensorMap map_a, map_b;
-  rt::DeviceBuffer weights;  // convolution mode's A, reordered
-  rt::DeviceBuffer images;   // convolution mode's B, staged NHWC
-  rt::DeviceBuffer grads;    // weight-gradient mode's A (gy, staged NHWC)
-  rt::DeviceBuffer parts;    // weight-gradient mode's f32 partials, one D per split
+  ConvStaging staged;  // the convolution modes' copies, alive until the kernels are queued
+  rt::DeviceBuffer parts;  // weight-gradient mode's and split-K's f32 partials, one D per split
   rt::DevicePtr d = ops.d;
-  const std::optional<GemmConv>& c = l.g.conv;
-  const WgradLayout wgrad = wgrad_layout(l.g);
-  const bool summed = (c && c->weight_grad) || split_k(l);  // f32 partials, added after the kernel
+  const bool summed = (l.g.conv && l.g.conv->weight_grad) || split_k(l);  // added after the kernel
   if (summed) {
-    const std::int64_t cols = c ? c->r * c->s * wgrad.channels : l.g.n;
+    const std::int64_t cols = l.g.conv ? l.g.conv->r * l.g.conv->s * wgrad_layout(l.g).channels : l.g.n;
     parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * cols) * 4, *ops.stream);
     d = parts.ptr();
   }
-  if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
-    const rt::Function shift = rt::generated_function(module, "kiln_conv_shift_rows", device);
-    const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
-    rt::DevicePtr gy = ops.a, x = ops.b;
-    std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
-    if (wgrad.stage_gy) {
-      grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream,
-                         shift);
-      gy = grads.ptr(), gy_image = l.g.m * gy_plane;
-    }
-    if (wgrad.stage_images) {
-      images = shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
-                          *ops.stream, shift);
-      x = images.ptr(), x_image = c->c * plane;
-    }
-    map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, l.bm, box_k, b, b > 1 ? gy_image : 0);
-    map_b = rt::tiled_tensor_map_nd(x, t, std::array{plane, c->c, b, wgrad.stage_images ? c->s : 1},
-                                    std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},
-                                    std::array{box_k, static_cast<int>(std::min<std::int64_t>(l.bn, wgrad.channels)), 1, 1});
-  } else if (c && c->weight_grad) {
-    const rt::Function stage = rt::generated_function(module, "kiln_nchw_to_nhwc", device);
-    const std::int64_t pixels = c->oh() * c->ow();
-    grads = stage_nhwc(l, ops.a, l.g.m, pixels, l.g.batch_a, *ops.stream, stage);
-    images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream, stage);
-    const std::array box{64, l.box.w, l.box.h, 1};
-    map_a = rt::tiled_tensor_map_nd(grads.ptr(), t, std::array{l.g.m, c->ow(), c->oh(), l.g.batch},
-                                    std::array{l.g.m, c->ow() * l.g.m, pixels * l.g.m}, box);
-    map_b = rt::tiled_tensor_map_nd(images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
-                                    std::array{c->c, c->w * c->c, c->h * c->w * c->c}, box);
-  } else if (c) {
-    weights = reorder_weights(l, ops, rt::generated_function(module, "kiln_conv_weights_rsc", device));
-    images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
-                        rt::generated_function(module, "kiln_nchw_to_nhwc", device));
-    const ConvBox box = l.box;
-    const std::int64_t taps = c->r * c->s;
-    map_a = rt::tiled_tensor_map_nd(weights.ptr(), t, std::array{c->c, taps, l.g.m}, std::array{c->c, taps * c->c},
-                                    std::array{box_k, 1, l.bm});
-    map_b = rt::tiled_tensor_map_nd(images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
-                                    std::array{c->c, c->w * c->c, c->h * c->w * c->c}, std::array{box_k, box.w, box.h, 1});
+  if (l.g.conv) {
+    staged = stage_conv(l, ops, module);
+    map_a = staged.map_a, map_b = staged.map_b;
   } else {
     map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
     map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);

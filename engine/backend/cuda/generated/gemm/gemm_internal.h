@@ -1,0 +1,38 @@
+#pragma once
+// What the GEMM family's sources share inside the family: the shared-memory budget of a tile
+// and the convolution modes' host side (gemm_conv.cpp): whether a geometry fits, the weight
+// gradient's plan, and each launch's staged operands and tensor maps.
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "gemm_plan.h"
+#include "kiln/runtime/tensor_map.h"
+
+namespace kiln::kernels {
+
+// Dynamic shared memory of a tile's stages, barriers and column-statistics scratch, and the
+// most stages (up to 8) that fit the target, or 0.
+std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats);
+int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t);
+HookStats stats_of(const GemmGeometry& g);
+
+// Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
+bool conv_fits(const GemmGeometry& g);
+// Tiles across D's columns in the convolution modes.
+std::int64_t conv_tiles_n(const GemmGeometry& g, int bn, ConvBox box);
+// Weight-gradient mode's plan from `l` (its geometry set).
+std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, GemmTile tile);
+
+// A convolution launch's operands as the kernel reads them: the copies made for it (kept alive
+// until its kernels are queued) and the tensor maps over them.
+struct ConvStaging {
+  rt::TensorMap map_a{}, map_b{};
+  rt::DeviceBuffer weights, images, grads;
+};
+ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module);
+// Weight-gradient mode and split-K: the splits' f32 partials added in order into D.
+void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
+                const rt::Function& fn);
+
+}  // namespace kiln::kernels
