@@ -23,7 +23,7 @@
 // gy @ patches^T, k running over boxes of 64 output pixels (BOX_W x BOX_H) of every image. Both
 // come staged NHWC, so both tiles are MN-major atoms of 64 channels by those 64 pixels; an atom
 // of B is one tap's box of the input, shifted by (r - pad, s - pad). The k tiles are split
-// BATCH ways: problem z writes its f32 partial sums, and kiln_conv_wgrad_reduce adds them in
+// BATCH ways: problem z writes its f32 partial sums, and kiln_gemm_sum_splits adds them in
 // order into [m][c][r][s]. WGRAD_K_MAJOR (TF32, or a 1x1 window read as stored): k runs over
 // the pixels of gy's rows padded to WGRAD_ROW, in K-major boxes of BK of one image; a B tile
 // holds whole taps (or BN channels of one), each read from the images' copy for filter
@@ -494,8 +494,8 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
 
 // Weight-gradient mode's result (and split-K's: one tap of c = cp columns): dw[o][c][tap] (`taps` taps of `c` channels) is the sum, in
 // order, of the `splits` partials [z][o][tap][cp].
-extern "C" __global__ void kiln_conv_wgrad_reduce(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
-                                                  int c, int cp, int taps) {
+extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
+                                                int c, int cp, int taps) {
   const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
   const long long split = static_cast<long long>(m) * taps * cp;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {

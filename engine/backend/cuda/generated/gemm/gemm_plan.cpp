@@ -255,11 +255,11 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 }
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
-  if (split_k(l)) return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce"};
+  if (split_k(l)) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits"};
   if (!l.g.conv) return {"kiln_gemm_wgmma"};
   if (!l.g.conv->weight_grad) return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
-  if (wgrad_layout(l.g).k_major) return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce", "kiln_conv_shift_rows"};
-  return {"kiln_gemm_wgmma", "kiln_conv_wgrad_reduce", "kiln_nchw_to_nhwc"};
+  if (wgrad_layout(l.g).k_major) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits", "kiln_conv_shift_rows"};
+  return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits", "kiln_nchw_to_nhwc"};
 }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
@@ -308,7 +308,7 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);
   if (summed)
-    sum_splits(l, parts.ptr(), ops.d, *ops.stream, rt::generated_function(module, "kiln_conv_wgrad_reduce", device));
+    sum_splits(l, parts.ptr(), ops.d, *ops.stream, rt::generated_function(module, "kiln_gemm_sum_splits", device));
 }
 
 }  // namespace kiln::kernels
