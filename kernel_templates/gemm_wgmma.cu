@@ -19,6 +19,9 @@
 // contiguous dimension is 16-byte aligned), and TMA fills the padding and every edge with
 // zeros. Column j of a tile is output pixel (j / BOX_W, j % BOX_W) of its block; columns past
 // BOX_W x BOX_H are never loaded and never stored.
+// f32 math (SPLIT_F32, convolution mode): the staged channels are three slices of C, images
+// [hi | lo | hi] and weights [hi | hi | lo] (x = hi + lo, both TF32), so the TF32 MMAs sum
+// hi*hi + lo*hi + hi*lo and keep f32's precision.
 // Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
 // gy @ patches^T, k running over boxes of 64 output pixels (BOX_W x BOX_H) of every image. Both
 // come staged NHWC, so both tiles are MN-major atoms of 64 channels by those 64 pixels; an atom
@@ -457,15 +460,41 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 // The helper kernels of the convolution modes, compiled only into the modules that launch them.
 #define KILN_CONV_MODE ${CONV_MODE}
 #define KILN_WGRAD_K_MAJOR ${WGRAD_K_MAJOR}
+#define KILN_SPLIT_F32 ${SPLIT_F32}
+#if KILN_SPLIT_F32
+// f32 math's slices: x = hi + lo, hi the TF32 rounding of x (truncated where rounding would
+// overflow) and lo that of the rest, so the MMAs read both exactly. Infinities and NaN reach
+// the sums through hi * hi alone: their lo is 0, and the hi that meets the other's lo is 0.
+__device__ __forceinline__ float tf32_round(float x) {
+  unsigned u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return __uint_as_float(u);
+}
+__device__ __forceinline__ float tf32_hi(float x) {
+  const float h = tf32_round(x);
+  return isinf(h) && !isinf(x) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : h;
+}
+__device__ __forceinline__ float tf32_lo(float x) { return isfinite(x) ? tf32_round(x - tf32_hi(x)) : 0.f; }
+__device__ __forceinline__ float tf32_hi_finite(float x) { return isfinite(x) ? tf32_hi(x) : 0.f; }
+#endif
+
 #if KILN_CONV_MODE == 1
 // Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
-// the taps reversed (the input gradient's filter).
+// the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hi | lo].
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
                                                  int flip) {
   const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
     const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
-    out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
+    const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
+#if KILN_SPLIT_F32
+    In* o = out + (mi * taps + tap) * 3 * c + ci;
+    o[0] = tf32_hi(v);
+    o[c] = tf32_hi_finite(v);
+    o[2 * c] = tf32_lo(v);
+#else
+    out[i] = v;
+#endif
   }
 }
 #endif
@@ -511,8 +540,10 @@ extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts,
 #if KILN_CONV_MODE == 1 || (KILN_CONV_MODE == 2 && !KILN_WGRAD_K_MAJOR)
 
 // Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 32 x 32
-// tiles in shared memory so that both the reads and the writes are coalesced.
+// tiles in shared memory so that both the reads and the writes are coalesced. f32 math: c as
+// slices [hi | lo | hi].
 extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p) {
+  constexpr int kSlices = KILN_SPLIT_F32 ? 3 : 1;
   __shared__ In tile[32][33];
   const long long image = static_cast<long long>(blockIdx.z) * c * p;
   const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
@@ -520,6 +551,16 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
     if (c0 + i < c && p0 + threadIdx.x < p) tile[i][threadIdx.x] = x[image + static_cast<long long>(c0 + i) * p + p0 + threadIdx.x];
   __syncthreads();
   for (int i = threadIdx.y; i < 32; i += blockDim.y)
-    if (p0 + i < p && c0 + threadIdx.x < c) out[image + static_cast<long long>(p0 + i) * c + c0 + threadIdx.x] = tile[threadIdx.x][i];
+    if (p0 + i < p && c0 + threadIdx.x < c) {
+      In* o = out + kSlices * (image + static_cast<long long>(p0 + i) * c) + c0 + threadIdx.x;
+#if KILN_SPLIT_F32
+      const float v = tile[threadIdx.x][i];
+      o[0] = tf32_hi(v);
+      o[c] = tf32_lo(v);
+      o[2 * c] = tf32_hi_finite(v);
+#else
+      *o = tile[threadIdx.x][i];
+#endif
+    }
 }
 #endif

@@ -73,6 +73,21 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
       entries.push_back(kernels::entry_points(*l));
     }
+  // Exact f32 in convolution mode (three slices of split operands), forward and flipped, with a
+  // channel tail past a k tile.
+  for (bool flip : {false, true}) {
+    const kernels::GemmConv c{flip ? 36 : 64, 14, 14, 3, 3, 1, 1, flip};
+    GemmGeometry g{flip ? 24 : 64, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), GemmMath::f32};
+    g.conv = c;
+    g.batch = 2, g.batch_b = c.c * c.h * c.w, g.batch_d = g.m * c.oh() * c.ow();
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    REQUIRE(l);
+    const std::string src = kernels::source(*l);
+    CHECK(src.find("#define KILN_SPLIT_F32 1") != std::string::npos);
+    CHECK(src.find("kK = " + std::to_string(3 * g.k)) != std::string::npos);  // k runs over the slices
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+    entries.push_back(kernels::entry_points(*l));
+  }
   // Split-K: a narrow product of long k, in every arithmetic.
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
     const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, math), kHopper, GemmTile{128, 16, 8});
@@ -207,6 +222,12 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 56, 56, 3, 1, GemmMath::bf16), kHopper));
   CHECK(kernels::plan(GemmKernel::wgmma, conv(32, 14, 14, 5, 2, GemmMath::bf16), kHopper));  // NHWC: any width
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::tf32), kHopper));
+  CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::f32), kHopper));
+  // Exact f32 is split only where convolution mode stages its operands.
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::f32), kHopper));
+  GemmGeometry f32_wgrad = conv(64, 16, 16, 3, 1, GemmMath::f32);
+  f32_wgrad.conv->weight_grad = true, f32_wgrad.n = f32_wgrad.ldd = 9 * 64, f32_wgrad.k = 16 * 16;
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, f32_wgrad, kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(12, 16, 16, 3, 1, GemmMath::bf16), kHopper));  // 24-byte channel rows
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 3, GemmMath::bf16), kHopper));  // padding past the filter
   GemmGeometry prologue = conv(64, 16, 16, 3, 1, GemmMath::bf16);

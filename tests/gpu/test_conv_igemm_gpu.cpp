@@ -126,7 +126,10 @@ TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF3
       }
 }
 
-TEST_CASE("f32 convolutions with TF32 off stay exact f32 (FFMA implicit GEMMs)") {
+// Exact f32: FFMA implicit GEMMs, or the tile engine's convolution mode summing three TF32
+// products of split operands (stride-1 forwards and input gradients of 16 or more channels).
+// TF32 alone would miss this bound by a hundredfold.
+TEST_CASE("f32 convolutions with TF32 off keep f32's precision") {
   const kiln_test::ConvTF32 tf32(false);
   for (const auto& c : igemm_cases())
     for (int pass = 0; pass < 3; ++pass) {
@@ -153,6 +156,21 @@ TEST_CASE("split-K weight gradients are bit-identical from run to run") {
 
 TEST_CASE("NaN and infinity in a convolution's input reach its output") {
   const Device gpu = Device::cuda(0);
+  // Exact f32 on the tile engine (16 channels): an infinity stays infinite, as FFMA keeps it.
+  {
+    const kiln_test::ConvTF32 tf32(false);
+    std::vector<double> v(16 * 36, 0.5);
+    v[3 * 36 + 7] = INFINITY;       // channel 3, pixel (1, 1)
+    v[9 * 36 + 28] = std::nan("");  // channel 9, pixel (4, 4)
+    const Tensor x = from_vector(v, {1, 16, 6, 6}).to(DType::f32);
+    const Tensor w = full({16, 16, 3, 3}, 0.25, {.dtype = DType::f32});
+    const std::vector<double> y =
+        conv2d(x.to(gpu), w.to(gpu), {}, {.padding = {1}}).to(Device::cpu()).to(DType::f64).to_vector<double>();
+    int infs = 0, nans = 0;
+    for (double e : y) infs += std::isinf(e) && e > 0, nans += std::isnan(e);
+    CHECK(nans == 16 * 9);  // every output whose window covers (4, 4)
+    CHECK(infs == 16 * 9);  // (1, 1)'s windows, none of which reach (4, 4)
+  }
   for (DType dt : {DType::bf16, DType::f32}) {
     std::vector<double> v(16, 0.0);
     v[5] = std::nan("");  // (1, 1)

@@ -43,16 +43,19 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 // On the tile engine (sm_90), per image z (P = h*w pixels, NCHW):
 //   - a 16-bit 1x1 conv of stride 1 without padding is a batch of GEMMs, its pixel-major
 //     operands MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
-//   - any other conv of stride 1 (no dilation, no groups; bf16, f16 or TF32) is convolution
-//     mode's implicit GEMM: the forward over x with w, the input gradient over gy with w
-//     transposed and flipped, padded by k - 1 - p;
+//   - any other conv of stride 1 (no dilation, no groups; bf16, f16, TF32, or exact f32 as
+//     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
+//     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p;
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
 //     patches of x, summed over every image (16-bit, or any math for a 1x1 window).
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target, GemmTile tile = {}) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
-  if (!stride1 || math == ConvMath::f32) return std::nullopt;
-  const GemmMath gm = math == ConvMath::bf16 ? GemmMath::bf16 : math == ConvMath::f16 ? GemmMath::f16 : GemmMath::tf32;
+  if (!stride1 || (math == ConvMath::f32 && pass == ConvPass::grad_weight)) return std::nullopt;
+  const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
+                      : math == ConvMath::f16  ? GemmMath::f16
+                      : math == ConvMath::tf32 ? GemmMath::tf32
+                                               : GemmMath::f32;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
   if (pass == ConvPass::grad_weight) {
     GemmConv c;
@@ -66,8 +69,10 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   }
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
+  // Exact f32 triples the products: with few channels either way its tiles are mostly empty.
+  if (gm == GemmMath::f32 && (rows < 16 || k < 16)) return std::nullopt;
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
-  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && gm != GemmMath::tf32) {
+  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && !tf32_mma(gm)) {
     // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
     GemmGeometry geo{rows, in_pixels, k, g.c, in_pixels, in_pixels, gm};
     geo.a_mn = !forward;
@@ -99,9 +104,13 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
           engine.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
     }
   }
-  // A weight gradient of few input channels pads each tap's tile mostly with zeros: the
-  // engine is timed there but is not the untuned pick.
-  const bool engine_first = pass != ConvPass::grad_weight || g.c >= 16;
+  // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
+  // f32 stages three slices of its input, which costs more than the products save where there
+  // are few output rows per tap: the engine is timed there but is not the untuned pick.
+  const std::int64_t rows = pass == ConvPass::grad_input ? g.c : g.o;
+  const bool engine_first = math == ConvMath::f32           ? rows * g.kh * g.kw >= 128
+                            : pass == ConvPass::grad_weight ? g.c >= 16
+                                                            : true;
   if (engine_first) c = std::move(engine);
   const std::vector<ConvKernel> kinds = pass == ConvPass::grad_weight
                                             ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}

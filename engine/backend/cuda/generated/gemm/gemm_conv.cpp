@@ -12,12 +12,13 @@ namespace kiln::kernels {
 
 namespace {
 
-// Convolution mode's A: the weights as [m][r][s][c], from [m][c][r][s] (or, flipped, from
-// [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
+// Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
+// [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
 rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
   const GemmConv& c = *l.g.conv;
   const std::int64_t count = l.g.m * c.r * c.s * c.c;
-  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), *ops.stream);
+  const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
+  rt::DeviceBuffer out(static_cast<std::size_t>(staged) * dtype_size(input_dtype(l.g.math)), *ops.stream);
   rt::DevicePtr w = ops.a, dst = out.ptr();
   int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
   void* args[] = {&w, &dst, &m, &cc, &taps, &flip};
@@ -29,11 +30,12 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
 }
 
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
-// [z][h][w][c].
+// [z][h][w][c] (f32 math: c as its three slices).
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
                             std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
-  const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
-  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
+  const std::int64_t image = l.g.batch > 1 ? stride : c * pixels, slices = l.g.math == GemmMath::f32 ? 3 : 1;
+  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * slices * c * pixels) * dtype_size(input_dtype(l.g.math)),
+                       stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
   rt::DevicePtr dst = out.ptr();
@@ -74,6 +76,10 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 }
 
 }  // namespace
+
+std::int64_t staged_channels(const GemmGeometry& g) {
+  return g.conv ? (g.math == GemmMath::f32 ? 3 : 1) * g.conv->c : 0;
+}
 
 // Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,
 // no prologue (A is the weights), and a geometry that says the same as its window. The weight
@@ -239,12 +245,11 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
                           rt::generated_function(module, "kiln_nchw_to_nhwc", device));
     const ConvBox box = l.box;
-    const std::int64_t taps = c->r * c->s;
-    s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{c->c, taps, l.g.m}, std::array{c->c, taps * c->c},
+    const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
+    s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
                                       std::array{box_k, 1, l.bm});
-    s.map_b =
-        rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
-                                std::array{c->c, c->w * c->c, c->h * c->w * c->c}, std::array{box_k, box.w, box.h, 1});
+    s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{ch, c->w, c->h, l.g.batch},
+                                      std::array{ch, c->w * ch, c->h * c->w * ch}, std::array{box_k, box.w, box.h, 1});
   }
   return s;
 }

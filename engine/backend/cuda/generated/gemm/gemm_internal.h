@@ -17,6 +17,8 @@ std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats);
 int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
 
+// Convolution mode's channels as staged: c, or f32 math's three slices of c.
+std::int64_t staged_channels(const GemmGeometry& g);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
 bool conv_fits(const GemmGeometry& g);
 // Tiles across D's columns in the convolution modes.

@@ -47,7 +47,7 @@ void check_hooks(const GemmGeometry& g) {
 
 // A GEMM's operands as TMA reads them: 16-byte strides, no overlap between problems.
 bool operands_apply(const GemmGeometry& g) {
-  if (g.math == GemmMath::tf32 && (g.a_mn || g.b_mn)) return false;  // TF32 MMAs read K-major tiles only
+  if (tf32_mma(g.math) && (g.a_mn || g.b_mn)) return false;  // TF32 MMAs read K-major tiles only
   const DType t = input_dtype(g.math);
   if (!rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0) ||
       !rt::tensor_map_fits(0, t, g.ldb, g.batch > 1 ? g.batch_b : 0))
@@ -88,14 +88,16 @@ HookStats stats_of(const GemmGeometry& g) {
 }
 
 const char* math_name(GemmMath m) {
-  static const char* names[] = {"bf16", "f16", "tf32"};
+  static const char* names[] = {"bf16", "f16", "tf32", "f32"};
   return names[static_cast<int>(m)];
 }
 
 DType input_dtype(GemmMath m) {
-  static const DType dtypes[] = {DType::bf16, DType::f16, DType::f32};
+  static const DType dtypes[] = {DType::bf16, DType::f16, DType::f32, DType::f32};
   return dtypes[static_cast<int>(m)];
 }
+
+bool tf32_mma(GemmMath m) { return m == GemmMath::tf32 || m == GemmMath::f32; }
 
 const char* epilogue_name(GemmEpilogue e) {
   static const char* names[] = {"none", "bias", "relu_bias"};
@@ -161,6 +163,8 @@ bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
+  // f32 math's split operands are staged, as only convolution mode stages them.
+  if (g.math == GemmMath::f32 && (!g.conv || g.conv->weight_grad)) return std::nullopt;
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   GemmLaunch l;
   l.g = g;

@@ -20,10 +20,13 @@
 
 namespace kiln::kernels {
 
-// The arithmetic: 16-bit inputs, or f32 inputs on the TF32 tensor cores.
-enum class GemmMath { bf16 = 0, f16 = 1, tf32 = 2 };
-const char* math_name(GemmMath m);  // "bf16", "f16", "tf32"
-DType input_dtype(GemmMath m);      // bf16, f16, f32
+// The arithmetic: 16-bit inputs, or f32 inputs on the TF32 tensor cores. `f32` keeps f32's
+// precision on them (convolution mode only): each operand is staged as a TF32 high part and
+// its remainder, and the sum adds three TF32 products, hi*hi + lo*hi + hi*lo.
+enum class GemmMath { bf16 = 0, f16 = 1, tf32 = 2, f32 = 3 };
+const char* math_name(GemmMath m);  // "bf16", "f16", "tf32", "f32"
+DType input_dtype(GemmMath m);      // bf16, f16, f32, f32
+bool tf32_mma(GemmMath m);          // tf32 and f32: the MMAs read TF32
 
 // What happens to a sum before it is stored: nothing, + bias[column], or + bias then ReLU
 // (NaN kept, as relu keeps it). The bias has D's dtype.
@@ -35,7 +38,8 @@ const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 // image's c x h x w patches, padded by zeros. Each launch stages the images NHWC and the weights
 // as [m][r][s][c] on the GPU, so both operands are K-major (TF32 too). The weights come as
 // stored, [m][c][r][s]; with `flip` they are [c][m][r][s] and are transposed with their taps
-// reversed, as the input gradient reads them.
+// reversed, as the input gradient reads them. With f32 math the staged channels are three
+// slices of c: images [hi | lo | hi], weights [hi | hi | lo].
 //
 // With `weight_grad` it is the weight gradient instead: A is gy (m x oh*ow per image, NCHW),
 // B the images, and D (m x r*s*c, [m][c][r][s] with ldd = c*r*s) sums over every image, so

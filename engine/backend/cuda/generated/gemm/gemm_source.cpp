@@ -2,7 +2,7 @@
 // warpgroup MMA instruction for the tile's width and the hooks filled in.
 #include <string>
 
-#include "gemm_plan.h"
+#include "gemm_internal.h"
 #include "kiln/runtime/templates.h"
 
 namespace kiln::kernels {
@@ -15,8 +15,8 @@ std::string num(std::int64_t v) { return std::to_string(v); }
 // accumulating into acc[0 .. BN/2) or, for the first k of a tile, overwriting it.
 std::string mma_function(int bn, GemmMath math, bool a_mn, bool b_mn) {
   const int regs = bn / 2;
-  const bool tf32 = math == GemmMath::tf32;
-  const std::string in = math_name(math);
+  const bool tf32 = tf32_mma(math);
+  const std::string in = tf32 ? "tf32" : math_name(math);
   std::string outs, list;
   for (int r = 0; r < regs; ++r) {
     list += (r ? ", %" : "%") + num(r);
@@ -78,7 +78,7 @@ std::string source(const GemmLaunch& l) {
                  {"GROUP_M", num(l.group_m)},
                  {"M", num(g.m)},
                  {"N", num(cols)},
-                 {"K", num(g.k)},
+                 {"K", num(wgrad || !g.conv ? g.k : c.r * c.s * staged_channels(g))},
                  {"LDD", num(wgrad ? cols : g.ldd)},
                  {"BATCH", num(partials ? l.splits : g.batch)},
                  {"BATCH_D", num(partials ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
@@ -92,7 +92,8 @@ std::string source(const GemmLaunch& l) {
                  {"HOOK_FUNCTIONS", hs.functions},
                  {"CONSUMER_REGS", num(consumer_regs)}};
   b.insert(b.end(), {{"CONV_MODE", num(wgrad ? 2 : g.conv ? 1 : 0)},
-                     {"CONV_C", num(wgrad ? w.channels : c.c)},
+                     {"CONV_C", num(wgrad ? w.channels : staged_channels(g))},
+                     {"SPLIT_F32", g.math == GemmMath::f32 ? "1" : "0"},
                      {"WGRAD_K_MAJOR", w.k_major ? "true" : "false"},
                      {"WGRAD_ROW", num(w.row)},
                      {"CONV_S", num(c.s)},
