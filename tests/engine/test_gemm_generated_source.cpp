@@ -88,6 +88,22 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
     entries.push_back(kernels::entry_points(*l));
   }
+  // Exact f32 weight gradients: gy and the images staged as three slices each, read as three
+  // times the images (a 3x3 window copied per filter column, and a 1x1 one).
+  for (std::int64_t r : {3, 1}) {
+    const kernels::GemmConv c{32, 12, 12, r, r, r / 2, r / 2, false, true};
+    GemmGeometry g{48, r * r * 32, 5 * 144, 0, 0, r * r * 32, GemmMath::f32};
+    g.conv = c;
+    g.batch = 5, g.batch_a = 48 * 144, g.batch_b = 32 * 144;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    REQUIRE(l);
+    const kernels::WgradLayout w = kernels::wgrad_layout(g);
+    CHECK((w.k_major && w.stage_gy && w.stage_images));
+    const std::string src = kernels::source(*l);
+    CHECK(src.find("kImages = 15") != std::string::npos);
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+    entries.push_back(kernels::entry_points(*l));
+  }
   // Split-K: a narrow product of long k, in every arithmetic.
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
     const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, math), kHopper, GemmTile{128, 16, 8});
@@ -223,11 +239,8 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   CHECK(kernels::plan(GemmKernel::wgmma, conv(32, 14, 14, 5, 2, GemmMath::bf16), kHopper));  // NHWC: any width
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::tf32), kHopper));
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::f32), kHopper));
-  // Exact f32 is split only where convolution mode stages its operands.
+  // Exact f32 is split only where the convolution modes stage its operands.
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::f32), kHopper));
-  GemmGeometry f32_wgrad = conv(64, 16, 16, 3, 1, GemmMath::f32);
-  f32_wgrad.conv->weight_grad = true, f32_wgrad.n = f32_wgrad.ldd = 9 * 64, f32_wgrad.k = 16 * 16;
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, f32_wgrad, kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(12, 16, 16, 3, 1, GemmMath::bf16), kHopper));  // 24-byte channel rows
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 3, GemmMath::bf16), kHopper));  // padding past the filter
   GemmGeometry prologue = conv(64, 16, 16, 3, 1, GemmMath::bf16);

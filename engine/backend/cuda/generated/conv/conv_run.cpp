@@ -47,17 +47,18 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
 //     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p;
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
-//     patches of x, summed over every image (16-bit, or any math for a 1x1 window).
+//     patches of x, summed over every image, in any math.
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target, GemmTile tile = {}) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
-  if (!stride1 || (math == ConvMath::f32 && pass == ConvPass::grad_weight)) return std::nullopt;
+  if (!stride1) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
                       : math == ConvMath::f16  ? GemmMath::f16
                       : math == ConvMath::tf32 ? GemmMath::tf32
                                                : GemmMath::f32;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
   if (pass == ConvPass::grad_weight) {
+    if (gm == GemmMath::f32 && (g.o < 16 || g.c < 16)) return std::nullopt;  // as below
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;

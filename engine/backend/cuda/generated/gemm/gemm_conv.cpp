@@ -55,31 +55,33 @@ rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 // `rows` x `row`, copy s shifted by s - pad_w and framed by pad_h zero rows (see WgradLayout).
 struct ShiftedRows {
   std::int64_t h, w, rows, row, copies, pad_h, pad_w;
+  int lo_slice;  // f32 math: the slice that holds the remainders (1 for gy, 2 for the images)
 };
 rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t channels, std::int64_t stride,
                             const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn) {
   if (l.g.batch > 1 && stride != channels * s.h * s.w)
     throw ValueError("[gemm] weight-gradient mode copies dense images; batch stride " + std::to_string(stride));
   long long planes = l.g.batch * channels;
-  const std::int64_t count = s.copies * planes * s.rows * s.row;
-  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), stream);
+  const std::int64_t all_rows = s.copies * slices(l.g) * planes * s.rows;
+  rt::DeviceBuffer out(static_cast<std::size_t>(all_rows * s.row) * dtype_size(input_dtype(l.g.math)), stream);
   rt::DevicePtr dst = out.ptr();
   int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
   int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
-  int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
-  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 65535));
-  cfg.block.x = 256;
+  int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w), lo_slice = s.lo_slice;
+  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &lo_slice};
+  rt::LaunchConfig cfg;  // a warp of each block along a row, eight rows a block
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(all_rows, 8), 1 << 20));
+  cfg.block.x = 32;
+  cfg.block.y = 8;
   rt::launch_raw(fn, cfg, stream, args);
   return out;
 }
 
 }  // namespace
 
-std::int64_t staged_channels(const GemmGeometry& g) {
-  return g.conv ? (g.math == GemmMath::f32 ? 3 : 1) * g.conv->c : 0;
-}
+int slices(const GemmGeometry& g) { return g.math == GemmMath::f32 ? 3 : 1; }
+
+std::int64_t staged_channels(const GemmGeometry& g) { return g.conv ? slices(g) * g.conv->c : 0; }
 
 // Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,
 // no prologue (A is the weights), and a geometry that says the same as its window. The weight
@@ -142,7 +144,7 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, false);
   const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
   const std::int64_t k_tiles =
-      g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
+      slices(g) * g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
   // At least 4 k tiles a split: fewer would spend more on partials than on products.
   const std::int64_t want =
       std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
@@ -189,15 +191,15 @@ WgradLayout wgrad_layout(const GemmGeometry& g) {
   const GemmConv& c = *g.conv;
   const std::int64_t es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   const bool as_stored = c.r == 1 && c.s == 1 && c.pad_h == 0 && c.pad_w == 0 && (c.oh() * c.ow() * es) % 16 == 0;
-  w.k_major = g.math == GemmMath::tf32 || as_stored;
+  w.k_major = tf32_mma(g.math) || as_stored;
   if (!w.k_major) {
     w.channels = ceil_div(c.c, 64) * 64;
     return w;
   }
   w.row = as_stored ? c.ow() : ceil_div(c.ow() * es, 16) * 16 / es;
   w.rows = as_stored ? c.oh() : c.oh() + c.r - 1;
-  w.stage_images = !as_stored;
-  w.stage_gy = w.row != c.ow();
+  w.stage_images = !as_stored || g.math == GemmMath::f32;  // f32 math stages its slices
+  w.stage_gy = w.row != c.ow() || g.math == GemmMath::f32;
   const std::int64_t tiles = ceil_div(c.c, 256);  // per tap
   w.bn = static_cast<int>(ceil_div(ceil_div(c.c, tiles), 16) * 16);
   w.channels = w.bn * tiles;
@@ -212,17 +214,17 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
   ConvStaging s;
   if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
     const rt::Function shift = rt::generated_function(module, "kiln_conv_shift_rows", device);
-    const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
+    const std::int64_t b = slices(l.g) * l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
     rt::DevicePtr gy = ops.a, x = ops.b;
     std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
     if (wgrad.stage_gy) {
-      s.grads =
-          shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream, shift);
+      s.grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0, 1}, *ops.stream,
+                           shift);
       gy = s.grads.ptr(), gy_image = l.g.m * gy_plane;
     }
     if (wgrad.stage_images) {
-      s.images = shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
-                            *ops.stream, shift);
+      s.images = shift_rows(l, ops.b, c->c, l.g.batch_b,
+                            {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w, 2}, *ops.stream, shift);
       x = s.images.ptr(), x_image = c->c * plane;
     }
     s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, l.bm, box_k, b, b > 1 ? gy_image : 0);

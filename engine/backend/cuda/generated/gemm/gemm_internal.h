@@ -17,6 +17,8 @@ std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats);
 int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
 
+// f32 math's operands are staged as three slices (gemm_plan.h), other maths' as one.
+int slices(const GemmGeometry& g);
 // Convolution mode's channels as staged: c, or f32 math's three slices of c.
 std::int64_t staged_channels(const GemmGeometry& g);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.

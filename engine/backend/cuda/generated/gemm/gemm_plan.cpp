@@ -163,8 +163,8 @@ bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
-  // f32 math's split operands are staged, as only convolution mode stages them.
-  if (g.math == GemmMath::f32 && (!g.conv || g.conv->weight_grad)) return std::nullopt;
+  // f32 math's split operands are staged, as only the convolution modes stage them.
+  if (g.math == GemmMath::f32 && !g.conv) return std::nullopt;
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   GemmLaunch l;
   l.g = g;

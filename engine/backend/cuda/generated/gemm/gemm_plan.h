@@ -21,8 +21,8 @@
 namespace kiln::kernels {
 
 // The arithmetic: 16-bit inputs, or f32 inputs on the TF32 tensor cores. `f32` keeps f32's
-// precision on them (convolution mode only): each operand is staged as a TF32 high part and
-// its remainder, and the sum adds three TF32 products, hi*hi + lo*hi + hi*lo.
+// precision on them (the convolution modes only): each operand is staged as a TF32 high part
+// and its remainder, and the sum adds three TF32 products, hi*hi + lo*hi + hi*lo.
 enum class GemmMath { bf16 = 0, f16 = 1, tf32 = 2, f32 = 3 };
 const char* math_name(GemmMath m);  // "bf16", "f16", "tf32", "f32"
 DType input_dtype(GemmMath m);      // bf16, f16, f32, f32
@@ -145,11 +145,13 @@ ConvBox conv_box(const GemmConv& c, int most);
 // Weight-gradient mode's box of 64 output pixels: the shape that pads the image least.
 ConvBox wgrad_box(const GemmConv& c);
 // How weight-gradient mode reads its operands.
-//   - K-major (TF32 always; 16-bit where both are read as stored): k runs over image rows of
+//   - K-major (TF32 and f32 always; 16-bit where both are read as stored): k runs over image rows of
 //     `row` pixels. gy's rows are padded from ow to `row` (a copy where they differ); the
 //     images are copied once per filter column s, shifted by s - pad_w and framed by pad_h zero
 //     rows, so tap (r, s) reads its copy r * row pixels on from where gy is read. A 1x1 window
 //     without padding whose images are 16-byte multiples reads both as stored, no copies.
+//     f32 math always copies both, as three slices each: gy [hi | lo | hi] and the images
+//     [hi | hi | lo], read as three times the images.
 //   - Otherwise (16-bit): both staged NHWC and read MN-major in boxes of 64 pixels.
 struct WgradLayout {
   bool k_major = false;

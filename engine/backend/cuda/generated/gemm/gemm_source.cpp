@@ -78,7 +78,7 @@ std::string source(const GemmLaunch& l) {
                  {"GROUP_M", num(l.group_m)},
                  {"M", num(g.m)},
                  {"N", num(cols)},
-                 {"K", num(wgrad || !g.conv ? g.k : c.r * c.s * staged_channels(g))},
+                 {"K", num(!g.conv ? g.k : wgrad ? slices(g) * g.k : c.r * c.s * staged_channels(g))},
                  {"LDD", num(wgrad ? cols : g.ldd)},
                  {"BATCH", num(partials ? l.splits : g.batch)},
                  {"BATCH_D", num(partials ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
@@ -102,7 +102,7 @@ std::string source(const GemmLaunch& l) {
                      {"CONV_PAD_W", num(c.pad_w)},
                      {"CONV_OH", num(g.conv ? c.oh() : 0)},
                      {"CONV_OW", num(g.conv ? c.ow() : 0)},
-                     {"CONV_IMAGES", num(wgrad ? g.batch : 0)},
+                     {"CONV_IMAGES", num(wgrad ? slices(g) * g.batch : 0)},
                      {"BOX_H", num(l.box.h)},
                      {"BOX_W", num(l.box.w)}});
   return rt::instantiate("gemm_wgmma", rt::template_source("gemm_wgmma"), b);
