@@ -504,28 +504,26 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
 // Weight-gradient mode's K-major copies: plane i (h x w) of x becomes `copies` planes of `rows`
 // x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
 // or q >= w - copies + 1 (the output's width). f32 math: each copy holds three slices of the
-// planes, [hi | lo | hi] (`lo_slice` 1, gy) or [hi | hi | lo] (2, the images). Each row of
-// threads writes whole rows, so a row is placed by one division, not one per element.
+// planes, [hi | lo | hi] (`lo_slice` 1, gy) or [hi | hi | lo] (2, the images). A block writes
+// whole planes: 64-bit division places a plane, 32-bit division an element within it.
 extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
                                                 int w, int rows, int row, int copies, int ph, int pw, int lo_slice) {
   constexpr int kSlices = KILN_SPLIT_F32 ? 3 : 1;
-  const long long staged = kSlices * planes, all_rows = copies * staged * rows;
-  const int ow = w + 2 * pw - copies + 1;
-  for (long long r = blockIdx.x * static_cast<long long>(blockDim.y) + threadIdx.y; r < all_rows;
-       r += static_cast<long long>(gridDim.x) * blockDim.y) {
-    const int y = static_cast<int>(r % rows) - ph, s = static_cast<int>(r / (rows * staged));
-    const long long p = (r / rows) % staged;
-    const bool inside = y >= 0 && y < h;
-    const In* src = x + ((p % planes) * h + (inside ? y : 0)) * w;
-    In* dst = out + r * row;
-    for (int q = threadIdx.x; q < row; q += blockDim.x) {
-      const int xq = q + s - pw;
-      const In v = inside && q < ow && xq >= 0 && xq < w ? src[xq] : kiln::cvt<In>(0.f);
+  const long long staged = kSlices * planes;
+  const int ow = w + 2 * pw - copies + 1, plane = rows * row;
+  for (long long b = blockIdx.x; b < copies * staged; b += gridDim.x) {
+    const int s = static_cast<int>(b / staged);
+    const long long p = b % staged;
+    const In* src = x + (p % planes) * h * w;
+    In* dst = out + b * plane;
+    for (int e = threadIdx.x; e < plane; e += blockDim.x) {
+      const int y = e / row - ph, q = e % row, xq = q + s - pw;
+      const In v = q < ow && y >= 0 && y < h && xq >= 0 && xq < w ? src[y * w + xq] : kiln::cvt<In>(0.f);
 #if KILN_SPLIT_F32
       const int slice = static_cast<int>(p / planes);
-      dst[q] = slice == 0 ? tf32_hi(v) : slice == lo_slice ? tf32_lo(v) : tf32_hi_finite(v);
+      dst[e] = slice == 0 ? tf32_hi(v) : slice == lo_slice ? tf32_lo(v) : tf32_hi_finite(v);
 #else
-      dst[q] = v;
+      dst[e] = v;
 #endif
     }
   }

@@ -69,10 +69,9 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
   int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w), lo_slice = s.lo_slice;
   void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &lo_slice};
-  rt::LaunchConfig cfg;  // a warp of each block along a row, eight rows a block
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(all_rows, 8), 1 << 20));
-  cfg.block.x = 32;
-  cfg.block.y = 8;
+  rt::LaunchConfig cfg;  // a block per plane of a copy
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(all_rows / s.rows, 1 << 22));
+  cfg.block.x = 128;
   rt::launch_raw(fn, cfg, stream, args);
   return out;
 }
