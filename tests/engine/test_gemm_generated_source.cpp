@@ -32,19 +32,24 @@ GemmGeometry gemm_of(std::int64_t m, std::int64_t n, std::int64_t k, GemmMath ma
 TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue and layout") {
   std::vector<kiln_test::CompileJob> jobs;
   std::vector<std::vector<std::string>> entries;  // each module's entry points, as its launch lists them
+  // Queues launch `l`'s module to be compiled; gives its source for further checks.
+  auto add = [&](const std::optional<kernels::GemmLaunch>& l) {
+    REQUIRE(l);
+    std::string src = kernels::source(*l);
+    CHECK(rt::template_placeholders(src).empty());
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+    entries.push_back(kernels::entry_points(*l));
+    return src;
+  };
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
     for (GemmTile tile : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{64, 128}, GemmTile{128, 16}})
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::relu_bias}) {
         CAPTURE(kernels::math_name(math));
         CAPTURE(tile.text());
         const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1000, 300, 520, math, e), kHopper, tile);
-        REQUIRE(l);
+        const std::string src = add(l);
         CHECK(l->shared_bytes <= kHopper.max_shared);
-        const std::string src = kernels::source(*l);
-        CHECK(rt::template_placeholders(src).empty());
         CHECK(rt::wants_arch_specific(src));
-        jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
-        entries.push_back(kernels::entry_points(*l));
       }
   // 16-bit inputs in every layout, one problem and a batch sharing A (a 1x1 convolution's weights).
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16})
@@ -54,11 +59,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
           GemmGeometry g{200, 136, 120, a_mn ? 200 : 120, b_mn ? 136 : 120, 136, math, GemmEpilogue::bias, a_mn, b_mn};
           if (batch > 1) g.batch = batch, g.batch_b = 120 * 136, g.batch_d = 200 * 136;
           const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
-          REQUIRE(l);
-          const std::string src = kernels::source(*l);
-          CHECK(rt::template_placeholders(src).empty());
-          jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
-          entries.push_back(kernels::entry_points(*l));
+          add(l);
         }
   // Convolution mode: 3x3 and 5x5 windows, the flipped input gradient, TF32, rows wider than a
   // tile, every tile width.
@@ -69,9 +70,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       g.conv = c;
       g.batch = 4, g.batch_b = c.c * c.h * c.w, g.batch_d = 64 * c.oh() * c.ow();
       const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
-      REQUIRE(l);
-      jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
-      entries.push_back(kernels::entry_points(*l));
+      add(l);
     }
   // Exact f32 in convolution mode (three slices of split operands), forward and flipped, with a
   // channel tail past a k tile.
@@ -81,12 +80,9 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv = c;
     g.batch = 2, g.batch_b = c.c * c.h * c.w, g.batch_d = g.m * c.oh() * c.ow();
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
-    REQUIRE(l);
-    const std::string src = kernels::source(*l);
+    const std::string src = add(l);
     CHECK(src.find("#define KILN_SPLIT_F32 1") != std::string::npos);
     CHECK(src.find("kK = " + std::to_string(3 * g.k)) != std::string::npos);  // k runs over the slices
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
   }
   // Exact f32 weight gradients: gy and the images staged as three slices each, read as three
   // times the images (a 3x3 window copied per filter column, and a 1x1 one).
@@ -96,21 +92,16 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv = c;
     g.batch = 5, g.batch_a = 48 * 144, g.batch_b = 32 * 144;
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
-    REQUIRE(l);
+    const std::string src = add(l);
     const kernels::WgradLayout w = kernels::wgrad_layout(g);
     CHECK((w.k_major && w.stage_gy && w.stage_images));
-    const std::string src = kernels::source(*l);
     CHECK(src.find("kImages = 15") != std::string::npos);
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
   }
   // Split-K: a narrow product of long k, in every arithmetic.
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
     const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, math), kHopper, GemmTile{128, 16, 8});
-    REQUIRE(l);
+    add(l);
     CHECK(l->splits == 8);
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
   }
   // Weight-gradient mode: channels padded to 64 (C = 32) or not, gy of fewer than 64 channels,
   // both tile heights, every width of atoms; a 1x1 window read as stored in every math; TF32
@@ -121,9 +112,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv = c;
     g.batch = 4, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
-    REQUIRE(l);
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
+    add(l);
   }
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
     const kernels::GemmConv c{40, 8, 8, 1, 1, 0, 0, false, true};
@@ -131,9 +120,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv = c;
     g.batch = 3, g.batch_a = 24 * 64, g.batch_b = 40 * 64;
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
-    REQUIRE(l);
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
+    add(l);
   }
   for (GemmTile tile : {GemmTile{64, 64}, GemmTile{128, 192}, GemmTile{64, 256}})
     for (GemmMath math : {GemmMath::bf16, GemmMath::f16}) {
@@ -144,11 +131,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       g.conv = c;
       g.batch = 8, g.batch_a = o * c.oh() * c.ow(), g.batch_b = c.c * c.h * c.w;
       const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
-      REQUIRE(l);
-      const std::string src = kernels::source(*l);
-      CHECK(rt::template_placeholders(src).empty());
-      jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
-      entries.push_back(kernels::entry_points(*l));
+      add(l);
     }
   const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
   MESSAGE("gemm_wgmma: " << r.text());
