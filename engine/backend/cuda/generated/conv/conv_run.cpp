@@ -56,9 +56,11 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
                       : math == ConvMath::f16  ? GemmMath::f16
                       : math == ConvMath::tf32 ? GemmMath::tf32
                                                : GemmMath::f32;
+  // Exact f32 triples the products: with few channels either way (o or c, in every pass) its
+  // tiles are mostly empty.
+  if (gm == GemmMath::f32 && std::min(g.o, g.c) < 16) return std::nullopt;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
   if (pass == ConvPass::grad_weight) {
-    if (gm == GemmMath::f32 && (g.o < 16 || g.c < 16)) return std::nullopt;  // as below
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
@@ -70,8 +72,6 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   }
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
-  // Exact f32 triples the products: with few channels either way its tiles are mostly empty.
-  if (gm == GemmMath::f32 && (rows < 16 || k < 16)) return std::nullopt;
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
   if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && !tf32_mma(gm)) {
     // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.

@@ -33,9 +33,9 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
 // [z][h][w][c] (f32 math: c as its three slices).
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
                             std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
-  const std::int64_t image = l.g.batch > 1 ? stride : c * pixels, slices = l.g.math == GemmMath::f32 ? 3 : 1;
-  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.batch * slices * c * pixels) * dtype_size(input_dtype(l.g.math)),
-                       stream);
+  const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
+  rt::DeviceBuffer out(
+      static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
   rt::DevicePtr dst = out.ptr();
