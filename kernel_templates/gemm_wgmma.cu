@@ -198,7 +198,11 @@ __device__ __forceinline__ void k_range(int z, long long& first, long long& end)
 // Column j of tile tn: its offset along a row of D, or -1 past the output.
 __device__ __forceinline__ long long column_of(int tn, int j) {
   if constexpr (kConv) {
-    const int oh = (tn / kTilesW) * kBoxH + j / kBoxW, ow = (tn % kTilesW) * kBoxW + j % kBoxW;
+    // The epilogue's j is 8 * (a constant) + (a lane's 0..6): with boxes of whole groups of 8
+    // columns, the box row is that constant's, known when the kernel is compiled.
+    const int jb = kBoxW % 8 == 0 ? (j & ~7) / kBoxW : j / kBoxW;
+    const int jw = kBoxW % 8 == 0 ? (j & ~7) % kBoxW + (j & 7) : j % kBoxW;
+    const int oh = (tn / kTilesW) * kBoxH + jb, ow = (tn % kTilesW) * kBoxW + jw;
     return j < kBoxW * kBoxH && oh < kOH && ow < kOW ? static_cast<long long>(oh) * kOW + ow : -1;
   } else {
     const long long col = static_cast<long long>(tn) * kBN + j;
