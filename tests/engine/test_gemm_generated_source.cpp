@@ -72,6 +72,21 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
       add(l);
     }
+  // Convolution mode with output pixels as rows: 32 channels (the heuristic's), 40 in a tile of
+  // 48, 300 in two tiles of 256, TF32 and an odd output width.
+  for (std::int64_t m : {32, 40, 300}) {
+    const kernels::GemmConv c{16, 9, m == 40 ? 7 : 12, 3, 3, 1, 1, m == 300};
+    GemmGeometry g{m, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), m == 40 ? GemmMath::tf32 : GemmMath::bf16};
+    g.conv = c;
+    g.batch = 3, g.batch_b = c.c * c.h * c.w, g.batch_d = m * c.oh() * c.ow();
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, m == 32 ? GemmTile{} : GemmTile{64, 0, 0, true});
+    REQUIRE(l);
+    CHECK(l->pixel_rows);
+    const std::string src = kernels::source(*l);
+    CHECK(src.find("kPixelRows = true") != std::string::npos);
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+    entries.push_back(kernels::entry_points(*l));
+  }
   // Exact f32 in convolution mode (three slices of split operands), forward and flipped, with a
   // channel tail past a k tile.
   for (bool flip : {false, true}) {
@@ -229,6 +244,27 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   GemmGeometry prologue = conv(64, 16, 16, 3, 1, GemmMath::bf16);
   prologue.hooks.prologue = kernels::GemmPrologueHook{"a", {}};
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, prologue, kHopper));  // A is the weights
+  // Few output channels: pixels as rows, channels as columns; 64 offer it to the tuner; hooks
+  // (indexed by D's rows) keep channels as rows.
+  GemmGeometry few = conv(64, 16, 16, 3, 1, GemmMath::bf16);
+  few.m = 24;
+  const auto px = kernels::plan(GemmKernel::wgmma, few, kHopper);
+  REQUIRE(px);
+  CHECK(px->pixel_rows);
+  CHECK(px->bn == 32);
+  CHECK(px->text().ends_with(" px"));
+  const auto sixty_four = kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::bf16), kHopper);
+  REQUIRE(sixty_four);
+  CHECK_FALSE(sixty_four->pixel_rows);
+  bool offered = false;
+  for (GemmTile t : kernels::alternatives(*sixty_four, kHopper)) offered = offered || t.pixel_rows;
+  CHECK(offered);
+  few.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f", {}};
+  const auto hooked = kernels::plan(GemmKernel::wgmma, few, kHopper);
+  REQUIRE(hooked);
+  CHECK_FALSE(hooked->pixel_rows);
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, few, kHopper, GemmTile{128, 0, 0, true}));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(32, 64, 64, GemmMath::bf16), kHopper, GemmTile{128, 0, 0, true}));
   GemmGeometry wrong = conv(64, 16, 16, 3, 1, GemmMath::bf16);
   wrong.n = 100;
   CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, wrong, kHopper), ValueError);

@@ -248,7 +248,7 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     const ConvBox box = l.box;
     const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
-                                      std::array{box_k, 1, l.bm});
+                                      std::array{box_k, 1, l.pixel_rows ? l.bn : l.bm});
     s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{ch, c->w, c->h, l.g.batch},
                                       std::array{ch, c->w * ch, c->h * c->w * ch}, std::array{box_k, box.w, box.h, 1});
   }

@@ -61,7 +61,7 @@ bool operands_apply(const GemmGeometry& g) {
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   rt::GeneratedKey key("gemm_wgmma");
-  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits);
+  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.pixel_rows);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
     return rt::GeneratedModule{source(l), "gemm " + l.text() + " " + math_name(l.g.math), entry_points(l)};
@@ -150,12 +150,14 @@ std::string GemmGeometry::text() const {
 
 std::string GemmTile::text() const {
   if (bm == 0) return {};
-  return std::to_string(bm) + "x" + std::to_string(bn) + (splits > 1 ? " k" + std::to_string(splits) : std::string());
+  return std::to_string(bm) + "x" + std::to_string(bn) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
+         (pixel_rows ? " px" : "");
 }
 
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
-         std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string());
+         std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
+         (pixel_rows ? " px" : "");
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
@@ -174,7 +176,17 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   // output pixels, and takes 64 rows where the output has no more channels.
   const int min_bn = g.b_mn ? 64 : 16;
   l.bm = 128;
-  if (g.conv) {
+  const GemmHooks hooks = hooks_of(g);
+  const bool hookless = !hooks.epilogue && !hooks.prologue;
+  if (tile.pixel_rows && (!g.conv || !hookless)) return std::nullopt;
+  l.pixel_rows = g.conv && hookless && (tile.bm > 0 ? tile.pixel_rows : g.m <= 32);
+  if (l.pixel_rows) {  // boxes of up to BM output pixels as rows; the channels, in 16s, as columns
+    l.bm = tile.bm > 0 ? tile.bm : 128;
+    l.bn = static_cast<int>(ceil_div(std::min<std::int64_t>(g.m, 256), 16) * 16);
+    l.box = conv_box(*g.conv, l.bm);
+    if (tile.bm == 0 && g.batch * conv_tiles_n(g, 0, l.box) * ceil_div(g.m, l.bn) < target.sm_count)
+      l.bm = 64, l.box = conv_box(*g.conv, 64);
+  } else if (g.conv) {
     if (g.m <= 64) l.bm = 64;
     const int most = tile.bn > 0 ? tile.bn : 256;
     l.box = conv_box(*g.conv, most);
@@ -192,11 +204,12 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   l.stages = stages_for(l.bm, l.bn, column_stats, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
-  const std::int64_t tiles = g.batch * ceil_div(g.m, l.bm) * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn));
+  const std::int64_t tiles =
+      g.batch * (l.pixel_rows ? conv_tiles_n(g, l.bn, l.box) * ceil_div(g.m, l.bn)
+                              : ceil_div(g.m, l.bm) * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)));
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   if (tile.splits > 1) {  // every split has k tiles; the partials need a plain dense product
-    const GemmHooks h = hooks_of(g);
-    if (g.conv || g.batch != 1 || h.epilogue || h.prologue || g.ldd != g.n) return std::nullopt;
+    if (g.conv || g.batch != 1 || !hookless || g.ldd != g.n) return std::nullopt;
     const std::int64_t k_tiles = ceil_div(g.k, 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math))));
     l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, tile.splits)));
   }
@@ -212,9 +225,14 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
     const WgradLayout w = wgrad_layout(h.g);
     for (int bm : {64, 128})
       for (int bn : w.k_major ? std::array{h.bn, w.bn} : std::array{128, 256})
-        if ((bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) &&
+        if ((h.pixel_rows || bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) &&
             (out.empty() || out.back().bm != bm || out.back().bn != bn))
           out.push_back({bm, bn});
+    // Up to 64 channels: pixels as rows too, boxes of up to 64 or 128 of them.
+    const GemmHooks hk = hooks_of(h.g);
+    if (!wgrad && h.g.m <= 64 && !hk.epilogue && !hk.prologue)
+      for (int bm : {64, 128})
+        if (!h.pixel_rows || bm != h.bm) out.push_back({bm, 0, 0, true});
     return out;
   }
   for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})
