@@ -18,9 +18,10 @@
 // The shifts move outer dimensions only (TMA takes a box only where its start along the
 // contiguous dimension is 16-byte aligned), and TMA fills the padding and every edge with
 // zeros. Column j of a tile is output pixel (j / BOX_W, j % BOX_W) of its block; columns past
-// BOX_W x BOX_H are never loaded and never stored. PIXEL_ROWS swaps the operands where there
-// are few channels: A is the box (rows: output pixels), B the weights (columns: channels), and
-// each sum is stored at its channel's row of D.
+// BOX_W x BOX_H are never loaded and never stored. TRANSPOSED tiles compute D^T where D has
+// few rows (channels): A is the box (rows: output pixels), B the weights (columns: channels),
+// and each sum is stored at its channel's row of D; so too in weight-gradient mode's MN-major
+// layout (A: the taps' atoms, B: gy's).
 // f32 math (SPLIT_F32, convolution mode): the staged channels are three slices of C, images
 // [hi | lo | hi] and weights [hi | hi | lo] (x = hi + lo, both TF32), so the TF32 MMAs sum
 // hi*hi + lo*hi + hi*lo and keep f32's precision.
@@ -51,9 +52,9 @@ constexpr bool kABatched = ${A_BATCHED}, kBBatched = ${B_BATCHED};  // false: ev
 constexpr int kBatch = ${BATCH};
 constexpr int kConvMode = ${CONV_MODE};
 constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2, kWgradKMajor = ${WGRAD_K_MAJOR};
-// Convolution mode with output pixels as rows and channels as columns (few channels: a
-// 64-row MMA would be mostly padding): A is the box of images, B the weights.
-constexpr bool kPixelRows = ${PIXEL_ROWS};
+// Tiles of D^T, for D of few rows (channels), which would leave a 64-row MMA mostly padding:
+// a tile's rows are D's columns (output pixels; in weight-gradient mode taps of channels).
+constexpr bool kTransposed = ${TRANSPOSED};
 constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
@@ -66,8 +67,11 @@ constexpr int kPixTiles = kWgradKMajor ? (kOH * kRow + kBK - 1) / kBK : (kOH + k
 constexpr bool kSplitK = ${SPLIT_K};
 constexpr long long kWgradK = static_cast<long long>(kImages) * kPixTiles;
 constexpr int kPixelTiles = (kOH + kBoxH - 1) / kBoxH * kTilesW;
-constexpr int kTilesM = kPixelRows ? kPixelTiles : (kM + kBM - 1) / kBM;
-constexpr int kTilesN = kPixelRows ? (kM + kBN - 1) / kBN : kConv ? kPixelTiles : (kN + kBN - 1) / kBN;
+constexpr int kRowsTile = kTransposed ? kBN : kBM, kColumnsTile = kTransposed ? kBM : kBN;  // of D
+constexpr int kTilesOfRows = (kM + kRowsTile - 1) / kRowsTile;
+constexpr int kTilesOfColumns = kConv ? kPixelTiles : (kN + kColumnsTile - 1) / kColumnsTile;
+constexpr int kTilesM = kTransposed ? kTilesOfColumns : kTilesOfRows;
+constexpr int kTilesN = kTransposed ? kTilesOfRows : kTilesOfColumns;
 constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBatch;
 // Shared-memory descriptors: an MN-major tile's 64-column atoms lie BK rows (of 128 bytes)
 // apart; a k step of one MMA moves 32 bytes along a K-major row, or 16 rows down an MN-major one.
@@ -78,8 +82,8 @@ constexpr int kKTiles = kConv ? kRS * kCBlocks : (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
 // The bytes a stage's copies bring: in convolution mode the box may fill fewer rows than its tile.
 constexpr unsigned kBoxBytes = kBoxW * kBoxH * 128;
-constexpr unsigned kLoadBytes = kPixelRows ? kBoxBytes + kBytesB : kBytesA + (kConv ? kBoxBytes : kBytesB);
-static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kPixelRows ? kBM : kBN)),
+constexpr unsigned kLoadBytes = (kConv && kTransposed ? kBoxBytes : kBytesA) + (kConv && !kTransposed ? kBoxBytes : kBytesB);
+static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
 // K-major weight gradients: a B tile is BN / kTapRows boxes, each of one tap's channels.
 constexpr int kTapRows = kC < kBN ? kC : kBN;
@@ -87,7 +91,8 @@ static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kBN % kTapRows == 0 &
                                        : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
               "weight-gradient mode: K-major tiles of whole taps or within one, or MN-major 64-pixel boxes");
 ${HOOK_CONSTANTS}
-static_assert(!kPixelRows || (kConv && !kPrologue && !kAccumulate && kStats == 0), "pixel rows: convolution mode, no hooks");
+static_assert(!kTransposed || ((kConv || (kWgrad && !kWgradKMajor)) && !kPrologue && !kAccumulate && kStats == 0),
+              "transposed tiles: convolution mode or MN-major weight gradients, no hooks");
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
 constexpr long long kStatsParts = kStats == 1 ? (long long)kBatch * kTilesN : (long long)kBatch * kTilesM * kConsumers;
@@ -163,8 +168,8 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap* map, 
 __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
                                                 const TensorMap* map_b, unsigned bar, int kt, int z, int tm, int tn) {
   const int rs = kt / kCBlocks, c0 = (kt % kCBlocks) * kBK, r = rs / kS, s = rs % kS;
-  const int box = kPixelRows ? tm : tn, oh0 = (box / kTilesW) * kBoxH, ow0 = (box % kTilesW) * kBoxW;
-  if constexpr (kPixelRows) {
+  const int box = kTransposed ? tm : tn, oh0 = (box / kTilesW) * kBoxH, ow0 = (box % kTilesW) * kBoxW;
+  if constexpr (kTransposed) {
     tma_load_4d(dst_a, map_b, bar, c0, ow0 + s - kPadW, oh0 + r - kPadH, z);
     tma_load(dst_b, map_a, bar, c0, rs, tn * kBN);
   } else {
@@ -188,12 +193,16 @@ __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b,
     return;
   }
   const int oh0 = (box / kPixTilesW) * kBoxH, ow0 = (box % kPixTilesW) * kBoxW;
+  // gy's atoms (64 of D's rows) and the taps' (64 of its columns); transposed, the taps are A.
+  const unsigned dst_gy = kTransposed ? dst_b : dst_a, dst_taps = kTransposed ? dst_a : dst_b;
+  const int t_gy = kTransposed ? tn : tm, t_taps = kTransposed ? tm : tn;
 #pragma unroll
-  for (int j = 0; j < kBM / 64; ++j) tma_load_4d(dst_a + j * kAtomBytes, map_a, bar, tm * kBM + 64 * j, ow0, oh0, image);
+  for (int j = 0; j < kRowsTile / 64; ++j)
+    tma_load_4d(dst_gy + j * kAtomBytes, map_a, bar, t_gy * kRowsTile + 64 * j, ow0, oh0, image);
 #pragma unroll
-  for (int j = 0; j < kBN / 64; ++j) {
-    const int col = tn * kBN + 64 * j, tap = col / kC;
-    tma_load_4d(dst_b + j * kAtomBytes, map_b, bar, col % kC, ow0 + tap % kS - kPadW, oh0 + tap / kS - kPadH, image);
+  for (int j = 0; j < kColumnsTile / 64; ++j) {
+    const int col = t_taps * kColumnsTile + 64 * j, tap = col / kC;
+    tma_load_4d(dst_taps + j * kAtomBytes, map_b, bar, col % kC, ow0 + tap % kS - kPadW, oh0 + tap / kS - kPadH, image);
   }
 }
 
@@ -449,12 +458,14 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const long long row = row0 + 8 * ((r / 2) % 2);
       // Columns j and j + 1 lie side by side in D whenever both exist.
       const int j = 8 * (r / 4) + 2 * (lane % 4);
-      if constexpr (kPixelRows) {  // row: pixel of box tm; columns j and j + 1: channels, kLdd apart
-        const long long pix = column_of(tm, static_cast<int>(row - static_cast<long long>(tm) * kBM));
-        const long long ch = static_cast<long long>(tn) * kBN + j;
-        Out* p = d + z * kBatchD + ch * kLdd + pix;
-        if (pix >= 0 && ch < kM) *p = kiln::cvt<Out>(epilogue(acc[r], ch, pix, z, hp));
-        if (pix >= 0 && ch + 1 < kM) p[kLdd] = kiln::cvt<Out>(epilogue(acc[r + 1], ch + 1, pix, z, hp));
+      if constexpr (kTransposed) {  // row: D's column (a pixel of box tm, or a tap's channel); j, j + 1: D's rows
+        const long long col = kConv ? column_of(tm, static_cast<int>(row - static_cast<long long>(tm) * kBM))
+                              : row < kN ? row
+                                         : -1;
+        const long long drow = static_cast<long long>(tn) * kBN + j;
+        Out* p = d + z * kBatchD + drow * kLdd + col;
+        if (col >= 0 && drow < kM) *p = kiln::cvt<Out>(epilogue(acc[r], drow, col, z, hp));
+        if (col >= 0 && drow + 1 < kM) p[kLdd] = kiln::cvt<Out>(epilogue(acc[r + 1], drow + 1, col, z, hp));
         continue;
       }
       if constexpr (kPairsWhole) {

@@ -81,10 +81,22 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.batch = 3, g.batch_b = c.c * c.h * c.w, g.batch_d = m * c.oh() * c.ow();
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, m == 32 ? GemmTile{} : GemmTile{64, 0, 0, true});
     REQUIRE(l);
-    CHECK(l->pixel_rows);
+    CHECK(l->transposed);
     const std::string src = kernels::source(*l);
-    CHECK(src.find("kPixelRows = true") != std::string::npos);
+    CHECK(src.find("kTransposed = true") != std::string::npos);
     jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
+    entries.push_back(kernels::entry_points(*l));
+  }
+  // Transposed weight gradients (MN-major): 24 outputs (the heuristic's) and 64 in tiles 64 high.
+  for (std::int64_t o : {24, 64}) {
+    const kernels::GemmConv c{64, 12, 12, 3, 3, 1, 1, false, true};
+    GemmGeometry g{o, 9 * 64, 4 * 144, 0, 0, 9 * 64, GemmMath::bf16};
+    g.conv = c;
+    g.batch = 4, g.batch_a = o * 144, g.batch_b = 64 * 144;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, o == 24 ? GemmTile{} : GemmTile{64, 0, 0, true});
+    REQUIRE(l);
+    CHECK(l->transposed);
+    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
     entries.push_back(kernels::entry_points(*l));
   }
   // Exact f32 in convolution mode (three slices of split operands), forward and flipped, with a
@@ -250,19 +262,19 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   few.m = 24;
   const auto px = kernels::plan(GemmKernel::wgmma, few, kHopper);
   REQUIRE(px);
-  CHECK(px->pixel_rows);
+  CHECK(px->transposed);
   CHECK(px->bn == 32);
-  CHECK(px->text().ends_with(" px"));
+  CHECK(px->text().ends_with(" T"));
   const auto sixty_four = kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::bf16), kHopper);
   REQUIRE(sixty_four);
-  CHECK_FALSE(sixty_four->pixel_rows);
+  CHECK_FALSE(sixty_four->transposed);
   bool offered = false;
-  for (GemmTile t : kernels::alternatives(*sixty_four, kHopper)) offered = offered || t.pixel_rows;
+  for (GemmTile t : kernels::alternatives(*sixty_four, kHopper)) offered = offered || t.transposed;
   CHECK(offered);
   few.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f", {}};
   const auto hooked = kernels::plan(GemmKernel::wgmma, few, kHopper);
   REQUIRE(hooked);
-  CHECK_FALSE(hooked->pixel_rows);
+  CHECK_FALSE(hooked->transposed);
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, few, kHopper, GemmTile{128, 0, 0, true}));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(32, 64, 64, GemmMath::bf16), kHopper, GemmTile{128, 0, 0, true}));
   GemmGeometry wrong = conv(64, 16, 16, 3, 1, GemmMath::bf16);
@@ -307,6 +319,19 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
   CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::tf32), kHopper, GemmTile{64, 64}));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::tf32), kHopper, GemmTile{64, 96}));
   CHECK(kernels::wgrad_layout(wgrad(64, 320, 14, 3, 2, GemmMath::tf32)).bn == 160);  // two tiles a tap
+  // Transposed tiles (dW^T) for few outputs in the MN-major layout: BM of dW's columns, its rows in 64s.
+  const auto few = kernels::plan(GemmKernel::wgmma, wgrad(24, 64, 14, 3, 8, GemmMath::bf16), kHopper);
+  REQUIRE(few);
+  CHECK(few->transposed);
+  CHECK(few->bm == 128);
+  CHECK(few->bn == 64);
+  const auto res_bf16 = kernels::plan(GemmKernel::wgmma, wgrad(64, 64, 56, 3, 64, GemmMath::bf16), kHopper);
+  REQUIRE(res_bf16);
+  CHECK_FALSE(res_bf16->transposed);
+  bool offered = false;
+  for (GemmTile t : kernels::alternatives(*res_bf16, kHopper)) offered = offered || t.transposed;
+  CHECK(offered);
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(24, 64, 14, 3, 8, GemmMath::tf32), kHopper, GemmTile{128, 0, 0, true}));
   CHECK_FALSE(kernels::wgrad_layout(wgrad(64, 256, 7, 1, 2, GemmMath::bf16)).k_major);  // 49 pixels: 98 bytes
   CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::bf16), kHopper));
   CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::tf32), kHopper));

@@ -122,8 +122,15 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   const GemmConv& c = *g.conv;
   const WgradLayout w = wgrad_layout(g);
   const std::int64_t cols = c.r * c.s * w.channels;
-  l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
-  l.bn = tile.bn;
+  if (tile.transposed && w.k_major) return std::nullopt;
+  l.transposed = !w.k_major && (tile.bm > 0 ? tile.transposed : g.m <= 32);
+  if (l.transposed) {  // tiles of dW^T: BM of its columns (two taps' 64 channels) by its rows in 64s
+    l.bm = tile.bm > 0 ? tile.bm : 128;
+    l.bn = static_cast<int>(std::min<std::int64_t>(ceil_div(g.m, 64) * 64, 256));
+  } else {
+    l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
+    l.bn = tile.bn;
+  }
   if (w.k_major) {  // several taps side by side share each tile of gy; the fewest padded taps, the most a tile
     const std::int64_t taps = c.r * c.s, most = w.channels == w.bn ? 256 / w.bn : 1;
     std::int64_t t = 1;
@@ -141,7 +148,8 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   l.stages = stages_for(l.bm, l.bn, false, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, false);
-  const std::int64_t tiles = ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
+  const std::int64_t tiles =
+      l.transposed ? ceil_div(cols, l.bm) * ceil_div(g.m, l.bn) : ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
   const std::int64_t k_tiles =
       slices(g) * g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
   // At least 4 k tiles a split: fewer would spend more on partials than on products.
@@ -248,7 +256,7 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     const ConvBox box = l.box;
     const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
-                                      std::array{box_k, 1, l.pixel_rows ? l.bn : l.bm});
+                                      std::array{box_k, 1, l.transposed ? l.bn : l.bm});
     s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{ch, c->w, c->h, l.g.batch},
                                       std::array{ch, c->w * ch, c->h * c->w * ch}, std::array{box_k, box.w, box.h, 1});
   }

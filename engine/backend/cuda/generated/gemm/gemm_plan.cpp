@@ -61,7 +61,7 @@ bool operands_apply(const GemmGeometry& g) {
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   rt::GeneratedKey key("gemm_wgmma");
-  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.pixel_rows);
+  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.transposed);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
     return rt::GeneratedModule{source(l), "gemm " + l.text() + " " + math_name(l.g.math), entry_points(l)};
@@ -151,13 +151,13 @@ std::string GemmGeometry::text() const {
 std::string GemmTile::text() const {
   if (bm == 0) return {};
   return std::to_string(bm) + "x" + std::to_string(bn) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (pixel_rows ? " px" : "");
+         (transposed ? " T" : "");
 }
 
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
          std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (pixel_rows ? " px" : "");
+         (transposed ? " T" : "");
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
@@ -178,9 +178,9 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   l.bm = 128;
   const GemmHooks hooks = hooks_of(g);
   const bool hookless = !hooks.epilogue && !hooks.prologue;
-  if (tile.pixel_rows && (!g.conv || !hookless)) return std::nullopt;
-  l.pixel_rows = g.conv && hookless && (tile.bm > 0 ? tile.pixel_rows : g.m <= 32);
-  if (l.pixel_rows) {  // boxes of up to BM output pixels as rows; the channels, in 16s, as columns
+  if (tile.transposed && (!g.conv || !hookless)) return std::nullopt;
+  l.transposed = g.conv && hookless && (tile.bm > 0 ? tile.transposed : g.m <= 32);
+  if (l.transposed) {  // boxes of up to BM output pixels as rows; the channels, in 16s, as columns
     l.bm = tile.bm > 0 ? tile.bm : 128;
     l.bn = static_cast<int>(ceil_div(std::min<std::int64_t>(g.m, 256), 16) * 16);
     l.box = conv_box(*g.conv, l.bm);
@@ -205,7 +205,7 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
   const std::int64_t tiles =
-      g.batch * (l.pixel_rows ? conv_tiles_n(g, l.bn, l.box) * ceil_div(g.m, l.bn)
+      g.batch * (l.transposed ? conv_tiles_n(g, l.bn, l.box) * ceil_div(g.m, l.bn)
                               : ceil_div(g.m, l.bm) * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)));
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   if (tile.splits > 1) {  // every split has k tiles; the partials need a plain dense product
@@ -225,14 +225,14 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
     const WgradLayout w = wgrad_layout(h.g);
     for (int bm : {64, 128})
       for (int bn : w.k_major ? std::array{h.bn, w.bn} : std::array{128, 256})
-        if ((h.pixel_rows || bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) &&
+        if ((h.transposed || bm != h.bm || (wgrad ? bn != h.bn : (bn == 128) != (h.bn <= 128))) &&
             (out.empty() || out.back().bm != bm || out.back().bn != bn))
           out.push_back({bm, bn});
-    // Up to 64 channels: pixels as rows too, boxes of up to 64 or 128 of them.
+    // Up to 64 channels: transposed tiles too, 64 or 128 of D's columns high.
     const GemmHooks hk = hooks_of(h.g);
-    if (!wgrad && h.g.m <= 64 && !hk.epilogue && !hk.prologue)
+    if (h.g.m <= 64 && !w.k_major && !hk.epilogue && !hk.prologue)
       for (int bm : {64, 128})
-        if (!h.pixel_rows || bm != h.bm) out.push_back({bm, 0, 0, true});
+        if (!h.transposed || bm != h.bm) out.push_back({bm, 0, 0, true});
     return out;
   }
   for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})

@@ -102,7 +102,7 @@ struct GemmTile {
   int splits = 0;  // a plain product's k split this many ways (0 or 1: not split)
   // Convolution mode: output pixels as the tile's rows and channels as its columns (bn 0: the
   // channels rounded up to 16), for few channels, whose rows would leave a 64-row MMA mostly empty.
-  bool pixel_rows = false;
+  bool transposed = false;
   std::string text() const;  // "", "128x256", "128x64 k8", "128x32 px"
 };
 
@@ -120,7 +120,7 @@ struct GemmLaunch {
   // Weight-gradient mode: problems the pixels are split among; a plain product (one problem,
   // no hooks, dense D): ways its k is split, the f32 partials summed after the kernel.
   int splits = 1;
-  bool pixel_rows = false;  // convolution mode, as GemmTile says
+  bool transposed = false;  // convolution mode, as GemmTile says
   std::int64_t shared_bytes = 0;
   std::string text() const;  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 px": what the tuner remembers
 };

@@ -94,7 +94,7 @@ std::string source(const GemmLaunch& l) {
   b.insert(b.end(), {{"CONV_MODE", num(wgrad ? 2 : g.conv ? 1 : 0)},
                      {"CONV_C", num(wgrad ? w.channels : staged_channels(g))},
                      {"SPLIT_F32", g.math == GemmMath::f32 ? "1" : "0"},
-                     {"PIXEL_ROWS", l.pixel_rows ? "true" : "false"},
+                     {"TRANSPOSED", l.transposed ? "true" : "false"},
                      {"WGRAD_K_MAJOR", w.k_major ? "true" : "false"},
                      {"WGRAD_ROW", num(w.row)},
                      {"CONV_S", num(c.s)},
