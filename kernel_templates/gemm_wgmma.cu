@@ -21,7 +21,7 @@
 // BOX_W x BOX_H are never loaded and never stored. TRANSPOSED tiles compute D^T where D has
 // few rows (channels): A is the box (rows: output pixels), B the weights (columns: channels),
 // and each sum is stored at its channel's row of D; so too in weight-gradient mode's MN-major
-// layout (A: the taps' atoms, B: gy's).
+// layouts (A: the taps' tiles, B: gy's).
 // f32 math (SPLIT_F32, convolution mode): the staged channels are three slices of C, images
 // [hi | lo | hi] and weights [hi | hi | lo] (x = hi + lo, both TF32), so the TF32 MMAs sum
 // hi*hi + lo*hi + hi*lo and keep f32's precision.
@@ -85,14 +85,15 @@ constexpr unsigned kBoxBytes = kBoxW * kBoxH * 128;
 constexpr unsigned kLoadBytes = (kConv && kTransposed ? kBoxBytes : kBytesA) + (kConv && !kTransposed ? kBoxBytes : kBytesB);
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
-// K-major weight gradients: a B tile is BN / kTapRows boxes, each of one tap's channels.
-constexpr int kTapRows = kC < kBN ? kC : kBN;
-static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kBN % kTapRows == 0 && kC % kTapRows == 0
+// K-major weight gradients: a tile of taps (B, or A when transposed) is boxes of kTapRows, each
+// of one tap's channels.
+constexpr int kTapRows = kC < kColumnsTile ? kC : kColumnsTile;
+static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kColumnsTile % kTapRows == 0 && kC % kTapRows == 0
                                        : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
               "weight-gradient mode: K-major tiles of whole taps or within one, or MN-major 64-pixel boxes");
 ${HOOK_CONSTANTS}
-static_assert(!kTransposed || ((kConv || (kWgrad && !kWgradKMajor)) && !kPrologue && !kAccumulate && kStats == 0),
-              "transposed tiles: convolution mode or MN-major weight gradients, no hooks");
+static_assert(!kTransposed || ((kConv || kWgrad) && !kPrologue && !kAccumulate && kStats == 0),
+              "transposed tiles: the convolution modes, no hooks");
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
 constexpr long long kStatsParts = kStats == 1 ? (long long)kBatch * kTilesN : (long long)kBatch * kTilesM * kConsumers;
@@ -183,19 +184,19 @@ __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, 
 __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
                                                  const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn) {
   const int image = static_cast<int>(kt / kPixTiles), box = static_cast<int>(kt % kPixTiles);
+  // gy's tile (D's rows) and the taps' (D's columns); transposed, the taps are A.
+  const unsigned dst_gy = kTransposed ? dst_b : dst_a, dst_taps = kTransposed ? dst_a : dst_b;
+  const int t_gy = kTransposed ? tn : tm, t_taps = kTransposed ? tm : tn;
   if constexpr (kWgradKMajor) {
-    tma_load(dst_a, map_a, bar, box * kBK, tm * kBM, image);
+    tma_load(dst_gy, map_a, bar, box * kBK, t_gy * kRowsTile, image);
 #pragma unroll
-    for (int j = 0; j < kBN / kTapRows; ++j) {
-      const int col = tn * kBN + j * kTapRows, tap = col / kC;
-      tma_load_4d(dst_b + j * kTapRows * 128, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image, tap % kS);
+    for (int j = 0; j < kColumnsTile / kTapRows; ++j) {
+      const int col = t_taps * kColumnsTile + j * kTapRows, tap = col / kC;
+      tma_load_4d(dst_taps + j * kTapRows * 128, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image, tap % kS);
     }
     return;
   }
   const int oh0 = (box / kPixTilesW) * kBoxH, ow0 = (box % kPixTilesW) * kBoxW;
-  // gy's atoms (64 of D's rows) and the taps' (64 of its columns); transposed, the taps are A.
-  const unsigned dst_gy = kTransposed ? dst_b : dst_a, dst_taps = kTransposed ? dst_a : dst_b;
-  const int t_gy = kTransposed ? tn : tm, t_taps = kTransposed ? tm : tn;
 #pragma unroll
   for (int j = 0; j < kRowsTile / 64; ++j)
     tma_load_4d(dst_gy + j * kAtomBytes, map_a, bar, t_gy * kRowsTile + 64 * j, ow0, oh0, image);

@@ -87,10 +87,11 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
     entries.push_back(kernels::entry_points(*l));
   }
-  // Transposed weight gradients (MN-major): 24 outputs (the heuristic's) and 64 in tiles 64 high.
+  // Transposed weight gradients: 24 outputs (the heuristic's) and 64 in tiles 64 high, MN-major
+  // (bf16) and K-major (TF32, 24: two taps a tile).
   for (std::int64_t o : {24, 64}) {
     const kernels::GemmConv c{64, 12, 12, 3, 3, 1, 1, false, true};
-    GemmGeometry g{o, 9 * 64, 4 * 144, 0, 0, 9 * 64, GemmMath::bf16};
+    GemmGeometry g{o, 9 * 64, 4 * 144, 0, 0, 9 * 64, o == 24 ? GemmMath::tf32 : GemmMath::bf16};
     g.conv = c;
     g.batch = 4, g.batch_a = o * 144, g.batch_b = 64 * 144;
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, o == 24 ? GemmTile{} : GemmTile{64, 0, 0, true});
@@ -331,7 +332,14 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
   bool offered = false;
   for (GemmTile t : kernels::alternatives(*res_bf16, kHopper)) offered = offered || t.transposed;
   CHECK(offered);
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(24, 64, 14, 3, 8, GemmMath::tf32), kHopper, GemmTile{128, 0, 0, true}));
+  // K-major (TF32): tiles of whole taps (two of 64 channels in 128) or a tap in pieces; 48
+  // channels neither divide nor fill 64 or 128.
+  const auto few_tf32 = kernels::plan(GemmKernel::wgmma, wgrad(24, 64, 14, 3, 8, GemmMath::tf32), kHopper);
+  REQUIRE(few_tf32);
+  CHECK(few_tf32->transposed);
+  CHECK(few_tf32->bm == 128);
+  CHECK(few_tf32->bn == 32);
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, wgrad(24, 48, 14, 3, 8, GemmMath::tf32), kHopper, GemmTile{128, 0, 0, true}));
   CHECK_FALSE(kernels::wgrad_layout(wgrad(64, 256, 7, 1, 2, GemmMath::bf16)).k_major);  // 49 pixels: 98 bytes
   CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::bf16), kHopper));
   CHECK(kernels::plan(GemmKernel::wgmma, wgrad(64, 256, 7, 1, 2, GemmMath::tf32), kHopper));

@@ -122,16 +122,19 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   const GemmConv& c = *g.conv;
   const WgradLayout w = wgrad_layout(g);
   const std::int64_t cols = c.r * c.s * w.channels;
-  if (tile.transposed && w.k_major) return std::nullopt;
-  l.transposed = !w.k_major && (tile.bm > 0 ? tile.transposed : g.m <= 32);
-  if (l.transposed) {  // tiles of dW^T: BM of its columns (two taps' 64 channels) by its rows in 64s
-    l.bm = tile.bm > 0 ? tile.bm : 128;
-    l.bn = static_cast<int>(std::min<std::int64_t>(ceil_div(g.m, 64) * 64, 256));
+  // Transposed tiles hold BM of dW's columns: K-major ones whole taps, or a tap in pieces.
+  auto fits = [&](int bm) { return !w.k_major || w.channels % bm == 0 || bm % w.channels == 0; };
+  l.transposed = tile.bm > 0 ? tile.transposed : g.m <= 32 && (fits(128) || fits(64));
+  if (l.transposed) {  // tiles of dW^T: BM of its columns by its rows
+    l.bm = tile.bm > 0 ? tile.bm : fits(128) ? 128 : 64;
+    if (!fits(l.bm)) return std::nullopt;
+    const int unit = w.k_major ? 16 : 64;  // MN-major gy comes in atoms of 64
+    l.bn = static_cast<int>(std::min<std::int64_t>(ceil_div(g.m, unit) * unit, 256));
   } else {
     l.bm = tile.bm > 0 ? tile.bm : g.m <= 64 ? 64 : 128;
     l.bn = tile.bn;
   }
-  if (w.k_major) {  // several taps side by side share each tile of gy; the fewest padded taps, the most a tile
+  if (w.k_major && !l.transposed) {  // several taps side by side share each tile of gy; the fewest padded taps, the most a tile
     const std::int64_t taps = c.r * c.s, most = w.channels == w.bn ? 256 / w.bn : 1;
     std::int64_t t = 1;
     for (std::int64_t k = 2; k <= most; ++k)
@@ -234,11 +237,13 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
                             {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w, 2}, *ops.stream, shift);
       x = s.images.ptr(), x_image = c->c * plane;
     }
-    s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, l.bm, box_k, b, b > 1 ? gy_image : 0);
+    // Transposed tiles take gy as B (BN rows) and the taps as A (BM columns of dW).
+    const int gy_rows = l.transposed ? l.bn : l.bm, tap_cols = l.transposed ? l.bm : l.bn;
+    s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, gy_rows, box_k, b, b > 1 ? gy_image : 0);
     s.map_b = rt::tiled_tensor_map_nd(
         x, t, std::array{plane, c->c, b, wgrad.stage_images ? c->s : 1},
         std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},
-        std::array{box_k, static_cast<int>(std::min<std::int64_t>(l.bn, wgrad.channels)), 1, 1});
+        std::array{box_k, static_cast<int>(std::min<std::int64_t>(tap_cols, wgrad.channels)), 1, 1});
   } else if (c->weight_grad) {
     const rt::Function stage = rt::generated_function(module, "kiln_nchw_to_nhwc", device);
     const std::int64_t pixels = c->oh() * c->ow();

@@ -230,7 +230,7 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
           out.push_back({bm, bn});
     // Up to 64 channels: transposed tiles too, 64 or 128 of D's columns high.
     const GemmHooks hk = hooks_of(h.g);
-    if (h.g.m <= 64 && !w.k_major && !hk.epilogue && !hk.prologue)
+    if (h.g.m <= 64 && !hk.epilogue && !hk.prologue)
       for (int bm : {64, 128})
         if (!h.transposed || bm != h.bm) out.push_back({bm, 0, 0, true});
     return out;
