@@ -86,12 +86,9 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv = c;
     g.batch = 3, g.batch_b = c.c * c.h * c.w, g.batch_d = m * c.oh() * c.ow();
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, m == 32 ? GemmTile{} : GemmTile{64, 0, 0, true});
-    REQUIRE(l);
+    const std::string src = add(l);
     CHECK(l->transposed);
-    const std::string src = kernels::source(*l);
     CHECK(src.find("kTransposed = true") != std::string::npos);
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", src, "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
   }
   // Transposed weight gradients: 24 outputs (the heuristic's) and 64 in tiles 64 high, MN-major
   // (bf16) and K-major (TF32, 24: two taps a tile).
@@ -101,10 +98,8 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv = c;
     g.batch = 4, g.batch_a = o * 144, g.batch_b = 64 * 144;
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, o == 24 ? GemmTile{} : GemmTile{64, 0, 0, true});
-    REQUIRE(l);
+    add(l);
     CHECK(l->transposed);
-    jobs.push_back(kiln_test::generated_job("check_gemm_wgmma", kernels::source(*l), "kiln_gemm_wgmma", 90));
-    entries.push_back(kernels::entry_points(*l));
   }
   // Exact f32 in convolution mode (three slices of split operands), forward and flipped, with a
   // channel tail past a k tile.
