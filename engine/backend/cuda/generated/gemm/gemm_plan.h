@@ -100,10 +100,11 @@ const char* kernel_name(GemmKernel k);  // "wgmma"
 struct GemmTile {
   int bm = 0, bn = 0;
   int splits = 0;  // a plain product's k split this many ways (0 or 1: not split)
-  // Convolution mode: output pixels as the tile's rows and channels as its columns (bn 0: the
-  // channels rounded up to 16), for few channels, whose rows would leave a 64-row MMA mostly empty.
+  // The convolution modes: tiles of D^T, whose rows are D's columns (output pixels, or taps of
+  // channels) and whose columns its rows (bn chosen by the plan), for D of few rows, which
+  // would leave a 64-row MMA mostly empty. No hooks.
   bool transposed = false;
-  std::string text() const;  // "", "128x256", "128x64 k8", "128x32 px"
+  std::string text() const;  // "", "128x256", "128x64 k8", "128x0 T"
 };
 
 // Convolution mode's output pixels per tile, and weight-gradient mode's per k tile: BOX_H rows
@@ -120,9 +121,9 @@ struct GemmLaunch {
   // Weight-gradient mode: problems the pixels are split among; a plain product (one problem,
   // no hooks, dense D): ways its k is split, the f32 partials summed after the kernel.
   int splits = 1;
-  bool transposed = false;  // convolution mode, as GemmTile says
+  bool transposed = false;  // as GemmTile says
   std::int64_t shared_bytes = 0;
-  std::string text() const;  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 px": what the tuner remembers
+  std::string text() const;  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T": what the tuner remembers
 };
 
 // The launch of kind `k` for problem `g`, or none where the kind does not apply (another arch,
