@@ -537,6 +537,15 @@ __device__ __forceinline__ float tf32_hi(float x) {
 }
 __device__ __forceinline__ float tf32_lo(float x) { return isfinite(x) ? tf32_round(x - tf32_hi(x)) : 0.f; }
 __device__ __forceinline__ float tf32_hi_finite(float x) { return isfinite(x) ? tf32_hi(x) : 0.f; }
+// Slice `slice` of x where `lo_slice` holds the remainders: [hi | lo | hi] (1) or [hi | hi | lo] (2).
+__device__ __forceinline__ float tf32_slice(float x, int slice, int lo_slice) {
+  return slice == 0 ? tf32_hi(x) : slice == lo_slice ? tf32_lo(x) : tf32_hi_finite(x);
+}
+// The three slices of x, `stride` elements apart.
+__device__ __forceinline__ void write_slices(float* o, long long stride, float x, int lo_slice) {
+#pragma unroll
+  for (int slice = 0; slice < 3; ++slice) o[slice * stride] = tf32_slice(x, slice, lo_slice);
+}
 #endif
 
 #if KILN_CONV_MODE == 1
@@ -550,9 +559,7 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
     const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
 #if KILN_SPLIT_F32
     In* o = out + (mi * taps + tap) * 3 * c + ci;
-    o[0] = tf32_hi(v);
-    o[c] = tf32_hi_finite(v);
-    o[2 * c] = tf32_lo(v);
+    write_slices(o, c, v, 2);
 #else
     out[i] = v;
 #endif
@@ -582,7 +589,7 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
       const In v = q < ow && y >= 0 && y < h && xq >= 0 && xq < w ? src[y * w + xq] : kiln::cvt<In>(0.f);
 #if KILN_SPLIT_F32
       const int slice = static_cast<int>(p / planes);
-      dst[e] = slice == 0 ? tf32_hi(v) : slice == lo_slice ? tf32_lo(v) : tf32_hi_finite(v);
+      dst[e] = tf32_slice(v, slice, lo_slice);
 #else
       dst[e] = v;
 #endif
@@ -626,10 +633,7 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
     if (p0 + i < p && c0 + threadIdx.x < c) {
       In* o = out + kSlices * (image + static_cast<long long>(p0 + i) * c) + c0 + threadIdx.x;
 #if KILN_SPLIT_F32
-      const float v = tile[threadIdx.x][i];
-      o[0] = tf32_hi(v);
-      o[c] = tf32_lo(v);
-      o[2 * c] = tf32_hi_finite(v);
+      write_slices(o, c, tile[threadIdx.x][i], 1);
 #else
       *o = tile[threadIdx.x][i];
 #endif
