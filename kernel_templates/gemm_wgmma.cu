@@ -285,6 +285,73 @@ __device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
   }
 }
 
+// Staged stores (the host's staged_stores): a warp writes its 16 rows of the tile to shared
+// memory 128 bytes of columns at a time, then stores them 16 bytes a lane along D's rows, so
+// that a request carries whole lines instead of one pair of columns for each of 8 rows.
+constexpr bool kStagedStores = ${STAGED_STORES};
+constexpr int kPiece = 16 / sizeof(Out), kLine = 128 / sizeof(Out);  // columns in 16 and 128 bytes
+static_assert(!kStagedStores || (!kTransposed && !kAccumulate && kLdd % kPiece == 0 && kBatchD % kPiece == 0 &&
+                                 (!kConv || (kBoxW % kPiece == 0 && kOW % kPiece == 0))),
+              "staged stores: 16-byte pieces of D's rows, aligned and side by side, nothing read back");
+
+// The warp's rows row0 .. row0 + 15 of tile (z, tn) from `acc` (see the accumulator layout in
+// the kernel) through `buf` (16 lines of 128 bytes; a line's 16-byte pieces permuted by its index
+// mod 8, so that neither the pairs written nor the pieces read meet in a bank). With statistics,
+// acc is left holding the values as stored (zeros outside D).
+__device__ __forceinline__ void store_staged(float* acc, long long z, int tn, long long row0, int lane, unsigned buf,
+                                             Out* d, const HookPointers& hp) {
+#pragma unroll
+  for (int j0 = 0; j0 < kBN; j0 += kLine) {
+    const int cols = kBN - j0 < kLine ? kBN - j0 : kLine, pieces = cols / kPiece;
+#pragma unroll
+    for (int r = j0 / 2; r < (j0 + cols) / 2; r += 2) {  // the registers of these columns
+      const int j = 8 * (r / 4) + 2 * (lane % 4);
+      const int line = lane / 4 + 8 * ((r / 2) % 2);
+      const long long row = row0 + line, col = column_of(tn, j), next = column_of(tn, j + 1);
+      const float v0 = row < kM && col >= 0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
+      const float v1 = row < kM && next >= 0 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
+      const Out h[2] = {kiln::cvt<Out>(v0), kiln::cvt<Out>(v1)};
+      const int byte = (j - j0) * static_cast<int>(sizeof(Out));
+      const unsigned addr = buf + line * 128 + (((byte / 16) ^ (line % 8)) * 16) + byte % 16;
+      if constexpr (sizeof(Out) == 4) {
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+      } else {
+        unsigned u;
+        memcpy(&u, h, sizeof u);
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
+      }
+      if constexpr (kStats != 0) {
+        acc[r] = kiln::cvt<float>(h[0]);
+        acc[r + 1] = kiln::cvt<float>(h[1]);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * (kLine / kPiece); i += 32) {
+      const int line = i / (kLine / kPiece), piece = i % (kLine / kPiece);
+      if (piece >= pieces) continue;
+      const long long row = row0 + line, col = column_of(tn, j0 + piece * kPiece);
+      if (row >= kM || col < 0) continue;
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(buf + line * 128 + ((piece ^ (line % 8)) * 16))
+                   : "memory");
+      Out* p = d + z * kBatchD + row * kLdd + col;
+      if (kConv || col + kPiece <= kN) {  // convolution mode's pieces are whole (static_assert)
+        *reinterpret_cast<uint4*>(p) = v;
+      } else {
+        Out e[kPiece];
+        memcpy(e, &v, 16);
+#pragma unroll
+        for (int q = 0; q < kPiece; ++q)
+          if (col + q < kN) p[q] = e[q];
+      }
+    }
+    __syncwarp();  // the next 128 bytes of columns overwrite the lines
+  }
+}
+
 // Named barrier 1 + c: consumer c's four warps only.
 __device__ __forceinline__ void consumer_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
@@ -454,60 +521,65 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     // Accumulator layout of m64nN: register r holds row 16*warp + lane/4 + 8*((r/2)%2) and
     // column 8*(r/4) + 2*(lane%4) + r%2 of the warpgroup's 64 x BN block.
     const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
+    if constexpr (kStagedStores) {  // past the barriers and any column-statistics scratch
+      const unsigned buf = empty + kStages * 8 + (kStats == 2 ? kConsumers * 4 * kBN * 2 * 4 : 0) + (c * 4 + warp) * 2048;
+      store_staged(acc, z, tn, row0 - lane / 4, lane, buf, d, hp);
+    } else {
 #pragma unroll
-    for (int r = 0; r < kBN / 2; r += 2) {
-      const long long row = row0 + 8 * ((r / 2) % 2);
-      // Columns j and j + 1 lie side by side in D whenever both exist.
-      const int j = 8 * (r / 4) + 2 * (lane % 4);
-      if constexpr (kTransposed) {  // row: D's column (a pixel of box tm, or a tap's channel); j, j + 1: D's rows
-        const long long col = kConv ? column_of(tm, static_cast<int>(row - static_cast<long long>(tm) * kBM))
-                              : row < kN ? row
-                                         : -1;
-        const long long drow = static_cast<long long>(tn) * kBN + j;
-        Out* p = d + z * kBatchD + drow * kLdd + col;
-        if (col >= 0 && drow < kM) *p = kiln::cvt<Out>(epilogue(acc[r], drow, col, z, hp));
-        if (col >= 0 && drow + 1 < kM) p[kLdd] = kiln::cvt<Out>(epilogue(acc[r + 1], drow + 1, col, z, hp));
-        continue;
-      }
-      if constexpr (kPairsWhole) {
-        const long long col = column_of(tn, j);
-        float v0 = 0.f, v1 = 0.f;
-        if (row < kM && col >= 0) {
-          Out* p = d + z * kBatchD + row * kLdd + col;
-          v0 = epilogue(acc[r], row, col, z, hp);
-          v1 = epilogue(acc[r + 1], row, col + 1, z, hp);
-          if constexpr (kAccumulate) {
-            v0 += kiln::cvt<float>(p[0]);
-            v1 += kiln::cvt<float>(p[1]);
+      for (int r = 0; r < kBN / 2; r += 2) {
+        const long long row = row0 + 8 * ((r / 2) % 2);
+        // Columns j and j + 1 lie side by side in D whenever both exist.
+        const int j = 8 * (r / 4) + 2 * (lane % 4);
+        if constexpr (kTransposed) {  // row: D's column (a pixel of box tm, or a tap's channel); j, j + 1: D's rows
+          const long long col = kConv ? column_of(tm, static_cast<int>(row - static_cast<long long>(tm) * kBM))
+                                : row < kN ? row
+                                           : -1;
+          const long long drow = static_cast<long long>(tn) * kBN + j;
+          Out* p = d + z * kBatchD + drow * kLdd + col;
+          if (col >= 0 && drow < kM) *p = kiln::cvt<Out>(epilogue(acc[r], drow, col, z, hp));
+          if (col >= 0 && drow + 1 < kM) p[kLdd] = kiln::cvt<Out>(epilogue(acc[r + 1], drow + 1, col, z, hp));
+          continue;
+        }
+        if constexpr (kPairsWhole) {
+          const long long col = column_of(tn, j);
+          float v0 = 0.f, v1 = 0.f;
+          if (row < kM && col >= 0) {
+            Out* p = d + z * kBatchD + row * kLdd + col;
+            v0 = epilogue(acc[r], row, col, z, hp);
+            v1 = epilogue(acc[r + 1], row, col + 1, z, hp);
+            if constexpr (kAccumulate) {
+              v0 += kiln::cvt<float>(p[0]);
+              v1 += kiln::cvt<float>(p[1]);
+            }
+            store_pair(p, v0, v1);
           }
+          if constexpr (kStats != 0) {  // the values as stored; zeros outside D
+            acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
+            acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
+          }
+          continue;
+        }
+        const long long col = column_of(tn, j), next = column_of(tn, j + 1);
+        const bool in0 = row < kM && col >= 0, in1 = in0 && next == col + 1;
+        const bool alone1 = row < kM && next >= 0 && next != col + 1;  // j + 1 starts another output row
+        Out* p = d + z * kBatchD + row * kLdd + col;
+        float v0 = in0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
+        Out* p1 = d + z * kBatchD + row * kLdd + next;
+        float v1 = in1 || alone1 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
+        if constexpr (kAccumulate) {
+          if (in0) v0 += kiln::cvt<float>(p[0]);
+          if (in1 || alone1) v1 += kiln::cvt<float>(*p1);
+        }
+        if (in1) {
           store_pair(p, v0, v1);
+        } else {
+          if (in0) *p = kiln::cvt<Out>(v0);
+          if (alone1) *p1 = kiln::cvt<Out>(v1);
         }
         if constexpr (kStats != 0) {  // the values as stored; zeros outside D
           acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
           acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
         }
-        continue;
-      }
-      const long long col = column_of(tn, j), next = column_of(tn, j + 1);
-      const bool in0 = row < kM && col >= 0, in1 = in0 && next == col + 1;
-      const bool alone1 = row < kM && next >= 0 && next != col + 1;  // j + 1 starts another output row
-      Out* p = d + z * kBatchD + row * kLdd + col;
-      float v0 = in0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
-      Out* p1 = d + z * kBatchD + row * kLdd + next;
-      float v1 = in1 || alone1 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
-      if constexpr (kAccumulate) {
-        if (in0) v0 += kiln::cvt<float>(p[0]);
-        if (in1 || alone1) v1 += kiln::cvt<float>(*p1);
-      }
-      if (in1) {
-        store_pair(p, v0, v1);
-      } else {
-        if (in0) *p = kiln::cvt<Out>(v0);
-        if (alone1) *p1 = kiln::cvt<Out>(v1);
-      }
-      if constexpr (kStats != 0) {  // the values as stored; zeros outside D
-        acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
-        acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
       }
     }
     if constexpr (kStats == 1) row_stats(acc, z, tn, row0, lane, hp.stats);
@@ -618,24 +690,38 @@ extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts,
 
 #if KILN_CONV_MODE == 1 || (KILN_CONV_MODE == 2 && !KILN_WGRAD_K_MAJOR)
 
-// Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 32 x 32
-// tiles in shared memory so that both the reads and the writes are coalesced. f32 math: c as
-// slices [hi | lo | hi].
+// Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 64 x 64
+// tiles in shared memory so that both the reads and the writes are coalesced; each thread has
+// its 16 reads in flight at once (a block of 256 threads). f32 math: c as slices [hi | lo | hi].
 extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p) {
-  constexpr int kSlices = KILN_SPLIT_F32 ? 3 : 1;
-  __shared__ In tile[32][33];
+  constexpr int kSlices = KILN_SPLIT_F32 ? 3 : 1, kT = 64;
+  __shared__ In tile[kT][kT + 1];
   const long long image = static_cast<long long>(blockIdx.z) * c * p;
-  const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
-  for (int i = threadIdx.y; i < 32; i += blockDim.y)
-    if (c0 + i < c && p0 + threadIdx.x < p) tile[i][threadIdx.x] = x[image + static_cast<long long>(c0 + i) * p + p0 + threadIdx.x];
+  const int p0 = blockIdx.x * kT, c0 = blockIdx.y * kT, tx = threadIdx.x, ty = threadIdx.y;
+  In v[kT / 8][2];
+#pragma unroll
+  for (int i = 0; i < kT / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int ch = c0 + ty + 8 * i, px = p0 + tx + 32 * h;
+      v[i][h] = ch < c && px < p ? x[image + static_cast<long long>(ch) * p + px] : kiln::cvt<In>(0.f);
+    }
+#pragma unroll
+  for (int i = 0; i < kT / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) tile[ty + 8 * i][tx + 32 * h] = v[i][h];
   __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += blockDim.y)
-    if (p0 + i < p && c0 + threadIdx.x < c) {
-      In* o = out + kSlices * (image + static_cast<long long>(p0 + i) * c) + c0 + threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kT / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int px = p0 + ty + 8 * i, ch = c0 + tx + 32 * h;
+      if (px >= p || ch >= c) continue;
+      In* o = out + kSlices * (image + static_cast<long long>(px) * c) + ch;
 #if KILN_SPLIT_F32
-      write_slices(o, c, tile[threadIdx.x][i], 1);
+      write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], 1);
 #else
-      *o = tile[threadIdx.x][i];
+      *o = tile[tx + 32 * h][ty + 8 * i];
 #endif
     }
 }

@@ -42,8 +42,8 @@ rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   int channels = static_cast<int>(c), p = static_cast<int>(pixels);
   void* args[] = {&x, &dst, &channels, &p};
   rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 32));
-  cfg.grid.y = static_cast<unsigned>(ceil_div(c, 32));
+  cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 64));  // the kernel's 64 x 64 tiles
+  cfg.grid.y = static_cast<unsigned>(ceil_div(c, 64));
   cfg.grid.z = static_cast<unsigned>(l.g.batch);
   cfg.block.x = 32;
   cfg.block.y = 8;
@@ -148,9 +148,6 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   if ((l.bm != 64 && l.bm != 128) || l.bn > 256 || l.bn % (w.k_major ? 16 : 64) != 0) return std::nullopt;
   const std::int64_t per_image = ceil_div(c.oh() * w.row, 128 / static_cast<int>(dtype_size(input_dtype(g.math))));
   if (!w.k_major) l.box = wgrad_box(c);
-  l.stages = stages_for(l.bm, l.bn, false, target);
-  if (l.stages == 0) return std::nullopt;
-  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, false);
   const std::int64_t tiles =
       l.transposed ? ceil_div(cols, l.bm) * ceil_div(g.m, l.bn) : ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
   const std::int64_t k_tiles =
@@ -160,6 +157,9 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
       std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
   const std::int64_t per = ceil_div(k_tiles, want);
   l.splits = static_cast<int>(ceil_div(k_tiles, per));  // every split has k tiles
+  l.stages = stages_for(l, target);
+  if (l.stages == 0) return std::nullopt;
+  l.shared_bytes = shared_bytes(l, l.stages);
   l.grid = static_cast<int>(std::min<std::int64_t>(tiles * l.splits, std::max(1, target.sm_count)));
   return l;
 }

@@ -11,10 +11,13 @@
 
 namespace kiln::kernels {
 
-// Dynamic shared memory of a tile's stages, barriers and column-statistics scratch, and the
-// most stages (up to 8) that fit the target, or 0.
-std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats);
-int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t);
+// Whether launch l's epilogue stores 16-byte pieces of D's rows through shared memory (its
+// geometry, tile, box and splits set).
+bool staged_stores(const GemmLaunch& l);
+// Dynamic shared memory of l's stages, barriers, column-statistics scratch and store staging,
+// and the most stages (up to 8) that fit the target, or 0.
+std::int64_t shared_bytes(const GemmLaunch& l, int stages);
+int stages_for(const GemmLaunch& l, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
 
 // f32 math's operands are staged as three slices (gemm_plan.h), other maths' as one.

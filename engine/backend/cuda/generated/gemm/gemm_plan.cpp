@@ -70,17 +70,33 @@ std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
 
 }  // namespace
 
-// Column statistics add each consumer warp's column sums and squares, reduced across warps.
-std::int64_t shared_bytes(int bm, int bn, int stages, bool column_stats) {
-  const std::int64_t stats = column_stats ? (bm / 64) * 4 * bn * 2 * 4 : 0;
-  return static_cast<std::int64_t>(stages) * ((bm + bn) * 128 + kBarrierBytes) + stats + kAlignSlack;
+// Whether the epilogue stores through shared memory, 16 bytes a lane along D's rows (line-sized
+// writes instead of a request per row and pair of columns): where every 16 bytes of a tile's row
+// start 16-byte aligned and lie side by side in D, and nothing reads D back.
+bool staged_stores(const GemmLaunch& l) {
+  const GemmGeometry& g = l.g;
+  const GemmHooks h = hooks_of(g);
+  const bool wgrad = g.conv && g.conv->weight_grad, partials = wgrad || split_k(l);
+  const std::int64_t per = 16 / static_cast<std::int64_t>(partials ? 4 : dtype_size(output_dtype(g)));
+  const std::int64_t ldd = wgrad ? g.conv->r * g.conv->s * wgrad_layout(g).channels : g.ldd;
+  const std::int64_t batch_d = partials ? (l.splits > 1 ? g.m * ldd : 0) : g.batch > 1 ? g.batch_d : 0;
+  if (l.transposed || (h.epilogue && h.epilogue->accumulate) || ldd % per != 0 || batch_d % per != 0) return false;
+  return !g.conv || wgrad || (l.box.w % per == 0 && g.conv->ow() % per == 0);
+}
+
+// Column statistics add each consumer warp's column sums and squares, reduced across warps;
+// staged stores take 16 rows of 128 bytes per consumer warp.
+std::int64_t shared_bytes(const GemmLaunch& l, int stages) {
+  const std::int64_t stats = stats_of(l.g) == HookStats::columns ? (l.bm / 64) * 4 * l.bn * 2 * 4 : 0;
+  const std::int64_t staging = staged_stores(l) ? l.bm * 128 : 0;
+  return static_cast<std::int64_t>(stages) * ((l.bm + l.bn) * 128 + kBarrierBytes) + stats + staging + kAlignSlack;
 }
 
 // As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
-int stages_for(int bm, int bn, bool column_stats, const GemmTarget& t) {
+int stages_for(const GemmLaunch& l, const GemmTarget& t) {
   int s = 8;
-  while (s > 2 && shared_bytes(bm, bn, s, column_stats) > t.max_shared) --s;
-  return shared_bytes(bm, bn, s, column_stats) <= t.max_shared ? s : 0;
+  while (s > 2 && shared_bytes(l, s) > t.max_shared) --s;
+  return shared_bytes(l, s) <= t.max_shared ? s : 0;
 }
 
 HookStats stats_of(const GemmGeometry& g) {
@@ -200,10 +216,6 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
     if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
   }
   if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
-  const bool column_stats = stats_of(g) == HookStats::columns;
-  l.stages = stages_for(l.bm, l.bn, column_stats, target);
-  if (l.stages == 0) return std::nullopt;
-  l.shared_bytes = shared_bytes(l.bm, l.bn, l.stages, column_stats);
   const std::int64_t tiles =
       g.batch * (l.transposed ? conv_tiles_n(g, l.bn, l.box) * ceil_div(g.m, l.bn)
                               : ceil_div(g.m, l.bm) * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)));
@@ -213,6 +225,9 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
     const std::int64_t k_tiles = ceil_div(g.k, 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math))));
     l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, tile.splits)));
   }
+  l.stages = stages_for(l, target);  // the store staging depends on the splits
+  if (l.stages == 0) return std::nullopt;
+  l.shared_bytes = shared_bytes(l, l.stages);
   l.grid = static_cast<int>(std::min<std::int64_t>(tiles * l.splits, std::max(1, target.sm_count)));
   return l;
 }

@@ -95,6 +95,7 @@ std::string source(const GemmLaunch& l) {
                      {"CONV_C", num(wgrad ? w.channels : staged_channels(g))},
                      {"SPLIT_F32", g.math == GemmMath::f32 ? "1" : "0"},
                      {"TRANSPOSED", l.transposed ? "true" : "false"},
+                     {"STAGED_STORES", staged_stores(l) ? "true" : "false"},
                      {"WGRAD_K_MAJOR", w.k_major ? "true" : "false"},
                      {"WGRAD_ROW", num(w.row)},
                      {"CONV_S", num(c.s)},
