@@ -294,62 +294,62 @@ static_assert(!kStagedStores || (!kTransposed && !kAccumulate && kLdd % kPiece =
                                  (!kConv || (kBoxW % kPiece == 0 && kOW % kPiece == 0))),
               "staged stores: 16-byte pieces of D's rows, aligned and side by side, nothing read back");
 
-// The warp's rows row0 .. row0 + 15 of tile (z, tn) from `acc` (see the accumulator layout in
-// the kernel) through `buf` (16 lines of 128 bytes; a line's 16-byte pieces permuted by its index
-// mod 8, so that neither the pairs written nor the pieces read meet in a bank). With statistics,
-// acc is left holding the values as stored (zeros outside D).
+// The warp's rows row0 .. row0 + 15 of tile (z, tn), columns J0 .. J0 + 127 bytes' worth, from
+// `acc` (see the accumulator layout in the kernel) through `buf` (16 lines of 128 bytes; a line's
+// 16-byte pieces permuted by its index mod 8, so that neither the pairs written nor the pieces
+// read meet in a bank), then the next 128 bytes. J0 is a template argument so that every acc
+// index is known when compiled: indexed at run time, acc would live in local memory, which the
+// asynchronous MMAs cannot write. With statistics, acc is left holding the values as stored
+// (zeros outside D).
+template <int J0>
 __device__ __forceinline__ void store_staged(float* acc, long long z, int tn, long long row0, int lane, unsigned buf,
                                              Out* d, const HookPointers& hp) {
+  constexpr int kCols = kBN - J0 < kLine ? kBN - J0 : kLine, kPieces = kCols / kPiece;
 #pragma unroll
-  for (int j0 = 0; j0 < kBN; j0 += kLine) {
-    const int cols = kBN - j0 < kLine ? kBN - j0 : kLine, pieces = cols / kPiece;
-#pragma unroll
-    for (int r = j0 / 2; r < (j0 + cols) / 2; r += 2) {  // the registers of these columns
-      const int j = 8 * (r / 4) + 2 * (lane % 4);
-      const int line = lane / 4 + 8 * ((r / 2) % 2);
-      const long long row = row0 + line, col = column_of(tn, j), next = column_of(tn, j + 1);
-      const float v0 = row < kM && col >= 0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
-      const float v1 = row < kM && next >= 0 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
+  for (int r = J0 / 2; r < (J0 + kCols) / 2; r += 2) {  // the registers of these columns
+    const int j = 8 * (r / 4) + 2 * (lane % 4), line = lane / 4 + 8 * ((r / 2) % 2);
+    const long long row = row0 + line, col = column_of(tn, j), next = column_of(tn, j + 1);
+    const float v0 = row < kM && col >= 0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
+    const float v1 = row < kM && next >= 0 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
+    const int byte = (j - J0) * static_cast<int>(sizeof(Out));
+    const unsigned addr = buf + line * 128 + (((byte / 16) ^ (line % 8)) * 16) + byte % 16;
+    if constexpr (sizeof(Out) == 4) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+    } else {
       const Out h[2] = {kiln::cvt<Out>(v0), kiln::cvt<Out>(v1)};
-      const int byte = (j - j0) * static_cast<int>(sizeof(Out));
-      const unsigned addr = buf + line * 128 + (((byte / 16) ^ (line % 8)) * 16) + byte % 16;
-      if constexpr (sizeof(Out) == 4) {
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
-      } else {
-        unsigned u;
-        memcpy(&u, h, sizeof u);
-        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
-      }
-      if constexpr (kStats != 0) {
-        acc[r] = kiln::cvt<float>(h[0]);
-        acc[r + 1] = kiln::cvt<float>(h[1]);
-      }
+      unsigned u;
+      memcpy(&u, h, sizeof u);
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
     }
-    __syncwarp();
-#pragma unroll
-    for (int i = lane; i < 16 * (kLine / kPiece); i += 32) {
-      const int line = i / (kLine / kPiece), piece = i % (kLine / kPiece);
-      if (piece >= pieces) continue;
-      const long long row = row0 + line, col = column_of(tn, j0 + piece * kPiece);
-      if (row >= kM || col < 0) continue;
-      uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(buf + line * 128 + ((piece ^ (line % 8)) * 16))
-                   : "memory");
-      Out* p = d + z * kBatchD + row * kLdd + col;
-      if (kConv || col + kPiece <= kN) {  // convolution mode's pieces are whole (static_assert)
-        *reinterpret_cast<uint4*>(p) = v;
-      } else {
-        Out e[kPiece];
-        memcpy(e, &v, 16);
-#pragma unroll
-        for (int q = 0; q < kPiece; ++q)
-          if (col + q < kN) p[q] = e[q];
-      }
+    if constexpr (kStats != 0) {
+      acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
+      acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
     }
-    __syncwarp();  // the next 128 bytes of columns overwrite the lines
   }
+  __syncwarp();
+#pragma unroll
+  for (int q = 0; q < 16 * 8 / 32; ++q) {  // 16 lines of 8 pieces, 4 a lane
+    const int i = q * 32 + lane, line = i / 8, piece = i % 8;
+    const long long row = row0 + line, col = column_of(tn, J0 + piece * kPiece);
+    if (piece >= kPieces || row >= kM || col < 0) continue;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(buf + line * 128 + ((piece ^ (line % 8)) * 16))
+                 : "memory");
+    Out* p = d + z * kBatchD + row * kLdd + col;
+    if (kConv || col + kPiece <= kN) {  // convolution mode's pieces are whole (static_assert)
+      *reinterpret_cast<uint4*>(p) = v;
+    } else {
+      Out e[kPiece];
+      memcpy(e, &v, 16);
+#pragma unroll
+      for (int k = 0; k < kPiece; ++k)
+        if (col + k < kN) p[k] = e[k];
+    }
+  }
+  __syncwarp();  // the next 128 bytes of columns overwrite the lines
+  if constexpr (J0 + kLine < kBN) store_staged<J0 + kLine>(acc, z, tn, row0, lane, buf, d, hp);
 }
 
 // Named barrier 1 + c: consumer c's four warps only.
@@ -523,7 +523,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
     if constexpr (kStagedStores) {  // past the barriers and any column-statistics scratch
       const unsigned buf = empty + kStages * 8 + (kStats == 2 ? kConsumers * 4 * kBN * 2 * 4 : 0) + (c * 4 + warp) * 2048;
-      store_staged(acc, z, tn, row0 - lane / 4, lane, buf, d, hp);
+      store_staged<0>(acc, z, tn, row0 - lane / 4, lane, buf, d, hp);
     } else {
 #pragma unroll
       for (int r = 0; r < kBN / 2; r += 2) {

@@ -102,6 +102,7 @@ TEST_CASE("GEMM hooks: every prologue and epilogue variant compiles for sm_90a")
     const kiln_test::CompileOutcome& o = r.outcomes[i];
     CHECK_MESSAGE(o.error.empty(), o.error);
     CHECK(o.ptx.find(cases[i].must) != std::string::npos);
+    CHECK(o.ptx.find("__local_depot") == std::string::npos);  // accumulators stay in registers
   }
 }
 
