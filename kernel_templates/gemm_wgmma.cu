@@ -308,7 +308,8 @@ __device__ __forceinline__ void store_staged(float* acc, long long z, int tn, lo
 #pragma unroll
   for (int r = J0 / 2; r < (J0 + kCols) / 2; r += 2) {  // the registers of these columns
     const int j = 8 * (r / 4) + 2 * (lane % 4), line = lane / 4 + 8 * ((r / 2) % 2);
-    const long long row = row0 + line, col = column_of(tn, j), next = column_of(tn, j + 1);
+    const long long row = row0 + line, col = column_of(tn, j);
+    const long long next = kPairsWhole ? (col >= 0 ? col + 1 : -1) : column_of(tn, j + 1);
     const float v0 = row < kM && col >= 0 ? epilogue(acc[r], row, col, z, hp) : 0.f;
     const float v1 = row < kM && next >= 0 ? epilogue(acc[r + 1], row, next, z, hp) : 0.f;
     const int byte = (j - J0) * static_cast<int>(sizeof(Out));
@@ -338,9 +339,10 @@ __device__ __forceinline__ void store_staged(float* acc, long long z, int tn, lo
                  : "r"(buf + line * 128 + ((piece ^ (line % 8)) * 16))
                  : "memory");
     Out* p = d + z * kBatchD + row * kLdd + col;
-    if (kConv || col + kPiece <= kN) {  // convolution mode's pieces are whole (static_assert)
+    // Pieces are whole in convolution mode (static_assert) and where they divide N.
+    if (kConv || kN % kPiece == 0 || col + kPiece <= kN) {
       *reinterpret_cast<uint4*>(p) = v;
-    } else {
+    } else if constexpr (!kConv && kN % kPiece != 0) {
       Out e[kPiece];
       memcpy(e, &v, 16);
 #pragma unroll

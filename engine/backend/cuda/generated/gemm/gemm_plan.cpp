@@ -71,17 +71,22 @@ std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
 }  // namespace
 
 // Whether the epilogue stores through shared memory, 16 bytes a lane along D's rows (line-sized
-// writes instead of a request per row and pair of columns): where every 16 bytes of a tile's row
-// start 16-byte aligned and lie side by side in D, and nothing reads D back.
+// writes instead of a request per row and pair of columns). Only where a tile has at most 4 k
+// tiles, so that its stores rival its loads (1x1 convs, short products): elsewhere the second
+// pass over the accumulators would cost compile time (about 0.1 s) and win nothing. Every 16
+// bytes of a tile's row must start 16-byte aligned and lie side by side in D, and nothing may
+// read D back. Weight gradients sum over every pixel: their partials are never staged.
 bool staged_stores(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   const GemmHooks h = hooks_of(g);
-  const bool wgrad = g.conv && g.conv->weight_grad, partials = wgrad || split_k(l);
-  const std::int64_t per = 16 / static_cast<std::int64_t>(partials ? 4 : dtype_size(output_dtype(g)));
-  const std::int64_t ldd = wgrad ? g.conv->r * g.conv->s * wgrad_layout(g).channels : g.ldd;
-  const std::int64_t batch_d = partials ? (l.splits > 1 ? g.m * ldd : 0) : g.batch > 1 ? g.batch_d : 0;
-  if (l.transposed || (h.epilogue && h.epilogue->accumulate) || ldd % per != 0 || batch_d % per != 0) return false;
-  return !g.conv || wgrad || (l.box.w % per == 0 && g.conv->ow() % per == 0);
+  if ((g.conv && g.conv->weight_grad) || l.transposed || (h.epilogue && h.epilogue->accumulate)) return false;
+  const std::int64_t bk = 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
+  const std::int64_t k_tiles = g.conv ? g.conv->r * g.conv->s * ceil_div(staged_channels(g), bk)
+                                      : ceil_div(ceil_div(g.k, bk), l.splits);
+  const std::int64_t per = 16 / static_cast<std::int64_t>(split_k(l) ? 4 : dtype_size(output_dtype(g)));
+  const std::int64_t batch_d = split_k(l) ? g.m * g.ldd : g.batch > 1 ? g.batch_d : 0;
+  if (k_tiles > 4 || g.ldd % per != 0 || batch_d % per != 0) return false;
+  return !g.conv || (l.box.w % per == 0 && g.conv->ow() % per == 0);
 }
 
 // Column statistics add each consumer warp's column sums and squares, reduced across warps;
