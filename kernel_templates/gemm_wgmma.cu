@@ -290,19 +290,18 @@ __device__ __forceinline__ void store_pair(Out* p, float v0, float v1) {
 // that a request carries whole lines instead of one pair of columns for each of 8 rows.
 constexpr bool kStagedStores = ${STAGED_STORES};
 constexpr int kPiece = 16 / sizeof(Out), kLine = 128 / sizeof(Out);  // columns in 16 and 128 bytes
-static_assert(!kStagedStores || (!kTransposed && !kAccumulate && kLdd % kPiece == 0 && kBatchD % kPiece == 0 &&
+static_assert(!kStagedStores || (!kTransposed && !kAccumulate && kStats == 0 && kLdd % kPiece == 0 && kBatchD % kPiece == 0 &&
                                  (!kConv || (kBoxW % kPiece == 0 && kOW % kPiece == 0))),
-              "staged stores: 16-byte pieces of D's rows, aligned and side by side, nothing read back");
+              "staged stores: 16-byte pieces of D's rows, aligned and side by side, nothing read back, no statistics");
 
 // The warp's rows row0 .. row0 + 15 of tile (z, tn), columns J0 .. J0 + 127 bytes' worth, from
 // `acc` (see the accumulator layout in the kernel) through `buf` (16 lines of 128 bytes; a line's
 // 16-byte pieces permuted by its index mod 8, so that neither the pairs written nor the pieces
 // read meet in a bank), then the next 128 bytes. J0 is a template argument so that every acc
 // index is known when compiled: indexed at run time, acc would live in local memory, which the
-// asynchronous MMAs cannot write. With statistics, acc is left holding the values as stored
-// (zeros outside D).
+// asynchronous MMAs cannot write.
 template <int J0>
-__device__ __forceinline__ void store_staged(float* acc, long long z, int tn, long long row0, int lane, unsigned buf,
+__device__ __forceinline__ void store_staged(const float* acc, long long z, int tn, long long row0, int lane, unsigned buf,
                                              Out* d, const HookPointers& hp) {
   constexpr int kCols = kBN - J0 < kLine ? kBN - J0 : kLine, kPieces = kCols / kPiece;
 #pragma unroll
@@ -321,10 +320,6 @@ __device__ __forceinline__ void store_staged(float* acc, long long z, int tn, lo
       unsigned u;
       memcpy(&u, h, sizeof u);
       asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(u) : "memory");
-    }
-    if constexpr (kStats != 0) {
-      acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
-      acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
     }
   }
   __syncwarp();
@@ -523,8 +518,8 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     // Accumulator layout of m64nN: register r holds row 16*warp + lane/4 + 8*((r/2)%2) and
     // column 8*(r/4) + 2*(lane%4) + r%2 of the warpgroup's 64 x BN block.
     const long long row0 = static_cast<long long>(tm) * kBM + c * 64 + warp * 16 + lane / 4;
-    if constexpr (kStagedStores) {  // past the barriers and any column-statistics scratch
-      const unsigned buf = empty + kStages * 8 + (kStats == 2 ? kConsumers * 4 * kBN * 2 * 4 : 0) + (c * 4 + warp) * 2048;
+    if constexpr (kStagedStores) {  // 2 KiB a warp past the barriers (no statistics scratch here)
+      const unsigned buf = empty + kStages * 8 + (c * 4 + warp) * 2048;
       store_staged<0>(acc, z, tn, row0 - lane / 4, lane, buf, d, hp);
     } else {
 #pragma unroll

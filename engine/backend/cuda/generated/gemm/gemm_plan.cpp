@@ -75,11 +75,14 @@ std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
 // tiles, so that its stores rival its loads (1x1 convs, short products): elsewhere the second
 // pass over the accumulators would cost compile time (about 0.1 s) and win nothing. Every 16
 // bytes of a tile's row must start 16-byte aligned and lie side by side in D, and nothing may
-// read D back. Weight gradients sum over every pixel: their partials are never staged.
+// read D back or sum it (accumulating and statistics epilogues store as before). Weight
+// gradients sum over every pixel: their partials are never staged.
 bool staged_stores(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   const GemmHooks h = hooks_of(g);
-  if ((g.conv && g.conv->weight_grad) || l.transposed || (h.epilogue && h.epilogue->accumulate)) return false;
+  if ((g.conv && g.conv->weight_grad) || l.transposed || (h.epilogue && h.epilogue->accumulate) ||
+      stats_of(g) != HookStats::none)
+    return false;
   const std::int64_t bk = 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   const std::int64_t k_tiles = g.conv ? g.conv->r * g.conv->s * ceil_div(staged_channels(g), bk)
                                       : ceil_div(ceil_div(g.k, bk), l.splits);
