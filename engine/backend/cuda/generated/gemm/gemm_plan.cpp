@@ -79,10 +79,9 @@ std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
 // gradients sum over every pixel: their partials are never staged.
 bool staged_stores(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
-  const GemmHooks h = hooks_of(g);
-  if ((g.conv && g.conv->weight_grad) || l.transposed || (h.epilogue && h.epilogue->accumulate) ||
-      stats_of(g) != HookStats::none)
-    return false;
+  // The built-in epilogues neither accumulate nor take statistics: only a hook can.
+  const bool reads_back = g.hooks.epilogue && (g.hooks.epilogue->accumulate || g.hooks.epilogue->stats != HookStats::none);
+  if ((g.conv && g.conv->weight_grad) || l.transposed || reads_back) return false;
   const std::int64_t bk = 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   const std::int64_t k_tiles = g.conv ? g.conv->r * g.conv->s * ceil_div(staged_channels(g), bk)
                                       : ceil_div(ceil_div(g.k, bk), l.splits);
@@ -92,19 +91,27 @@ bool staged_stores(const GemmLaunch& l) {
   return !g.conv || (l.box.w % per == 0 && g.conv->ow() % per == 0);
 }
 
-// Column statistics add each consumer warp's column sums and squares, reduced across warps;
-// staged stores take 16 rows of 128 bytes per consumer warp.
-std::int64_t shared_bytes(const GemmLaunch& l, int stages) {
+namespace {
+
+// Shared memory beside the stages: column statistics add each consumer warp's column sums and
+// squares, reduced across warps; staged stores take 16 rows of 128 bytes per consumer warp.
+std::int64_t scratch_bytes(const GemmLaunch& l) {
   const std::int64_t stats = stats_of(l.g) == HookStats::columns ? (l.bm / 64) * 4 * l.bn * 2 * 4 : 0;
-  const std::int64_t staging = staged_stores(l) ? l.bm * 128 : 0;
-  return static_cast<std::int64_t>(stages) * ((l.bm + l.bn) * 128 + kBarrierBytes) + stats + staging + kAlignSlack;
+  return stats + (staged_stores(l) ? l.bm * 128 : 0) + kAlignSlack;
 }
+
+std::int64_t stage_bytes(const GemmLaunch& l) { return (l.bm + l.bn) * 128 + kBarrierBytes; }
+
+}  // namespace
+
+std::int64_t shared_bytes(const GemmLaunch& l, int stages) { return stages * stage_bytes(l) + scratch_bytes(l); }
 
 // As many stages as fit beside the tiles, at most 8: deeper buys nothing once loads hide.
 int stages_for(const GemmLaunch& l, const GemmTarget& t) {
-  int s = 8;
-  while (s > 2 && shared_bytes(l, s) > t.max_shared) --s;
-  return shared_bytes(l, s) <= t.max_shared ? s : 0;
+  // The scratch is worked out once: convs plan their launches on every call.
+  const std::int64_t room = t.max_shared - scratch_bytes(l);
+  const std::int64_t s = std::min<std::int64_t>(8, room / stage_bytes(l));
+  return s >= 2 ? static_cast<int>(s) : 0;
 }
 
 HookStats stats_of(const GemmGeometry& g) {
