@@ -2,8 +2,10 @@
 // The GEMM tile engine on sm_90a: D (M x N, row stride LDD) = A (M x K) @ B (N x K)^T for each
 // of BATCH problems, then an epilogue on each f32 result before it is stored. An operand is
 // K-major (its rows run along k) or, for 16-bit inputs, MN-major (stored as K rows of M or N).
+// REG_A (TF32, transposed plain products): A is MN-major too, its fragments read from shared
+// memory into registers, since TF32 MMAs read only K-major tiles from shared memory.
 //   - TMA loads 128-byte rows of A and B into 128-byte-swizzled shared memory, STAGES deep
-//     (an MN-major operand as atoms of 64 columns by BK rows);
+//     (an MN-major operand as atoms of 128 bytes of columns by BK rows);
 //   - one producer warpgroup (a single thread issues the copies) and BM/64 consumer
 //     warpgroups, each multiplying 64 rows by BN columns with warpgroup MMA;
 //   - a stage is handed over by two mbarriers: `full` (the copies' bytes have landed) and
@@ -55,6 +57,8 @@ constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2, kWgradKMajor = $
 // Tiles of D^T, for D of few rows (channels), which would leave a 64-row MMA mostly padding:
 // a tile's rows are D's columns (output pixels; in weight-gradient mode taps of channels).
 constexpr bool kTransposed = ${TRANSPOSED};
+// Plain products transposed (TF32 with B MN-major): A is B's matrix, read into registers.
+constexpr bool kRegA = ${REG_A};
 constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
@@ -76,8 +80,12 @@ constexpr int kTilesPerBatch = kTilesM * kTilesN, kTiles = kBatch * kTilesPerBat
 // Shared-memory descriptors: an MN-major tile's 64-column atoms lie BK rows (of 128 bytes)
 // apart; a k step of one MMA moves 32 bytes along a K-major row, or 16 rows down an MN-major one.
 constexpr unsigned kAtomBytes = kBK * 128;
+constexpr int kAtomCols = 128 / sizeof(In);  // columns of an MN-major atom
 constexpr unsigned kStepA = kAMn ? 16 * 128 : 32, kStepB = kBMn ? 16 * 128 : 32;
-static_assert((!kAMn || kBK == 64) && (!kBMn || (kBK == 64 && kBN % 64 == 0)), "MN-major tiles: 16-bit, 64-column atoms");
+static_assert((!kAMn || kBK == 64 || kRegA) && (!kBMn || (kBK == 64 && kBN % 64 == 0)),
+              "MN-major tiles: 16-bit, 64-column atoms (TF32: A, in registers)");
+static_assert(!kRegA || (kAMn && sizeof(In) == 4 && kTransposed && kConvMode == 0),
+              "A in registers: TF32, MN-major, plain products transposed");
 constexpr int kKTiles = kConv ? kRS * kCBlocks : (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
 // The bytes a stage's copies bring: in convolution mode the box may fill fewer rows than its tile.
@@ -92,8 +100,8 @@ static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kColumnsTile % kTapRo
                                        : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
               "weight-gradient mode: K-major tiles of whole taps or within one, or MN-major 64-pixel boxes");
 ${HOOK_CONSTANTS}
-static_assert(!kTransposed || ((kConv || kWgrad) && !kPrologue && !kAccumulate && kStats == 0),
-              "transposed tiles: the convolution modes, no hooks");
+static_assert(!kTransposed || ((kConv || kWgrad || kRegA) && !kPrologue && !kAccumulate && kStats == 0),
+              "transposed tiles: the convolution modes or A in registers, no hooks");
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
 // problem and consumer's 64 rows.
 constexpr long long kStatsParts = kStats == 1 ? (long long)kBatch * kTilesN : (long long)kBatch * kTilesM * kConsumers;
@@ -246,13 +254,30 @@ template <bool kMn, int kRows>
 __device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, unsigned bar, int kt, int row0, int z) {
   if constexpr (kMn) {
 #pragma unroll
-    for (int j = 0; j < kRows / 64; ++j) tma_load(dst + j * kAtomBytes, map, bar, row0 + 64 * j, kt * kBK, z);
+    for (int j = 0; j < kRows / kAtomCols; ++j)
+      tma_load(dst + j * kAtomBytes, map, bar, row0 + kAtomCols * j, kt * kBK, z);
   } else {
     tma_load(dst, map, bar, kt * kBK, row0, z);
   }
 }
 
 ${MMA}
+
+// REG_A: consumer c's fragments of A for one k tile in `tile` (MN-major atoms of 32 TF32
+// columns by BK rows, 128-byte swizzled). Register i of MMA step kk holds row
+// 16*warp + lane/4 + 8*(i%2) and k 8*kk + lane%4 + 4*(i/2) of the consumer's 64 rows (each
+// warp's 16 rows as an m16n8k8 TF32 A fragment).
+__device__ __forceinline__ void load_a_fragments(unsigned (&a)[kBK / kMmaK][4], unsigned tile, int c, int warp,
+                                                 int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kBK / kMmaK; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = c * 64 + 16 * warp + lane / 4 + 8 * (i % 2), k = 8 * kk + lane % 4 + 4 * (i / 2);
+      const unsigned addr = tile + (m / 32) * kAtomBytes + k * 128 + ((((m % 32) / 4) ^ (k % 8)) * 16) + (m % 4) * 4;
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(a[kk][i]) : "r"(addr) : "memory");
+    }
+}
 
 // Tile t's problem and (row, column) of tiles: GROUP_M tile rows side by side, column by column.
 __device__ __forceinline__ void tile_coords(int t, int& z, int& tm, int& tn) {
@@ -503,6 +528,18 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       // Consumer c's 64 rows of A: 64 K-major rows, or the c-th MN-major atom; both 8 KiB in.
       const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128, kAtomBytes);
       const unsigned long long db = smem_desc(tiles_b + s * kBytesB, kAtomBytes);
+      if constexpr (kRegA) {
+        unsigned a[kBK / kMmaK][4];
+        load_a_fragments(a, tiles_a + s * kBytesA, c, warp, lane);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < kBK / kMmaK; ++kk) mma_rs(acc, a[kk], db + kk * (kStepB >> 4), kt > first || kk > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // The next k tile rewrites A's registers: these MMAs finish first, and free the stage.
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (tid == 0) bar_arrive(empty + 8 * s);
+        continue;
+      }
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int kk = 0; kk < kBK / kMmaK; ++kk)

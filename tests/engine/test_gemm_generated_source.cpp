@@ -67,6 +67,17 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
           const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
           add(l);
         }
+  // TF32 with B MN-major: tiles of D^T, B's rows read into registers; one problem and a batch
+  // sharing A (a 1x1 TF32 convolution's forward), 200 and 300 rows of D (one tile, two).
+  for (std::int64_t m : {200, 300})
+    for (std::int64_t batch : {1, 4}) {
+      GemmGeometry g{m, 136, 120, 120, 136, 136, GemmMath::tf32, GemmEpilogue::none, false, true};
+      if (batch > 1) g.batch = batch, g.batch_b = 120 * 136, g.batch_d = m * 136;
+      const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, batch > 1 ? GemmTile{64, 0, 0, true} : GemmTile{});
+      const std::string src = add(l);
+      CHECK(l->transposed);
+      CHECK(src.find("kRegA = true") != std::string::npos);
+    }
   // Convolution mode: 3x3 and 5x5 windows, the flipped input gradient, TF32, rows wider than a
   // tile, every tile width.
   for (GemmTile tile : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{64, 64}})
@@ -196,9 +207,21 @@ TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take 
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), {80, 108, 163 * 1024}));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 0, GemmMath::bf16), kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), kHopper, GemmTile{96, 64}));
-  // TF32 MMAs read K-major tiles only; an MN-major B comes in atoms of 64 columns.
+  // TF32 MMAs read K-major tiles only from shared memory: an MN-major A is declined, an MN-major
+  // B taken in tiles of D^T with B's rows read into registers (no hooks there, no other tiles).
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
-                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, false, true}, kHopper));
+                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true, false}, kHopper));
+  const auto tf32_bt =
+      kernels::plan(GemmKernel::wgmma, {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, false, true}, kHopper);
+  REQUIRE(tf32_bt);
+  CHECK(tf32_bt->transposed);
+  CHECK(tf32_bt->bn == 64);  // D's 64 rows as columns of the tile
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
+                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::bias, false, true}, kHopper));
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
+                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, false, true}, kHopper,
+                            GemmTile{128, 64}));
+  // An MN-major B (16-bit) comes in atoms of 64 columns.
   const auto mn = kernels::plan(GemmKernel::wgmma,
                                 {1024, 10, 64, 64, 16, 10, GemmMath::bf16, GemmEpilogue::none, false, true}, kHopper);
   REQUIRE(mn);

@@ -47,7 +47,9 @@ void check_hooks(const GemmGeometry& g) {
 
 // A GEMM's operands as TMA reads them: 16-byte strides, no overlap between problems.
 bool operands_apply(const GemmGeometry& g) {
-  if (tf32_mma(g.math) && (g.a_mn || g.b_mn)) return false;  // TF32 MMAs read K-major tiles only
+  // TF32 MMAs read K-major tiles only from shared memory: an MN-major B is taken transposed, as
+  // A in registers (plan()); an MN-major A is not taken.
+  if (tf32_mma(g.math) && g.a_mn) return false;
   const DType t = input_dtype(g.math);
   if (!rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0) ||
       !rt::tensor_map_fits(0, t, g.ldb, g.batch > 1 ? g.batch_b : 0))
@@ -205,18 +207,24 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   // Wide tiles where the output fills the SMs with them; narrower where it would not. An
   // MN-major B comes in atoms of 64 columns. Convolution mode sizes its tile to its box of
   // output pixels, and takes 64 rows where the output has no more channels.
-  const int min_bn = g.b_mn ? 64 : 16;
   l.bm = 128;
   const GemmHooks hooks = hooks_of(g);
   const bool hookless = !hooks.epilogue && !hooks.prologue;
-  if (tile.transposed && (!g.conv || !hookless)) return std::nullopt;
-  l.transposed = g.conv && hookless && (tile.bm > 0 ? tile.transposed : g.m <= 32);
-  if (l.transposed) {  // boxes of up to BM output pixels as rows; the channels, in 16s, as columns
+  // TF32 with B MN-major: tiles of D^T, B's rows as A read into registers (no hooks).
+  const bool reg_a = !g.conv && tf32_mma(g.math) && g.b_mn;
+  if (reg_a && (!hookless || (tile.bm > 0 && !tile.transposed))) return std::nullopt;
+  if (tile.transposed && ((!g.conv && !reg_a) || !hookless)) return std::nullopt;
+  l.transposed = reg_a || (g.conv && hookless && (tile.bm > 0 ? tile.transposed : g.m <= 32));
+  const int min_bn = g.b_mn && !reg_a ? 64 : 16;  // B's atoms (transposed, B is A's matrix)
+  if (l.transposed) {  // up to BM of D's columns (output pixels) as rows; D's rows, in 16s, as columns
     l.bm = tile.bm > 0 ? tile.bm : 128;
     l.bn = static_cast<int>(ceil_div(std::min<std::int64_t>(g.m, 256), 16) * 16);
-    l.box = conv_box(*g.conv, l.bm);
-    if (tile.bm == 0 && g.batch * conv_tiles_n(g, 0, l.box) * ceil_div(g.m, l.bn) < target.sm_count)
-      l.bm = 64, l.box = conv_box(*g.conv, 64);
+    if (g.conv) l.box = conv_box(*g.conv, l.bm);
+    const std::int64_t columns = g.conv ? conv_tiles_n(g, 0, l.box) : ceil_div(g.n, l.bm);
+    if (tile.bm == 0 && g.batch * columns * ceil_div(g.m, l.bn) < target.sm_count) {
+      l.bm = 64;
+      if (g.conv) l.box = conv_box(*g.conv, 64);
+    }
   } else if (g.conv) {
     if (g.m <= 64) l.bm = 64;
     const int most = tile.bn > 0 ? tile.bn : 256;
@@ -230,13 +238,12 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
     if (l.bn == 256 && g.batch * ceil_div(g.m, 128) * ceil_div(g.n, 256) < target.sm_count) l.bn = 128;
     if (tile.bm > 0) l.bm = tile.bm, l.bn = tile.bn;
   }
-  if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % (g.b_mn ? 64 : 16) != 0) return std::nullopt;
-  const std::int64_t tiles =
-      g.batch * (l.transposed ? conv_tiles_n(g, l.bn, l.box) * ceil_div(g.m, l.bn)
-                              : ceil_div(g.m, l.bm) * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)));
+  if ((l.bm != 64 && l.bm != 128) || l.bn < min_bn || l.bn > 256 || l.bn % min_bn != 0) return std::nullopt;
+  const std::int64_t columns = g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.transposed ? l.bm : l.bn);
+  const std::int64_t tiles = g.batch * columns * ceil_div(g.m, l.transposed ? l.bn : l.bm);
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   if (tile.splits > 1) {  // every split has k tiles; the partials need a plain dense product
-    if (g.conv || g.batch != 1 || !hookless || g.ldd != g.n) return std::nullopt;
+    if (g.conv || l.transposed || g.batch != 1 || !hookless || g.ldd != g.n) return std::nullopt;
     const std::int64_t k_tiles = ceil_div(g.k, 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math))));
     l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, tile.splits)));
   }
@@ -263,6 +270,10 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
     if (h.g.m <= 64 && !hk.epilogue && !hk.prologue)
       for (int bm : {64, 128})
         if (!h.transposed || bm != h.bm) out.push_back({bm, 0, 0, true});
+    return out;
+  }
+  if (h.transposed) {  // A in registers: the other height of tile
+    out.push_back({h.bm == 64 ? 128 : 64, 0, 0, true});
     return out;
   }
   for (GemmTile c : {GemmTile{128, 256}, GemmTile{128, 128}, GemmTile{128, 64}, GemmTile{64, 128}})
@@ -325,7 +336,7 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   // (k of one stage) x 64 columns.
   auto map = [&](rt::DevicePtr p, bool mn, std::int64_t rows, std::int64_t ld, std::int64_t batch_stride, int tile) {
     const std::int64_t b = l.g.batch > 1 && batch_stride > 0 ? l.g.batch : 1, bs = b > 1 ? batch_stride : 0;
-    return mn ? rt::tiled_tensor_map_128b(p, t, l.g.k, rows, ld, box_k, 64, b, bs)
+    return mn ? rt::tiled_tensor_map_128b(p, t, l.g.k, rows, ld, box_k, box_k, b, bs)  // atoms of 128 bytes
               : rt::tiled_tensor_map_128b(p, t, rows, l.g.k, ld, tile, box_k, b, bs);
   };
   const std::span<const rt::KernelSpec* const> module = module_of(l);
@@ -343,6 +354,9 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   if (l.g.conv) {
     staged = stage_conv(l, ops, module);
     map_a = staged.map_a, map_b = staged.map_b;
+  } else if (l.transposed) {  // the kernel's A is B's matrix (BM of D's columns), its B A's
+    map_a = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bm);
+    map_b = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bn);
   } else {
     map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
     map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);

@@ -3,7 +3,8 @@
 // D (m x n, row stride ldd) = A (m x k) @ B (n x k)^T with f32 sums, a prologue on A and an
 // epilogue on each sum before it is stored (gemm_hooks.h). A and B are K-major (stored m x k and
 // n x k, row strides lda and ldb) or, for 16-bit inputs, MN-major (stored k x m and k x n): so
-// every transpose is a layout, never a copy. plan() gives a kind's launch for a problem, or none where
+// every transpose is a layout, never a copy. TF32 takes an MN-major B too, in tiles of D^T that
+// read B's rows into registers (TF32 MMAs read only K-major tiles from shared memory; no hooks). plan() gives a kind's launch for a problem, or none where
 // the kind does not apply; source() builds the module a launch runs and launch() runs it. Every
 // kernel is instantiated per exact shape.
 #include <array>

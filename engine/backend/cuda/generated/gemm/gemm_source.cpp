@@ -12,7 +12,8 @@ namespace {
 std::string num(std::int64_t v) { return std::to_string(v); }
 
 // mma(acc, da, db, accumulate): one m64nBNk(16 or 8) warpgroup MMA on shared-memory descriptors,
-// accumulating into acc[0 .. BN/2) or, for the first k of a tile, overwriting it.
+// accumulating into acc[0 .. BN/2) or, for the first k of a tile, overwriting it; mma_rs(acc, a,
+// db, accumulate) the same with A's fragment in four registers (only REG_A kernels call it).
 std::string mma_function(int bn, GemmMath math, bool a_mn, bool b_mn) {
   const int regs = bn / 2;
   const bool tf32 = tf32_mma(math);
@@ -22,15 +23,25 @@ std::string mma_function(int bn, GemmMath math, bool a_mn, bool b_mn) {
     list += (r ? ", %" : "%") + num(r);
     outs += std::string(r ? ", " : "") + "\"+f\"(acc[" + num(r) + "])";
   }
-  // The transpose immediates (1: MN-major) exist for 16-bit inputs only.
+  // The transpose immediates (1: MN-major) exist for 16-bit inputs only; with A in registers,
+  // B's alone.
   const std::string shape = "m64n" + num(bn) + "k" + (tf32 ? "8" : "16");
+  const std::string op = "wgmma.mma_async.sync.aligned." + shape + ".f32." + in + "." + in + " {" + list + "}, ";
   const std::string tail = tf32 ? "p, 1, 1;" : "p, 1, 1, " + num(a_mn) + ", " + num(b_mn) + ";";
+  const std::string rs_tail = tf32 ? "p, 1, 1;" : "p, 1, 1, " + num(b_mn) + ";";
+  const std::string a_regs = "{%" + num(regs) + ", %" + num(regs + 1) + ", %" + num(regs + 2) + ", %" + num(regs + 3) + "}";
   return "__device__ __forceinline__ void mma(float* acc, unsigned long long da, unsigned long long db, bool "
          "accumulate) {\n"
          "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" +
-         num(regs + 2) + ", 0;\\nwgmma.mma_async.sync.aligned." + shape + ".f32." + in + "." + in + " {" + list +
-         "}, %" + num(regs) + ", %" + num(regs + 1) + ", " + tail + "\\n}\\n\"\n    : " + outs +
-         "\n    : \"l\"(da), \"l\"(db), \"r\"(static_cast<int>(accumulate)));\n}";
+         num(regs + 2) + ", 0;\\n" + op + "%" + num(regs) + ", %" + num(regs + 1) + ", " + tail + "\\n}\\n\"\n    : " +
+         outs + "\n    : \"l\"(da), \"l\"(db), \"r\"(static_cast<int>(accumulate)));\n}\n"
+         "__device__ __forceinline__ void mma_rs(float* acc, const unsigned* a, unsigned long long db, bool "
+         "accumulate) {\n"
+         "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" +
+         num(regs + 5) + ", 0;\\n" + op + a_regs + ", %" + num(regs + 4) + ", " + rs_tail + "\\n}\\n\"\n    : " +
+         outs +
+         "\n    : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), "
+         "\"r\"(static_cast<int>(accumulate)));\n}";
 }
 
 // The prelude with the headers of every dtype the kernel reads or writes.
@@ -65,7 +76,13 @@ std::string source(const GemmLaunch& l) {
   const bool wgrad = g.conv && c.weight_grad;
   const WgradLayout w = wgrad_layout(g);
   const std::int64_t cols = wgrad ? c.r * c.s * w.channels : g.n;
-  const bool a_mn = (wgrad && !w.k_major) || g.a_mn, b_mn = (wgrad && !w.k_major) || g.b_mn;
+  // A plain product transposed (TF32 with B MN-major) computes D^T: its A is B's matrix, read
+  // into registers, and its B is A's.
+  const bool swap = l.transposed && !g.conv;
+  const bool a_mn = (wgrad && !w.k_major) || (swap ? g.b_mn : g.a_mn);
+  const bool b_mn = (wgrad && !w.k_major) || (swap ? g.a_mn : g.b_mn);
+  const bool a_batched = !wgrad && g.batch > 1 && (swap ? g.batch_b : g.batch_a) > 0;
+  const bool b_batched = !wgrad && g.batch > 1 && (swap ? g.batch_a : g.batch_b) > 0;
   const bool split = split_k(l), partials = wgrad || split;  // f32 partials, one D per split
   // Registers: the producer gives most of its own up; the consumers share the rest.
   const int consumers = l.bm / 64, consumer_regs = consumers == 1 ? 240 : 232;
@@ -84,8 +101,8 @@ std::string source(const GemmLaunch& l) {
                  {"BATCH_D", num(partials ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
                  {"SPLIT_K", split ? "true" : "false"},
                  {"A_MN", a_mn ? "true" : "false"},
-                 {"A_BATCHED", !wgrad && g.batch > 1 && g.batch_a > 0 ? "true" : "false"},
-                 {"B_BATCHED", !wgrad && g.batch > 1 && g.batch_b > 0 ? "true" : "false"},
+                 {"A_BATCHED", a_batched ? "true" : "false"},
+                 {"B_BATCHED", b_batched ? "true" : "false"},
                  {"B_MN", b_mn ? "true" : "false"},
                  {"MMA", mma_function(l.bn, g.math, a_mn, b_mn)},
                  {"HOOK_CONSTANTS", hs.constants},
@@ -96,6 +113,7 @@ std::string source(const GemmLaunch& l) {
                      {"SPLIT_F32", g.math == GemmMath::f32 ? "1" : "0"},
                      {"TRANSPOSED", l.transposed ? "true" : "false"},
                      {"STAGED_STORES", staged_stores(l) ? "true" : "false"},
+                     {"REG_A", swap ? "true" : "false"},
                      {"WGRAD_K_MAJOR", w.k_major ? "true" : "false"},
                      {"WGRAD_ROW", num(w.row)},
                      {"CONV_S", num(c.s)},
