@@ -24,9 +24,9 @@
 // few rows (channels): A is the box (rows: output pixels), B the weights (columns: channels),
 // and each sum is stored at its channel's row of D; so too in weight-gradient mode's MN-major
 // layouts (A: the taps' tiles, B: gy's).
-// f32 math (SPLIT_F32, convolution mode): the staged channels are three slices of C, images
-// [hi | lo | hi] and weights [hi | hi | lo] (x = hi + lo, both TF32), so the TF32 MMAs sum
-// hi*hi + lo*hi + hi*lo and keep f32's precision.
+// f32 math (SPLIT_F32): the consumers split each stage's f32 tiles in shared memory, x = hi + lo
+// (both TF32; hi in place, lo in tiles of their own), and the TF32 MMAs sum hi*hi + lo*hi +
+// hi*lo, which keeps f32's precision (with A in registers, A is split there).
 // Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
 // gy @ patches^T, k running over boxes of 64 output pixels (BOX_W x BOX_H) of every image. Both
 // come staged NHWC, so both tiles are MN-major atoms of 64 channels by those 64 pixels; an atom
@@ -90,7 +90,11 @@ constexpr int kKTiles = kConv ? kRS * kCBlocks : (kK + kBK - 1) / kBK;
 constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kBytesA + kBytesB;
 // The bytes a stage's copies bring: in convolution mode the box may fill fewer rows than its tile.
 constexpr unsigned kBoxBytes = kBoxW * kBoxH * 128;
-constexpr unsigned kLoadBytes = (kConv && kTransposed ? kBoxBytes : kBytesA) + (kConv && !kTransposed ? kBoxBytes : kBytesB);
+constexpr unsigned kLoadedA = kConv && kTransposed ? kBoxBytes : kBytesA, kLoadedB = kConv && !kTransposed ? kBoxBytes : kBytesB;
+constexpr unsigned kLoadBytes = kLoadedA + kLoadedB;
+constexpr bool kSplitF32 = ${SPLIT_F32};
+// SPLIT_F32: the lo tiles, one set past the stages (A's only where A is not in registers).
+constexpr unsigned kLoBytesA = kSplitF32 && !kRegA ? kBytesA : 0, kLoBytes = kSplitF32 ? kLoBytesA + kBytesB : 0;
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
 // K-major weight gradients: a tile of taps (B, or A when transposed) is boxes of kTapRows, each
@@ -377,6 +381,87 @@ __device__ __forceinline__ void store_staged(const float* acc, long long z, int 
 // Named barrier 1 + c: consumer c's four warps only.
 __device__ __forceinline__ void consumer_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
+// SPLIT_F32: x = hi + lo, hi the TF32 rounding of x (truncated where rounding would overflow)
+// and lo that of the rest, so that the MMAs read both exactly. A non-finite x has lo 0; its hi
+// must meet the other operand's lo as 0 (hf), or inf * 0 would give NaN.
+__device__ __forceinline__ float tf32_round(float x) {
+  unsigned u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return __uint_as_float(u);
+}
+// Splits x; `odd` becomes true where x is not finite.
+__device__ __forceinline__ void split_f32(float x, float& hi, float& lo, bool& odd) {
+  hi = tf32_round(x);
+  lo = tf32_round(x - hi);
+  if (!isfinite(hi)) {  // rare: x is inf or NaN, or rounds past the largest float
+    odd = odd || !isfinite(x);
+    hi = isfinite(x) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : x;
+    lo = isfinite(x) ? tf32_round(x - hi) : 0.f;
+  }
+}
+__device__ __forceinline__ float finite_or_zero(float x) { return isfinite(x) ? x : 0.f; }
+
+// Named barrier 3: every consumer, while the split tiles are shared; the second form also tells
+// whether any of them passes `odd`.
+__device__ __forceinline__ void split_sync() { asm volatile("bar.sync 3, %0;" ::"n"(kConsumers * 128) : "memory"); }
+__device__ __forceinline__ bool split_sync_any(bool odd) {
+  unsigned any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, 3, %2, p;\nselp.u32 %0, 1, 0, q;\n}"
+      : "=r"(any)
+      : "r"(static_cast<unsigned>(odd)), "n"(kConsumers * 128)
+      : "memory");
+  return any != 0;
+}
+
+// SPLIT_F32: the `bytes` of f32 tile `tile` split by every consumer thread (id `t`), 16 bytes at a
+// time: hi in place, lo at the same offset in `lo`. Returns whether this thread met a non-finite x.
+template <unsigned kBytes>
+__device__ __forceinline__ bool split_tile(unsigned tile, unsigned lo, int t) {
+  bool odd = false;
+  constexpr unsigned kStep = 16u * kConsumers * 128;
+#pragma unroll
+  for (unsigned q = 0; q < (kBytes + kStep - 1) / kStep; ++q) {
+    const unsigned o = q * kStep + 16u * t;
+    if (kBytes % kStep != 0 && o >= kBytes) break;
+    float x[4], h[4], l[4];
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(tile + o));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_f32(x[i], h[i], l[i], odd);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(tile + o), "f"(h[0]), "f"(h[1]), "f"(h[2]), "f"(h[3]) : "memory");
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(lo + o), "f"(l[0]), "f"(l[1]), "f"(l[2]), "f"(l[3]) : "memory");
+  }
+  return odd;
+}
+// A split tile's hi where a non-finite x becomes 0 (hf), for the products with the other's lo.
+template <unsigned kBytes>
+__device__ __forceinline__ void finite_tile(unsigned tile, int t) {
+  constexpr unsigned kStep = 16u * kConsumers * 128;
+#pragma unroll
+  for (unsigned q = 0; q < (kBytes + kStep - 1) / kStep; ++q) {
+    const unsigned o = q * kStep + 16u * t;
+    if (kBytes % kStep != 0 && o >= kBytes) break;
+    float x[4];
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(tile + o));
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(tile + o), "f"(finite_or_zero(x[0])),
+                 "f"(finite_or_zero(x[1])), "f"(finite_or_zero(x[2])), "f"(finite_or_zero(x[3]))
+                 : "memory");
+  }
+}
+
+// REG_A with SPLIT_F32: a fragment's hi, lo and hf (hi, or 0 where x is not finite).
+__device__ __forceinline__ void split_fragment(const unsigned (&x)[4], unsigned (&h)[4], unsigned (&l)[4], unsigned (&f)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float hi, lo;
+    bool odd = false;
+    split_f32(__uint_as_float(x[i]), hi, lo, odd);
+    h[i] = __float_as_uint(hi);
+    l[i] = __float_as_uint(lo);
+    f[i] = __float_as_uint(finite_or_zero(hi));
+  }
+}
+
 // The prologue on consumer c's 8 KiB of A in stage memory `tile` (64 K-major rows, or one
 // MN-major atom of BK rows), 16 bytes per thread at a time; the swizzle permutes each 128-byte
 // line's 16-byte chunks by the line's index mod 8.
@@ -471,7 +556,8 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary.
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned tiles_a = base, tiles_b = base + kStages * kBytesA;
-  const unsigned full = base + kStages * kStageBytes, empty = full + kStages * 8;
+  const unsigned lo_a = base + kStages * kStageBytes, lo_b = lo_a + kLoBytesA;  // SPLIT_F32
+  const unsigned full = base + kStages * kStageBytes + kLoBytes, empty = full + kStages * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       bar_init(full + 8 * s, 1);
@@ -528,6 +614,58 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       // Consumer c's 64 rows of A: 64 K-major rows, or the c-th MN-major atom; both 8 KiB in.
       const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128, kAtomBytes);
       const unsigned long long db = smem_desc(tiles_b + s * kBytesB, kAtomBytes);
+      if constexpr (kSplitF32) {
+        // The lo tiles are rewritten: every MMA that reads them has finished.
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
+        held = s;
+        split_sync();
+        const int t = c * 128 + tid;
+        bool odd = split_tile<kLoadedB>(tiles_b + s * kBytesB, lo_b, t);
+        if constexpr (!kRegA) odd = split_tile<kLoadedA>(tiles_a + s * kBytesA, lo_a, t) || odd;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        odd = split_sync_any(odd);
+        [[maybe_unused]] const unsigned long long dla = smem_desc(lo_a + c * 64 * 128, kAtomBytes);
+        const unsigned long long dlb = smem_desc(lo_b, kAtomBytes);
+        [[maybe_unused]] unsigned a[kBK / kMmaK][4];
+        if constexpr (kRegA) load_a_fragments(a, tiles_a + s * kBytesA, c, warp, lane);
+        // hi * hi; then lo * hi and hi * lo (where a tile holds inf or NaN, its hi made finite
+        // first). No MMA sits in a branch: the compiler would serialize them all.
+        [[maybe_unused]] unsigned h[kBK / kMmaK][4], l[kBK / kMmaK][4], f[kBK / kMmaK][4];
+        if constexpr (kRegA)
+#pragma unroll
+          for (int kk = 0; kk < kBK / kMmaK; ++kk) split_fragment(a[kk], h[kk], l[kk], f[kk]);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < kBK / kMmaK; ++kk) {
+          if constexpr (kRegA) {
+            mma_rs(acc, h[kk], db + kk * (kStepB >> 4), kt > first || kk > 0);
+          } else {
+            mma(acc, da + kk * (kStepA >> 4), db + kk * (kStepB >> 4), kt > first || kk > 0);
+          }
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        if (odd) {
+          asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+          split_sync();
+          finite_tile<kLoadedB>(tiles_b + s * kBytesB, t);
+          if constexpr (!kRegA) finite_tile<kLoadedA>(tiles_a + s * kBytesA, t);
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          split_sync();
+        }
+#pragma unroll
+        for (int kk = 0; kk < kBK / kMmaK; ++kk) {
+          if constexpr (kRegA) {
+            mma_rs(acc, l[kk], db + kk * (kStepB >> 4), true);
+            mma_rs(acc, f[kk], dlb + kk * (kStepB >> 4), true);
+          } else {
+            mma(acc, dla + kk * (kStepA >> 4), db + kk * (kStepB >> 4), true);
+            mma(acc, da + kk * (kStepA >> 4), dlb + kk * (kStepB >> 4), true);
+          }
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        continue;
+      }
       if constexpr (kRegA) {
         unsigned a[kBK / kMmaK][4];
         load_a_fragments(a, tiles_a + s * kBytesA, c, warp, lane);
@@ -627,48 +765,15 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 // The helper kernels of the convolution modes, compiled only into the modules that launch them.
 #define KILN_CONV_MODE ${CONV_MODE}
 #define KILN_WGRAD_K_MAJOR ${WGRAD_K_MAJOR}
-#define KILN_SPLIT_F32 ${SPLIT_F32}
-#if KILN_SPLIT_F32
-// f32 math's slices: x = hi + lo, hi the TF32 rounding of x (truncated where rounding would
-// overflow) and lo that of the rest, so the MMAs read both exactly. Infinities and NaN reach
-// the sums through hi * hi alone: their lo is 0, and the hi that meets the other's lo is 0.
-__device__ __forceinline__ float tf32_round(float x) {
-  unsigned u;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
-  return __uint_as_float(u);
-}
-__device__ __forceinline__ float tf32_hi(float x) {
-  const float h = tf32_round(x);
-  return isinf(h) && !isinf(x) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : h;
-}
-__device__ __forceinline__ float tf32_lo(float x) { return isfinite(x) ? tf32_round(x - tf32_hi(x)) : 0.f; }
-__device__ __forceinline__ float tf32_hi_finite(float x) { return isfinite(x) ? tf32_hi(x) : 0.f; }
-// Slice `slice` of x where `lo_slice` holds the remainders: [hi | lo | hi] (1) or [hi | hi | lo] (2).
-__device__ __forceinline__ float tf32_slice(float x, int slice, int lo_slice) {
-  return slice == 0 ? tf32_hi(x) : slice == lo_slice ? tf32_lo(x) : tf32_hi_finite(x);
-}
-// The three slices of x, `stride` elements apart.
-__device__ __forceinline__ void write_slices(float* o, long long stride, float x, int lo_slice) {
-#pragma unroll
-  for (int slice = 0; slice < 3; ++slice) o[slice * stride] = tf32_slice(x, slice, lo_slice);
-}
-#endif
-
 #if KILN_CONV_MODE == 1
 // Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
-// the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hi | lo].
+// the taps reversed (the input gradient's filter).
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
                                                  int flip) {
   const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
     const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
-    const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
-#if KILN_SPLIT_F32
-    In* o = out + (mi * taps + tap) * 3 * c + ci;
-    write_slices(o, c, v, 2);
-#else
-    out[i] = v;
-#endif
+    out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
   }
 }
 #endif
@@ -677,28 +782,18 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
 
 // Weight-gradient mode's K-major copies: plane i (h x w) of x becomes `copies` planes of `rows`
 // x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
-// or q >= w - copies + 1 (the output's width). f32 math: each copy holds three slices of the
-// planes, [hi | lo | hi] (`lo_slice` 1, gy) or [hi | hi | lo] (2, the images). A block writes
-// whole planes: 64-bit division places a plane, 32-bit division an element within it.
+// or q >= w - copies + 1 (the output's width). A block writes whole planes: 64-bit division
+// places a plane, 32-bit division an element within it.
 extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
-                                                int w, int rows, int row, int copies, int ph, int pw, int lo_slice) {
-  constexpr int kSlices = KILN_SPLIT_F32 ? 3 : 1;
-  const long long staged = kSlices * planes;
+                                                int w, int rows, int row, int copies, int ph, int pw) {
   const int ow = w + 2 * pw - copies + 1, plane = rows * row;
-  for (long long b = blockIdx.x; b < copies * staged; b += gridDim.x) {
-    const int s = static_cast<int>(b / staged);
-    const long long p = b % staged;
-    const In* src = x + (p % planes) * h * w;
+  for (long long b = blockIdx.x; b < copies * planes; b += gridDim.x) {
+    const int s = static_cast<int>(b / planes);
+    const In* src = x + (b % planes) * h * w;
     In* dst = out + b * plane;
     for (int e = threadIdx.x; e < plane; e += blockDim.x) {
       const int y = e / row - ph, q = e % row, xq = q + s - pw;
-      const In v = q < ow && y >= 0 && y < h && xq >= 0 && xq < w ? src[y * w + xq] : kiln::cvt<In>(0.f);
-#if KILN_SPLIT_F32
-      const int slice = static_cast<int>(p / planes);
-      dst[e] = tf32_slice(v, slice, lo_slice);
-#else
-      dst[e] = v;
-#endif
+      dst[e] = q < ow && y >= 0 && y < h && xq >= 0 && xq < w ? src[y * w + xq] : kiln::cvt<In>(0.f);
     }
   }
 }
@@ -726,9 +821,9 @@ extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts,
 
 // Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 64 x 64
 // tiles in shared memory so that both the reads and the writes are coalesced; each thread has
-// its 16 reads in flight at once (a block of 256 threads). f32 math: c as slices [hi | lo | hi].
+// its 16 reads in flight at once (a block of 256 threads).
 extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p) {
-  constexpr int kSlices = KILN_SPLIT_F32 ? 3 : 1, kT = 64;
+  constexpr int kT = 64;
   __shared__ In tile[kT][kT + 1];
   const long long image = static_cast<long long>(blockIdx.z) * c * p;
   const int p0 = blockIdx.x * kT, c0 = blockIdx.y * kT, tx = threadIdx.x, ty = threadIdx.y;
@@ -751,12 +846,7 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
     for (int h = 0; h < 2; ++h) {
       const int px = p0 + ty + 8 * i, ch = c0 + tx + 32 * h;
       if (px >= p || ch >= c) continue;
-      In* o = out + kSlices * (image + static_cast<long long>(px) * c) + ch;
-#if KILN_SPLIT_F32
-      write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], 1);
-#else
-      *o = tile[tx + 32 * h][ty + 8 * i];
-#endif
+      out[image + static_cast<long long>(px) * c + ch] = tile[tx + 32 * h][ty + 8 * i];
     }
 }
 #endif

@@ -112,8 +112,23 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     add(l);
     CHECK(l->transposed);
   }
-  // Exact f32 in convolution mode (three slices of split operands), forward and flipped, with a
-  // channel tail past a k tile.
+  // Exact f32 (split in the kernel, k as stored): plain products in both tile heights with a
+  // bias, and B MN-major in registers (a 1x1 exact f32 convolution's forward).
+  for (GemmTile tile : {GemmTile{128, 256}, GemmTile{64, 128}}) {
+    const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1000, 300, 520, GemmMath::f32, GemmEpilogue::bias), kHopper, tile);
+    const std::string src = add(l);
+    CHECK(src.find("kSplitF32 = true") != std::string::npos);
+    CHECK(l->shared_bytes <= kHopper.max_shared);
+  }
+  {
+    GemmGeometry g{64, 136, 120, 120, 136, 136, GemmMath::f32, GemmEpilogue::none, false, true};
+    g.batch = 4, g.batch_b = 120 * 136, g.batch_d = 64 * 136;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    const std::string src = add(l);
+    CHECK(src.find("kRegA = true") != std::string::npos);
+    CHECK(src.find("kSplitF32 = true") != std::string::npos);
+  }
+  // Exact f32 in convolution mode, forward and flipped, with a channel tail past a k tile.
   for (bool flip : {false, true}) {
     const kernels::GemmConv c{flip ? 36 : 64, 14, 14, 3, 3, 1, 1, flip};
     GemmGeometry g{flip ? 24 : 64, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), GemmMath::f32};
@@ -121,11 +136,11 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.batch = 2, g.batch_b = c.c * c.h * c.w, g.batch_d = g.m * c.oh() * c.ow();
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
     const std::string src = add(l);
-    CHECK(src.find("#define KILN_SPLIT_F32 1") != std::string::npos);
-    CHECK(src.find("kK = " + std::to_string(3 * g.k)) != std::string::npos);  // k runs over the slices
+    CHECK(src.find("kSplitF32 = true") != std::string::npos);
+    CHECK(src.find("kK = " + std::to_string(g.k)) != std::string::npos);  // the operands as staged for TF32
   }
-  // Exact f32 weight gradients: gy and the images staged as three slices each, read as three
-  // times the images (a 3x3 window copied per filter column, and a 1x1 one).
+  // Exact f32 weight gradients read what TF32 reads: a 3x3 window's images copied per filter
+  // column, a 1x1 window's read as stored.
   for (std::int64_t r : {3, 1}) {
     const kernels::GemmConv c{32, 12, 12, r, r, r / 2, r / 2, false, true};
     GemmGeometry g{48, r * r * 32, 5 * 144, 0, 0, r * r * 32, GemmMath::f32};
@@ -134,8 +149,10 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
     const std::string src = add(l);
     const kernels::WgradLayout w = kernels::wgrad_layout(g);
-    CHECK((w.k_major && w.stage_gy && w.stage_images));
-    CHECK(src.find("kImages = 15") != std::string::npos);
+    CHECK(w.k_major);
+    CHECK(w.stage_images == (r == 3));
+    CHECK_FALSE(w.stage_gy);  // rows of 12 pixels: 16-byte multiples
+    CHECK(src.find("kImages = 5") != std::string::npos);
   }
   // Split-K: a narrow product of long k, in every arithmetic.
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
@@ -277,8 +294,7 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   CHECK(kernels::plan(GemmKernel::wgmma, conv(32, 14, 14, 5, 2, GemmMath::bf16), kHopper));  // NHWC: any width
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::tf32), kHopper));
   CHECK(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 1, GemmMath::f32), kHopper));
-  // Exact f32 is split only where the convolution modes stage its operands.
-  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::f32), kHopper));
+  CHECK(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::f32), kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(12, 16, 16, 3, 1, GemmMath::bf16), kHopper));  // 24-byte channel rows
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, conv(64, 16, 16, 3, 3, GemmMath::bf16), kHopper));  // padding past the filter
   GemmGeometry prologue = conv(64, 16, 16, 3, 1, GemmMath::bf16);

@@ -96,7 +96,8 @@ double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed) {
   return worst / std::max(scale, 1e-30);
 }
 
-double tolerance(GemmMath m) { return m == GemmMath::bf16 ? 1.5e-2 : 4e-3; }
+// Exact f32 (three TF32 products of split operands) as FFMA would be; TF32 alone misses it a hundredfold.
+double tolerance(GemmMath m) { return m == GemmMath::bf16 ? 1.5e-2 : m == GemmMath::f32 ? 1e-5 : 4e-3; }
 
 // The heuristic's launch of `g` and every alternative tile that applies.
 std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
@@ -135,7 +136,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
                           {1024, 10, 4096, 0, 0},  // the wide MLP's output layer (split-K among its tiles)
                           {77, 200, 8, 0, 1}};     // k shorter than one k tile
   int runs = 0;
-  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32, GemmMath::f32})
     for (const Shape& sh : shapes)
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
         check_launches({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e}, tgt, 0, runs);
@@ -173,8 +174,55 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
         CHECK(check_launch(*l, static_cast<std::uint32_t>(100 + runs)) <= tolerance(math));
         ++runs;
       }
+  // TF32 and exact f32 read B MN-major into registers (tiles of D^T), one problem and a batch
+  // sharing A (a 1x1 convolution's forward).
+  for (GemmMath math : {GemmMath::tf32, GemmMath::f32}) {
+    check_launches({200, 136, 120, 120, 136, 136, math, GemmEpilogue::none, false, true}, tgt, 200, runs);
+    check_launches({64, 196, 72, 72, 200, 200, math, GemmEpilogue::none, false, true, 3, 0, 72 * 200, 64 * 200}, tgt,
+                   200, runs);
+  }
   MESSAGE(runs << " launches checked");
   // TF32 reads K-major tiles only.
   CHECK_FALSE(kernels::plan(kernels::GemmKernel::wgmma,
                             {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true}, tgt));
+}
+
+// A product whose inputs hold inf and NaN, as FFMA sums it: A (128 x 64) all 0.5 but A[3][7] =
+// inf and A[9][20] = NaN, B (64 x 64) all 0.25 but B[5][11] = inf; B K-major, or MN-major (its
+// rows in registers). Row 9 is NaN, row 3 and column 5 inf, the rest 64 * 0.125 exactly.
+TEST_CASE("exact f32 GEMMs carry inf and NaN through their split operands") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  if (tgt.arch != 90) {
+    MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
+    return;
+  }
+  for (bool b_mn : {false, true}) {
+    CAPTURE(b_mn);
+    const GemmGeometry g{128, 64, 64, 64, 64, 64, GemmMath::f32, GemmEpilogue::none, false, b_mn};
+    std::vector<float> a(128 * 64, 0.5f), b(64 * 64, 0.25f), d(128 * 64, -1.f);
+    a[3 * 64 + 7] = INFINITY;
+    a[9 * 64 + 20] = NAN;
+    b[b_mn ? 11 * 64 + 5 : 5 * 64 + 11] = INFINITY;
+    const rt::Stream& s = rt::default_stream(0);
+    rt::DeviceBuffer da(a.size() * 4, s), db(b.size() * 4, s), dd(d.size() * 4, s);
+    rt::copy_to_device(da.ptr(), a.data(), a.size() * 4, s);
+    rt::copy_to_device(db.ptr(), b.data(), b.size() * 4, s);
+    for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
+      CAPTURE(l.text());
+      kernels::launch(l, {da.ptr(), db.ptr(), dd.ptr(), 0, &s});
+      rt::copy_to_host(d.data(), dd.ptr(), d.size() * 4, s);
+      s.synchronize();
+      int nans = 0, infs = 0, exact = 0;
+      for (int i = 0; i < 128; ++i)
+        for (int j = 0; j < 64; ++j) {
+          const float v = d[static_cast<std::size_t>(i * 64 + j)];
+          if (i == 9) nans += std::isnan(v);
+          else if (i == 3 || j == 5) infs += std::isinf(v) && v > 0;
+          else exact += v == 8.f;
+        }
+      CHECK(nans == 64);
+      CHECK(infs == 64 + 126);
+      CHECK(exact == 126 * 63);
+    }
+  }
 }

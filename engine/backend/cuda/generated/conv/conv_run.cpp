@@ -43,7 +43,8 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 // On the tile engine (sm_90), per image z (P = h*w pixels, NCHW):
 //   - a 16-bit 1x1 conv of stride 1 without padding is a batch of GEMMs, its pixel-major
 //     operands MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
-//     so is a TF32 forward, its tiles of y_z^T reading x_z into registers (no NHWC copy);
+//     so is a TF32 or exact f32 forward, its tiles of y_z^T reading x_z into registers (no
+//     NHWC copy);
 //   - any other conv of stride 1 (no dilation, no groups; bf16, f16, TF32, or exact f32 as
 //     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
 //     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p;
@@ -74,7 +75,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
-  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && (!tf32_mma(gm) || (gm == GemmMath::tf32 && forward))) {
+  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && (!tf32_mma(gm) || forward)) {
     // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
     GemmGeometry geo{rows, in_pixels, k, g.c, in_pixels, in_pixels, gm};
     geo.a_mn = !forward;
@@ -107,8 +108,8 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
     }
   }
   // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
-  // f32 stages three slices of its input, which costs more than the products save where there
-  // are few output rows per tap: the engine is timed there but is not the untuned pick.
+  // f32 triples the products, which costs more than the FFMA kernels where there are few
+  // output rows per tap: the engine is timed there but is not the untuned pick.
   const std::int64_t rows = pass == ConvPass::grad_input ? g.c : g.o;
   const bool engine_first = math == ConvMath::f32           ? rows * g.kh * g.kw >= 128
                             : pass == ConvPass::grad_weight ? g.c >= 16

@@ -12,13 +12,12 @@ namespace kiln::kernels {
 
 namespace {
 
-// Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
+// Convolution mode's A: the weights as [m][r][s][c], from
 // [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
 rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
   const GemmConv& c = *l.g.conv;
   const std::int64_t count = l.g.m * c.r * c.s * c.c;
-  const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
-  rt::DeviceBuffer out(static_cast<std::size_t>(staged) * dtype_size(input_dtype(l.g.math)), *ops.stream);
+  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), *ops.stream);
   rt::DevicePtr w = ops.a, dst = out.ptr();
   int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
   void* args[] = {&w, &dst, &m, &cc, &taps, &flip};
@@ -30,12 +29,12 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
 }
 
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
-// [z][h][w][c] (f32 math: c as its three slices).
+// [z][h][w][c].
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
                             std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
   const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
   rt::DeviceBuffer out(
-      static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
+      static_cast<std::size_t>(l.g.batch * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
   rt::DevicePtr dst = out.ptr();
@@ -55,20 +54,19 @@ rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 // `rows` x `row`, copy s shifted by s - pad_w and framed by pad_h zero rows (see WgradLayout).
 struct ShiftedRows {
   std::int64_t h, w, rows, row, copies, pad_h, pad_w;
-  int lo_slice;  // f32 math: the slice that holds the remainders (1 for gy, 2 for the images)
 };
 rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t channels, std::int64_t stride,
                             const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn) {
   if (l.g.batch > 1 && stride != channels * s.h * s.w)
     throw ValueError("[gemm] weight-gradient mode copies dense images; batch stride " + std::to_string(stride));
   long long planes = l.g.batch * channels;
-  const std::int64_t all_rows = s.copies * slices(l.g) * planes * s.rows;
+  const std::int64_t all_rows = s.copies * planes * s.rows;
   rt::DeviceBuffer out(static_cast<std::size_t>(all_rows * s.row) * dtype_size(input_dtype(l.g.math)), stream);
   rt::DevicePtr dst = out.ptr();
   int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
   int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
-  int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w), lo_slice = s.lo_slice;
-  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &lo_slice};
+  int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
+  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw};
   rt::LaunchConfig cfg;  // a block per plane of a copy
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(all_rows / s.rows, 1 << 22));
   cfg.block.x = 128;
@@ -77,10 +75,6 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 }
 
 }  // namespace
-
-int slices(const GemmGeometry& g) { return g.math == GemmMath::f32 ? 3 : 1; }
-
-std::int64_t staged_channels(const GemmGeometry& g) { return g.conv ? slices(g) * g.conv->c : 0; }
 
 // Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,
 // no prologue (A is the weights), and a geometry that says the same as its window. The weight
@@ -151,7 +145,7 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   const std::int64_t tiles =
       l.transposed ? ceil_div(cols, l.bm) * ceil_div(g.m, l.bn) : ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
   const std::int64_t k_tiles =
-      slices(g) * g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
+      g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
   // At least 4 k tiles a split: fewer would spend more on partials than on products.
   const std::int64_t want =
       std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
@@ -208,8 +202,8 @@ WgradLayout wgrad_layout(const GemmGeometry& g) {
   }
   w.row = as_stored ? c.ow() : ceil_div(c.ow() * es, 16) * 16 / es;
   w.rows = as_stored ? c.oh() : c.oh() + c.r - 1;
-  w.stage_images = !as_stored || g.math == GemmMath::f32;  // f32 math stages its slices
-  w.stage_gy = w.row != c.ow() || g.math == GemmMath::f32;
+  w.stage_images = !as_stored;
+  w.stage_gy = w.row != c.ow();
   const std::int64_t tiles = ceil_div(c.c, 256);  // per tap
   w.bn = static_cast<int>(ceil_div(ceil_div(c.c, tiles), 16) * 16);
   w.channels = w.bn * tiles;
@@ -224,17 +218,17 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
   ConvStaging s;
   if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
     const rt::Function shift = rt::generated_function(module, "kiln_conv_shift_rows", device);
-    const std::int64_t b = slices(l.g) * l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
+    const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
     rt::DevicePtr gy = ops.a, x = ops.b;
     std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
     if (wgrad.stage_gy) {
-      s.grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0, 1}, *ops.stream,
+      s.grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream,
                            shift);
       gy = s.grads.ptr(), gy_image = l.g.m * gy_plane;
     }
     if (wgrad.stage_images) {
       s.images = shift_rows(l, ops.b, c->c, l.g.batch_b,
-                            {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w, 2}, *ops.stream, shift);
+                            {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w}, *ops.stream, shift);
       x = s.images.ptr(), x_image = c->c * plane;
     }
     // Transposed tiles take gy as B (BN rows) and the taps as A (BM columns of dW).
@@ -259,7 +253,7 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
                           rt::generated_function(module, "kiln_nchw_to_nhwc", device));
     const ConvBox box = l.box;
-    const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
+    const std::int64_t taps = c->r * c->s, ch = c->c;
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
                                       std::array{box_k, 1, l.transposed ? l.bn : l.bm});
     s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{ch, c->w, c->h, l.g.batch},

@@ -20,10 +20,6 @@ std::int64_t shared_bytes(const GemmLaunch& l, int stages);
 int stages_for(const GemmLaunch& l, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
 
-// f32 math's operands are staged as three slices (gemm_plan.h), other maths' as one.
-int slices(const GemmGeometry& g);
-// Convolution mode's channels as staged: c, or f32 math's three slices of c.
-std::int64_t staged_channels(const GemmGeometry& g);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
 bool conv_fits(const GemmGeometry& g);
 // Tiles across D's columns in the convolution modes.

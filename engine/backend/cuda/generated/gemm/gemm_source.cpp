@@ -95,7 +95,7 @@ std::string source(const GemmLaunch& l) {
                  {"GROUP_M", num(l.group_m)},
                  {"M", num(g.m)},
                  {"N", num(cols)},
-                 {"K", num(!g.conv ? g.k : wgrad ? slices(g) * g.k : c.r * c.s * staged_channels(g))},
+                 {"K", num(!g.conv || wgrad ? g.k : c.r * c.s * c.c)},
                  {"LDD", num(wgrad ? cols : g.ldd)},
                  {"BATCH", num(partials ? l.splits : g.batch)},
                  {"BATCH_D", num(partials ? (l.splits > 1 ? g.m * cols : 0) : g.batch > 1 ? g.batch_d : 0)},
@@ -109,8 +109,8 @@ std::string source(const GemmLaunch& l) {
                  {"HOOK_FUNCTIONS", hs.functions},
                  {"CONSUMER_REGS", num(consumer_regs)}};
   b.insert(b.end(), {{"CONV_MODE", num(wgrad ? 2 : g.conv ? 1 : 0)},
-                     {"CONV_C", num(wgrad ? w.channels : staged_channels(g))},
-                     {"SPLIT_F32", g.math == GemmMath::f32 ? "1" : "0"},
+                     {"CONV_C", num(wgrad ? w.channels : c.c)},
+                     {"SPLIT_F32", g.math == GemmMath::f32 ? "true" : "false"},
                      {"TRANSPOSED", l.transposed ? "true" : "false"},
                      {"STAGED_STORES", staged_stores(l) ? "true" : "false"},
                      {"REG_A", swap ? "true" : "false"},
@@ -122,7 +122,7 @@ std::string source(const GemmLaunch& l) {
                      {"CONV_PAD_W", num(c.pad_w)},
                      {"CONV_OH", num(g.conv ? c.oh() : 0)},
                      {"CONV_OW", num(g.conv ? c.ow() : 0)},
-                     {"CONV_IMAGES", num(wgrad ? slices(g) * g.batch : 0)},
+                     {"CONV_IMAGES", num(wgrad ? g.batch : 0)},
                      {"BOX_H", num(l.box.h)},
                      {"BOX_W", num(l.box.w)}});
   return rt::instantiate("gemm_wgmma", rt::template_source("gemm_wgmma"), b);
