@@ -24,9 +24,11 @@
 // few rows (channels): A is the box (rows: output pixels), B the weights (columns: channels),
 // and each sum is stored at its channel's row of D; so too in weight-gradient mode's MN-major
 // layouts (A: the taps' tiles, B: gy's).
-// f32 math (SPLIT_F32): the consumers split each stage's f32 tiles in shared memory, x = hi + lo
-// (both TF32; hi in place, lo in tiles of their own), and the TF32 MMAs sum hi*hi + lo*hi +
-// hi*lo, which keeps f32's precision (with A in registers, A is split there).
+// f32 math: x = hi + lo (both TF32), and the TF32 MMAs sum hi*hi + lo*hi + hi*lo, which keeps
+// f32's precision. Convolution mode stages the split (SLICES 3): its channels are three slices
+// of C, images [hi | lo | hi] and weights [hi | hi | lo], since its operands are read many times
+// over. Elsewhere (SPLIT_F32) the consumers split each stage's f32 tiles in shared memory (hi in
+// place, lo in tiles of their own; A in registers where it is read there).
 // Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
 // gy @ patches^T, k running over boxes of 64 output pixels (BOX_W x BOX_H) of every image. Both
 // come staged NHWC, so both tiles are MN-major atoms of 64 channels by those 64 pixels; an atom
@@ -93,7 +95,8 @@ constexpr unsigned kBoxBytes = kBoxW * kBoxH * 128;
 constexpr unsigned kLoadedA = kConv && kTransposed ? kBoxBytes : kBytesA, kLoadedB = kConv && !kTransposed ? kBoxBytes : kBytesB;
 constexpr unsigned kLoadBytes = kLoadedA + kLoadedB;
 constexpr bool kSplitF32 = ${SPLIT_F32};
-// SPLIT_F32: the lo tiles, one set past the stages (A's only where A is not in registers).
+// SPLIT_F32: the lo tiles, two sets past the stages (A's only where A is not in registers), so
+// that a k tile is split while the previous one's MMAs run.
 constexpr unsigned kLoBytesA = kSplitF32 && !kRegA ? kBytesA : 0, kLoBytes = kSplitF32 ? kLoBytesA + kBytesB : 0;
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
@@ -556,8 +559,8 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary.
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned tiles_a = base, tiles_b = base + kStages * kBytesA;
-  const unsigned lo_a = base + kStages * kStageBytes, lo_b = lo_a + kLoBytesA;  // SPLIT_F32
-  const unsigned full = base + kStages * kStageBytes + kLoBytes, empty = full + kStages * 8;
+  const unsigned lo_tiles = base + kStages * kStageBytes;  // SPLIT_F32
+  const unsigned full = lo_tiles + 2 * kLoBytes, empty = full + kStages * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       bar_init(full + 8 * s, 1);
@@ -615,11 +618,10 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128, kAtomBytes);
       const unsigned long long db = smem_desc(tiles_b + s * kBytesB, kAtomBytes);
       if constexpr (kSplitF32) {
-        // The lo tiles are rewritten: every MMA that reads them has finished.
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
-        held = s;
+        // This k tile's lo tiles were read by the MMAs of the one two before, which every
+        // consumer has waited for.
         split_sync();
+        const unsigned lo_a = lo_tiles + (it & 1) * kLoBytes, lo_b = lo_a + kLoBytesA;
         const int t = c * 128 + tid;
         bool odd = split_tile<kLoadedB>(tiles_b + s * kBytesB, lo_b, t);
         if constexpr (!kRegA) odd = split_tile<kLoadedA>(tiles_a + s * kBytesA, lo_a, t) || odd;
@@ -664,6 +666,15 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
           }
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // The previous k tile's two groups finish while this one's run; its stage is freed. With
+        // A in registers, which the next k tile rewrites, this one's finish too.
+        if constexpr (kRegA) {
+          asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        } else {
+          asm volatile("wgmma.wait_group.sync.aligned 2;" ::: "memory");
+        }
+        if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
+        held = s;
         continue;
       }
       if constexpr (kRegA) {
@@ -765,15 +776,34 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 // The helper kernels of the convolution modes, compiled only into the modules that launch them.
 #define KILN_CONV_MODE ${CONV_MODE}
 #define KILN_WGRAD_K_MAJOR ${WGRAD_K_MAJOR}
+#define KILN_SLICES ${SLICES}
+#if KILN_SLICES == 3
+// Convolution mode's f32 slices of x, `stride` elements apart: images [hi | lo | hf], weights
+// [hi | hf | lo] (hf: hi, or 0 where x is not finite, as it meets the other's lo).
+__device__ __forceinline__ void write_slices(float* o, long long stride, float x, bool images) {
+  float hi, lo;
+  bool odd = false;
+  split_f32(x, hi, lo, odd);
+  o[0] = hi;
+  o[stride] = images ? lo : finite_or_zero(hi);
+  o[2 * stride] = images ? finite_or_zero(hi) : lo;
+}
+#endif
+
 #if KILN_CONV_MODE == 1
 // Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
-// the taps reversed (the input gradient's filter).
+// the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hi | lo].
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
                                                  int flip) {
   const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
     const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
-    out[i] = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
+    const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
+#if KILN_SLICES == 3
+    write_slices(out + (mi * taps + tap) * 3 * c + ci, c, v, false);
+#else
+    out[i] = v;
+#endif
   }
 }
 #endif
@@ -821,9 +851,9 @@ extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts,
 
 // Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 64 x 64
 // tiles in shared memory so that both the reads and the writes are coalesced; each thread has
-// its 16 reads in flight at once (a block of 256 threads).
+// its 16 reads in flight at once (a block of 256 threads). f32 math: c as slices [hi | lo | hi].
 extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p) {
-  constexpr int kT = 64;
+  constexpr int kSlices = ${SLICES}, kT = 64;
   __shared__ In tile[kT][kT + 1];
   const long long image = static_cast<long long>(blockIdx.z) * c * p;
   const int p0 = blockIdx.x * kT, c0 = blockIdx.y * kT, tx = threadIdx.x, ty = threadIdx.y;
@@ -846,7 +876,12 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
     for (int h = 0; h < 2; ++h) {
       const int px = p0 + ty + 8 * i, ch = c0 + tx + 32 * h;
       if (px >= p || ch >= c) continue;
-      out[image + static_cast<long long>(px) * c + ch] = tile[tx + 32 * h][ty + 8 * i];
+      In* o = out + kSlices * (image + static_cast<long long>(px) * c) + ch;
+#if KILN_SLICES == 3
+      write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], true);
+#else
+      *o = tile[tx + 32 * h][ty + 8 * i];
+#endif
     }
 }
 #endif

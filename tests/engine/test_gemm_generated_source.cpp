@@ -128,7 +128,8 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(src.find("kRegA = true") != std::string::npos);
     CHECK(src.find("kSplitF32 = true") != std::string::npos);
   }
-  // Exact f32 in convolution mode, forward and flipped, with a channel tail past a k tile.
+  // Exact f32 in convolution mode (three staged slices of split operands), forward and flipped,
+  // with a channel tail past a k tile.
   for (bool flip : {false, true}) {
     const kernels::GemmConv c{flip ? 36 : 64, 14, 14, 3, 3, 1, 1, flip};
     GemmGeometry g{flip ? 24 : 64, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), GemmMath::f32};
@@ -136,8 +137,9 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.batch = 2, g.batch_b = c.c * c.h * c.w, g.batch_d = g.m * c.oh() * c.ow();
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
     const std::string src = add(l);
-    CHECK(src.find("kSplitF32 = true") != std::string::npos);
-    CHECK(src.find("kK = " + std::to_string(g.k)) != std::string::npos);  // the operands as staged for TF32
+    CHECK(src.find("kSplitF32 = false") != std::string::npos);
+    CHECK(src.find("#define KILN_SLICES 3") != std::string::npos);
+    CHECK(src.find("kK = " + std::to_string(3 * g.k)) != std::string::npos);  // k runs over the slices
   }
   // Exact f32 weight gradients read what TF32 reads: a 3x3 window's images copied per filter
   // column, a 1x1 window's read as stored.
@@ -153,6 +155,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(w.stage_images == (r == 3));
     CHECK_FALSE(w.stage_gy);  // rows of 12 pixels: 16-byte multiples
     CHECK(src.find("kImages = 5") != std::string::npos);
+    CHECK(src.find("kSplitF32 = true") != std::string::npos);
   }
   // Split-K: a narrow product of long k, in every arithmetic.
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {

@@ -12,12 +12,13 @@ namespace kiln::kernels {
 
 namespace {
 
-// Convolution mode's A: the weights as [m][r][s][c], from
+// Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
 // [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
 rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
   const GemmConv& c = *l.g.conv;
   const std::int64_t count = l.g.m * c.r * c.s * c.c;
-  rt::DeviceBuffer out(static_cast<std::size_t>(count) * dtype_size(input_dtype(l.g.math)), *ops.stream);
+  const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
+  rt::DeviceBuffer out(static_cast<std::size_t>(staged) * dtype_size(input_dtype(l.g.math)), *ops.stream);
   rt::DevicePtr w = ops.a, dst = out.ptr();
   int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
   void* args[] = {&w, &dst, &m, &cc, &taps, &flip};
@@ -29,12 +30,12 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
 }
 
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
-// [z][h][w][c].
+// [z][h][w][c] (convolution mode's f32 math: c as its three slices).
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
                             std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
   const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
   rt::DeviceBuffer out(
-      static_cast<std::size_t>(l.g.batch * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
+      static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
   rt::DevicePtr dst = out.ptr();
@@ -75,6 +76,12 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 }
 
 }  // namespace
+
+int slices(const GemmGeometry& g) { return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? 3 : 1; }
+
+bool split_in_kernel(const GemmGeometry& g) { return g.math == GemmMath::f32 && slices(g) == 1; }
+
+std::int64_t staged_channels(const GemmGeometry& g) { return g.conv ? slices(g) * g.conv->c : 0; }
 
 // Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,
 // no prologue (A is the weights), and a geometry that says the same as its window. The weight
@@ -253,7 +260,7 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
                           rt::generated_function(module, "kiln_nchw_to_nhwc", device));
     const ConvBox box = l.box;
-    const std::int64_t taps = c->r * c->s, ch = c->c;
+    const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
                                       std::array{box_k, 1, l.transposed ? l.bn : l.bm});
     s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{ch, c->w, c->h, l.g.batch},

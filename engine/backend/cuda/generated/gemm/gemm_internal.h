@@ -20,6 +20,12 @@ std::int64_t shared_bytes(const GemmLaunch& l, int stages);
 int stages_for(const GemmLaunch& l, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
 
+// Convolution mode's f32 math stages its operands as three slices (gemm_plan.h); elsewhere the
+// kernel splits f32 tiles itself (split_in_kernel) and every operand is staged as one.
+int slices(const GemmGeometry& g);
+bool split_in_kernel(const GemmGeometry& g);
+// Convolution mode's channels as staged: c, or f32 math's three slices of c.
+std::int64_t staged_channels(const GemmGeometry& g);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
 bool conv_fits(const GemmGeometry& g);
 // Tiles across D's columns in the convolution modes.

@@ -85,7 +85,7 @@ bool staged_stores(const GemmLaunch& l) {
   const bool reads_back = g.hooks.epilogue && (g.hooks.epilogue->accumulate || g.hooks.epilogue->stats != HookStats::none);
   if ((g.conv && g.conv->weight_grad) || l.transposed || reads_back) return false;
   const std::int64_t bk = 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
-  const std::int64_t k_tiles = g.conv ? g.conv->r * g.conv->s * ceil_div(g.conv->c, bk)
+  const std::int64_t k_tiles = g.conv ? g.conv->r * g.conv->s * ceil_div(staged_channels(g), bk)
                                       : ceil_div(ceil_div(g.k, bk), l.splits);
   const std::int64_t per = 16 / static_cast<std::int64_t>(split_k(l) ? 4 : dtype_size(output_dtype(g)));
   const std::int64_t batch_d = split_k(l) ? g.m * g.ldd : g.batch > 1 ? g.batch_d : 0;
@@ -97,12 +97,13 @@ namespace {
 
 // Shared memory beside the stages: column statistics add each consumer warp's column sums and
 // squares, reduced across warps; staged stores take 16 rows of 128 bytes per consumer warp;
-// f32 math the lo tiles its split writes.
+// f32 math split in the kernel the lo tiles it writes.
 std::int64_t scratch_bytes(const GemmLaunch& l) {
   const std::int64_t stats = stats_of(l.g) == HookStats::columns ? (l.bm / 64) * 4 * l.bn * 2 * 4 : 0;
-  // f32 math: one set of lo tiles (A's in registers with REG_A, plain products transposed).
+  // f32 math split in the kernel: two sets of lo tiles (A's in registers with REG_A, plain
+  // products transposed).
   const bool reg_a = l.transposed && !l.g.conv;
-  const std::int64_t lo = l.g.math == GemmMath::f32 ? (reg_a ? 0 : l.bm) * 128 + l.bn * 128 : 0;
+  const std::int64_t lo = split_in_kernel(l.g) ? 2 * ((reg_a ? 0 : l.bm) * 128 + l.bn * 128) : 0;
   return stats + lo + (staged_stores(l) ? l.bm * 128 : 0) + kAlignSlack;
 }
 

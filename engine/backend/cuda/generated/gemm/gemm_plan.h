@@ -22,8 +22,10 @@
 namespace kiln::kernels {
 
 // The arithmetic: 16-bit inputs, or f32 inputs on the TF32 tensor cores. `f32` keeps f32's
-// precision on them: the kernel splits each operand's tiles into a TF32 high part and its
-// remainder, and the sum adds three TF32 products, hi*hi + lo*hi + hi*lo.
+// precision on them: each operand is split into a TF32 high part and its remainder, and the
+// sum adds three TF32 products, hi*hi + lo*hi + hi*lo. Convolution mode stages the split
+// operands (its channels as three slices: images [hi | lo | hi], weights [hi | hi | lo]);
+// elsewhere the kernel splits each stage's tiles in shared memory.
 enum class GemmMath { bf16 = 0, f16 = 1, tf32 = 2, f32 = 3 };
 const char* math_name(GemmMath m);  // "bf16", "f16", "tf32", "f32"
 DType input_dtype(GemmMath m);      // bf16, f16, f32, f32
@@ -39,7 +41,8 @@ const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 // image's c x h x w patches, padded by zeros. Each launch stages the images NHWC and the weights
 // as [m][r][s][c] on the GPU, so both operands are K-major (TF32 too). The weights come as
 // stored, [m][c][r][s]; with `flip` they are [c][m][r][s] and are transposed with their taps
-// reversed, as the input gradient reads them.
+// reversed, as the input gradient reads them. With f32 math the staged channels are three
+// slices of c (GemmMath).
 //
 // With `weight_grad` it is the weight gradient instead: A is gy (m x oh*ow per image, NCHW),
 // B the images, and D (m x r*s*c, [m][c][r][s] with ldd = c*r*s) sums over every image, so
