@@ -109,6 +109,12 @@ double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed, bool split
 // exactness test below shows that no product is missing.
 double tolerance(GemmMath m) { return m == GemmMath::bf16 ? 1.5e-2 : m == GemmMath::f32 ? 5e-5 : 4e-3; }
 
+// Whether the wgmma kernels can run here; says why not where they cannot.
+bool on_hopper(const kernels::GemmTarget& tgt) {
+  if (tgt.arch != 90) MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
+  return tgt.arch == 90;
+}
+
 // The heuristic's launch of `g` and every alternative tile that applies.
 std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
   const auto h = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
@@ -134,10 +140,7 @@ void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::
 
 TEST_CASE("generated GEMMs match a double-precision product in every arithmetic, tile and epilogue") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  if (tgt.arch != 90) {
-    MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
-    return;
-  }
+  if (!on_hopper(tgt)) return;
   struct Shape {
     std::int64_t m, n, k, pad_a, pad_d;
   };
@@ -156,10 +159,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
 
 TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  if (tgt.arch != 90) {
-    MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
-    return;
-  }
+  if (!on_hopper(tgt)) return;
   int runs = 0;
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16})
     for (bool a_mn : {false, true})
@@ -199,10 +199,7 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
 
 TEST_CASE("exact f32 GEMMs sum all three products of their split operands, exactly") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  if (tgt.arch != 90) {
-    MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
-    return;
-  }
+  if (!on_hopper(tgt)) return;
   // 128 k tiles in one tile (and split-K), tails and padded rows, B MN-major in registers.
   const GemmGeometry shapes[] = {{1024, 10, 4096, 4096, 4096, 10, GemmMath::f32},
                                  {260, 150, 136, 144, 136, 153, GemmMath::f32},
@@ -223,10 +220,7 @@ TEST_CASE("exact f32 GEMMs sum all three products of their split operands, exact
 // rows in registers). Row 9 is NaN, row 3 and column 5 inf, the rest 64 * 0.125 exactly.
 TEST_CASE("exact f32 GEMMs carry inf and NaN through their split operands") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  if (tgt.arch != 90) {
-    MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
-    return;
-  }
+  if (!on_hopper(tgt)) return;
   for (bool b_mn : {false, true}) {
     CAPTURE(b_mn);
     const GemmGeometry g{128, 64, 64, 64, 64, 64, GemmMath::f32, GemmEpilogue::none, false, b_mn};
