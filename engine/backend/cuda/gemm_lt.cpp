@@ -206,7 +206,8 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
 
 // The generated GEMM's view of the product: row-major D^T (n x m) = op(B)^T @ op(A)^T, where
 // op(B)^T is K-major unless B is transposed and op(A) K-major when A is; TF32 needs op(B)^T
-// K-major (plan() takes an MN-major op(A) transposed, into registers, and declines the rest). None for the bias gradient, which it does not sum.
+// K-major (plan() takes an MN-major op(A) transposed, into registers, and declines the rest).
+// None for the bias gradient, which it does not sum.
 std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
   if (g.epilogue == LtEpilogue::bgrad_b) return std::nullopt;
   const bool tf32 = g.dtype == DType::f32 && allow_tf32();

@@ -24,6 +24,9 @@ HookStats stats_of(const GemmGeometry& g);
 // kernel splits f32 tiles itself (split_in_kernel) and every operand is staged as one.
 int slices(const GemmGeometry& g);
 bool split_in_kernel(const GemmGeometry& g);
+// Whether launch l reads A into registers: plain products transposed (TF32 or f32 with B
+// MN-major), whose kernel A is B's matrix and kernel B is A's.
+bool reg_a(const GemmLaunch& l);
 // Convolution mode's channels as staged: c, or f32 math's three slices of c.
 std::int64_t staged_channels(const GemmGeometry& g);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.

@@ -100,10 +100,8 @@ namespace {
 // f32 math split in the kernel the lo tiles it writes.
 std::int64_t scratch_bytes(const GemmLaunch& l) {
   const std::int64_t stats = stats_of(l.g) == HookStats::columns ? (l.bm / 64) * 4 * l.bn * 2 * 4 : 0;
-  // f32 math split in the kernel: two sets of lo tiles (A's in registers with REG_A, plain
-  // products transposed).
-  const bool reg_a = l.transposed && !l.g.conv;
-  const std::int64_t lo = split_in_kernel(l.g) ? 2 * ((reg_a ? 0 : l.bm) * 128 + l.bn * 128) : 0;
+  // f32 math split in the kernel: two sets of lo tiles (none of A's where it is in registers).
+  const std::int64_t lo = split_in_kernel(l.g) ? 2 * ((reg_a(l) ? 0 : l.bm) * 128 + l.bn * 128) : 0;
   return stats + lo + (staged_stores(l) ? l.bm * 128 : 0) + kAlignSlack;
 }
 
@@ -199,6 +197,8 @@ std::string GemmLaunch::text() const {
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
+
+bool reg_a(const GemmLaunch& l) { return l.transposed && !l.g.conv; }
 
 std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);

@@ -78,7 +78,7 @@ std::string source(const GemmLaunch& l) {
   const std::int64_t cols = wgrad ? c.r * c.s * w.channels : g.n;
   // A plain product transposed (TF32 with B MN-major) computes D^T: its A is B's matrix, read
   // into registers, and its B is A's.
-  const bool swap = l.transposed && !g.conv;
+  const bool swap = reg_a(l);
   const bool a_mn = (wgrad && !w.k_major) || (swap ? g.b_mn : g.a_mn);
   const bool b_mn = (wgrad && !w.k_major) || (swap ? g.a_mn : g.b_mn);
   const bool a_batched = !wgrad && g.batch > 1 && (swap ? g.batch_b : g.batch_a) > 0;
