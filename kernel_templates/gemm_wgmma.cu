@@ -61,6 +61,10 @@ constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2, kWgradKMajor = $
 constexpr bool kTransposed = ${TRANSPOSED};
 // Plain products transposed (TF32 with B MN-major): A is B's matrix, read into registers.
 constexpr bool kRegA = ${REG_A};
+// A k tile's MMAs issue from a loop, not unrolled: one MMA statement of BN/2 accumulators instead
+// of four halves the compile (NVVM and ptxas); A in registers indexes its fragments by k, so
+// those stay unrolled.
+constexpr int kMmaUnroll = kRegA ? kBK / kMmaK : 1;
 constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
@@ -638,7 +642,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 #pragma unroll
           for (int kk = 0; kk < kBK / kMmaK; ++kk) split_fragment(a[kk], h[kk], l[kk], f[kk]);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
+#pragma unroll (kMmaUnroll)
         for (int kk = 0; kk < kBK / kMmaK; ++kk) {
           if constexpr (kRegA) {
             mma_rs(acc, h[kk], db + kk * (kStepB >> 4), kt > first || kk > 0);
@@ -655,7 +659,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
           split_sync();
         }
-#pragma unroll
+#pragma unroll (kMmaUnroll)
         for (int kk = 0; kk < kBK / kMmaK; ++kk) {
           if constexpr (kRegA) {
             mma_rs(acc, l[kk], db + kk * (kStepB >> 4), true);
@@ -690,7 +694,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         continue;
       }
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
+#pragma unroll (kMmaUnroll)
       for (int kk = 0; kk < kBK / kMmaK; ++kk)
         mma(acc, da + kk * (kStepA >> 4), db + kk * (kStepB >> 4), kt > first || kk > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
