@@ -851,7 +851,7 @@ extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts,
 }
 #endif
 
-#if KILN_CONV_MODE == 1 || (KILN_CONV_MODE == 2 && !KILN_WGRAD_K_MAJOR)
+#if KILN_CONV_MODE == 1 || (KILN_CONV_MODE == 2 && !KILN_WGRAD_K_MAJOR) || ${STAGE_A_T}
 
 // Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 64 x 64
 // tiles in shared memory so that both the reads and the writes are coalesced; each thread has

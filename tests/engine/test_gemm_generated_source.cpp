@@ -128,6 +128,19 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(src.find("kRegA = true") != std::string::npos);
     CHECK(src.find("kSplitF32 = true") != std::string::npos);
   }
+  // TF32 and f32 with A MN-major too, shared by a batch (a 1x1 input gradient's w^T): A staged
+  // K-major by the module's NHWC copy.
+  for (GemmMath math : {GemmMath::tf32, GemmMath::f32}) {
+    GemmGeometry g{70, 196, 40, 70, 200, 200, math, GemmEpilogue::none, true, true};
+    g.batch = 3, g.batch_b = 40 * 200, g.batch_d = 70 * 200;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    add(l);
+    CHECK(l->transposed);
+    const std::vector<std::string> e = kernels::entry_points(*l);
+    CHECK(std::find(e.begin(), e.end(), "kiln_nchw_to_nhwc") != e.end());
+    g.k = 37, g.batch_b = 37 * 200;  // rows of A^T would not be 16-byte multiples
+    CHECK_FALSE(kernels::plan(GemmKernel::wgmma, g, kHopper));
+  }
   // Exact f32 in convolution mode (three staged slices of split operands), forward and flipped,
   // with a channel tail past a k tile.
   for (bool flip : {false, true}) {
@@ -227,8 +240,9 @@ TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take 
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), {80, 108, 163 * 1024}));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 0, GemmMath::bf16), kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), kHopper, GemmTile{96, 64}));
-  // TF32 MMAs read K-major tiles only from shared memory: an MN-major A is declined, an MN-major
-  // B taken in tiles of D^T with B's rows read into registers (no hooks there, no other tiles).
+  // TF32 MMAs read K-major tiles only from shared memory: an MN-major A of one problem is
+  // declined (a batch sharing it has it staged), an MN-major B taken in tiles of D^T with B's
+  // rows read into registers (no hooks there, no other tiles).
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
                             {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true, false}, kHopper));
   const auto tf32_bt =

@@ -185,10 +185,13 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
         ++runs;
       }
   // TF32 and exact f32 read B MN-major into registers (tiles of D^T), one problem and a batch
-  // sharing A (a 1x1 convolution's forward).
+  // sharing A (a 1x1 convolution's forward); with A MN-major too, shared by the batch (the
+  // input gradient's w^T), A is staged K-major first.
   for (GemmMath math : {GemmMath::tf32, GemmMath::f32}) {
     check_launches({200, 136, 120, 120, 136, 136, math, GemmEpilogue::none, false, true}, tgt, 200, runs);
     check_launches({64, 196, 72, 72, 200, 200, math, GemmEpilogue::none, false, true, 3, 0, 72 * 200, 64 * 200}, tgt,
+                   200, runs);
+    check_launches({70, 196, 40, 70, 200, 200, math, GemmEpilogue::none, true, true, 3, 0, 40 * 200, 70 * 200}, tgt,
                    200, runs);
   }
   MESSAGE(runs << " launches checked");

@@ -44,7 +44,7 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //   - a 16-bit 1x1 conv of stride 1 without padding is a batch of GEMMs, its pixel-major
 //     operands MN-major: forward y_z (o x P) = w (o x c) @ x_z (c x P), grad_input dx_z = w^T @ gy_z;
 //     so is a TF32 or exact f32 forward, its tiles of y_z^T reading x_z into registers (no
-//     NHWC copy);
+//     NHWC copy), and a TF32 grad_input of several images (w^T staged K-major once);
 //   - any other conv of stride 1 (no dilation, no groups; bf16, f16, TF32, or exact f32 as
 //     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
 //     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p;
@@ -75,7 +75,8 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
-  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && (!tf32_mma(gm) || forward)) {
+  const bool tf32_grad_input = gm == GemmMath::tf32 && g.n > 1;  // its w^T is staged for the batch
+  if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && (!tf32_mma(gm) || forward || tf32_grad_input)) {
     // w is stored (o x c): K-major A for the forward, MN-major (K rows of c) for grad_input.
     GemmGeometry geo{rows, in_pixels, k, g.c, in_pixels, in_pixels, gm};
     geo.a_mn = !forward;

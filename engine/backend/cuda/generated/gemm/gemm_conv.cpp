@@ -81,6 +81,24 @@ int slices(const GemmGeometry& g) { return g.math == GemmMath::f32 && g.conv && 
 
 bool split_in_kernel(const GemmGeometry& g) { return g.math == GemmMath::f32 && slices(g) == 1; }
 
+bool stage_a_transposed(const GemmGeometry& g) {
+  return tf32_mma(g.math) && g.a_mn && !g.conv && g.batch > 1 && g.batch_a == 0 && g.lda == g.m && g.k % 4 == 0;
+}
+
+rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
+  rt::DeviceBuffer out(static_cast<std::size_t>(l.g.m * l.g.k) * 4, *ops.stream);
+  rt::DevicePtr a = ops.a, dst = out.ptr();
+  int k = static_cast<int>(l.g.k), m = static_cast<int>(l.g.m);
+  void* args[] = {&a, &dst, &k, &m};  // one image of k channels by m pixels
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(ceil_div(l.g.m, 64));  // the kernel's 64 x 64 tiles
+  cfg.grid.y = static_cast<unsigned>(ceil_div(l.g.k, 64));
+  cfg.block.x = 32;
+  cfg.block.y = 8;
+  rt::launch_raw(fn, cfg, *ops.stream, args);
+  return out;
+}
+
 std::int64_t staged_channels(const GemmGeometry& g) { return g.conv ? slices(g) * g.conv->c : 0; }
 
 // Convolution modes: channel rows TMA can step (16-byte multiples), padding inside the filter,

@@ -29,6 +29,11 @@ bool split_in_kernel(const GemmGeometry& g);
 bool reg_a(const GemmLaunch& l);
 // Convolution mode's channels as staged: c, or f32 math's three slices of c.
 std::int64_t staged_channels(const GemmGeometry& g);
+// TF32 (and exact f32) with A MN-major and dense (k rows of m, k a multiple of 4), which a batch
+// shares (a 1x1 convolution's weights): A is staged K-major per launch (by kiln_nchw_to_nhwc,
+// as one image of k channels by m pixels).
+bool stage_a_transposed(const GemmGeometry& g);
+rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
 bool conv_fits(const GemmGeometry& g);
 // Tiles across D's columns in the convolution modes.

@@ -48,10 +48,11 @@ void check_hooks(const GemmGeometry& g) {
 // A GEMM's operands as TMA reads them: 16-byte strides, no overlap between problems.
 bool operands_apply(const GemmGeometry& g) {
   // TF32 MMAs read K-major tiles only from shared memory: an MN-major B is taken transposed, as
-  // A in registers (plan()); an MN-major A is not taken.
-  if (tf32_mma(g.math) && g.a_mn) return false;
+  // A in registers (plan()); an MN-major A only where a batch shares it (a 1x1 convolution's
+  // weights), staged K-major once per launch.
+  if (tf32_mma(g.math) && g.a_mn && !stage_a_transposed(g)) return false;
   const DType t = input_dtype(g.math);
-  if (!rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0) ||
+  if ((!stage_a_transposed(g) && !rt::tensor_map_fits(0, t, g.lda, g.batch > 1 ? g.batch_a : 0)) ||
       !rt::tensor_map_fits(0, t, g.ldb, g.batch > 1 ? g.batch_b : 0))
     return false;
   if (g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n) return false;
@@ -304,9 +305,10 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
   const WgradLayout w = wgrad_layout(l.g);
+  const bool a_fits = stage_a_transposed(l.g) ? ops.a % dtype_size(t) == 0 : rt::tensor_map_fits(ops.a, t, l.g.lda);
   if (l.g.conv ? ops.a == 0 || ops.b == 0 || (!w.stage_gy && w.k_major && ops.a % 16 != 0) ||
                      (!w.stage_images && w.k_major && ops.b % 16 != 0)
-               : !rt::tensor_map_fits(ops.a, t, l.g.lda) || !rt::tensor_map_fits(ops.b, t, l.g.ldb))
+               : ops.a == 0 || !a_fits || !rt::tensor_map_fits(ops.b, t, l.g.ldb))
     return false;
   if (ops.d % 16 != 0) return false;
   auto given = [](const std::vector<HookInput>& inputs, const auto& ptrs) {
@@ -322,6 +324,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
   if (split_k(l)) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits"};
+  if (stage_a_transposed(l.g)) return {"kiln_gemm_wgmma", "kiln_nchw_to_nhwc"};
   if (!l.g.conv) return {"kiln_gemm_wgmma"};
   if (!l.g.conv->weight_grad) return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
   if (wgrad_layout(l.g).k_major) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits", "kiln_conv_shift_rows"};
@@ -354,14 +357,23 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
     parts = rt::DeviceBuffer(static_cast<std::size_t>(l.splits * l.g.m * cols) * 4, *ops.stream);
     d = parts.ptr();
   }
+  // TF32 with A MN-major: A staged K-major.
+  rt::DeviceBuffer a_t;
+  rt::DevicePtr a = ops.a;
+  std::int64_t lda = l.g.lda;
+  if (stage_a_transposed(l.g)) {
+    a_t = transpose_a(l, ops, rt::generated_function(module, "kiln_nchw_to_nhwc", device));
+    a = a_t.ptr(), lda = l.g.k;
+  }
+  const bool a_mn = l.g.a_mn && !stage_a_transposed(l.g);
   if (l.g.conv) {
     staged = stage_conv(l, ops, module);
     map_a = staged.map_a, map_b = staged.map_b;
   } else if (l.transposed) {  // the kernel's A is B's matrix (BM of D's columns), its B A's
     map_a = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bm);
-    map_b = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bn);
+    map_b = map(a, a_mn, l.g.m, lda, l.g.batch_a, l.bn);
   } else {
-    map_a = map(ops.a, l.g.a_mn, l.g.m, l.g.lda, l.g.batch_a, l.bm);
+    map_a = map(a, a_mn, l.g.m, lda, l.g.batch_a, l.bm);
     map_b = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bn);
   }
   const rt::Function fn = rt::generated_function(module, "kiln_gemm_wgmma", device);

@@ -79,8 +79,9 @@ std::string source(const GemmLaunch& l) {
   // A plain product transposed (TF32 with B MN-major) computes D^T: its A is B's matrix, read
   // into registers, and its B is A's.
   const bool swap = reg_a(l);
-  const bool a_mn = (wgrad && !w.k_major) || (swap ? g.b_mn : g.a_mn);
-  const bool b_mn = (wgrad && !w.k_major) || (swap ? g.a_mn : g.b_mn);
+  const bool staged_a_mn = g.a_mn && !stage_a_transposed(g);  // as the kernel reads A
+  const bool a_mn = (wgrad && !w.k_major) || (swap ? g.b_mn : staged_a_mn);
+  const bool b_mn = (wgrad && !w.k_major) || (swap ? staged_a_mn : g.b_mn);
   const bool a_batched = !wgrad && g.batch > 1 && (swap ? g.batch_b : g.batch_a) > 0;
   const bool b_batched = !wgrad && g.batch > 1 && (swap ? g.batch_a : g.batch_b) > 0;
   const bool split = split_k(l), partials = wgrad || split;  // f32 partials, one D per split
@@ -115,6 +116,7 @@ std::string source(const GemmLaunch& l) {
                      {"TRANSPOSED", l.transposed ? "true" : "false"},
                      {"STAGED_STORES", staged_stores(l) ? "true" : "false"},
                      {"REG_A", swap ? "true" : "false"},
+                     {"STAGE_A_T", stage_a_transposed(g) ? "1" : "0"},
                      {"WGRAD_K_MAJOR", w.k_major ? "true" : "false"},
                      {"WGRAD_ROW", num(w.row)},
                      {"CONV_S", num(c.s)},
