@@ -397,14 +397,13 @@ __device__ __forceinline__ float tf32_round(float x) {
   return __uint_as_float(u);
 }
 // Splits x; `odd` becomes true where x is not finite.
+// Selects rather than branches: a branch per element made the f32 kernels' compile twice as long.
 __device__ __forceinline__ void split_f32(float x, float& hi, float& lo, bool& odd) {
-  hi = tf32_round(x);
-  lo = tf32_round(x - hi);
-  if (!isfinite(hi)) {  // rare: x is inf or NaN, or rounds past the largest float
-    odd = odd || !isfinite(x);
-    hi = isfinite(x) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : x;
-    lo = isfinite(x) ? tf32_round(x - hi) : 0.f;
-  }
+  const bool finite = isfinite(x);
+  const float r = tf32_round(x);
+  hi = finite && !isfinite(r) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : r;  // past the largest float
+  lo = finite ? tf32_round(x - hi) : 0.f;
+  odd = odd || !finite;
 }
 __device__ __forceinline__ float finite_or_zero(float x) { return isfinite(x) ? x : 0.f; }
 
@@ -427,7 +426,7 @@ template <unsigned kBytes>
 __device__ __forceinline__ bool split_tile(unsigned tile, unsigned lo, int t) {
   bool odd = false;
   constexpr unsigned kStep = 16u * kConsumers * 128;
-#pragma unroll
+#pragma unroll 2
   for (unsigned q = 0; q < (kBytes + kStep - 1) / kStep; ++q) {
     const unsigned o = q * kStep + 16u * t;
     if (kBytes % kStep != 0 && o >= kBytes) break;
@@ -444,7 +443,7 @@ __device__ __forceinline__ bool split_tile(unsigned tile, unsigned lo, int t) {
 template <unsigned kBytes>
 __device__ __forceinline__ void finite_tile(unsigned tile, int t) {
   constexpr unsigned kStep = 16u * kConsumers * 128;
-#pragma unroll
+#pragma unroll 2
   for (unsigned q = 0; q < (kBytes + kStep - 1) / kStep; ++q) {
     const unsigned o = q * kStep + 16u * t;
     if (kBytes % kStep != 0 && o >= kBytes) break;
