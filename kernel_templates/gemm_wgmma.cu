@@ -798,12 +798,14 @@ __device__ __forceinline__ void write_slices(float* o, long long stride, float x
 // the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hi | lo].
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
                                                  int flip) {
-  const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
-    const long long ci = i % c, tap = (i / c) % taps, mi = i / (static_cast<long long>(c) * taps);
+  // 32-bit index math (the host keeps weights under 2^31 elements): 64-bit division doubled
+  // the module's code.
+  const int n = m * c * taps, step = gridDim.x * blockDim.x;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int ci = i % c, tap = (i / c) % taps, mi = i / (c * taps);
     const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
 #if KILN_SLICES == 3
-    write_slices(out + (mi * taps + tap) * 3 * c + ci, c, v, false);
+    write_slices(out + static_cast<long long>(mi * taps + tap) * 3 * c + ci, c, v, false);
 #else
     out[i] = v;
 #endif
@@ -838,11 +840,11 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
 // order, of the `splits` partials [z][o][tap][cp].
 extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
                                                 int c, int cp, int taps) {
-  const long long n = static_cast<long long>(m) * c * taps, step = static_cast<long long>(gridDim.x) * blockDim.x;
+  const int n = m * c * taps, step = gridDim.x * blockDim.x;  // under 2^31 (the plans): 32-bit division
   const long long split = static_cast<long long>(m) * taps * cp;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += step) {
-    const long long tap = i % taps, ci = (i / taps) % c, o = i / (static_cast<long long>(taps) * c);
-    const float* p = parts + (o * taps + tap) * cp + ci;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int tap = i % taps, ci = (i / taps) % c, o = i / (taps * c);
+    const float* p = parts + static_cast<long long>(o * taps + tap) * cp + ci;
     float sum = 0.f;
     for (int z = 0; z < splits; ++z) sum += p[z * split];
     dw[i] = kiln::cvt<In>(sum);

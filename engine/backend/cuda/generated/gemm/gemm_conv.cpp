@@ -118,6 +118,7 @@ bool conv_fits(const GemmGeometry& g) {
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
   if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
+  if (g.m * c.r * c.s * c.c >= (std::int64_t{1} << 31)) return false;  // the weights' copy indexes in 32 bits
   if (wgrad && (g.epilogue != GemmEpilogue::none || g.hooks.epilogue)) return false;
   if (wgrad && wgrad_layout(g).k_major) return true;  // staged to 16-byte rows where needed
   if ((c.c * es) % 16 != 0 || (wgrad && (g.m * es) % 16 != 0)) return false;

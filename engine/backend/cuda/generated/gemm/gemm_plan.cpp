@@ -247,7 +247,9 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
   const std::int64_t tiles = g.batch * columns * ceil_div(g.m, l.transposed ? l.bn : l.bm);
   if (tiles > (std::int64_t{1} << 31) - 1) return std::nullopt;
   if (tile.splits > 1) {  // every split has k tiles; the partials need a plain dense product
-    if (g.conv || l.transposed || g.batch != 1 || !hookless || g.ldd != g.n) return std::nullopt;
+    // (the partials are summed with 32-bit indices)
+    if (g.conv || l.transposed || g.batch != 1 || !hookless || g.ldd != g.n || g.m * g.n >= (std::int64_t{1} << 31))
+      return std::nullopt;
     const std::int64_t k_tiles = ceil_div(g.k, 128 / static_cast<std::int64_t>(dtype_size(input_dtype(g.math))));
     l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, tile.splits)));
   }
