@@ -396,8 +396,8 @@ __device__ __forceinline__ float tf32_round(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
   return __uint_as_float(u);
 }
-// Splits x; `odd` becomes true where x is not finite.
-// Selects rather than branches: a branch per element made the f32 kernels' compile twice as long.
+// Splits x; `odd` becomes true where x is not finite. Selects rather than a branch per element,
+// which made the f32 kernels' compile up to twice as long.
 __device__ __forceinline__ void split_f32(float x, float& hi, float& lo, bool& odd) {
   const bool finite = isfinite(x);
   const float r = tf32_round(x);
