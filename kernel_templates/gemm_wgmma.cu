@@ -61,10 +61,6 @@ constexpr bool kConv = kConvMode == 1, kWgrad = kConvMode == 2, kWgradKMajor = $
 constexpr bool kTransposed = ${TRANSPOSED};
 // Plain products transposed (TF32 with B MN-major): A is B's matrix, read into registers.
 constexpr bool kRegA = ${REG_A};
-// A k tile's MMAs issue from a loop, not unrolled: one MMA statement of BN/2 accumulators instead
-// of four halves the compile (NVVM and ptxas); A in registers indexes its fragments by k, so
-// those stay unrolled.
-constexpr int kMmaUnroll = kRegA ? kBK / kMmaK : 1;
 constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
@@ -396,14 +392,15 @@ __device__ __forceinline__ float tf32_round(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
   return __uint_as_float(u);
 }
-// Splits x; `odd` becomes true where x is not finite. Selects rather than a branch per element,
-// which made the f32 kernels' compile up to twice as long.
+// Splits x; `odd` becomes true where x is not finite.
 __device__ __forceinline__ void split_f32(float x, float& hi, float& lo, bool& odd) {
-  const bool finite = isfinite(x);
-  const float r = tf32_round(x);
-  hi = finite && !isfinite(r) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : r;  // past the largest float
-  lo = finite ? tf32_round(x - hi) : 0.f;
-  odd = odd || !finite;
+  hi = tf32_round(x);
+  lo = tf32_round(x - hi);
+  if (!isfinite(hi)) {  // rare: x is inf or NaN, or rounds past the largest float
+    odd = odd || !isfinite(x);
+    hi = isfinite(x) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : x;
+    lo = isfinite(x) ? tf32_round(x - hi) : 0.f;
+  }
 }
 __device__ __forceinline__ float finite_or_zero(float x) { return isfinite(x) ? x : 0.f; }
 
@@ -426,7 +423,7 @@ template <unsigned kBytes>
 __device__ __forceinline__ bool split_tile(unsigned tile, unsigned lo, int t) {
   bool odd = false;
   constexpr unsigned kStep = 16u * kConsumers * 128;
-#pragma unroll 2
+#pragma unroll
   for (unsigned q = 0; q < (kBytes + kStep - 1) / kStep; ++q) {
     const unsigned o = q * kStep + 16u * t;
     if (kBytes % kStep != 0 && o >= kBytes) break;
@@ -443,7 +440,7 @@ __device__ __forceinline__ bool split_tile(unsigned tile, unsigned lo, int t) {
 template <unsigned kBytes>
 __device__ __forceinline__ void finite_tile(unsigned tile, int t) {
   constexpr unsigned kStep = 16u * kConsumers * 128;
-#pragma unroll 2
+#pragma unroll
   for (unsigned q = 0; q < (kBytes + kStep - 1) / kStep; ++q) {
     const unsigned o = q * kStep + 16u * t;
     if (kBytes % kStep != 0 && o >= kBytes) break;
@@ -641,7 +638,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 #pragma unroll
           for (int kk = 0; kk < kBK / kMmaK; ++kk) split_fragment(a[kk], h[kk], l[kk], f[kk]);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll (kMmaUnroll)
+#pragma unroll
         for (int kk = 0; kk < kBK / kMmaK; ++kk) {
           if constexpr (kRegA) {
             mma_rs(acc, h[kk], db + kk * (kStepB >> 4), kt > first || kk > 0);
@@ -658,7 +655,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
           split_sync();
         }
-#pragma unroll (kMmaUnroll)
+#pragma unroll
         for (int kk = 0; kk < kBK / kMmaK; ++kk) {
           if constexpr (kRegA) {
             mma_rs(acc, l[kk], db + kk * (kStepB >> 4), true);
@@ -693,7 +690,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         continue;
       }
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll (kMmaUnroll)
+#pragma unroll
       for (int kk = 0; kk < kBK / kMmaK; ++kk)
         mma(acc, da + kk * (kStepA >> 4), db + kk * (kStepB >> 4), kt > first || kk > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
