@@ -814,18 +814,31 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
 
 // Weight-gradient mode's K-major copies: plane i (h x w) of x becomes `copies` planes of `rows`
 // x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
-// or q >= w - copies + 1 (the output's width). A block writes whole planes: 64-bit division
-// places a plane, 32-bit division an element within it.
+// or q >= w + 2 * pw - copies + 1 (the output's width); copy s lies s * planes planes on. A
+// thread writes 16 bytes of every copy (row is a multiple) from one read of the source row; a
+// block covers `per_block` whole planes, so only 32-bit division places an element.
 extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
-                                                int w, int rows, int row, int copies, int ph, int pw) {
-  const int ow = w + 2 * pw - copies + 1, plane = rows * row;
-  for (long long b = blockIdx.x; b < copies * planes; b += gridDim.x) {
-    const int s = static_cast<int>(b / planes);
-    const In* src = x + (b % planes) * h * w;
-    In* dst = out + b * plane;
-    for (int e = threadIdx.x; e < plane; e += blockDim.x) {
-      const int y = e / row - ph, q = e % row, xq = q + s - pw;
-      dst[e] = q < ow && y >= 0 && y < h && xq >= 0 && xq < w ? src[y * w + xq] : kiln::cvt<In>(0.f);
+                                                int w, int rows, int row, int copies, int ph, int pw, int per_block) {
+  constexpr int kVec = 16 / sizeof(In);
+  const int ow = w + 2 * pw - copies + 1, plane = rows * row, chunks = plane / kVec;
+  const long long copy_stride = planes * plane, blocks = (planes + per_block - 1) / per_block;
+  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const long long first = b * per_block;
+    const int n = static_cast<int>(min(static_cast<long long>(per_block), planes - first)) * chunks;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int p = i / chunks, e = (i - p * chunks) * kVec, y = e / row - ph, q0 = e % row;
+      const bool inside = y >= 0 && y < h;
+      const In* src = x + (first + p) * h * w + (inside ? y * w : 0);
+      In* dst = out + (first + p) * plane + e;
+      for (int s = 0; s < copies; ++s) {
+        kiln::Vec<In, kVec> v;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const int q = q0 + j, xq = q + s - pw;
+          v.v[j] = inside && q < ow && xq >= 0 && xq < w ? src[xq] : kiln::cvt<In>(0.f);
+        }
+        *reinterpret_cast<kiln::Vec<In, kVec>*>(dst + s * copy_stride) = v;
+      }
     }
   }
 }

@@ -67,10 +67,13 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
   int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
   int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
-  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw};
-  rt::LaunchConfig cfg;  // a block per plane of a copy
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(all_rows / s.rows, 1 << 22));
-  cfg.block.x = 128;
+  // About 1024 16-byte chunks a block (4 per thread), in whole planes.
+  const std::int64_t chunks = s.rows * s.row * dtype_size(input_dtype(l.g.math)) / 16;
+  int per_block = static_cast<int>(std::max<std::int64_t>(1, 1024 / chunks));
+  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &per_block};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(planes, per_block), 1 << 22));
+  cfg.block.x = 256;
   rt::launch_raw(fn, cfg, stream, args);
   return out;
 }
