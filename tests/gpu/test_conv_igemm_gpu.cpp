@@ -126,8 +126,9 @@ TEST_CASE("tensor-core convolutions match the f64 reference in bf16, f16 and TF3
       }
 }
 
-// Exact f32: FFMA implicit GEMMs, or the tile engine's convolution and weight-gradient modes
-// summing three TF32 products of split operands (stride 1, 16 or more channels each way).
+// Exact f32: FFMA implicit GEMMs, the small weight-gradient kernel's FMAs (few kernel rows), or
+// the tile engine's convolution and weight-gradient modes summing three TF32 products of split
+// operands (stride 1, 16 or more channels each way).
 // TF32 alone would miss this bound by a hundredfold.
 TEST_CASE("f32 convolutions with TF32 off keep f32's precision") {
   const kiln_test::ConvTF32 tf32(false);

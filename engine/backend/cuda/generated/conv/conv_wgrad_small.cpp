@@ -17,13 +17,13 @@ constexpr std::int64_t kThreads = 256;
 }  // namespace
 
 // One kernel row (o, c, r) per thread, so at most a block's worth, rows up to 8 wide; one
-// image per block and SM at most: the fewer blocks, the shorter the final sum. Runs where the
-// dtype would take tensor cores (a first conv over few channels, whose long sum over pixels
-// tensor-core tiles would spread thin), summing in f32.
-std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath math,
+// image per block and SM at most: the fewer blocks, the shorter the final sum. For a first conv
+// over few channels, whose long sum over pixels tensor-core tiles would spread thin. Its f32
+// FMAs are exact f32's arithmetic too, so it runs in every math.
+std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath,
                                                const ConvTarget& target) {
   const std::int64_t q = s.o * s.c * s.kh;
-  if (pass != ConvPass::grad_weight || !tensor_cores(math) || s.groups != 1 || q > kThreads || q == 0 || s.kw > 8 ||
+  if (pass != ConvPass::grad_weight || s.groups != 1 || q > kThreads || q == 0 || s.kw > 8 ||
       s.oh * s.ow <= 0 || s.n == 0)
     return std::nullopt;
   SmallWgradPlan p;
