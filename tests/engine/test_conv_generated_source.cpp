@@ -137,6 +137,20 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
   CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2), DType::bf16));
 }
 
+TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decline the rest") {
+  const ConvGeometry conv1 = make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), speedrun1 = make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1);
+  const std::vector<std::string> sources =
+      sources_for(ConvKernel::direct, {ConvPass::forward, ConvPass::grad_input}, {conv1, speedrun1});
+  CHECK(check_compiles("check_conv_direct", sources, "kiln_conv_direct", "fma.rn.f32") == 12);
+  // Exact f32 too: its FMAs are f32's.
+  CHECK(launch_of(ConvKernel::direct, ConvPass::forward, conv1, DType::f32, false));
+  // Many products per output and many outputs (conv2), strided, or grouped: not this kind's.
+  CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, make(2, 1, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, make(2, 2, 9, 9, 2, 3, 1, 1, 1, 2), DType::bf16));
+  CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::grad_weight, conv1, DType::bf16));
+}
+
 TEST_CASE("no generated convolution for f64; f32 takes TF32 tensor cores, or exact FFMA with TF32 off") {
   const ConvGeometry s = make(2, 3, 8, 8, 4, 3, 1, 1, 1, 1);
   CHECK_FALSE(kernels::conv_math(DType::f64, DType::f64, DType::f64, true));

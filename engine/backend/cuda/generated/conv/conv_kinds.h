@@ -37,6 +37,13 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
 std::string wgrad_small_source(const ConvLaunch& l);
 void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m);
 
+std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, const ConvTarget& target);
+std::string direct_source(const ConvLaunch& l);
+void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m);
+
+// A stride-1 forward or input gradient as the forward conv it runs (the input gradient's over gy,
+// its padding mirrored); none for other strides and the weight gradient.
+std::optional<PatchConv> as_forward(ConvPass pass, const ConvGeometry& g);
 // The sizes as the templates name them (N, C, H, ..., G), less those a template leaves out.
 rt::Bindings size_bindings(const ConvGeometry& g, std::initializer_list<std::string_view> skip = {});
 std::string num(std::int64_t v);

@@ -12,15 +12,6 @@ namespace kiln::kernels::conv_kinds {
 
 namespace {
 
-std::optional<PatchConv> patch_conv(ConvPass pass, const ConvGeometry& s) {
-  if (s.sh != 1 || s.sw != 1 || pass == ConvPass::grad_weight) return std::nullopt;
-  if (pass == ConvPass::forward)
-    return PatchConv{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups};
-  const std::int64_t ph = s.dh * (s.kh - 1) - s.ph, pw = s.dw * (s.kw - 1) - s.pw;
-  if (ph < 0 || pw < 0) return std::nullopt;
-  return PatchConv{s.n, s.o, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, ph, pw, s.dh, s.dw, s.groups};
-}
-
 // The kernel's CP: a group's channels rounded up to the MMA's k step, plus the bank padding.
 std::int64_t channel_run(const PatchConv& c, ConvMath math) {
   const std::int64_t kc = math == ConvMath::tf32 ? 8 : 16;
@@ -41,7 +32,7 @@ std::int64_t smem_bytes(const PatchConv& c, ConvMath math, int rows, int bn) {
 // Channels in 8s; bf16/f16 round them up to 16 with zeros (the speedrun's 24-channel conv2).
 std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target,
                                     int rows) {
-  const auto c = patch_conv(pass, g);
+  const auto c = as_forward(pass, g);
   if (!c || !tensor_cores(math)) return std::nullopt;
   const std::int64_t cig = c->ci / c->g, cog = c->co / c->g, sms = std::max(1, target.sm_count);
   if (cig <= 0 || cig % 8 != 0 || cig > 256 || c->ow > 224 || c->oh == 0 || c->ow == 0 || cog == 0 || c->n == 0)

@@ -12,7 +12,7 @@ namespace {
 
 // The module key's kind: a static string per ConvKernel.
 const char* module_kind(ConvKernel k) {
-  static const char* kinds[] = {"conv_igemm", "conv_patch", "conv_wgrad", "conv_wgrad_small"};
+  static const char* kinds[] = {"conv_igemm", "conv_patch", "conv_wgrad", "conv_wgrad_small", "conv_direct"};
   return kinds[static_cast<int>(k)];
 }
 
@@ -29,7 +29,8 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
   std::visit(Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
                         [&](const PatchPlan& p) { key.add(p.rows, p.bn); },
                         [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
-                        [&](const SmallWgradPlan& p) { key.add(p.ipb); }},
+                        [&](const SmallWgradPlan& p) { key.add(p.ipb); },
+                        [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads); }},
              l.plan);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
@@ -42,7 +43,7 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
 }  // namespace
 
 const char* kernel_name(ConvKernel k) {
-  static const char* names[] = {"igemm", "patch", "wgrad", "wgrad_small"};
+  static const char* names[] = {"igemm", "patch", "wgrad", "wgrad_small", "direct"};
   return names[static_cast<int>(k)];
 }
 
@@ -54,7 +55,7 @@ std::string ConvTile::text() const {
 
 std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType t, ConvMath math,
                                const ConvTarget& target, ConvTile tile) {
-  std::optional<std::variant<IgemmPlan, PatchPlan, WgradPlan, SmallWgradPlan>> p;
+  std::optional<std::variant<IgemmPlan, PatchPlan, WgradPlan, SmallWgradPlan, DirectPlan>> p;
   switch (k) {
     case ConvKernel::igemm:
       if (auto q = conv_kinds::plan_igemm(pass, g, math, target, tile)) p = *q;
@@ -67,6 +68,9 @@ std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& 
       break;
     case ConvKernel::wgrad_small:
       if (auto q = conv_kinds::plan_wgrad_small(pass, g, t, math, target)) p = *q;
+      break;
+    case ConvKernel::direct:
+      if (auto q = conv_kinds::plan_direct(pass, g, target)) p = *q;
       break;
   }
   if (!p) return std::nullopt;
@@ -89,6 +93,7 @@ std::string source(const ConvLaunch& l) {
     case ConvKernel::patch: return conv_kinds::patch_source(l);
     case ConvKernel::wgrad: return conv_kinds::wgrad_source(l);
     case ConvKernel::wgrad_small: return conv_kinds::wgrad_small_source(l);
+    case ConvKernel::direct: return conv_kinds::direct_source(l);
   }
   return {};
 }
@@ -99,6 +104,7 @@ std::vector<std::string> entry_points(const ConvLaunch& l) {
     case ConvKernel::patch: return {"kiln_conv_patch", "kiln_conv_patch_weights"};
     case ConvKernel::wgrad: return {"kiln_conv_wgrad", "kiln_conv_wgrad_reduce"};
     case ConvKernel::wgrad_small: return {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"};
+    case ConvKernel::direct: return {"kiln_conv_direct"};
   }
   return {};
 }
@@ -110,12 +116,22 @@ void launch(const ConvLaunch& l, const ConvOperands& ops) {
     case ConvKernel::patch: return conv_kinds::launch_patch(l, ops, m);
     case ConvKernel::wgrad: return conv_kinds::launch_wgrad(l, ops, m);
     case ConvKernel::wgrad_small: return conv_kinds::launch_wgrad_small(l, ops, m);
+    case ConvKernel::direct: return conv_kinds::launch_direct(l, ops, m);
   }
 }
 
 namespace conv_kinds {
 
 std::string num(std::int64_t v) { return std::to_string(v); }
+
+std::optional<PatchConv> as_forward(ConvPass pass, const ConvGeometry& s) {
+  if (s.sh != 1 || s.sw != 1 || pass == ConvPass::grad_weight) return std::nullopt;
+  if (pass == ConvPass::forward)
+    return PatchConv{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.ph, s.pw, s.dh, s.dw, s.groups};
+  const std::int64_t ph = s.dh * (s.kh - 1) - s.ph, pw = s.dw * (s.kw - 1) - s.pw;
+  if (ph < 0 || pw < 0) return std::nullopt;
+  return PatchConv{s.n, s.o, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, ph, pw, s.dh, s.dw, s.groups};
+}
 
 rt::Bindings size_bindings(const ConvGeometry& g, std::initializer_list<std::string_view> skip) {
   const std::pair<const char*, std::int64_t> sizes[] = {

@@ -16,8 +16,9 @@ enum class ConvKernel {
   patch = 1,        // stride-1 forward and input gradient from input patches in shared memory (conv_patch.cu)
   wgrad = 2,        // stride-1 weight gradient from staged gy and input rows (conv_wgrad.cu)
   wgrad_small = 3,  // weight gradient of at most 256 kernel rows, on the CUDA cores (conv_wgrad_small.cu)
+  direct = 4,       // stride-1 forward and input gradient over few channels, on the CUDA cores (conv_direct.cu)
 };
-const char* kernel_name(ConvKernel k);  // "igemm", "patch", "wgrad", "wgrad_small"
+const char* kernel_name(ConvKernel k);  // "igemm", "patch", "wgrad", "wgrad_small", "direct"
 
 // What the tuner varies beside a kind's heuristic (0: the heuristic's): igemm's block tile,
 // patch's band of output rows.
@@ -33,7 +34,8 @@ struct IgemmPlan {
   std::int64_t tiles() const { return grid_m * grid_n; }
 };
 
-// The conv a patch kernel runs: for the input gradient gy in, dx out, padding mirrored.
+// The forward conv a patch or direct kernel runs: for the input gradient gy in, dx out, padding
+// mirrored.
 struct PatchConv {
   std::int64_t n, ci, h, w, co, kh, kw, oh, ow, ph, pw, dh, dw, g;
 };
@@ -52,13 +54,21 @@ struct SmallWgradPlan {
   std::int64_t ipb = 1, blocks = 1, smem = 0;
 };
 
+// Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output
+// rows of one image, `threads` threads.
+struct DirectPlan {
+  PatchConv conv{};
+  int ot = 8, p = 4, rows = 1, threads = 32;
+  std::int64_t bands = 1, smem = 0;
+};
+
 struct ConvLaunch {
   ConvKernel kernel = ConvKernel::igemm;
   ConvPass pass = ConvPass::forward;
   ConvGeometry g{};
   DType dtype = DType::f32;
   ConvMath math = ConvMath::f32;
-  std::variant<IgemmPlan, PatchPlan, WgradPlan, SmallWgradPlan> plan;
+  std::variant<IgemmPlan, PatchPlan, WgradPlan, SmallWgradPlan, DirectPlan> plan;
 };
 
 // The launch of kernel kind `k` for this problem and dtype (a, b and out of one dtype), or

@@ -1,7 +1,8 @@
 // The tuned choice among the generated conv kinds. The heuristic's pick is the reference
 // (candidate 0), in the order the kinds were tried before tuning: the GEMM tile engine where
-// it applies (with its other tiles), then patch, then igemm; for weight gradients the engine
-// (last where the input has fewer than 16 channels), wgrad, wgrad_small, then igemm.
+// it applies (with its other tiles), then patch, igemm and direct (timed, not yet a pick); for
+// weight gradients the engine (last where the input has fewer than 16 channels), wgrad,
+// wgrad_small, then igemm.
 #include "conv_run.h"
 
 #include <algorithm>
@@ -25,7 +26,7 @@ const std::string& library_text() {
   static const std::string text = [] {
     std::uint64_t h = rt::kFnvOffset;
     for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
-                             "mma", "prelude", "gemm_wgmma"})
+                             "conv_direct", "mma", "prelude", "gemm_wgmma"})
       h = rt::fnv1a64(rt::template_source(name), h);
     return "kiln conv " + std::to_string(h);
   }();
@@ -116,9 +117,9 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
                             : pass == ConvPass::grad_weight ? g.c >= 16
                                                             : true;
   if (engine_first) c = std::move(engine);
-  const std::vector<ConvKernel> kinds = pass == ConvPass::grad_weight
-                                            ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
-                                            : std::vector{ConvKernel::patch, ConvKernel::igemm};
+  const std::vector<ConvKernel> kinds =
+      pass == ConvPass::grad_weight ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
+                                    : std::vector{ConvKernel::patch, ConvKernel::igemm, ConvKernel::direct};
   for (ConvKernel k : kinds) {
     const auto h = plan(k, pass, g, ops.dtype, math, target);
     if (!h || slower_than_fallback(*h)) continue;

@@ -1,0 +1,75 @@
+// The direct kind: a stride-1 forward or input gradient over few channels on the CUDA cores.
+// Picks each thread's channels and pixels and each block's band of rows, builds the shape's
+// source and launches it.
+#include <algorithm>
+#include <climits>
+
+#include "backend/cuda/launch_common.h"
+#include "conv_kinds.h"
+#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
+
+namespace kiln::kernels::conv_kinds {
+
+namespace {
+
+constexpr std::int64_t kMaxThreads = 256;
+
+std::int64_t smem_bytes(const PatchConv& c, const DirectPlan& p) {
+  const std::int64_t cop = ceil_div(c.co, p.ot) * p.ot, sw = ceil_div(c.ow, p.p) * p.p + c.kw - 1;
+  return (c.ci * c.kh * c.kw * cop + c.ci * (p.rows + c.kh - 1) * sw) * static_cast<std::int64_t>(sizeof(float));
+}
+
+}  // namespace
+
+// Where a tensor-core tile would sit mostly empty: at most 64 products per output (a first
+// conv's few input channels) or at most 4 output channels (the input gradient of a first conv).
+// Windows up to 8x8 (the thread's input window stays in registers), no dilation or groups.
+// Up to 8 channels and 4 pixels a thread (8 pixels where it sums 1 or 2 channels), in bands of
+// rows that fill 256 threads, balanced so the last band is not left short.
+std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, const ConvTarget& target) {
+  const auto c = as_forward(pass, g);
+  if (!c || c->dh != 1 || c->dw != 1 || c->g != 1 || c->kh > 8 || c->kw > 8 || c->n == 0 || c->oh == 0 ||
+      c->ow == 0 || c->co == 0)
+    return std::nullopt;
+  if (c->ci * c->kh * c->kw > 64 && c->co > 4) return std::nullopt;
+  DirectPlan p;
+  p.conv = *c;
+  p.ot = static_cast<int>(std::min<std::int64_t>(c->co, 8));
+  p.p = p.ot <= 2 ? 8 : 4;
+  const std::int64_t per_row = ceil_div(c->ow, p.p) * ceil_div(c->co, p.ot);
+  if (per_row > kMaxThreads) return std::nullopt;
+  const std::int64_t rows = std::clamp<std::int64_t>(kMaxThreads / per_row, 1, c->oh);
+  p.bands = ceil_div(c->oh, rows);
+  p.rows = static_cast<int>(ceil_div(c->oh, p.bands));
+  p.threads = static_cast<int>(ceil_div(per_row * p.rows, 32) * 32);
+  p.smem = smem_bytes(*c, p);
+  if (p.smem > target.max_shared || c->n * p.bands > INT_MAX) return std::nullopt;
+  return p;
+}
+
+std::string direct_source(const ConvLaunch& l) {
+  const auto& p = std::get<DirectPlan>(l.plan);
+  const PatchConv& c = p.conv;
+  const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{l.dtype})},
+                       {"T", std::string(cuda_storage_type(l.dtype))},
+                       {"FLIP", l.pass == ConvPass::grad_input ? "true" : "false"},
+                       {"CI", num(c.ci)}, {"HI", num(c.h)}, {"WI", num(c.w)}, {"CO", num(c.co)},
+                       {"HO", num(c.oh)}, {"WO", num(c.ow)}, {"KH", num(c.kh)}, {"KW", num(c.kw)},
+                       {"PH", num(c.ph)}, {"PW", num(c.pw)}, {"OT", num(p.ot)}, {"P", num(p.p)},
+                       {"ROWS", num(p.rows)}, {"THREADS", num(p.threads)}};
+  return rt::instantiate("conv_direct", rt::template_source("conv_direct"), b);
+}
+
+void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m) {
+  const auto& p = std::get<DirectPlan>(l.plan);
+  const rt::Stream& st = *ops.stream;
+  const rt::Function fn = rt::generated_function(m, "kiln_conv_direct", st.device());
+  rt::LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(p.conv.n * p.bands), 1, 1};
+  cfg.block = {static_cast<unsigned>(p.threads), 1, 1};
+  cfg.shared_bytes = static_cast<unsigned>(p.smem);
+  rt::launch(fn, cfg, st, ops.a, ops.b, ops.out);
+}
+
+}  // namespace kiln::kernels::conv_kinds

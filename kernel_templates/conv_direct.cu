@@ -1,0 +1,88 @@
+// Stride-1 convolution over few channels on the CUDA cores, generated for one exact shape: a
+// first conv's forward (its implicit GEMM sums too few products to fill a tensor-core tile) or
+// the input gradient of a conv to few channels (its tiles would hold a few rows). The input
+// gradient is the forward over gy with the weights transposed and flipped and the padding
+// mirrored (FLIP). A block stages a band of its image's input rows, zero-padded, and every
+// weight in shared memory as f32; a thread sums OT output channels at P neighbouring pixels of
+// one row, its window of the input in registers. f32 FMAs are exact f32's arithmetic, so the
+// kernel serves every math.
+${PRELUDE}
+typedef ${T} T;
+
+// The pass as a forward conv: CI channels of HI x WI in, CO of HO x WO out, padding PH x PW.
+constexpr int CI = ${CI}, HI = ${HI}, WI = ${WI}, CO = ${CO}, HO = ${HO}, WO = ${WO};
+constexpr int KH = ${KH}, KW = ${KW}, PH = ${PH}, PW = ${PW};
+constexpr bool FLIP = ${FLIP};
+constexpr int OT = ${OT}, P = ${P}, ROWS = ${ROWS}, THREADS = ${THREADS};
+constexpr int GX = (WO + P - 1) / P, GO = (CO + OT - 1) / OT, BANDS = (HO + ROWS - 1) / ROWS;
+constexpr int COP = GO * OT;                              // channels as staged (zero weights past CO)
+constexpr int SH = ROWS + KH - 1, SW = GX * P + KW - 1;  // the staged band: CI x SH x SW
+constexpr int WEIGHTS = CI * KH * KW * COP;
+// Whole vectors of P outputs per thread where rows are multiples of P (and `out` is aligned).
+constexpr bool VEC_STORE = WO % P == 0;
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out) {
+  extern __shared__ __align__(16) float smem[];
+  float* ws = smem;            // [CI][KH][KW][COP]
+  float* xs = smem + WEIGHTS;  // [CI][SH][SW]
+  const int n = blockIdx.x / BANDS, y0 = (blockIdx.x % BANDS) * ROWS;
+  for (int i = threadIdx.x; i < WEIGHTS; i += THREADS) {
+    const int co = i % COP, s = (i / COP) % KW, r = (i / (COP * KW)) % KH, ci = i / (COP * KW * KH);
+    float v = 0.f;
+    if (co < CO)
+      v = kiln::cvt<float>(FLIP ? w[((ci * CO + co) * KH + KH - 1 - r) * KW + KW - 1 - s]
+                                : w[((co * CI + ci) * KH + r) * KW + s]);
+    ws[i] = v;
+  }
+  const T* src = in + static_cast<long long>(n) * CI * HI * WI;
+  for (int i = threadIdx.x; i < CI * SH * SW; i += THREADS) {
+    const int ix = i % SW - PW, iy = y0 + (i / SW) % SH - PH, ci = i / (SW * SH);
+    xs[i] = iy >= 0 && iy < HI && ix >= 0 && ix < WI ? kiln::cvt<float>(src[(ci * HI + iy) * WI + ix]) : 0.f;
+  }
+  __syncthreads();
+  const int gx = threadIdx.x % GX, row = (threadIdx.x / GX) % ROWS, go = threadIdx.x / (GX * ROWS);
+  const int oy = y0 + row;
+  if (go >= GO || oy >= HO) return;
+  float acc[OT][P];
+#pragma unroll
+  for (int t = 0; t < OT; ++t)
+#pragma unroll
+    for (int p = 0; p < P; ++p) acc[t][p] = 0.f;
+  for (int ci = 0; ci < CI; ++ci)
+#pragma unroll
+    for (int r = 0; r < KH; ++r) {
+      const float* xr = xs + (ci * SH + row + r) * SW + gx * P;
+      float win[P + KW - 1];
+#pragma unroll
+      for (int j = 0; j < P + KW - 1; ++j) win[j] = xr[j];
+#pragma unroll
+      for (int s = 0; s < KW; ++s) {
+        const float* wr = ws + ((ci * KH + r) * KW + s) * COP + go * OT;
+#pragma unroll
+        for (int t = 0; t < OT; ++t) {
+          const float wv = wr[t];
+#pragma unroll
+          for (int p = 0; p < P; ++p) acc[t][p] = fmaf(wv, win[p + s], acc[t][p]);
+        }
+      }
+    }
+  T* dst = out + (static_cast<long long>(n) * CO * HO + oy) * WO + gx * P;
+  const bool vec = VEC_STORE && kiln::aligned<P>(out);
+#pragma unroll
+  for (int t = 0; t < OT; ++t) {
+    const int co = go * OT + t;
+    if (co >= CO) break;
+    T* o = dst + static_cast<long long>(co) * HO * WO;
+    if (vec) {
+      kiln::Vec<T, P> v;
+#pragma unroll
+      for (int p = 0; p < P; ++p) v.v[p] = kiln::cvt<T>(acc[t][p]);
+      *reinterpret_cast<kiln::Vec<T, P>*>(o) = v;
+    } else {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (gx * P + p < WO) o[p] = kiln::cvt<T>(acc[t][p]);
+    }
+  }
+}
