@@ -187,6 +187,28 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
     add(l);
   }
+  // 16-bit read K-major on request, through the copies TF32 reads: gy's rows of 14 padded to 16.
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16}) {
+    kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2, false, true};
+    c.k_major = true;
+    GemmGeometry g{64, 25 * 32, 4 * 196, 0, 0, 25 * 32, math};
+    g.conv = c;
+    g.batch = 4, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    const std::string src = add(l);
+    const kernels::WgradLayout w = kernels::wgrad_layout(g);
+    CHECK((w.k_major && w.stage_gy && w.stage_images && w.row == 16));
+    CHECK(src.find("#define KILN_WGRAD_K_MAJOR true") != std::string::npos);
+    CHECK(l->text().ends_with(" K"));
+    CHECK(g.text().ends_with(" wgrad K"));
+  }
+  {  // K-major reads belong to the weight gradient
+    kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2};
+    c.k_major = true;
+    GemmGeometry g{64, 196, 800, 800, 196, 196, GemmMath::bf16};
+    g.conv = c;
+    CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, g, kHopper), ValueError);
+  }
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
     const kernels::GemmConv c{40, 8, 8, 1, 1, 0, 0, false, true};
     GemmGeometry g{24, 40, 3 * 64, 0, 0, 40, math};

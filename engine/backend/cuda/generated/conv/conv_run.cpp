@@ -50,9 +50,9 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
 //     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p;
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
-//     patches of x, summed over every image, in any math.
+//     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`).
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
-                                             const ConvTarget& target, GemmTile tile = {}) {
+                                             const ConvTarget& target, GemmTile tile = {}, bool k_major = false) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
   if (!stride1) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
@@ -66,6 +66,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   if (pass == ConvPass::grad_weight) {
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
+    c.k_major = k_major;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
     const std::int64_t taps = g.c * g.kh * g.kw;
     GemmGeometry geo{g.o, taps, g.n * g.oh * g.ow, g.oh * g.ow, g.h * g.w, taps, gm};
@@ -99,15 +100,21 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
 std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
                                       const ConvTarget& target, int arch) {
   std::vector<TuneCandidate> c, engine;
+  // w is A and x or gy B; for the weight gradient gy is A and x B.
+  const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
+  auto add_engine = [&](const GemmLaunch& l, bool k_major) {
+    if (!operands_fit(l, gops)) return;
+    engine.push_back({"gemm " + l.text(), [l, gops] { launch(l, gops); }});
+    for (GemmTile tile : alternatives(l, GemmTarget{arch, target.sm_count, target.max_shared}))
+      if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile, k_major))
+        engine.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
+  };
   if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
-    // w is A and x or gy B; for the weight gradient gy is A and x B.
-    const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
-    if (operands_fit(*l, gops)) {
-      engine.push_back({"gemm " + l->text(), [l = *l, gops] { launch(l, gops); }});
-      for (GemmTile tile : alternatives(*l, GemmTarget{arch, target.sm_count, target.max_shared}))
-        if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile))
-          engine.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
-    }
+    add_engine(*l, false);
+    // A 16-bit weight gradient staged NHWC is also timed read K-major, through the copies TF32
+    // reads: which is faster depends on the shape.
+    if (pass == ConvPass::grad_weight && !wgrad_layout(l->g).k_major)
+      if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, true)) add_engine(*k, true);
   }
   // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
   // f32 triples the products, which costs more than the FFMA kernels where there are few

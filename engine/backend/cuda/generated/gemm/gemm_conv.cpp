@@ -113,10 +113,10 @@ bool conv_fits(const GemmGeometry& g) {
   const bool wgrad = c.weight_grad;
   const bool shaped = wgrad ? g.n == c.r * c.s * c.c && g.k == g.batch * c.oh() * c.ow() && g.ldd == g.n
                             : g.n == c.oh() * c.ow() && g.k == c.r * c.s * c.c;
-  if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip))
+  if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip) || (c.k_major && !wgrad))
     throw ValueError(
         "[gemm] convolution mode needs n = oh * ow and k = r * s * c (weight gradient: n = r * s * c = "
-        "ldd, k = batch * oh * ow), operands as stored and no flip with wgrad; got " +
+        "ldd, k = batch * oh * ow), operands as stored, no flip with wgrad and K-major reads only with it; got " +
         g.text());
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
@@ -224,7 +224,7 @@ WgradLayout wgrad_layout(const GemmGeometry& g) {
   const GemmConv& c = *g.conv;
   const std::int64_t es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   const bool as_stored = c.r == 1 && c.s == 1 && c.pad_h == 0 && c.pad_w == 0 && (c.oh() * c.ow() * es) % 16 == 0;
-  w.k_major = tf32_mma(g.math) || as_stored;
+  w.k_major = tf32_mma(g.math) || as_stored || c.k_major;
   if (!w.k_major) {
     w.channels = ceil_div(c.c, 64) * 64;
     return w;

@@ -151,7 +151,8 @@ GemmTarget gemm_target(int device) {
 void GemmGeometry::add_to(rt::GeneratedKey& key) const {
   key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
   if (conv)
-    key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip, conv->weight_grad);
+    key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip, conv->weight_grad,
+            conv->k_major);
   hooks.add_to(key);
 }
 
@@ -182,6 +183,7 @@ std::string GemmGeometry::text() const {
       t.append(v == conv->c ? " conv " : " ").append(std::to_string(v));
   if (conv && conv->flip) t.append(" flip");
   if (conv && conv->weight_grad) t.append(" wgrad");
+  if (conv && conv->k_major) t.append(" K");
   return t + hooks.text();
 }
 
@@ -194,7 +196,7 @@ std::string GemmTile::text() const {
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
          std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (transposed ? " T" : "");
+         (transposed ? " T" : "") + (g.conv && g.conv->k_major ? " K" : "");
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }

@@ -51,6 +51,9 @@ const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 struct GemmConv {
   std::int64_t c = 0, h = 0, w = 0, r = 1, s = 1, pad_h = 0, pad_w = 0;
   bool flip = false, weight_grad = false;
+  // 16-bit weight gradients: read K-major through the per-launch copies TF32 reads (WgradLayout)
+  // instead of staged NHWC; which is faster depends on the shape, so the tuner times both.
+  bool k_major = false;
   std::int64_t oh() const { return h + 2 * pad_h - r + 1; }
   std::int64_t ow() const { return w + 2 * pad_w - s + 1; }
 };
@@ -66,8 +69,8 @@ struct GemmGeometry {
   GemmHooks hooks{};  // with epilogue == none: a built-in epilogue excludes an epilogue hook
   std::optional<GemmConv> conv{};  // as GemmConv says; A and B as the caller stores them (not MN-major)
   void add_to(rt::GeneratedKey& key) const;
-  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [conv c h w r s ph pw [flip|wgrad]]
-  // [hooks:digest]": the tuner's problem text.
+  // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [conv c h w r s ph pw [flip|wgrad
+  // [K]]] [hooks:digest]": the tuner's problem text.
   std::string text() const;
 };
 
@@ -126,7 +129,9 @@ struct GemmLaunch {
   int splits = 1;
   bool transposed = false;  // as GemmTile says
   std::int64_t shared_bytes = 0;
-  std::string text() const;  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T": what the tuner remembers
+  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T", "wgmma 64x32 s6 k4 K" (a
+  // 16-bit weight gradient read K-major): what the tuner remembers
+  std::string text() const;
 };
 
 // The launch of kind `k` for problem `g`, or none where the kind does not apply (another arch,
@@ -153,7 +158,8 @@ ConvBox conv_box(const GemmConv& c, int most);
 // Weight-gradient mode's box of 64 output pixels: the shape that pads the image least.
 ConvBox wgrad_box(const GemmConv& c);
 // How weight-gradient mode reads its operands.
-//   - K-major (TF32 and f32 always; 16-bit where both are read as stored): k runs over image rows of
+//   - K-major (TF32 and f32 always; 16-bit where both are read as stored, or where GemmConv::k_major
+//     asks): k runs over image rows of
 //     `row` pixels. gy's rows are padded from ow to `row` (a copy where they differ); the
 //     images are copied once per filter column s, shifted by s - pad_w and framed by pad_h zero
 //     rows, so tap (r, s) reads its copy r * row pixels on from where gy is read. A 1x1 window

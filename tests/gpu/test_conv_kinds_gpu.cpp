@@ -1,0 +1,170 @@
+// Conv kernels launched as planned, not as the tuner picks, against the CPU convolution in f64
+// of the same rounded inputs. Each element may differ by tol * sum |a||b| of its own terms.
+//   - The direct kind (stride-1 forward and input gradient over few channels, on the CUDA
+//     cores): one input channel with and without padding, two channels with a rectangular window
+//     and unequal padding, a 7x7 input gradient to three channels; bf16, f16 and f32.
+//   - 16-bit weight gradients on the tile engine read K-major through copies (GemmConv::k_major),
+//     in every tile the tuner may time: rows padded to 16 bytes and not, 5x5 and 3x3 windows.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/generated/conv/conv_plan.h"
+#include "backend/cuda/generated/gemm/gemm_plan.h"
+#include "element_bytes.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/memory.h"
+
+using namespace kiln;
+using kernels::ConvKernel;
+using kernels::ConvPass;
+
+namespace {
+
+struct DirectCase {
+  std::string name;
+  Shape x, w;
+  std::int64_t ph, pw;
+  bool forward, grad_input;  // which passes the kind plans
+};
+
+kernels::ConvGeometry geometry(const DirectCase& c) {
+  const std::int64_t oh = c.x[2] + 2 * c.ph - c.w[2] + 1, ow = c.x[3] + 2 * c.pw - c.w[3] + 1;
+  return {c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], oh, ow, 1, 1, c.ph, c.pw, 1, 1, 1};
+}
+
+rt::DeviceBuffer upload(const Tensor& t, const rt::Stream& s) {
+  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype());
+  rt::DeviceBuffer buf(bytes, s);
+  rt::copy_to_device(buf.ptr(), t.contiguous().data_ptr(), bytes, s);
+  return buf;
+}
+
+std::vector<double> download(const rt::DeviceBuffer& b, std::int64_t count, DType dt, const rt::Stream& s) {
+  std::vector<unsigned char> host(static_cast<std::size_t>(count) * dtype_size(dt));
+  rt::copy_to_host(host.data(), b.ptr(), host.size(), s);
+  s.synchronize();
+  std::vector<double> out(static_cast<std::size_t>(count));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = kiln_test::get_element(dt, host.data(), static_cast<std::int64_t>(i));
+  return out;
+}
+
+// Worst |got - ref| / scale over the elements; infinite where got is NaN or inf.
+double worst_of(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& scale) {
+  REQUIRE(got.size() == ref.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - ref[i]) / (scale[i] + 1e-30);
+    if (!(e <= 1e300)) return INFINITY;
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+// Worst |gpu - ref| / (sum |a||b|) of one pass (0 forward, 1 input gradient) in `dt`.
+double worst_error(const DirectCase& c, int pass, DType dt) {
+  const kernels::ConvGeometry g = geometry(c);
+  const Conv2dOptions o{.padding = {c.ph, c.pw}};
+  const Shape in = pass == 0 ? c.x : Shape{g.n, g.o, g.oh, g.ow};
+  const Shape out = pass == 0 ? Shape{g.n, g.o, g.oh, g.ow} : c.x;
+  Generator gen(17 + pass);
+  const Tensor a = randn(in, {.dtype = DType::f64}, &gen).to(dt), w = randn(c.w, {.dtype = DType::f64}, &gen).to(dt);
+  const Tensor a64 = a.to(DType::f64), w64 = w.to(DType::f64);
+  auto reference = [&](const Tensor& x, const Tensor& k) {
+    return pass == 0 ? conv2d(x, k, {}, o) : conv2d_grad_input(x, k, c.x, o);
+  };
+  const ConvPass p = pass == 0 ? ConvPass::forward : ConvPass::grad_input;
+  const rt::DeviceInfo& info = rt::device_info(0);
+  const auto math = kernels::conv_math(dt, dt, dt, false);
+  REQUIRE(math);
+  const auto l = kernels::plan(ConvKernel::direct, p, g, dt, *math, {info.sm_count, info.max_shared_optin});
+  REQUIRE(l);
+  const rt::Stream& s = rt::default_stream(0);
+  const rt::DeviceBuffer da = upload(a, s), dw = upload(w, s), dy = upload(zeros(out, {.dtype = dt}), s);
+  kernels::launch(*l, {da.ptr(), dw.ptr(), dy.ptr(), dt, &s});
+  return worst_of(download(dy, shape_numel(out), dt, s), reference(a64, w64).to_vector<double>(),
+                  reference(abs(a64), abs(w64)).to_vector<double>());
+}
+
+}  // namespace
+
+TEST_CASE("direct convolutions over few channels match the f64 reference in bf16, f16 and f32") {
+  const std::vector<DirectCase> cases = {
+      {"mnist conv1 b4", {4, 1, 28, 28}, {32, 1, 5, 5}, 2, 2, true, true},
+      {"speedrun conv1 b3", {3, 1, 28, 28}, {24, 1, 5, 5}, 0, 0, true, true},
+      {"2 channels 3x4 p(1,2) 13x11", {3, 2, 13, 11}, {6, 2, 3, 4}, 1, 2, true, true},
+      {"7x7 p3 40 -> 3 channels, odd width", {2, 3, 9, 13}, {40, 3, 7, 7}, 3, 3, false, true},
+  };
+  // bf16 and f16 outputs round to 8 and 11 bits; f32 sums exactly rounded products.
+  const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1e-5}};
+  const rt::DeviceInfo& info = rt::device_info(0);
+  const kernels::ConvTarget target{info.sm_count, info.max_shared_optin};
+  for (const DirectCase& c : cases) {
+    const auto math = kernels::conv_math(DType::f32, DType::f32, DType::f32, false);
+    CHECK(kernels::plan(ConvKernel::direct, ConvPass::forward, geometry(c), DType::f32, *math, target).has_value() ==
+          c.forward);
+    CHECK(kernels::plan(ConvKernel::direct, ConvPass::grad_input, geometry(c), DType::f32, *math, target).has_value() ==
+          c.grad_input);
+    for (const auto& [dt, tol] : precisions)
+      for (int pass = 0; pass < 2; ++pass) {
+        if (!(pass == 0 ? c.forward : c.grad_input)) continue;
+        const std::string what = c.name + " " + std::string(dtype_name(dt)) + " pass " + std::to_string(pass);
+        CAPTURE(what);
+        CHECK(worst_error(c, pass, dt) <= tol);
+      }
+  }
+}
+
+TEST_CASE("16-bit weight gradients read K-major match the f64 reference in every tile") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  if (tgt.arch != 90) {
+    MESSAGE("the tile engine needs sm_90; this GPU is sm_" << tgt.arch);
+    return;
+  }
+  struct WgradCase {
+    Shape x, w;
+    std::int64_t pad;
+  };
+  // Rows of 14 and 7 pixels padded to 16 bytes (gy copied), rows of 16 read as stored; 24
+  // channels padded to a tile.
+  const std::vector<WgradCase> cases = {
+      {{3, 32, 14, 14}, {64, 32, 5, 5}, 2}, {{2, 24, 9, 7}, {16, 24, 3, 3}, 1}, {{2, 16, 8, 16}, {32, 16, 3, 3}, 1}};
+  const rt::Stream& s = rt::default_stream(0);
+  for (const WgradCase& c : cases)
+    for (DType dt : {DType::bf16, DType::f16}) {
+      const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], w = c.x[3], o = c.w[0], r = c.w[2];
+      kernels::GemmConv conv;
+      conv.c = ch, conv.h = h, conv.w = w, conv.r = conv.s = r, conv.pad_h = conv.pad_w = c.pad;
+      conv.weight_grad = conv.k_major = true;
+      const std::int64_t oh = conv.oh(), ow = conv.ow(), taps = ch * r * r;
+      kernels::GemmGeometry g{o, taps, n * oh * ow, oh * ow, h * w, taps,
+                              dt == DType::bf16 ? kernels::GemmMath::bf16 : kernels::GemmMath::f16};
+      g.conv = conv;
+      g.batch = n, g.batch_a = o * oh * ow, g.batch_b = ch * h * w;
+      const auto heuristic = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
+      REQUIRE(heuristic);
+      CHECK(kernels::wgrad_layout(g).k_major);
+      std::vector<kernels::GemmLaunch> launches{*heuristic};
+      for (kernels::GemmTile tile : kernels::alternatives(*heuristic, tgt))
+        if (const auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) launches.push_back(*l);
+      Generator gen(23);
+      const Tensor x = randn(c.x, {.dtype = DType::f64}, &gen).to(dt);
+      const Tensor gy = randn({n, o, oh, ow}, {.dtype = DType::f64}, &gen).to(dt);
+      const Conv2dOptions opt{.padding = {c.pad}};
+      const std::vector<double> ref = conv2d_grad_weight(x.to(DType::f64), gy.to(DType::f64), c.w, opt).to_vector<double>();
+      const std::vector<double> scale =
+          conv2d_grad_weight(abs(x.to(DType::f64)), abs(gy.to(DType::f64)), c.w, opt).to_vector<double>();
+      const rt::DeviceBuffer dx = upload(x, s), dgy = upload(gy, s);
+      for (const kernels::GemmLaunch& l : launches) {
+        CAPTURE(g.text());
+        CAPTURE(l.text());
+        const rt::DeviceBuffer dw = upload(zeros(c.w, {.dtype = dt}), s);
+        kernels::launch(l, {dgy.ptr(), dx.ptr(), dw.ptr(), 0, &s});
+        // bf16 and f16 outputs round to 8 and 11 bits.
+        CHECK(worst_of(download(dw, shape_numel(c.w), dt, s), ref, scale) <= (dt == DType::bf16 ? 8e-3 : 1.5e-3));
+      }
+    }
+}
