@@ -19,8 +19,10 @@ constexpr std::int64_t kThreads = 256;
 // One kernel row (o, c, r) per thread, so at most a block's worth, rows up to 8 wide; one
 // image per block and SM at most: the fewer blocks, the shorter the final sum. For a first conv
 // over few channels, whose long sum over pixels tensor-core tiles would spread thin. Its f32
-// FMAs are exact f32's arithmetic too, so it runs in every math.
-std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath,
+// FMAs are exact f32's arithmetic too, but each thread sums its pixels in one register: exact
+// f32 takes it only where that run is at most 1024 products (a 300-image 64x64 conv's 6144 drifted
+// past the f32 paths' tolerance on the GPU, where im2col + cuBLAS sums in a tree).
+std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath math,
                                                const ConvTarget& target) {
   const std::int64_t q = s.o * s.c * s.kh;
   if (pass != ConvPass::grad_weight || s.groups != 1 || q > kThreads || q == 0 || s.kw > 8 ||
@@ -30,6 +32,7 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
   p.ipb = std::max<std::int64_t>(1, ceil_div(s.n, std::max(1, target.sm_count)));
   p.blocks = ceil_div(s.n, p.ipb);
   const std::int64_t lanes = q <= kThreads / 2 ? kThreads / q : 1;
+  if (math == ConvMath::f32 && p.ipb * ceil_div(s.oh, lanes) * s.ow > 1024) return std::nullopt;
   const std::int64_t staged = (s.o * s.oh * s.ow + s.c * (s.h + 2 * s.ph) * (s.w + 2 * s.pw)) *
                               static_cast<std::int64_t>(dtype_size(t));
   p.smem = std::max(staged, lanes * q * s.kw * static_cast<std::int64_t>(sizeof(float)));
