@@ -1,8 +1,8 @@
 // The tuned choice among the generated conv kinds. The heuristic's pick is the reference
 // (candidate 0), in the order the kinds were tried before tuning: the GEMM tile engine where
-// it applies (with its other tiles), then patch, igemm and direct (timed, not yet a pick); for
-// weight gradients the engine (last where the input has fewer than 16 channels), wgrad,
-// wgrad_small, then igemm.
+// it applies (with its other tiles), then patch, igemm and direct (the pick only where neither
+// of the others applies); for weight gradients the engine (last where the input has fewer than
+// 16 channels), wgrad, wgrad_small, then igemm.
 #include "conv_run.h"
 
 #include <algorithm>

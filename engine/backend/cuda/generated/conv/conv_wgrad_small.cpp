@@ -20,8 +20,8 @@ constexpr std::int64_t kThreads = 256;
 // image per block and SM at most: the fewer blocks, the shorter the final sum. For a first conv
 // over few channels, whose long sum over pixels tensor-core tiles would spread thin. Its f32
 // FMAs are exact f32's arithmetic too, but each thread sums its pixels in one register: exact
-// f32 takes it only where that run is at most 1024 products (a 300-image 64x64 conv's 6144 drifted
-// past the f32 paths' tolerance on the GPU, where im2col + cuBLAS sums in a tree).
+// f32 takes it only where that run is at most 1024 products (a 300-image 64x64 conv's 6144
+// drifted past the tolerance the other f32 paths meet).
 std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath math,
                                                const ConvTarget& target) {
   const std::int64_t q = s.o * s.c * s.kh;

@@ -4,9 +4,10 @@
 // epilogue on each sum before it is stored (gemm_hooks.h). A and B are K-major (stored m x k and
 // n x k, row strides lda and ldb) or, for 16-bit inputs, MN-major (stored k x m and k x n): so
 // every transpose is a layout, never a copy. TF32 takes an MN-major B too, in tiles of D^T that
-// read B's rows into registers (TF32 MMAs read only K-major tiles from shared memory; no hooks). plan() gives a kind's launch for a problem, or none where
-// the kind does not apply; source() builds the module a launch runs and launch() runs it. Every
-// kernel is instantiated per exact shape.
+// read B's rows into registers (TF32 MMAs read only K-major tiles from shared memory; no hooks).
+// plan() gives a kind's launch for a problem, or none where the kind does not apply; source()
+// builds the module a launch runs and launch() runs it. Every kernel is instantiated per exact
+// shape.
 #include <array>
 #include <cstdint>
 #include <optional>
