@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::int64_t kMaxThreads = 256;
 
-std::int64_t smem_bytes(const PatchConv& c, const DirectPlan& p) {
+std::int64_t direct_smem_bytes(const PatchConv& c, const DirectPlan& p) {
   const std::int64_t cop = ceil_div(c.co, p.ot) * p.ot, sw = ceil_div(c.ow, p.p) * p.p + c.kw - 1;
   return (c.ci * c.kh * c.kw * cop + c.ci * (p.rows + c.kh - 1) * sw) * static_cast<std::int64_t>(sizeof(float));
 }
@@ -43,7 +43,7 @@ std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, cons
   p.bands = ceil_div(c->oh, rows);
   p.rows = static_cast<int>(ceil_div(c->oh, p.bands));
   p.threads = static_cast<int>(ceil_div(per_row * p.rows, 32) * 32);
-  p.smem = smem_bytes(*c, p);
+  p.smem = direct_smem_bytes(*c, p);
   if (p.smem > target.max_shared || c->n * p.bands > INT_MAX) return std::nullopt;
   return p;
 }
