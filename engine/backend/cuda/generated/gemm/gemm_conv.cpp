@@ -29,6 +29,20 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
   return out;
 }
 
+// kiln_nchw_to_nhwc over `images` images of c channels by `pixels` pixels, in its 64 x 64 tiles.
+void launch_nhwc(const rt::Function& fn, rt::DevicePtr x, rt::DevicePtr dst, std::int64_t c, std::int64_t pixels,
+                 std::int64_t images, const rt::Stream& stream) {
+  int channels = static_cast<int>(c), p = static_cast<int>(pixels);
+  void* args[] = {&x, &dst, &channels, &p};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 64));
+  cfg.grid.y = static_cast<unsigned>(ceil_div(c, 64));
+  cfg.grid.z = static_cast<unsigned>(images);
+  cfg.block.x = 32;
+  cfg.block.y = 8;
+  rt::launch_raw(fn, cfg, stream, args);
+}
+
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
 // [z][h][w][c] (convolution mode's f32 math: c as its three slices).
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
@@ -38,16 +52,7 @@ rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
       static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
-  rt::DevicePtr dst = out.ptr();
-  int channels = static_cast<int>(c), p = static_cast<int>(pixels);
-  void* args[] = {&x, &dst, &channels, &p};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 64));  // the kernel's 64 x 64 tiles
-  cfg.grid.y = static_cast<unsigned>(ceil_div(c, 64));
-  cfg.grid.z = static_cast<unsigned>(l.g.batch);
-  cfg.block.x = 32;
-  cfg.block.y = 8;
-  rt::launch_raw(fn, cfg, stream, args);
+  launch_nhwc(fn, x, out.ptr(), c, pixels, l.g.batch, stream);
   return out;
 }
 
@@ -90,15 +95,7 @@ bool stage_a_transposed(const GemmGeometry& g) {
 
 rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
   rt::DeviceBuffer out(static_cast<std::size_t>(l.g.m * l.g.k) * 4, *ops.stream);
-  rt::DevicePtr a = ops.a, dst = out.ptr();
-  int k = static_cast<int>(l.g.k), m = static_cast<int>(l.g.m);
-  void* args[] = {&a, &dst, &k, &m};  // one image of k channels by m pixels
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(ceil_div(l.g.m, 64));  // the kernel's 64 x 64 tiles
-  cfg.grid.y = static_cast<unsigned>(ceil_div(l.g.k, 64));
-  cfg.block.x = 32;
-  cfg.block.y = 8;
-  rt::launch_raw(fn, cfg, *ops.stream, args);
+  launch_nhwc(fn, ops.a, out.ptr(), l.g.k, l.g.m, 1, *ops.stream);  // one image of k channels by m pixels
   return out;
 }
 
