@@ -2,7 +2,8 @@
 // of the same rounded inputs. Each element may differ by tol * sum |a||b| of its own terms.
 //   - The direct kind (stride-1 forward and input gradient over few channels, on the CUDA
 //     cores): one input channel with and without padding, two channels with a rectangular window
-//     and unequal padding, a 7x7 input gradient to three channels; bf16, f16 and f32.
+//     and unequal padding, a 7x7 input gradient to three channels; bf16, f16 and f32; and in exact
+//     f32 only, 24 and 10 channels of 3x3 and 5x5 (up to 256 products per output).
 //   - 16-bit weight gradients on the tile engine read K-major through copies (GemmConv::k_major),
 //     in every tile the tuner may time: rows padded to 16 bytes and not, 5x5 and 3x3 windows.
 #include <doctest/doctest.h>
@@ -29,6 +30,7 @@ struct DirectCase {
   Shape x, w;
   std::int64_t ph, pw;
   bool forward, grad_input;  // which passes the kind plans
+  bool f32_only = false;     // more products per output than 16-bit and TF32 take it for
 };
 
 kernels::ConvGeometry geometry(const DirectCase& c) {
@@ -97,6 +99,8 @@ TEST_CASE("direct convolutions over few channels match the f64 reference in bf16
       {"speedrun conv1 b3", {3, 1, 28, 28}, {24, 1, 5, 5}, 0, 0, true, true},
       {"2 channels 3x4 p(1,2) 13x11", {3, 2, 13, 11}, {6, 2, 3, 4}, 1, 2, true, true},
       {"7x7 p3 40 -> 3 channels, odd width", {2, 3, 9, 13}, {40, 3, 7, 7}, 3, 3, false, true},
+      {"f32 speedrun conv2 b2", {2, 24, 12, 12}, {32, 24, 3, 3}, 0, 0, true, false, true},
+      {"f32 10 -> 10 channels 5x5 p2 9x13", {2, 10, 9, 13}, {10, 10, 5, 5}, 2, 2, true, true, true},
   };
   // bf16 and f16 outputs round to 8 and 11 bits; f32 sums exactly rounded products.
   const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 1e-5}};
@@ -110,6 +114,7 @@ TEST_CASE("direct convolutions over few channels match the f64 reference in bf16
           c.grad_input);
     for (const auto& [dt, tol] : precisions)
       for (int pass = 0; pass < 2; ++pass) {
+        if (c.f32_only && dt != DType::f32) continue;
         if (!(pass == 0 ? c.forward : c.grad_input)) continue;
         const std::string what = c.name + " " + std::string(dtype_name(dt)) + " pass " + std::to_string(pass);
         CAPTURE(what);
