@@ -1,6 +1,7 @@
-// The generated GEMM kernels (backend/cuda/generated/gemm) against a double-precision product
-// of the same stored inputs, computed here: every arithmetic, every tile the tuner may pick,
-// every epilogue, shapes with tails in m, n and k, a 10-wide output and padded row strides.
+// The generated GEMM kernels (backend/cuda/generated/gemm: wgmma, and mma.sync on any GPU from
+// sm_80) against a double-precision product of the same stored inputs, computed here: every
+// arithmetic, every tile the tuner may pick, every epilogue, shapes with tails in m, n and k, a
+// 10-wide output and padded row strides.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -115,20 +116,22 @@ bool on_hopper(const kernels::GemmTarget& tgt) {
   return tgt.arch == 90;
 }
 
-// The heuristic's launch of `g` and every alternative tile that applies.
-std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
-  const auto h = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
+// The heuristic's launch of `g` by kind `k` and every alternative tile that applies.
+std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt,
+                                             kernels::GemmKernel k = kernels::GemmKernel::wgmma) {
+  const auto h = kernels::plan(k, g, tgt);
   REQUIRE(h);
   std::vector<kernels::GemmLaunch> out{*h};
   for (kernels::GemmTile tile : kernels::alternatives(*h, tgt))
-    if (auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) out.push_back(*l);
+    if (auto l = kernels::plan(k, g, tgt, tile)) out.push_back(*l);
   return out;
 }
 
 // Checks every launch of `g` against the product in f64, seeding each from `runs`, which
 // counts the launches checked.
-void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::uint32_t seed0, int& runs) {
-  for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
+void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::uint32_t seed0, int& runs,
+                    kernels::GemmKernel k = kernels::GemmKernel::wgmma) {
+  for (const kernels::GemmLaunch& l : launches_of(g, tgt, k)) {
     CAPTURE(g.text());
     CAPTURE(l.text());
     CHECK(check_launch(l, seed0 + static_cast<std::uint32_t>(runs)) <= tolerance(g.math));
@@ -154,6 +157,32 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
         check_launches({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e}, tgt, 0, runs);
       }
+  MESSAGE(runs << " launches checked");
+}
+
+// The mma.sync kind (sm_80's path) runs on any GPU from sm_80 on, so it is checked here too:
+// every arithmetic it takes, layout, tile and epilogue; tails in m, n and k (a part of a k tile);
+// padded rows; a batch sharing A.
+TEST_CASE("mma.sync GEMMs match a double-precision product in every layout, tile and epilogue") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  if (tgt.arch < 80) {
+    MESSAGE("the mma.sync kernels need sm_80; this GPU is sm_" << tgt.arch);
+    return;
+  }
+  int runs = 0;
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
+    for (int layout = 0; layout < (math == GemmMath::tf32 ? 1 : 4); ++layout)
+      for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::relu_bias}) {
+        const bool a_mn = layout & 1, b_mn = layout & 2;
+        GemmGeometry g{200, 136, 264, a_mn ? 208 : 272, b_mn ? 136 : 264, 139, math, e, a_mn, b_mn};
+        check_launches(g, tgt, 300, runs, kernels::GemmKernel::mma_sync);
+      }
+  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
+    const bool b_mn = math == GemmMath::bf16;
+    GemmGeometry batch{64, 200, 72, 72, b_mn ? 200 : 72, 200, math, GemmEpilogue::bias, false, b_mn, 3, 0, 72 * 200,
+                       64 * 200};
+    check_launches(batch, tgt, 300, runs, kernels::GemmKernel::mma_sync);
+  }
   MESSAGE(runs << " launches checked");
 }
 
