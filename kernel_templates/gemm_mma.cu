@@ -7,6 +7,9 @@
 // through ldmatrix (.trans for MN-major), each 16-byte chunk of a row stored at its index XOR the
 // row's low 3 bits, so the eight rows one ldmatrix reads fall in distinct banks. TF32 reads
 // 32-bit elements as pairs of 16-bit ones: an 8 x 8 ldmatrix block is 8 rows of 4 of them.
+// Exact f32 (SPLIT) splits each fragment element in registers, x = hi + lo (both TF32), and sums
+// hi*hi + lo*hi + hi*lo; the cross products take hi as 0 where x is not finite (and lo is 0
+// there), so an inf or NaN reaches the sum through hi*hi alone, as FFMA's product would.
 ${PRELUDE}
 #define MMA ${MMA}
 ${MMA_OPS}
@@ -16,7 +19,7 @@ using In = ${IN};
 constexpr int kBM = ${BM}, kBN = ${BN}, kStages = ${STAGES}, kEpilogue = ${EPILOGUE};  // 1 + bias, 2 ReLU after
 constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLda = ${LDA}, kLdb = ${LDB}, kLdd = ${LDD};
 constexpr long long kBatchA = ${BATCH_A}, kBatchB = ${BATCH_B}, kBatchD = ${BATCH_D};
-constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
+constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN}, kSplit = ${SPLIT};
 constexpr int kChunk = 16 / sizeof(In);  // elements per 16-byte chunk
 constexpr int kBK = 8 * kChunk;          // k per stage: 128 bytes of a row
 constexpr int kKStep = 2 * kChunk;       // k per MMA: 32 bytes (16 halves, 8 tf32)
@@ -49,6 +52,28 @@ __device__ __forceinline__ void ldsm4(unsigned* r, const In* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ float tf32_round(float x) {
+  unsigned u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  return __uint_as_float(u);
+}
+
+// Fragment registers x as hi, lo and hf (hi, or 0 where x is not finite). A finite x that
+// rounds past the largest float keeps its truncation as hi.
+template <int n>
+__device__ __forceinline__ void split(const unsigned* x, unsigned* hi, unsigned* lo, unsigned* hf) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    const float v = __uint_as_float(x[i]);
+    const bool finite = isfinite(v);
+    float h = tf32_round(v);
+    h = finite && !isfinite(h) ? __uint_as_float(x[i] & 0xffffe000u) : h;
+    hi[i] = __float_as_uint(h);
+    lo[i] = __float_as_uint(finite ? tf32_round(v - h) : 0.f);
+    hf[i] = __float_as_uint(finite ? h : 0.f);
+  }
 }
 
 // One operand's tile of k tile kt into shared memory: `rows` rows (M or N) of k, K-major rows of
@@ -117,10 +142,26 @@ kiln_gemm_mma(const In* __restrict__ a, const In* __restrict__ b, In* __restrict
           ldsm4<false>(r, bs + at<kBK>(n + rr + 8 * (j >> 1), kc + (j & 1)));
         fb[2 * p][0] = r[0], fb[2 * p][1] = r[1], fb[2 * p + 1][0] = r[2], fb[2 * p + 1][1] = r[3];
       }
+      if constexpr (kSplit) {
+        unsigned ah[4][4], al[4][4], af[4][4], bh[4][2], bl[4][2], bf[4][2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i) split<4>(fa[i], ah[i], al[i], af[i]);
 #pragma unroll
-        for (int t = 0; t < 4; ++t) mma(acc[i][t], fa[i], fb[t]);
+        for (int t = 0; t < 4; ++t) split<2>(fb[t], bh[t], bl[t], bf[t]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            mma(acc[i][t], ah[i], bh[t]);
+            mma(acc[i][t], al[i], bf[t]);
+            mma(acc[i][t], af[i], bl[t]);
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) mma(acc[i][t], fa[i], fb[t]);
+      }
     }
   }
   asm volatile("cp.async.wait_group 0;");

@@ -1,5 +1,6 @@
 // The GEMM family's mma.sync kind (sm_80 and later) compiles with NVRTC for sm_80, sm_86,
-// sm_89 and sm_90 in every arithmetic it takes, tile, layout and epilogue, and its plans decline
+// sm_89 and sm_90 in every arithmetic (exact f32 as three TF32 products), tile, layout and
+// epilogue, and its plans decline
 // what it cannot take; runs without a GPU. GPU tests check its results.
 #include <doctest/doctest.h>
 
@@ -39,8 +40,8 @@ TEST_CASE("mma.sync GEMM kernels compile for sm_80-sm_90 in every arithmetic, ti
     CHECK(rt::template_placeholders(src).empty());
     jobs.push_back(kiln_test::generated_job("check_gemm_mma", src, "kiln_gemm_mma", arch));
   };
-  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32})
-    for (int layout = 0; layout < (math == GemmMath::tf32 ? 1 : 4); ++layout)
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32, GemmMath::f32})
+    for (int layout = 0; layout < (kernels::tf32_mma(math) ? 1 : 4); ++layout)
       for (GemmTile tile : {GemmTile{128, 128}, GemmTile{64, 64}}) {
         const GemmEpilogue e = tile.bm == 64 ? GemmEpilogue::relu_bias : GemmEpilogue::none;
         add(kernels::plan(GemmKernel::mma_sync, product(1000, 296, 520, math, layout & 1, layout & 2, e), kAmpere, tile),
@@ -75,13 +76,14 @@ TEST_CASE("mma.sync GEMM plans: tiles and stages follow the shape and the arch; 
   REQUIRE(ada);
   CHECK(ada->stages == 3);  // 32 KiB a stage in 99 KiB
   CHECK(kernels::alternatives(*big, kAmpere).size() == 3);
-  // TF32 reads K-major only; 16-byte chunks must tile k (K-major) or m and n (MN-major); no
-  // hooks, convolution modes or exact f32; nothing before sm_80.
+  // TF32 and exact f32 read K-major only; 16-byte chunks must tile k (K-major) or m and n
+  // (MN-major); no hooks or convolution modes; nothing before sm_80.
   CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::tf32, true), kAmpere));
   CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 500, GemmMath::bf16), kAmpere));
   CHECK(kernels::plan(GemmKernel::mma_sync, product(256, 256, 504, GemmMath::bf16), kAmpere));
   CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(250, 256, 512, GemmMath::bf16, true), kAmpere));
-  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::f32), kAmpere));
+  CHECK(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::f32), kAmpere));
+  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::f32, false, true), kAmpere));
   CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::bf16), {75, 40, 64 * 1024}));
   GemmGeometry hooked = product(256, 256, 512, GemmMath::bf16);
   hooked.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f"};

@@ -1,6 +1,6 @@
 // The GEMM family's mma.sync kind for sm_80 and later (kernel_templates/gemm_mma.cu): its plan,
 // tile alternatives, source and launch. Plain products only (no convolution modes or hooks):
-// 16-bit inputs K-major or MN-major, TF32 K-major, a batch, the built-in epilogues.
+// 16-bit inputs K-major or MN-major, TF32 and exact f32 K-major, a batch, the built-in epilogues.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -32,8 +32,8 @@ bool chunks_fit(const GemmGeometry& g) {
 // Tiles of 128 x 128, narrowed (N first, then M) while the tiles leave SMs idle; as many stages,
 // up to 4, as fit.
 std::optional<GemmLaunch> plan_mma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
-  if (target.arch < 80 || g.conv || g.hooks.epilogue || g.hooks.prologue || g.math == GemmMath::f32) return std::nullopt;
-  if ((g.math == GemmMath::tf32 && (g.a_mn || g.b_mn)) || !chunks_fit(g) || g.batch > 65535 || tile.splits > 1 ||
+  if (target.arch < 80 || g.conv || g.hooks.epilogue || g.hooks.prologue) return std::nullopt;
+  if ((tf32_mma(g.math) && (g.a_mn || g.b_mn)) || !chunks_fit(g) || g.batch > 65535 || tile.splits > 1 ||
       tile.transposed)
     return std::nullopt;
   if (g.batch > 1 && (g.batch_d < g.m * g.ldd || (g.batch_a != 0 && g.batch_a < (g.a_mn ? g.k : g.m) * g.lda) ||
@@ -74,7 +74,8 @@ std::string mma_source(const GemmLaunch& l) {
   const bool batched = g.batch > 1;
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const rt::Bindings b{{"PRELUDE", rt::device_prelude(headers)},
-                       {"MMA", num(g.math == GemmMath::tf32 ? 2 : g.math == GemmMath::f16 ? 1 : 0)},
+                       {"MMA", num(tf32_mma(g.math) ? 2 : g.math == GemmMath::f16 ? 1 : 0)},
+                       {"SPLIT", g.math == GemmMath::f32 ? "true" : "false"},
                        {"MMA_OPS", rt::template_source("mma")},
                        {"IN", std::string(cuda_storage_type(t))},
                        {"BM", num(l.bm)},
