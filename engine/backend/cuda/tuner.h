@@ -3,8 +3,8 @@
 // problem. The first time a problem is seen (KILN_TUNE=on, outside a graph capture), every
 // candidate runs once, its output is checked on the device against candidate 0's (the
 // heuristic's pick, the reference; kernel_templates/tune_check.cu), and the ones that agree are
-// timed; the fastest is remembered in memory and in the
-// disk cache (rt::store_choice), so later calls and later processes run it without measuring.
+// timed; the fastest is remembered in memory and in the disk cache (rt::store_choice), so later
+// calls and later processes run it without measuring.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
