@@ -148,8 +148,13 @@ TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decl
   const std::vector<std::string> sources =
       sources_for(ConvKernel::direct, {ConvPass::forward, ConvPass::grad_input}, {conv1, speedrun1});
   CHECK(check_compiles("check_conv_direct", sources, "kiln_conv_direct", "fma.rn.f32") == 12);
-  // Exact f32 too: its FMAs are f32's.
+  // Exact f32 too: its FMAs are f32's. There, up to 256 products per output (the speedrun's
+  // conv2: 24 channels of 3x3), where the tensor cores would sum three products each.
   CHECK(launch_of(ConvKernel::direct, ConvPass::forward, conv1, DType::f32, false));
+  const ConvGeometry speedrun2 = make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1);
+  CHECK(launch_of(ConvKernel::direct, ConvPass::forward, speedrun2, DType::f32, false));
+  CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, speedrun2, DType::f32));  // TF32
+  CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, speedrun2, DType::bf16));
   // Many products per output and many outputs (conv2), strided, or grouped: not this kind's.
   CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::bf16));
   CHECK_FALSE(launch_of(ConvKernel::direct, ConvPass::forward, make(2, 1, 9, 9, 8, 3, 2, 1, 1, 1), DType::bf16));

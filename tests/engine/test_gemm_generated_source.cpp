@@ -170,6 +170,17 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(src.find("kImages = 5") != std::string::npos);
     CHECK(src.find("kSplitF32 = true") != std::string::npos);
   }
+  // Exact f32 weight gradients sum at most 64 k tiles a split (batch-1024 conv2: 7168 k tiles,
+  // at least 112 splits); TF32 fills the SMs with fewer.
+  for (GemmMath math : {GemmMath::f32, GemmMath::tf32}) {
+    const kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2, false, true};
+    GemmGeometry g{64, 25 * 32, 1024 * 196, 0, 0, 25 * 32, math};
+    g.conv = c;
+    g.batch = 1024, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    REQUIRE(l);
+    CHECK((math == GemmMath::f32 ? l->splits >= 112 : l->splits < 112));
+  }
   // Split-K: a narrow product of long k, in every arithmetic.
   for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
     const auto l = kernels::plan(GemmKernel::wgmma, gemm_of(1024, 10, 4096, math), kHopper, GemmTile{128, 16, 8});

@@ -1,6 +1,7 @@
-// The generated GEMM kernels (backend/cuda/generated/gemm) against a double-precision product
-// of the same stored inputs, computed here: every arithmetic, every tile the tuner may pick,
-// every epilogue, shapes with tails in m, n and k, a 10-wide output and padded row strides.
+// The generated GEMM kernels (backend/cuda/generated/gemm: wgmma, and mma.sync on any GPU from
+// sm_80) against a double-precision product of the same stored inputs, computed here: every
+// arithmetic, every tile the tuner may pick, every epilogue, shapes with tails in m, n and k, a
+// 10-wide output and padded row strides.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -109,26 +110,36 @@ double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed, bool split
 // exactness test below shows that no product is missing.
 double tolerance(GemmMath m) { return m == GemmMath::bf16 ? 1.5e-2 : m == GemmMath::f32 ? 5e-5 : 4e-3; }
 
+// The kinds that plan `g` here: wgmma on sm_90, mma.sync from sm_80 on.
+std::vector<kernels::GemmKernel> kinds_for(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
+  std::vector<kernels::GemmKernel> out;
+  for (kernels::GemmKernel k : {kernels::GemmKernel::wgmma, kernels::GemmKernel::mma_sync})
+    if (kernels::plan(k, g, tgt)) out.push_back(k);
+  return out;
+}
+
 // Whether the wgmma kernels can run here; says why not where they cannot.
 bool on_hopper(const kernels::GemmTarget& tgt) {
   if (tgt.arch != 90) MESSAGE("the wgmma kernels need sm_90; this GPU is sm_" << tgt.arch);
   return tgt.arch == 90;
 }
 
-// The heuristic's launch of `g` and every alternative tile that applies.
-std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
-  const auto h = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
+// The heuristic's launch of `g` by kind `k` and every alternative tile that applies.
+std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernels::GemmTarget& tgt,
+                                             kernels::GemmKernel k = kernels::GemmKernel::wgmma) {
+  const auto h = kernels::plan(k, g, tgt);
   REQUIRE(h);
   std::vector<kernels::GemmLaunch> out{*h};
   for (kernels::GemmTile tile : kernels::alternatives(*h, tgt))
-    if (auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) out.push_back(*l);
+    if (auto l = kernels::plan(k, g, tgt, tile)) out.push_back(*l);
   return out;
 }
 
 // Checks every launch of `g` against the product in f64, seeding each from `runs`, which
 // counts the launches checked.
-void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::uint32_t seed0, int& runs) {
-  for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
+void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::uint32_t seed0, int& runs,
+                    kernels::GemmKernel k = kernels::GemmKernel::wgmma) {
+  for (const kernels::GemmLaunch& l : launches_of(g, tgt, k)) {
     CAPTURE(g.text());
     CAPTURE(l.text());
     CHECK(check_launch(l, seed0 + static_cast<std::uint32_t>(runs)) <= tolerance(g.math));
@@ -154,6 +165,32 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
         check_launches({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e}, tgt, 0, runs);
       }
+  MESSAGE(runs << " launches checked");
+}
+
+// The mma.sync kind (sm_80's path) runs on any GPU from sm_80 on, so it is checked here too:
+// every arithmetic it takes, layout, tile and epilogue; tails in m, n and k (a part of a k tile);
+// padded rows; a batch sharing A.
+TEST_CASE("mma.sync GEMMs match a double-precision product in every layout, tile and epilogue") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  if (tgt.arch < 80) {
+    MESSAGE("the mma.sync kernels need sm_80; this GPU is sm_" << tgt.arch);
+    return;
+  }
+  int runs = 0;
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32, GemmMath::f32})
+    for (int layout = 0; layout < (kernels::tf32_mma(math) ? 1 : 4); ++layout)
+      for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::relu_bias}) {
+        const bool a_mn = layout & 1, b_mn = layout & 2;
+        GemmGeometry g{200, 136, 264, a_mn ? 208 : 272, b_mn ? 136 : 264, 139, math, e, a_mn, b_mn};
+        check_launches(g, tgt, 300, runs, kernels::GemmKernel::mma_sync);
+      }
+  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
+    const bool b_mn = math == GemmMath::bf16;
+    GemmGeometry batch{64, 200, 72, 72, b_mn ? 200 : 72, 200, math, GemmEpilogue::bias, false, b_mn, 3, 0, 72 * 200,
+                       64 * 200};
+    check_launches(batch, tgt, 300, runs, kernels::GemmKernel::mma_sync);
+  }
   MESSAGE(runs << " launches checked");
 }
 
@@ -200,9 +237,10 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
                             {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true}, tgt));
 }
 
+// In both kinds where they plan (mma.sync: K-major only).
 TEST_CASE("exact f32 GEMMs sum all three products of their split operands, exactly") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  if (!on_hopper(tgt)) return;
+  if (tgt.arch < 80) return;
   // 128 k tiles in one tile (and split-K), tails and padded rows, B MN-major in registers.
   const GemmGeometry shapes[] = {{1024, 10, 4096, 4096, 4096, 10, GemmMath::f32},
                                  {260, 150, 136, 144, 136, 153, GemmMath::f32},
@@ -210,20 +248,22 @@ TEST_CASE("exact f32 GEMMs sum all three products of their split operands, exact
                                   72 * 200, 64 * 200}};
   int runs = 0;
   for (const GemmGeometry& g : shapes)
-    for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
-      CAPTURE(g.text());
-      CAPTURE(l.text());
-      CHECK(check_launch(l, static_cast<std::uint32_t>(300 + runs++), true) == 0);
-    }
+    for (kernels::GemmKernel k : kinds_for(g, tgt))
+      for (const kernels::GemmLaunch& l : launches_of(g, tgt, k)) {
+        CAPTURE(g.text());
+        CAPTURE(l.text());
+        CHECK(check_launch(l, static_cast<std::uint32_t>(300 + runs++), true) == 0);
+      }
   MESSAGE(runs << " launches checked");
 }
 
 // A product whose inputs hold inf and NaN, as FFMA sums it: A (128 x 64) all 0.5 but A[3][7] =
 // inf and A[9][20] = NaN, B (64 x 64) all 0.25 but B[5][11] = inf; B K-major, or MN-major (its
-// rows in registers). Row 9 is NaN, row 3 and column 5 inf, the rest 64 * 0.125 exactly.
+// rows in registers). Row 9 is NaN, row 3 and column 5 inf, the rest 64 * 0.125 exactly. In both
+// kinds where they plan.
 TEST_CASE("exact f32 GEMMs carry inf and NaN through their split operands") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  if (!on_hopper(tgt)) return;
+  if (tgt.arch < 80) return;
   for (bool b_mn : {false, true}) {
     CAPTURE(b_mn);
     const GemmGeometry g{128, 64, 64, 64, 64, 64, GemmMath::f32, GemmEpilogue::none, false, b_mn};
@@ -235,7 +275,10 @@ TEST_CASE("exact f32 GEMMs carry inf and NaN through their split operands") {
     rt::DeviceBuffer da(a.size() * 4, s), db(b.size() * 4, s), dd(d.size() * 4, s);
     rt::copy_to_device(da.ptr(), a.data(), a.size() * 4, s);
     rt::copy_to_device(db.ptr(), b.data(), b.size() * 4, s);
-    for (const kernels::GemmLaunch& l : launches_of(g, tgt)) {
+    std::vector<kernels::GemmLaunch> launches;
+    for (kernels::GemmKernel k : kinds_for(g, tgt))
+      for (const kernels::GemmLaunch& l : launches_of(g, tgt, k)) launches.push_back(l);
+    for (const kernels::GemmLaunch& l : launches) {
       CAPTURE(l.text());
       kernels::launch(l, {da.ptr(), db.ptr(), dd.ptr(), 0, &s});
       rt::copy_to_host(d.data(), dd.ptr(), d.size() * 4, s);

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <limits>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -54,6 +55,54 @@ struct Fills {
 };
 
 }  // namespace
+
+// The check runs on the device (kiln_tune_scale, kiln_tune_compare) by outputs_agree's rules:
+// within tolerance of the reference's largest finite magnitude, NaN and infinities where the
+// reference has them; only the lines' elements count, not the gaps between them.
+TEST_CASE("run_tuned's check on the device: tolerance, NaN, infinity, and only the lines' elements") {
+  TuneModeGuard on(rt::TuneMode::on);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  // 3 lines of 4 elements, 6 apart; the reference's largest finite magnitude is 100.
+  const std::vector<double> ref{1, 2, 3, 100, -7, -7, 5, nan, -inf, 0, -9, -9, 0.5, 0.25, -100, 8};
+  auto with = [&](std::size_t i, double v) {
+    std::vector<double> r = ref;
+    r[i] = v;
+    return r;
+  };
+  struct Variant {
+    std::vector<double> values;
+    bool agrees;
+  };
+  const std::vector<Variant> variants{
+      {with(1, 2.05), true},      // 0.05 <= 1e-3 * 100
+      {with(4, 1e6), true},       // in a gap between lines
+      {with(2, 3.2), false},      // 0.2 > 0.1
+      {with(7, 1.0), false},      // NaN where the reference has NaN
+      {with(8, inf), false},      // the other infinity
+      {with(0, nan), false},      // NaN where the reference is finite
+      {with(14, -100.05), true},  // a negative value within the limit
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    CAPTURE(dtype_name(dt));
+    Tensor y = zeros({static_cast<std::int64_t>(ref.size())}, {.dtype = dt, .device = kGpu});
+    std::vector<kernels::TuneCandidate> c;
+    std::vector<Tensor> sources{from_vector(ref).to(dt).to(kGpu)};
+    for (const Variant& v : variants) sources.push_back(from_vector(v.values).to(dt).to(kGpu));
+    for (std::size_t i = 0; i < sources.size(); ++i)
+      c.push_back({"copy " + std::to_string(i), [&y, &sources, i] { y.copy_(sources[i]); }});
+    const kernels::TuneCheck check{{{device_address(y), dt, 3, 4, 6}}, 1e-3};
+    const rt::TuneKey key{"test", fresh_problem("device check"), std::string(dtype_name(dt)), 90, "test 1"};
+    kernels::run_tuned(key, c, check, rt::default_stream(0));
+    const std::optional<rt::TuneChoice> stored = rt::find_choice(key);
+    REQUIRE(stored);
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      // bf16 keeps 8 bits: 2.05 rounds to 2.0625 (still within), 3.2 to 3.203125 (still out).
+      const bool rejected = stored->detail.find("copy " + std::to_string(i + 1) + ": rejected") != std::string::npos;
+      CAPTURE(i);
+      CHECK(rejected == !variants[i].agrees);
+    }
+  }
+}
 
 TEST_CASE("run_tuned picks the fastest candidate that agrees with the reference, and remembers it") {
   TuneModeGuard on(rt::TuneMode::on);

@@ -229,16 +229,18 @@ std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey&
   if (!geo) return {};
   const rt::TuneMode mode = rt::tune_mode();
   if (mode == rt::TuneMode::off) return {};
+  const GemmTarget target = gemm_target(device);
+  // sm_90: the warpgroup kernels; sm_80 to sm_89: the mma.sync ones.
+  const GemmKernel kind = target.arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync;
   if (mode != rt::TuneMode::on) {
     const std::optional<rt::TuneChoice> c = rt::find_choice(key);
-    if (!c || c->variant.rfind(kernel_name(GemmKernel::wgmma), 0) != 0) return {};
+    if (!c || c->variant.rfind(std::string(kernel_name(kind)) + " ", 0) != 0) return {};
   }
-  const GemmTarget target = gemm_target(device);
-  const std::optional<GemmLaunch> h = plan(GemmKernel::wgmma, *geo, target);
+  const std::optional<GemmLaunch> h = plan(kind, *geo, target);
   if (!h) return {};
   std::vector<GemmLaunch> out{*h};
   for (GemmTile tile : alternatives(*h, target))
-    if (std::optional<GemmLaunch> l = plan(GemmKernel::wgmma, *geo, target, tile)) out.push_back(*l);
+    if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
   const GemmOperands ops{g.b, g.a, g.d, g.bias};
   std::erase_if(out, [&](const GemmLaunch& l) { return !operands_fit(l, ops); });
   return out;

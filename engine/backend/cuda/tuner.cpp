@@ -6,59 +6,75 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cuda/launch_common.h"
 #include "kiln/error.h"
-#include "kiln/half.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "kiln/runtime/launch.h"
 #include "kiln/runtime/log.h"
 
 namespace kiln::kernels {
 
 namespace {
 
-// The output's elements as doubles, in line order.
-std::vector<double> read_output(const TuneOutput& o, const rt::Stream& s) {
-  const std::size_t es = dtype_size(o.dtype);
-  const std::int64_t span = o.lines > 0 ? (o.lines - 1) * o.stride + o.length : 0;
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(span) * es);
-  if (!bytes.empty()) rt::copy_to_host(bytes.data(), o.ptr, bytes.size(), s);
+const rt::KernelSpec& kScale = register_float_spec("tune_scale", "tune_check", "kiln_tune_scale", "ACC");
+const rt::KernelSpec& kCompare = register_float_spec("tune_compare", "tune_check", "kiln_tune_compare", "ACC");
+
+std::int64_t span_elements(const TuneOutput& o) { return o.lines > 0 ? (o.lines - 1) * o.stride + o.length : 0; }
+
+// The reference's outputs kept on the device, the limit a candidate's elements must keep to, and
+// the two words the check kernels write: [0] the reference's largest finite magnitude (its bits),
+// [1] how many elements disagree.
+struct DeviceCheck {
+  std::vector<rt::DeviceBuffer> want;
+  rt::DeviceBuffer words;
+  double limit = 0;
+};
+
+std::uint64_t read_word(const rt::DeviceBuffer& words, int i, const rt::Stream& s) {
+  std::uint64_t w = 0;
+  rt::copy_to_host(&w, words.ptr() + static_cast<rt::DevicePtr>(i) * 8, 8, s);
   s.synchronize();
-  std::vector<double> out;
-  out.reserve(static_cast<std::size_t>(o.lines * o.length));
-  for (std::int64_t l = 0; l < o.lines; ++l)
-    for (std::int64_t i = 0; i < o.length; ++i) {
-      const unsigned char* p = bytes.data() + static_cast<std::size_t>(l * o.stride + i) * es;
-      std::uint16_t h;
-      float f;
-      double d;
-      switch (o.dtype) {
-        case DType::f64:
-          std::memcpy(&d, p, 8);
-          break;
-        case DType::f32:
-          std::memcpy(&f, p, 4), d = f;
-          break;
-        case DType::f16:
-          std::memcpy(&h, p, 2), d = half_bits_to_float(h);
-          break;
-        case DType::bf16:
-          std::memcpy(&h, p, 2), d = bf16_bits_to_float(h);
-          break;
-        default:
-          throw DTypeError("[tune] outputs of dtype " + std::string(dtype_name(o.dtype)) + " are not checked");
-      }
-      out.push_back(d);
-    }
-  return out;
+  return w;
 }
 
-std::vector<double> read_outputs(const TuneCheck& c, const rt::Stream& s) {
-  std::vector<double> all;
+// What candidate 0 just wrote, as the reference.
+DeviceCheck reference_check(const TuneCheck& c, const rt::Stream& s) {
+  DeviceCheck d;
+  d.words = rt::DeviceBuffer(16, s);
+  rt::memset_device(d.words.ptr(), 0, 16, s);
   for (const TuneOutput& o : c.outputs) {
-    std::vector<double> v = read_output(o, s);
-    all.insert(all.end(), v.begin(), v.end());
+    if (o.dtype != DType::f32 && o.dtype != DType::f64 && o.dtype != DType::f16 && o.dtype != DType::bf16)
+      throw DTypeError("[tune] outputs of dtype " + std::string(dtype_name(o.dtype)) + " are not checked");
+    const std::size_t bytes = static_cast<std::size_t>(span_elements(o)) * dtype_size(o.dtype);
+    d.want.emplace_back(std::max<std::size_t>(bytes, 1), s);
+    if (bytes == 0) continue;
+    rt::copy_device(d.want.back().ptr(), o.ptr, bytes, s);
+    rt::launch(rt::get_function(kScale, DTypes{o.dtype}, 0, s.device()),
+               grid_stride_config(static_cast<std::uint64_t>(o.lines * o.length), s.device()), s, o.ptr,
+               static_cast<long long>(o.lines), static_cast<long long>(o.length), static_cast<long long>(o.stride),
+               d.words.ptr());
   }
-  return all;
+  const std::uint64_t bits = read_word(d.words, 0, s);
+  double scale;
+  std::memcpy(&scale, &bits, 8);
+  d.limit = c.tolerance * std::max(scale, std::numeric_limits<double>::min());
+  return d;
+}
+
+// Whether the outputs a candidate just wrote agree with the reference (outputs_agree's rules).
+bool agrees(const DeviceCheck& d, const TuneCheck& c, const rt::Stream& s) {
+  rt::memset_device(d.words.ptr() + 8, 0, 8, s);
+  for (std::size_t i = 0; i < c.outputs.size(); ++i) {
+    const TuneOutput& o = c.outputs[i];
+    if (o.lines * o.length == 0) continue;
+    rt::launch(rt::get_function(kCompare, DTypes{o.dtype}, 0, s.device()),
+               grid_stride_config(static_cast<std::uint64_t>(o.lines * o.length), s.device()), s, d.want[i].ptr(),
+               o.ptr, static_cast<long long>(o.lines), static_cast<long long>(o.length),
+               static_cast<long long>(o.stride), d.limit, d.words.ptr() + 8);
+  }
+  return read_word(d.words, 1, s) == 0;
 }
 
 // Milliseconds per run of `run` on the GPU: enough runs to span about a millisecond, captured
@@ -156,14 +172,14 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
 
   if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned
   run(0);
-  const std::vector<double> want = read_outputs(check, s);
+  const DeviceCheck reference = reference_check(check, s);
   std::size_t best = 0;
   double best_ms = std::numeric_limits<double>::infinity();
   std::string detail;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (i > 0) {
       run(i);
-      if (!outputs_agree(want, read_outputs(check, s), check.tolerance)) {
+      if (!agrees(reference, check, s)) {
         rt::log().warn("[tune] {} {}: candidate '{}' disagrees with '{}'; not used", key.site, key.problem,
                        candidates[i].name, candidates[0].name);
         detail += candidates[i].name + ": rejected, its output disagrees with the reference\n";

@@ -1,9 +1,10 @@
 #pragma once
 // Runs one of several ways of doing the same GPU work, the one measured fastest for this exact
 // problem. The first time a problem is seen (KILN_TUNE=on, outside a graph capture), every
-// candidate runs once, its output is checked against candidate 0's (the heuristic's pick, the
-// reference), and the ones that agree are timed; the fastest is remembered in memory and in the
-// disk cache (rt::store_choice), so later calls and later processes run it without measuring.
+// candidate runs once, its output is checked on the device against candidate 0's (the
+// heuristic's pick, the reference; kernel_templates/tune_check.cu), and the ones that agree are
+// timed; the fastest is remembered in memory and in the disk cache (rt::store_choice), so later
+// calls and later processes run it without measuring.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -50,7 +51,8 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
                       const rt::Stream& s, bool compile = false);
 
 // Whether `got` agrees with `want` within `tolerance` of want's largest magnitude, NaNs in the
-// same places; the values as doubles. Exposed for the tests.
+// same places; the values as doubles. The rule the device check follows, stated on the host for
+// the tests.
 bool outputs_agree(std::span<const double> want, std::span<const double> got, double tolerance);
 
 }  // namespace kiln::kernels

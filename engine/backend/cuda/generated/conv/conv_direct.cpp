@@ -23,16 +23,18 @@ std::int64_t direct_smem_bytes(const PatchConv& c, const DirectPlan& p) {
 }  // namespace
 
 // Where a tensor-core tile would sit mostly empty: at most 64 products per output (a first
-// conv's few input channels) or at most 4 output channels (the input gradient of a first conv).
+// conv's few input channels) or at most 4 output channels (the input gradient of a first conv);
+// for exact f32, whose tensor-core path sums three products, up to 256 products per output.
 // Windows up to 8x8 (the thread's input window stays in registers), no dilation or groups.
 // Up to 8 channels and 4 pixels a thread (8 pixels where it sums 1 or 2 channels), in bands of
 // rows that fill 256 threads, balanced so the last band is not left short.
-std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, const ConvTarget& target) {
+std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target) {
   const auto c = as_forward(pass, g);
   if (!c || c->dh != 1 || c->dw != 1 || c->g != 1 || c->kh > 8 || c->kw > 8 || c->n == 0 || c->oh == 0 ||
       c->ow == 0 || c->co == 0)
     return std::nullopt;
-  if (c->ci * c->kh * c->kw > 64 && c->co > 4) return std::nullopt;
+  const std::int64_t products = c->ci * c->kh * c->kw;
+  if (products > (math == ConvMath::f32 ? 256 : 64) && c->co > 4) return std::nullopt;
   DirectPlan p;
   p.conv = *c;
   p.ot = static_cast<int>(std::min<std::int64_t>(c->co, 8));

@@ -37,7 +37,8 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
 std::string wgrad_small_source(const ConvLaunch& l);
 void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m);
 
-std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, const ConvTarget& target);
+std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, ConvMath math,
+                                      const ConvTarget& target);
 std::string direct_source(const ConvLaunch& l);
 void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m);
 

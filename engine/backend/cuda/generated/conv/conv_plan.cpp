@@ -70,7 +70,7 @@ std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& 
       if (auto q = conv_kinds::plan_wgrad_small(pass, g, t, math, target)) p = *q;
       break;
     case ConvKernel::direct:
-      if (auto q = conv_kinds::plan_direct(pass, g, target)) p = *q;
+      if (auto q = conv_kinds::plan_direct(pass, g, math, target)) p = *q;
       break;
   }
   if (!p) return std::nullopt;

@@ -85,7 +85,8 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
     geo.b_mn = true;
     geo.batch = g.n, geo.batch_a = 0, geo.batch_b = k * in_pixels, geo.batch_d = rows * in_pixels;
     if (g.n == 1) geo.batch_b = geo.batch_d = 0;
-    return plan(GemmKernel::wgmma, geo, tgt, tile);
+    // Before sm_90, the mma.sync kind takes these plain batches (no convolution modes).
+    return plan(arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync, geo, tgt, tile);
   }
   GemmConv c;
   c.c = k, c.h = forward ? g.h : g.oh, c.w = forward ? g.w : g.ow, c.r = g.kh, c.s = g.kw;
@@ -120,7 +121,9 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
   // f32 triples the products, which costs more than the FFMA kernels where there are few
   // output rows per tap: the engine is timed there but is not the untuned pick.
   const std::int64_t rows = pass == ConvPass::grad_input ? g.c : g.o;
-  const bool engine_first = math == ConvMath::f32           ? rows * g.kh * g.kw >= 128
+  // Before sm_90 (the mma.sync kind's 1x1 batches) the older kinds stay the untuned pick.
+  const bool engine_first = arch < 90                       ? false
+                            : math == ConvMath::f32         ? rows * g.kh * g.kw >= 128
                             : pass == ConvPass::grad_weight ? g.c >= 16
                                                             : true;
   if (engine_first) c = std::move(engine);

@@ -172,10 +172,12 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
       l.transposed ? ceil_div(cols, l.bm) * ceil_div(g.m, l.bn) : ceil_div(g.m, l.bm) * ceil_div(cols, l.bn);
   const std::int64_t k_tiles =
       g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
-  // At least 4 k tiles a split: fewer would spend more on partials than on products.
+  // At least 4 k tiles a split: fewer would spend more on partials than on products. Exact f32:
+  // at most 64 (2048 pixels), since the MMAs' f32 sums drift as they grow (3e-5 of the largest
+  // value over 4096 k, measured) and the partials are added with rounding.
   const std::int64_t want =
       std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
-  const std::int64_t per = ceil_div(k_tiles, want);
+  const std::int64_t per = std::min(ceil_div(k_tiles, want), g.math == GemmMath::f32 ? 64 : k_tiles);
   l.splits = static_cast<int>(ceil_div(k_tiles, per));  // every split has k tiles
   l.stages = stages_for(l, target);
   if (l.stages == 0) return std::nullopt;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "gemm_plan.h"
 #include "kiln/runtime/tensor_map.h"
@@ -48,6 +50,13 @@ struct ConvStaging {
   rt::DeviceBuffer weights, images, grads;
 };
 ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module);
+// The mma.sync kind (gemm_mma.cpp): its plan, other tiles, source, operand check and launch.
+std::optional<GemmLaunch> plan_mma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
+std::vector<GemmTile> mma_alternatives(const GemmLaunch& h);
+std::string mma_source(const GemmLaunch& l);
+bool mma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
+void launch_mma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
+
 // Weight-gradient mode and split-K: the splits' f32 partials added in order into D.
 void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
                 const rt::Function& fn);

@@ -63,7 +63,7 @@ bool operands_apply(const GemmGeometry& g) {
 }
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
-  rt::GeneratedKey key("gemm_wgmma");
+  rt::GeneratedKey key(l.kernel == GemmKernel::wgmma ? "gemm_wgmma" : "gemm_mma");
   key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.transposed);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
@@ -141,7 +141,7 @@ const char* epilogue_name(GemmEpilogue e) {
   return names[static_cast<int>(e)];
 }
 
-const char* kernel_name(GemmKernel) { return "wgmma"; }
+const char* kernel_name(GemmKernel k) { return k == GemmKernel::wgmma ? "wgmma" : "mma"; }
 
 GemmTarget gemm_target(int device) {
   const rt::DeviceInfo& info = rt::device_info(device);
@@ -203,8 +203,9 @@ bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
 
 bool reg_a(const GemmLaunch& l) { return l.transposed && !l.g.conv; }
 
-std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
+std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);
+  if (k == GemmKernel::mma_sync) return plan_mma(g, target, tile);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   GemmLaunch l;
@@ -263,6 +264,7 @@ std::optional<GemmLaunch> plan(GemmKernel, const GemmGeometry& g, const GemmTarg
 }
 
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target) {
+  if (h.kernel == GemmKernel::mma_sync) return mma_alternatives(h);
   std::vector<GemmTile> out;
   if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
     // K-major weight gradients: this width, and one tap (or one tile of a tap) a tile.
@@ -307,6 +309,7 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
 }
 
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
+  if (l.kernel == GemmKernel::mma_sync) return mma_operands_fit(l, ops);
   const DType t = input_dtype(l.g.math);
   const WgradLayout w = wgrad_layout(l.g);
   const bool a_fits = stage_a_transposed(l.g) ? ops.a % dtype_size(t) == 0 : rt::tensor_map_fits(ops.a, t, l.g.lda);
@@ -327,6 +330,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 }
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
+  if (l.kernel == GemmKernel::mma_sync) return {"kiln_gemm_mma"};
   if (split_k(l)) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits"};
   if (stage_a_transposed(l.g)) return {"kiln_gemm_wgmma", "kiln_nchw_to_nhwc"};
   if (!l.g.conv) return {"kiln_gemm_wgmma"};
@@ -340,6 +344,8 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   if (!operands_fit(l, ops))
     throw ValueError("[gemm] " + l.text() + ": operands must be 16-byte aligned, and the bias, every hook input and "
                      "the statistics given");
+  if (l.kernel == GemmKernel::mma_sync)
+    return launch_mma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_mma", ops.stream->device()));
   const DType t = input_dtype(l.g.math);
   const int box_k = static_cast<int>(128 / dtype_size(t));
   // A K-major operand in boxes of (tile rows) x (k of one stage); an MN-major one in atoms of

@@ -98,9 +98,10 @@ struct GemmOperands {
 };
 
 enum class GemmKernel {
-  wgmma = 0,  // sm_90a: TMA loads, warpgroup MMA, producer/consumer warpgroups, persistent (gemm_wgmma.cu)
+  wgmma = 0,     // sm_90a: TMA loads, warpgroup MMA, producer/consumer warpgroups, persistent (gemm_wgmma.cu)
+  mma_sync = 1,  // sm_80+: multistage cp.async, ldmatrix fragments, mma.sync; plain products only (gemm_mma.cu)
 };
-const char* kernel_name(GemmKernel k);  // "wgmma"
+const char* kernel_name(GemmKernel k);  // "wgmma", "mma"
 
 // What the tuner varies beside the heuristic's choice (0: the heuristic's). In convolution
 // mode bn bounds the output pixels of a tile (the plan rounds the box up to 16 columns).
