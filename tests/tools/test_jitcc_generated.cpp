@@ -104,6 +104,40 @@ TEST_CASE("jitcc list, dump and show name a generated kernel by its label") {
   CHECK(missing.err.find("fused(nothing) f32") != std::string::npos);
 }
 
+TEST_CASE("jitcc show of a label that several generated kernels share lists a few of their ops and the count") {
+  // Ten kernels under one label and one dtype: --dtypes and --variant cannot tell them apart, their ops can.
+  constexpr const char* kLabel = "fused(jitcc_ambiguous) f32";
+  ScratchDir dir;
+  std::vector<std::string> ops;
+  for (int i = 0; i < 10; ++i) {
+    const std::string op = "fused_jitcc_ambiguous_" + std::to_string(i);
+    rt::add_generated_template(op, "extern \"C\" __global__ void kiln_fused(float* p) { p[threadIdx.x] += " + std::to_string(i) +
+                                       ".f; }\n",
+                               kLabel);
+    rt::KernelSpec s;
+    s.op = s.template_name = op;
+    s.entry = "kiln_fused";
+    s.dtypes = {kiln::DTypes{kiln::DType::u8}};
+    s.bind = [](const kiln::DTypes&, std::uint32_t) { return rt::Bindings{}; };
+    std::string digest;
+    rt::warm_kernel(rt::register_kernel(std::move(s)), kiln::DTypes{kiln::DType::u8}, 0, 90, &digest);
+    copy_entry(digest, dir.path());
+    ops.push_back(op);
+  }
+  ProcessResult r = jitcc({"show", kLabel, "--cache-dir", dir.path().string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("names 10 kernels in the cache") != std::string::npos);
+  CHECK(r.err.find("and 2 more") != std::string::npos);
+  CHECK(r.err.find("pick one by its op") != std::string::npos);
+  int listed = 0;
+  for (const std::string& op : ops) listed += r.err.find(op + " (u8)") != std::string::npos;
+  CHECK(listed == 8);
+  // Each listed op names exactly one kernel.
+  ProcessResult one = jitcc({"show", ops[3], "--cache-dir", dir.path().string()});
+  CHECK(one.exit_code == 0);
+  CHECK(one.out.find("+= 3.f") != std::string::npos);
+}
+
 TEST_CASE("jitcc warm --from-cache rebuilds generated and user-defined kernels for another arch") {
   ScratchDir from, to;
   copy_warmed_cache(from.path());  // built-in kernels: plain `warm` rebuilds those

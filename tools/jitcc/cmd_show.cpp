@@ -65,10 +65,17 @@ std::optional<rt::Entry> cached_kernel(const ShowArgs& a, const Common& common) 
       found.push_back(std::move(*e));
   }
   if (found.size() > 1) {
+    // Generated kernels share a label and dtypes: each is told apart by its op, so that is listed
+    // too; a few are enough to show the form.
+    constexpr std::size_t kListed = 8;
     std::string which;
-    for (const rt::Entry& e : found) which += " (" + e.key.dtypes + ") variant " + std::to_string(e.key.variant) + ";";
+    for (std::size_t i = 0; i < std::min(found.size(), kListed); ++i) {
+      const rt::EntryKey& k = found[i].key;
+      which += " " + k.op + " (" + k.dtypes + ") variant " + std::to_string(k.variant) + ";";
+    }
+    if (found.size() > kListed) which += " and " + std::to_string(found.size() - kListed) + " more;";
     throw UsageError("'" + a.op + "' names " + std::to_string(found.size()) + " kernels in the cache:" + which +
-                     " pick one with --dtypes and --variant");
+                     " pick one by its op, or with --dtypes and --variant");
   }
   if (found.empty()) return std::nullopt;
   return std::move(found.front());
