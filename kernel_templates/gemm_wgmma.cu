@@ -25,9 +25,11 @@
 // and each sum is stored at its channel's row of D; so too in weight-gradient mode's MN-major
 // layouts (A: the taps' tiles, B: gy's).
 // f32 math: x = hi + lo (both TF32), and the TF32 MMAs sum hi*hi + lo*hi + hi*lo, which keeps
-// f32's precision. Convolution mode stages the split (SLICES 3): its channels are three slices
-// of C, images [hi | lo | hi] and weights [hi | hi | lo], since its operands are read many times
-// over. Elsewhere (SPLIT_F32) the consumers split each stage's f32 tiles in shared memory (hi in
+// f32's precision. Convolution mode stages the split, since its operands are read many times
+// over: PAIRED (channels a multiple of BK), both operands as slices [hi | lo] whose tiles a stage
+// holds side by side, so the images are read twice a tap, not three times; otherwise (SLICES 3)
+// its channels are three slices of C, images [hi | lo | hf] and weights [hi | hf | lo].
+// Elsewhere (SPLIT_F32) the consumers split each stage's f32 tiles in shared memory (hi in
 // place, lo in tiles of their own; A in registers where it is read there).
 // Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
 // gy @ patches^T, k running over boxes of 64 output pixels (BOX_W x BOX_H) of every image. Both
@@ -64,7 +66,9 @@ constexpr bool kRegA = ${REG_A};
 constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
-constexpr int kCBlocks = (kC + kBK - 1) / kBK;  // k tiles per filter tap
+constexpr bool kPaired = ${PAIRED};
+constexpr int kSliceC = kPaired ? kC / 2 : kC;  // PAIRED: the lo slice's channels follow the hi's
+constexpr int kCBlocks = (kSliceC + kBK - 1) / kBK;  // k tiles per filter tap
 constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
 // Weight-gradient mode: k tiles are boxes of output pixels, image by image, split BATCH ways.
 constexpr int kImages = ${CONV_IMAGES}, kPixTilesW = (kOW + kBoxW - 1) / kBoxW;
@@ -98,6 +102,10 @@ constexpr bool kSplitF32 = ${SPLIT_F32};
 // SPLIT_F32: the lo tiles, two sets past the stages (A's only where A is not in registers), so
 // that a k tile is split while the previous one's MMAs run.
 constexpr unsigned kLoBytesA = kSplitF32 && !kRegA ? kBytesA : 0, kLoBytes = kSplitF32 ? kLoBytesA + kBytesB : 0;
+// The lo tiles past the stages: SPLIT_F32's two sets, or PAIRED's one a stage (A's, then B's).
+constexpr unsigned kLoRegion = kPaired ? kStages * kStageBytes : 2 * kLoBytes;
+static_assert(!kPaired || (kConv && !kSplitF32 && sizeof(In) == 4 && kSliceC % kBK == 0),
+              "paired slices: convolution mode's f32 math, whole k tiles of a slice");
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
 // K-major weight gradients: a tile of taps (B, or A when transposed) is boxes of kTapRows, each
@@ -119,6 +127,7 @@ struct HookPointers {
   const void* epi[6];
   const void* pro[6];
   float* stats;
+  const unsigned* odd;  // PAIRED: nonzero where the staging met inf or NaN in either operand
 };
 
 template <class T>
@@ -180,10 +189,12 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap* map, 
 }
 
 // Convolution mode's k tile kt of tile (z, tm, tn): the weights of tap (r, s) for BK channels,
-// and the box of staged input under the tile's output pixels, shifted by the tap.
+// and the box of staged input under the tile's output pixels, shifted by the tap; both from
+// channel `slice` on (PAIRED's lo slice).
 __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
-                                                const TensorMap* map_b, unsigned bar, int kt, int z, int tm, int tn) {
-  const int rs = kt / kCBlocks, c0 = (kt % kCBlocks) * kBK, r = rs / kS, s = rs % kS;
+                                                const TensorMap* map_b, unsigned bar, int kt, int z, int tm, int tn,
+                                                int slice) {
+  const int rs = kt / kCBlocks, c0 = (kt % kCBlocks) * kBK + slice, r = rs / kS, s = rs % kS;
   const int box = kTransposed ? tm : tn, oh0 = (box / kTilesW) * kBoxH, ow0 = (box % kTilesW) * kBoxW;
   if constexpr (kTransposed) {
     tma_load_4d(dst_a, map_b, bar, c0, ow0 + s - kPadW, oh0 + r - kPadH, z);
@@ -559,8 +570,8 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary.
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned tiles_a = base, tiles_b = base + kStages * kBytesA;
-  const unsigned lo_tiles = base + kStages * kStageBytes;  // SPLIT_F32
-  const unsigned full = lo_tiles + 2 * kLoBytes, empty = full + kStages * 8;
+  const unsigned lo_tiles = base + kStages * kStageBytes;  // SPLIT_F32, PAIRED
+  const unsigned full = lo_tiles + kLoRegion, empty = full + kStages * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       bar_init(full + 8 * s, 1);
@@ -583,9 +594,14 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       for (long long kt = first; kt < end; ++kt, ++it) {
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
-        bar_expect_bytes(full + 8 * s, kLoadBytes);
+        bar_expect_bytes(full + 8 * s, kPaired ? 2 * kLoadBytes : kLoadBytes);
         if constexpr (kConv) {
-          load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm, tn);
+          load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm,
+                          tn, 0);
+          if constexpr (kPaired) {
+            const unsigned lo = lo_tiles + s * kStageBytes;
+            load_conv_tiles(lo, lo + kBytesA, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm, tn, kSliceC);
+          }
         } else if constexpr (kWgrad) {
           load_wgrad_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, tm, tn);
         } else {
@@ -599,6 +615,9 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 ${CONSUMER_REGS};");
   const int c = wg - 1, warp = tid / 32, lane = tid % 32;
+  // PAIRED: inf or NaN anywhere takes every k tile through the finite pass (rare; one read).
+  [[maybe_unused]] bool any_odd = false;
+  if constexpr (kPaired) any_odd = *hp.odd != 0;
   float acc[kBN / 2] = {};  // the first MMA of a tile overwrites them; zeroed so none is read unset
   int it = 0;
   for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
@@ -617,16 +636,22 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       // Consumer c's 64 rows of A: 64 K-major rows, or the c-th MN-major atom; both 8 KiB in.
       const unsigned long long da = smem_desc(tiles_a + s * kBytesA + c * 64 * 128, kAtomBytes);
       const unsigned long long db = smem_desc(tiles_b + s * kBytesB, kAtomBytes);
-      if constexpr (kSplitF32) {
-        // This k tile's lo tiles were read by the MMAs of the one two before, which every
-        // consumer has waited for.
-        split_sync();
-        const unsigned lo_a = lo_tiles + (it & 1) * kLoBytes, lo_b = lo_a + kLoBytesA;
+      if constexpr (kSplitF32 || kPaired) {
         const int t = c * 128 + tid;
-        bool odd = split_tile<kLoadedB>(tiles_b + s * kBytesB, lo_b, t);
-        if constexpr (!kRegA) odd = split_tile<kLoadedA>(tiles_a + s * kBytesA, lo_a, t) || odd;
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        odd = split_sync_any(odd);
+        unsigned lo_a, lo_b;
+        bool odd = any_odd;
+        if constexpr (kPaired) {  // the stage's own lo tiles, loaded with it
+          lo_a = lo_tiles + s * kStageBytes, lo_b = lo_a + kBytesA;
+        } else {
+          // This k tile's lo tiles were read by the MMAs of the one two before, which every
+          // consumer has waited for.
+          split_sync();
+          lo_a = lo_tiles + (it & 1) * kLoBytes, lo_b = lo_a + kLoBytesA;
+          odd = split_tile<kLoadedB>(tiles_b + s * kBytesB, lo_b, t);
+          if constexpr (!kRegA) odd = split_tile<kLoadedA>(tiles_a + s * kBytesA, lo_a, t) || odd;
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          odd = split_sync_any(odd);
+        }
         [[maybe_unused]] const unsigned long long dla = smem_desc(lo_a + c * 64 * 128, kAtomBytes);
         const unsigned long long dlb = smem_desc(lo_b, kAtomBytes);
         [[maybe_unused]] unsigned a[kBK / kMmaK][4];
@@ -777,7 +802,18 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
 #define KILN_CONV_MODE ${CONV_MODE}
 #define KILN_WGRAD_K_MAJOR ${WGRAD_K_MAJOR}
 #define KILN_SLICES ${SLICES}
-#if KILN_SLICES == 3
+#if KILN_SLICES == 2
+// PAIRED convolution mode's f32 slices of x, `stride` elements apart: [hi | lo]. Inf or NaN
+// sets *odd, which sends the kernel's k tiles through the finite pass.
+__device__ __forceinline__ void write_slices(float* o, long long stride, float x, unsigned* odd) {
+  float hi, lo;
+  bool nonfinite = false;
+  split_f32(x, hi, lo, nonfinite);
+  o[0] = hi;
+  o[stride] = lo;
+  if (nonfinite) *odd = 1u;
+}
+#elif KILN_SLICES == 3
 // Convolution mode's f32 slices of x, `stride` elements apart: images [hi | lo | hf], weights
 // [hi | hf | lo] (hf: hi, or 0 where x is not finite, as it meets the other's lo).
 __device__ __forceinline__ void write_slices(float* o, long long stride, float x, bool images) {
@@ -792,9 +828,10 @@ __device__ __forceinline__ void write_slices(float* o, long long stride, float x
 
 #if KILN_CONV_MODE == 1
 // Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
-// the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hi | lo].
+// the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hf | lo], or
+// paired [hi | lo] (`odd` set where w holds inf or NaN).
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
-                                                 int flip) {
+                                                 int flip, unsigned* odd) {
   // 32-bit index math (the host keeps weights under 2^31 elements): 64-bit division doubled
   // the module's code.
   const int n = m * c * taps, step = gridDim.x * blockDim.x;
@@ -803,7 +840,10 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
     const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
 #if KILN_SLICES == 3
     write_slices(out + static_cast<long long>(mi * taps + tap) * 3 * c + ci, c, v, false);
+#elif KILN_SLICES == 2
+    write_slices(out + static_cast<long long>(mi * taps + tap) * 2 * c + ci, c, v, odd);
 #else
+    (void)odd;
     out[i] = v;
 #endif
   }
@@ -866,8 +906,9 @@ extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts,
 
 // Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 64 x 64
 // tiles in shared memory so that both the reads and the writes are coalesced; each thread has
-// its 16 reads in flight at once (a block of 256 threads). f32 math: c as slices [hi | lo | hi].
-extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p) {
+// its 16 reads in flight at once (a block of 256 threads). f32 math: c as slices [hi | lo | hf],
+// or paired [hi | lo] (`odd` set where x holds inf or NaN; null elsewhere).
+extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p, unsigned* odd) {
   constexpr int kSlices = ${SLICES}, kT = 64;
   __shared__ In tile[kT][kT + 1];
   const long long image = static_cast<long long>(blockIdx.z) * c * p;
@@ -894,7 +935,10 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
       In* o = out + kSlices * (image + static_cast<long long>(px) * c) + ch;
 #if KILN_SLICES == 3
       write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], true);
+#elif KILN_SLICES == 2
+      write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], odd);
 #else
+      (void)odd;
       *o = tile[tx + 32 * h][ty + 8 * i];
 #endif
     }

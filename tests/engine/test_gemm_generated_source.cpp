@@ -154,6 +154,22 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(src.find("#define KILN_SLICES 3") != std::string::npos);
     CHECK(src.find("kK = " + std::to_string(3 * g.k)) != std::string::npos);  // k runs over the slices
   }
+  // Paired slices (channels in 32s): [hi | lo] staged, each stage's lo tiles loaded beside its hi,
+  // forward and flipped, in both tile heights and transposed.
+  for (bool flip : {false, true})
+    for (GemmTile tile : {GemmTile{}, GemmTile{64, 128}, GemmTile{128, 0, 0, true}}) {
+      kernels::GemmConv c{flip ? 64 : 32, 14, 14, 5, 5, 2, 2, flip};
+      c.paired = true;
+      GemmGeometry g{flip ? 32 : 64, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), GemmMath::f32};
+      g.conv = c;
+      g.batch = 3, g.batch_b = c.c * c.h * c.w, g.batch_d = g.m * c.oh() * c.ow();
+      const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
+      REQUIRE(l);
+      CHECK(l->text().ends_with(" P"));
+      const std::string src = add(l);
+      CHECK(src.find("kPaired = true") != std::string::npos);
+      CHECK(src.find("#define KILN_SLICES 2") != std::string::npos);
+    }
   // Exact f32 weight gradients read what TF32 reads: a 3x3 window's images copied per filter
   // column, a 1x1 window's read as stored.
   for (std::int64_t r : {3, 1}) {
@@ -372,6 +388,25 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
   GemmGeometry wrong = conv(64, 16, 16, 3, 1, GemmMath::bf16);
   wrong.n = 100;
   CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, wrong, kHopper), ValueError);
+  // Paired f32 slices: a stage twice the bytes (so fewer stages), channels in whole k tiles, and
+  // exact f32 only.
+  GemmGeometry paired = conv(64, 28, 28, 3, 1, GemmMath::f32);
+  paired.conv->paired = true;
+  const auto p = kernels::plan(GemmKernel::wgmma, paired, kHopper);
+  const auto unpaired = kernels::plan(GemmKernel::wgmma, conv(64, 28, 28, 3, 1, GemmMath::f32), kHopper);
+  REQUIRE(p);
+  REQUIRE(unpaired);
+  CHECK(p->stages < unpaired->stages);
+  CHECK(p->stages >= 2);
+  CHECK(p->bm == unpaired->bm);
+  CHECK(p->bn == unpaired->bn);
+  CHECK(p->text().ends_with(" P"));
+  GemmGeometry ragged = conv(48, 28, 28, 3, 1, GemmMath::f32);
+  ragged.conv->paired = true;
+  CHECK_FALSE(kernels::plan(GemmKernel::wgmma, ragged, kHopper));  // 48 channels: a k tile would span both slices
+  GemmGeometry sixteen_bit = conv(64, 28, 28, 3, 1, GemmMath::bf16);
+  sixteen_bit.conv->paired = true;
+  CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, sixteen_bit, kHopper), ValueError);
 }
 
 TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pixels split to fill the SMs") {

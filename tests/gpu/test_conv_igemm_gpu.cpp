@@ -157,20 +157,40 @@ TEST_CASE("split-K weight gradients are bit-identical from run to run") {
 
 TEST_CASE("NaN and infinity in a convolution's input reach its output") {
   const Device gpu = Device::cuda(0);
-  // Exact f32 on the tile engine (16 channels): an infinity stays infinite, as FFMA keeps it.
-  {
+  // Exact f32 on the tile engine: an infinity stays infinite, as FFMA keeps it; in the images
+  // and in the weights, over 16 channels (three staged slices) and 32 (paired slices).
+  for (std::int64_t c : {16, 32}) {
+    CAPTURE(c);
     const kiln_test::ConvTF32 tf32(false);
-    std::vector<double> v(16 * 36, 0.5);
+    std::vector<double> v(static_cast<std::size_t>(c) * 36, 0.5);
     v[3 * 36 + 7] = INFINITY;       // channel 3, pixel (1, 1)
     v[9 * 36 + 28] = std::nan("");  // channel 9, pixel (4, 4)
-    const Tensor x = from_vector(v, {1, 16, 6, 6}).to(DType::f32);
-    const Tensor w = full({16, 16, 3, 3}, 0.25, {.dtype = DType::f32});
+    const Tensor x = from_vector(v, {1, c, 6, 6}).to(DType::f32);
+    const Tensor w = full({16, c, 3, 3}, 0.25, {.dtype = DType::f32});
     const std::vector<double> y =
         conv2d(x.to(gpu), w.to(gpu), {}, {.padding = {1}}).to(Device::cpu()).to(DType::f64).to_vector<double>();
     int infs = 0, nans = 0;
     for (double e : y) infs += std::isinf(e) && e > 0, nans += std::isnan(e);
     CHECK(nans == 16 * 9);  // every output whose window covers (4, 4)
     CHECK(infs == 16 * 9);  // (1, 1)'s windows, none of which reach (4, 4)
+    // An infinite weight (output channel 2, input channel 5, the centre tap): every pixel of
+    // channel 2 is +inf; the rest stay finite and exact.
+    std::vector<double> wv(static_cast<std::size_t>(16 * c * 9), 0.25);
+    wv[static_cast<std::size_t>((2 * c + 5) * 9 + 4)] = INFINITY;
+    const Tensor x2 = full({1, c, 6, 6}, 0.5, {.dtype = DType::f32});
+    const std::vector<double> y2 = conv2d(x2.to(gpu), from_vector(wv, {16, c, 3, 3}).to(DType::f32).to(gpu), {},
+                                          {.padding = {1}})
+                                       .to(Device::cpu())
+                                       .to(DType::f64)
+                                       .to_vector<double>();
+    int inf2 = 0, wrong = 0;
+    for (std::size_t i = 0; i < y2.size(); ++i) {
+      const bool channel2 = i / 36 == 2;
+      inf2 += channel2 && std::isinf(y2[i]) && y2[i] > 0;
+      wrong += !channel2 && !std::isfinite(y2[i]);
+    }
+    CHECK(inf2 == 36);
+    CHECK(wrong == 0);
   }
   for (DType dt : {DType::bf16, DType::f32}) {
     std::vector<double> v(16, 0.0);

@@ -183,3 +183,73 @@ TEST_CASE("weight gradients in every tile match the f64 reference: 16-bit read K
       }
     }
 }
+
+// Exact f32 convolution mode with paired slices ([hi | lo] staged, a stage holding both tiles of
+// a k tile): every tile the tuner may time, forward and input gradient (w flipped), against f64;
+// and the three-slice staging of the same geometry gives results as close.
+TEST_CASE("paired f32 slices in convolution mode match the f64 reference in every tile") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  if (tgt.arch != 90) {
+    MESSAGE("the tile engine needs sm_90; this GPU is sm_" << tgt.arch);
+    return;
+  }
+  // conv2 of the MNIST cnn (32 -> 64, 5x5 p2) and its input gradient; 64 -> 32 3x3 p1 at 9x13.
+  struct PairedCase {
+    Shape x, w;
+    std::int64_t pad;
+    bool flip;
+  };
+  const std::vector<PairedCase> cases = {{{3, 32, 14, 14}, {64, 32, 5, 5}, 2, false},
+                                         {{3, 64, 14, 14}, {32, 64, 5, 5}, 2, true},
+                                         {{2, 64, 9, 13}, {32, 64, 3, 3}, 1, false}};
+  const rt::Stream& s = rt::default_stream(0);
+  for (const PairedCase& c : cases) {
+    const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], w = c.x[3], rows = c.w[0], r = c.w[2];
+    kernels::GemmConv conv;
+    conv.c = ch, conv.h = h, conv.w = w, conv.r = conv.s = r, conv.pad_h = conv.pad_w = c.pad, conv.flip = c.flip;
+    conv.paired = true;
+    const std::int64_t oh = conv.oh(), ow = conv.ow();
+    kernels::GemmGeometry g{rows, oh * ow, r * r * ch, r * r * ch, h * w, oh * ow, kernels::GemmMath::f32};
+    g.conv = conv;
+    g.batch = n, g.batch_b = ch * h * w, g.batch_d = rows * oh * ow;
+    const auto heuristic = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
+    REQUIRE(heuristic);
+    std::vector<kernels::GemmLaunch> launches{*heuristic};
+    for (kernels::GemmTile tile : kernels::alternatives(*heuristic, tgt))
+      if (const auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) launches.push_back(*l);
+    kernels::GemmGeometry three = g;
+    three.conv->paired = false;
+    const auto unpaired = kernels::plan(kernels::GemmKernel::wgmma, three, tgt);
+    REQUIRE(unpaired);
+    launches.push_back(*unpaired);
+    CHECK(launches.size() >= 4);
+    // The weights as the kernel reads them: [rows][ch][r][s], or flipped [ch][rows][r][s] with
+    // the taps reversed. The reference convolves x with the weights as a forward reads them.
+    Generator gen(29);
+    const Tensor x = randn(c.x, {.dtype = DType::f64}, &gen).to(DType::f32);
+    const Shape stored = c.flip ? Shape{ch, rows, r, r} : c.w;
+    const Tensor wt = randn(stored, {.dtype = DType::f64}, &gen).to(DType::f32);
+    Tensor as_forward = wt.to(DType::f64);
+    if (c.flip) {
+      const std::vector<double> v = as_forward.to_vector<double>();
+      std::vector<double> f(v.size());
+      for (std::int64_t m = 0; m < rows; ++m)
+        for (std::int64_t k = 0; k < ch; ++k)
+          for (std::int64_t t = 0; t < r * r; ++t)
+            f[static_cast<std::size_t>((m * ch + k) * r * r + t)] = v[static_cast<std::size_t>((k * rows + m) * r * r + (r * r - 1 - t))];
+      as_forward = from_vector(f, c.w, {.dtype = DType::f64});
+    }
+    const Conv2dOptions opt{.padding = {c.pad}};
+    const std::vector<double> ref = conv2d(x.to(DType::f64), as_forward, {}, opt).to_vector<double>();
+    const std::vector<double> scale = conv2d(abs(x.to(DType::f64)), abs(as_forward), {}, opt).to_vector<double>();
+    const rt::DeviceBuffer dx = upload(x, s), dwt = upload(wt, s);
+    const Shape out{n, rows, oh, ow};
+    for (const kernels::GemmLaunch& l : launches) {
+      CAPTURE(g.text());
+      CAPTURE(l.text());
+      const rt::DeviceBuffer dy = upload(zeros(out, {.dtype = DType::f32}), s);
+      kernels::launch(l, {dwt.ptr(), dx.ptr(), dy.ptr(), 0, &s});
+      CHECK(worst_of(download(dy, shape_numel(out), DType::f32, s), ref, scale) <= 1e-5);
+    }
+  }
+}

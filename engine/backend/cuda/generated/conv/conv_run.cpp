@@ -48,11 +48,13 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     NHWC copy), and a TF32 grad_input of several images (w^T staged K-major once);
 //   - any other conv of stride 1 (no dilation, no groups; bf16, f16, TF32, or exact f32 as
 //     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
-//     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p;
+//     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p
+//     (exact f32 over channels in 32s with its operands' slices paired unless `unpaired`);
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
 //     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`).
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
-                                             const ConvTarget& target, GemmTile tile = {}, bool k_major = false) {
+                                             const ConvTarget& target, GemmTile tile = {}, bool k_major = false,
+                                             bool unpaired = false) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
   if (!stride1) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
@@ -91,10 +93,13 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   GemmConv c;
   c.c = k, c.h = forward ? g.h : g.oh, c.w = forward ? g.w : g.ow, c.r = g.kh, c.s = g.kw;
   c.pad_h = forward ? g.ph : g.kh - 1 - g.ph, c.pad_w = forward ? g.pw : g.kw - 1 - g.pw, c.flip = !forward;
+  c.paired = gm == GemmMath::f32 && k % 32 == 0 && !unpaired;
   if (c.pad_h < 0 || c.pad_w < 0 || c.oh() * c.ow() != out_pixels) return std::nullopt;
   GemmGeometry geo{rows, out_pixels, c.r * c.s * k, c.r * c.s * k, in_pixels, out_pixels, gm};
   geo.conv = c;
   geo.batch = g.n, geo.batch_b = k * in_pixels, geo.batch_d = rows * out_pixels;
+  if (auto l = plan(GemmKernel::wgmma, geo, tgt, tile); l || !c.paired) return l;
+  geo.conv->paired = false;  // the tile's paired stages did not fit twice
   return plan(GemmKernel::wgmma, geo, tgt, tile);
 }
 
@@ -116,6 +121,10 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
     // reads: which is faster depends on the shape.
     if (pass == ConvPass::grad_weight && !wgrad_layout(l->g).k_major)
       if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, true)) add_engine(*k, true);
+    // Paired f32 slices hold twice the tiles a stage, so fewer stages: the first tile unpaired too.
+    if (l->g.conv && l->g.conv->paired)
+      if (const auto u = tile_engine_launch(pass, g, math, arch, target, {}, false, true); u && operands_fit(*u, gops))
+        engine.push_back({"gemm " + u->text(), [u = *u, gops] { launch(u, gops); }});
   }
   // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
   // f32 triples the products, which costs more than the FFMA kernels where there are few

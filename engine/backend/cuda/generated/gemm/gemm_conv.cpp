@@ -14,14 +14,14 @@ namespace {
 
 // Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
 // [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
-rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
+rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, rt::DevicePtr odd, const rt::Function& fn) {
   const GemmConv& c = *l.g.conv;
   const std::int64_t count = l.g.m * c.r * c.s * c.c;
   const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
   rt::DeviceBuffer out(static_cast<std::size_t>(staged) * dtype_size(input_dtype(l.g.math)), *ops.stream);
   rt::DevicePtr w = ops.a, dst = out.ptr();
   int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
-  void* args[] = {&w, &dst, &m, &cc, &taps, &flip};
+  void* args[] = {&w, &dst, &m, &cc, &taps, &flip, &odd};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
   cfg.block.x = 256;
@@ -29,11 +29,12 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, c
   return out;
 }
 
-// kiln_nchw_to_nhwc over `images` images of c channels by `pixels` pixels, in its 64 x 64 tiles.
+// kiln_nchw_to_nhwc over `images` images of c channels by `pixels` pixels, in its 64 x 64 tiles
+// (`odd`: the paired slices' inf-or-NaN word, or 0).
 void launch_nhwc(const rt::Function& fn, rt::DevicePtr x, rt::DevicePtr dst, std::int64_t c, std::int64_t pixels,
-                 std::int64_t images, const rt::Stream& stream) {
+                 std::int64_t images, const rt::Stream& stream, rt::DevicePtr odd = 0) {
   int channels = static_cast<int>(c), p = static_cast<int>(pixels);
-  void* args[] = {&x, &dst, &channels, &p};
+  void* args[] = {&x, &dst, &channels, &p, &odd};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(ceil_div(pixels, 64));
   cfg.grid.y = static_cast<unsigned>(ceil_div(c, 64));
@@ -44,15 +45,15 @@ void launch_nhwc(const rt::Function& fn, rt::DevicePtr x, rt::DevicePtr dst, std
 }
 
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
-// [z][h][w][c] (convolution mode's f32 math: c as its three slices).
+// [z][h][w][c] (convolution mode's f32 math: c as its slices).
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
-                            std::int64_t stride, const rt::Stream& stream, const rt::Function& fn) {
+                            std::int64_t stride, const rt::Stream& stream, const rt::Function& fn, rt::DevicePtr odd = 0) {
   const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
   rt::DeviceBuffer out(
       static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
-  launch_nhwc(fn, x, out.ptr(), c, pixels, l.g.batch, stream);
+  launch_nhwc(fn, x, out.ptr(), c, pixels, l.g.batch, stream, odd);
   return out;
 }
 
@@ -85,7 +86,9 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 
 }  // namespace
 
-int slices(const GemmGeometry& g) { return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? 3 : 1; }
+int slices(const GemmGeometry& g) {
+  return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? (g.conv->paired ? 2 : 3) : 1;
+}
 
 bool split_in_kernel(const GemmGeometry& g) { return g.math == GemmMath::f32 && slices(g) == 1; }
 
@@ -110,11 +113,14 @@ bool conv_fits(const GemmGeometry& g) {
   const bool wgrad = c.weight_grad;
   const bool shaped = wgrad ? g.n == c.r * c.s * c.c && g.k == g.batch * c.oh() * c.ow() && g.ldd == g.n
                             : g.n == c.oh() * c.ow() && g.k == c.r * c.s * c.c;
-  if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip) || (c.k_major && !wgrad))
+  if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip) || (c.k_major && !wgrad) ||
+      (c.paired && (wgrad || g.math != GemmMath::f32)))
     throw ValueError(
         "[gemm] convolution mode needs n = oh * ow and k = r * s * c (weight gradient: n = r * s * c = "
-        "ldd, k = batch * oh * ow), operands as stored, no flip with wgrad and K-major reads only with it; got " +
+        "ldd, k = batch * oh * ow), operands as stored, no flip with wgrad, K-major reads only with it and "
+        "paired slices only in f32 without it; got " +
         g.text());
+  if (c.paired && c.c % 32 != 0) return false;  // a k tile of one slice
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
   if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
@@ -277,9 +283,13 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
                                       std::array{c->c, c->w * c->c, c->h * c->w * c->c}, box);
   } else {
-    s.weights = reorder_weights(l, ops, rt::generated_function(module, "kiln_conv_weights_rsc", device));
+    if (c->paired) {  // cleared before the staging kernels set it
+      s.odd = rt::DeviceBuffer(4, *ops.stream);
+      rt::memset_device(s.odd.ptr(), 0, 4, *ops.stream);
+    }
+    s.weights = reorder_weights(l, ops, s.odd.ptr(), rt::generated_function(module, "kiln_conv_weights_rsc", device));
     s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
-                          rt::generated_function(module, "kiln_nchw_to_nhwc", device));
+                          rt::generated_function(module, "kiln_nchw_to_nhwc", device), s.odd.ptr());
     const ConvBox box = l.box;
     const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},

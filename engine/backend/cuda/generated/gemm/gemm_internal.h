@@ -22,14 +22,14 @@ std::int64_t shared_bytes(const GemmLaunch& l, int stages);
 int stages_for(const GemmLaunch& l, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
 
-// Convolution mode's f32 math stages its operands as three slices (gemm_plan.h); elsewhere the
-// kernel splits f32 tiles itself (split_in_kernel) and every operand is staged as one.
+// Convolution mode's f32 math stages its operands as two or three slices (GemmConv::paired);
+// elsewhere the kernel splits f32 tiles itself (split_in_kernel) and every operand is one.
 int slices(const GemmGeometry& g);
 bool split_in_kernel(const GemmGeometry& g);
 // Whether launch l reads A into registers: plain products transposed (TF32 or f32 with B
 // MN-major), whose kernel A is B's matrix and kernel B is A's.
 bool reg_a(const GemmLaunch& l);
-// Convolution mode's channels as staged: c, or f32 math's three slices of c.
+// Convolution mode's channels as staged: c, or f32 math's slices of c.
 std::int64_t staged_channels(const GemmGeometry& g);
 // TF32 (and exact f32) with A MN-major and dense (k rows of m, k a multiple of 4), which a batch
 // shares (a 1x1 convolution's weights): A is staged K-major per launch (by kiln_nchw_to_nhwc,
@@ -48,6 +48,7 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
 struct ConvStaging {
   rt::TensorMap map_a{}, map_b{};
   rt::DeviceBuffer weights, images, grads;
+  rt::DeviceBuffer odd;  // paired slices: one word, nonzero where either operand holds inf or NaN
 };
 ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module);
 // The mma.sync kind (gemm_mma.cpp): its plan, other tiles, source, operand check and launch.

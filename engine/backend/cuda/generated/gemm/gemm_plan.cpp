@@ -22,7 +22,7 @@ constexpr int kBarrierBytes = 2 * 8;  // a full and an empty mbarrier per stage
 constexpr int kAlignSlack = 1024;     // the kernel rounds its tiles up to a 1024-byte boundary
 
 struct HookPointers {
-  rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats;
+  rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats, odd;
 };
 
 // The epilogue's inputs in hooks_of's order: a built-in epilogue's bias is its first.
@@ -106,7 +106,10 @@ std::int64_t scratch_bytes(const GemmLaunch& l) {
   return stats + lo + (staged_stores(l) ? l.bm * 128 : 0) + kAlignSlack;
 }
 
-std::int64_t stage_bytes(const GemmLaunch& l) { return (l.bm + l.bn) * 128 + kBarrierBytes; }
+// Paired f32 slices: each stage holds its k tile's lo tiles too.
+std::int64_t stage_bytes(const GemmLaunch& l) {
+  return (l.bm + l.bn) * 128 * (l.g.conv && l.g.conv->paired ? 2 : 1) + kBarrierBytes;
+}
 
 }  // namespace
 
@@ -152,7 +155,7 @@ void GemmGeometry::add_to(rt::GeneratedKey& key) const {
   key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
   if (conv)
     key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip, conv->weight_grad,
-            conv->k_major);
+            conv->k_major, conv->paired);
   hooks.add_to(key);
 }
 
@@ -184,6 +187,7 @@ std::string GemmGeometry::text() const {
   if (conv && conv->flip) t.append(" flip");
   if (conv && conv->weight_grad) t.append(" wgrad");
   if (conv && conv->k_major) t.append(" K");
+  if (conv && conv->paired) t.append(" P");
   return t + hooks.text();
 }
 
@@ -196,7 +200,7 @@ std::string GemmTile::text() const {
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
          std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (transposed ? " T" : "") + (g.conv && g.conv->k_major ? " K" : "");
+         (transposed ? " T" : "") + (g.conv && g.conv->k_major ? " K" : "") + (g.conv && g.conv->paired ? " P" : "");
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
@@ -396,6 +400,7 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = epi[static_cast<std::size_t>(i)];
   for (int i = 0; i < kMaxHookInputs; ++i) hp.pro[i] = ops.prologue_inputs[static_cast<std::size_t>(i)];
   hp.stats = ops.stats;
+  hp.odd = staged.odd.ptr();
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);
   if (summed)

@@ -25,8 +25,8 @@ namespace kiln::kernels {
 // The arithmetic: 16-bit inputs, or f32 inputs on the TF32 tensor cores. `f32` keeps f32's
 // precision on them: each operand is split into a TF32 high part and its remainder, and the
 // sum adds three TF32 products, hi*hi + lo*hi + hi*lo. Convolution mode stages the split
-// operands (its channels as three slices: images [hi | lo | hi], weights [hi | hi | lo]);
-// elsewhere the kernel splits each stage's tiles in shared memory.
+// operands (its channels as slices, GemmConv::paired); elsewhere the kernel splits each stage's
+// tiles in shared memory.
 enum class GemmMath { bf16 = 0, f16 = 1, tf32 = 2, f32 = 3 };
 const char* math_name(GemmMath m);  // "bf16", "f16", "tf32", "f32"
 DType input_dtype(GemmMath m);      // bf16, f16, f32, f32
@@ -42,8 +42,9 @@ const char* epilogue_name(GemmEpilogue e);  // "none", "bias", "relu_bias"
 // image's c x h x w patches, padded by zeros. Each launch stages the images NHWC and the weights
 // as [m][r][s][c] on the GPU, so both operands are K-major (TF32 too). The weights come as
 // stored, [m][c][r][s]; with `flip` they are [c][m][r][s] and are transposed with their taps
-// reversed, as the input gradient reads them. With f32 math the staged channels are three
-// slices of c (GemmMath).
+// reversed, as the input gradient reads them. With f32 math the staged channels are slices of
+// c (GemmMath): [hi | lo] when `paired`, else [hi | lo | hf] for the images and [hi | hf | lo]
+// for the weights (hf: hi with inf and NaN as 0).
 //
 // With `weight_grad` it is the weight gradient instead: A is gy (m x oh*ow per image, NCHW),
 // B the images, and D (m x r*s*c, [m][c][r][s] with ldd = c*r*s) sums over every image, so
@@ -55,6 +56,9 @@ struct GemmConv {
   // 16-bit weight gradients: read K-major through the per-launch copies TF32 reads (WgradLayout)
   // instead of staged NHWC; which is faster depends on the shape, so the tuner times both.
   bool k_major = false;
+  // Convolution mode's f32 math with c a multiple of 32 (a k tile): a stage loads the hi and lo
+  // tiles of one k tile together, so the images are read twice a tap instead of three times.
+  bool paired = false;
   std::int64_t oh() const { return h + 2 * pad_h - r + 1; }
   std::int64_t ow() const { return w + 2 * pad_w - s + 1; }
 };

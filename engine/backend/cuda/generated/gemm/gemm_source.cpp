@@ -114,6 +114,7 @@ std::string source(const GemmLaunch& l) {
                      {"CONV_C", num(wgrad ? w.channels : staged_channels(g))},
                      {"SPLIT_F32", split_in_kernel(g) ? "true" : "false"},
                      {"SLICES", num(slices(g))},
+                     {"PAIRED", g.conv && c.paired ? "true" : "false"},
                      {"TRANSPOSED", l.transposed ? "true" : "false"},
                      {"STAGED_STORES", staged_stores(l) ? "true" : "false"},
                      {"REG_A", swap ? "true" : "false"},
