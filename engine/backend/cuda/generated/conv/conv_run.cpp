@@ -9,6 +9,7 @@
 #include <array>
 #include <climits>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,12 +50,12 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //   - any other conv of stride 1 (no dilation, no groups; bf16, f16, TF32, or exact f32 as
 //     three TF32 products of split operands) is convolution mode's implicit GEMM: the forward
 //     over x with w, the input gradient over gy with w transposed and flipped, padded by k - 1 - p
-//     (exact f32 over channels in 32s with its operands' slices paired unless `unpaired`);
+//     (exact f32 over channels in 32s with its operands' slices paired: 1.2-1.5x faster than
+//     three slices in every tile measured, so the tuner does not time those);
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
 //     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`).
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
-                                             const ConvTarget& target, GemmTile tile = {}, bool k_major = false,
-                                             bool unpaired = false) {
+                                             const ConvTarget& target, GemmTile tile = {}, bool k_major = false) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
   if (!stride1) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
@@ -93,7 +94,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   GemmConv c;
   c.c = k, c.h = forward ? g.h : g.oh, c.w = forward ? g.w : g.ow, c.r = g.kh, c.s = g.kw;
   c.pad_h = forward ? g.ph : g.kh - 1 - g.ph, c.pad_w = forward ? g.pw : g.kw - 1 - g.pw, c.flip = !forward;
-  c.paired = gm == GemmMath::f32 && k % 32 == 0 && !unpaired;
+  c.paired = gm == GemmMath::f32 && k % 32 == 0;
   if (c.pad_h < 0 || c.pad_w < 0 || c.oh() * c.ow() != out_pixels) return std::nullopt;
   GemmGeometry geo{rows, out_pixels, c.r * c.s * k, c.r * c.s * k, in_pixels, out_pixels, gm};
   geo.conv = c;
@@ -106,14 +107,21 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
 std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
                                       const ConvTarget& target, int arch) {
   std::vector<TuneCandidate> c, engine;
+  // Two tiles that plan the same launch (boxes of 128 and 256 pixels over a small output) are
+  // timed once: the stored choice names a launch by its text.
+  auto add = [](std::vector<TuneCandidate>& to, std::string name, std::function<void()> run) {
+    for (const TuneCandidate& t : to)
+      if (t.name == name) return;
+    to.push_back({std::move(name), std::move(run)});
+  };
   // w is A and x or gy B; for the weight gradient gy is A and x B.
   const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
   auto add_engine = [&](const GemmLaunch& l, bool k_major) {
     if (!operands_fit(l, gops)) return;
-    engine.push_back({"gemm " + l.text(), [l, gops] { launch(l, gops); }});
+    add(engine, "gemm " + l.text(), [l, gops] { launch(l, gops); });
     for (GemmTile tile : alternatives(l, GemmTarget{arch, target.sm_count, target.max_shared}))
       if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile, k_major))
-        engine.push_back({"gemm " + a->text(), [a = *a, gops] { launch(a, gops); }});
+        add(engine, "gemm " + a->text(), [a = *a, gops] { launch(a, gops); });
   };
   if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
     add_engine(*l, false);
@@ -121,10 +129,6 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
     // reads: which is faster depends on the shape.
     if (pass == ConvPass::grad_weight && !wgrad_layout(l->g).k_major)
       if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, true)) add_engine(*k, true);
-    // Paired f32 slices hold twice the tiles a stage, so fewer stages: the first tile unpaired too.
-    if (l->g.conv && l->g.conv->paired)
-      if (const auto u = tile_engine_launch(pass, g, math, arch, target, {}, false, true); u && operands_fit(*u, gops))
-        engine.push_back({"gemm " + u->text(), [u = *u, gops] { launch(u, gops); }});
   }
   // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
   // f32 triples the products, which costs more than the FFMA kernels where there are few
@@ -142,10 +146,10 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
   for (ConvKernel k : kinds) {
     const auto h = plan(k, pass, g, ops.dtype, math, target);
     if (!h || slower_than_fallback(*h)) continue;
-    c.push_back({kernel_name(k), [l = *h, ops] { launch(l, ops); }});
+    add(c, kernel_name(k), [l = *h, ops] { launch(l, ops); });
     for (ConvTile tile : alternatives(*h, target))
       if (const auto l = plan(k, pass, g, ops.dtype, math, target, tile))
-        c.push_back({std::string(kernel_name(k)) + " " + tile.text(), [l = *l, ops] { launch(l, ops); }});
+        add(c, std::string(kernel_name(k)) + " " + tile.text(), [l = *l, ops] { launch(l, ops); });
   }
   if (!engine_first) c.insert(c.end(), engine.begin(), engine.end());
   return c;
