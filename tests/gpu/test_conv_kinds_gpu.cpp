@@ -96,6 +96,16 @@ double worst_error(const DirectCase& c, int pass, DType dt) {
                   reference(abs(a64), abs(w64)).to_vector<double>());
 }
 
+// The tile engine's launch for g as planned, then every tile the tuner may time beside it.
+std::vector<kernels::GemmLaunch> every_tile(const kernels::GemmGeometry& g, const kernels::GemmTarget& tgt) {
+  const auto heuristic = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
+  REQUIRE(heuristic);
+  std::vector<kernels::GemmLaunch> launches{*heuristic};
+  for (kernels::GemmTile tile : kernels::alternatives(*heuristic, tgt))
+    if (const auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) launches.push_back(*l);
+  return launches;
+}
+
 }  // namespace
 
 TEST_CASE("direct convolutions over few channels match the f64 reference in bf16, f16 and f32") {
@@ -158,12 +168,8 @@ TEST_CASE("weight gradients in every tile match the f64 reference: 16-bit read K
       kernels::GemmGeometry g{o, taps, n * oh * ow, oh * ow, h * w, taps, math};
       g.conv = conv;
       g.batch = n, g.batch_a = o * oh * ow, g.batch_b = ch * h * w;
-      const auto heuristic = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
-      REQUIRE(heuristic);
       CHECK(kernels::wgrad_layout(g).k_major);
-      std::vector<kernels::GemmLaunch> launches{*heuristic};
-      for (kernels::GemmTile tile : kernels::alternatives(*heuristic, tgt))
-        if (const auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) launches.push_back(*l);
+      const std::vector<kernels::GemmLaunch> launches = every_tile(g, tgt);
       Generator gen(23);
       const Tensor x = randn(c.x, {.dtype = DType::f64}, &gen).to(dt);
       const Tensor gy = randn({n, o, oh, ow}, {.dtype = DType::f64}, &gen).to(dt);
@@ -212,11 +218,7 @@ TEST_CASE("paired f32 slices in convolution mode match the f64 reference in ever
     kernels::GemmGeometry g{rows, oh * ow, r * r * ch, r * r * ch, h * w, oh * ow, kernels::GemmMath::f32};
     g.conv = conv;
     g.batch = n, g.batch_b = ch * h * w, g.batch_d = rows * oh * ow;
-    const auto heuristic = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
-    REQUIRE(heuristic);
-    std::vector<kernels::GemmLaunch> launches{*heuristic};
-    for (kernels::GemmTile tile : kernels::alternatives(*heuristic, tgt))
-      if (const auto l = kernels::plan(kernels::GemmKernel::wgmma, g, tgt, tile)) launches.push_back(*l);
+    std::vector<kernels::GemmLaunch> launches = every_tile(g, tgt);
     kernels::GemmGeometry three = g;
     three.conv->paired = false;
     const auto unpaired = kernels::plan(kernels::GemmKernel::wgmma, three, tgt);
