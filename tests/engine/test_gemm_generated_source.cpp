@@ -27,6 +27,16 @@ GemmGeometry gemm_of(std::int64_t m, std::int64_t n, std::int64_t k, GemmMath ma
   return {m, n, k, k, k, n, math, e};
 }
 
+// A stride-1 weight gradient of `images` images of c channels (hw x hw), o outputs, an r x r
+// window padded by r / 2.
+GemmGeometry wgrad(std::int64_t o, std::int64_t c, std::int64_t hw, std::int64_t r, std::int64_t images, GemmMath math) {
+  const kernels::GemmConv cv{c, hw, hw, r, r, r / 2, r / 2, false, true};
+  GemmGeometry g{o, r * r * c, images * cv.oh() * cv.ow(), 0, 0, r * r * c, math};
+  g.conv = cv;
+  g.batch = images, g.batch_a = o * cv.oh() * cv.ow(), g.batch_b = c * hw * hw;
+  return g;
+}
+
 // Whether the tuner is offered transposed tiles beside launch `l`.
 bool offers_transposed(const kernels::GemmLaunch& l) {
   const std::vector<GemmTile> tiles = kernels::alternatives(l, kHopper);
@@ -189,11 +199,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
   // Exact f32 weight gradients sum at most 64 k tiles a split (batch-1024 conv2: 7168 k tiles,
   // at least 112 splits); TF32 fills the SMs with fewer.
   for (GemmMath math : {GemmMath::f32, GemmMath::tf32}) {
-    const kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2, false, true};
-    GemmGeometry g{64, 25 * 32, 1024 * 196, 0, 0, 25 * 32, math};
-    g.conv = c;
-    g.batch = 1024, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
-    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    const auto l = kernels::plan(GemmKernel::wgmma, wgrad(64, 32, 14, 5, 1024, math), kHopper);
     REQUIRE(l);
     CHECK((math == GemmMath::f32 ? l->splits >= 112 : l->splits < 112));
   }
@@ -206,14 +212,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
   // Weight-gradient mode: channels padded to 64 (C = 32) or not, gy of fewer than 64 channels,
   // both tile heights, every width of atoms; a 1x1 window read as stored in every math; TF32
   // copies of a 5x5 window's images.
-  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) {
-    const kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2, false, true};
-    GemmGeometry g{64, 25 * 32, 4 * 196, 0, 0, 25 * 32, math};
-    g.conv = c;
-    g.batch = 4, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
-    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
-    add(l);
-  }
+  for (GemmMath math : {GemmMath::bf16, GemmMath::tf32}) add(kernels::plan(GemmKernel::wgmma, wgrad(64, 32, 14, 5, 4, math), kHopper));
   // 16-bit read K-major on request, through the copies TF32 reads: gy's rows of 14 padded to 16.
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16}) {
     kernels::GemmConv c{32, 14, 14, 5, 5, 2, 2, false, true};
@@ -410,13 +409,6 @@ TEST_CASE("GEMM plans in convolution mode: boxes of whole output rows; what TMA 
 }
 
 TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pixels split to fill the SMs") {
-  auto wgrad = [](std::int64_t o, std::int64_t c, std::int64_t hw, std::int64_t r, std::int64_t images, GemmMath math) {
-    const kernels::GemmConv cv{c, hw, hw, r, r, r / 2, r / 2, false, true};
-    GemmGeometry g{o, r * r * c, images * cv.oh() * cv.ow(), 0, 0, r * r * c, math};
-    g.conv = cv;
-    g.batch = images, g.batch_a = o * cv.oh() * cv.ow(), g.batch_b = c * hw * hw;
-    return g;
-  };
   // 56 x 56 pixels in boxes of 8 x 8 pad nothing; 14 x 14 pads least in 16 x 4 (the first found).
   CHECK(kernels::wgrad_box({64, 56, 56, 3, 3, 1, 1, false, true}).w == 8);
   CHECK(kernels::wgrad_box({64, 14, 14, 5, 5, 2, 2, false, true}).w * kernels::wgrad_box({64, 14, 14, 5, 5, 2, 2, false, true}).h == 64);
