@@ -28,7 +28,8 @@
 // f32's precision. Convolution mode stages the split, since its operands are read many times
 // over: PAIRED (channels a multiple of BK), both operands as slices [hi | lo] whose tiles a stage
 // holds side by side, so the images are read twice a tap, not three times; otherwise (SLICES 3)
-// its channels are three slices of C, images [hi | lo | hf] and weights [hi | hf | lo].
+// its channels are three slices of C, images [hi | lo | hf] and weights [hi | hf | lo]. PAIRED
+// K-major weight gradients read gy's and the images' copies made as hi copies then lo copies.
 // Elsewhere (SPLIT_F32) the consumers split each stage's f32 tiles in shared memory (hi in
 // place, lo in tiles of their own; A in registers where it is read there).
 // Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
@@ -67,7 +68,7 @@ constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
 constexpr bool kPaired = ${PAIRED};
-constexpr int kSliceC = kPaired ? kC / 2 : kC;  // PAIRED: the lo slice's channels follow the hi's
+constexpr int kSliceC = kPaired && kConv ? kC / 2 : kC;  // PAIRED: the lo slice's channels follow the hi's
 constexpr int kCBlocks = (kSliceC + kBK - 1) / kBK;  // k tiles per filter tap
 constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
 // Weight-gradient mode: k tiles are boxes of output pixels, image by image, split BATCH ways.
@@ -104,8 +105,8 @@ constexpr bool kSplitF32 = ${SPLIT_F32};
 constexpr unsigned kLoBytesA = kSplitF32 && !kRegA ? kBytesA : 0, kLoBytes = kSplitF32 ? kLoBytesA + kBytesB : 0;
 // The lo tiles past the stages: SPLIT_F32's two sets, or PAIRED's one a stage (A's, then B's).
 constexpr unsigned kLoRegion = kPaired ? kStages * kStageBytes : 2 * kLoBytes;
-static_assert(!kPaired || (kConv && !kSplitF32 && sizeof(In) == 4 && kSliceC % kBK == 0),
-              "paired slices: convolution mode's f32 math, whole k tiles of a slice");
+static_assert(!kPaired || (((kConv && kSliceC % kBK == 0) || (kWgrad && kWgradKMajor)) && !kSplitF32 && sizeof(In) == 4),
+              "paired slices: f32 math, convolution mode's in whole k tiles of a slice, or K-major weight gradients");
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
 // K-major weight gradients: a tile of taps (B, or A when transposed) is boxes of kTapRows, each
@@ -207,18 +208,21 @@ __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, 
 
 // Weight-gradient mode's k tile kt of tile (tm, tn): the box of output pixels it covers, in
 // gy for each 64 rows of A and, shifted by the atom's tap, in the input for each 64 columns of B.
+// PAIRED slice 1: the lo copies, gy's kImages images on and the images' kS copies on.
 __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
-                                                 const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn) {
+                                                 const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn,
+                                                 int slice) {
   const int image = static_cast<int>(kt / kPixTiles), box = static_cast<int>(kt % kPixTiles);
   // gy's tile (D's rows) and the taps' (D's columns); transposed, the taps are A.
   const unsigned dst_gy = kTransposed ? dst_b : dst_a, dst_taps = kTransposed ? dst_a : dst_b;
   const int t_gy = kTransposed ? tn : tm, t_taps = kTransposed ? tm : tn;
   if constexpr (kWgradKMajor) {
-    tma_load(dst_gy, map_a, bar, box * kBK, t_gy * kRowsTile, image);
+    tma_load(dst_gy, map_a, bar, box * kBK, t_gy * kRowsTile, image + slice * kImages);
 #pragma unroll
     for (int j = 0; j < kColumnsTile / kTapRows; ++j) {
       const int col = t_taps * kColumnsTile + j * kTapRows, tap = col / kC;
-      tma_load_4d(dst_taps + j * kTapRows * 128, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image, tap % kS);
+      tma_load_4d(dst_taps + j * kTapRows * 128, map_b, bar, box * kBK + (tap / kS) * kRow, col % kC, image,
+                  tap % kS + slice * kS);
     }
     return;
   }
@@ -603,7 +607,11 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
             load_conv_tiles(lo, lo + kBytesA, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm, tn, kSliceC);
           }
         } else if constexpr (kWgrad) {
-          load_wgrad_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, tm, tn);
+          load_wgrad_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, kt, tm, tn, 0);
+          if constexpr (kPaired) {
+            const unsigned lo = lo_tiles + s * kStageBytes;
+            load_wgrad_tiles(lo, lo + kBytesA, &map_a, &map_b, full + 8 * s, kt, tm, tn, 1);
+          }
         } else {
           load_tile<kAMn, kBM>(tiles_a + s * kBytesA, &map_a, full + 8 * s, kt, tm * kBM, kABatched ? z : 0);
           load_tile<kBMn, kBN>(tiles_b + s * kBytesB, &map_b, full + 8 * s, kt, tn * kBN, kBBatched ? z : 0);
@@ -856,9 +864,11 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
 // x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
 // or q >= w + 2 * pw - copies + 1 (the output's width); copy s lies s * planes planes on. A
 // thread writes 16 bytes of every copy (row is a multiple) from one read of the source row; a
-// block covers `per_block` whole planes, so only 32-bit division places an element.
+// block covers `per_block` whole planes, so only 32-bit division places an element. PAIRED: the
+// copies hold hi, and `copies` more past them lo (inf or NaN setting *odd).
 extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
-                                                int w, int rows, int row, int copies, int ph, int pw, int per_block) {
+                                                int w, int rows, int row, int copies, int ph, int pw, int per_block,
+                                                unsigned* odd) {
   constexpr int kVec = 16 / sizeof(In);
   const int ow = w + 2 * pw - copies + 1, plane = rows * row, chunks = plane / kVec;
   const long long copy_stride = planes * plane, blocks = (planes + per_block - 1) / per_block;
@@ -877,6 +887,16 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
           const int q = q0 + j, xq = q + s - pw;
           v.v[j] = inside && q < ow && xq >= 0 && xq < w ? src[xq] : kiln::cvt<In>(0.f);
         }
+#if ${PAIRED}
+        kiln::Vec<In, kVec> lo;
+        bool nonfinite = false;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) split_f32(v.v[j], v.v[j], lo.v[j], nonfinite);
+        *reinterpret_cast<kiln::Vec<In, kVec>*>(dst + (copies + s) * copy_stride) = lo;
+        if (nonfinite) *odd = 1u;
+#else
+        (void)odd;
+#endif
         *reinterpret_cast<kiln::Vec<In, kVec>*>(dst + s * copy_stride) = v;
       }
     }

@@ -196,6 +196,31 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(src.find("kImages = 5") != std::string::npos);
     CHECK(src.find("kSplitF32 = true") != std::string::npos);
   }
+  // Exact f32 weight gradients through hi and lo copies (paired): gy copied too, no split in the
+  // kernel, both tile kinds; a 1x1 window read as stored has no copies to pair.
+  for (std::int64_t r : {5, 3})
+    for (GemmTile tile : {GemmTile{}, GemmTile{128, 0, 0, true}}) {
+      kernels::GemmConv c{32, 14, 14, r, r, r / 2, r / 2, false, true};
+      c.paired = true;
+      GemmGeometry g{64, r * r * 32, 3 * 196, 0, 0, r * r * 32, GemmMath::f32};
+      g.conv = c;
+      g.batch = 3, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
+      CHECK(kernels::wgrad_layout(g).stage_gy);
+      const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
+      REQUIRE(l);
+      CHECK(l->text().ends_with(" P"));
+      const std::string src = add(l);
+      CHECK(src.find("kPaired = true") != std::string::npos);
+      CHECK(src.find("kSplitF32 = false") != std::string::npos);
+    }
+  {
+    kernels::GemmConv c{32, 16, 16, 1, 1, 0, 0, false, true};
+    c.paired = true;
+    GemmGeometry g{64, 32, 2 * 256, 0, 0, 32, GemmMath::f32};
+    g.conv = c;
+    g.batch = 2, g.batch_a = 64 * 256, g.batch_b = 32 * 256;
+    CHECK_FALSE(kernels::plan(GemmKernel::wgmma, g, kHopper));
+  }
   // Exact f32 weight gradients sum at most 64 k tiles a split (batch-1024 conv2: 7168 k tiles,
   // at least 112 splits); TF32 fills the SMs with fewer.
   for (GemmMath math : {GemmMath::f32, GemmMath::tf32}) {

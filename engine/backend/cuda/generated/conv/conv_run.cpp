@@ -53,9 +53,13 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     (exact f32 over channels in 32s with its operands' slices paired: 1.2-1.5x faster than
 //     three slices in every tile measured, so the tuner does not time those);
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
-//     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`).
+//     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`,
+//     exact f32 through hi and lo copies with `paired`).
+struct WgradVariant {
+  bool k_major = false, paired = false;
+};
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
-                                             const ConvTarget& target, GemmTile tile = {}, bool k_major = false) {
+                                             const ConvTarget& target, GemmTile tile = {}, WgradVariant v = {}) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
   if (!stride1) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
@@ -69,7 +73,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   if (pass == ConvPass::grad_weight) {
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
-    c.k_major = k_major;
+    c.k_major = v.k_major, c.paired = v.paired;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
     const std::int64_t taps = g.c * g.kh * g.kw;
     GemmGeometry geo{g.o, taps, g.n * g.oh * g.ow, g.oh * g.ow, g.h * g.w, taps, gm};
@@ -116,19 +120,24 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
   };
   // w is A and x or gy B; for the weight gradient gy is A and x B.
   const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
-  auto add_engine = [&](const GemmLaunch& l, bool k_major) {
+  auto add_engine = [&](const GemmLaunch& l, WgradVariant v) {
     if (!operands_fit(l, gops)) return;
     add(engine, "gemm " + l.text(), [l, gops] { launch(l, gops); });
     for (GemmTile tile : alternatives(l, GemmTarget{arch, target.sm_count, target.max_shared}))
-      if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile, k_major))
+      if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile, v))
         add(engine, "gemm " + a->text(), [a = *a, gops] { launch(a, gops); });
   };
   if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
-    add_engine(*l, false);
+    add_engine(*l, {});
     // A 16-bit weight gradient staged NHWC is also timed read K-major, through the copies TF32
-    // reads: which is faster depends on the shape.
+    // reads; an exact f32 one through hi and lo copies too, which cost more copying but spare
+    // the kernel its split: which is faster depends on the shape.
     if (pass == ConvPass::grad_weight && !wgrad_layout(l->g).k_major)
-      if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, true)) add_engine(*k, true);
+      if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, {.k_major = true}))
+        add_engine(*k, {.k_major = true});
+    if (pass == ConvPass::grad_weight && math == ConvMath::f32)
+      if (const auto p = tile_engine_launch(pass, g, math, arch, target, {}, {.paired = true}))
+        add_engine(*p, {.paired = true});
   }
   // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
   // f32 triples the products, which costs more than the FFMA kernels where there are few

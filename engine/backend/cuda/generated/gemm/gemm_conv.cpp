@@ -62,12 +62,14 @@ rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 struct ShiftedRows {
   std::int64_t h, w, rows, row, copies, pad_h, pad_w;
 };
+// Paired f32 slices: the copies hold hi, and as many past them lo (`odd` set where x holds inf
+// or NaN).
 rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t channels, std::int64_t stride,
-                            const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn) {
+                            const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn, rt::DevicePtr odd) {
   if (l.g.batch > 1 && stride != channels * s.h * s.w)
     throw ValueError("[gemm] weight-gradient mode copies dense images; batch stride " + std::to_string(stride));
   long long planes = l.g.batch * channels;
-  const std::int64_t all_rows = s.copies * planes * s.rows;
+  const std::int64_t all_rows = (l.g.conv->paired ? 2 : 1) * s.copies * planes * s.rows;
   rt::DeviceBuffer out(static_cast<std::size_t>(all_rows * s.row) * dtype_size(input_dtype(l.g.math)), stream);
   rt::DevicePtr dst = out.ptr();
   int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
@@ -76,7 +78,7 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   // About 1024 16-byte chunks a block (4 per thread), in whole planes.
   const std::int64_t chunks = s.rows * s.row * dtype_size(input_dtype(l.g.math)) / 16;
   int per_block = static_cast<int>(std::max<std::int64_t>(1, 1024 / chunks));
-  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &per_block};
+  void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &per_block, &odd};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(planes, per_block), 1 << 22));
   cfg.block.x = 256;
@@ -90,7 +92,9 @@ int slices(const GemmGeometry& g) {
   return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? (g.conv->paired ? 2 : 3) : 1;
 }
 
-bool split_in_kernel(const GemmGeometry& g) { return g.math == GemmMath::f32 && slices(g) == 1; }
+bool split_in_kernel(const GemmGeometry& g) {
+  return g.math == GemmMath::f32 && slices(g) == 1 && !(g.conv && g.conv->paired);
+}
 
 bool stage_a_transposed(const GemmGeometry& g) {
   return tf32_mma(g.math) && g.a_mn && !g.conv && g.batch > 1 && g.batch_a == 0 && g.lda == g.m && g.k % 4 == 0;
@@ -114,13 +118,13 @@ bool conv_fits(const GemmGeometry& g) {
   const bool shaped = wgrad ? g.n == c.r * c.s * c.c && g.k == g.batch * c.oh() * c.ow() && g.ldd == g.n
                             : g.n == c.oh() * c.ow() && g.k == c.r * c.s * c.c;
   if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip) || (c.k_major && !wgrad) ||
-      (c.paired && (wgrad || g.math != GemmMath::f32)))
+      (c.paired && g.math != GemmMath::f32))
     throw ValueError(
         "[gemm] convolution mode needs n = oh * ow and k = r * s * c (weight gradient: n = r * s * c = "
         "ldd, k = batch * oh * ow), operands as stored, no flip with wgrad, K-major reads only with it and "
-        "paired slices only in f32 without it; got " +
+        "paired slices only in f32; got " +
         g.text());
-  if (c.paired && c.c % 32 != 0) return false;  // a k tile of one slice
+  if (c.paired && (wgrad ? !wgrad_layout(g).stage_images : c.c % 32 != 0)) return false;  // copies; a k tile a slice
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
   if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
@@ -237,7 +241,7 @@ WgradLayout wgrad_layout(const GemmGeometry& g) {
   w.row = as_stored ? c.ow() : ceil_div(c.ow() * es, 16) * 16 / es;
   w.rows = as_stored ? c.oh() : c.oh() + c.r - 1;
   w.stage_images = !as_stored;
-  w.stage_gy = w.row != c.ow();
+  w.stage_gy = w.row != c.ow() || c.paired;  // paired: gy's hi and lo copies
   const std::int64_t tiles = ceil_div(c.c, 256);  // per tap
   w.bn = static_cast<int>(ceil_div(ceil_div(c.c, tiles), 16) * 16);
   w.channels = w.bn * tiles;
@@ -253,23 +257,30 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
   if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
     const rt::Function shift = rt::generated_function(module, "kiln_conv_shift_rows", device);
     const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
+    // Paired f32 slices: gy's lo copy as b more images, the images' lo copies as s more copies.
+    const std::int64_t pairs = c->paired ? 2 : 1;
+    if (c->paired) {  // cleared before the copies set it
+      s.odd = rt::DeviceBuffer(4, *ops.stream);
+      rt::memset_device(s.odd.ptr(), 0, 4, *ops.stream);
+    }
     rt::DevicePtr gy = ops.a, x = ops.b;
     std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
     if (wgrad.stage_gy) {
       s.grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream,
-                           shift);
+                           shift, s.odd.ptr());
       gy = s.grads.ptr(), gy_image = l.g.m * gy_plane;
     }
     if (wgrad.stage_images) {
-      s.images = shift_rows(l, ops.b, c->c, l.g.batch_b,
-                            {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w}, *ops.stream, shift);
+      s.images = shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
+                            *ops.stream, shift, s.odd.ptr());
       x = s.images.ptr(), x_image = c->c * plane;
     }
     // Transposed tiles take gy as B (BN rows) and the taps as A (BM columns of dW).
     const int gy_rows = l.transposed ? l.bn : l.bm, tap_cols = l.transposed ? l.bm : l.bn;
-    s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, gy_rows, box_k, b, b > 1 ? gy_image : 0);
+    s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, gy_rows, box_k, pairs * b,
+                                        pairs * b > 1 ? gy_image : 0);
     s.map_b = rt::tiled_tensor_map_nd(
-        x, t, std::array{plane, c->c, b, wgrad.stage_images ? c->s : 1},
+        x, t, std::array{plane, c->c, b, pairs * (wgrad.stage_images ? c->s : 1)},
         std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},
         std::array{box_k, static_cast<int>(std::min<std::int64_t>(tap_cols, wgrad.channels)), 1, 1});
   } else if (c->weight_grad) {

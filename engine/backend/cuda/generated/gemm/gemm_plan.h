@@ -56,8 +56,10 @@ struct GemmConv {
   // 16-bit weight gradients: read K-major through the per-launch copies TF32 reads (WgradLayout)
   // instead of staged NHWC; which is faster depends on the shape, so the tuner times both.
   bool k_major = false;
-  // Convolution mode's f32 math with c a multiple of 32 (a k tile): a stage loads the hi and lo
-  // tiles of one k tile together, so the images are read twice a tap instead of three times.
+  // f32 math with the split staged as hi and lo, whose tiles of one k tile a stage loads together:
+  // in convolution mode with c a multiple of 32 (a k tile), so the images are read twice a tap
+  // instead of three times; in a K-major weight gradient whose images are copied, through hi and
+  // lo copies, so the kernel does not split its tiles in shared memory.
   bool paired = false;
   std::int64_t oh() const { return h + 2 * pad_h - r + 1; }
   std::int64_t ow() const { return w + 2 * pad_w - s + 1; }
