@@ -200,11 +200,8 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
   // kernel, both tile kinds; a 1x1 window read as stored has no copies to pair.
   for (std::int64_t r : {5, 3})
     for (GemmTile tile : {GemmTile{}, GemmTile{128, 0, 0, true}}) {
-      kernels::GemmConv c{32, 14, 14, r, r, r / 2, r / 2, false, true};
-      c.paired = true;
-      GemmGeometry g{64, r * r * 32, 3 * 196, 0, 0, r * r * 32, GemmMath::f32};
-      g.conv = c;
-      g.batch = 3, g.batch_a = 64 * 196, g.batch_b = 32 * 196;
+      GemmGeometry g = wgrad(64, 32, 14, r, 3, GemmMath::f32);
+      g.conv->paired = true;
       CHECK(kernels::wgrad_layout(g).stage_gy);
       const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
       REQUIRE(l);
@@ -214,11 +211,8 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       CHECK(src.find("kSplitF32 = false") != std::string::npos);
     }
   {
-    kernels::GemmConv c{32, 16, 16, 1, 1, 0, 0, false, true};
-    c.paired = true;
-    GemmGeometry g{64, 32, 2 * 256, 0, 0, 32, GemmMath::f32};
-    g.conv = c;
-    g.batch = 2, g.batch_a = 64 * 256, g.batch_b = 32 * 256;
+    GemmGeometry g = wgrad(64, 32, 16, 1, 2, GemmMath::f32);
+    g.conv->paired = true;
     CHECK_FALSE(kernels::plan(GemmKernel::wgmma, g, kHopper));
   }
   // Exact f32 weight gradients sum at most 64 k tiles a split (batch-1024 conv2: 7168 k tiles,
