@@ -12,6 +12,7 @@
 #include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "element_bytes.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/memory.h"
 
 using namespace kiln;
@@ -135,11 +136,30 @@ std::vector<kernels::GemmLaunch> launches_of(const GemmGeometry& g, const kernel
   return out;
 }
 
+// Compiles the launches' kernels at once on the prefetch threads, as the tuner does, instead of
+// one NVRTC compile after another as each first runs: a shape-only pass plans them (one small
+// buffer stands for every operand; nothing runs) and records what they load.
+void prefetch(const std::vector<kernels::GemmLaunch>& launches) {
+  const rt::Stream& s = rt::default_stream(0);
+  const rt::DeviceBuffer any(4096, s);
+  std::vector<rt::KernelRequest> requests;
+  {
+    rt::ShapeOnlyPass pass;
+    for (const kernels::GemmLaunch& l : launches)
+      kernels::launch(l, {any.ptr(), any.ptr(), any.ptr(), l.g.epilogue == GemmEpilogue::none ? 0 : any.ptr(), &s});
+    requests = pass.requests();
+  }
+  rt::prefetch(std::move(requests));
+  rt::wait_for_prefetch();
+}
+
 // Checks every launch of `g` against the product in f64, seeding each from `runs`, which
 // counts the launches checked.
 void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::uint32_t seed0, int& runs,
                     kernels::GemmKernel k = kernels::GemmKernel::wgmma) {
-  for (const kernels::GemmLaunch& l : launches_of(g, tgt, k)) {
+  const std::vector<kernels::GemmLaunch> launches = launches_of(g, tgt, k);
+  prefetch(launches);
+  for (const kernels::GemmLaunch& l : launches) {
     CAPTURE(g.text());
     CAPTURE(l.text());
     CHECK(check_launch(l, seed0 + static_cast<std::uint32_t>(runs)) <= tolerance(g.math));
@@ -159,12 +179,18 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
                           {260, 150, 136, 8, 3},   // tails in m, n and k; padded rows, odd ldd
                           {1024, 10, 4096, 0, 0},  // the wide MLP's output layer (split-K among its tiles)
                           {77, 200, 8, 0, 1}};     // k shorter than one k tile
-  int runs = 0;
+  std::vector<GemmGeometry> problems;
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32, GemmMath::f32})
     for (const Shape& sh : shapes)
-      for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
-        check_launches({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e}, tgt, 0, runs);
-      }
+      for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias})
+        problems.push_back({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e});
+  std::vector<kernels::GemmLaunch> every;  // all compiled at once first
+  for (const GemmGeometry& g : problems)
+    for (const kernels::GemmLaunch& l : launches_of(g, tgt)) every.push_back(l);
+  prefetch(every);
+  int runs = 0;
+  for (const GemmGeometry& g : problems) check_launches(g, tgt, 0, runs);
+  CHECK(runs == static_cast<int>(every.size()));
   MESSAGE(runs << " launches checked");
 }
 
