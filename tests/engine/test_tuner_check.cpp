@@ -1,13 +1,15 @@
 // The tuner's acceptance check (kernels::outputs_agree): a candidate's output must match the
 // reference's within a share of its largest magnitude, with NaNs and infinities in the same
-// places. No GPU: plain numbers.
+// places; and its choice among the times (kernels::fastest). No GPU: plain numbers.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
+#include <cstddef>
 #include <vector>
 
 #include "backend/cuda/tuner.h"
+#include "kiln/error.h"
 
 namespace {
 using V = std::vector<double>;
@@ -31,4 +33,24 @@ TEST_CASE("outputs_agree: within tolerance of the largest magnitude; NaN, infini
   CHECK_FALSE(outputs_agree({1.0, 1.0}, {1.0, inf}, 1e-3));
   CHECK(outputs_agree({0.0, 0.0}, {0.0, 0.0}, 1e-3));
   CHECK_FALSE(outputs_agree({0.0, 0.0}, {0.0, 1e-300}, 1e-3));  // all-zero reference: exact zeros only
+}
+
+TEST_CASE("fastest: candidates within 10% of the fastest are timed again and keep their better time") {
+  const double inf = std::numeric_limits<double>::infinity();
+  // 0 far slower; 1 and 2 near equals whose second timing reverses them; 3 rejected.
+  std::vector<double> ms{10.0, 5.2, 5.0, inf};
+  const std::vector<double> second{9.0, 4.8, 5.1, 1.0};
+  std::vector<std::size_t> timed;
+  const std::size_t best = kiln::kernels::fastest(ms, [&](std::size_t i) {
+    timed.push_back(i);
+    return second[i];
+  });
+  CHECK(best == 1);
+  CHECK(timed == std::vector<std::size_t>{1, 2});
+  CHECK(ms == std::vector<double>{10.0, 4.8, 5.0, inf});  // a slower second timing keeps the first
+
+  std::vector<double> alone{2.0};
+  CHECK(kiln::kernels::fastest(alone, [](std::size_t) { return 3.0; }) == 0);
+  std::vector<double> none;
+  CHECK_THROWS_AS(kiln::kernels::fastest(none, [](std::size_t) { return 1.0; }), kiln::ValueError);
 }

@@ -50,6 +50,11 @@ struct TuneOutcome {
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
                       const rt::Stream& s, bool compile = false);
 
+// The candidate to run, from each one's time in ms (infinity: rejected). A long candidate's
+// timing is a few runs, so those within 10% of the fastest are timed again by `again` and keep
+// their better time: one noisy timing does not choose among near equals.
+std::size_t fastest(std::vector<double>& ms, const std::function<double(std::size_t)>& again);
+
 // Whether `got` agrees with `want` within `tolerance` of want's largest magnitude, NaNs in the
 // same places; the values as doubles. The rule the device check follows, stated on the host for
 // the tests.
