@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "kiln/runtime/compile_jobs.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
@@ -89,8 +90,7 @@ Prefetcher& prefetcher() {
 
 int worker_count(int threads) {
   if (threads < 0) throw ValueError("[plan] prefetch threads must be >= 0, got " + std::to_string(threads));
-  // By default one thread fewer than the hardware has: the run itself keeps a core.
-  return threads > 0 ? threads : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()) - 1);
+  return threads > 0 ? threads : background_compile_jobs();
 }
 
 }  // namespace

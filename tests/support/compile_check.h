@@ -1,6 +1,6 @@
 #pragma once
-// NVRTC compile checks of many kernels at once, without a GPU: the jobs spread over every
-// hardware thread (each with its compile server) and go through the disk cache of the test
+// NVRTC compile checks of many kernels at once, without a GPU: the jobs spread over
+// rt::compile_jobs() threads (each with its compile server) and go through the disk cache of the test
 // run (ctest sets KILN_CACHE_DIR), so a kernel that an earlier suite, job or run compiled is
 // read back instead of compiled again. A hit is that compile's own output: the cache key
 // hashes the source, every NVRTC option, NVRTC's version and the arch.
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/runtime/compile_jobs.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -74,7 +75,7 @@ struct CompileSummary {
 inline CompileSummary compile_all(const std::vector<CompileJob>& jobs) {
   CompileSummary r;
   r.outcomes.resize(jobs.size());
-  r.threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(jobs.size())));
+  r.threads = std::max(1u, std::min<unsigned>(static_cast<unsigned>(kiln::rt::compile_jobs()), static_cast<unsigned>(jobs.size())));
   std::atomic<std::size_t> next{0}, compiled{0}, failed{0};
   auto worker = [&] {
     for (std::size_t i = next++; i < jobs.size(); i = next++) {

@@ -161,25 +161,33 @@ TEST_CASE("jitcc warm and gc remove temp files of dead writers, not of live ones
   CHECK(!fs::exists(live));
 }
 
-TEST_CASE("jitcc warm --jobs: 0 is one compile per hardware thread (documented), below 0 a usage error") {
+TEST_CASE("jitcc warm --jobs: 0 is KILN_COMPILE_JOBS or the usable CPUs up to 16 (documented), below 0 a usage error") {
   ScratchDir dir;
   const ProcessResult help = jitcc({"warm", "--help"});
   CHECK(help.exit_code == 0);
-  CHECK(help.out.find("0 (the default): one per hardware thread") != std::string::npos);
+  CHECK(help.out.find("0 (the default): KILN_COMPILE_JOBS, else one per usable CPU up to 16") != std::string::npos);
 
   std::vector<std::string> args = warm_args(dir.path());
   args.insert(args.end(), {"--jobs", "-1"});
   const ProcessResult negative = jitcc(args);
   CHECK(negative.exit_code == 2);
-  CHECK(negative.err.find("--jobs must be 0 (one per hardware thread) or more, got -1") != std::string::npos);
+  CHECK(negative.err.find("--jobs must be 0 (KILN_COMPILE_JOBS, else one per usable CPU up to 16) or more, got -1") !=
+        std::string::npos);
   CHECK(entry_files(dir.path()).empty());
 
   args.back() = "0";
   args.push_back("--json");
-  const ProcessResult zero = jitcc(args);
+  const ProcessResult bad_env = jitcc(args, {{"KILN_COMPILE_JOBS", "lots"}});
+  CHECK(bad_env.exit_code == 2);
+  CHECK(bad_env.out.find("KILN_COMPILE_JOBS must be a whole number from 1 to 4096, got 'lots'") != std::string::npos);
+  CHECK(entry_files(dir.path()).empty());
+
+  const ProcessResult zero = jitcc(args, {{"KILN_COMPILE_JOBS", "2"}});
   INFO(zero.err);
   CHECK(zero.exit_code == 0);
-  CHECK(nlohmann::json::parse(zero.out).at("compiled") == static_cast<std::int64_t>(selection().instances.size()));
+  const nlohmann::json j = nlohmann::json::parse(zero.out);
+  CHECK(j.at("compiled") == static_cast<std::int64_t>(selection().instances.size()));
+  CHECK(j.at("threads") == std::min<std::int64_t>(2, static_cast<std::int64_t>(selection().instances.size())));
 }
 
 TEST_CASE("jitcc list, verify, gc, clear and stats fail naming a cache directory they cannot read") {

@@ -16,7 +16,7 @@ struct WarmArgs {
   std::string ops = "all";
   std::string dtypes = "all";
   std::string arch = "auto";
-  int jobs = 0;  // 0: hardware_concurrency
+  int jobs = 0;  // 0: rt::compile_jobs()
   bool allow_unstored = false;
   std::optional<std::string> from_cache;  // a cache directory whose run-time kernels to rebuild
   std::optional<std::string> plan;        // a kernel plan file whose kernels to build
@@ -108,7 +108,7 @@ void add_warm(CLI::App& app, Context& ctx) {
   sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")
       ->capture_default_str()
       ->check(not_a_flag());
-  sub->add_option("--jobs,-j", args->jobs, "Parallel compiles; 0 (the default): one per hardware thread");
+  sub->add_option("--jobs,-j", args->jobs, "Parallel compiles; 0 (the default): KILN_COMPILE_JOBS, else one per usable CPU up to 16");
   sub->add_flag("--allow-unstored", args->allow_unstored,
                 "Exit 0 even when some kernels could not be stored (read-only, full or too small cache)");
   add_common_options(*sub, ctx.common);

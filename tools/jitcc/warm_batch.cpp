@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "kiln/runtime/compile_jobs.h"
 
 namespace jitcc {
 
@@ -55,8 +56,16 @@ std::string kernel_name(const std::string& op, const std::string& dtypes, std::u
 
 int warm_threads(int jobs, std::size_t kernels) {
   if (jobs < 0)
-    throw UsageError("--jobs must be 0 (one per hardware thread) or more, got " + std::to_string(jobs));
-  const int threads = jobs > 0 ? jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    throw UsageError("--jobs must be 0 (KILN_COMPILE_JOBS, else one per usable CPU up to 16) or more, got " +
+                     std::to_string(jobs));
+  int threads = jobs;
+  if (threads == 0) {
+    try {
+      threads = rt::compile_jobs();
+    } catch (const kiln::ValueError& e) {  // a bad KILN_COMPILE_JOBS: the user's setting, like --jobs
+      throw UsageError(e.what());
+    }
+  }
   return std::max(1, std::min<int>(threads, static_cast<int>(kernels)));
 }
 

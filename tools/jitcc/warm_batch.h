@@ -11,7 +11,7 @@
 
 namespace jitcc {
 
-// --jobs (0: hardware threads), at most one per kernel.
+// --jobs (0: rt::compile_jobs(), KILN_COMPILE_JOBS or the usable CPUs up to 16), at most one per kernel.
 int warm_threads(int jobs, std::size_t kernels);
 // The process-wide cache warm fills, with a warning when KILN_CACHE is not rw.
 kiln::rt::DiskCache& open_warm_cache();

@@ -45,7 +45,7 @@ bool shape_only();
 // get_function's side of a pass.
 void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
 
-// Loads the requests on `threads` background threads (0: one fewer than the hardware threads), compiling
+// Loads the requests on `threads` background threads (0: background_compile_jobs()), compiling
 // what the disk cache lacks, and returns at once, in the requests' order. A get_function of a kernel still loading
 // waits for that load; one that failed is tried again there, which throws its error.
 void prefetch(std::vector<KernelRequest> requests, int threads = 0);

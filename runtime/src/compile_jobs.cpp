@@ -1,0 +1,57 @@
+#include "kiln/runtime/compile_jobs.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "kiln/error.h"
+
+namespace kiln::rt {
+
+namespace {
+
+constexpr int kMostJobs = 4096;
+
+const char* compile_jobs_env() {
+  const char* v = std::getenv("KILN_COMPILE_JOBS");
+  return v && *v ? v : nullptr;
+}
+
+}  // namespace
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int compile_jobs_for(const char* env, int cpus) {
+  if (env) {
+    int jobs = 0;
+    const char* end = env + std::strlen(env);
+    const auto [p, ec] = std::from_chars(env, end, jobs);
+    if (ec != std::errc{} || p != end || jobs < 1 || jobs > kMostJobs)
+      throw ValueError("[compile] KILN_COMPILE_JOBS must be a whole number from 1 to " + std::to_string(kMostJobs) +
+                       ", got '" + std::string(env) + "'");
+    return jobs;
+  }
+  return std::clamp(cpus, 1, kCompileJobsCap);
+}
+
+int compile_jobs() { return compile_jobs_for(compile_jobs_env(), usable_cpus()); }
+
+int background_compile_jobs() {
+  if (const char* env = compile_jobs_env()) return compile_jobs_for(env, 1);
+  return std::max(1, compile_jobs_for(nullptr, usable_cpus() - 1));
+}
+
+}  // namespace kiln::rt

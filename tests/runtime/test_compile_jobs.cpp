@@ -1,0 +1,107 @@
+// How many compiles run at once: KILN_COMPILE_JOBS, else the CPUs this process may use (its
+// affinity mask) up to the cap, one fewer beside a run. No GPU.
+#include <doctest/doctest.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/runtime/compile_jobs.h"
+
+using namespace kiln;
+
+namespace {
+
+// Sets (or, with nullopt, unsets) KILN_COMPILE_JOBS for one scope.
+class JobsEnv {
+ public:
+  explicit JobsEnv(std::optional<std::string> v) {
+    if (const char* old = std::getenv("KILN_COMPILE_JOBS")) old_ = old;
+    if (v) {
+      ::setenv("KILN_COMPILE_JOBS", v->c_str(), 1);
+    } else {
+      ::unsetenv("KILN_COMPILE_JOBS");
+    }
+  }
+  ~JobsEnv() {
+    if (old_) {
+      ::setenv("KILN_COMPILE_JOBS", old_->c_str(), 1);
+    } else {
+      ::unsetenv("KILN_COMPILE_JOBS");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("compile_jobs_for: the CPUs up to the cap, or KILN_COMPILE_JOBS as given") {
+  CHECK(rt::compile_jobs_for(nullptr, 1) == 1);
+  CHECK(rt::compile_jobs_for(nullptr, 0) == 1);
+  CHECK(rt::compile_jobs_for(nullptr, 8) == 8);
+  CHECK(rt::compile_jobs_for(nullptr, rt::kCompileJobsCap) == rt::kCompileJobsCap);
+  CHECK(rt::compile_jobs_for(nullptr, 64) == rt::kCompileJobsCap);
+  CHECK(rt::compile_jobs_for("3", 64) == 3);
+  CHECK(rt::compile_jobs_for("40", 2) == 40);  // asked for: oversubscribing is the user's call
+  CHECK(rt::compile_jobs_for("4096", 2) == 4096);
+  for (const char* bad : {"0", "-2", "abc", "3x", " 4", "", "4097", "99999999999"}) {
+    CAPTURE(bad);
+    try {
+      (void)rt::compile_jobs_for(bad, 8);
+      FAIL("no error for a bad KILN_COMPILE_JOBS");
+    } catch (const ValueError& e) {
+      const std::string what = e.what();
+      CHECK(what.find("KILN_COMPILE_JOBS") != std::string::npos);
+      CHECK(what.find("'" + std::string(bad) + "'") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("usable_cpus counts the affinity mask, not the host") {
+  const int all = rt::usable_cpus();
+  CHECK(all >= 1);
+  if (const unsigned hw = std::thread::hardware_concurrency(); hw > 0) CHECK(all <= static_cast<int>(hw));
+  // This thread confined to one CPU it may use: one usable CPU, and jobs sized to it.
+  cpu_set_t before, one;
+  REQUIRE(sched_getaffinity(0, sizeof before, &before) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &before)) ++first;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  const int confined = rt::usable_cpus();
+  int jobs = 0, background = 0;
+  {
+    JobsEnv unset(std::nullopt);
+    jobs = rt::compile_jobs();
+    background = rt::background_compile_jobs();
+  }
+  REQUIRE(sched_setaffinity(0, sizeof before, &before) == 0);
+  CHECK(confined == 1);
+  CHECK(jobs == 1);
+  CHECK(background == 1);
+  CHECK(rt::usable_cpus() == all);
+}
+
+TEST_CASE("compile_jobs and background_compile_jobs read KILN_COMPILE_JOBS; beside a run one CPU is left") {
+  {
+    JobsEnv set(std::string("5"));
+    CHECK(rt::compile_jobs() == 5);
+    CHECK(rt::background_compile_jobs() == 5);
+  }
+  {
+    JobsEnv bad(std::string("many"));
+    CHECK_THROWS_AS(rt::compile_jobs(), ValueError);
+    CHECK_THROWS_AS(rt::background_compile_jobs(), ValueError);
+  }
+  JobsEnv unset(std::nullopt);
+  const int cpus = rt::usable_cpus();
+  CHECK(rt::compile_jobs() == std::min(cpus, rt::kCompileJobsCap));
+  CHECK(rt::background_compile_jobs() == std::max(1, std::min(cpus - 1, rt::kCompileJobsCap)));
+}
