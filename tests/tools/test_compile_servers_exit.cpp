@@ -1,0 +1,79 @@
+// A run killed while it compiles leaves no compile server (kiln-nvrtc-server) behind: each
+// server ends when its parent's end of the socket closes. No GPU (jitcc warm --arch).
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jitcc_test_util.h"
+
+namespace {
+
+// The process's state letter and parent, from /proc/PID/stat; state 0 when it is gone.
+struct ProcState {
+  char state = 0;
+  pid_t parent = 0;
+  std::string name;
+};
+
+ProcState proc_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::size_t open = text.find('('), close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 4 >= text.size()) return {};
+  ProcState s;
+  s.name = text.substr(open + 1, close - open - 1);
+  s.state = text[close + 2];
+  s.parent = static_cast<pid_t>(std::stol(text.substr(close + 4)));
+  return s;
+}
+
+// The running compile servers whose parent is `parent`.
+std::vector<pid_t> servers_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string n = e.path().filename().string();
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    const ProcState s = proc_state(static_cast<pid_t>(std::stol(n)));
+    // /proc truncates the name to 15 characters.
+    if (s.parent == parent && s.name.rfind("kiln-nvrtc-ser", 0) == 0 && s.state != 'Z') out.push_back(std::stol(n));
+  }
+  return out;
+}
+
+bool running(pid_t pid) {
+  const ProcState s = proc_state(pid);
+  return s.state != 0 && s.state != 'Z' && s.name.rfind("kiln-nvrtc-ser", 0) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a jitcc warm killed while compiling leaves no compile server running") {
+  ScratchDir dir;
+  kiln_test::EnvOverrides env = child_env(dir.path());
+  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
+  kiln_test::Process warm(jitcc_argv({"warm", "--arch", "sm_90", "--jobs", "2"}), env);
+  std::vector<pid_t> servers;
+  const auto start = std::chrono::steady_clock::now();
+  while (servers.size() < 2 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    servers = servers_of(warm.pid());
+  }
+  REQUIRE(servers.size() == 2);  // one per compiling thread
+  ::kill(warm.pid(), SIGKILL);
+  CHECK(warm.wait().exit_code == 128 + SIGKILL);
+  // A compile under way finishes first (well under a second here); then the server sees the
+  // socket closed and ends.
+  const auto killed = std::chrono::steady_clock::now();
+  std::vector<pid_t> left = servers;
+  while (!left.empty() && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::erase_if(left, [](pid_t p) { return !running(p); });
+  }
+  CHECK(left.empty());
+  for (pid_t p : left) ::kill(p, SIGKILL);  // not left behind by the test either
+}
