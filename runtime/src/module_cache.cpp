@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "check.h"
+#include "compile_lock.h"
 #include "driver.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
@@ -99,7 +100,10 @@ EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant
 // Outside the cache a generated kernel is known by its label, not its hash name.
 std::string display_name(const EntryKey& key) { return key.label.empty() ? key.op : key.label; }
 
-Entry compile_entry(const EntryKey& key, std::string source) {
+// `recheck`: look in the disk cache again once this process holds the digest's compile lock,
+// where another process may have stored it meanwhile (`*stored_meanwhile` says so); not when
+// the cached binaries were just rejected.
+Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true, bool* stored_meanwhile = nullptr) {
   if (const char* env = std::getenv("KILN_NO_COMPILE"); env && *env && std::string(env) != "0")
     throw Error("[cache] KILN_NO_COMPILE is set but " + display_name(key) + " (" + key.dtypes + ") for sm_" +
                 std::to_string(key.arch) + " is not in the disk cache " + DiskCache::global().dir().string());
@@ -126,6 +130,15 @@ Entry compile_entry(const EntryKey& key, std::string source) {
     in_flight.erase(key.digest);
   };
   try {
+    const std::optional<CompileLock> held = CompileLock::acquire(DiskCache::global(), key.digest);
+    if (held && recheck)
+      if (std::optional<Entry> e = DiskCache::global().load(key)) {
+        counters.disk_hits++;
+        if (stored_meanwhile) *stored_meanwhile = true;
+        done.set_value(*e);
+        finish();
+        return std::move(*e);
+      }
     CompiledModule m = compile({display_name(key), key.dtypes, source, key.arch});
     counters.compiles++;
     counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
@@ -176,7 +189,7 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   CUresult r = try_load(*entry, &module);
   if (r != CUDA_SUCCESS && retryable(r) && from_disk) {
     log().warn("{} ({}): cached binaries for sm_{} rejected by the driver; recompiling", key.op, key.dtypes, arch);
-    entry = compile_entry(key, source);
+    entry = compile_entry(key, source, /*recheck=*/false);
     r = try_load(*entry, &module);
   }
   if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
@@ -192,8 +205,10 @@ Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcom
     if (outcome) *outcome = WarmOutcome::cached;
     return std::move(*e);
   }
-  if (outcome) *outcome = WarmOutcome::compiled;
-  return compile_entry(key, std::move(source));
+  bool stored_meanwhile = false;
+  Entry e = compile_entry(key, std::move(source), true, &stored_meanwhile);
+  if (outcome) *outcome = stored_meanwhile ? WarmOutcome::cached : WarmOutcome::compiled;
+  return e;
 }
 
 WarmOutcome warm_key(const EntryKey& key, std::string source, std::string* digest) {
