@@ -34,7 +34,16 @@ int usable_cpus() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-int compile_jobs_for(const char* env, int cpus) {
+int ranks_on_node() {
+  const char* v = std::getenv("LOCAL_WORLD_SIZE");
+  if (!v || !*v) return 1;
+  int n = 0;
+  const char* end = v + std::strlen(v);
+  const auto [p, ec] = std::from_chars(v, end, n);
+  return ec == std::errc{} && p == end && n >= 1 ? n : 1;
+}
+
+int compile_jobs_for(const char* env, int cpus, int ranks) {
   if (env) {
     int jobs = 0;
     const char* end = env + std::strlen(env);
@@ -44,14 +53,15 @@ int compile_jobs_for(const char* env, int cpus) {
                        ", got '" + std::string(env) + "'");
     return jobs;
   }
-  return std::clamp(cpus, 1, kCompileJobsCap);
+  return std::max(1, std::clamp(cpus, 1, kCompileJobsCap) / std::max(1, ranks));
 }
 
-int compile_jobs() { return compile_jobs_for(compile_jobs_env(), usable_cpus()); }
+int compile_jobs() { return compile_jobs_for(compile_jobs_env(), usable_cpus(), ranks_on_node()); }
 
 int background_compile_jobs() {
   if (const char* env = compile_jobs_env()) return compile_jobs_for(env, 1);
-  return std::max(1, compile_jobs_for(nullptr, usable_cpus() - 1));
+  const int ranks = ranks_on_node();
+  return compile_jobs_for(nullptr, usable_cpus() - ranks, ranks);
 }
 
 }  // namespace kiln::rt

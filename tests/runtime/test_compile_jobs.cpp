@@ -1,5 +1,5 @@
 // How many compiles run at once: KILN_COMPILE_JOBS, else the CPUs this process may use (its
-// affinity mask) up to the cap, one fewer beside a run. No GPU.
+// affinity mask) up to the cap, split among the node's ranks, one fewer beside a run. No GPU.
 #include <doctest/doctest.h>
 #include <sched.h>
 
@@ -16,26 +16,24 @@ using namespace kiln;
 
 namespace {
 
-// Sets (or, with nullopt, unsets) KILN_COMPILE_JOBS for one scope.
-class JobsEnv {
+// Sets (or, with nullopt, unsets) an environment variable for one scope.
+class EnvVar {
  public:
-  explicit JobsEnv(std::optional<std::string> v) {
-    if (const char* old = std::getenv("KILN_COMPILE_JOBS")) old_ = old;
-    if (v) {
-      ::setenv("KILN_COMPILE_JOBS", v->c_str(), 1);
-    } else {
-      ::unsetenv("KILN_COMPILE_JOBS");
-    }
+  EnvVar(std::string name, std::optional<std::string> v) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    set(v);
   }
-  ~JobsEnv() {
-    if (old_) {
-      ::setenv("KILN_COMPILE_JOBS", old_->c_str(), 1);
-    } else {
-      ::unsetenv("KILN_COMPILE_JOBS");
-    }
-  }
+  ~EnvVar() { set(old_); }
 
  private:
+  void set(const std::optional<std::string>& v) {
+    if (v) {
+      ::setenv(name_.c_str(), v->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  std::string name_;
   std::optional<std::string> old_;
 };
 
@@ -47,7 +45,11 @@ TEST_CASE("compile_jobs_for: the CPUs up to the cap, or KILN_COMPILE_JOBS as giv
   CHECK(rt::compile_jobs_for(nullptr, 8) == 8);
   CHECK(rt::compile_jobs_for(nullptr, rt::kCompileJobsCap) == rt::kCompileJobsCap);
   CHECK(rt::compile_jobs_for(nullptr, 64) == rt::kCompileJobsCap);
+  CHECK(rt::compile_jobs_for(nullptr, 64, 4) == rt::kCompileJobsCap / 4);  // a node's ranks share the cap
+  CHECK(rt::compile_jobs_for(nullptr, 64, 64) == 1);
+  CHECK(rt::compile_jobs_for(nullptr, 6, 4) == 1);
   CHECK(rt::compile_jobs_for("3", 64) == 3);
+  CHECK(rt::compile_jobs_for("3", 64, 4) == 3);  // KILN_COMPILE_JOBS is per process
   CHECK(rt::compile_jobs_for("40", 2) == 40);  // asked for: oversubscribing is the user's call
   CHECK(rt::compile_jobs_for("4096", 2) == 4096);
   for (const char* bad : {"0", "-2", "abc", "3x", " 4", "", "4097", "99999999999"}) {
@@ -78,7 +80,8 @@ TEST_CASE("usable_cpus counts the affinity mask, not the host") {
   const int confined = rt::usable_cpus();
   int jobs = 0, background = 0;
   {
-    JobsEnv unset(std::nullopt);
+    EnvVar unset("KILN_COMPILE_JOBS", std::nullopt);
+    EnvVar alone("LOCAL_WORLD_SIZE", std::nullopt);
     jobs = rt::compile_jobs();
     background = rt::background_compile_jobs();
   }
@@ -89,19 +92,32 @@ TEST_CASE("usable_cpus counts the affinity mask, not the host") {
   CHECK(rt::usable_cpus() == all);
 }
 
-TEST_CASE("compile_jobs and background_compile_jobs read KILN_COMPILE_JOBS; beside a run one CPU is left") {
+TEST_CASE("compile_jobs and background_compile_jobs read KILN_COMPILE_JOBS and LOCAL_WORLD_SIZE; beside a run one CPU is left") {
   {
-    JobsEnv set(std::string("5"));
+    EnvVar set("KILN_COMPILE_JOBS", std::string("5"));
     CHECK(rt::compile_jobs() == 5);
     CHECK(rt::background_compile_jobs() == 5);
   }
   {
-    JobsEnv bad(std::string("many"));
+    EnvVar bad("KILN_COMPILE_JOBS", std::string("many"));
     CHECK_THROWS_AS(rt::compile_jobs(), ValueError);
     CHECK_THROWS_AS(rt::background_compile_jobs(), ValueError);
   }
-  JobsEnv unset(std::nullopt);
+  EnvVar unset("KILN_COMPILE_JOBS", std::nullopt);
   const int cpus = rt::usable_cpus();
-  CHECK(rt::compile_jobs() == std::min(cpus, rt::kCompileJobsCap));
-  CHECK(rt::background_compile_jobs() == std::max(1, std::min(cpus - 1, rt::kCompileJobsCap)));
+  {
+    EnvVar alone("LOCAL_WORLD_SIZE", std::nullopt);
+    CHECK(rt::ranks_on_node() == 1);
+    CHECK(rt::compile_jobs() == std::min(cpus, rt::kCompileJobsCap));
+    CHECK(rt::background_compile_jobs() == std::max(1, std::min(cpus - 1, rt::kCompileJobsCap)));
+  }
+  // Under a launcher the node's compiles are shared among its ranks.
+  EnvVar four("LOCAL_WORLD_SIZE", std::string("4"));
+  CHECK(rt::ranks_on_node() == 4);
+  CHECK(rt::compile_jobs() == std::max(1, std::min(cpus, rt::kCompileJobsCap) / 4));
+  CHECK(rt::background_compile_jobs() == std::max(1, std::clamp(cpus - 4, 1, rt::kCompileJobsCap) / 4));
+  for (const char* odd : {"0", "x", "-3"}) {
+    EnvVar bad("LOCAL_WORLD_SIZE", std::string(odd));
+    CHECK(rt::ranks_on_node() == 1);
+  }
 }
