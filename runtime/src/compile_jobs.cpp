@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -22,6 +23,14 @@ const char* compile_jobs_env() {
   return v && *v ? v : nullptr;
 }
 
+// `s` as a whole number (digits only, nothing after them), or nullopt.
+std::optional<int> whole_number(const char* s) {
+  int n = 0;
+  const char* end = s + std::strlen(s);
+  const auto [p, ec] = std::from_chars(s, end, n);
+  return ec == std::errc{} && p == end ? std::optional<int>(n) : std::nullopt;
+}
+
 }  // namespace
 
 int usable_cpus() {
@@ -36,22 +45,17 @@ int usable_cpus() {
 
 int ranks_on_node() {
   const char* v = std::getenv("LOCAL_WORLD_SIZE");
-  if (!v || !*v) return 1;
-  int n = 0;
-  const char* end = v + std::strlen(v);
-  const auto [p, ec] = std::from_chars(v, end, n);
-  return ec == std::errc{} && p == end && n >= 1 ? n : 1;
+  const std::optional<int> n = v ? whole_number(v) : std::nullopt;
+  return n && *n >= 1 ? *n : 1;
 }
 
 int compile_jobs_for(const char* env, int cpus, int ranks) {
   if (env) {
-    int jobs = 0;
-    const char* end = env + std::strlen(env);
-    const auto [p, ec] = std::from_chars(env, end, jobs);
-    if (ec != std::errc{} || p != end || jobs < 1 || jobs > kMostJobs)
+    const std::optional<int> jobs = whole_number(env);
+    if (!jobs || *jobs < 1 || *jobs > kMostJobs)
       throw ValueError("[compile] KILN_COMPILE_JOBS must be a whole number from 1 to " + std::to_string(kMostJobs) +
                        ", got '" + std::string(env) + "'");
-    return jobs;
+    return *jobs;
   }
   return std::max(1, std::clamp(cpus, 1, kCompileJobsCap) / std::max(1, ranks));
 }
