@@ -1,8 +1,8 @@
 // The tuned choice among the generated conv kinds. The heuristic's pick is the reference
 // (candidate 0), in the order the kinds were tried before tuning: the GEMM tile engine where
-// it applies (with its other tiles), then patch, igemm and direct (the pick only where neither
-// of the others applies); for weight gradients the engine (last where the input has fewer than
-// 16 channels), wgrad, wgrad_small, then igemm.
+// it applies (16 or more channels either way; with its other tiles), then patch, igemm and
+// direct (the pick only where neither of the others applies); for weight gradients the engine,
+// wgrad, wgrad_small, then igemm. Before sm_90 the engine's 1x1 batches come last.
 #include "conv_run.h"
 
 #include <algorithm>
@@ -66,9 +66,9 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
                       : math == ConvMath::f16  ? GemmMath::f16
                       : math == ConvMath::tf32 ? GemmMath::tf32
                                                : GemmMath::f32;
-  // Exact f32 triples the products: with few channels either way (o or c, in every pass) its
-  // tiles are mostly empty.
-  if (gm == GemmMath::f32 && std::min(g.o, g.c) < 16) return std::nullopt;
+  // With few channels either way (o or c, in every pass) its tiles are mostly empty: the older
+  // kinds were 2-6x faster on every such row measured (cnn conv1, speedrun sr1).
+  if (std::min(g.o, g.c) < 16) return std::nullopt;
   const GemmTarget tgt{arch, target.sm_count, target.max_shared};
   if (pass == ConvPass::grad_weight) {
     GemmConv c;
@@ -144,16 +144,13 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
       if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, {.k_major = true}))
         add_engine(*k, {.k_major = true});
   }
-  // A weight gradient of few input channels pads each tap's tile mostly with zeros, and exact
-  // f32 triples the products, which costs more than the FFMA kernels where there are few
-  // output rows per tap: the engine is timed there but is not the untuned pick.
-  const std::int64_t rows = pass == ConvPass::grad_input ? g.c : g.o;
   // Before sm_90 (the mma.sync kind's 1x1 batches) the older kinds stay the untuned pick.
-  const bool engine_first = arch < 90                       ? false
-                            : math == ConvMath::f32         ? rows * g.kh * g.kw >= 128
-                            : pass == ConvPass::grad_weight ? g.c >= 16
-                                                            : true;
+  const bool engine_first = arch >= 90;
   if (engine_first) c = std::move(engine);
+  // Where the engine leads and the work fills the GPU, the older kinds were 1.4-27x slower on
+  // every row measured (H200, over 4 MFLOP an SM), and their compiles are a tuning's slowest.
+  const double flop = 2.0 * static_cast<double>(g.n * g.o * g.oh * g.ow) * static_cast<double>(g.cg() * g.kh * g.kw);
+  if (engine_first && !c.empty() && flop > 4e6 * target.sm_count) return c;
   const std::vector<ConvKernel> kinds =
       pass == ConvPass::grad_weight ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
                                     : std::vector{ConvKernel::patch, ConvKernel::igemm, ConvKernel::direct};
