@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include <kiln/kiln.h>
@@ -75,23 +76,50 @@ int usage_error(const std::string& message) {
   return kUsageExit;
 }
 
+// The process's kernels: compiled in it (NVRTC time summed over threads) or read from the disk cache.
+void print_kernels(const std::string& more) {
+  const KernelStats k = kernel_stats();
+  std::printf("kernels: %llu compiled (%.0f ms of NVRTC time over all threads), %llu loaded from the disk cache%s\n",
+              static_cast<unsigned long long>(k.compiled), k.compile_ms,
+              static_cast<unsigned long long>(k.loaded_from_disk), more.c_str());
+}
+
 void print_summary(const mnist::RunResult& r) {
   auto when = [](const std::optional<double>& s) {
     return s ? std::to_string(*s).substr(0, std::to_string(*s).find('.') + 3) + " s" : std::string("not reached");
   };
-  const KernelStats k = kernel_stats();
   std::printf("best test accuracy %.2f%%\n", 100 * r.best_accuracy);
   std::printf("time to 98%%: %s, to 99%%: %s (training time, evaluation excluded)%s\n", when(r.seconds_to_98).c_str(),
               when(r.seconds_to_99).c_str(),
               r.process_seconds_to_99 ? ("; 99% at " + when(r.process_seconds_to_99) + " since the process started").c_str()
                                       : "");
   std::printf("%.2f s training, %.0f samples/s\n", r.train_seconds, r.samples_per_s);
-  std::printf("kernels: %llu compiled (%.0f ms of NVRTC time over all threads), %llu loaded from the disk cache; "
-              "the first two steps waited %.0f ms for them\n",
-              static_cast<unsigned long long>(k.compiled), k.compile_ms,
-              static_cast<unsigned long long>(k.loaded_from_disk), r.first_steps_wait_ms);
+  print_kernels("; the first two steps waited " + std::to_string(std::lround(r.first_steps_wait_ms)) + " ms for them");
   if (r.train_step) std::printf("training step graphs: %s\n", mnist::describe(*r.train_step).c_str());
   if (r.eval_step) std::printf("evaluation graphs: %s\n", mnist::describe(*r.eval_step).c_str());
+}
+
+// A cold process compiles the run's kernels on every core while it loads the data. With
+// --kernel-plan FILE the plan is written first; false: --plan-only, the run stops there.
+bool plan_and_prefetch(const std::function<KernelPlan()>& plan, Device device, const std::string& plan_file,
+                       bool plan_only, bool leader) {
+  if (plan_file.empty()) {
+    try {
+      prefetch_kernels(plan(), device);
+    } catch (const std::exception& e) {  // only a speed-up: the run still compiles on first use
+      std::fprintf(stderr, "mnist-train: warning: no kernel plan (%s); kernels compile as the run first needs them\n",
+                   e.what());
+    }
+    return true;
+  }
+  const KernelPlan p = plan();
+  if (leader) p.save(plan_file);
+  if (plan_only) {
+    if (leader) std::printf("kernel plan: %zu kernels written to %s\n", p.kernels.size(), plan_file.c_str());
+    return false;
+  }
+  prefetch_kernels(p, device);
+  return true;
 }
 
 // --recipe speedrun: `seeds` runs from `first_seed` on, a line each, then their summary; with
@@ -117,6 +145,7 @@ void run_speedrun(const data::Mnist& mnist, Device device, bool compiled, std::u
   }
   std::printf("%s\n", mnist::summarize(runs).c_str());
   if (!runs.back().step_graph.empty()) std::printf("training step graphs: %s\n", runs.back().step_graph.c_str());
+  if (device.is_cuda()) print_kernels("");
 }
 
 }  // namespace
@@ -195,7 +224,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   for (const char* fixed : {"--model", "--epochs", "--batch-size", "--lr", "--optimizer", "--schedule", "--precision",
                             "--save", "--load", "--plot", "--eval-only", "--checkpoint", "--resume",
-                            "--sync-bn", "--kernel-plan"})
+                            "--sync-bn"})
     recipe_opt->excludes(app.get_option(fixed));
   kiln::cli::add_version_flag(app);
   if (const std::optional<int> code = kiln::cli::parse_command_line(app, argc, argv, usage_error)) return *code;
@@ -215,37 +244,28 @@ int main(int argc, char** argv) {
     } else {
       o.device = pick_device(device);
     }
+    if (!plan_file.empty() && (!o.device.is_cuda() || o.eval_only))
+      throw ValueError("[mnist-train] --kernel-plan lists GPU kernels: it needs a CUDA device and a training run");
     if (!recipe.empty()) {
       if (!o.metrics.empty()) mnist::check_output_files(o);
+      const bool compiled = mnist::compiled_steps(o);
+      if (o.device.is_cuda() &&
+          !plan_and_prefetch([&] { return mnist::plan_speedrun(mnist::SpeedrunRecipe{}, o.device, compiled); },
+                             o.device, plan_file, plan_only, true))
+        return 0;
       const std::string dir = mnist::locate_dataset(data_dir);
       const data::Mnist mnist = data::load_mnist(dir);
       std::printf("kiln %s: recipe %s on %s (%s steps), data %s\n", kiln::version(), recipe.c_str(),
                   o.device.str().c_str(), mnist::compiled_steps(o) ? "compiled" : "eager", dir.c_str());
-      run_speedrun(mnist, o.device, mnist::compiled_steps(o), o.seed, seeds, o.metrics);
+      run_speedrun(mnist, o.device, compiled, o.seed, seeds, o.metrics);
       return 0;
     }
     o = mnist::with_defaults(o);
     if (o.eval_only && o.load.empty()) throw ValueError("[mnist-train] --eval-only needs --load FILE");
     if (!o.eval_only) mnist::check_output_files(o);  // a bad path fails now, not after training
-    // A cold process compiles the run's kernels on every core while it loads the data.
-    if (o.device.is_cuda() && !o.eval_only && plan_file.empty()) {
-      try {
-        prefetch_kernels(mnist::plan_training(o), o.device);
-      } catch (const std::exception& e) {  // only a speed-up: the run still compiles on first use
-        std::fprintf(stderr, "mnist-train: warning: no kernel plan (%s); kernels compile as the run first needs them\n",
-                     e.what());
-      }
-    } else if (o.device.is_cuda() && !o.eval_only) {
-      const KernelPlan plan = mnist::plan_training(o);
-      if (dist.leader()) plan.save(plan_file);
-      if (plan_only) {
-        if (dist.leader()) std::printf("kernel plan: %zu kernels written to %s\n", plan.kernels.size(), plan_file.c_str());
-        return 0;
-      }
-      prefetch_kernels(plan, o.device);
-    } else if (!plan_file.empty()) {
-      throw ValueError("[mnist-train] --kernel-plan lists GPU kernels: it needs a CUDA device and a training run");
-    }
+    if (o.device.is_cuda() && !o.eval_only &&
+        !plan_and_prefetch([&] { return mnist::plan_training(o); }, o.device, plan_file, plan_only, dist.leader()))
+      return 0;
     const std::string dir = mnist::locate_dataset(data_dir);
     const data::Mnist data = data::load_mnist(dir);
     const std::string where = dist.launched() ? std::to_string(dist.world) + (dist.world == 1 ? " GPU" : " GPUs") +

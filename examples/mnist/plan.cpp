@@ -46,4 +46,17 @@ KernelPlan plan_training(const TrainOptions& o) {
       o.device);
 }
 
+KernelPlan plan_speedrun(const SpeedrunRecipe& recipe, Device device, bool compiled) {
+  return plan_kernels(
+      [&] {
+        // The recipe drops the epoch's short last batch; the evaluation takes the test set 1000 at a time.
+        data::Mnist blank;
+        std::tie(blank.train_images, blank.train_labels) = blank_split(recipe.batch_size);
+        std::tie(blank.test_images, blank.test_labels) = blank_split(std::min<std::int64_t>(1000, kTestImages));
+        const SpeedrunData data(blank, device);
+        (void)speedrun(data, recipe, 0, device, compiled);
+      },
+      device);
+}
+
 }  // namespace mnist

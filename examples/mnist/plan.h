@@ -3,6 +3,7 @@
 // cold process compiles them all at once while it loads the data.
 #include <kiln/kernel_plan.h>
 
+#include "speedrun.h"
 #include "train.h"
 
 namespace mnist {
@@ -14,5 +15,9 @@ constexpr std::int64_t kTrainImages = 60'000, kTestImages = 10'000;
 // batches (a full one and the epoch's short last one), the training step for each, the
 // evaluation step and the sums around them. Sets the TF32 switches as train() does.
 kiln::KernelPlan plan_training(const TrainOptions& o);
+
+// The same for --recipe speedrun: one seed's run (warm-up, a step, the evaluations) on a blank
+// training batch and test batch, whose steps have the real run's shapes.
+kiln::KernelPlan plan_speedrun(const SpeedrunRecipe& recipe, kiln::Device device, bool compiled);
 
 }  // namespace mnist

@@ -3,6 +3,7 @@
 // a GPU compiled steps that give exactly the --eager runs (the warm-up's state fully undone).
 #include "mnist_train_util.h"
 
+#include "kiln/kernel_plan.h"
 #include "kiln/runtime/device.h"
 
 using namespace mnist_test;
@@ -65,6 +66,11 @@ TEST_CASE("mnist-train --recipe refuses the flags it sets; --seeds needs it") {
   const kiln_test::ProcessResult seeds = train({"--data", s.dir.path().string(), "--device", "cpu", "--seeds", "2"});
   CHECK(seeds.exit_code != 0);
   CHECK(seeds.err.find("--seeds requires --recipe") != std::string::npos);
+  // Its kernel plan lists GPU kernels: on the CPU there are none.
+  const kiln_test::ProcessResult plan = train({"--data", s.dir.path().string(), "--device", "cpu", "--recipe",
+                                               "speedrun", "--kernel-plan", (s.dir.path() / "p.plan").string()});
+  CHECK(plan.exit_code != 0);
+  CHECK(plan.err.find("--kernel-plan lists GPU kernels") != std::string::npos);
   const kiln_test::ProcessResult unknown = train({"--device", "cpu", "--recipe", "fastest"});
   CHECK(unknown.exit_code != 0);
   CHECK(unknown.err.find("speedrun") != std::string::npos);
@@ -87,4 +93,40 @@ TEST_CASE("mnist-train --recipe speedrun on the GPU: compiled steps give exactly
     CHECK(compiled[i].at("test_loss") == eager[i].at("test_loss"));
     CHECK(compiled[i].at("test_accuracy") == eager[i].at("test_accuracy"));
   }
+}
+
+TEST_CASE("mnist-train --recipe speedrun --kernel-plan: warmed from its plan, the run compiles no kernel") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why)) {
+    MESSAGE("skipped: needs a GPU (" << why << ")");
+    return;
+  }
+  // Files of MNIST's sizes: the plan's batches are the real files' (the recipe drops the short
+  // last batch; the evaluation takes 1000 images at a time).
+  jitcc_test::ScratchDir data, cache;
+  write_split(data.path(), "train", 60000, 1);
+  write_split(data.path(), "t10k", 10000, 2);
+  const std::string plan = (data.path() / "speedrun.plan").string();
+  const kiln_test::EnvOverrides env{{"KILN_CACHE_DIR", cache.path().string()}, {"KILN_LOG_LEVEL", "debug"}};
+  const kiln_test::ProcessResult planned =
+      train({"--data", data.path().string(), "--recipe", "speedrun", "--kernel-plan", plan, "--plan-only"}, env);
+  INFO(planned.out << planned.err);
+  REQUIRE(planned.exit_code == 0);
+  CHECK(planned.out.find("kernel plan: ") != std::string::npos);
+  CHECK(planned.out.find("recipe speedrun:") == std::string::npos);  // it stops before the data and the runs
+  bool per_shape = false, fused = false;
+  for (const kiln::KernelPlan::Kernel& k : kiln::KernelPlan::load(plan).kernels) {
+    per_shape = per_shape || k.label.find("conv2d") != std::string::npos || k.label.find("gemm") != std::string::npos;
+    fused = fused || k.label.find("fused(") != std::string::npos;
+  }
+  CHECK(per_shape);
+  CHECK(fused);
+  const kiln_test::ProcessResult warm =
+      jitcc_test::jitcc({"warm", "--plan", plan, "--arch", "auto", "--cache-dir", cache.path().string()});
+  INFO(warm.out << warm.err);
+  CHECK(warm.exit_code == 0);
+  const kiln_test::ProcessResult run = train({"--data", data.path().string(), "--recipe", "speedrun"}, env);
+  INFO(run.out << run.err);  // the debug log names each kernel compiled
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out.find("kernels: 0 compiled") != std::string::npos);
 }

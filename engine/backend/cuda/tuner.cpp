@@ -173,6 +173,10 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   if (rt::shape_only()) {
     if (!measure) return run(0);
     for (const TuneCandidate& c : candidates) c.run();  // every kernel planned, for the tuning to come
+    for (const TuneOutput& o : check.outputs) {            // and the two that check the candidates' outputs
+      rt::get_function(kScale, DTypes{o.dtype}, 0, s.device());
+      rt::get_function(kCompare, DTypes{o.dtype}, 0, s.device());
+    }
     return {0, false};
   }
   if (!measure) return run(0);
