@@ -154,6 +154,7 @@ TEST_CASE("jitcc warm --from-cache rebuilds generated and user-defined kernels f
   REQUIRE(first.at("kernels").size() == 2);
   CHECK(find_by(first.at("kernels"), "name", kFusedLabel));
   CHECK(find_by(first.at("kernels"), "name", kUserOp));
+  CHECK(first.at("families").size() == 2);  // each kernel's op is its own family here
 
   nlohmann::json list = jitcc_json({"list", "--cache-dir", to.path().string()});
   REQUIRE(list.at("entries").size() == 2);

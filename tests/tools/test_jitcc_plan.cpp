@@ -1,6 +1,8 @@
 // jitcc warm --plan FILE: a run's kernel plan (kiln/kernel_plan.h) compiled into a cache, the
 // kernels shipped with kiln from this kiln's templates and generated ones from the plan's
 // source; the entries are the very ones the run's module cache looks up.
+#include <set>
+
 #include "jitcc_test_util.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/disk_cache.h"
@@ -78,6 +80,43 @@ TEST_CASE("jitcc warm --plan compiles a plan's kernels, then finds them cached")
   ProcessResult text = jitcc(args);
   CHECK(text.exit_code == 0);
   CHECK(text.out.find("2 kernels from the plan " + file + " for sm_90") != std::string::npos);
+}
+
+TEST_CASE("jitcc warm --timings: compile milliseconds per kernel family, a generated kernel's by its kind") {
+  ScratchDir dir, cache;
+  kiln::KernelPlan plan = two_kernel_plan();
+  // A generated kernel named as the runtime names them: <kind>_<16 hex digits>.
+  plan.kernels.push_back({"fused_0011223344556677", "u8", 0, "fused(kind,test) f32",
+                          "// kiln kernel fused_0011223344556677 (u8) variant 0\n"
+                          "extern \"C\" __global__ void kiln_fused(float* p) { p[threadIdx.x] -= 2.f; }\n"});
+  const std::string file = (dir.path() / "run.plan").string();
+  plan.save(file);
+  const std::vector<std::string> args{"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()};
+
+  const nlohmann::json first = jitcc_json(args);
+  REQUIRE(first.at("compiled") == 3);
+  std::set<std::string> families;
+  for (const nlohmann::json& f : first.at("families")) {
+    families.insert(f.at("family").get<std::string>());
+    CHECK(f.at("compiled") == 1);
+    CHECK(f.at("median_ms").get<double>() > 0);
+    CHECK(f.at("max_ms") == f.at("median_ms"));
+    CHECK(f.at("total_ms") == f.at("median_ms"));
+  }
+  // relu's template; the kind of the runtime-named kernel; a name of another form as it is.
+  CHECK(families == std::set<std::string>{"elementwise_unary", "fused", "fused_jitcc_plan_0001"});
+  // Costliest first.
+  for (std::size_t i = 1; i < first.at("families").size(); ++i)
+    CHECK(first.at("families")[i - 1].at("total_ms").get<double>() >= first.at("families")[i].at("total_ms").get<double>());
+
+  const nlohmann::json again = jitcc_json(args);  // all cached: nothing compiled, no family
+  CHECK(again.at("families").empty());
+  std::vector<std::string> timed = args;
+  timed.push_back("--timings");
+  const ProcessResult text = jitcc(timed);
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("per family") != std::string::npos);
+  CHECK(jitcc(args).out.find("per family") == std::string::npos);  // only with --timings
 }
 
 TEST_CASE("jitcc warm --plan: an unknown kernel and a broken source are named; a bad plan is a usage error") {

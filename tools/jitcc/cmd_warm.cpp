@@ -15,9 +15,7 @@ namespace {
 struct WarmArgs {
   std::string ops = "all";
   std::string dtypes = "all";
-  std::string arch = "auto";
-  int jobs = 0;  // 0: rt::compile_jobs()
-  bool allow_unstored = false;
+  WarmOptions o{"auto"};
   std::optional<std::string> from_cache;  // a cache directory whose run-time kernels to rebuild
   std::optional<std::string> plan;        // a kernel plan file whose kernels to build
 };
@@ -47,12 +45,12 @@ std::vector<Job> select_jobs(const WarmArgs& a) {
 
 int run_warm(const WarmArgs& a, const Common& common) {
   apply_cache_dir(common);
-  if (a.from_cache) return run_warm_from_cache(*a.from_cache, a.arch, a.jobs, a.allow_unstored, common);
-  if (a.plan) return run_warm_plan(*a.plan, a.arch, a.jobs, a.allow_unstored, common);
-  warm_threads(a.jobs, 1);  // a bad --jobs is reported before the kernels are selected
+  if (a.from_cache) return run_warm_from_cache(*a.from_cache, a.o, common);
+  if (a.plan) return run_warm_plan(*a.plan, a.o, common);
+  warm_threads(a.o.jobs, 1);  // a bad --jobs is reported before the kernels are selected
   const std::vector<Job> jobs = select_jobs(a);
-  const int arch = resolve_arch(a.arch);
-  const int threads = warm_threads(a.jobs, jobs.size());
+  const int arch = resolve_arch(a.o.arch);
+  const int threads = warm_threads(a.o.jobs, jobs.size());
   auto& cache = open_warm_cache();
   const WarmBatch b = warm_batch(jobs.size(), threads, common, cache, [&](std::size_t i, std::string* digest) {
     return rt::warm_kernel(*jobs[i].spec, jobs[i].dtypes, jobs[i].variant, arch, digest);
@@ -72,10 +70,14 @@ int run_warm(const WarmArgs& a, const Common& common) {
   }
   char line[128];
   std::snprintf(line, sizeof line, "%zu kernels for %s in %.2f s: ", jobs.size(), arch_name(arch).c_str(), b.seconds);
-  Json summary = warm_summary(Json{{"kernels", jobs.size()}}, b, arch, cache);
+  std::vector<std::string> families;
+  for (const Job& j : jobs) families.push_back(j.spec->template_name);
+  Json summary = warm_summary(Json{{"kernels", jobs.size()}}, b, arch, cache, families);
   summary["failures"] = std::move(fails);
-  emit(common, summary, line + warm_counts(b, b.failed) + "\ncache: " + cache.dir().string() + "\n");
-  return warm_exit(b, b.failed, a.allow_unstored);
+  emit(common, summary,
+       line + warm_counts(b, b.failed) + "\ncache: " + cache.dir().string() + "\n" +
+           (a.o.timings ? family_table(summary.at("families")) : ""));
+  return warm_exit(b, b.failed, a.o.allow_unstored);
 }
 
 }  // namespace
@@ -105,12 +107,15 @@ void add_warm(CLI::App& app, Context& ctx) {
       ->excludes(ops)
       ->excludes(dtypes)
       ->excludes("--from-cache");
-  sub->add_option("--arch", args->arch, "Target arch (sm_90), or auto for GPU 0")
+  sub->add_option("--arch", args->o.arch, "Target arch (sm_90), or auto for GPU 0")
       ->capture_default_str()
       ->check(not_a_flag());
-  sub->add_option("--jobs,-j", args->jobs, "Parallel compiles; 0 (the default): KILN_COMPILE_JOBS, else one per usable CPU up to 16");
-  sub->add_flag("--allow-unstored", args->allow_unstored,
+  sub->add_option("--jobs,-j", args->o.jobs, "Parallel compiles; 0 (the default): KILN_COMPILE_JOBS, else one per usable CPU up to 16");
+  sub->add_flag("--allow-unstored", args->o.allow_unstored,
                 "Exit 0 even when some kernels could not be stored (read-only, full or too small cache)");
+  sub->add_flag("--timings", args->o.timings,
+                "Also print the compile milliseconds a kernel per family (template or generated kind), the "
+                "costliest first");
   add_common_options(*sub, ctx.common);
   sub->callback([args, &ctx] { ctx.run = [args, &ctx] { return run_warm(*args, ctx.common); }; });
 }

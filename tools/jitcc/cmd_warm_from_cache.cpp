@@ -35,13 +35,12 @@ std::string describe(const rt::EntryKey& k) { return kernel_name(k.op, k.dtypes,
 
 }  // namespace
 
-int run_warm_from_cache(const std::string& dir, const std::string& arch_text, int jobs_arg, bool allow_unstored,
-                        const Common& common) {
+int run_warm_from_cache(const std::string& dir, const WarmOptions& o, const Common& common) {
   const fs::path from = fs::absolute(dir);
   std::error_code ec;
   if (!fs::is_directory(from, ec))
     throw UsageError("--from-cache " + from.string() + ": " + (fs::exists(from, ec) ? "not a directory" : "no such directory"));
-  const int arch = resolve_arch(arch_text);
+  const int arch = resolve_arch(o.arch);
 
   // Read first: DIR may be the cache being filled.
   const rt::DiskCache source(from, rt::CacheMode::read_only, 0);
@@ -70,7 +69,7 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
     warn(from.string() + " records no kernel made at run time (fused or user-defined)");
 
   auto& cache = open_warm_cache();
-  const WarmBatch b = warm_batch(kernels.size(), warm_threads(jobs_arg, kernels.size()), common, cache,
+  const WarmBatch b = warm_batch(kernels.size(), warm_threads(o.jobs, kernels.size()), common, cache,
                                  [&](std::size_t i, std::string* digest) {
                                    return rt::warm_source(kernels[i].entry.key, kernels[i].entry.source, arch, digest);
                                  });
@@ -103,13 +102,16 @@ int run_warm_from_cache(const std::string& dir, const std::string& arch_text, in
   std::snprintf(line, sizeof line, " for %s in %.2f s: ", arch_name(arch).c_str(), b.seconds);
   text += std::to_string(kernels.size()) + " kernels from " + from.string() + line + warm_counts(b, failures.size()) +
           "; " + std::to_string(builtin) + " built-in entries left to `jitcc warm`\ncache: " + cache.dir().string() + "\n";
-  Json summary = warm_summary(Json{{"from_cache", from.string()}}, b, arch, cache);
+  std::vector<std::string> families;
+  for (const Recorded& r : kernels) families.push_back(kernel_family(r.entry.key.op));
+  Json summary = warm_summary(Json{{"from_cache", from.string()}}, b, arch, cache, families);
+  if (o.timings) text += family_table(summary.at("families"));
   summary["failed"] = failures.size();  // unreadable entries too
   summary["builtin_skipped"] = builtin;
   summary["kernels"] = std::move(list);
   summary["failures"] = std::move(fails);
   emit(common, summary, text);
-  return warm_exit(b, failures.size(), allow_unstored);
+  return warm_exit(b, failures.size(), o.allow_unstored);
 }
 
 }  // namespace jitcc

@@ -35,17 +35,16 @@ rt::WarmOutcome warm_planned(const kiln::KernelPlan::Kernel& k, int arch, std::s
 
 }  // namespace
 
-int run_warm_plan(const std::string& file, const std::string& arch_text, int jobs_arg, bool allow_unstored,
-                  const Common& common) {
+int run_warm_plan(const std::string& file, const WarmOptions& o, const Common& common) {
   kiln::KernelPlan plan;
   try {
     plan = kiln::KernelPlan::load(file);
   } catch (const kiln::Error& e) {
     throw UsageError(std::string("--plan ") + e.what());
   }
-  const int arch = resolve_arch(arch_text);
+  const int arch = resolve_arch(o.arch);
   auto& cache = open_warm_cache();
-  const WarmBatch b = warm_batch(plan.kernels.size(), warm_threads(jobs_arg, plan.kernels.size()), common, cache,
+  const WarmBatch b = warm_batch(plan.kernels.size(), warm_threads(o.jobs, plan.kernels.size()), common, cache,
                                  [&](std::size_t i, std::string* digest) { return warm_planned(plan.kernels[i], arch, digest); });
 
   Json fails = Json::array();
@@ -57,10 +56,14 @@ int run_warm_plan(const std::string& file, const std::string& arch_text, int job
   }
   char head[64];
   std::snprintf(head, sizeof head, " for %s in %.2f s: ", arch_name(arch).c_str(), b.seconds);
-  Json summary = warm_summary(Json{{"plan", file}, {"kernels", plan.kernels.size()}}, b, arch, cache);
+  std::vector<std::string> families;
+  for (const kiln::KernelPlan::Kernel& k : plan.kernels) families.push_back(kernel_family(k.op));
+  Json summary = warm_summary(Json{{"plan", file}, {"kernels", plan.kernels.size()}}, b, arch, cache, families);
   summary["failures"] = std::move(fails);
-  emit(common, summary, std::to_string(plan.kernels.size()) + " kernels from the plan " + file + head + warm_counts(b, b.failed) + "\ncache: " + cache.dir().string() + "\n");
-  return warm_exit(b, b.failed, allow_unstored);
+  emit(common, summary,
+       std::to_string(plan.kernels.size()) + " kernels from the plan " + file + head + warm_counts(b, b.failed) +
+           "\ncache: " + cache.dir().string() + "\n" + (o.timings ? family_table(summary.at("families")) : ""));
+  return warm_exit(b, b.failed, o.allow_unstored);
 }
 
 }  // namespace jitcc

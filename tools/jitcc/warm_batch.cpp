@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "kiln/error.h"
 #include "kiln/runtime/compile_jobs.h"
+#include "kiln/runtime/kernel_registry.h"
 
 namespace jitcc {
 
@@ -85,13 +88,16 @@ WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt:
   b.digests.resize(n);
   b.errors.resize(n);
   b.logs.resize(n);
+  b.ms.assign(n, 0);
   b.threads = threads;
   std::atomic<int> compiled{0}, cached{0}, failed{0};
   auto progress = progress_line(common, "warm", "kernels", n, {"compiled", "cached", "failed"});
   const auto start = std::chrono::steady_clock::now();
   parallel_for(n, threads, [&](std::size_t i) {
     try {
+      const auto began = std::chrono::steady_clock::now();
       const bool fresh = warm_one(i, &b.digests[i]) == rt::WarmOutcome::compiled;
+      if (fresh) b.ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
       b.outcomes[i] = fresh ? "compiled" : "cached";
       (fresh ? compiled : cached)++;
       progress.tick(fresh ? 0 : 1);
@@ -112,7 +118,60 @@ WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt:
   return b;
 }
 
-Json warm_summary(Json head, const WarmBatch& b, int arch, const rt::DiskCache& cache) {
+std::string kernel_family(const std::string& op) {
+  // Generated: <kind>_<16 hex digits>, then _<n> for a taken name or a module's later entries.
+  for (std::size_t at = op.find('_'); at != std::string::npos; at = op.find('_', at + 1)) {
+    const std::size_t end = at + 17;
+    if (end <= op.size() && (end == op.size() || op[end] == '_') &&
+        std::all_of(op.begin() + static_cast<std::ptrdiff_t>(at + 1), op.begin() + static_cast<std::ptrdiff_t>(end),
+                    [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }))
+      return op.substr(0, at);
+  }
+  const rt::KernelSpec* spec = rt::find_kernel(op);
+  return spec ? spec->template_name : op;
+}
+
+namespace {
+
+Json family_times(const WarmBatch& b, const std::vector<std::string>& families) {
+  std::map<std::string, std::vector<double>> by;
+  for (std::size_t i = 0; i < b.ms.size() && i < families.size(); ++i)
+    if (b.outcomes[i] == "compiled") by[families[i]].push_back(b.ms[i]);
+  std::vector<Json> rows;
+  for (auto& [family, ms] : by) {
+    std::sort(ms.begin(), ms.end());
+    const std::size_t n = ms.size();
+    const double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+    double total = 0;
+    for (double m : ms) total += m;
+    rows.push_back(Json{{"family", family}, {"compiled", n}, {"median_ms", median}, {"max_ms", ms.back()},
+                        {"total_ms", total}});
+  }
+  std::sort(rows.begin(), rows.end(), [](const Json& x, const Json& y) {
+    return x.at("total_ms").get<double>() > y.at("total_ms").get<double>();
+  });
+  return Json(rows);
+}
+
+}  // namespace
+
+std::string family_table(const Json& families) {
+  std::string t = "compile milliseconds a kernel, per family (NVRTC in its server and the store, on the kernel's thread):\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "%-28s %8s %9s %9s %10s\n", "family", "compiled", "median", "max", "total");
+  t += line;
+  for (const Json& f : families) {
+    std::snprintf(line, sizeof line, "%-28s %8d %9.1f %9.1f %10.1f\n", f.at("family").get<std::string>().c_str(),
+                  f.at("compiled").get<int>(), f.at("median_ms").get<double>(), f.at("max_ms").get<double>(),
+                  f.at("total_ms").get<double>());
+    t += line;
+  }
+  return t;
+}
+
+Json warm_summary(Json head, const WarmBatch& b, int arch, const rt::DiskCache& cache,
+                  const std::vector<std::string>& families) {
+  head["families"] = family_times(b, families);
   head["compiled"] = b.compiled;
   head["cached"] = b.cached;
   head["failed"] = b.failed;

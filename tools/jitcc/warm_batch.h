@@ -24,6 +24,7 @@ struct WarmBatch {
   std::vector<std::string> outcomes;      // "compiled" or "cached"; empty for a kernel that failed
   std::vector<std::string> digests;       // empty for a kernel that failed
   std::vector<std::string> errors, logs;  // a failed kernel's first line of error, and NVRTC's log
+  std::vector<double> ms;  // a compiled kernel's compile (NVRTC in its server, and the store), on its thread; else 0
   int compiled = 0, cached = 0, failed = 0, threads = 0;
   double seconds = 0;
   std::size_t stored = 0;  // of the built kernels, how many the cache holds at the end
@@ -34,16 +35,30 @@ struct WarmBatch {
 WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const kiln::rt::DiskCache& cache,
                      const std::function<kiln::rt::WarmOutcome(std::size_t, std::string*)>& warm_one);
 
-// The fields every warm's JSON summary has, after `head` (what was warmed from).
-Json warm_summary(Json head, const WarmBatch& b, int arch, const kiln::rt::DiskCache& cache);
+// A kernel's family: a registered kernel's template, a generated one's module kind
+// ("gemm_wgmma" of "gemm_wgmma_<16 hex digits>").
+std::string kernel_family(const std::string& op);
+
+// The fields every warm's JSON summary has, after `head` (what was warmed from); `families`
+// holds each kernel's family, for "families": the compiled kernels' milliseconds per family
+// ({family, compiled, median_ms, max_ms, total_ms}), the costliest first.
+Json warm_summary(Json head, const WarmBatch& b, int arch, const kiln::rt::DiskCache& cache,
+                  const std::vector<std::string>& families);
+// warm --timings: the summary's "families" as a table.
+std::string family_table(const Json& families);
 // "N compiled, N already cached, N failed (N threads)", with `failed` counting other failures too.
 std::string warm_counts(const WarmBatch& b, std::size_t failed);
 // 0, or kFailureExit when a kernel failed or (without --allow-unstored) was not stored.
 int warm_exit(const WarmBatch& b, std::size_t failed, bool allow_unstored);
 
 // jitcc warm --from-cache DIR (cmd_warm_from_cache.cpp) and --plan FILE (cmd_warm_plan.cpp).
-int run_warm_from_cache(const std::string& dir, const std::string& arch, int jobs, bool allow_unstored,
-                        const Common& common);
-int run_warm_plan(const std::string& file, const std::string& arch, int jobs, bool allow_unstored, const Common& common);
+// --arch, --jobs (0: rt::compile_jobs()), --allow-unstored and --timings of every warm.
+struct WarmOptions {
+  std::string arch;
+  int jobs = 0;
+  bool allow_unstored = false, timings = false;
+};
+int run_warm_from_cache(const std::string& dir, const WarmOptions& o, const Common& common);
+int run_warm_plan(const std::string& file, const WarmOptions& o, const Common& common);
 
 }  // namespace jitcc
