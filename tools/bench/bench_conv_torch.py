@@ -17,6 +17,8 @@ kiln/cuDNN per row (issue 11 asks for >= 1 on every row):
     build/tools/bench_conv --json kiln_conv.json
     python3 tools/bench/bench_conv_torch.py --kiln kiln_conv.json
 
+--markdown FILE also writes the README's table from the run.
+
 Exits 77 without torch or a CUDA device.
 """
 import argparse
@@ -106,6 +108,40 @@ def compare(rows, kiln):
     return short
 
 
+# The README's names for bench_conv's default shapes.
+README_NAMES = {"conv1": "cnn conv1", "conv2": "cnn conv2", "sr1": "speedrun conv1", "sr2": "speedrun conv2",
+                "conv2_b1024": "cnn conv2", "res64": "res64", "res128": "res128", "proj256": "proj256"}
+
+
+def markdown(rows, kiln):
+    """The README's convolution table: per shape and op, 'kiln us / cuDNN us (cuDNN/kiln)' in bf16,
+    TF32 and exact f32; then the kiln run's first calls (their tuning, with KILN_TUNE=on)."""
+    by_key = {(r["shape"], r["precision"], r["op"]): r for r in kiln["rows"]}
+    cudnn = {(r["shape"], r["precision"], r["op"]): r for r in rows}
+    passes = (("conv2d", "forward"), ("conv2d_grad_input", "input grad"), ("conv2d_grad_weight", "weight grad"))
+    out = ["| conv | pass | bf16 | TF32 | exact f32 |", "| --- | --- | --- | --- | --- |"]
+    shapes = list(dict.fromkeys((r["name"], r["shape"]) for r in rows))
+    for name, spec in shapes:
+        s = parse_shape(spec)
+        label = (f"{README_NAMES.get(name, name)} {s['c']}\u2192{s['o']} {s['kh']}x{s['kw']}, "
+                 f"{s['n']}x{s['h']}\u00b2")
+        for op, pass_name in passes:
+            cells = []
+            for prec in PRECISIONS:
+                k, c = by_key.get((spec, prec, op)), cudnn.get((spec, prec, op))
+                if k and c and k.get("us") and c.get("us"):
+                    cells.append(f"{k['us']:.1f} / {c['us']:.1f} ({c['us'] / k['us']:.2f}x)")
+                else:
+                    cells.append("n/a")
+            out.append(f"| {label} | {pass_name} | " + " | ".join(cells) + " |")
+    first = [r["first_ms"] for r in kiln["rows"] if r.get("first_ms") is not None and r["first_ms"] >= 0]
+    if first:
+        out.append("")
+        out.append(f"first calls: {sum(first) / len(first):.0f} ms on average, at most {max(first):.0f} ms, "
+                   f"{sum(f > 1000 for f in first)} of {len(first)} over 1 s")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", action="append", help="N,C,H,W,O,kh,kw,stride,pad (repeatable)")
@@ -115,7 +151,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed batches first (cuDNN autotuning)")
     ap.add_argument("--kiln", help="bench_conv output to compare with")
     ap.add_argument("--json", help="also write the JSON line to this file")
+    ap.add_argument("--markdown", help="with --kiln: also write the README's table to this file")
     args = ap.parse_args()
+    if args.markdown and not args.kiln:
+        ap.error("--markdown needs --kiln")
     if args.reps < 1 or args.calls < 1 or args.warmup < 0:
         ap.error("--reps and --calls must be >= 1, --warmup >= 0")
     try:
@@ -195,6 +234,9 @@ def main():
     torch.backends.cudnn.allow_tf32 = tf32_was
     if kiln:
         compare(rows, kiln)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(markdown(rows, kiln))
     line = json.dumps({"bench": "torch_conv", "version": torch.__version__, "cudnn": torch.backends.cudnn.version(),
                        "device": torch.cuda.get_device_name(0), "reps": args.reps, "calls": args.calls,
                        "rows": rows}, separators=(",", ":"))
