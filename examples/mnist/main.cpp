@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
       const std::string dir = mnist::locate_dataset(data_dir);
       const data::Mnist mnist = data::load_mnist(dir);
       std::printf("kiln %s: recipe %s on %s (%s steps), data %s\n", kiln::version(), recipe.c_str(),
-                  o.device.str().c_str(), mnist::compiled_steps(o) ? "compiled" : "eager", dir.c_str());
+                  o.device.str().c_str(), compiled ? "compiled" : "eager", dir.c_str());
       run_speedrun(mnist, o.device, compiled, o.seed, seeds, o.metrics);
       return 0;
     }
