@@ -303,11 +303,12 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   if (it == ps.by_key.end()) it = ps.by_key.emplace(key, make_plan(g, t, ws, key, s.device())).first;
   Plan& p = it->second;
   if (!p.found) return false;
-  if (rt::shape_only()) return true;  // planned, run nothing
   if (!p.settled) {
-    tune(p, key, g, t, ws, s);  // runs the product
+    // Runs the product; a shape-only pass plans the generated candidates and the tuner's checks.
+    tune(p, key, g, t, ws, s);
     return true;
   }
+  if (rt::shape_only()) return true;  // planned, run nothing
   if (p.generated)
     launch_generated(*p.generated, g, s);
   else
