@@ -14,7 +14,8 @@
 //     tiles they share stay in L2.
 // Rows, columns and k past the matrices read as zeros (TMA fills them); stores are masked.
 // Convolution mode (CONV): an implicit GEMM of stride 1. The images come staged NHWC
-// (kiln_nchw_to_nhwc) and the weights as [o][r][s][c] (kiln_conv_weights_rsc), so k runs over
+// (kiln_nchw_to_nhwc) and the weights as [o][r][s][c] (kiln_conv_weights_rsc; both in
+// gemm_staging.cu, as are the other staging kernels named here), so k runs over
 // (r, s, blocks of BK channels) and both operands are K-major: B's tile is one 4-D box of
 // BK channels x BOX_W columns x BOX_H output rows of image z, shifted by (r - pad, s - pad).
 // The shifts move outer dimensions only (TMA takes a box only where its start along the
@@ -399,25 +400,8 @@ __device__ __forceinline__ void store_staged(const float* acc, long long z, int 
 // Named barrier 1 + c: consumer c's four warps only.
 __device__ __forceinline__ void consumer_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
-// SPLIT_F32: x = hi + lo, hi the TF32 rounding of x (truncated where rounding would overflow)
-// and lo that of the rest, so that the MMAs read both exactly. A non-finite x has lo 0; its hi
-// must meet the other operand's lo as 0 (hf), or inf * 0 would give NaN.
-__device__ __forceinline__ float tf32_round(float x) {
-  unsigned u;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
-  return __uint_as_float(u);
-}
-// Splits x; `odd` becomes true where x is not finite.
-__device__ __forceinline__ void split_f32(float x, float& hi, float& lo, bool& odd) {
-  hi = tf32_round(x);
-  lo = tf32_round(x - hi);
-  if (!isfinite(hi)) {  // rare: x is inf or NaN, or rounds past the largest float
-    odd = odd || !isfinite(x);
-    hi = isfinite(x) ? __uint_as_float(__float_as_uint(x) & 0xffffe000u) : x;
-    lo = isfinite(x) ? tf32_round(x - hi) : 0.f;
-  }
-}
-__device__ __forceinline__ float finite_or_zero(float x) { return isfinite(x) ? x : 0.f; }
+// SPLIT_F32 and REG_A: tf32_round, split_f32 and finite_or_zero (tf32_split.cu).
+${TF32_SPLIT}
 
 // Named barrier 3: every consumer, while the split tiles are shared; the second form also tells
 // whether any of them passes `odd`.
@@ -805,162 +789,3 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     }
   }
 }
-
-// The helper kernels of the convolution modes, compiled only into the modules that launch them.
-#define KILN_CONV_MODE ${CONV_MODE}
-#define KILN_WGRAD_K_MAJOR ${WGRAD_K_MAJOR}
-#define KILN_SLICES ${SLICES}
-#if KILN_SLICES == 2
-// PAIRED convolution mode's f32 slices of x, `stride` elements apart: [hi | lo]. Inf or NaN
-// sets *odd, which sends the kernel's k tiles through the finite pass.
-__device__ __forceinline__ void write_slices(float* o, long long stride, float x, unsigned* odd) {
-  float hi, lo;
-  bool nonfinite = false;
-  split_f32(x, hi, lo, nonfinite);
-  o[0] = hi;
-  o[stride] = lo;
-  if (nonfinite) *odd = 1u;
-}
-#elif KILN_SLICES == 3
-// Convolution mode's f32 slices of x, `stride` elements apart: images [hi | lo | hf], weights
-// [hi | hf | lo] (hf: hi, or 0 where x is not finite, as it meets the other's lo).
-__device__ __forceinline__ void write_slices(float* o, long long stride, float x, bool images) {
-  float hi, lo;
-  bool odd = false;
-  split_f32(x, hi, lo, odd);
-  o[0] = hi;
-  o[stride] = images ? lo : finite_or_zero(hi);
-  o[2 * stride] = images ? finite_or_zero(hi) : lo;
-}
-#endif
-
-#if KILN_CONV_MODE == 1
-// Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
-// the taps reversed (the input gradient's filter). f32 math: c as slices [hi | hf | lo], or
-// paired [hi | lo] (`odd` set where w holds inf or NaN).
-extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
-                                                 int flip, unsigned* odd) {
-  // 32-bit index math (the host keeps weights under 2^31 elements): 64-bit division doubled
-  // the module's code.
-  const int n = m * c * taps, step = gridDim.x * blockDim.x;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-    const int ci = i % c, tap = (i / c) % taps, mi = i / (c * taps);
-    const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
-#if KILN_SLICES == 3
-    write_slices(out + static_cast<long long>(mi * taps + tap) * 3 * c + ci, c, v, false);
-#elif KILN_SLICES == 2
-    write_slices(out + static_cast<long long>(mi * taps + tap) * 2 * c + ci, c, v, odd);
-#else
-    (void)odd;
-    out[i] = v;
-#endif
-  }
-}
-#endif
-
-#if KILN_CONV_MODE == 2 && KILN_WGRAD_K_MAJOR
-
-// Weight-gradient mode's K-major copies: plane i (h x w) of x becomes `copies` planes of `rows`
-// x `row`, copy s holding x[i][y - ph][q + s - pw] at (y, q), zeros where that is outside x
-// or q >= w + 2 * pw - copies + 1 (the output's width); copy s lies s * planes planes on. A
-// thread writes 16 bytes of every copy (row is a multiple) from one read of the source row; a
-// block covers `per_block` whole planes, so only 32-bit division places an element. PAIRED: the
-// copies hold hi, and `copies` more past them lo (inf or NaN setting *odd).
-extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
-                                                int w, int rows, int row, int copies, int ph, int pw, int per_block,
-                                                unsigned* odd) {
-  constexpr int kVec = 16 / sizeof(In);
-  const int ow = w + 2 * pw - copies + 1, plane = rows * row, chunks = plane / kVec;
-  const long long copy_stride = planes * plane, blocks = (planes + per_block - 1) / per_block;
-  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    const long long first = b * per_block;
-    const int n = static_cast<int>(min(static_cast<long long>(per_block), planes - first)) * chunks;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const int p = i / chunks, e = (i - p * chunks) * kVec, y = e / row - ph, q0 = e % row;
-      const bool inside = y >= 0 && y < h;
-      const In* src = x + (first + p) * h * w + (inside ? y * w : 0);
-      In* dst = out + (first + p) * plane + e;
-      for (int s = 0; s < copies; ++s) {
-        kiln::Vec<In, kVec> v;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          const int q = q0 + j, xq = q + s - pw;
-          v.v[j] = inside && q < ow && xq >= 0 && xq < w ? src[xq] : kiln::cvt<In>(0.f);
-        }
-#if ${PAIRED}
-        kiln::Vec<In, kVec> lo;
-        bool nonfinite = false;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) split_f32(v.v[j], v.v[j], lo.v[j], nonfinite);
-        *reinterpret_cast<kiln::Vec<In, kVec>*>(dst + (copies + s) * copy_stride) = lo;
-        if (nonfinite) *odd = 1u;
-#else
-        (void)odd;
-#endif
-        *reinterpret_cast<kiln::Vec<In, kVec>*>(dst + s * copy_stride) = v;
-      }
-    }
-  }
-}
-#endif
-
-#if KILN_CONV_MODE == 2 || ${SPLIT_K}
-
-// Weight-gradient mode's result (and split-K's: one tap of c = cp columns): dw[o][c][tap] (`taps` taps of `c` channels) is the sum, in
-// order, of the `splits` partials [z][o][tap][cp].
-extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
-                                                int c, int cp, int taps) {
-  const int n = m * c * taps, step = gridDim.x * blockDim.x;  // under 2^31 (the plans): 32-bit division
-  const long long split = static_cast<long long>(m) * taps * cp;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-    const int tap = i % taps, ci = (i / taps) % c, o = i / (taps * c);
-    const float* p = parts + static_cast<long long>(o * taps + tap) * cp + ci;
-    float sum = 0.f;
-    for (int z = 0; z < splits; ++z) sum += p[z * split];
-    dw[i] = kiln::cvt<In>(sum);
-  }
-}
-#endif
-
-#if KILN_CONV_MODE == 1 || (KILN_CONV_MODE == 2 && !KILN_WGRAD_K_MAJOR) || ${STAGE_A_T}
-
-// Convolution mode's B: images [z][c][p] (p = h * w pixels) staged as [z][p][c], through 64 x 64
-// tiles in shared memory so that both the reads and the writes are coalesced; each thread has
-// its 16 reads in flight at once (a block of 256 threads). f32 math: c as slices [hi | lo | hf],
-// or paired [hi | lo] (`odd` set where x holds inf or NaN; null elsewhere).
-extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p, unsigned* odd) {
-  constexpr int kSlices = ${SLICES}, kT = 64;
-  __shared__ In tile[kT][kT + 1];
-  const long long image = static_cast<long long>(blockIdx.z) * c * p;
-  const int p0 = blockIdx.x * kT, c0 = blockIdx.y * kT, tx = threadIdx.x, ty = threadIdx.y;
-  In v[kT / 8][2];
-#pragma unroll
-  for (int i = 0; i < kT / 8; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int ch = c0 + ty + 8 * i, px = p0 + tx + 32 * h;
-      v[i][h] = ch < c && px < p ? x[image + static_cast<long long>(ch) * p + px] : kiln::cvt<In>(0.f);
-    }
-#pragma unroll
-  for (int i = 0; i < kT / 8; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) tile[ty + 8 * i][tx + 32 * h] = v[i][h];
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kT / 8; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int px = p0 + ty + 8 * i, ch = c0 + tx + 32 * h;
-      if (px >= p || ch >= c) continue;
-      In* o = out + kSlices * (image + static_cast<long long>(px) * c) + ch;
-#if KILN_SLICES == 3
-      write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], true);
-#elif KILN_SLICES == 2
-      write_slices(o, c, tile[tx + 32 * h][ty + 8 * i], odd);
-#else
-      (void)odd;
-      *o = tile[tx + 32 * h][ty + 8 * i];
-#endif
-    }
-}
-#endif

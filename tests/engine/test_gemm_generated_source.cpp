@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/generated/gemm/gemm_internal.h"
 #include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "compile_check.h"
 #include "kiln/runtime/compiler.h"
+#include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/templates.h"
 
 using namespace kiln;
@@ -139,15 +141,15 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(src.find("kSplitF32 = true") != std::string::npos);
   }
   // TF32 and f32 with A MN-major too, shared by a batch (a 1x1 input gradient's w^T): A staged
-  // K-major by the module's NHWC copy.
+  // K-major by the NHWC staging kernel, which compiles apart from the tile module.
   for (GemmMath math : {GemmMath::tf32, GemmMath::f32}) {
     GemmGeometry g{70, 196, 40, 70, 200, 200, math, GemmEpilogue::none, true, true};
     g.batch = 3, g.batch_b = 40 * 200, g.batch_d = 70 * 200;
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
     add(l);
     CHECK(l->transposed);
-    const std::vector<std::string> e = kernels::entry_points(*l);
-    CHECK(std::find(e.begin(), e.end(), "kiln_nchw_to_nhwc") != e.end());
+    CHECK(kernels::stage_a_transposed(l->g));
+    CHECK(kernels::entry_points(*l) == std::vector<std::string>{"kiln_gemm_wgmma"});
     g.k = 37, g.batch_b = 37 * 200;  // rows of A^T would not be 16-byte multiples
     CHECK_FALSE(kernels::plan(GemmKernel::wgmma, g, kHopper));
   }
@@ -161,7 +163,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
     const std::string src = add(l);
     CHECK(src.find("kSplitF32 = false") != std::string::npos);
-    CHECK(src.find("#define KILN_SLICES 3") != std::string::npos);
+    CHECK(kernels::slices(l->g) == 3);  // staged by the sliced staging kernels
     CHECK(src.find("kK = " + std::to_string(3 * g.k)) != std::string::npos);  // k runs over the slices
   }
   // Paired slices (channels in 32s): [hi | lo] staged, each stage's lo tiles loaded beside its hi,
@@ -178,7 +180,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
       CHECK(l->text().ends_with(" P"));
       const std::string src = add(l);
       CHECK(src.find("kPaired = true") != std::string::npos);
-      CHECK(src.find("#define KILN_SLICES 2") != std::string::npos);
+      CHECK(kernels::slices(l->g) == 2);
     }
   // Exact f32 weight gradients read what TF32 reads: a 3x3 window's images copied per filter
   // column, a 1x1 window's read as stored.
@@ -243,7 +245,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     const std::string src = add(l);
     const kernels::WgradLayout w = kernels::wgrad_layout(g);
     CHECK((w.k_major && w.stage_gy && w.stage_images && w.row == 16));
-    CHECK(src.find("#define KILN_WGRAD_K_MAJOR true") != std::string::npos);
+    CHECK(src.find("kWgradKMajor = true") != std::string::npos);
     CHECK(l->text().ends_with(" K"));
     CHECK(g.text().ends_with(" wgrad K"));
   }
@@ -283,13 +285,40 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     CHECK(o.ptx.find("wgmma.mma_async.sync.aligned") != std::string::npos);
     CHECK(o.ptx.find("cp.async.bulk.tensor.") != std::string::npos);
     for (const std::string& entry : entries[i]) CHECK(o.ptx.find(entry) != std::string::npos);
-    CHECK((o.ptx.find("kiln_nchw_to_nhwc") != std::string::npos) ==
-          (std::find(entries[i].begin(), entries[i].end(), "kiln_nchw_to_nhwc") != entries[i].end()));
+    // The staging kernels compile apart (gemm_staging.cu): a module holds its tile kernel only.
+    for (const char* staging : {"kiln_nchw_to_nhwc", "kiln_conv_weights_rsc", "kiln_conv_shift_rows", "kiln_gemm_sum_splits"})
+      CHECK(o.ptx.find(staging) == std::string::npos);
     CHECK(o.ptx.find(".target sm_90a") != std::string::npos);
     // Accumulators in local memory (an index known only at run time) would not see the
     // asynchronous MMAs' writes; no kernel of the module keeps anything there.
     CHECK(o.ptx.find("__local_depot") == std::string::npos);
   }
+}
+
+TEST_CASE("the tile engine's staging kernels: one shape-generic spec per kind and slicing, f32 alone sliced") {
+  // The registry holds them (so `jitcc warm` compiles them); each source keeps only its kind.
+  for (const char* op : {"gemm_weights_rsc", "gemm_nchw_to_nhwc", "gemm_shift_rows", "gemm_sum_splits"}) {
+    CAPTURE(op);
+    const rt::KernelSpec* spec = rt::find_kernel(op);
+    REQUIRE(spec);
+    CHECK(spec->dtypes.size() == 3);
+    const std::string src = rt::instantiate_kernel(*spec, DTypes{DType::bf16}, 1);
+    CHECK(rt::template_placeholders(src).empty());
+    CHECK(src.find("#define KILN_SLICES 1") != std::string::npos);
+    CHECK(src.find("__nv_bfloat16") != std::string::npos);
+  }
+  const rt::KernelSpec* sliced = rt::find_kernel("gemm_nchw_to_nhwc_sliced");
+  REQUIRE(sliced);
+  CHECK(sliced->dtypes == std::vector<DTypes>{DTypes{DType::f32}});
+  CHECK(sliced->variants == std::vector<std::uint32_t>{2, 3});
+  CHECK(rt::instantiate_kernel(*sliced, DTypes{DType::f32}, 3).find("#define KILN_SLICES 3") != std::string::npos);
+  CHECK(rt::find_kernel("gemm_shift_rows_sliced")->variants == std::vector<std::uint32_t>{2});
+  CHECK_FALSE(rt::find_kernel("gemm_sum_splits_sliced"));
+  // Slices are f32's alone, and the sum writes one value: both refused before any GPU work.
+  CHECK_THROWS_WITH_AS(kernels::staging_function(kernels::GemmStaging::nchw_to_nhwc, DType::bf16, 2, 0),
+                       doctest::Contains("kiln_nchw_to_nhwc writes no 2 slices of bf16"), ValueError);
+  CHECK_THROWS_WITH_AS(kernels::staging_function(kernels::GemmStaging::sum_splits, DType::f32, 3, 0),
+                       doctest::Contains("kiln_gemm_sum_splits writes no 3 slices of f32"), ValueError);
 }
 
 TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take is declined") {

@@ -14,7 +14,7 @@ namespace {
 
 // Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
 // [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
-rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, rt::DevicePtr odd, const rt::Function& fn) {
+rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, rt::DevicePtr odd) {
   const GemmConv& c = *l.g.conv;
   const std::int64_t count = l.g.m * c.r * c.s * c.c;
   const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
@@ -25,13 +25,15 @@ rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, r
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
   cfg.block.x = 256;
-  rt::launch_raw(fn, cfg, *ops.stream, args);
+  const DType t = input_dtype(l.g.math);
+  rt::launch_raw(staging_function(GemmStaging::weights_rsc, t, slices(l.g), ops.stream->device()), cfg, *ops.stream,
+                 args);
   return out;
 }
 
 // kiln_nchw_to_nhwc over `images` images of c channels by `pixels` pixels, in its 64 x 64 tiles
 // (`odd`: the paired slices' inf-or-NaN word, or 0).
-void launch_nhwc(const rt::Function& fn, rt::DevicePtr x, rt::DevicePtr dst, std::int64_t c, std::int64_t pixels,
+void launch_nhwc(const GemmLaunch& l, rt::DevicePtr x, rt::DevicePtr dst, std::int64_t c, std::int64_t pixels,
                  std::int64_t images, const rt::Stream& stream, rt::DevicePtr odd = 0) {
   int channels = static_cast<int>(c), p = static_cast<int>(pixels);
   void* args[] = {&x, &dst, &channels, &p, &odd};
@@ -41,19 +43,20 @@ void launch_nhwc(const rt::Function& fn, rt::DevicePtr x, rt::DevicePtr dst, std
   cfg.grid.z = static_cast<unsigned>(images);
   cfg.block.x = 32;
   cfg.block.y = 8;
+  const rt::Function fn = staging_function(GemmStaging::nchw_to_nhwc, input_dtype(l.g.math), slices(l.g), stream.device());
   rt::launch_raw(fn, cfg, stream, args);
 }
 
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
 // [z][h][w][c] (convolution mode's f32 math: c as its slices).
 rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
-                            std::int64_t stride, const rt::Stream& stream, const rt::Function& fn, rt::DevicePtr odd = 0) {
+                            std::int64_t stride, const rt::Stream& stream, rt::DevicePtr odd = 0) {
   const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
   rt::DeviceBuffer out(
       static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
-  launch_nhwc(fn, x, out.ptr(), c, pixels, l.g.batch, stream, odd);
+  launch_nhwc(l, x, out.ptr(), c, pixels, l.g.batch, stream, odd);
   return out;
 }
 
@@ -65,7 +68,7 @@ struct ShiftedRows {
 // Paired f32 slices: the copies hold hi, and as many past them lo (`odd` set where x holds inf
 // or NaN).
 rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t channels, std::int64_t stride,
-                            const ShiftedRows& s, const rt::Stream& stream, const rt::Function& fn, rt::DevicePtr odd) {
+                            const ShiftedRows& s, const rt::Stream& stream, rt::DevicePtr odd) {
   if (l.g.batch > 1 && stride != channels * s.h * s.w)
     throw ValueError("[gemm] weight-gradient mode copies dense images; batch stride " + std::to_string(stride));
   long long planes = l.g.batch * channels;
@@ -82,6 +85,8 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(planes, per_block), 1 << 22));
   cfg.block.x = 256;
+  const rt::Function fn = staging_function(GemmStaging::shift_rows, input_dtype(l.g.math), l.g.conv->paired ? 2 : 1,
+                                           stream.device());
   rt::launch_raw(fn, cfg, stream, args);
   return out;
 }
@@ -100,9 +105,9 @@ bool stage_a_transposed(const GemmGeometry& g) {
   return tf32_mma(g.math) && g.a_mn && !g.conv && g.batch > 1 && g.batch_a == 0 && g.lda == g.m && g.k % 4 == 0;
 }
 
-rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
+rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops) {
   rt::DeviceBuffer out(static_cast<std::size_t>(l.g.m * l.g.k) * 4, *ops.stream);
-  launch_nhwc(fn, ops.a, out.ptr(), l.g.k, l.g.m, 1, *ops.stream);  // one image of k channels by m pixels
+  launch_nhwc(l, ops.a, out.ptr(), l.g.k, l.g.m, 1, *ops.stream);  // one image of k channels by m pixels
   return out;
 }
 
@@ -198,8 +203,7 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
 
 // Weight-gradient mode and split-K: the splits' f32 partials added in order into D, [m][c][r][s]
 // (split-K: one tap of n columns).
-void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
-                const rt::Function& fn) {
+void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream) {
   const bool wgrad = l.g.conv.has_value();
   int splits = l.splits, m = static_cast<int>(l.g.m), cc = static_cast<int>(wgrad ? l.g.conv->c : l.g.n);
   int cp = static_cast<int>(wgrad ? wgrad_layout(l.g).channels : l.g.n);
@@ -208,7 +212,8 @@ void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 256), 1024));
   cfg.block.x = 256;
-  rt::launch_raw(fn, cfg, stream, args);
+  rt::launch_raw(staging_function(GemmStaging::sum_splits, input_dtype(l.g.math), 1, stream.device()), cfg, stream,
+                 args);
 }
 
 ConvBox conv_box(const GemmConv& c, int most) {
@@ -248,14 +253,13 @@ WgradLayout wgrad_layout(const GemmGeometry& g) {
   return w;
 }
 
-ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module) {
+ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
   const DType t = input_dtype(l.g.math);
-  const int box_k = static_cast<int>(128 / dtype_size(t)), device = ops.stream->device();
+  const int box_k = static_cast<int>(128 / dtype_size(t));
   const std::optional<GemmConv>& c = l.g.conv;
   const WgradLayout wgrad = wgrad_layout(l.g);
   ConvStaging s;
   if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
-    const rt::Function shift = rt::generated_function(module, "kiln_conv_shift_rows", device);
     const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
     // Paired f32 slices: gy's lo copy as b more images, the images' lo copies as s more copies.
     const std::int64_t pairs = c->paired ? 2 : 1;
@@ -267,12 +271,12 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
     std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
     if (wgrad.stage_gy) {
       s.grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream,
-                           shift, s.odd.ptr());
+                           s.odd.ptr());
       gy = s.grads.ptr(), gy_image = l.g.m * gy_plane;
     }
     if (wgrad.stage_images) {
       s.images = shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
-                            *ops.stream, shift, s.odd.ptr());
+                            *ops.stream, s.odd.ptr());
       x = s.images.ptr(), x_image = c->c * plane;
     }
     // Transposed tiles take gy as B (BN rows) and the taps as A (BM columns of dW).
@@ -284,10 +288,9 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
         std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},
         std::array{box_k, static_cast<int>(std::min<std::int64_t>(tap_cols, wgrad.channels)), 1, 1});
   } else if (c->weight_grad) {
-    const rt::Function stage = rt::generated_function(module, "kiln_nchw_to_nhwc", device);
     const std::int64_t pixels = c->oh() * c->ow();
-    s.grads = stage_nhwc(l, ops.a, l.g.m, pixels, l.g.batch_a, *ops.stream, stage);
-    s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream, stage);
+    s.grads = stage_nhwc(l, ops.a, l.g.m, pixels, l.g.batch_a, *ops.stream);
+    s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream);
     const std::array box{64, l.box.w, l.box.h, 1};
     s.map_a = rt::tiled_tensor_map_nd(s.grads.ptr(), t, std::array{l.g.m, c->ow(), c->oh(), l.g.batch},
                                       std::array{l.g.m, c->ow() * l.g.m, pixels * l.g.m}, box);
@@ -298,9 +301,8 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<c
       s.odd = rt::DeviceBuffer(4, *ops.stream);
       rt::memset_device(s.odd.ptr(), 0, 4, *ops.stream);
     }
-    s.weights = reorder_weights(l, ops, s.odd.ptr(), rt::generated_function(module, "kiln_conv_weights_rsc", device));
-    s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream,
-                          rt::generated_function(module, "kiln_nchw_to_nhwc", device), s.odd.ptr());
+    s.weights = reorder_weights(l, ops, s.odd.ptr());
+    s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream, s.odd.ptr());
     const ConvBox box = l.box;
     const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},

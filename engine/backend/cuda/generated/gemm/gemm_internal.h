@@ -35,7 +35,7 @@ std::int64_t staged_channels(const GemmGeometry& g);
 // shares (a 1x1 convolution's weights): A is staged K-major per launch (by kiln_nchw_to_nhwc,
 // as one image of k channels by m pixels).
 bool stage_a_transposed(const GemmGeometry& g);
-rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
+rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
 bool conv_fits(const GemmGeometry& g);
 // Tiles across D's columns in the convolution modes.
@@ -50,7 +50,7 @@ struct ConvStaging {
   rt::DeviceBuffer weights, images, grads;
   rt::DeviceBuffer odd;  // paired slices: one word, nonzero where either operand holds inf or NaN
 };
-ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module);
+ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops);
 // The mma.sync kind (gemm_mma.cpp): its plan, other tiles, source, operand check and launch.
 std::optional<GemmLaunch> plan_mma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
 std::vector<GemmTile> mma_alternatives(const GemmLaunch& h);
@@ -58,8 +58,13 @@ std::string mma_source(const GemmLaunch& l);
 bool mma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 void launch_mma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
 
+// The staging kernels (gemm_staging.cpp, kernel_templates/gemm_staging.cu), compiled apart
+// from the per-shape tile kernel: `kind` over inputs of dtype `in`, written as `slices` TF32
+// slices (f32 only; 1: as stored).
+enum class GemmStaging { weights_rsc, nchw_to_nhwc, shift_rows, sum_splits };
+rt::Function staging_function(GemmStaging kind, DType in, int slices, int device);
+
 // Weight-gradient mode and split-K: the splits' f32 partials added in order into D.
-void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream,
-                const rt::Function& fn);
+void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const rt::Stream& stream);
 
 }  // namespace kiln::kernels

@@ -334,13 +334,8 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 }
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
-  if (l.kernel == GemmKernel::mma_sync) return {"kiln_gemm_mma"};
-  if (split_k(l)) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits"};
-  if (stage_a_transposed(l.g)) return {"kiln_gemm_wgmma", "kiln_nchw_to_nhwc"};
-  if (!l.g.conv) return {"kiln_gemm_wgmma"};
-  if (!l.g.conv->weight_grad) return {"kiln_gemm_wgmma", "kiln_conv_weights_rsc", "kiln_nchw_to_nhwc"};
-  if (wgrad_layout(l.g).k_major) return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits", "kiln_conv_shift_rows"};
-  return {"kiln_gemm_wgmma", "kiln_gemm_sum_splits", "kiln_nchw_to_nhwc"};
+  // The staging kernels compile apart (GemmStaging): a module holds its tile kernel only.
+  return {l.kernel == GemmKernel::mma_sync ? "kiln_gemm_mma" : "kiln_gemm_wgmma"};
 }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
@@ -376,12 +371,12 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   rt::DevicePtr a = ops.a;
   std::int64_t lda = l.g.lda;
   if (stage_a_transposed(l.g)) {
-    a_t = transpose_a(l, ops, rt::generated_function(module, "kiln_nchw_to_nhwc", device));
+    a_t = transpose_a(l, ops);
     a = a_t.ptr(), lda = l.g.k;
   }
   const bool a_mn = l.g.a_mn && !stage_a_transposed(l.g);
   if (l.g.conv) {
-    staged = stage_conv(l, ops, module);
+    staged = stage_conv(l, ops);
     map_a = staged.map_a, map_b = staged.map_b;
   } else if (l.transposed) {  // the kernel's A is B's matrix (BM of D's columns), its B A's
     map_a = map(ops.b, l.g.b_mn, l.g.n, l.g.ldb, l.g.batch_b, l.bm);
@@ -404,7 +399,7 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);
   if (summed)
-    sum_splits(l, parts.ptr(), ops.d, *ops.stream, rt::generated_function(module, "kiln_gemm_sum_splits", device));
+    sum_splits(l, parts.ptr(), ops.d, *ops.stream);
 }
 
 }  // namespace kiln::kernels
