@@ -101,6 +101,10 @@ constexpr unsigned kBoxBytes = kBoxW * kBoxH * 128;
 constexpr unsigned kLoadedA = kConv && kTransposed ? kBoxBytes : kBytesA, kLoadedB = kConv && !kTransposed ? kBoxBytes : kBytesB;
 constexpr unsigned kLoadBytes = kLoadedA + kLoadedB;
 constexpr bool kSplitF32 = ${SPLIT_F32};
+// REG_A with SPLIT_F32: a k tile's B split and A fragments loaded while the previous tile's MMAs
+// run, which keeps their hi, lo and hf registers live across the loop (only up to 128 columns,
+// where the accumulators leave room).
+constexpr bool kOverlapRegA = kRegA && kSplitF32 && kBN <= 128;
 // SPLIT_F32: the lo tiles, two sets past the stages (A's only where A is not in registers), so
 // that a k tile is split while the previous one's MMAs run.
 constexpr unsigned kLoBytesA = kSplitF32 && !kRegA ? kBytesA : 0, kLoBytes = kSplitF32 ? kLoBytesA + kBytesB : 0;
@@ -648,6 +652,11 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         const unsigned long long dlb = smem_desc(lo_b, kAtomBytes);
         [[maybe_unused]] unsigned a[kBK / kMmaK][4];
         if constexpr (kRegA) load_a_fragments(a, tiles_a + s * kBytesA, c, warp, lane);
+        if constexpr (kOverlapRegA) {  // the split fragments below overwrite what they read
+          asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+          if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
+          held = -1;
+        }
         // hi * hi; then lo * hi and hi * lo (where a tile holds inf or NaN, its hi made finite
         // first). No MMA sits in a branch: the compiler would serialize them all.
         [[maybe_unused]] unsigned h[kBK / kMmaK][4], l[kBK / kMmaK][4], f[kBK / kMmaK][4];
@@ -684,10 +693,11 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // The previous k tile's two groups finish while this one's run; its stage is freed. With
-        // A in registers, which the next k tile rewrites, this one's finish too.
-        if constexpr (kRegA) {
+        // A in registers, which the next k tile rewrites, this one's finish too (kOverlapRegA:
+        // once the next tile's B is split and its fragments loaded).
+        if constexpr (kRegA && !kOverlapRegA) {
           asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        } else {
+        } else if constexpr (!kRegA) {
           asm volatile("wgmma.wait_group.sync.aligned 2;" ::: "memory");
         }
         if (tid == 0 && held >= 0) bar_arrive(empty + 8 * held);
