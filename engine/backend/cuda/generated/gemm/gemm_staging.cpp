@@ -3,6 +3,7 @@
 // per-shape GEMM module holds only its tile kernel.
 #include <array>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/launch_common.h"
 #include "gemm_internal.h"
@@ -23,12 +24,12 @@ struct StagingEntry {
 
 // Indexed by GemmStaging.
 const std::array<StagingEntry, 4> kStagingEntries{{{"gemm_weights_rsc", "kiln_conv_weights_rsc", {2, 3}},
-                                            {"gemm_nchw_to_nhwc", "kiln_nchw_to_nhwc", {2, 3}},
-                                            {"gemm_shift_rows", "kiln_conv_shift_rows", {2}},
-                                            {"gemm_sum_splits", "kiln_gemm_sum_splits", {}}}};
+                                                   {"gemm_nchw_to_nhwc", "kiln_nchw_to_nhwc", {2, 3}},
+                                                   {"gemm_shift_rows", "kiln_conv_shift_rows", {2}},
+                                                   {"gemm_sum_splits", "kiln_gemm_sum_splits", {}}}};
 
-// One spec of entry `kind` that copies as stored (every input dtype, variant 1) or, with
-// `slices`, writes f32 as TF32 slices (variant: their count).
+// One spec of entry `kind`: copies as stored (every input dtype, variant 1) or, `sliced`,
+// writes f32 as TF32 slices (variant: their count); null where the kind has no slicing.
 const rt::KernelSpec* register_staging(std::size_t kind, bool sliced) {
   const StagingEntry& e = kStagingEntries[kind];
   if (sliced && e.slices.empty()) return nullptr;
