@@ -63,7 +63,7 @@ std::string write_failed_source(const CompileRequest& req, std::string* why) {
     return "";
   }
   if ((st.st_mode & 077) != 0) ::chmod(dir.c_str(), 0700);
-  std::string name = req.op + "_" + req.dtypes + "_sm" + std::to_string(req.arch) + "_" +
+  std::string name = req.op + (req.dtypes.empty() ? "" : "_" + req.dtypes) + "_sm" + std::to_string(req.arch) + "_" +
                      std::to_string(std::hash<std::string>{}(req.source) & 0xffffffffu) + ".cu";
   std::replace(name.begin(), name.end(), ',', '-');
   std::replace(name.begin(), name.end(), '/', '_');
@@ -157,7 +157,8 @@ CompiledModule compile(const CompileRequest& req) {
   m.ptx = std::move(out.ptx);
   m.cubin = std::move(out.cubin);
   m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log().debug("compiled {} ({}) for sm_{} in {:.1f} ms", req.op, req.dtypes, req.arch, m.ms);
+  log().debug("compiled {}{} for sm_{} in {:.1f} ms", req.op, req.dtypes.empty() ? "" : " (" + req.dtypes + ")",
+              req.arch, m.ms);
   return m;
 }
 

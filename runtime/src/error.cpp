@@ -12,7 +12,7 @@ CudaError::CudaError(std::string call, std::string result_name, std::string mess
 
 CompileError::CompileError(std::string op, std::string dtypes, std::string log, std::string numbered_source,
                            std::string source_path)
-    : Error("[" + op + "] NVRTC failed to compile dtypes (" + dtypes + "); " +
+    : Error("[" + op + "] NVRTC failed to compile" + (dtypes.empty() ? "" : " dtypes (" + dtypes + ")") + "; " +
             (source_path.empty() ? "source not written to a file (the log's last line says why)"
                                  : "source written to " + source_path) +
             "\n--- NVRTC log ---\n" + log + "\n--- source ---\n" + numbered_source),

@@ -97,15 +97,18 @@ EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant
   return key_for_arch(std::move(k), arch, source);
 }
 
-// Outside the cache a generated kernel is known by its label, not its hash name.
+// Outside the cache a generated kernel is known by its label, not its hash name, and by no
+// dtypes (its key holds the runtime's placeholder tuple).
 std::string display_name(const EntryKey& key) { return key.label.empty() ? key.op : key.label; }
+std::string display_dtypes(const EntryKey& key) { return key.label.empty() ? key.dtypes : ""; }
 
 // `recheck`: look in the disk cache again once this process holds the digest's compile lock,
 // where another process may have stored it meanwhile (`*stored_meanwhile` says so); not when
 // the cached binaries were just rejected.
 Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true, bool* stored_meanwhile = nullptr) {
   if (const char* env = std::getenv("KILN_NO_COMPILE"); env && *env && std::string(env) != "0")
-    throw Error("[cache] KILN_NO_COMPILE is set but " + display_name(key) + " (" + key.dtypes + ") for sm_" +
+    throw Error("[cache] KILN_NO_COMPILE is set but " + display_name(key) +
+                (key.label.empty() ? " (" + key.dtypes + ")" : "") + " for sm_" +
                 std::to_string(key.arch) + " is not in the disk cache " + DiskCache::global().dir().string());
   static std::once_flag first;
   std::call_once(first, [] {
@@ -139,7 +142,7 @@ Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true
         finish();
         return std::move(*e);
       }
-    CompiledModule m = compile({display_name(key), key.dtypes, source, key.arch});
+    CompiledModule m = compile({display_name(key), display_dtypes(key), source, key.arch});
     counters.compiles++;
     counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
     Entry e{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};

@@ -119,6 +119,24 @@ TEST_CASE("jitcc warm --timings: compile milliseconds per kernel family, a gener
   CHECK(jitcc(args).out.find("per family") == std::string::npos);  // only with --timings
 }
 
+TEST_CASE("the debug log names a compiled kernel with its dtypes, a generated one by its label alone") {
+  ScratchDir dir, cache;
+  const std::string file = (dir.path() / "run.plan").string();
+  two_kernel_plan().save(file);
+  kiln_test::EnvOverrides env = child_env();
+  for (auto& [name, value] : env)
+    if (name == "KILN_LOG_LEVEL") value = "debug";
+  const ProcessResult r = kiln_test::run_process(
+      jitcc_argv({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()}), env);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string log = r.out + r.err;
+  CHECK(log.find("compiled relu (f32,f32) for sm_90 in") != std::string::npos);
+  // Its key holds the runtime's placeholder tuple, which names nothing a user chose.
+  CHECK(log.find(std::string("compiled ") + kPlanLabel + " for sm_90 in") != std::string::npos);
+  CHECK(log.find("(u8)") == std::string::npos);
+}
+
 TEST_CASE("jitcc warm --plan: an unknown kernel and a broken source are named; a bad plan is a usage error") {
   ScratchDir dir, cache;
   kiln::KernelPlan plan;
