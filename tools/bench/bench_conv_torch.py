@@ -17,7 +17,11 @@ kiln/cuDNN per row (issue 11 asks for >= 1 on every row):
     build/tools/bench_conv --json kiln_conv.json
     python3 tools/bench/bench_conv_torch.py --kiln kiln_conv.json
 
---markdown FILE also writes the README's table from the run.
+--markdown FILE also writes the README's table from the run. --cudnn FILE takes an earlier run
+of this script (its output or --json file) instead of measuring, so the table and the
+comparison need neither torch nor a GPU:
+
+    python3 tools/bench/bench_conv_torch.py --kiln kiln_conv.json --cudnn torch_conv.txt --markdown table.md
 
 Exits 77 without torch or a CUDA device.
 """
@@ -59,19 +63,24 @@ def flop(s):
     return 2.0 * s["n"] * s["o"] * s["oh"] * s["ow"] * s["c"] * s["kh"] * s["kw"]
 
 
-def read_kiln(path):
-    """bench_conv's JSON line (its --json file, or the last line starting with '{' of its stdout)."""
+def read_line(path, bench, tool):
+    """The last JSON line of `bench` in a file (a --json file, or a run's stdout)."""
     doc = None
     try:
         with open(path) as f:
             for line in f:
-                if line.startswith("{"):
+                if line.startswith("{") and json.loads(line).get("bench") == bench:
                     doc = json.loads(line)
     except (OSError, ValueError) as e:
         raise ValueError(f"[bench_conv_torch] cannot read {path}: {e}") from None
-    if doc is None or doc.get("bench") != "kiln_conv":
-        raise ValueError(f"[bench_conv_torch] {path} holds no bench_conv JSON line")
+    if doc is None:
+        raise ValueError(f"[bench_conv_torch] {path} holds no {tool} JSON line")
     return doc
+
+
+def read_kiln(path):
+    """bench_conv's JSON line (its --json file, or its stdout)."""
+    return read_line(path, "kiln_conv", "bench_conv")
 
 
 def op_calls(torch, s, x, w, gy):
@@ -152,11 +161,24 @@ def main():
     ap.add_argument("--kiln", help="bench_conv output to compare with")
     ap.add_argument("--json", help="also write the JSON line to this file")
     ap.add_argument("--markdown", help="with --kiln: also write the README's table to this file")
+    ap.add_argument("--cudnn", help="with --kiln: this script's earlier run (its output or --json file) to compare "
+                                    "and tabulate, measuring nothing (no torch or GPU needed)")
     args = ap.parse_args()
-    if args.markdown and not args.kiln:
-        ap.error("--markdown needs --kiln")
+    if (args.markdown or args.cudnn) and not args.kiln:
+        ap.error("--markdown and --cudnn need --kiln")
     if args.reps < 1 or args.calls < 1 or args.warmup < 0:
         ap.error("--reps and --calls must be >= 1, --warmup >= 0")
+    if args.cudnn:
+        try:
+            kiln, rows = read_kiln(args.kiln), read_line(args.cudnn, "torch_conv", "bench_conv_torch")["rows"]
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
+        compare(rows, kiln)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(markdown(rows, kiln))
+        return 0
     try:
         kiln = read_kiln(args.kiln) if args.kiln else None
         if args.shape:
