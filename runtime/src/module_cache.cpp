@@ -108,7 +108,7 @@ std::string display_dtypes(const EntryKey& key) { return key.label.empty() ? key
 Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true, bool* stored_meanwhile = nullptr) {
   if (const char* env = std::getenv("KILN_NO_COMPILE"); env && *env && std::string(env) != "0")
     throw Error("[cache] KILN_NO_COMPILE is set but " + display_name(key) +
-                (key.label.empty() ? " (" + key.dtypes + ")" : "") + " for sm_" +
+                (display_dtypes(key).empty() ? "" : " (" + display_dtypes(key) + ")") + " for sm_" +
                 std::to_string(key.arch) + " is not in the disk cache " + DiskCache::global().dir().string());
   static std::once_flag first;
   std::call_once(first, [] {
