@@ -531,6 +531,17 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
   GemmGeometry wrong = wgrad(64, 64, 16, 3, 2, GemmMath::bf16);
   wrong.k = 100;
   CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, wrong, kHopper), ValueError);
+  // Splits that fill whole waves: res128's exact f32 gradient (9 tiles of 128x128, 1600 k tiles of
+  // at most 64 a split) takes 29 splits, two waves of 56 k tiles, not 25 of 64 (a third wave idle).
+  {
+    GemmGeometry g = wgrad(128, 128, 28, 3, 64, GemmMath::f32);
+    g.conv->paired = true;
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper);
+    REQUIRE(l);
+    CHECK(l->bm == 128);
+    CHECK(l->bn == 128);
+    CHECK(l->splits == 29);
+  }
 }
 
 TEST_CASE("NVRTC targets sm_90a only for sources that define KILN_ARCH_SPECIFIC") {

@@ -189,11 +189,23 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
       g.batch * (w.k_major ? per_image : ceil_div(c.oh(), l.box.h) * ceil_div(c.ow(), l.box.w));
   // At least 4 k tiles a split: fewer would spend more on partials than on products. Exact f32:
   // at most 64 (2048 pixels), since the MMAs' f32 sums drift as they grow (3e-5 of the largest
-  // value over 4096 k, measured) and the partials are added with rounding.
-  const std::int64_t want =
-      std::clamp<std::int64_t>(target.sm_count / tiles, 1, std::max<std::int64_t>(1, k_tiles / 4));
-  const std::int64_t per = std::min(ceil_div(k_tiles, want), g.math == GemmMath::f32 ? 64 : k_tiles);
-  l.splits = static_cast<int>(ceil_div(k_tiles, per));  // every split has k tiles
+  // value over 4096 k, measured) and the partials are added with rounding. Among those, the
+  // splits whose waves of tiles take the least time: a wave lasts its split's k tiles, each about
+  // a tile's products at an SM's share of the tensor cores (the H100's and H200's), and each split
+  // writes a partial that the sum reads back.
+  const std::int64_t sms = std::max(1, target.sm_count), most = std::max<std::int64_t>(1, k_tiles / 4);
+  const std::int64_t fewest = ceil_div(k_tiles, g.math == GemmMath::f32 ? 64 : k_tiles);
+  const double tile_us = 2.0 * l.bm * l.bn * (128.0 / static_cast<double>(dtype_size(input_dtype(g.math)))) *
+                         (g.math == GemmMath::f32 ? 3 : 1) / (tf32_mma(g.math) ? 2.5e6 : 5e6);
+  const double split_us = 2.0 * static_cast<double>(g.m * cols) * 4 / 3.3e6;
+  double least = -1;
+  l.splits = static_cast<int>(fewest);
+  for (std::int64_t s = fewest; s <= std::min(most, fewest + 4 * ceil_div(sms, tiles)); ++s) {
+    const std::int64_t per = ceil_div(k_tiles, s);
+    if (ceil_div(k_tiles, per) != s) continue;  // every split has k tiles
+    const double us = static_cast<double>(ceil_div(tiles * s, sms) * per) * tile_us + static_cast<double>(s) * split_us;
+    if (least < 0 || us < least) least = us, l.splits = static_cast<int>(s);
+  }
   l.stages = stages_for(l, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l, l.stages);
