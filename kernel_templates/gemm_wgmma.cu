@@ -30,7 +30,8 @@
 // over: PAIRED (channels a multiple of BK), both operands as slices [hi | lo] whose tiles a stage
 // holds side by side, so the images are read twice a tap, not three times; otherwise (SLICES 3)
 // its channels are three slices of C, images [hi | lo | hf] and weights [hi | hf | lo]. PAIRED
-// K-major weight gradients read gy's and the images' copies made as hi copies then lo copies.
+// K-major weight gradients read gy's and the images' copies made as hi copies then lo copies;
+// with SPLIT_GY, gy as stored, each stage's gy tile split by the consumers into its lo slot.
 // Elsewhere (SPLIT_F32) the consumers split each stage's f32 tiles in shared memory (hi in
 // place, lo in tiles of their own; A in registers where it is read there).
 // Weight-gradient mode (CONV_MODE 2, 16-bit): D (m x r*s*C, C = channels padded to 64) =
@@ -68,7 +69,7 @@ constexpr bool kRegA = ${REG_A};
 constexpr int kRow = ${WGRAD_ROW};
 constexpr int kC = ${CONV_C}, kS = ${CONV_S}, kPadH = ${CONV_PAD_H}, kPadW = ${CONV_PAD_W};
 constexpr int kOH = ${CONV_OH}, kOW = ${CONV_OW}, kBoxH = ${BOX_H}, kBoxW = ${BOX_W}, kRS = ${CONV_RS};
-constexpr bool kPaired = ${PAIRED};
+constexpr bool kPaired = ${PAIRED}, kSplitGy = ${SPLIT_GY};
 constexpr int kSliceC = kPaired && kConv ? kC / 2 : kC;  // PAIRED: the lo slice's channels follow the hi's
 constexpr int kCBlocks = (kSliceC + kBK - 1) / kBK;  // k tiles per filter tap
 constexpr int kTilesW = kConv ? (kOW + kBoxW - 1) / kBoxW : 1;
@@ -112,6 +113,7 @@ constexpr unsigned kLoBytesA = kSplitF32 && !kRegA ? kBytesA : 0, kLoBytes = kSp
 constexpr unsigned kLoRegion = kPaired ? kStages * kStageBytes : 2 * kLoBytes;
 static_assert(!kPaired || (((kConv && kSliceC % kBK == 0) || (kWgrad && kWgradKMajor)) && !kSplitF32 && sizeof(In) == 4),
               "paired slices: f32 math, convolution mode's in whole k tiles of a slice, or K-major weight gradients");
+static_assert(!kSplitGy || (kPaired && kWgrad), "gy split in the kernel: paired weight gradients");
 static_assert(!kConv || (!kAMn && !kBMn && kBoxW * kBoxH <= (kTransposed ? kBM : kBN)),
               "convolution mode: K-major operands, one box per tile");
 // K-major weight gradients: a tile of taps (B, or A when transposed) is boxes of kTapRows, each
@@ -213,7 +215,8 @@ __device__ __forceinline__ void load_conv_tiles(unsigned dst_a, unsigned dst_b, 
 
 // Weight-gradient mode's k tile kt of tile (tm, tn): the box of output pixels it covers, in
 // gy for each 64 rows of A and, shifted by the atom's tap, in the input for each 64 columns of B.
-// PAIRED slice 1: the lo copies, gy's kImages images on and the images' kS copies on.
+// PAIRED slice 1: the lo copies, gy's kImages images on and the images' kS copies on (SPLIT_GY:
+// the images' only; the consumers write gy's).
 __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b, const TensorMap* map_a,
                                                  const TensorMap* map_b, unsigned bar, long long kt, int tm, int tn,
                                                  int slice) {
@@ -222,7 +225,7 @@ __device__ __forceinline__ void load_wgrad_tiles(unsigned dst_a, unsigned dst_b,
   const unsigned dst_gy = kTransposed ? dst_b : dst_a, dst_taps = kTransposed ? dst_a : dst_b;
   const int t_gy = kTransposed ? tn : tm, t_taps = kTransposed ? tm : tn;
   if constexpr (kWgradKMajor) {
-    tma_load(dst_gy, map_a, bar, box * kBK, t_gy * kRowsTile, image + slice * kImages);
+    if (!kSplitGy || slice == 0) tma_load(dst_gy, map_a, bar, box * kBK, t_gy * kRowsTile, image + slice * kImages);
 #pragma unroll
     for (int j = 0; j < kColumnsTile / kTapRows; ++j) {
       const int col = t_taps * kColumnsTile + j * kTapRows, tap = col / kC;
@@ -588,7 +591,9 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       for (long long kt = first; kt < end; ++kt, ++it) {
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
-        bar_expect_bytes(full + 8 * s, kPaired ? 2 * kLoadBytes : kLoadBytes);
+        // SPLIT_GY: gy's lo is not loaded (transposed tiles hold gy as B).
+        constexpr unsigned kGyBytes = kSplitGy ? (kTransposed ? kLoadedB : kLoadedA) : 0;
+        bar_expect_bytes(full + 8 * s, kPaired ? 2 * kLoadBytes - kGyBytes : kLoadBytes);
         if constexpr (kConv) {
           load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm,
                           tn, 0);
@@ -640,6 +645,13 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         bool odd = any_odd;
         if constexpr (kPaired) {  // the stage's own lo tiles, loaded with it
           lo_a = lo_tiles + s * kStageBytes, lo_b = lo_a + kBytesA;
+          if constexpr (kSplitGy) {  // but gy's, split here into its slot (last read kStages tiles ago)
+            odd = (kTransposed ? split_tile<kLoadedB>(tiles_b + s * kBytesB, lo_b, t)
+                               : split_tile<kLoadedA>(tiles_a + s * kBytesA, lo_a, t)) ||
+                  odd;
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            odd = split_sync_any(odd);
+          }
         } else {
           // This k tile's lo tiles were read by the MMAs of the one two before, which every
           // consumer has waited for.

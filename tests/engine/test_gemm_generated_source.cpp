@@ -217,6 +217,27 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     g.conv->paired = true;
     CHECK_FALSE(kernels::plan(GemmKernel::wgmma, g, kHopper));
   }
+  // Paired weight gradients with gy read as stored and split in the kernel, both tile kinds;
+  // rows of 14 pixels are padded (copied), so there it does not apply; unpaired it is a mistake.
+  for (GemmTile tile : {GemmTile{}, GemmTile{128, 0, 0, true}}) {
+    GemmGeometry g = wgrad(64, 32, 12, 3, 3, GemmMath::f32);
+    g.conv->paired = g.conv->split_gy = true;
+    CHECK_FALSE(kernels::wgrad_layout(g).stage_gy);
+    CHECK(kernels::wgrad_layout(g).stage_images);
+    const auto l = kernels::plan(GemmKernel::wgmma, g, kHopper, tile);
+    REQUIRE(l);
+    CHECK(l->text().ends_with(" P G"));
+    const std::string src = add(l);
+    CHECK(src.find("kSplitGy = true") != std::string::npos);
+  }
+  {
+    GemmGeometry padded = wgrad(64, 32, 14, 3, 3, GemmMath::f32);
+    padded.conv->paired = padded.conv->split_gy = true;
+    CHECK_FALSE(kernels::plan(GemmKernel::wgmma, padded, kHopper));
+    GemmGeometry unpaired = wgrad(64, 32, 12, 3, 3, GemmMath::f32);
+    unpaired.conv->split_gy = true;
+    CHECK_THROWS_AS(kernels::plan(GemmKernel::wgmma, unpaired, kHopper), ValueError);
+  }
   // Exact f32 weight gradients sum at most 64 k tiles a split (batch-1024 conv2: 7168 k tiles,
   // at least 112 splits); TF32 fills the SMs with fewer.
   for (GemmMath math : {GemmMath::f32, GemmMath::tf32}) {

@@ -156,23 +156,33 @@ TEST_CASE("weight gradients in every tile match the f64 reference: 16-bit read K
       {{3, 32, 14, 14}, {64, 32, 5, 5}, 2}, {{2, 24, 9, 7}, {16, 24, 3, 3}, 1}, {{2, 16, 8, 16}, {32, 16, 3, 3}, 1}};
   const rt::Stream& s = rt::default_stream(0);
   using kernels::GemmMath;
-  // Exact f32 twice: split in the kernel, and through hi and lo copies (paired).
-  const std::vector<std::pair<GemmMath, bool>> maths{
-      {GemmMath::bf16, false}, {GemmMath::f16, false}, {GemmMath::tf32, false}, {GemmMath::f32, false}, {GemmMath::f32, true}};
+  // Exact f32 three times: split in the kernel, through hi and lo copies (paired), and with the
+  // images' copies paired and gy split in the kernel (rows of 16 only: the others are padded).
+  struct Math {
+    GemmMath math;
+    bool paired, split_gy;
+  };
+  const std::vector<Math> maths{{GemmMath::bf16, false, false}, {GemmMath::f16, false, false},
+                                {GemmMath::tf32, false, false}, {GemmMath::f32, false, false},
+                                {GemmMath::f32, true, false},   {GemmMath::f32, true, true}};
   for (const WgradCase& c : cases)
-    for (const auto& [math, paired] : maths) {
+    for (const auto& [math, paired, split_gy] : maths) {
       const DType dt = kernels::input_dtype(math);
       const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], w = c.x[3], o = c.w[0], r = c.w[2];
       kernels::GemmConv conv;
       conv.c = ch, conv.h = h, conv.w = w, conv.r = conv.s = r, conv.pad_h = conv.pad_w = c.pad;
       conv.weight_grad = true;
       conv.k_major = !kernels::tf32_mma(math);  // TF32 and f32 read K-major as they are
-      conv.paired = paired;
+      conv.paired = paired, conv.split_gy = split_gy;
       const std::int64_t oh = conv.oh(), ow = conv.ow(), taps = ch * r * r;
       kernels::GemmGeometry g{o, taps, n * oh * ow, oh * ow, h * w, taps, math};
       g.conv = conv;
       g.batch = n, g.batch_a = o * oh * ow, g.batch_b = ch * h * w;
       CHECK(kernels::wgrad_layout(g).k_major);
+      if (split_gy && ow % 4 != 0) {
+        CHECK_FALSE(kernels::plan(kernels::GemmKernel::wgmma, g, tgt));
+        continue;
+      }
       const std::vector<kernels::GemmLaunch> launches = every_tile(g, tgt);
       Generator gen(23);
       const Tensor x = randn(c.x, {.dtype = DType::f64}, &gen).to(dt);
@@ -262,7 +272,8 @@ TEST_CASE("paired f32 slices in convolution mode match the f64 reference in ever
 
 // Exact f32 weight gradients through hi and lo copies: an infinity in the images reaches every
 // tap that reads it as +inf, a NaN every tap that reads it, and the rest stay finite, in every
-// tile (the copies flag them; the kernel's k tiles then take the finite pass).
+// tile (the copies flag them; the kernel's k tiles then take the finite pass). With gy split in
+// the kernel, an infinity in gy reaches every tap of its output channel too (the split flags it).
 TEST_CASE("paired f32 weight gradients carry inf and NaN from the images to the taps that read them") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
   if (tgt.arch != 90) {
@@ -274,7 +285,10 @@ TEST_CASE("paired f32 weight gradients carry inf and NaN from the images to the 
   xv[static_cast<std::size_t>((0 * ch + 5) * hw * hw + 3 * hw + 3)] = INFINITY;  // image 0, channel 5, (3, 3)
   xv[static_cast<std::size_t>((1 * ch + 9) * hw * hw)] = std::nan("");          // image 1, channel 9, (0, 0)
   const Tensor x = from_vector(xv, {n, ch, hw, hw}).to(DType::f32);
+  std::vector<double> gv(static_cast<std::size_t>(n * o * hw * hw), 0.25);
   const Tensor gy = full({n, o, hw, hw}, 0.25, {.dtype = DType::f32});
+  gv[static_cast<std::size_t>((1 * o + 7) * hw * hw + 4 * hw + 4)] = INFINITY;  // image 1, channel 7, (4, 4)
+  const Tensor gy_inf = from_vector(gv, {n, o, hw, hw}).to(DType::f32);
   kernels::GemmConv conv;
   conv.c = ch, conv.h = conv.w = hw, conv.r = conv.s = 3, conv.pad_h = conv.pad_w = 1;
   conv.weight_grad = true, conv.paired = true;
@@ -282,22 +296,31 @@ TEST_CASE("paired f32 weight gradients carry inf and NaN from the images to the 
   g.conv = conv;
   g.batch = n, g.batch_a = o * hw * hw, g.batch_b = ch * hw * hw;
   const rt::Stream& s = rt::default_stream(0);
-  const rt::DeviceBuffer dx = upload(x, s), dgy = upload(gy, s);
-  for (const kernels::GemmLaunch& l : every_tile(g, tgt)) {
-    CAPTURE(l.text());
-    const rt::DeviceBuffer dw = upload(zeros({o, ch, 3, 3}, {.dtype = DType::f32}), s);
-    kernels::launch(l, {dgy.ptr(), dx.ptr(), dw.ptr(), 0, &s});
-    const std::vector<double> w = download(dw, o * ch * 9, DType::f32, s);
-    int infs = 0, nans = 0, wrong = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      const std::int64_t c = static_cast<std::int64_t>(i / 9) % ch, tap = static_cast<std::int64_t>(i % 9);
-      const bool reads_nan = c == 9 && tap / 3 <= 1 && tap % 3 <= 1;  // the taps some output reads (0, 0) with
-      if (c == 5) infs += std::isinf(w[i]) && w[i] > 0;
-      else if (reads_nan) nans += std::isnan(w[i]);
-      else wrong += !std::isfinite(w[i]);
+  kernels::GemmGeometry split = g;
+  split.conv->split_gy = true;
+  std::vector<kernels::GemmLaunch> launches = every_tile(g, tgt), split_launches = every_tile(split, tgt);
+  launches.insert(launches.end(), split_launches.begin(), split_launches.end());
+  const rt::DeviceBuffer dx = upload(x, s), dgy = upload(gy, s), dgy_inf = upload(gy_inf, s);
+  for (const kernels::GemmLaunch& l : launches)
+    for (bool gy_has_inf : {false, true}) {
+      CAPTURE(l.text());
+      CAPTURE(gy_has_inf);
+      const rt::DeviceBuffer dw = upload(zeros({o, ch, 3, 3}, {.dtype = DType::f32}), s);
+      kernels::launch(l, {gy_has_inf ? dgy_inf.ptr() : dgy.ptr(), dx.ptr(), dw.ptr(), 0, &s});
+      const std::vector<double> w = download(dw, o * ch * 9, DType::f32, s);
+      int infs = 0, nans = 0, wrong = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const std::int64_t oc = static_cast<std::int64_t>(i / (9 * ch)), c = static_cast<std::int64_t>(i / 9) % ch;
+        const std::int64_t tap = static_cast<std::int64_t>(i % 9);
+        const bool reads_nan = c == 9 && tap / 3 <= 1 && tap % 3 <= 1;  // the taps some output reads (0, 0) with
+        if (reads_nan) nans += std::isnan(w[i]);  // image 1's NaN meets gy's infinity too
+        else if (c == 5 || (gy_has_inf && oc == 7)) infs += std::isinf(w[i]) && w[i] > 0;
+        else wrong += !std::isfinite(w[i]);
+      }
+      // gy's infinity: output channel 7's taps of every channel but 5 (counted already) and 9's
+      // four NaN taps.
+      CHECK(infs == (gy_has_inf ? o * 9 + (ch - 2) * 9 + 5 : o * 9));
+      CHECK(nans == o * 4);
+      CHECK(wrong == 0);
     }
-    CHECK(infs == o * 9);
-    CHECK(nans == o * 4);
-    CHECK(wrong == 0);
-  }
 }

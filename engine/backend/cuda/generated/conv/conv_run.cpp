@@ -54,9 +54,9 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     three slices in every tile measured, so the tuner does not time those);
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
 //     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`,
-//     exact f32 through hi and lo copies with `paired`).
+//     exact f32 through hi and lo copies with `paired`, gy split in the kernel with `split_gy`).
 struct WgradVariant {
-  bool k_major = false, paired = false;
+  bool k_major = false, paired = false, split_gy = false;
 };
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target, GemmTile tile = {}, WgradVariant v = {}) {
@@ -73,7 +73,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   if (pass == ConvPass::grad_weight) {
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
-    c.k_major = v.k_major, c.paired = v.paired;
+    c.k_major = v.k_major, c.paired = v.paired, c.split_gy = v.split_gy;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
     const std::int64_t taps = g.c * g.kh * g.kw;
     GemmGeometry geo{g.o, taps, g.n * g.oh * g.ow, g.oh * g.ow, g.h * g.w, taps, gm};
@@ -136,6 +136,10 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
           : std::nullopt;
   if (paired) {
     add_engine(*paired, {.paired = true});
+    // And with gy read as stored, its tiles split in the kernel: fewer bytes copied and loaded, a
+    // split and a barrier a k tile more.
+    if (const auto split = tile_engine_launch(pass, g, math, arch, target, {}, {.paired = true, .split_gy = true}))
+      add_engine(*split, {.paired = true, .split_gy = true});
   } else if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
     add_engine(*l, {});
     // A 16-bit weight gradient staged NHWC is also timed read K-major, through the copies TF32

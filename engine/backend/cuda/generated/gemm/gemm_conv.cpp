@@ -123,13 +123,14 @@ bool conv_fits(const GemmGeometry& g) {
   const bool shaped = wgrad ? g.n == c.r * c.s * c.c && g.k == g.batch * c.oh() * c.ow() && g.ldd == g.n
                             : g.n == c.oh() * c.ow() && g.k == c.r * c.s * c.c;
   if (!shaped || g.a_mn || g.b_mn || (wgrad && c.flip) || (c.k_major && !wgrad) ||
-      (c.paired && g.math != GemmMath::f32))
+      (c.paired && g.math != GemmMath::f32) || (c.split_gy && !(wgrad && c.paired)))
     throw ValueError(
         "[gemm] convolution mode needs n = oh * ow and k = r * s * c (weight gradient: n = r * s * c = "
-        "ldd, k = batch * oh * ow), operands as stored, no flip with wgrad, K-major reads only with it and "
-        "paired slices only in f32; got " +
+        "ldd, k = batch * oh * ow), operands as stored, no flip with wgrad, K-major reads only with it, "
+        "paired slices only in f32 and gy split only in paired weight gradients; got " +
         g.text());
   if (c.paired && (wgrad ? !wgrad_layout(g).stage_images : c.c % 32 != 0)) return false;  // copies; a k tile a slice
+  if (c.split_gy && wgrad_layout(g).row != c.ow()) return false;  // gy's rows are copied to be padded
   const auto es = static_cast<std::int64_t>(dtype_size(input_dtype(g.math)));
   if (c.oh() < 1 || c.ow() < 1 || c.pad_h < 0 || c.pad_w < 0 || c.pad_h >= c.r || c.pad_w >= c.s) return false;
   if (g.hooks.prologue || stats_of(g) == HookStats::columns || g.batch > 65535) return false;  // staging grid
@@ -258,7 +259,7 @@ WgradLayout wgrad_layout(const GemmGeometry& g) {
   w.row = as_stored ? c.ow() : ceil_div(c.ow() * es, 16) * 16 / es;
   w.rows = as_stored ? c.oh() : c.oh() + c.r - 1;
   w.stage_images = !as_stored;
-  w.stage_gy = w.row != c.ow() || c.paired;  // paired: gy's hi and lo copies
+  w.stage_gy = w.row != c.ow() || (c.paired && !c.split_gy);  // paired: gy's hi and lo copies
   const std::int64_t tiles = ceil_div(c.c, 256);  // per tap
   w.bn = static_cast<int>(ceil_div(ceil_div(c.c, tiles), 16) * 16);
   w.channels = w.bn * tiles;
@@ -273,8 +274,9 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
   ConvStaging s;
   if (wgrad.k_major) {  // gy (m x oh*row) and the images' copies (c x rows*row), image after image
     const std::int64_t b = l.g.batch, plane = wgrad.rows * wgrad.row, gy_plane = c->oh() * wgrad.row;
-    // Paired f32 slices: gy's lo copy as b more images, the images' lo copies as s more copies.
-    const std::int64_t pairs = c->paired ? 2 : 1;
+    // Paired f32 slices: gy's lo copy as b more images (none where the kernel splits gy), the
+    // images' lo copies as s more copies.
+    const std::int64_t pairs = c->paired ? 2 : 1, gy_pairs = c->paired && !c->split_gy ? 2 : 1;
     if (c->paired) {  // cleared before the copies set it
       s.odd = rt::DeviceBuffer(4, *ops.stream);
       rt::memset_device(s.odd.ptr(), 0, 4, *ops.stream);
@@ -293,8 +295,8 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
     }
     // Transposed tiles take gy as B (BN rows) and the taps as A (BM columns of dW).
     const int gy_rows = l.transposed ? l.bn : l.bm, tap_cols = l.transposed ? l.bm : l.bn;
-    s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, gy_rows, box_k, pairs * b,
-                                        pairs * b > 1 ? gy_image : 0);
+    s.map_a = rt::tiled_tensor_map_128b(gy, t, l.g.m, gy_plane, gy_plane, gy_rows, box_k, gy_pairs * b,
+                                        gy_pairs * b > 1 ? gy_image : 0);
     s.map_b = rt::tiled_tensor_map_nd(
         x, t, std::array{plane, c->c, b, pairs * (wgrad.stage_images ? c->s : 1)},
         std::array{plane, std::max(x_image, c->c * plane), b * c->c * plane},

@@ -155,7 +155,7 @@ void GemmGeometry::add_to(rt::GeneratedKey& key) const {
   key.add(m, n, k, lda, ldb, ldd, math, epilogue, a_mn, b_mn, batch, batch_a, batch_b, batch_d);
   if (conv)
     key.add(conv->c, conv->h, conv->w, conv->r, conv->s, conv->pad_h, conv->pad_w, conv->flip, conv->weight_grad,
-            conv->k_major, conv->paired);
+            conv->k_major, conv->paired, conv->split_gy);
   hooks.add_to(key);
 }
 
@@ -188,6 +188,7 @@ std::string GemmGeometry::text() const {
   if (conv && conv->weight_grad) t.append(" wgrad");
   if (conv && conv->k_major) t.append(" K");
   if (conv && conv->paired) t.append(" P");
+  if (conv && conv->split_gy) t.append(" G");
   return t + hooks.text();
 }
 
@@ -200,7 +201,8 @@ std::string GemmTile::text() const {
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
          std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (transposed ? " T" : "") + (g.conv && g.conv->k_major ? " K" : "") + (g.conv && g.conv->paired ? " P" : "");
+         (transposed ? " T" : "") + (g.conv && g.conv->k_major ? " K" : "") + (g.conv && g.conv->paired ? " P" : "") +
+         (g.conv && g.conv->split_gy ? " G" : "");
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }

@@ -61,6 +61,9 @@ struct GemmConv {
   // instead of three times; in a K-major weight gradient whose images are copied, through hi and
   // lo copies, so the kernel does not split its tiles in shared memory.
   bool paired = false;
+  // Paired weight gradients whose gy rows need no padding: gy read as stored, each stage's gy
+  // tile split by the kernel into its lo slot, instead of copied as hi and lo.
+  bool split_gy = false;
   std::int64_t oh() const { return h + 2 * pad_h - r + 1; }
   std::int64_t ow() const { return w + 2 * pad_w - s + 1; }
 };
@@ -77,7 +80,7 @@ struct GemmGeometry {
   std::optional<GemmConv> conv{};  // as GemmConv says; A and B as the caller stores them (not MN-major)
   void add_to(rt::GeneratedKey& key) const;
   // "m n k lda ldb ldd math epilogue [A^T] [B^T] [batch N a b d] [conv c h w r s ph pw [flip|wgrad
-  // [K]]] [hooks:digest]": the tuner's problem text.
+  // [K] [P] [G]]] [hooks:digest]": the tuner's problem text.
   std::string text() const;
 };
 
@@ -138,7 +141,8 @@ struct GemmLaunch {
   bool transposed = false;  // as GemmTile says
   std::int64_t shared_bytes = 0;
   // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T", "wgmma 64x32 s6 k4 K" (a
-  // 16-bit weight gradient read K-major): what the tuner remembers
+  // 16-bit weight gradient read K-major; " P": f32 through hi and lo copies, " G" gy split in the
+  // kernel): what the tuner remembers
   std::string text() const;
 };
 

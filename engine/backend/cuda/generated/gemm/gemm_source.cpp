@@ -115,6 +115,7 @@ std::string source(const GemmLaunch& l) {
                      {"CONV_C", num(wgrad ? w.channels : staged_channels(g))},
                      {"SPLIT_F32", split_in_kernel(g) ? "true" : "false"},
                      {"PAIRED", g.conv && c.paired ? "true" : "false"},
+                     {"SPLIT_GY", g.conv && c.split_gy ? "true" : "false"},
                      {"TRANSPOSED", l.transposed ? "true" : "false"},
                      {"STAGED_STORES", staged_stores(l) ? "true" : "false"},
                      {"REG_A", swap ? "true" : "false"},
