@@ -12,8 +12,11 @@
 //              instead each --shape N,C,H,W,O,kh,kw,stride,pad
 // A row's time is the median microseconds per call over --reps event-timed batches of --calls
 // calls back to back, after --warmup untimed batches (NVRTC compiles, cuBLAS heuristics and
-// pool growth fall there); first_ms is the host time of the very first call, compiles
-// included, shown apart. TFLOP/s counts 2*N*O*OH*OW*C*kh*kw for each of the three ops.
+// pool growth fall there): launched one by one (us), and captured once and replayed as a CUDA
+// graph per batch (graph_us, what a compiled training step pays: no host work between the
+// kernels, which decides the small rows eagerly). first_ms is the host time of the very first
+// call, compiles included, shown apart. TFLOP/s counts 2*N*O*OH*OW*C*kh*kw for each of the
+// three ops, at the eager time.
 // Prints a table, then one JSON line, also written to --json FILE. Exits 77 without a GPU.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -96,7 +99,7 @@ struct Settings {
 
 struct Row {
   std::string name, shape, precision, op;
-  double us = -1, tflops = -1, first_ms = -1;  // -1: not measured (the note says why)
+  double us = -1, graph_us = -1, tflops = -1, first_ms = -1;  // -1: not measured (the note says why)
   std::string note{};
 };
 
@@ -116,6 +119,13 @@ Row measure(const ConvShape& s, const Precision& p, const char* op, const std::f
     };
     r.us = bench::median_event_ms(stream(), batch, set.reps, set.warmup) * 1e3 / set.calls;
     r.tflops = s.flop() / (r.us * 1e-6) / 1e12;
+    CompiledFunction graph = compile(
+        [&](const std::vector<Tensor>&) {
+          batch();
+          return std::vector<Tensor>{};
+        },
+        {.device = Device::cuda(0)});
+    r.graph_us = bench::median_event_ms(stream(), [&] { (void)graph({}); }, set.reps, set.warmup) * 1e3 / set.calls;
   } catch (const std::exception& e) {
     r.note = e.what();
   }
@@ -124,8 +134,9 @@ Row measure(const ConvShape& s, const Precision& p, const char* op, const std::f
     std::snprintf(buf, sizeof buf, "%.2f", v);
     return v < 0 ? std::string("n/a") : std::string(buf);
   };
-  std::printf("%-11s %-24s %-5s %-19s %10s %9s %10s  %s\n", r.name.c_str(), r.shape.c_str(), r.precision.c_str(),
-              r.op.c_str(), cell(r.us).c_str(), cell(r.tflops).c_str(), cell(r.first_ms).c_str(), r.note.c_str());
+  std::printf("%-11s %-24s %-5s %-19s %10s %10s %9s %10s  %s\n", r.name.c_str(), r.shape.c_str(),
+              r.precision.c_str(), r.op.c_str(), cell(r.us).c_str(), cell(r.graph_us).c_str(), cell(r.tflops).c_str(),
+              cell(r.first_ms).c_str(), r.note.c_str());
   std::fflush(stdout);
   return r;
 }
@@ -155,6 +166,7 @@ nlohmann::json to_json(const std::vector<Row>& rows, const std::string& device, 
                          {"precision", r.precision},
                          {"op", r.op},
                          {"us", num(r.us)},
+                         {"graph_us", num(r.graph_us)},
                          {"tflops", num(r.tflops)},
                          {"first_ms", num(r.first_ms)},
                          {"note", r.note}});
@@ -212,8 +224,8 @@ int main(int argc, char** argv) {
     const rt::DeviceInfo& info = rt::device_info(0);
     std::printf("bench_conv on %s (sm_%d): median of %d batches of %d calls after %d warm-up batches\n",
                 info.name.c_str(), info.arch(), set.reps, set.calls, set.warmup);
-    std::printf("%-11s %-24s %-5s %-19s %10s %9s %10s  %s\n", "name", "N,C,H,W,O,kh,kw,s,pad", "prec", "op", "us/call",
-                "TFLOP/s", "first_ms", "note");
+    std::printf("%-11s %-24s %-5s %-19s %10s %10s %9s %10s  %s\n", "name", "N,C,H,W,O,kh,kw,s,pad", "prec", "op",
+                "us/call", "graph_us", "TFLOP/s", "first_ms", "note");
     std::vector<Row> rows;
     for (const ConvShape& s : shapes)
       for (const Precision& p : precisions)
