@@ -193,20 +193,27 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
   // value over 4096 k, measured) and the partials are added with rounding. Among those, the
   // splits whose waves of tiles take the least time: a wave lasts its split's k tiles, each about
   // a tile's products at an SM's share of the tensor cores (the H100's and H200's), and each split
-  // writes a partial that the sum reads back.
+  // writes a partial that the sum reads back. Past the first 8 counts only each number of
+  // waves' most splits are weighed (the fastest of that many waves, but for the partials): plans
+  // are made on every call.
   const std::int64_t sms = std::max(1, target.sm_count), most = std::max<std::int64_t>(1, k_tiles / 4);
   const std::int64_t fewest = ceil_div(k_tiles, g.math == GemmMath::f32 ? 64 : k_tiles);
   const double tile_us = 2.0 * l.bm * l.bn * (128.0 / static_cast<double>(dtype_size(input_dtype(g.math)))) *
                          (g.math == GemmMath::f32 ? 3 : 1) / (tf32_mma(g.math) ? 2.5e6 : 5e6);
   const double split_us = 2.0 * static_cast<double>(g.m * cols) * 4 / 3.3e6;
-  double least = -1;
-  l.splits = static_cast<int>(fewest);
-  for (std::int64_t s = fewest; s <= std::min(most, fewest + 4 * ceil_div(sms, tiles)); ++s) {
-    const std::int64_t per = ceil_div(k_tiles, s);
-    if (ceil_div(k_tiles, per) != s) continue;  // every split has k tiles
-    const double us = static_cast<double>(ceil_div(tiles * s, sms) * per) * tile_us + static_cast<double>(s) * split_us;
-    if (least < 0 || us < least) least = us, l.splits = static_cast<int>(s);
-  }
+  auto us = [&](std::int64_t s) {
+    return static_cast<double>(ceil_div(tiles * s, sms) * ceil_div(k_tiles, s)) * tile_us +
+           static_cast<double>(s) * split_us;
+  };
+  std::int64_t splits = fewest;
+  auto weigh = [&](std::int64_t s) {
+    s = ceil_div(k_tiles, ceil_div(k_tiles, s));  // every split has k tiles
+    if (us(s) < us(splits)) splits = s;
+  };
+  for (std::int64_t s = fewest + 1; s <= std::min(most, fewest + 7); ++s) weigh(s);
+  for (std::int64_t waves = 1; waves <= ceil_div(tiles * fewest, sms) + 4; ++waves)
+    if (const std::int64_t s = std::min(most, waves * sms / tiles); s > fewest + 7) weigh(s);
+  l.splits = static_cast<int>(splits);
   l.stages = stages_for(l, target);
   if (l.stages == 0) return std::nullopt;
   l.shared_bytes = shared_bytes(l, l.stages);
