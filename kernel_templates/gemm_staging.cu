@@ -149,16 +149,26 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
 #else
 // Weight-gradient mode's result (and split-K's: one tap of c = cp columns): dw[o][c][tap]
 // (`taps` taps of `c` channels) is the sum, in order, of the `splits` partials [z][o][tap][cp].
+// Threads run along the partials' channels, so the many reads are coalesced and the one write
+// is not; eight reads are in flight before they are added.
 extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
                                                 int c, int cp, int taps) {
   const int n = m * c * taps, step = gridDim.x * blockDim.x;  // under 2^31 (the plans): 32-bit division
   const long long split = static_cast<long long>(m) * taps * cp;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-    const int tap = i % taps, ci = (i / taps) % c, o = i / (taps * c);
+    const int ci = i % c, tap = (i / c) % taps, o = i / (c * taps);
     const float* p = parts + static_cast<long long>(o * taps + tap) * cp + ci;
     float sum = 0.f;
-    for (int z = 0; z < splits; ++z) sum += p[z * split];
-    dw[i] = kiln::cvt<In>(sum);
+    int z = 0;
+    for (; z + 8 <= splits; z += 8) {
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = p[(z + j) * split];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += v[j];
+    }
+    for (; z < splits; ++z) sum += p[z * split];
+    dw[(o * c + ci) * taps + tap] = kiln::cvt<In>(sum);
   }
 }
 #endif

@@ -101,6 +101,8 @@ constexpr unsigned kBytesA = kBM * 128, kBytesB = kBN * 128, kStageBytes = kByte
 constexpr unsigned kBoxBytes = kBoxW * kBoxH * 128;
 constexpr unsigned kLoadedA = kConv && kTransposed ? kBoxBytes : kBytesA, kLoadedB = kConv && !kTransposed ? kBoxBytes : kBytesB;
 constexpr unsigned kLoadBytes = kLoadedA + kLoadedB;
+// SPLIT_GY: gy's lo is not loaded (transposed tiles hold gy as B) but split in shared memory.
+constexpr unsigned kGyBytes = kSplitGy ? (kTransposed ? kLoadedB : kLoadedA) : 0;
 constexpr bool kSplitF32 = ${SPLIT_F32};
 // REG_A with SPLIT_F32: a k tile's B split and A fragments loaded while the previous tile's MMAs
 // run, which keeps their hi, lo and hf registers live across the loop (only up to 128 columns,
@@ -591,8 +593,6 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       for (long long kt = first; kt < end; ++kt, ++it) {
         const int s = it % kStages;
         bar_wait(empty + 8 * s, ((it / kStages) & 1) ^ 1);
-        // SPLIT_GY: gy's lo is not loaded (transposed tiles hold gy as B).
-        constexpr unsigned kGyBytes = kSplitGy ? (kTransposed ? kLoadedB : kLoadedA) : 0;
         bar_expect_bytes(full + 8 * s, kPaired ? 2 * kLoadBytes - kGyBytes : kLoadBytes);
         if constexpr (kConv) {
           load_conv_tiles(tiles_a + s * kBytesA, tiles_b + s * kBytesB, &map_a, &map_b, full + 8 * s, static_cast<int>(kt), z, tm,

@@ -78,9 +78,10 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
   int h = static_cast<int>(s.h), w = static_cast<int>(s.w), rows = static_cast<int>(s.rows);
   int row = static_cast<int>(s.row), copies = static_cast<int>(s.copies);
   int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
-  // About 1024 16-byte chunks a block (4 per thread), in whole planes.
+  // About 256 16-byte chunks a block (one a thread), in whole planes: small copies still spread
+  // over every SM.
   const std::int64_t chunks = s.rows * s.row * dtype_size(input_dtype(l.g.math)) / 16;
-  int per_block = static_cast<int>(std::max<std::int64_t>(1, 1024 / chunks));
+  int per_block = static_cast<int>(std::max<std::int64_t>(1, 256 / chunks));
   void* args[] = {&x, &dst, &planes, &h, &w, &rows, &row, &copies, &ph, &pw, &per_block, &odd};
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(planes, per_block), 1 << 22));
@@ -229,9 +230,10 @@ void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const
   int cp = static_cast<int>(wgrad ? wgrad_layout(l.g).channels : l.g.n);
   int taps = static_cast<int>(wgrad ? l.g.conv->r * l.g.conv->s : 1);
   void* args[] = {&parts, &d, &splits, &m, &cc, &cp, &taps};
+  // Blocks of 128: a small result still spreads over most SMs.
   rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 256), 1024));
-  cfg.block.x = 256;
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 128), 4096));
+  cfg.block.x = 128;
   rt::launch_raw(staging_function(GemmStaging::sum_splits, input_dtype(l.g.math), 1, stream.device()), cfg, stream,
                  args);
 }
