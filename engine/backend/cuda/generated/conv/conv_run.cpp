@@ -10,7 +10,10 @@
 #include <climits>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "backend/cuda/generated/gemm/gemm_plan.h"
@@ -108,24 +111,22 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   return plan(GemmKernel::wgmma, geo, tgt, tile);
 }
 
-std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
-                                      const ConvTarget& target, int arch) {
-  std::vector<TuneCandidate> c, engine;
-  // Two tiles that plan the same launch (boxes of 128 and 256 pixels over a small output) are
-  // timed once: the stored choice names a launch by its text.
-  auto add = [](std::vector<TuneCandidate>& to, std::string name, std::function<void()> run) {
-    for (const TuneCandidate& t : to)
-      if (t.name == name) return;
-    to.push_back({std::move(name), std::move(run)});
-  };
-  // w is A and x or gy B; for the weight gradient gy is A and x B.
-  const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
+// A candidate's launch, planned once per problem: kernels and tiles do not depend on where the
+// operands lie (whether they fit is asked on every call), and eager convs plan on every call.
+struct PlannedCandidate {
+  std::string name;
+  std::variant<GemmLaunch, ConvLaunch> launch;
+  bool head = false;  // a tile-engine launch whose alternatives follow it, skipped with it where the operands do not fit
+};
+
+std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry& g, DType dtype, ConvMath math,
+                                              const ConvTarget& target, int arch) {
+  std::vector<PlannedCandidate> c, engine;
   auto add_engine = [&](const GemmLaunch& l, WgradVariant v) {
-    if (!operands_fit(l, gops)) return;
-    add(engine, "gemm " + l.text(), [l, gops] { launch(l, gops); });
+    engine.push_back({"gemm " + l.text(), l, true});
     for (GemmTile tile : alternatives(l, GemmTarget{arch, target.sm_count, target.max_shared}))
       if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile, v))
-        add(engine, "gemm " + a->text(), [a = *a, gops] { launch(a, gops); });
+        engine.push_back({"gemm " + a->text(), *a});
   };
   // An exact f32 weight gradient through hi and lo copies, where it plans: it costs more copying
   // but spares the kernel its split, and the GPU timed it 1.1-1.6x faster in every shape measured
@@ -159,14 +160,51 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
       pass == ConvPass::grad_weight ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
                                     : std::vector{ConvKernel::patch, ConvKernel::igemm, ConvKernel::direct};
   for (ConvKernel k : kinds) {
-    const auto h = plan(k, pass, g, ops.dtype, math, target);
+    const auto h = plan(k, pass, g, dtype, math, target);
     if (!h || slower_than_fallback(*h)) continue;
-    add(c, kernel_name(k), [l = *h, ops] { launch(l, ops); });
+    c.push_back({kernel_name(k), *h});
     for (ConvTile tile : alternatives(*h, target))
-      if (const auto l = plan(k, pass, g, ops.dtype, math, target, tile))
-        add(c, std::string(kernel_name(k)) + " " + tile.text(), [l = *l, ops] { launch(l, ops); });
+      if (const auto l = plan(k, pass, g, dtype, math, target, tile))
+        c.push_back({std::string(kernel_name(k)) + " " + tile.text(), *l});
   }
   if (!engine_first) c.insert(c.end(), engine.begin(), engine.end());
+  return c;
+}
+
+// The problem's planned candidates, made on its first call. The entries are never removed, so
+// a reference stays valid.
+const std::vector<PlannedCandidate>& planned_candidates(ConvPass pass, const ConvGeometry& g, DType dtype,
+                                                        ConvMath math, const ConvTarget& target, int arch) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::vector<PlannedCandidate>> planned;
+  std::string key = std::string(pass_name(pass)) + " " + g.text() + " " + std::string(dtype_name(dtype)) + " " +
+                    math_name(math) + " " + std::to_string(arch) + " " + std::to_string(target.sm_count) + " " +
+                    std::to_string(target.max_shared);
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = planned.find(key);
+  if (it == planned.end()) it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch)).first;
+  return it->second;
+}
+
+// The planned candidates bound to this call's operands; two tiles that plan the same launch
+// (boxes of 128 and 256 pixels over a small output) are timed once: the stored choice names a
+// launch by its text.
+std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
+                                      const ConvTarget& target, int arch) {
+  // w is A and x or gy B; for the weight gradient gy is A and x B.
+  const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
+  std::vector<TuneCandidate> c;
+  bool fits = true;
+  for (const PlannedCandidate& p : planned_candidates(pass, g, ops.dtype, math, target, arch)) {
+    const auto* gemm = std::get_if<GemmLaunch>(&p.launch);
+    if (gemm && p.head) fits = operands_fit(*gemm, gops);
+    if ((gemm && !fits) || std::any_of(c.begin(), c.end(), [&](const TuneCandidate& t) { return t.name == p.name; }))
+      continue;
+    if (gemm)
+      c.push_back({p.name, [gemm, gops] { launch(*gemm, gops); }});
+    else
+      c.push_back({p.name, [l = &std::get<ConvLaunch>(p.launch), ops] { launch(*l, ops); }});
+  }
   return c;
 }
 
