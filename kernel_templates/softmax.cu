@@ -1,10 +1,12 @@
 // softmax / log_softmax over contiguous rows [rows, C], the gather/scatter kernels of
 // nll_loss and the fused softmax cross-entropy. An op's module holds only its own entry
 // (#ifdef KILN_ENTRY_<name>, defined by the runtime). T is the storage type, Acc the compute
-// type (float for f16/bf16/f32, double for f64). NVRTC -std=c++17, no C++ library.
+// type (float for f16/bf16/f32, double for f64), Loss the fused cross-entropy's loss type (T, or
+// float for 16-bit logits whose loss is f32). NVRTC -std=c++17, no C++ library.
 ${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;
+typedef ${LOSS} Loss;
 
 constexpr int kBlock = 256;  // the launcher always launches 256 threads
 
@@ -96,7 +98,7 @@ __device__ unsigned int kiln_ce_blocks_done;
 // in a fixed order (bit-identical runs, no float atomics) into out[0]. stats[N] = the count
 // of rows not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
 extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
-                                                      T* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
+                                                      Loss* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
                                                       long long N, long long C, int width,
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
@@ -144,7 +146,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
 // dx[r, c] = s_r * (exp(x[r, c] - lse[r]) - (1 - eps) * [c == y_r] - eps / C) over (N, C),
 // with lse = stats[0, N) and s_r = g[r] (none), g[0] (sum) or g[0] / stats[N] (mean), read
 // on the device; 0 for rows whose label is ignored or outside [0, C).
-extern "C" __global__ void kiln_softmax_cross_entropy_backward(const T* __restrict__ g, const T* __restrict__ x,
+extern "C" __global__ void kiln_softmax_cross_entropy_backward(const Loss* __restrict__ g, const T* __restrict__ x,
                                                                const long long* __restrict__ labels,
                                                                const Acc* __restrict__ stats, T* __restrict__ dx,
                                                                long long N, long long C, int reduction,

@@ -24,11 +24,14 @@ using namespace loss_detail;
 DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 // Attrs: reduction ("none", "sum", "mean"; the kernels' 0, 1, 2), label_smoothing (double,
-// default 0) and ignore_index (optional).
+// default 0), ignore_index (optional) and f32_loss (bool, default false: f16 and bf16 logits
+// give an f32 loss and take an f32 gradient of it, as if they had been cast to f32 first, with
+// the same bits and no casts; f32 and f64 logits keep their dtype).
 struct Params {
   int reduction = 2;
   double eps = 0;
   Ignore ignore;
+  bool f32_loss = false;
 };
 Params params_of(const OpArgs& a) {
   Params p;
@@ -41,7 +44,26 @@ Params params_of(const OpArgs& a) {
   if (!(p.eps >= 0.0 && p.eps < 1.0))
     throw ValueError("[" + a.op.name + "] label_smoothing must be in [0, 1); got " + std::to_string(p.eps));
   p.ignore = ignore_of(a.attrs);
+  p.f32_loss = a.attrs.get_or<bool>("f32_loss", false);
   return p;
+}
+
+// The loss's dtype for logits of dtype t.
+DType loss_dtype(const Params& p, DType t) {
+  return p.f32_loss && (t == DType::f16 || t == DType::bf16) ? DType::f32 : t;
+}
+
+// The CPU references for logits of storage type T, the loss (and its gradient) as L.
+template <class F>
+void visit_loss(DType logits, const Params& p, F&& f) {
+  cpu::visit(logits, [&]<class T>() {
+    if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) {
+      if (loss_dtype(p, logits) == DType::f32)
+        f.template operator()<T, float>();
+      else
+        f.template operator()<T, T>();
+    }
+  });
 }
 
 // logits (N, C) and labels (N); returns C.
@@ -79,7 +101,7 @@ RowStats row_stats(const T* x, std::int64_t stride, std::int64_t classes) {
 
 // out[0]: the loss ((N) or ()); out[1]: stats (N + 1), each row's lse, then the count of
 // rows not ignored.
-template <class T>
+template <class T, class L>
 void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   using A = acc_t<T>;
   const Tensor &x = a.inputs[0], &labels = a.inputs[1];
@@ -87,7 +109,7 @@ void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   const std::int64_t rs = x.strides()[0], cs = x.strides()[1], ls = labels.strides()[0];
   const T* px = cpu::ptr<const T>(x);
   const std::int64_t* pl = cpu::ptr<const std::int64_t>(labels);
-  T* loss = cpu::ptr<T>(out[0]);
+  L* loss = cpu::ptr<L>(out[0]);
   A* stats = cpu::ptr<A>(out[1]);
   double total = 0, count = 0;
   for (std::int64_t r = 0; r < n; ++r) {
@@ -104,21 +126,21 @@ void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
       if (p.eps != 0) l = (1 - p.eps) * l + p.eps * ((st.m - st.sum / static_cast<double>(classes)) + st.log_s);
       count += 1;
     }
-    if (p.reduction == 0) loss[r] = cpu::store<T>(l);
+    if (p.reduction == 0) loss[r] = cpu::store<L>(l);
     total += l;
   }
-  if (p.reduction == 1) loss[0] = cpu::store<T>(total);
-  if (p.reduction == 2) loss[0] = cpu::store<T>(total / count);
+  if (p.reduction == 1) loss[0] = cpu::store<L>(total);
+  if (p.reduction == 2) loss[0] = cpu::store<L>(total / count);
   stats[n] = static_cast<A>(count);
 }
 
 // inputs: g (the loss's shape), logits, labels, stats (lse, count); out[0]: dlogits (N, C).
-template <class T>
+template <class T, class L>
 void backward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   using A = acc_t<T>;
   const Tensor &g = a.inputs[0], &x = a.inputs[1], &labels = a.inputs[2], &stats = a.inputs[3];
   const std::int64_t n = x.shape()[0], classes = x.shape()[1];
-  const T* pg = cpu::ptr<const T>(g);
+  const L* pg = cpu::ptr<const L>(g);
   const T* px = cpu::ptr<const T>(x);
   const std::int64_t* pl = cpu::ptr<const std::int64_t>(labels);
   const A* lse = cpu::ptr<const A>(stats);
@@ -138,12 +160,13 @@ void backward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   }
 }
 
-// Attr sets for the registry-driven tests: every reduction, smoothing, ignore_index.
+// Attr sets for the registry-driven tests: every reduction, smoothing, ignore_index, f32_loss.
 std::vector<Attrs> test_attrs() {
   std::vector<Attrs> sets;
   for (const char* r : {"none", "sum", "mean"}) {
     sets.push_back(Attrs{{"reduction", std::string(r)}});
     sets.push_back(Attrs{{"reduction", std::string(r)}, {"label_smoothing", 0.1}, {"ignore_index", std::int64_t{1}}});
+    sets.push_back(Attrs{{"reduction", std::string(r)}, {"f32_loss", true}});
   }
   return sets;
 }
@@ -155,6 +178,7 @@ const OpRef kCrossEntropyBackward = register_op({
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 1, 2);
+          p.inputs[0] = loss_dtype(params_of(a), p.key);
           p.inputs[3] = acc_of(p.key);
           return p;
         },
@@ -172,19 +196,17 @@ const OpRef kCrossEntropyBackward = register_op({
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
-          cpu::visit(out[0].dtype(), [&]<class T>() {
-            if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) backward_cpu<T>(a, p, out);
-          });
+          visit_loss(out[0].dtype(), p, [&]<class T, class L>() { backward_cpu<T, L>(a, p, out); });
         },
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
           Tensor in[4];
           for (int i = 0; i < 4; ++i) in[i] = gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]);
-          kernels::launch_cross_entropy_backward(out[0].dtype(), device_address(in[0]), device_address(in[1]),
-                                                 device_address(in[2]), device_address(in[3]), device_address(out[0]),
-                                                 in[1].shape()[0], in[1].shape()[1], p.reduction, p.eps,
-                                                 p.ignore.index, p.ignore.on, stream_of(a.device));
+          kernels::launch_cross_entropy_backward(out[0].dtype(), in[0].dtype(), device_address(in[0]),
+                                                 device_address(in[1]), device_address(in[2]), device_address(in[3]),
+                                                 device_address(out[0]), in[1].shape()[0], in[1].shape()[1],
+                                                 p.reduction, p.eps, p.ignore.index, p.ignore.on, stream_of(a.device));
         },
     // Labels, and stats of whole numbers in [1, 5) (the count at the end is one): no NaN/Inf
     // in the divisor, where CPU and GPU could round p - target to 0 differently.
@@ -205,7 +227,7 @@ const OpRef kCrossEntropy = register_op({
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 0, 1);
-          p.outputs = {p.key, acc_of(p.key)};
+          p.outputs = {loss_dtype(params_of(a), p.key), acc_of(p.key)};
           return p;
         },
     .shape_rule =
@@ -218,9 +240,7 @@ const OpRef kCrossEntropy = register_op({
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
-          cpu::visit(out[0].dtype(), [&]<class T>() {
-            if constexpr (std::is_floating_point_v<cpu::compute_t<T>>) forward_cpu<T>(a, p, out);
-          });
+          visit_loss(a.inputs[0].dtype(), p, [&]<class T, class L>() { forward_cpu<T, L>(a, p, out); });
         },
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
@@ -229,7 +249,7 @@ const OpRef kCrossEntropy = register_op({
           const std::int64_t n = x.shape()[0];
           // Row losses wait here for the last block's ordered sum; none writes them to out[0].
           const Tensor rows = p.reduction == 0 ? Tensor() : empty({n}, {.dtype = out[1].dtype(), .device = a.device});
-          kernels::launch_cross_entropy(out[0].dtype(), device_address(x), device_address(labels),
+          kernels::launch_cross_entropy(x.dtype(), out[0].dtype(), device_address(x), device_address(labels),
                                         device_address(out[0]), rows.defined() ? device_address(rows) : 0,
                                         device_address(out[1]), n, x.shape()[1], p.reduction, p.eps, p.ignore.index,
                                         p.ignore.on, stream_of(a.device));
@@ -256,12 +276,13 @@ const OpRef kCrossEntropy = register_op({
 namespace loss_detail {
 
 Tensor fused_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction, double label_smoothing,
-                           std::optional<std::int64_t> ignore_index) {
+                           std::optional<std::int64_t> ignore_index, bool f32_loss) {
   Attrs attrs{{"reduction", std::string(reduction == Reduction::none  ? "none"
                                         : reduction == Reduction::sum ? "sum"
                                                                       : "mean")},
               {"label_smoothing", label_smoothing}};
   if (ignore_index) attrs.set("ignore_index", *ignore_index);
+  if (f32_loss) attrs.set("f32_loss", true);
   const Tensor inputs[] = {logits, labels};
   return dispatch(kCrossEntropy, inputs, attrs)[0];
 }

@@ -187,12 +187,16 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, Reduction reducti
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction reduction, double label_smoothing,
                      std::optional<std::int64_t> ignore_index) {
-  const Tensor logits = autocast_f32(logits_in);
+  // Under autocast, 16-bit logits (N, C) go to the fused op as they are: it computes in f32
+  // anyway and gives the f32 loss a cast would, with no cast of the logits or of their gradient.
+  const bool f32_loss = autocast_dtype() && logits_in.defined() && logits_in.dim() == 2 &&
+                        (logits_in.dtype() == DType::f16 || logits_in.dtype() == DType::bf16);
+  const Tensor logits = f32_loss ? logits_in : autocast_f32(logits_in);
   if (!(label_smoothing >= 0.0 && label_smoothing < 1.0))
     throw ValueError("[cross_entropy] label_smoothing must be in [0, 1); got " + std::to_string(label_smoothing));
   if (logits.defined() && labels.defined()) classes_of("cross_entropy", logits.shape(), labels.shape());
   if (logits.defined() && logits.dim() == 2)
-    return fused_cross_entropy(logits, labels, reduction, label_smoothing, ignore_index);
+    return fused_cross_entropy(logits, labels, reduction, label_smoothing, ignore_index, f32_loss);
   const Tensor lp = log_softmax(logits, 1);
   const Tensor inputs[] = {lp, labels};
   std::vector<Tensor> out = dispatch(kNll, inputs, nll_attrs(ignore_index));

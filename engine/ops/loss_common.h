@@ -34,8 +34,8 @@ inline DTypePlan float_and_labels(const OpArgs& a, int f, int l) {
 }
 
 // cross_entropy through the fused op of cross_entropy.cpp: logits (N, C), labels (N), both
-// checked by the caller.
+// checked by the caller. `f32_loss`: 16-bit logits give an f32 loss, as if cast to f32 first.
 Tensor fused_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction, double label_smoothing,
-                           std::optional<std::int64_t> ignore_index);
+                           std::optional<std::int64_t> ignore_index, bool f32_loss = false);
 
 }  // namespace kiln::loss_detail

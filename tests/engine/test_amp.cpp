@@ -139,6 +139,32 @@ TEST_CASE("autocast: softmax, log_softmax and the losses compute in f32") {
   CHECK(softmax(random_leaf({2, 3}, 23, DType::f64), 1).dtype() == DType::f64);
 }
 
+// 16-bit logits of (N, C) reach the fused cross-entropy uncast: its f32 loss is the one of the
+// logits cast to f32, and their gradient that one's, rounded once to the logits' dtype (the cast
+// path rounds to f32 first, so it may differ by one 16-bit rounding).
+TEST_CASE("autocast: cross_entropy of bf16 and f16 logits keeps the cast path's loss, without the cast") {
+  const Tensor labels = from_vector(std::vector<std::int64_t>{0, 3, 2, 1, 4, 3, -100}, {7});
+  for (DType t : {DType::bf16, DType::f16})
+    for (Reduction r : {Reduction::none, Reduction::mean}) {
+      CAPTURE(dtype_name(t));
+      Tensor fused = random_leaf({7, 5}, 24, t), cast_first = random_leaf({7, 5}, 24, t);
+      Tensor loss;
+      {
+        AutocastGuard amp(t);
+        loss = cross_entropy(fused, labels, r, 0.1, -100);
+      }
+      const Tensor want = cross_entropy(cast(cast_first, DType::f32), labels, r, 0.1, -100);
+      CHECK(loss.dtype() == DType::f32);
+      CHECK(loss.to_vector<float>() == want.to_vector<float>());
+      sum(loss).backward();
+      sum(want).backward();
+      REQUIRE(fused.grad().dtype() == t);
+      const std::vector<double> got = fused.grad().to(DType::f64).to_vector<double>();
+      const std::vector<double> ref = cast_first.grad().to(DType::f64).to_vector<double>();
+      for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - ref[i]) <= std::ldexp(std::fabs(ref[i]), -7));
+    }
+}
+
 TEST_CASE("autocast: a small net under the guard trains its f32 weights like f32 does") {
   Generator gen(30);
   nn::Sequential net{nn::Linear(8, 16, true, &gen), nn::ReLU(), nn::Linear(16, 3, true, &gen)};

@@ -139,6 +139,56 @@ TEST_CASE("softmax_cross_entropy in a compiled step: one kernel each way, replay
   CHECK(count("kiln_nll_backward") == 0);
 }
 
+// Under autocast, 16-bit logits go to the fused op as they are, which gives the f32 loss (and
+// takes its f32 gradient) as if they had been cast to f32: the same bits as the cast, and in a
+// compiled step no cast kernel either way.
+TEST_CASE("softmax_cross_entropy of f16 and bf16 logits under autocast: an f32 loss with the cast's bits, no casts") {
+  const Tensor labels = make_labels(300, 10, true, 12).to(kGpu);
+  for (DType t : {DType::bf16, DType::f16})
+    for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean})
+      for (double eps : {0.0, 0.1}) {
+        CAPTURE(dtype_name(t));
+        CAPTURE(reduction_name(r));
+        CAPTURE(eps);
+        const Tensor x = ce_normal({300, 10}, 13, 3.0).to(t).to(kGpu);
+        Tensor fused = x.clone().requires_grad_(), cast_first = x.clone().requires_grad_();
+        Tensor loss;
+        {
+          AutocastGuard amp(t);
+          loss = cross_entropy(fused, labels, r, eps, -100);
+        }
+        const Tensor want = cross_entropy(cast(cast_first, DType::f32), labels, r, eps, -100);
+        CHECK(loss.dtype() == DType::f32);
+        CHECK(f64_bits(loss) == f64_bits(want));
+        Generator gen(14);
+        const Tensor cot = randn(want.shape(), {}, &gen).to(kGpu);
+        loss.backward(cot);
+        want.backward(cot);
+        CHECK(fused.grad().dtype() == t);
+        CHECK(f64_bits(fused.grad()) == f64_bits(cast_first.grad()));
+      }
+  Generator g(15);
+  Tensor w = randn({32, 10}, {}, &g).to(DType::bf16).to(kGpu).requires_grad_();
+  auto fn = [&](const std::vector<Tensor>& in) {
+    w.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard amp(DType::bf16);
+      loss = cross_entropy(matmul(in[0], w), in[1], Reduction::mean, 0.1, -100);
+    }
+    loss.backward();
+    return std::vector<Tensor>{loss.detach(), w.grad()};
+  };
+  const Tensor x = randn({256, 32}, {}, &g).to(DType::bf16).to(kGpu);
+  CompiledFunction cf = compile(fn);
+  for (int k = 0; k < 3; ++k) cf({x, narrow(labels, 0, 0, 256)});
+  const CompileStats s = cf.stats();
+  REQUIRE(s.kernel_names_per_graph.size() == 1);
+  CHECK(s.kernel_names_per_graph[0].count("kiln_unary") == 0);  // a cast alone
+  CHECK(s.kernel_names_per_graph[0].count("kiln_fused") == 0);  // a cast fused with other pointwise work
+  CHECK(s.kernel_names_per_graph[0].count("kiln_softmax_cross_entropy") == 1);
+}
+
 TEST_CASE("softmax_cross_entropy on the GPU: an out-of-range label gives a NaN loss and a zero gradient") {
   const Tensor labels = from_vector(std::vector<std::int64_t>{1, 7, 0}, {3}).to(kGpu);
   Tensor x = ce_normal({3, 4}, 10, 1.0).to(DType::f32).to(kGpu).requires_grad_();

@@ -1,7 +1,8 @@
 // Kernel specs and host launchers of kernel_templates/softmax.cu: softmax/log_softmax over
 // contiguous rows, the gather/scatter kernels of nll_loss, the fused softmax cross-entropy
 // and prod's exclusive products.
-// One tuple (t) per floating dtype; the launchers are declared in softmax_kernels.h.
+// One tuple (t) per floating dtype; the launchers are declared in softmax_kernels.h. LOSS is the
+// fused cross-entropy's loss type: T, or in variant 1 (its entries only) f32, for 16-bit logits.
 #include <algorithm>
 #include <string>
 
@@ -21,20 +22,42 @@ namespace {
 
 using rt::KernelSpec;
 
-const rt::KernelSpec& register_softmax_entry(const char* op, const char* entry) {
-  return register_float_spec(op, "softmax", entry, "ACC");
+const rt::KernelSpec& register_softmax_entry(const char* op, const char* entry, bool f32_loss = false) {
+  rt::KernelSpec s;
+  s.op = op;
+  s.template_name = "softmax";
+  s.entry = entry;
+  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
+  if (f32_loss) s.variants = {0, 1};
+  s.bind = [](const DTypes& d, std::uint32_t variant) -> rt::Bindings {
+    const std::string t(cuda_storage_type(d[0]));
+    return {{"PRELUDE", rt::device_prelude(d)},
+            {"T", t},
+            {"ACC", d[0] == DType::f64 ? "double" : "float"},
+            {"LOSS", variant == 1 ? "float" : t}};
+  };
+  return rt::register_kernel(std::move(s));
 }
 
 const KernelSpec& kSoftmax = register_softmax_entry("softmax", "kiln_softmax");
 const KernelSpec& kNllForward = register_softmax_entry("nll_loss", "kiln_nll_forward");
 const KernelSpec& kNllBackward = register_softmax_entry("nll_loss_backward", "kiln_nll_backward");
-const KernelSpec& kCrossEntropy = register_softmax_entry("softmax_cross_entropy", "kiln_softmax_cross_entropy");
+const KernelSpec& kCrossEntropy = register_softmax_entry("softmax_cross_entropy", "kiln_softmax_cross_entropy", true);
 const KernelSpec& kCrossEntropyBackward =
-    register_softmax_entry("softmax_cross_entropy_backward", "kiln_softmax_cross_entropy_backward");
+    register_softmax_entry("softmax_cross_entropy_backward", "kiln_softmax_cross_entropy_backward", true);
 const KernelSpec& kExclusiveProd = register_softmax_entry("exclusive_prod", "kiln_exclusive_prod");
 
 rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());
+}
+
+// The cross-entropy kernels' variant: 1 for an f32 loss of 16-bit logits, else the loss is t's.
+rt::Function cross_entropy_function(const KernelSpec& spec, DType t, DType loss, const rt::Stream& s) {
+  const bool f32_loss = loss == DType::f32 && (t == DType::f16 || t == DType::bf16);
+  if (!f32_loss && loss != t)
+    throw DTypeError("[" + spec.op + "] takes a loss of the logits' dtype, or f32 for f16 and bf16 logits; got " +
+                     std::string(dtype_name(loss)) + " for " + std::string(dtype_name(t)));
+  return rt::get_function(spec, DTypes{t}, f32_loss ? 1 : 0, s.device());
 }
 
 }  // namespace
@@ -50,17 +73,17 @@ void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t r
 
 // One launch for any N, even 0 (the last block writes count and the reduction). reduction:
 // 0 none, 1 sum, 2 mean; rows: Acc scratch of N for sum and mean; stats: N lse, then count.
-void launch_cross_entropy(DType t, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out, rt::DevicePtr rows,
-                          rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction, double smoothing,
-                          std::int64_t ignore, bool has_ignore, const rt::Stream& s) {
+void launch_cross_entropy(DType t, DType loss, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out,
+                          rt::DevicePtr rows, rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction,
+                          double smoothing, std::int64_t ignore, bool has_ignore, const rt::Stream& s) {
   const RowLaunch l = row_launch(n, classes, s.device());
   const long long nn = n, cc = classes, ig = ignore;
   const std::int32_t red = reduction, hi = has_ignore ? 1 : 0;
-  rt::launch(function(kCrossEntropy, t, s), l.config, s, logits, labels, out, rows, stats, nn, cc, l.width, red, smoothing,
-             ig, hi);
+  rt::launch(cross_entropy_function(kCrossEntropy, t, loss, s), l.config, s, logits, labels, out, rows, stats, nn, cc,
+             l.width, red, smoothing, ig, hi);
 }
 
-void launch_cross_entropy_backward(DType t, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
+void launch_cross_entropy_backward(DType t, DType loss, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
                                    rt::DevicePtr stats, rt::DevicePtr dx, std::int64_t n, std::int64_t classes,
                                    int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
                                    const rt::Stream& s) {
@@ -68,7 +91,8 @@ void launch_cross_entropy_backward(DType t, rt::DevicePtr g, rt::DevicePtr logit
   const long long nn = n, cc = classes, ig = ignore;
   const std::int32_t red = reduction, hi = has_ignore ? 1 : 0;
   const rt::LaunchConfig c = grid_stride_config(static_cast<std::uint64_t>(n * classes), s.device());
-  rt::launch(function(kCrossEntropyBackward, t, s), c, s, g, logits, labels, stats, dx, nn, cc, red, smoothing, ig, hi);
+  rt::launch(cross_entropy_function(kCrossEntropyBackward, t, loss, s), c, s, g, logits, labels, stats, dx, nn, cc, red,
+             smoothing, ig, hi);
 }
 
 void launch_nll_forward(DType t, rt::DevicePtr lp, rt::DevicePtr labels, rt::DevicePtr loss, rt::DevicePtr valid,

@@ -28,11 +28,12 @@ void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::Dev
 
 // One launch for any n, even 0 (the last block writes the count and the reduction). reduction:
 // 0 none, 1 sum, 2 mean; rows: accumulator scratch of n for sum and mean; stats: n lse, then
-// the count. The backward reads stats.
-void launch_cross_entropy(DType t, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out, rt::DevicePtr rows,
-                          rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction, double smoothing,
-                          std::int64_t ignore, bool has_ignore, const rt::Stream& s);
-void launch_cross_entropy_backward(DType t, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
+// the count. The backward reads stats. `loss`: the loss's dtype (and its gradient g's), t's or,
+// for 16-bit logits, f32.
+void launch_cross_entropy(DType t, DType loss, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out,
+                          rt::DevicePtr rows, rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction,
+                          double smoothing, std::int64_t ignore, bool has_ignore, const rt::Stream& s);
+void launch_cross_entropy_backward(DType t, DType loss, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
                                    rt::DevicePtr stats, rt::DevicePtr dx, std::int64_t n, std::int64_t classes,
                                    int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
                                    const rt::Stream& s);

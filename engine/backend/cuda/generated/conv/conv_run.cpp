@@ -116,7 +116,9 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
 struct PlannedCandidate {
   std::string name;
   std::variant<GemmLaunch, ConvLaunch> launch;
-  bool head = false;  // a tile-engine launch whose alternatives follow it, skipped with it where the operands do not fit
+  // A tile-engine launch whose alternatives follow it: they are skipped with it where the
+  // operands do not fit.
+  bool head = false;
 };
 
 std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry& g, DType dtype, ConvMath math,
@@ -182,7 +184,8 @@ const std::vector<PlannedCandidate>& planned_candidates(ConvPass pass, const Con
                     std::to_string(target.max_shared);
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = planned.find(key);
-  if (it == planned.end()) it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch)).first;
+  if (it == planned.end())
+    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch)).first;
   return it->second;
 }
 
