@@ -2,7 +2,8 @@
 // nll_loss and the fused softmax cross-entropy. An op's module holds only its own entry
 // (#ifdef KILN_ENTRY_<name>, defined by the runtime). T is the storage type, Acc the compute
 // type (float for f16/bf16/f32, double for f64), Loss the fused cross-entropy's loss type (T, or
-// float for 16-bit logits whose loss is f32). NVRTC -std=c++17, no C++ library.
+// float for 16-bit logits whose loss is f32; T in the other entries). NVRTC -std=c++17, no C++
+// library.
 ${PRELUDE}
 typedef ${T} T;
 typedef ${ACC} Acc;

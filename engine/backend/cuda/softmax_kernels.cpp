@@ -1,8 +1,8 @@
 // Kernel specs and host launchers of kernel_templates/softmax.cu: softmax/log_softmax over
 // contiguous rows, the gather/scatter kernels of nll_loss, the fused softmax cross-entropy
 // and prod's exclusive products.
-// One tuple (t) per floating dtype; the launchers are declared in softmax_kernels.h. LOSS is the
-// fused cross-entropy's loss type: T, or in variant 1 (its entries only) f32, for 16-bit logits.
+// One tuple (t) per floating dtype; the launchers are declared in softmax_kernels.h. The fused
+// cross-entropy's tuples are (t, loss): its loss (LOSS) in t, or f32 for 16-bit logits.
 #include <algorithm>
 #include <string>
 
@@ -22,19 +22,19 @@ namespace {
 
 using rt::KernelSpec;
 
-const rt::KernelSpec& register_softmax_entry(const char* op, const char* entry, bool f32_loss = false) {
+const rt::KernelSpec& register_softmax_entry(const char* op, const char* entry, bool loss_tuples = false) {
   rt::KernelSpec s;
   s.op = op;
   s.template_name = "softmax";
   s.entry = entry;
-  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
-  if (f32_loss) s.variants = {0, 1};
-  s.bind = [](const DTypes& d, std::uint32_t variant) -> rt::Bindings {
-    const std::string t(cuda_storage_type(d[0]));
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    s.dtypes.push_back(loss_tuples ? DTypes{t, t} : DTypes{t});
+  if (loss_tuples) s.dtypes.insert(s.dtypes.end(), {DTypes{DType::f16, DType::f32}, DTypes{DType::bf16, DType::f32}});
+  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
     return {{"PRELUDE", rt::device_prelude(d)},
-            {"T", t},
+            {"T", std::string(cuda_storage_type(d[0]))},
             {"ACC", d[0] == DType::f64 ? "double" : "float"},
-            {"LOSS", variant == 1 ? "float" : t}};
+            {"LOSS", std::string(cuda_storage_type(d.size() > 1 ? d[1] : d[0]))}};
   };
   return rt::register_kernel(std::move(s));
 }
@@ -51,13 +51,10 @@ rt::Function function(const KernelSpec& spec, DType t, const rt::Stream& s) {
   return rt::get_function(spec, DTypes{t}, 0, s.device());
 }
 
-// The cross-entropy kernels' variant: 1 for an f32 loss of 16-bit logits, else the loss is t's.
+// The cross-entropy kernels for logits t and a loss of `loss` (the registry refuses any pair but
+// (t, t) and a 16-bit t's f32).
 rt::Function cross_entropy_function(const KernelSpec& spec, DType t, DType loss, const rt::Stream& s) {
-  const bool f32_loss = loss == DType::f32 && (t == DType::f16 || t == DType::bf16);
-  if (!f32_loss && loss != t)
-    throw DTypeError("[" + spec.op + "] takes a loss of the logits' dtype, or f32 for f16 and bf16 logits; got " +
-                     std::string(dtype_name(loss)) + " for " + std::string(dtype_name(t)));
-  return rt::get_function(spec, DTypes{t}, f32_loss ? 1 : 0, s.device());
+  return rt::get_function(spec, DTypes{t, loss}, 0, s.device());
 }
 
 }  // namespace
