@@ -7,6 +7,7 @@
 // one row, its window of the input in registers. f32 FMAs are exact f32's arithmetic, so the
 // kernel serves every math.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 
 // The pass as a forward conv: CI channels of HI x WI in, CO of HO x WO out, padding PH x PW.
@@ -23,6 +24,7 @@ constexpr bool VEC_STORE = WO % P == 0;
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out) {
+  kiln::wait_prior_grids();
   extern __shared__ __align__(16) float smem[];
   float* ws = smem;            // [CI][KH][KW][COP]
   float* xs = smem + WEIGHTS;  // [CI][SH][SW]

@@ -4,6 +4,7 @@
 // buffered) so each thread reads its TM rows and TN columns of a k-step as whole vectors and
 // accumulates a TM x TN block of C in registers. 128 threads: 16 along m, 8 along n.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef float TA;
 typedef float TB;
 typedef float TO;
@@ -33,6 +34,7 @@ __device__ __forceinline__ void tile_pos(int tid, int i, int& r, int& k) {
 
 extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_ffma(const TA* __restrict__ a, const TB* __restrict__ b,
                                                                      TO* __restrict__ out, float* __restrict__ ws) {
+  kiln::wait_prior_grids();
   __shared__ __align__(16) unsigned char smem[SMEM];
   float* As = reinterpret_cast<float*>(smem);
   float* Bs = As + 2 * BK * LDA;

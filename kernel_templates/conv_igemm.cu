@@ -9,6 +9,7 @@
 // each block parks its f32 tile in `ws` and the last block of a tile sums them in split order
 // (deterministic, no float atomics) and resets the tile's counter for the next launch.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${TA} TA;  // A's storage type (x, or gy for dgrad and wgrad)
 typedef ${TB} TB;  // B's storage type (w, or x for wgrad)
 typedef ${TO} TO;  // the output's storage type
@@ -68,6 +69,7 @@ __device__ __forceinline__ void tile_pos(int tid, int i, int& r, int& k) {
 
 extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_igemm(const TA* __restrict__ a, const TB* __restrict__ b,
                                                                       TO* __restrict__ out, float* __restrict__ ws) {
+  kiln::wait_prior_grids();
   __shared__ __align__(16) unsigned char smem[SMEM];
   MT* As = reinterpret_cast<MT*>(smem);
   MT* Bs = As + 2 * BM * LD;

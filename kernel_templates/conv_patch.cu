@@ -8,6 +8,7 @@
 // FLIP 0: forward, w (CO, CI/G, KH, KW). FLIP 1: the input gradient of a stride-1 conv as a
 // forward conv of gy with w (CI, CO/G, KH, KW) transposed and rotated by 180 degrees.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${TX} TX;  // input storage type
 typedef ${TW} TW;  // weight storage type
 typedef ${TO} TO;  // output storage type
@@ -35,6 +36,7 @@ constexpr int SMEM = (PATCH + WTS) * (int)sizeof(MT_) > BN * CLD * 4 ? (PATCH + 
 // wt[co][r*KW+s][c] (c padded to CP with zeros) from w, in the MMA type: one pass per call,
 // so every block copies its weights with wide loads.
 extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_* __restrict__ wt) {
+  kiln::wait_prior_grids();
   const int total = CO * RS * CP;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int c = i % CP, rs = (i / CP) % RS, co = i / (CP * RS);
@@ -60,6 +62,7 @@ __device__ __forceinline__ unsigned int smem_addr(const void* p) {
 extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* __restrict__ x,
                                                                       const MT_* __restrict__ wt,
                                                                       TO* __restrict__ y) {
+  kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem[];
   MT_* patch = reinterpret_cast<MT_*>(smem);
   MT_* ws = patch + PATCH;

@@ -6,6 +6,7 @@
 // f16) or lds/mma.sync (TF32), f32 accumulation. Each block parks its sums for its images in
 // `ws`; kiln_conv_wgrad_reduce adds the image groups in order (deterministic).
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${TX} TX;  // x and gy storage type
 typedef ${TO} TO;  // dw storage type
 #define MMA ${MMA}  // 0 bf16, 1 f16, 2 tf32
@@ -32,6 +33,7 @@ __device__ __forceinline__ int pixel_base(int p) { return p < OHW ? ((p / OW) * 
 extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_wgrad(const TX* __restrict__ x,
                                                                       const TX* __restrict__ gy,
                                                                       float* __restrict__ ws) {
+  kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem[];
   MT_* gys = reinterpret_cast<MT_*>(smem);
   MT_* patch = gys + GYS;
@@ -140,6 +142,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_wgrad(const TX* 
 
 // dw = the image groups' sums added in order.
 extern "C" __global__ void kiln_conv_wgrad_reduce(const float* __restrict__ ws, TO* __restrict__ dw) {
+  kiln::wait_prior_grids();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < TOTAL; i += gridDim.x * blockDim.x) {
     float s = 0.f;
     for (int k = 0; k < IG; ++k) s += ws[static_cast<long long>(k) * TOTAL + i];

@@ -6,6 +6,7 @@
 // [b * IPB, (b + 1) * IPB) into row b of an f32 workspace; a second kernel adds the rows in
 // block order, so runs and graph replays are bit-identical. Groups = 1.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 
 constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW}, OH = ${OH}, OW = ${OW};
@@ -16,6 +17,7 @@ constexpr int GY = O * OH * OW, XS = C * HP * WP, TOTAL = Q * KW, BLOCKS = (N + 
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws) {
+  kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* gys = reinterpret_cast<T*>(smem_raw);  // [O][OH * OW]
   T* xs = gys + GY;                         // [C][HP][WP]
@@ -79,6 +81,7 @@ kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* 
 // in order, then a fixed butterfly adds the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS)
 kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, T* __restrict__ dw) {
+  kiln::wait_prior_grids();
   const int lane = threadIdx.x & 31;
   const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
   for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) / 32; i < TOTAL; i += warps) {

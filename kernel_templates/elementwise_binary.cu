@@ -3,6 +3,7 @@
 // operand is a host scalar (s as double, si exact for integers), first when
 // scalar_first != 0, and the tensor operand is contiguous (L.ndim == 0) or strided.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}
 typedef ${TIN} Tin;
 typedef ${TOUT} Tout;
@@ -25,6 +26,7 @@ struct ScalarOp {
 extern "C" __global__ void __launch_bounds__(256)
 kiln_binary(const Tin* t, Tout* y, kiln::Layout<2> L, double s, long long si, int scalar_first, double p0,
             double p1) {
+  kiln::wait_prior_grids();
   const ScalarOp op{kiln::from_scalar<C>(s, si), scalar_first != 0, p0, p1};
   if (L.ndim == 0) kiln::map_contiguous(op, y, L.n, t);
   else kiln::map_strided(op, y, L, t);
@@ -44,12 +46,14 @@ struct BinaryOp {
 extern "C" __global__ void __launch_bounds__(256)
 kiln_binary(const Tin* __restrict__ a, const Tin* __restrict__ b, Tout* __restrict__ y, long long n, double p0,
             double p1) {
+  kiln::wait_prior_grids();
   kiln::map_contiguous(BinaryOp{p0, p1}, y, n, a, b);
 }
 #else
 // L: operand 0 = y, 1 = a, 2 = b.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_binary(const Tin* a, const Tin* b, Tout* y, kiln::Layout<3> L, double p0, double p1) {
+  kiln::wait_prior_grids();
   kiln::map_strided(BinaryOp{p0, p1}, y, L, a, b);
 }
 #endif

@@ -2,6 +2,7 @@
 // p0, p1 carry op parameters (leaky_relu slope, clamp bounds), so every unary op shares
 // one signature. Cast is the op "x". Variant 0: contiguous; 1: strided (up to 8 dims).
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}
 typedef ${TIN} Tin;
 typedef ${TOUT} Tout;
@@ -19,12 +20,14 @@ struct UnaryOp {
 // x, y: n contiguous elements.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_unary(const Tin* __restrict__ x, Tout* __restrict__ y, long long n, double p0, double p1) {
+  kiln::wait_prior_grids();
   kiln::map_contiguous(UnaryOp{p0, p1}, y, n, x);
 }
 #else
 // L: operand 0 = y, 1 = x.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_unary(const Tin* x, Tout* y, kiln::Layout<2> L, double p0, double p1) {
+  kiln::wait_prior_grids();
   kiln::map_strided(UnaryOp{p0, p1}, y, L, x);
 }
 #endif

@@ -1,6 +1,7 @@
 // y = value for every element of one dtype. The value arrives as a double plus an exact
 // long long (used for integer dtypes). Variant 0: contiguous; 1: strided output view.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}
 typedef ${T} T;
 
@@ -12,12 +13,14 @@ struct FillOp {
 #if KILN_VARIANT == 0
 extern "C" __global__ void __launch_bounds__(256)
 kiln_fill(T* __restrict__ y, long long n, double v, long long vi) {
+  kiln::wait_prior_grids();
   kiln::map_contiguous(FillOp{kiln::from_scalar<T>(v, vi)}, y, n);
 }
 #else
 // L: operand 0 = y.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_fill(T* y, kiln::Layout<1> L, double v, long long vi) {
+  kiln::wait_prior_grids();
   kiln::map_strided(FillOp{kiln::from_scalar<T>(v, vi)}, y, L);
 }
 #endif

@@ -11,6 +11,7 @@
 // hi*hi + lo*hi + hi*lo; the cross products take hi as 0 where x is not finite (and lo is 0
 // there), so an inf or NaN reaches the sum through hi*hi alone, as FFMA's product would.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define MMA ${MMA}
 ${MMA_OPS}
 namespace {
@@ -95,6 +96,7 @@ __device__ __forceinline__ void load_tile(In* s, const In* g, long long ld, long
 
 extern "C" __global__ void __launch_bounds__(kThreads)
 kiln_gemm_mma(const In* __restrict__ a, const In* __restrict__ b, In* __restrict__ d, const In* __restrict__ bias) {
+  kiln::wait_prior_grids();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   In* smem = reinterpret_cast<In*>(smem_raw);
   const long long z = blockIdx.z, m0 = static_cast<long long>(blockIdx.y) * kBM,

@@ -7,6 +7,7 @@
 // SLICES (f32 math only): 2 writes x as paired TF32 slices [hi | lo] and sets *odd where x holds
 // inf or NaN; 3 as [hi | lo | hf] (images) or [hi | hf | lo] (weights); 1 copies x as it is.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 namespace {
 
 using In = ${IN};
@@ -45,6 +46,7 @@ __device__ __forceinline__ void write_slices(float* o, long long stride, float x
 // the taps reversed (the input gradient's filter). f32 math: c as its slices.
 extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
                                                  int flip, unsigned* odd) {
+  kiln::wait_prior_grids();
   // 32-bit index math (the host keeps weights under 2^31 elements): 64-bit division doubled
   // the module's code.
   const int n = m * c * taps, step = gridDim.x * blockDim.x;
@@ -67,6 +69,7 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
 // memory so that both the reads and the writes are coalesced; each thread has its 16 reads in
 // flight at once (a block of 256 threads). f32 math: c as its slices.
 extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __restrict__ out, int c, int p, unsigned* odd) {
+  kiln::wait_prior_grids();
   constexpr int kT = 64;
   __shared__ In tile[kT][kT + 1];
   const long long image = static_cast<long long>(blockIdx.z) * c * p;
@@ -112,6 +115,7 @@ extern "C" __global__ void kiln_nchw_to_nhwc(const In* __restrict__ x, In* __res
 extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __restrict__ out, long long planes, int h,
                                                 int w, int rows, int row, int copies, int ph, int pw, int per_block,
                                                 unsigned* odd) {
+  kiln::wait_prior_grids();
   constexpr int kVec = 16 / sizeof(In);
   const int ow = w + 2 * pw - copies + 1, plane = rows * row, chunks = plane / kVec;
   const long long copy_stride = planes * plane, blocks = (planes + per_block - 1) / per_block;
@@ -153,6 +157,7 @@ extern "C" __global__ void kiln_conv_shift_rows(const In* __restrict__ x, In* __
 // is not; eight reads are in flight before they are added.
 extern "C" __global__ void kiln_gemm_sum_splits(const float* __restrict__ parts, In* __restrict__ dw, int splits, int m,
                                                 int c, int cp, int taps) {
+  kiln::wait_prior_grids();
   const int n = m * c * taps, step = gridDim.x * blockDim.x;  // under 2^31 (the plans): 32-bit division
   const long long split = static_cast<long long>(m) * taps * cp;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {

@@ -47,6 +47,7 @@
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
 // partial sums and squares of the stored values in `hp.stats`.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 namespace {
 
 using In = ${IN};
@@ -565,6 +566,7 @@ __device__ __forceinline__ void column_stats(const float* acc, long long z, int 
 extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     kiln_gemm_wgmma(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, Out* __restrict__ d,
                     const __grid_constant__ HookPointers hp) {
+  kiln::wait_prior_grids();
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on such a boundary.
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;

@@ -2,6 +2,7 @@
 // L = oh*ow: row (c, ki, kj), column (b, oy, ox); conv2d's GEMMs read it per group.
 // KIND selects the entry (0: im2col, 1: col2im); f16/bf16 accumulate in f32.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${ACC} Acc;
 
@@ -12,6 +13,7 @@ struct ConvParams {
 #if ${KIND} == 0
 // x (n, c, h, w) contiguous -> cols; padding reads as zero.
 extern "C" __global__ void __launch_bounds__(256) kiln_im2col(const T* __restrict__ x, T* __restrict__ cols, ConvParams p) {
+  kiln::wait_prior_grids();
   const long long L = p.oh * p.ow, ncols = p.n * L;
   KILN_GRID_LOOP(i, p.c * p.kh * p.kw * ncols) {
     const long long col = i % ncols, row = i / ncols;
@@ -26,6 +28,7 @@ extern "C" __global__ void __launch_bounds__(256) kiln_im2col(const T* __restric
 #else
 // cols -> dx (n, c, h, w): each input element sums the columns that read it (no atomics).
 extern "C" __global__ void __launch_bounds__(256) kiln_col2im(const T* __restrict__ cols, T* __restrict__ dx, ConvParams p) {
+  kiln::wait_prior_grids();
   const long long L = p.oh * p.ow, ncols = p.n * L;
   KILN_GRID_LOOP(i, p.n * p.c * p.h * p.w) {
     const long long ix = i % p.w, iy = (i / p.w) % p.h, c = (i / (p.w * p.h)) % p.c, b = i / (p.w * p.h * p.c);

@@ -5,6 +5,7 @@
 // KIND: 0 gather, 1 scatter_add, 2 one_hot. T: value storage; ACC: scatter accumulator
 // (float for f16/bf16, which the launcher accumulates in an f32 scratch tensor).
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${ACC} Acc;
 #define KILN_INDEX_KIND ${KIND}
@@ -49,6 +50,7 @@ __device__ __forceinline__ void atomic_add(long long* p, long long v) {
 // out (contiguous, the index's shape)[i] = in[..., index[i], ...]; a = in, b unused.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_gather(const T* __restrict__ in, const long long* __restrict__ index, T* __restrict__ out, IndexLayout L) {
+  kiln::wait_prior_grids();
   for (long long i = kiln::thread_index(); i < L.n; i += kiln::thread_count()) {
     long long a, ix, b;
     offsets(L, i, a, ix, b);
@@ -60,6 +62,7 @@ kiln_gather(const T* __restrict__ in, const long long* __restrict__ index, T* __
 // acc[..., index[i], ...] += src[i] over the index's shape; a = acc, b = src.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_scatter_add(const T* __restrict__ src, const long long* __restrict__ index, Acc* acc, IndexLayout L) {
+  kiln::wait_prior_grids();
   for (long long i = kiln::thread_index(); i < L.n; i += kiln::thread_count()) {
     long long a, ix, b;
     offsets(L, i, a, ix, b);
@@ -71,6 +74,7 @@ kiln_scatter_add(const T* __restrict__ src, const long long* __restrict__ index,
 // out (contiguous, [n / classes, classes])[j, c] = index[j] == c; index contiguous.
 extern "C" __global__ void __launch_bounds__(256)
 kiln_one_hot(const long long* __restrict__ index, T* __restrict__ out, long long n, long long classes) {
+  kiln::wait_prior_grids();
   for (long long i = kiln::thread_index(); i < n; i += kiln::thread_count())
     out[i] = index[i / classes] == i % classes ? T(1) : T{};
 }

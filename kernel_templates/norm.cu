@@ -8,6 +8,7 @@
 // runs and graph replays are bit-identical. An op's module holds only its own entry
 // (#ifdef KILN_ENTRY_<name>, defined by the runtime). NVRTC -std=c++17, no C++ library.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${P} P;
 typedef ${ACC} Acc;
@@ -133,6 +134,7 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
                                                  Acc* __restrict__ invstd, P* running_mean, P* running_var,
                                                  long long C, long long S, long long M, long long chunk, int splits,
                                                  double momentum, double eps) {
+  kiln::wait_prior_grids();
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
   const Acc shift = kiln::cvt<Acc>(x[c * S]);  // every block of the channel uses the same one
@@ -187,6 +189,7 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
                                                  const P* __restrict__ running_var, Acc* mean, Acc* invstd,
                                                  T* __restrict__ y, long long total, long long C, long long S,
                                                  int eval, int relu, double eps) {
+  kiln::wait_prior_grids();
   if (eval)
     KILN_GRID_LOOP(c, C) {
       mean[c] = kiln::cvt<Acc>(running_mean[c]);
@@ -225,6 +228,7 @@ extern "C" __global__ void kiln_batch_norm_backward_reduce(const T* __restrict__
                                                            Acc* __restrict__ sums, P* __restrict__ dweight,
                                                            P* __restrict__ dbias, long long C, long long S,
                                                            long long M, long long chunk, int splits, int relu) {
+  kiln::wait_prior_grids();
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
   const Acc mu = mean[c];
@@ -268,6 +272,7 @@ extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, 
                                                        const Acc* __restrict__ sums, T* __restrict__ dx,
                                                        long long total, long long C, long long S, long long M,
                                                        int training, int relu) {
+  kiln::wait_prior_grids();
   const Acc inv_m = Acc(1) / static_cast<Acc>(M);
   KILN_GRID_LOOP(i, total) {
     const long long c = channel_of(i, C, S, total);
@@ -295,6 +300,7 @@ extern "C" __global__ void kiln_layer_norm(const T* __restrict__ x, const P* __r
                                            const P* __restrict__ bias, T* __restrict__ y, Acc* __restrict__ mean,
                                            Acc* __restrict__ invstd, long long rows, long long K, int width,
                                            double eps) {
+  kiln::wait_prior_grids();
   kiln::rows::for_each<kBlock>(rows, width, [&](long long r, bool live, int lane) {
     const T* xr = x + (live ? r : 0) * K;
     const Acc shift = kiln::cvt<Acc>(xr[0]);
@@ -326,6 +332,7 @@ extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, 
                                                        const P* __restrict__ weight, const Acc* __restrict__ mean,
                                                        const Acc* __restrict__ invstd, T* __restrict__ dx,
                                                        long long rows, long long K, int width) {
+  kiln::wait_prior_grids();
   kiln::rows::for_each<kBlock>(rows, width, [&](long long r, bool live, int lane) {
     const long long base = (live ? r : 0) * K;
     const Acc mu = live ? mean[r] : Acc(0), is = live ? invstd[r] : Acc(0);
@@ -362,6 +369,7 @@ extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__
                                                            P* __restrict__ dweight, P* __restrict__ dbias,
                                                            long long rows, long long K, long long rows_per_split,
                                                            int splits) {
+  kiln::wait_prior_grids();
   const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
   const int split = blockIdx.x % splits;
   const long long k = static_cast<long long>(blockIdx.x / splits) * 32 + lane;

@@ -8,6 +8,7 @@
 // holds only its own entry (#ifdef KILN_ENTRY_<name>, defined by the runtime). NVRTC
 // -std=c++17, no C++ library.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${S} S;
 
@@ -54,6 +55,7 @@ __device__ __forceinline__ void store_low_precision(const TensorList& L, int t, 
 extern "C" __global__ void __launch_bounds__(256)
 kiln_sgd_step(TensorList L, const double* __restrict__ step, const float* __restrict__ skip, double momentum,
               double dampening, double weight_decay, int nesterov) {
+  kiln::wait_prior_grids();
   if (skip != nullptr && *skip != 0.f) return;
   const Span sp = block_span(L);
   T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
@@ -87,6 +89,7 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, const float* __rest
 extern "C" __global__ void __launch_bounds__(256)
 kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __restrict__ skip, double beta1,
                double beta2, double eps, double weight_decay, int decoupled) {
+  kiln::wait_prior_grids();
   if (skip != nullptr && *skip != 0.f) return;
   const Span sp = block_span(L);
   T* __restrict__ p = reinterpret_cast<T*>(L.p[sp.t]);
@@ -126,6 +129,7 @@ __device__ __forceinline__ bool finite(double x) {
 // when any g was inf or NaN before it (found_inf is zeroed before the first launch of a step).
 extern "C" __global__ void __launch_bounds__(256)
 kiln_unscale_grads(TensorList L, const float* __restrict__ scale, float* __restrict__ found_inf) {
+  kiln::wait_prior_grids();
   const Span sp = block_span(L);
   T* __restrict__ g = reinterpret_cast<T*>(L.g[sp.t]);
   const S inv = static_cast<S>(1.0 / static_cast<double>(*scale));  // exact for powers of two
@@ -145,6 +149,7 @@ kiln_unscale_grads(TensorList L, const float* __restrict__ scale, float* __restr
 // would overflow f32).
 extern "C" __global__ void kiln_update_scale(float* scale, long long* clean_steps, const float* found_inf,
                                              double growth, double backoff, long long interval) {
+  kiln::wait_prior_grids();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   if (*found_inf != 0.f) {
     *scale = static_cast<float>(*scale * backoff);

@@ -3,6 +3,7 @@
 // Backward kernels run one thread per input element and gather (no atomics). Index math is in
 // 32 bits when every index fits (64-bit divisions cost several times more).
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${ACC} Acc;
 
@@ -69,6 +70,7 @@ __device__ __forceinline__ void max_pool(const T* __restrict__ x, T* __restrict_
 
 extern "C" __global__ void __launch_bounds__(256)
 kiln_max_pool2d(const T* __restrict__ x, T* __restrict__ y, long long* __restrict__ idx, PoolParams p) {
+  kiln::wait_prior_grids();
   if (fits_32(p)) max_pool(x, y, idx, Geom<int>(p));
   else max_pool(x, y, idx, Geom<long long>(p));
 }
@@ -92,6 +94,7 @@ __device__ __forceinline__ void avg_pool(const T* __restrict__ x, T* __restrict_
 }
 
 extern "C" __global__ void __launch_bounds__(256) kiln_avg_pool2d(const T* __restrict__ x, T* __restrict__ y, PoolParams p) {
+  kiln::wait_prior_grids();
   if (fits_32(p)) avg_pool(x, y, Geom<int>(p));
   else avg_pool(x, y, Geom<long long>(p));
 }
@@ -139,6 +142,7 @@ __device__ __forceinline__ void max_pool_backward(const T* __restrict__ g, const
 // dx (planes, h, w) from g and idx (planes, oh, ow).
 extern "C" __global__ void __launch_bounds__(256)
 kiln_max_pool2d_backward(const T* __restrict__ g, const long long* __restrict__ idx, T* __restrict__ dx, PoolParams p) {
+  kiln::wait_prior_grids();
   if (fits_32(p)) max_pool_backward(g, idx, dx, Geom<int>(p));
   else max_pool_backward(g, idx, dx, Geom<long long>(p));
 }
@@ -164,6 +168,7 @@ __device__ __forceinline__ void avg_pool_backward(const T* __restrict__ g, T* __
 }
 
 extern "C" __global__ void __launch_bounds__(256) kiln_avg_pool2d_backward(const T* __restrict__ g, T* __restrict__ dx, PoolParams p) {
+  kiln::wait_prior_grids();
   if (fits_32(p)) avg_pool_backward(g, dx, Geom<int>(p));
   else avg_pool_backward(g, dx, Geom<long long>(p));
 }

@@ -130,6 +130,19 @@ template <class C> __device__ __forceinline__ C gelu(C x) {
 template <class C> __device__ __forceinline__ C softplus(C x) { return x > C(20) ? x : log1p(exp(x)); }
 }  // namespace math
 
+// ---- Programmatic dependent launch (sm_90). The runtime may launch a kernel while the one
+// before it on the stream still runs; it waits here, before touching global memory, until that
+// one has finished and its writes are visible, then lets the next kernel launch in turn. A
+// template states with KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS, after its prelude, that every kernel
+// in it calls this first: the runtime launches only such modules' kernels early. ----
+__device__ __forceinline__ void wait_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+#define KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS extern "C" __device__ const int kiln_kernels_wait_for_prior_grids = 1;
+
 // ---- Launch shapes. Operand 0 is the output; inputs follow in parameter order. ----
 
 constexpr int kMaxDims = 8;

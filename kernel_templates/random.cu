@@ -3,6 +3,7 @@
 // explicitly rounded intrinsics so no FMA contraction can make the two devices differ.
 // DIST: 0 uniform, 1 normal, 2 randint, 3 bernoulli (scalar p), 4 bernoulli (tensor p).
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 #define KILN_DIST ${DIST}
 
@@ -137,6 +138,7 @@ __device__ __forceinline__ double uniform_word(unsigned x) {
 extern "C" __global__ void __launch_bounds__(256)
 kiln_random(T* y, long long n, unsigned long long seed, unsigned long long offset, long long low,
             unsigned long long range, double p, const T* probs, const unsigned long long* state) {
+  kiln::wait_prior_grids();
   // A captured step's draw: (seed, offset) of this replay are on the device; offset is relative.
   if (state) {
     seed = state[0];

@@ -5,6 +5,7 @@
 // same kernel combines and finalizes. Variant 0 holds the row loops, variant 1 the column
 // loops: a module compiles only one kind. The ops themselves are in reduce_ops.cu.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 
 typedef ${IN} In;
 typedef ${OUT} Out;
@@ -251,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     kiln_reduce(const void* __restrict__ in, void* __restrict__ out, long long outer, long long r,
                 long long inner, long long splits, long long chunk, int lanes, int lanes_r, int flags,
                 long long n, double param) {
+  kiln::wait_prior_grids();
   const bool from_state = flags & 1, to_state = flags & 2, vec_cols = flags & 4;
 #if ${VARIANT} == 0
   (void)inner, (void)lanes_r, (void)vec_cols;

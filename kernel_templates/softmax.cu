@@ -5,6 +5,7 @@
 // float for 16-bit logits whose loss is f32; T in the other entries). NVRTC -std=c++17, no C++
 // library.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${ACC} Acc;
 typedef ${LOSS} Loss;
@@ -29,6 +30,7 @@ __device__ void row_stats(const T* x, long long C, int lane, int width, bool liv
 // rows per block; width 256: a block per row (kiln::rows::for_each).
 extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict__ out, long long rows, long long C,
                                         int width, int log_mode) {
+  kiln::wait_prior_grids();
   kiln::rows::for_each<kBlock>(rows, width, [&](long long r, bool live, int lane) {
     const T* x = in + (live ? r : 0) * C;
     Acc m, s;
@@ -54,6 +56,7 @@ extern "C" __global__ void kiln_softmax(const T* __restrict__ in, T* __restrict_
 extern "C" __global__ void kiln_nll_forward(const T* __restrict__ lp, const long long* __restrict__ labels,
                                             T* __restrict__ loss, T* __restrict__ valid, long long M, long long C,
                                             long long inner, long long ignore, int has_ignore) {
+  kiln::wait_prior_grids();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < M;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long label = labels[i];
@@ -73,6 +76,7 @@ extern "C" __global__ void kiln_nll_forward(const T* __restrict__ lp, const long
 extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long long* __restrict__ labels,
                                              T* __restrict__ grad, long long total, long long C, long long inner,
                                              long long ignore, int has_ignore) {
+  kiln::wait_prior_grids();
   for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < total;
        j += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long d = j % inner, nc = j / inner;
@@ -103,6 +107,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
                                                       long long N, long long C, int width,
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
+  kiln::wait_prior_grids();
   const Acc eps = static_cast<Acc>(smoothing);
   kiln::rows::for_each<kBlock>(N, width, [&](long long r, bool live, int lane) {
     const T* xr = x + (live ? r : 0) * C;
@@ -152,6 +157,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy_backward(const Loss* __res
                                                                const Acc* __restrict__ stats, T* __restrict__ dx,
                                                                long long N, long long C, int reduction,
                                                                double smoothing, long long ignore, int has_ignore) {
+  kiln::wait_prior_grids();
   const Acc eps = static_cast<Acc>(smoothing);
   const long long total = N * C;
   for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < total;
@@ -174,6 +180,7 @@ extern "C" __global__ void kiln_softmax_cross_entropy_backward(const Loss* __res
 // each times the prefix, so zeros, infinities and NaN need no division. A thread per row.
 extern "C" __global__ void kiln_exclusive_prod(const T* __restrict__ in, T* __restrict__ out, long long rows,
                                                long long C) {
+  kiln::wait_prior_grids();
   for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<long long>(gridDim.x) * blockDim.x) {
     const T* x = in + r * C;

@@ -2,11 +2,15 @@
 // bias corrections, the generator's seed and offset) that the host gives each replay, one
 // copies the call's inputs into the graph's static input buffers. NVRTC -std=c++17.
 
+${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
+
 struct Words {
   unsigned long long w[8];
 };
 
 extern "C" __global__ void kiln_store_words(unsigned long long* dst, Words words, int count) {
+  kiln::wait_prior_grids();
   const int i = threadIdx.x;
   if (i < count) dst[i] = words.w[i];
 }
@@ -18,6 +22,7 @@ struct InputCopies {
 
 // blockIdx.y picks the input; 16-byte words where both addresses and the size allow.
 extern "C" __global__ void __launch_bounds__(256) kiln_copy_inputs(InputCopies c) {
+  kiln::wait_prior_grids();
   const int k = blockIdx.y;
   if (k >= c.count) return;
   const unsigned long long dst = c.dst[k], src = c.src[k], bytes = c.bytes[k];

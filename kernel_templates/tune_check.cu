@@ -5,6 +5,7 @@
 // word comes back to the host, not the outputs: reading back and converting a 51M-element
 // output took about 0.7 s per candidate.
 ${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 constexpr int kBlock = 256;  // the launch's block
 
@@ -25,6 +26,7 @@ struct MaxOp {
 extern "C" __global__ void __launch_bounds__(kBlock)
 kiln_tune_scale(const T* __restrict__ want, long long lines, long long length, long long stride,
                 unsigned long long* __restrict__ scale) {
+  kiln::wait_prior_grids();
   double m = 0;
   const long long n = lines * length, step = static_cast<long long>(gridDim.x) * kBlock;
   for (long long i = static_cast<long long>(blockIdx.x) * kBlock + threadIdx.x; i < n; i += step) {
@@ -39,6 +41,7 @@ kiln_tune_scale(const T* __restrict__ want, long long lines, long long length, l
 extern "C" __global__ void __launch_bounds__(kBlock)
 kiln_tune_compare(const T* __restrict__ want, const T* __restrict__ got, long long lines, long long length,
                   long long stride, double limit, unsigned long long* __restrict__ bad) {
+  kiln::wait_prior_grids();
   unsigned long long count = 0;
   const long long n = lines * length, step = static_cast<long long>(gridDim.x) * kBlock;
   for (long long i = static_cast<long long>(blockIdx.x) * kBlock + threadIdx.x; i < n; i += step) {

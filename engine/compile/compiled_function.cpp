@@ -258,6 +258,7 @@ CompileStats CompiledFunction::stats() const {
     s.kernels_per_graph.push_back(c.kernels);
     s.nodes_per_graph.push_back(c.nodes);
     s.kernel_names_per_graph.push_back(c.kernel_names);
+    s.programmatic_edges_per_graph.push_back(c.programmatic_edges);
     s.bytes_held += e.pool ? e.pool->bytes_held() : 0;
   }
   return s;

@@ -48,8 +48,10 @@ namespace kiln::rt {
   X(cuModuleLoadData)              \
   X(cuModuleUnload)                \
   X(cuModuleGetFunction)           \
+  X(cuModuleGetGlobal)             \
   X(cuFuncSetAttribute)            \
   X(cuLaunchKernel)                \
+  X(cuLaunchKernelEx)              \
   X(cuMemAlloc)                    \
   X(cuMemFree)                     \
   X(cuThreadExchangeStreamCaptureMode) \
@@ -63,6 +65,7 @@ namespace kiln::rt {
   X(cuGraphDestroy)                \
   X(cuGraphExecDestroy)            \
   X(cuGraphGetNodes)               \
+  X(cuGraphGetEdges)               \
   X(cuGraphNodeGetType)            \
   X(cuGraphKernelNodeGetParams)    \
   X(cuGraphExecKernelNodeSetParams) \

@@ -108,6 +108,13 @@ Graph Graph::end_capture(const Stream& s) {
     if (p.func) KILN_CU(cuFuncGetName(&name, p.func));
     ++g.counts.kernel_names[name ? name : "?"];
   }
+  std::size_t edges = 0;
+  KILN_CU(cuGraphGetEdges(g.graph, nullptr, nullptr, nullptr, &edges));
+  std::vector<CUgraphNode> from(edges), to(edges);
+  std::vector<CUgraphEdgeData> data(edges);
+  if (edges) KILN_CU(cuGraphGetEdges(g.graph, from.data(), to.data(), data.data(), &edges));
+  for (std::size_t i = 0; i < edges; ++i)
+    g.counts.programmatic_edges += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
   KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
   KILN_CU(cuGraphUpload(g.exec, stream));
   return out;

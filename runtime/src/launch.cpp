@@ -1,15 +1,45 @@
 #include "kiln/runtime/launch.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "check.h"
 #include "driver.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/log.h"
 
 namespace kiln::rt {
+
+namespace {
+
+std::atomic<bool> g_programmatic{[] {
+  const char* v = std::getenv("KILN_PDL");
+  if (!v || !*v || std::string(v) == "on") return true;
+  if (std::string(v) == "off") return false;
+  log().warn("[launch] KILN_PDL='{}' is not on or off: it stays on", v);
+  return true;
+}()};
+
+// Dynamic shared memory past the default 48 KiB needs the function's opt-in first; once per
+// function and size, not on every launch (modules stay loaded, so a handle names one function).
+void opt_in_shared(const Function& f, unsigned bytes) {
+  static std::mutex mutex;
+  static std::unordered_map<void*, unsigned> opted;  // the largest size each function took
+  const std::lock_guard<std::mutex> lock(mutex);
+  unsigned& done = opted[f.handle];
+  if (done >= bytes) return;
+  KILN_CU(cuFuncSetAttribute(static_cast<CUfunction>(f.handle), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             static_cast<int>(bytes)));
+  done = bytes;
+}
+
+}  // namespace
 
 void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void** args) {
   if (shape_only()) return;
@@ -23,13 +53,27 @@ void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void*
                       " cannot run on a stream of cuda:" + std::to_string(s.device()));
   }
   make_current(f.device);
-  // Dynamic shared memory past the default 48 KiB needs the function's opt-in first.
-  if (c.shared_bytes > 48 * 1024)
-    KILN_CU(cuFuncSetAttribute(static_cast<CUfunction>(f.handle), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                               static_cast<int>(c.shared_bytes)));
+  if (c.shared_bytes > 48 * 1024) opt_in_shared(f, c.shared_bytes);
+  if (f.waits_for_prior_grids && programmatic_launch()) {
+    CUlaunchAttribute early{};
+    early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    early.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig lc{};
+    lc.gridDimX = c.grid.x, lc.gridDimY = c.grid.y, lc.gridDimZ = c.grid.z;
+    lc.blockDimX = c.block.x, lc.blockDimY = c.block.y, lc.blockDimZ = c.block.z;
+    lc.sharedMemBytes = c.shared_bytes;
+    lc.hStream = static_cast<CUstream>(s.handle());
+    lc.attrs = &early;
+    lc.numAttrs = 1;
+    KILN_CU(cuLaunchKernelEx(&lc, static_cast<CUfunction>(f.handle), args, nullptr));
+    return;
+  }
   KILN_CU(cuLaunchKernel(static_cast<CUfunction>(f.handle), c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y,
                          c.block.z, c.shared_bytes, static_cast<CUstream>(s.handle()), args, nullptr));
 }
+
+bool programmatic_launch() { return g_programmatic.load(std::memory_order_relaxed); }
+void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }
 
 LaunchConfig linear_config(std::uint64_t n, unsigned block, unsigned max_blocks) {
   if (block == 0) throw ValueError("[launch] linear_config: block size must be positive");

@@ -177,6 +177,9 @@ CUresult try_load(const Entry& e, CUmodule* module) {
   return r;
 }
 
+// Defined by KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS (prelude.cu) in a module whose kernels all wait.
+constexpr const char* kWaitsForPriorGridsSymbol = "kiln_kernels_wait_for_prior_grids";
+
 Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
   const int arch = device_info(device).arch();
   std::string source = instantiate_kernel(spec, dtypes, variant);
@@ -198,8 +201,12 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
   CUfunction fn = nullptr;
   KILN_CU(cuModuleGetFunction(&fn, module, spec.entry.c_str()));
+  CUdeviceptr flag = 0;
+  std::size_t flag_bytes = 0;
+  const bool waits =
+      arch >= 90 && driver().cuModuleGetGlobal(&flag, &flag_bytes, module, kWaitsForPriorGridsSymbol) == CUDA_SUCCESS;
   counters.load_us += static_cast<std::uint64_t>(ms_since(start) * 1000);
-  return Function{fn, device};
+  return Function{fn, device, waits};
 }
 
 Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcome) {

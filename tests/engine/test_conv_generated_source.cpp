@@ -76,6 +76,7 @@ int check_compiles(std::string_view kind, const std::vector<std::string>& source
     CHECK_MESSAGE(o.error.empty(), o.error);
     CHECK(o.cubin.size() > 0);
     CHECK(o.ptx.find(needle) != std::string::npos);
+    if (jobs[i].arch >= 90) CHECK(kiln_test::every_kernel_waits_for_prior_grids(o.ptx));
     ok += o.error.empty() && o.ptx.find(needle) != std::string::npos;
   }
   return ok;

@@ -103,6 +103,7 @@ TEST_CASE("fused kernels compile for random groups over every dtype, casts and s
     const kiln_test::CompileOutcome& o = r.outcomes[i];
     CHECK_MESSAGE(o.error.empty(), o.error);
     CHECK(o.ptx.find("kiln_fused") != std::string::npos);
+    if (jobs[i].arch >= 90) CHECK(kiln_test::every_kernel_waits_for_prior_grids(o.ptx));
   }
 }
 

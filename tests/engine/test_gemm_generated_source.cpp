@@ -310,6 +310,7 @@ TEST_CASE("generated GEMM kernels compile in every arithmetic, tile, epilogue an
     for (const char* staging : {"kiln_nchw_to_nhwc", "kiln_conv_weights_rsc", "kiln_conv_shift_rows", "kiln_gemm_sum_splits"})
       CHECK(o.ptx.find(staging) == std::string::npos);
     CHECK(o.ptx.find(".target sm_90a") != std::string::npos);
+    CHECK(kiln_test::every_kernel_waits_for_prior_grids(o.ptx));
     // Accumulators in local memory (an index known only at run time) would not see the
     // asynchronous MMAs' writes; no kernel of the module keeps anything there.
     CHECK(o.ptx.find("__local_depot") == std::string::npos);

@@ -11,14 +11,16 @@
 #include <vector>
 
 #include "../../examples/mnist/models.h"
-#include "error_message.h"
 #include "conv_tf32.h"
+#include "error_message.h"
+#include "gpu_match.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
-#include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/launch.h"
 #include "kiln/runtime/memory.h"
-#include "gpu_match.h"
+#include "kiln/runtime/module_cache.h"
 
 using namespace kiln;
 
@@ -172,6 +174,26 @@ TEST_CASE("fused training steps give eager's losses and parameters bit for bit")
                  << first_loss << " of 7; " << differing << " parameter elements differ, worst relative " << worst);
     CHECK(first_loss == eager.losses.size());
     CHECK(differing == 0);
+  }
+}
+
+TEST_CASE("compiled training steps give the same bits with programmatic launch on and off") {
+  const bool hopper = rt::device_info(0).arch() >= 90;
+  for (const Config& c : {Config{"mlp", "adam", "cosine"}, Config{"cnn", "adamw", "none"}}) {
+    CAPTURE(c.model);
+    const bool before = rt::programmatic_launch();
+    CompileStats on_stats, off_stats;
+    rt::set_programmatic_launch(false);
+    const StepOutcome off = run(c, 5, true, &off_stats, true);
+    rt::set_programmatic_launch(true);
+    const StepOutcome on = run(c, 5, true, &on_stats, true);
+    rt::set_programmatic_launch(before);
+    CHECK(on.losses == off.losses);
+    CHECK(on.params == off.params);
+    CHECK(off_stats.programmatic_edges_per_graph.at(0) == 0);
+    MESSAGE(c.model << ": " << on_stats.programmatic_edges_per_graph.at(0) << " programmatic edges among "
+                    << on_stats.kernels_per_graph.at(0) << " kernels");
+    if (hopper) CHECK(on_stats.programmatic_edges_per_graph.at(0) > 0);
   }
 }
 

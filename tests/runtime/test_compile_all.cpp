@@ -48,6 +48,9 @@ void check_every_kernel_compiles(int arch) {
         count_entries(o.ptx) != 1)
       problem = "a guarded template's module holds " + std::to_string(count_entries(o.ptx)) + " entry points";
     if (problem.empty() && rt::nvrtc_can_emit_cubin(arch) && o.cubin.empty()) problem = "no CUBIN";
+    // The runtime launches them before the kernel ahead of them drains (rt::launch_raw).
+    if (problem.empty() && arch >= 90 && !kiln_test::every_kernel_waits_for_prior_grids(o.ptx))
+      problem = "a kernel does not wait for prior grids first";
     if (!problem.empty())
       failures.push_back(spec.op + "(dtypes=" + jobs[i].dtypes.str() + ", variant=" + std::to_string(jobs[i].variant) +
                          ", sm_" + std::to_string(arch) + "): " + problem);

@@ -109,4 +109,33 @@ inline CompileSummary compile_all(const std::vector<CompileJob>& jobs) {
   return r;
 }
 
+// Whether sm_90 PTX states that its kernels wait for prior grids (the prelude's
+// KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS, which lets the runtime launch them while the kernel before
+// them drains) and every kernel in it does, before any instruction that reads or writes memory
+// other than its parameters and its thread's or block's own.
+inline bool every_kernel_waits_for_prior_grids(const std::string& ptx) {
+  if (ptx.find(" kiln_kernels_wait_for_prior_grids") == std::string::npos) return false;
+  std::size_t at = ptx.find(".entry ");
+  if (at == std::string::npos) return false;
+  for (; at != std::string::npos; at = ptx.find(".entry ", at + 1)) {
+    const std::size_t body = ptx.find('{', at), wait = ptx.find("griddepcontrol.wait", at);
+    if (body == std::string::npos || wait == std::string::npos || wait > ptx.find(".entry ", at + 1)) return false;
+    std::size_t line = body + 1;
+    while (line < wait) {
+      std::size_t end = std::min(ptx.find('\n', line), wait);
+      std::string_view l(ptx.data() + line, end - line);
+      l.remove_prefix(std::min(l.find_first_not_of(" \t"), l.size()));
+      if (!l.empty() && l[0] == '@') l.remove_prefix(std::min(l.find_first_of(" \t") + 1, l.size()));
+      // Parameters, and thread- or block-private memory, may come first.
+      const bool own = (l.substr(0, 3) == "ld." || l.substr(0, 3) == "st.") &&
+                       (l.substr(3, 5) == "param" || l.substr(3, 5) == "local" || l.substr(3, 6) == "shared");
+      for (std::string_view op : {"ld.", "st.", "atom.", "red.", "cp.", "tex.", "suld", "sust", "prefetch", "mbarrier",
+                                  "wgmma", "multimem", "tensormap"})
+        if (!own && l.substr(0, op.size()) == op) return false;
+      line = end + 1;
+    }
+  }
+  return true;
+}
+
 }  // namespace kiln_test

@@ -18,7 +18,15 @@ struct LaunchConfig {
   unsigned shared_bytes = 0;
 };
 
+// A function whose module waits for prior grids (Function::waits_for_prior_grids) is launched
+// with programmatic stream serialization while programmatic_launch() holds: it may start while
+// the kernel before it drains, and waits in its first statement. Captured, the graph's edge
+// between the two is programmatic.
 void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void** args);
+
+// Programmatic dependent launch on or off for every later launch (KILN_PDL=on|off; on by default).
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
 
 // Each argument is passed by address, as cuLaunchKernel expects; types must match
 // the kernel's parameters exactly (DevicePtr for pointers).

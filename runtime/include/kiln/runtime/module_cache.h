@@ -15,6 +15,10 @@ struct Entry;
 struct Function {
   void* handle = nullptr;  // CUfunction
   int device = -1;
+  // Its module states that every kernel in it waits for the kernel before it on the stream
+  // (kiln::wait_prior_grids in the prelude) and the device is sm_90 or later: launch() may
+  // start it while that kernel drains (programmatic dependent launch).
+  bool waits_for_prior_grids = false;
 };
 
 // The loaded function for (spec, dtypes, variant) on `device`: a memory hit, else a

@@ -111,13 +111,14 @@ std::string fused_source(const FusedGroup& g) {
                                      : f16       ? DTypes{DType::f16}
                                      : bf16      ? DTypes{DType::bf16}
                                                  : DTypes{DType::f32});
+  s += "KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS\n";
   for (std::size_t k = 0; k < g.ops.size(); ++k) s += op_function(g.ops[k], k);
   const std::string n = std::to_string(g.operands());
   s += "extern \"C\" __global__ void __launch_bounds__(256) kiln_fused(kiln::Layout<" + n + "> L";
   for (std::size_t j = 0; j < g.outside.size(); ++j) s += ", const " + storage(g.outside[j]) + "* e" + std::to_string(j);
   for (std::size_t k = 0; k < g.stored.size(); ++k)
     s += ", " + storage(g.ops[static_cast<std::size_t>(g.stored[k])].out) + "* s" + std::to_string(k);
-  s += ") {\n  const long long step = kiln::thread_count();\n";
+  s += ") {\n  kiln::wait_prior_grids();\n  const long long step = kiln::thread_count();\n";
   s += "  for (long long i = kiln::thread_index(); i < L.n; i += step) {\n";
   s += "    long long off[" + n + "];\n";
   s += "    if (L.ndim == 0) { for (int k = 0; k < " + n + "; ++k) off[k] = i; } else kiln::offsets(L, i, off);\n";

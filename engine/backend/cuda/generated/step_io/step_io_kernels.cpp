@@ -3,12 +3,13 @@
 
 #include <algorithm>
 
+#include "kiln/runtime/device.h"
 #include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
-#include "kiln/runtime/device.h"
+#include "kiln/runtime/templates.h"
 
 namespace kiln::kernels {
 
@@ -22,7 +23,7 @@ const rt::KernelSpec& register_step_entry(const char* op, const char* entry) {
   s.template_name = "step_io";
   s.entry = entry;
   s.dtypes = {rt::generated_dtypes()};
-  s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{}; };
+  s.bind = [](const DTypes&, std::uint32_t) { return rt::Bindings{{"PRELUDE", rt::device_prelude(DTypes{})}}; };
   return rt::register_kernel(std::move(s));
 }
 
