@@ -1,5 +1,5 @@
-// Programmatic dependent launch: on sm_90 kiln's kernels start while the kernel before them
-// drains and wait for it in their first statement. Chains whose kernels read what the one
+// Programmatic dependent launch: on sm_90 kiln's kernels are launched before the kernel ahead
+// of them has finished and wait for it in their first statement. Chains whose kernels read what the one
 // before wrote, and write what it read, give the CPU's bits with it on and off; captured,
 // their graphs have programmatic edges only while it is on.
 #include <doctest/doctest.h>

@@ -110,8 +110,8 @@ inline CompileSummary compile_all(const std::vector<CompileJob>& jobs) {
 }
 
 // Whether sm_90 PTX states that its kernels wait for prior grids (the prelude's
-// KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS, which lets the runtime launch them while the kernel before
-// them drains) and every kernel in it does, before any instruction that reads or writes memory
+// KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS, which lets the runtime launch them before the kernel ahead
+// of them has finished) and every kernel in it does, before any instruction that reads or writes memory
 // other than its parameters and its thread's or block's own.
 inline bool every_kernel_waits_for_prior_grids(const std::string& ptx) {
   if (ptx.find(" kiln_kernels_wait_for_prior_grids") == std::string::npos) return false;

@@ -73,7 +73,8 @@ struct CompileStats {
   std::vector<std::size_t> kernels_per_graph;  // kernel nodes of each held graph, most recent first
   std::vector<std::size_t> nodes_per_graph;    // all nodes (kernels, copies, memsets)
   std::vector<std::map<std::string, std::size_t>> kernel_names_per_graph;  // kernel nodes by function name
-  // Edges on which a kernel starts while the one before it drains (rt::programmatic_launch).
+  // Edges on which a kernel is launched before the one it follows has finished
+  // (rt::programmatic_launch).
   std::vector<std::size_t> programmatic_edges_per_graph;
   std::size_t bytes_held = 0;     // device memory the held graphs own (private pools, static inputs)
 };

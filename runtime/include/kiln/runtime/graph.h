@@ -27,7 +27,7 @@ struct GraphCounts {
   std::size_t nodes = 0;
   std::size_t kernels = 0;
   std::map<std::string, std::size_t> kernel_names;  // kernel nodes by function name
-  // Edges on which a kernel may start before the one it follows has finished (launch_raw).
+  // Edges on which a kernel is launched before the one it follows has finished (launch_raw).
   std::size_t programmatic_edges = 0;
 };
 

@@ -19,9 +19,9 @@ struct LaunchConfig {
 };
 
 // A function whose module waits for prior grids (Function::waits_for_prior_grids) is launched
-// with programmatic stream serialization while programmatic_launch() holds: it may start while
-// the kernel before it drains, and waits in its first statement. Captured, the graph's edge
-// between the two is programmatic.
+// with programmatic stream serialization while programmatic_launch() holds: its launch overlaps
+// the end of the kernel before it, and it waits in its first statement for that kernel's
+// completion and writes. Captured, the graph's edge between the two is programmatic.
 void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void** args);
 
 // Programmatic dependent launch on or off for every later launch (KILN_PDL=on|off; on by default).

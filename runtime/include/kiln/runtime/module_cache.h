@@ -17,7 +17,7 @@ struct Function {
   int device = -1;
   // Its module states that every kernel in it waits for the kernel before it on the stream
   // (kiln::wait_prior_grids in the prelude) and the device is sm_90 or later: launch() may
-  // start it while that kernel drains (programmatic dependent launch).
+  // launch it before that kernel has finished (programmatic dependent launch).
   bool waits_for_prior_grids = false;
 };
 
