@@ -104,6 +104,11 @@ class VjpContext {
   Tensor grad_sink(int i) const {
     return sinks_ && static_cast<std::size_t>(i) < sinks_->size() ? (*sinks_)[static_cast<std::size_t>(i)] : Tensor();
   }
+  // The dtype input i's gradient may be returned in: the input's own, or, where the input is
+  // the output of an op with OpDef::gradient_in_input_dtype (a parameter's 16-bit copy under
+  // autocast), that op's input dtype, which the engine passes on unconverted. The grad sink
+  // of such an input is then the parameter's .grad() buffer.
+  DType grad_dtype(int i) const;
 
  private:
   const Node& node_;
@@ -183,6 +188,11 @@ struct OpDef {
   // -1: every output carries a gradient (missing ones reach the vjp as zeros); n: outputs from
   // n on (masks, statistics) carry none, and reach the vjp undefined at no cost.
   int differentiable_outputs = -1;
+  // The vjp hands the gradient of its one output to its one input unchanged, in the input's
+  // dtype (a cast of a parameter under autocast): the op consuming the output may give that
+  // gradient in the input's dtype already (VjpContext::grad_dtype), and the engine converts it
+  // nowhere on the way, so a 16-bit product's gradient reaches an f32 .grad() with no cast.
+  bool gradient_in_input_dtype = false;
   SavePolicy save{};
   TestHints test{};
 };

@@ -55,17 +55,22 @@ void low_precision_weight(const OpArgs& a, std::span<Tensor> out) {
   out[0] = make_view(lp->copy, lp->copy.shape(), lp->copy.strides(), 0);
 }
 
-// The engine casts each gradient back to its input's dtype, so this is the identity.
+// The gradient reaches the parameter in f32: a weight-gradient product gives it in f32 where it
+// can (VjpContext::grad_dtype), else the engine converts it, so the vjp is the identity.
 
 const OpRef kAutocastWeight = register_op({
     .name = "autocast_weight",
     .dtypes = {DType::f32},
-    .dtype_rule = [](const OpArgs& a) { return DTypePlan{{DType::f32}, {a.attrs.get<DType>("dtype")}, DType::f32}; },
+    .dtype_rule =
+        [](const OpArgs& a) {
+          return DTypePlan{{DType::f32}, {a.attrs.get<DType>("dtype")}, DType::f32};
+        },
     .shape_rule = rules::same_shape_as_input,
     .cpu = [](const OpArgs& a, std::span<Tensor> out) { out[0] = convert(a.inputs[0], a.attrs.get<DType>("dtype")); },
     .gpu = low_precision_weight,
     .makes_outputs = true,
     .vjp = rules::pass_through,
+    .gradient_in_input_dtype = true,
     .test = {.attrs = {Attrs{{"dtype", DType::bf16}}, Attrs{{"dtype", DType::f16}}}, .gradcheck = false},
 });
 

@@ -10,6 +10,7 @@
 #include "core/cpu/loops.h"
 #include "core/dtype_sets.h"
 #include "core/registry.h"
+#include "core/tensor/copy.h"
 #include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/linalg.h"
@@ -116,9 +117,11 @@ void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
 }
 
 // Weight and bias gradients of linear from gp = dL/d(pre-activation) (m, n) and x (m, k):
-// dW = gp^T @ x (n, k) and db = the column sums of gp (n).
+// dW = gp^T @ x (n, k) and db = the column sums of gp (n). With `f32_grads`, f16/bf16 inputs
+// give f32 gradients: the products' f32 sums, not rounded to the inputs' dtype.
 void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
-  const Tensor &gp = a.inputs[0], &x = a.inputs[1];
+  // 16-bit values widen exactly, so the f32 loops are the reference for f32 results.
+  const Tensor gp = convert(a.inputs[0], out[0].dtype()), x = convert(a.inputs[1], out[0].dtype());
   const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = x.shape()[1];
   cpu::gemm(out[0].dtype(), {1, n, k, m}, 1.0, {gp.data_ptr(), 0, gp.strides()[1], gp.strides()[0]},
             {x.data_ptr(), 0, x.strides()[0], x.strides()[1]}, 0.0, {out[0].data_ptr(), 0, k, 1});
@@ -141,9 +144,28 @@ void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor gp = gpu::contiguous(a.inputs[0]), x = lt_ready(a.inputs[1]);
   const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = x.shape()[1];
   const rt::Stream& s = stream_of(a.device);
-  const bool ok =
-      kernels::gemm(out[0].dtype(), {1, n, k, m}, 1.0, {device_address(gp), 0, 1, n},
-                    {device_address(x), 0, x.strides()[0], x.strides()[1]}, 0.0, {device_address(out[0]), 0, k, 1}, s);
+  bool ok = false;
+  if (out[0].dtype() == gp.dtype()) {
+    ok = kernels::gemm(out[0].dtype(), {1, n, k, m}, 1.0, {device_address(gp), 0, 1, n},
+                       {device_address(x), 0, x.strides()[0], x.strides()[1]}, 0.0, {device_address(out[0]), 0, k, 1},
+                       s);
+  } else {  // f32 gradients of 16-bit inputs: column-major dW^T (k x n) = x^T (k x m) @ gp (m x n)
+    const LtOperand lx = lt_operand(x);
+    ok = kernels::lt_matmul({.dtype = gp.dtype(),
+                             .out = out[0].dtype(),
+                             .m = k,
+                             .n = n,
+                             .k = m,
+                             .trans_a = lx.trans,
+                             .trans_b = true,
+                             .lda = lx.ld,
+                             .ldb = n,
+                             .ldd = k,
+                             .a = device_address(x),
+                             .b = device_address(gp),
+                             .d = device_address(out[0])},
+                            s);
+  }
   if (!ok) throw Error("[linear_grad_wb] cuBLAS refused the layout of the inputs");
   static const gpu::LazyKernel sum_kernel("sum");
   kernels::launch_reduce(sum_kernel.get(), gp.dtype(), out[1].dtype(), device_address(gp), device_address(out[1]), 1, m,
@@ -157,12 +179,13 @@ void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
                         stream_of(a.device));
     return;
   }
-  if (out[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) return grad_wb_split_gpu(a, out);
+  if (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) return grad_wb_split_gpu(a, out);
   const Tensor gp = lt_ready(a.inputs[0]), x = lt_ready(a.inputs[1]);
   const LtOperand lg = lt_operand(gp), lx = lt_operand(x);
   // Column-major: dW^T (k x n) = x^T (k x m) @ gp (m x n); gp's storage read as (n x m) is gp^T,
   // and BGRADB sums op(B) = gp over m, the product's k.
-  kernels::LtMatmul g{.dtype = out[0].dtype(),
+  kernels::LtMatmul g{.dtype = gp.dtype(),
+                      .out = out[0].dtype(),
                       .m = x.shape()[1],
                       .n = gp.shape()[1],
                       .k = x.shape()[0],
@@ -177,8 +200,19 @@ void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .d = device_address(out[0]),
                       .bias = device_address(out[1])};
   if (kernels::lt_matmul(g, stream_of(a.device))) return;
+  // No bias-gradient epilogue writing f32 from these inputs: the product and the sum apart.
+  if (out[0].dtype() != gp.dtype()) return grad_wb_split_gpu(a, out);
   throw DTypeError("[linear_grad_wb] cuBLASLt has no bias-gradient epilogue for " +
-                   std::string(dtype_name(out[0].dtype())));
+                   std::string(dtype_name(gp.dtype())) + " inputs and " + std::string(dtype_name(out[0].dtype())) +
+                   " gradients");
+}
+
+// Inputs promoted; with attr `f32_grads` (a bool), f16/bf16 inputs give f32 gradients.
+DTypePlan grad_wb_dtypes(const OpArgs& a) {
+  DTypePlan p = rules::promote(a);
+  if (a.attrs.get_or("f32_grads", false) && (p.key == DType::f16 || p.key == DType::bf16))
+    p.outputs.assign(2, DType::f32);
+  return p;
 }
 
 const OpRef kLinearGradWb = register_op({
@@ -186,7 +220,7 @@ const OpRef kLinearGradWb = register_op({
     .num_inputs = 2,
     .num_outputs = 2,
     .dtypes = {DType::f32, DType::f16, DType::bf16},
-    .dtype_rule = rules::promote,
+    .dtype_rule = grad_wb_dtypes,
     .shape_rule =
         [](const OpArgs& a) {
           const Shape &g = a.inputs[0].shape(), &x = a.inputs[1].shape();
@@ -197,16 +231,21 @@ const OpRef kLinearGradWb = register_op({
         },
     .cpu = grad_wb_cpu,
     .gpu = grad_wb_gpu,
-    .test = {.gradcheck = false, .tolerance_scale = 4, .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}}},
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
 });
 
 // gp, the gradient before the activation; dW and db together when a GPU epilogue can sum db,
-// written into the parameters' .grad() buffers when the step offers them (grad sinks).
+// written into the parameters' .grad() buffers when the step offers them (grad sinks). The
+// 16-bit copies of f32 parameters (autocast) take f32 gradients, summed as f32, with no cast.
 std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x) {
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
   if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
     const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
-    return dispatch(kLinearGradWb, in, Attrs{}, into);
+    const bool f32 = c.grad_dtype(1) == DType::f32 && c.grad_dtype(2) == DType::f32;
+    return dispatch(kLinearGradWb, in, f32 ? Attrs{{"f32_grads", true}} : Attrs{}, into);
   }
   std::vector<Tensor> r(2);
   if (need_w) r[0] = matmul(transpose(gp, 0, 1), x);

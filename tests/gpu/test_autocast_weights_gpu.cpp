@@ -3,13 +3,15 @@
 // to the weight from elsewhere (a restore, a load) is seen by the next eager or replayed step.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "core/tensor/tensor_impl.h"
-#include "kiln/kiln.h"
 #include "gpu_match.h"
+#include "kiln/kiln.h"
 
 using namespace kiln;
 
@@ -116,4 +118,70 @@ TEST_CASE("autocast weights: a forward reads the copy, with no cast kernel for t
   const CompileStats st = f.stats();
   CHECK(st.kernel_names_per_graph.at(0).count("kiln_unary") == 0);
   CHECK(st.kernel_names_per_graph.at(0).count("kiln_fused") == 0);
+}
+
+namespace {
+
+// Elements of an f32 tensor that bf16 cannot hold (low 16 bits set): a gradient cast up from
+// bf16 has none.
+std::int64_t beyond_bf16(const Tensor& t) {
+  std::int64_t n = 0;
+  for (std::uint32_t b : kiln_test::f32_bits(t)) n += (b & 0xffffu) != 0;
+  return n;
+}
+
+// |got - want| within 2e-6 of the sum of the terms' magnitudes, everywhere.
+void check_f32_sums(const Tensor& got, const Tensor& want, const Tensor& magnitude, const char* name) {
+  CAPTURE(name);
+  REQUIRE(got.dtype() == DType::f32);
+  const std::vector<double> g = got.to(Device::cpu()).to(DType::f64).to_vector<double>();
+  const std::vector<double> w = want.to_vector<double>(), m = magnitude.to_vector<double>();
+  REQUIRE(g.size() == w.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) bad += !(std::abs(g[i] - w[i]) <= 2e-6 * m[i] + 1e-30);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("autocast weights: linear's weight and bias gradients reach .grad() as the f32 sums of the bf16 products") {
+  // 8 outputs: the product and the bias sum as two kernels; 40: cuBLASLt's bias-gradient epilogue.
+  for (std::int64_t out : {8, 40}) {
+    CAPTURE(out);
+    Generator gen(9);
+    auto layer = std::make_shared<nn::Linear>(24, out, true, &gen);
+    layer->to(kGpu);
+    const Tensor x = randn({16, 24}, {}, &gen), r = randn({16, out}, {}, &gen);
+    const Tensor xg = x.to(kGpu), rg = r.to(kGpu);
+    // The product reads bf16 x; the gradient before it is bf16 r (the cast's gradient).
+    const Tensor gp = cast(cast(r, DType::bf16), DType::f64), xb = cast(cast(x, DType::bf16), DType::f64);
+    const Tensor dw = matmul(transpose(gp, 0, 1), xb), dw_mag = matmul(transpose(abs(gp), 0, 1), abs(xb));
+    const Tensor db = sum(gp, {0}, false), db_mag = sum(abs(gp), {0}, false);
+    auto step = [&](const std::vector<Tensor>& in) {
+      for (Tensor p : layer->parameters()) p.zero_grad();
+      Tensor y;
+      {
+        AutocastGuard amp(DType::bf16);
+        y = (*layer)(in[0]);
+      }
+      Tensor loss = sum(mul(cast(y, DType::f32), in[1]));
+      loss.backward();
+      return std::vector<Tensor>{loss.detach()};
+    };
+    auto check = [&](const char* how) {
+      CAPTURE(how);
+      const Tensor gw = layer->parameters()[0].grad(), gb = layer->parameters()[1].grad();
+      check_f32_sums(gw, dw, dw_mag, "weight");
+      check_f32_sums(gb, db, db_mag, "bias");
+      CHECK(beyond_bf16(gw) > gw.numel() / 2);
+    };
+    step({xg, rg});
+    check("eager");
+    CompiledFunction cf = compile(step);
+    for (int call = 0; call < 3; ++call) {
+      cf({xg, rg});
+      check("compiled");
+    }
+    CHECK(cf.stats().replays == 1);
+  }
 }

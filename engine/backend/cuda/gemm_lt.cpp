@@ -31,9 +31,10 @@ namespace {
 struct LtTypes {
   cudaDataType data, scale;
   cublasComputeType_t compute;
+  cudaDataType out = data;  // D's and the bias's
 };
 
-LtTypes lt_types(DType dtype) {
+LtTypes input_types(DType dtype) {
   switch (dtype) {
     case DType::f32:
       return {CUDA_R_32F, CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
@@ -47,6 +48,19 @@ LtTypes lt_types(DType dtype) {
       throw DTypeError("[linear] dtype " + std::string(dtype_name(dtype)) +
                        " is not supported by cuBLASLt (f32, f64, f16, bf16)");
   }
+}
+
+DType out_dtype(const LtMatmul& g) { return g.out.value_or(g.dtype); }
+
+LtTypes lt_types(const LtMatmul& g) {
+  LtTypes t = input_types(g.dtype);
+  if (out_dtype(g) == g.dtype) return t;
+  if ((g.dtype != DType::bf16 && g.dtype != DType::f16) || out_dtype(g) != DType::f32)
+    throw DTypeError("[linear] cuBLASLt writes " + std::string(dtype_name(g.dtype)) + " products in " +
+                     std::string(dtype_name(g.dtype)) + " or, from f16 and bf16, f32; not " +
+                     std::string(dtype_name(out_dtype(g))));
+  t.out = CUDA_R_32F;
+  return t;
 }
 
 cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
@@ -75,9 +89,11 @@ constexpr int kTuneCandidates = 16;  // cuBLASLt's first picks, timed once per s
 
 // The compute type is part of the key: a plan's descriptor fixes it (TF32 or exact f32), so a
 // process that switches TF32 gets another plan, not the one made under the earlier setting.
-using Key = std::tuple<int, DType, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t, std::int64_t,
-                       std::int64_t, LtEpilogue, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t,
-                       cublasComputeType_t>;
+using Key = std::tuple<int, DType, DType, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::int64_t,
+                       std::int64_t, std::int64_t, LtEpilogue, std::uint32_t, std::uint32_t, std::uint32_t,
+                       std::uint32_t, cublasComputeType_t>;
+// The key's alignments of A, B, D and the bias.
+constexpr std::size_t kAlignA = 12, kAlignB = 13, kAlignD = 14, kAlignBias = 15;
 
 // Descriptors of one configuration and its algorithm; `found` false: cuBLASLt has none.
 struct Plan {
@@ -111,19 +127,23 @@ Plan make_plan(const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
   set_attr(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   const cublasLtEpilogue_t epi = lt_epilogue(g.epilogue);
   set_attr(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  if (g.epilogue != LtEpilogue::none && t.out != t.data) {
+    const cudaDataType bias_type = t.out;
+    set_attr(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+  }
   // Stored shapes: op(A) is m x k, so A is k x m when transposed; likewise B.
   KILN_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, t.data, static_cast<std::uint64_t>(g.trans_a ? g.k : g.m),
                                          static_cast<std::uint64_t>(g.trans_a ? g.m : g.k), g.lda));
   KILN_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, t.data, static_cast<std::uint64_t>(g.trans_b ? g.n : g.k),
                                          static_cast<std::uint64_t>(g.trans_b ? g.k : g.n), g.ldb));
-  KILN_CUBLAS(cublasLtMatrixLayoutCreate(&p.d, t.data, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n),
-                                         g.ldd));
+  KILN_CUBLAS(
+      cublasLtMatrixLayoutCreate(&p.d, t.out, static_cast<std::uint64_t>(g.m), static_cast<std::uint64_t>(g.n), g.ldd));
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   const std::uint64_t max_ws = ws.bytes;
   rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                                     sizeof max_ws);
-  const std::uint32_t al_a = std::get<11>(key), al_b = std::get<12>(key), al_d = std::get<13>(key);
+  const std::uint32_t al_a = std::get<kAlignA>(key), al_b = std::get<kAlignB>(key), al_d = std::get<kAlignD>(key);
   rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
                                                     sizeof al_a);
   rt::cublas().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
@@ -197,9 +217,11 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
     problem.append(label).append(std::to_string(v));
   problem.append(g.trans_a ? " At" : " A").append(g.trans_b ? " Bt" : " B");
   problem.append(" epilogue ").append(epilogues[static_cast<int>(g.epilogue)]).append(" align");
-  for (std::uint32_t a : {std::get<11>(key), std::get<12>(key), std::get<13>(key), std::get<14>(key)})
+  for (std::uint32_t a :
+       {std::get<kAlignA>(key), std::get<kAlignB>(key), std::get<kAlignD>(key), std::get<kAlignBias>(key)})
     problem.append(" ").append(std::to_string(a));
-  const std::string dtypes = std::string(dtype_name(g.dtype)) + (g.dtype == DType::f32 && allow_tf32() ? "/tf32" : "");
+  std::string dtypes = std::string(dtype_name(g.dtype)) + (g.dtype == DType::f32 && allow_tf32() ? "/tf32" : "");
+  if (out_dtype(g) != g.dtype) dtypes.append("->").append(dtype_name(out_dtype(g)));
   return {"cublaslt", problem, dtypes, rt::device_info(device).arch(),
           "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion())};
 }
@@ -209,7 +231,7 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
 // K-major (plan() takes an MN-major op(A) transposed, into registers, and declines the rest).
 // None for the bias gradient, which it does not sum.
 std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
-  if (g.epilogue == LtEpilogue::bgrad_b) return std::nullopt;
+  if (g.epilogue == LtEpilogue::bgrad_b || out_dtype(g) != g.dtype) return std::nullopt;
   const bool tf32 = g.dtype == DType::f32 && allow_tf32();
   if (g.dtype != DType::bf16 && g.dtype != DType::f16 && !tf32) return std::nullopt;
   const GemmMath math = tf32 ? GemmMath::tf32 : g.dtype == DType::bf16 ? GemmMath::bf16 : GemmMath::f16;
@@ -262,8 +284,8 @@ void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt
   const std::vector<GemmLaunch> generated = generated_launches(g, tkey, s.device());
   for (const GemmLaunch& l : generated) cands.push_back({l.text(), [&l, &g, &s] { launch_generated(l, g, s); }});
   TuneCheck check;
-  check.outputs.push_back({g.d, g.dtype, g.n, g.m, g.ldd});
-  if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, g.dtype, 1, g.n, g.n});
+  check.outputs.push_back({g.d, out_dtype(g), g.n, g.m, g.ldd});
+  if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, out_dtype(g), 1, g.n, g.n});
   // Split-K and reduction orders round differently; a wrong kernel is far off.
   check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
   const TuneOutcome out = run_tuned(tkey, cands, check, s, !generated.empty());
@@ -277,12 +299,13 @@ void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt
 }  // namespace
 
 bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
-  const LtTypes t = lt_types(g.dtype);
+  const LtTypes t = lt_types(g);
   if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
   const rt::GemmWorkspace ws = rt::cublas_workspace(s);
   const Key key{s.device(),
                 g.dtype,
+                out_dtype(g),
                 g.m,
                 g.n,
                 g.k,

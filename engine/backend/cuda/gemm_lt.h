@@ -7,6 +7,7 @@
 // The algorithm is chosen per (device, dtype, sizes, layouts, epilogue, alignment): cuBLASLt's
 // first 16 candidates timed once (tuner.h), and the choice kept in the disk cache.
 #include <cstdint>
+#include <optional>
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/device.h"
@@ -18,6 +19,9 @@ enum class LtEpilogue { none, bias, relu_bias, bgrad_b };
 
 struct LtMatmul {
   DType dtype = DType::f32;  // A, B, D and the bias; f16/bf16 accumulate in f32
+  // D and the bias in another dtype: f32 for f16/bf16 inputs (a weight gradient written in
+  // f32 under autocast). Unset: dtype.
+  std::optional<DType> out{};
   std::int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   std::int64_t lda = 0, ldb = 0, ldd = 0;

@@ -25,7 +25,9 @@ using rt::KernelSpec;
 
 // Which (input, output) tuples an op is instantiated for.
 enum class Domain {
-  widening,  // (t, t) for floats, (t, i64) for integers and bool
+  // (t, t) for floats, (t, i64) for integers and bool; (t, f32) too for f16 and bf16 (the bias
+  // gradient of a 16-bit product summed into f32 under autocast)
+  widening,
   floating,  // (t, t), t floating
   same,      // (t, t), every dtype
   index,     // (t, i64), every dtype but bool
@@ -54,6 +56,7 @@ std::vector<DTypes> tuples(Domain d) {
     switch (d) {
       case Domain::widening:
         out.push_back({t, is_floating(t) ? t : DType::i64});
+        if (t == DType::f16 || t == DType::bf16) out.push_back({t, DType::f32});
         break;
       case Domain::floating:
         if (is_floating(t)) out.push_back({t, t});

@@ -125,6 +125,7 @@ class BackwardEngine {
           continue;
         }
         ++deps_[e.node.get()];
+        ++consumers_[e.node.get()];
         if (seen_.emplace(e.node.get(), true).second) stack.push_back(e.node.get());
       }
     }
@@ -155,12 +156,15 @@ class BackwardEngine {
       const int first_plain = n.op_->differentiable_outputs;
       if (!grads[k].defined() && first_plain >= 0 && static_cast<int>(k) >= first_plain) continue;
       if (!grads[k].defined()) grads[k] = filled(m.shape, 0, m.dtype, m.device);
-      else if (grads[k].dtype() != m.dtype) grads[k] = convert(grads[k], m.dtype);
+      else if (grads[k].dtype() != m.dtype &&
+               !(n.op_->gradient_in_input_dtype && grads[k].dtype() == n.inputs_[0].dtype))
+        grads[k] = convert(grads[k], m.dtype);
     }
     std::vector<bool> needs(n.next_.size());
     for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = n.next_[i].requires_grad();
     const std::vector<Tensor> sinks = grad_sinks(n, needs);
-    std::vector<Tensor> out = n.op_->vjp(VjpContext(n, needs, &sinks), grads);
+    const VjpContext context(n, needs, &sinks);
+    std::vector<Tensor> out = n.op_->vjp(context, grads);
     if (out.size() != n.inputs_.size())
       throw Error("[autograd] the vjp of " + name + " returned " + std::to_string(out.size()) + " gradients for " +
                   std::to_string(n.inputs_.size()) + " inputs");
@@ -174,24 +178,38 @@ class BackwardEngine {
         throw Error("[autograd] the vjp of " + name + " returned a gradient of shape " + shape_str(out[i].shape()) +
                     " for input " + std::to_string(i) + " of shape " + shape_str(m.shape));
       // A leaf's gradient is converted by accumulate_leaf, as part of its copy into .grad().
-      if (out[i].dtype() != m.dtype && n.next_[i].node) out[i] = convert(out[i], m.dtype);
+      if (out[i].dtype() != m.dtype && n.next_[i].node && out[i].dtype() != context.grad_dtype(static_cast<int>(i)))
+        out[i] = convert(out[i], m.dtype);
     }
     return out;
   }
 
   // In a compiled step, the .grad() buffers of leaf inputs whose gradient zero_grad left
-  // pending: the vjp may write there directly, saving a copy per parameter per step.
-  static std::vector<Tensor> grad_sinks(const Node& n, const std::vector<bool>& needs) {
+  // pending: the vjp may write there directly, saving a copy per parameter per step. So too
+  // for a parameter's autocast copy (OpDef::gradient_in_input_dtype) that only this input
+  // reads, of a parameter reached by no other path: the buffer is written before the copy's
+  // node runs, so nothing else may write it first.
+  std::vector<Tensor> grad_sinks(const Node& n, const std::vector<bool>& needs) {
     std::vector<Tensor> sinks;
     if (!step::in_compiled_call()) return sinks;
     sinks.resize(needs.size());
     for (std::size_t i = 0; i < needs.size(); ++i) {
       const Node::Edge& e = n.next_[i];
-      if (!needs[i] || e.node) continue;
-      auto leaf = e.leaf.lock();
+      if (!needs[i]) continue;
+      std::shared_ptr<TensorImpl> leaf;
+      DType dtype = n.inputs_[i].dtype;
+      if (e.node) {
+        const Node& copy = *e.node;
+        if (!copy.op_->gradient_in_input_dtype || consumers_[&copy] != 1 || copy.next_.size() != 1) continue;
+        leaf = copy.next_[0].leaf.lock();
+        if (!leaf || leaf_deps_[leaf.get()] != 1) continue;
+        dtype = copy.inputs_[0].dtype;
+      } else {
+        leaf = e.leaf.lock();
+      }
       if (!leaf || !leaf->grad_is_zero || !leaf->grad.defined() || !leaf->grad.is_contiguous()) continue;
-      const TensorMeta& m = n.inputs_[i];
-      if (leaf->grad.shape() == m.shape && leaf->grad.dtype() == m.dtype && leaf->dtype == m.dtype) sinks[i] = leaf->grad;
+      if (leaf->grad.shape() == n.inputs_[i].shape && leaf->grad.dtype() == dtype && leaf->dtype == dtype)
+        sinks[i] = leaf->grad;
     }
     return sinks;
   }
@@ -244,6 +262,7 @@ class BackwardEngine {
   std::vector<std::shared_ptr<Node>> roots_;
   std::unordered_map<Node*, std::vector<Tensor>> grads_;
   std::unordered_map<Node*, int> deps_;
+  std::unordered_map<const Node*, int> consumers_;  // edges into each node (deps_ before the walk)
   std::unordered_map<Node*, bool> seen_, processed_;
 };
 

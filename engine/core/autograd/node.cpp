@@ -86,6 +86,12 @@ const TensorMeta& VjpContext::input(int i) const { return node_.inputs().at(stat
 const TensorMeta& VjpContext::output(int i) const { return node_.outputs().at(static_cast<std::size_t>(i)); }
 const std::string& VjpContext::name() const { return node_.name(); }
 
+DType VjpContext::grad_dtype(int i) const {
+  const Node::Edge& e = node_.next_edges().at(static_cast<std::size_t>(i));
+  if (e.node && e.node->op().gradient_in_input_dtype) return e.node->inputs().at(0).dtype;
+  return input(i).dtype;
+}
+
 Tensor VjpContext::saved_input(int i) const {
   const auto& s = node_.saved_inputs();
   if (i < 0 || static_cast<std::size_t>(i) >= s.size() || !s[static_cast<std::size_t>(i)].defined())
