@@ -56,8 +56,8 @@ LtTypes lt_types(const LtMatmul& g) {
   LtTypes t = input_types(g.dtype);
   if (out_dtype(g) == g.dtype) return t;
   if ((g.dtype != DType::bf16 && g.dtype != DType::f16) || out_dtype(g) != DType::f32)
-    throw DTypeError("[linear] cuBLASLt writes " + std::string(dtype_name(g.dtype)) + " products in " +
-                     std::string(dtype_name(g.dtype)) + " or, from f16 and bf16, f32; not " +
+    throw DTypeError("[linear] a cuBLASLt product of " + std::string(dtype_name(g.dtype)) + " inputs is written in " +
+                     std::string(dtype_name(g.dtype)) + " (or f32, from f16 and bf16), not " +
                      std::string(dtype_name(out_dtype(g))));
   t.out = CUDA_R_32F;
   return t;
