@@ -15,12 +15,11 @@
 #include "error_message.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
-#include "kiln/runtime/device.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_registry.h"
-#include "kiln/runtime/launch.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/runtime/module_cache.h"
+#include "programmatic_launch.h"
 
 using namespace kiln;
 
@@ -178,22 +177,21 @@ TEST_CASE("fused training steps give eager's losses and parameters bit for bit")
 }
 
 TEST_CASE("compiled training steps give the same bits with programmatic launch on and off") {
-  const bool hopper = rt::device_info(0).arch() >= 90;
   for (const Config& c : {Config{"mlp", "adam", "cosine"}, Config{"cnn", "adamw", "none"}}) {
     CAPTURE(c.model);
-    const bool before = rt::programmatic_launch();
     CompileStats on_stats, off_stats;
-    rt::set_programmatic_launch(false);
-    const StepOutcome off = run(c, 5, true, &off_stats, true);
-    rt::set_programmatic_launch(true);
-    const StepOutcome on = run(c, 5, true, &on_stats, true);
-    rt::set_programmatic_launch(before);
+    auto run_with = [&](bool on, CompileStats* stats) {
+      const kiln_test::ProgrammaticLaunch scope(on);
+      return run(c, 5, true, stats, true);
+    };
+    const StepOutcome off = run_with(false, &off_stats);
+    const StepOutcome on = run_with(true, &on_stats);
     CHECK(on.losses == off.losses);
     CHECK(on.params == off.params);
     CHECK(off_stats.programmatic_edges_per_graph.at(0) == 0);
     MESSAGE(c.model << ": " << on_stats.programmatic_edges_per_graph.at(0) << " programmatic edges among "
                     << on_stats.kernels_per_graph.at(0) << " kernels");
-    if (hopper) CHECK(on_stats.programmatic_edges_per_graph.at(0) > 0);
+    if (kiln_test::launches_early()) CHECK(on_stats.programmatic_edges_per_graph.at(0) > 0);
   }
 }
 

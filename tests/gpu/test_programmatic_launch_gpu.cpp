@@ -11,25 +11,16 @@
 #include "backend/cuda/launch_common.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
-#include "kiln/runtime/device.h"
-#include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
+#include "programmatic_launch.h"
 
 using namespace kiln;
 using kiln_test::f32_bits;
 using kiln_test::kGpu;
+using kiln_test::launches_early;
+using kiln_test::ProgrammaticLaunch;
 
 namespace {
-
-// Sets programmatic launch for one scope, then restores it.
-struct ProgrammaticLaunch {
-  bool before = rt::programmatic_launch();
-  explicit ProgrammaticLaunch(bool on) { rt::set_programmatic_launch(on); }
-  ~ProgrammaticLaunch() { rt::set_programmatic_launch(before); }
-};
-
-// The device can start a kernel before the one ahead of it finishes (sm_90 or later).
-bool launches_early() { return rt::device_info(0).arch() >= 90; }
 
 // 120 kernels on two 4M-element tensors, each reading the tensor the one before it wrote and
 // writing one it read; the temporaries' blocks are freed and taken again in stream order.
