@@ -3,18 +3,19 @@
 // exact f32; otherwise im2col (kernel_templates/im2col.cu) + a cuBLAS GEMM per group, the
 // backward ops GEMMs + col2im. CPU: im2col + OpenBLAS (conv_cpu.h) for f32 and f64; the
 // reference (.cpu_reference, and f16/bf16) is direct nested loops, independent of all three.
-#include "core/dtype_sets.h"
 #include "kiln/conv.h"
 
 #include <atomic>
 
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/generated/conv/conv_run.h"
 #include "conv_common.h"
 #include "conv_cpu.h"
-#include "backend/cuda/generated/conv/conv_run.h"
 #include "core/cpu/gemm_cpu.h"
-#include "backend/cuda/gemm.h"
-#include "kiln/amp.h"
+#include "core/dtype_sets.h"
 #include "core/registry.h"
+#include "core/tensor/copy.h"
+#include "kiln/amp.h"
 
 namespace kiln {
 
@@ -132,9 +133,11 @@ rt::DevicePtr at(const Tensor& t, std::int64_t elements) {
   return device_address(t) + static_cast<std::uint64_t>(elements) * t.element_size();
 }
 
-// The pass's operands on y's stream; a and b contiguous.
+// The pass's operands on out's stream; a and b contiguous. An f32 `out` of 16-bit operands: a
+// weight gradient summed into f32.
 kernels::ConvOperands operands(const Tensor& a, const Tensor& b, const Tensor& out) {
-  return {device_address(a), device_address(b), device_address(out), out.dtype(), &stream_of(out.device())};
+  return {device_address(a), device_address(b),        device_address(out),
+          a.dtype(),         &stream_of(out.device()), out.dtype() != a.dtype()};
 }
 
 // The three passes' geometry from an op's arguments; which as in conv_cpu.
@@ -144,12 +147,15 @@ ConvGeometry pass_geometry(const OpArgs& a, const Tensor& out, int which) {
   return geometry(a.inputs[0].shape(), out.shape(), a.attrs, a.name());
 }
 
-// A pass's .cpu (the fast path where run_conv_cpu takes the dtype) or .cpu_reference.
+// A pass's .cpu (the fast path where run_conv_cpu takes the dtype) or .cpu_reference. An f32
+// weight gradient of 16-bit operands reads them widened (exactly) to f32.
 Impl cpu_impl(int which, bool reference) {
   return [which, reference](const OpArgs& a, std::span<Tensor> out) {
     const ConvGeometry g = pass_geometry(a, out[0], which);
-    if (reference || !run_conv_cpu(static_cast<ConvPass>(which), g, a.inputs[0], a.inputs[1], out[0]))
-      conv_cpu(g, which, a.inputs[0], a.inputs[1], out[0]);
+    const bool widen = a.inputs[0].dtype() != out[0].dtype();
+    const Tensor x = widen ? convert(a.inputs[0], out[0].dtype()) : a.inputs[0];
+    const Tensor y = widen ? convert(a.inputs[1], out[0].dtype()) : a.inputs[1];
+    if (reference || !run_conv_cpu(static_cast<ConvPass>(which), g, x, y, out[0])) conv_cpu(g, which, x, y, out[0]);
   };
 }
 
@@ -190,6 +196,11 @@ void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tenso
 void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
   if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32())) return;
+  if (dw.dtype() != x.dtype()) {  // no kernel sums these operands into f32: their dtype, then a cast
+    const Tensor low = empty(dw.shape(), {.dtype = x.dtype(), .device = dw.device()});
+    conv_grad_weight_gpu(g, x, gy, low);
+    return copy_into(low, dw);
+  }
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -243,10 +254,19 @@ const OpRef kGradInput = register_op({
              .shapes = {{{2, 3, 3, 3}, {3, 2, 2, 2}}}},
 });
 
+// Inputs promoted; with attr `f32_grad` (a bool), f16/bf16 inputs give an f32 gradient: the
+// products' f32 sums, not rounded to the inputs' dtype (autocast's parameters).
+DTypePlan grad_weight_dtypes(const OpArgs& a) {
+  DTypePlan p = rules::promote(a);
+  if (a.attrs.get_or("f32_grad", false) && (p.key == DType::f16 || p.key == DType::bf16)) p.outputs = {DType::f32};
+  return p;
+}
+
 const OpRef kGradWeight = register_op({
     .name = "conv2d_grad_weight",
     .num_inputs = 2,
     .dtypes = dtype_sets::floating,
+    .dtype_rule = grad_weight_dtypes,
     .shape_rule =
         [](const OpArgs& a) {
           const Shape ws = shape_attr(a.attrs, "weight_shape");
@@ -263,7 +283,8 @@ const OpRef kGradWeight = register_op({
           conv_grad_weight_gpu(geometry(a.inputs[0].shape(), out[0].shape(), a.attrs, a.name()), a.inputs[0],
                                a.inputs[1], out[0]);
         },
-    .test = {.attrs = {Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}}},
+    .test = {.attrs = {Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}},
+                       Attrs{{"weight_shape", std::vector<std::int64_t>{3, 2, 2, 2}}, {"f32_grad", true}}},
              .gradcheck = false,
              .tolerance_scale = 4,
              .tf32 = true,
@@ -290,8 +311,13 @@ const OpRef kConv2d = register_op({
       std::vector<Tensor> r(2);
       if (c.needs_grad(0))
         r[0] = call(kGradInput, {g[0], c.saved_input(1)}, with_shape(c.attrs(), "input_shape", c.input(0).shape));
-      if (c.needs_grad(1))
-        r[1] = call(kGradWeight, {c.saved_input(0), g[0]}, with_shape(c.attrs(), "weight_shape", c.input(1).shape));
+      if (c.needs_grad(1)) {
+        // A parameter's 16-bit copy (autocast) takes its gradient in f32, into .grad() when offered.
+        Attrs a = with_shape(c.attrs(), "weight_shape", c.input(1).shape);
+        if (c.grad_dtype(1) == DType::f32 && c.input(1).dtype != DType::f32) a.set("f32_grad", true);
+        const Tensor in[] = {c.saved_input(0), g[0]}, into[] = {c.grad_sink(1)};
+        r[1] = dispatch(kGradWeight, in, a, into)[0];
+      }
       return r;
     },
     .save = {.inputs = {0, 1}},

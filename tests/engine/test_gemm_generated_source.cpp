@@ -564,6 +564,23 @@ TEST_CASE("GEMM plans in weight-gradient mode: tiles that pad the taps least, pi
     CHECK(l->bn == 128);
     CHECK(l->splits == 29);
   }
+  // A 16-bit weight gradient summed into f32 (autocast): the same tile kernel and module, D in
+  // f32; TF32 and exact f32 ones, and the other modes, have no such form.
+  {
+    const GemmGeometry low = wgrad(64, 32, 14, 5, 2, GemmMath::bf16);
+    GemmGeometry wide = low;
+    wide.conv->f32_out = true;
+    const auto a = kernels::plan(GemmKernel::wgmma, low, kHopper), b = kernels::plan(GemmKernel::wgmma, wide, kHopper);
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(kernels::output_dtype(a->g) == DType::bf16);
+    CHECK(kernels::output_dtype(b->g) == DType::f32);
+    CHECK(kernels::source(*a) == kernels::source(*b));
+    CHECK(a->text() == b->text());
+    GemmGeometry tf32 = wgrad(64, 32, 14, 5, 2, GemmMath::tf32);
+    tf32.conv->f32_out = true;
+    CHECK_FALSE(kernels::plan(GemmKernel::wgmma, tf32, kHopper));
+  }
 }
 
 TEST_CASE("NVRTC targets sm_90a only for sources that define KILN_ARCH_SPECIFIC") {

@@ -185,3 +185,49 @@ TEST_CASE("autocast weights: linear's weight and bias gradients reach .grad() as
     CHECK(cf.stats().replays == 1);
   }
 }
+
+TEST_CASE("autocast weights: a conv's weight gradient reaches .grad() as the f32 sums of the bf16 products") {
+  // 16 -> 32 channels: the tile engine sums its splits into f32; 2 -> 3: no kernel of that
+  // size sums into f32, so the bf16 gradient is cast (and is bf16 values).
+  for (const auto& [c, o] : {std::pair<std::int64_t, std::int64_t>{16, 32}, {2, 3}}) {
+    CAPTURE(c);
+    Generator gen(12);
+    Tensor w = mul(randn({o, c, 3, 3}, {}, &gen), 0.2).to(kGpu);
+    w.requires_grad_(true);
+    const Tensor x = randn({8, c, 16, 16}, {}, &gen), r = randn({8, o, 16, 16}, {}, &gen);
+    const Tensor xg = x.to(kGpu), rg = r.to(kGpu);
+    const Conv2dOptions pad{.padding = {1}};
+    const Tensor gy = cast(cast(r, DType::bf16), DType::f64), xb = cast(cast(x, DType::bf16), DType::f64);
+    const Tensor dw = conv2d_grad_weight(xb, gy, w.shape(), pad);
+    const Tensor dw_mag = conv2d_grad_weight(abs(xb), abs(gy), w.shape(), pad);
+    auto step = [&](const std::vector<Tensor>& in) {
+      w.zero_grad();
+      Tensor y;
+      {
+        AutocastGuard amp(DType::bf16);
+        y = conv2d(in[0], w, Tensor(), pad);
+      }
+      Tensor loss = sum(mul(cast(y, DType::f32), in[1]));
+      loss.backward();
+      return std::vector<Tensor>{loss.detach()};
+    };
+    auto check = [&](const char* how) {
+      CAPTURE(how);
+      const Tensor g = w.grad();
+      if (c == 16) {
+        check_f32_sums(g, dw, dw_mag, "weight");
+        CHECK(beyond_bf16(g) > g.numel() / 2);
+      } else {
+        kiln_test::check_match(cast(cast(dw, DType::bf16), DType::f32), g, 1e-2, "weight, cast from bf16");
+        CHECK(beyond_bf16(g) == 0);
+      }
+    };
+    step({xg, rg});
+    check("eager");
+    CompiledFunction cf = compile(step);
+    for (int call = 0; call < 3; ++call) {
+      cf({xg, rg});
+      check("compiled");
+    }
+  }
+}

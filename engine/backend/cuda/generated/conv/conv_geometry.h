@@ -41,11 +41,13 @@ struct ConvTarget {
   int max_shared = 227 * 1024;  // bytes per block after opting in
 };
 
-// Contiguous operands in the pass's order (see ConvPass) on one device, of one dtype.
+// Contiguous operands in the pass's order (see ConvPass) on one device, of one dtype; with
+// `f32_out`, a weight gradient of f16/bf16 operands written in f32 (autocast's parameters).
 struct ConvOperands {
   rt::DevicePtr a = 0, b = 0, out = 0;
   DType dtype = DType::f32;
   const rt::Stream* stream = nullptr;
+  bool f32_out = false;
 };
 
 }  // namespace kiln::kernels

@@ -57,9 +57,10 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     three slices in every tile measured, so the tuner does not time those);
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
 //     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`,
-//     exact f32 through hi and lo copies with `paired`, gy split in the kernel with `split_gy`).
+//     exact f32 through hi and lo copies with `paired`, gy split in the kernel with `split_gy`),
+//     a 16-bit one summed into f32 with `f32_out`.
 struct WgradVariant {
-  bool k_major = false, paired = false, split_gy = false;
+  bool k_major = false, paired = false, split_gy = false, f32_out = false;
 };
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
                                              const ConvTarget& target, GemmTile tile = {}, WgradVariant v = {}) {
@@ -76,7 +77,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   if (pass == ConvPass::grad_weight) {
     GemmConv c;
     c.c = g.c, c.h = g.h, c.w = g.w, c.r = g.kh, c.s = g.kw, c.pad_h = g.ph, c.pad_w = g.pw, c.weight_grad = true;
-    c.k_major = v.k_major, c.paired = v.paired, c.split_gy = v.split_gy;
+    c.k_major = v.k_major, c.paired = v.paired, c.split_gy = v.split_gy, c.f32_out = v.f32_out;
     if (c.oh() != g.oh || c.ow() != g.ow) return std::nullopt;
     const std::int64_t taps = g.c * g.kh * g.kw;
     GemmGeometry geo{g.o, taps, g.n * g.oh * g.ow, g.oh * g.ow, g.h * g.w, taps, gm};
@@ -122,7 +123,7 @@ struct PlannedCandidate {
 };
 
 std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry& g, DType dtype, ConvMath math,
-                                              const ConvTarget& target, int arch) {
+                                              const ConvTarget& target, int arch, bool f32_out) {
   std::vector<PlannedCandidate> c, engine;
   auto add_engine = [&](const GemmLaunch& l, WgradVariant v) {
     engine.push_back({"gemm " + l.text(), l, true});
@@ -143,14 +144,17 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
     // split and a barrier a k tile more.
     if (const auto split = tile_engine_launch(pass, g, math, arch, target, {}, {.paired = true, .split_gy = true}))
       add_engine(*split, {.paired = true, .split_gy = true});
-  } else if (const std::optional<GemmLaunch> l = tile_engine_launch(pass, g, math, arch, target)) {
-    add_engine(*l, {});
+  } else if (const std::optional<GemmLaunch> l =
+                 tile_engine_launch(pass, g, math, arch, target, {}, {.f32_out = f32_out})) {
+    add_engine(*l, {.f32_out = f32_out});
     // A 16-bit weight gradient staged NHWC is also timed read K-major, through the copies TF32
     // reads: which is faster depends on the shape.
     if (pass == ConvPass::grad_weight && !wgrad_layout(l->g).k_major)
-      if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, {.k_major = true}))
-        add_engine(*k, {.k_major = true});
+      if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, {.k_major = true, .f32_out = f32_out}))
+        add_engine(*k, {.k_major = true, .f32_out = f32_out});
   }
+  // Only the engine's weight-gradient mode writes f32 from 16-bit operands.
+  if (f32_out) return engine;
   // Before sm_90 (the mma.sync kind's 1x1 batches) the older kinds stay the untuned pick.
   const bool engine_first = arch >= 90;
   if (engine_first) c = std::move(engine);
@@ -176,16 +180,17 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
 // The problem's planned candidates, made on its first call. The entries are never removed, so
 // a reference stays valid.
 const std::vector<PlannedCandidate>& planned_candidates(ConvPass pass, const ConvGeometry& g, DType dtype,
-                                                        ConvMath math, const ConvTarget& target, int arch) {
+                                                        ConvMath math, const ConvTarget& target, int arch,
+                                                        bool f32_out) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::vector<PlannedCandidate>> planned;
   std::string key = std::string(pass_name(pass)) + " " + g.text() + " " + std::string(dtype_name(dtype)) + " " +
                     math_name(math) + " " + std::to_string(arch) + " " + std::to_string(target.sm_count) + " " +
-                    std::to_string(target.max_shared);
+                    std::to_string(target.max_shared) + (f32_out ? " f32 out" : "");
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = planned.find(key);
   if (it == planned.end())
-    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch)).first;
+    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch, f32_out)).first;
   return it->second;
 }
 
@@ -198,7 +203,7 @@ std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, cons
   const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
   std::vector<TuneCandidate> c;
   bool fits = true;
-  for (const PlannedCandidate& p : planned_candidates(pass, g, ops.dtype, math, target, arch)) {
+  for (const PlannedCandidate& p : planned_candidates(pass, g, ops.dtype, math, target, arch, ops.f32_out)) {
     const auto* gemm = std::get_if<GemmLaunch>(&p.launch);
     if (gemm && p.head) fits = operands_fit(*gemm, gops);
     if ((gemm && !fits) || std::any_of(c.begin(), c.end(), [&](const TuneCandidate& t) { return t.name == p.name; }))
@@ -222,6 +227,10 @@ bool generated_convs_enabled() {
 }
 
 bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
+  if (ops.f32_out && (pass != ConvPass::grad_weight || (ops.dtype != DType::bf16 && ops.dtype != DType::f16)))
+    throw DTypeError(
+        std::string("[conv2d] f32 results are written for weight gradients of f16 and bf16 operands, not ") +
+        pass_name(pass) + " of " + std::string(dtype_name(ops.dtype)));
   const std::optional<ConvMath> math = conv_math(ops.dtype, ops.dtype, ops.dtype, tf32);
   const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
   if (!math || !generated_convs_enabled() || sizes[2] == 0) return false;
@@ -231,10 +240,11 @@ bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands
   const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
   const std::vector<TuneCandidate> c = candidates(pass, g, ops, *math, target, info.arch());
   if (c.empty()) return false;
-  const std::string dtype = std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "");
+  const std::string dtype =
+      std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "") + (ops.f32_out ? "->f32" : "");
   const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text(), dtype, info.arch(), library_text()};
   TuneCheck check;
-  check.outputs.push_back({ops.out, ops.dtype, 1, sizes[2], sizes[2]});
+  check.outputs.push_back({ops.out, ops.f32_out ? DType::f32 : ops.dtype, 1, sizes[2], sizes[2]});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.
   check.tolerance = ops.dtype == DType::bf16 ? 4e-2 : *math == ConvMath::f32 ? 1e-4 : 1e-2;
   run_tuned(key, c, check, *ops.stream, true);  // alternatives cost compiles

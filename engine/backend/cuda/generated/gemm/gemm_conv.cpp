@@ -234,8 +234,7 @@ void sum_splits(const GemmLaunch& l, rt::DevicePtr parts, rt::DevicePtr d, const
   rt::LaunchConfig cfg;
   cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(l.g.m * l.g.n, 128), 4096));
   cfg.block.x = 128;
-  rt::launch_raw(staging_function(GemmStaging::sum_splits, input_dtype(l.g.math), 1, stream.device()), cfg, stream,
-                 args);
+  rt::launch_raw(staging_function(GemmStaging::sum_splits, output_dtype(l.g), 1, stream.device()), cfg, stream, args);
 }
 
 ConvBox conv_box(const GemmConv& c, int most) {

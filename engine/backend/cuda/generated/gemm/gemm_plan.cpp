@@ -170,6 +170,7 @@ GemmHooks hooks_of(const GemmGeometry& g) {
 }
 
 DType output_dtype(const GemmGeometry& g) {
+  if (g.conv && g.conv->f32_out) return DType::f32;
   return g.hooks.epilogue && g.hooks.epilogue->out ? *g.hooks.epilogue->out : input_dtype(g.math);
 }
 
@@ -189,6 +190,7 @@ std::string GemmGeometry::text() const {
   if (conv && conv->k_major) t.append(" K");
   if (conv && conv->paired) t.append(" P");
   if (conv && conv->split_gy) t.append(" G");
+  if (conv && conv->f32_out) t.append(" F");
   return t + hooks.text();
 }
 
@@ -214,6 +216,7 @@ std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTa
   if (k == GemmKernel::mma_sync) return plan_mma(g, target, tile);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
+  if (g.conv && g.conv->f32_out && (!g.conv->weight_grad || tf32_mma(g.math))) return std::nullopt;
   GemmLaunch l;
   l.g = g;
   if (g.conv && g.conv->weight_grad) return plan_wgrad(l, target, tile);

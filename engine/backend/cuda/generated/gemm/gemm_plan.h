@@ -64,6 +64,9 @@ struct GemmConv {
   // Paired weight gradients whose gy rows need no padding: gy read as stored, each stage's gy
   // tile split by the kernel into its lo slot, instead of copied as hi and lo.
   bool split_gy = false;
+  // A 16-bit weight gradient summed into f32 D instead of D in the inputs' dtype: only the
+  // splits' sum writes D, so the tile kernel's module is the same.
+  bool f32_out = false;
   std::int64_t oh() const { return h + 2 * pad_h - r + 1; }
   std::int64_t ow() const { return w + 2 * pad_w - s + 1; }
 };
