@@ -196,11 +196,9 @@ void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tenso
 void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
   if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32())) return;
-  if (dw.dtype() != x.dtype()) {  // no kernel sums these operands into f32: their dtype, then a cast
-    const Tensor low = empty(dw.shape(), {.dtype = x.dtype(), .device = dw.device()});
-    conv_grad_weight_gpu(g, x, gy, low);
-    return copy_into(low, dw);
-  }
+  // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
+  // too), the f32 path sums the same products.
+  if (dw.dtype() != x.dtype()) return conv_grad_weight_gpu(g, convert(x, dw.dtype()), convert(gy, dw.dtype()), dw);
   const DType t = dw.dtype();
   const rt::Stream& s = stream_of(dw.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -314,7 +312,13 @@ const OpRef kConv2d = register_op({
       if (c.needs_grad(1)) {
         // A parameter's 16-bit copy (autocast) takes its gradient in f32, into .grad() when offered.
         Attrs a = with_shape(c.attrs(), "weight_shape", c.input(1).shape);
-        if (c.grad_dtype(1) == DType::f32 && c.input(1).dtype != DType::f32) a.set("f32_grad", true);
+        const Tensor x = c.saved_input(0);
+        // Only where a kernel sums them into f32: elsewhere widening the operands costs more
+        // than the cast it spares.
+        if (c.grad_dtype(1) == DType::f32 && x.dtype() != DType::f32 && x.device().is_cuda() &&
+            kernels::generated_conv_sums_f32(geometry(x.shape(), c.input(1).shape, c.attrs(), c.name()), x.dtype(),
+                                             x.device().index()))
+          a.set("f32_grad", true);
         const Tensor in[] = {c.saved_input(0), g[0]}, into[] = {c.grad_sink(1)};
         r[1] = dispatch(kGradWeight, in, a, into)[0];
       }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/registry.h"
 #include "core/tensor/tensor_impl.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
@@ -142,6 +143,18 @@ void check_f32_sums(const Tensor& got, const Tensor& want, const Tensor& magnitu
   CHECK(bad == 0);
 }
 
+// conv2d_grad_weight with `f32_grad`, as a conv's backward asks for it.
+Tensor call_conv_grad_weight_f32(const Tensor& x, const Tensor& gy, const Shape& ws, const Conv2dOptions& o) {
+  const Attrs a{{"stride", o.stride},
+                {"padding", o.padding},
+                {"dilation", o.dilation},
+                {"groups", o.groups},
+                {"weight_shape", std::vector<std::int64_t>(ws.begin(), ws.end())},
+                {"f32_grad", true}};
+  const Tensor in[] = {x, gy};
+  return dispatch(*find_op("conv2d_grad_weight"), in, a)[0];
+}
+
 }  // namespace
 
 TEST_CASE("autocast weights: linear's weight and bias gradients reach .grad() as the f32 sums of the bf16 products") {
@@ -188,7 +201,7 @@ TEST_CASE("autocast weights: linear's weight and bias gradients reach .grad() as
 
 TEST_CASE("autocast weights: a conv's weight gradient reaches .grad() as the f32 sums of the bf16 products") {
   // 16 -> 32 channels: the tile engine sums its splits into f32; 2 -> 3: no kernel of that
-  // size sums into f32, so the bf16 gradient is cast (and is bf16 values).
+  // size does, so the backward keeps the bf16 gradient and its cast (bf16 values).
   for (const auto& [c, o] : {std::pair<std::int64_t, std::int64_t>{16, 32}, {2, 3}}) {
     CAPTURE(c);
     Generator gen(12);
@@ -229,5 +242,8 @@ TEST_CASE("autocast weights: a conv's weight gradient reaches .grad() as the f32
       cf({xg, rg});
       check("compiled");
     }
+    // The op asked directly: the f32 sums at either size (the small one widens its operands).
+    const Tensor direct = call_conv_grad_weight_f32(cast(xg, DType::bf16), cast(rg, DType::bf16), w.shape(), pad);
+    check_f32_sums(direct, dw, dw_mag, "conv2d_grad_weight with f32_grad");
   }
 }

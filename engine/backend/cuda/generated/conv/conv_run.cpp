@@ -226,6 +226,17 @@ bool generated_convs_enabled() {
   return on;
 }
 
+bool generated_conv_sums_f32(const ConvGeometry& g, DType dtype, int device) {
+  const std::optional<ConvMath> math = conv_math(dtype, dtype, dtype, false);
+  if (!math || (*math != ConvMath::bf16 && *math != ConvMath::f16) || !generated_convs_enabled()) return false;
+  const std::array<std::int64_t, 3> sizes = operand_sizes(ConvPass::grad_weight, g);
+  if (sizes[2] == 0 || std::any_of(sizes.begin(), sizes.end(), [](std::int64_t n) { return n >= INT_MAX / 2; }))
+    return false;
+  const rt::DeviceInfo& info = rt::device_info(device);
+  const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
+  return !planned_candidates(ConvPass::grad_weight, g, dtype, *math, target, info.arch(), true).empty();
+}
+
 bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
   if (ops.f32_out && (pass != ConvPass::grad_weight || (ops.dtype != DType::bf16 && ops.dtype != DType::f16)))
     throw DTypeError(

@@ -10,6 +10,10 @@ namespace kiln::kernels {
 // indexing, an empty output, or no kind for the dtypes (f64). `tf32`: f32 may take TF32.
 bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32);
 
+// Whether a weight gradient of these 16-bit operands can be summed into f32 by a generated
+// kernel (the tile engine's weight-gradient mode, sm_90) on `device`, given aligned operands.
+bool generated_conv_sums_f32(const ConvGeometry& g, DType dtype, int device);
+
 // False when KILN_CONV_IGEMM=0 asks for im2col + cuBLAS everywhere.
 bool generated_convs_enabled();
 
