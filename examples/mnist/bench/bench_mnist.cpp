@@ -9,7 +9,10 @@
 // Prints a table, then one JSON line. Exits 77 without a GPU.
 //   fused the compiled steps with fusion on (CompileOptions::fuse)
 //   bench_mnist [--data DIR] [--steps N] [--seed S] [--only mlp|cnn] [--no-tta] [--tf32]
-//               [--precision f32|tf32|bf16|f16]
+//               [--precision f32|tf32|bf16|f16] [--profile]
+// --profile runs only the compiled steps (mlp b128 or cnn b128 as --only says), the eager call,
+// the capture and --steps replays, untimed: the last replay's kernels are the graph's nodes for
+// `ncu --graph-profiling node`.
 // --tf32 lets f32 matmuls use TF32 tensor cores (kiln::set_allow_tf32); KILN_TUNE=off measures
 // the heuristics' kernels instead of the tuned choices (on by default). --precision measures every row as
 // mnist-train --precision trains: f32 with TF32 off for matmuls and convs, tf32 with both on,
@@ -125,6 +128,26 @@ void add_step_rows(const std::string& model, std::int64_t batch, int steps, std:
   add_graph_row("fused_" + tag, step_ms(model, batch, steps, seed, true, true), eager.ms);
 }
 
+// --profile: the compiled step called steps + 2 times (eager, capture, replays), nothing timed.
+void profile_replays(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed) {
+  Generator gen(seed);
+  auto net = mnist::make_model(model, gen);
+  net->to(kGpu);
+  optim::Adam opt(net->parameters(), {.lr = 1e-3});
+  optim::GradScaler scaler({.enabled = g_autocast == DType::f16});
+  Tensor x = randn({batch, 1, 28, 28}, {.device = kGpu}, &gen);
+  Tensor y = randint(0, 10, {batch}, {.device = kGpu}, &gen);
+  CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    return std::vector<Tensor>{train_on(*net, opt, scaler, in[0], in[1]).detach()};
+  });
+  for (int i = 0; i < steps + 2; ++i) (void)step({x, y});
+  synchronize(kGpu);
+  const CompileStats s = step.stats();
+  std::printf("profile_%s_b%lld: %d replays of %zu kernels\n", model.c_str(), static_cast<long long>(batch), steps,
+              s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front());
+}
+
 double accuracy(nn::Module& net, const data::Mnist& d) {
   NoGradGuard no_grad;
   AutocastGuard amp(g_autocast);
@@ -194,9 +217,10 @@ int main(int argc, char** argv) {
   int steps = 200;
   std::uint64_t seed = 0;
   std::string only, precision;
-  bool tta = true;
+  bool tta = true, profile = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-tta")) tta = false;
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
     if (!std::strcmp(argv[i], "--tf32")) set_allow_tf32(true);
   }
   for (int i = 1; i + 1 < argc; ++i) {
@@ -222,6 +246,11 @@ int main(int argc, char** argv) {
   }
   try {
     const bool mlp = only.empty() || only == "mlp", cnn = only.empty() || only == "cnn";
+    if (profile) {
+      if (mlp) profile_replays("mlp", 128, steps, seed);
+      if (cnn) profile_replays("cnn", 128, steps, seed);
+      return 0;
+    }
     if (mlp) add_step_rows("mlp", 128, steps, seed);
     if (mlp) add_step_rows("mlp", 1024, steps, seed);
     if (cnn) add_step_rows("cnn", 128, steps, seed);
