@@ -60,7 +60,7 @@ struct TensorListArg {
   std::int32_t count;
 };
 
-constexpr std::int64_t kChunk = 4096;  // elements per block, KILN_CHUNK in optim.cu
+constexpr std::int64_t kChunk = 1024;  // elements per block, KILN_CHUNK in optim.cu
 
 // The argument and the grid: one block per chunk of every tensor.
 TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
