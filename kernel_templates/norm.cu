@@ -289,6 +289,161 @@ extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, 
 }
 #endif
 
+// ---- Batch norm, optional ReLU and a max pool whose kh x kw windows tile x (N, C, H, W)
+// (stride = kernel, no padding): the normalized values are never stored. The backward finds each
+// window's argmax again from x and the statistics in the same arithmetic, so only x is saved.
+// Values, maxima and ties are those of batch_norm_apply then max_pool2d, bit for bit. ----
+
+struct PoolTiles {
+  long long H, W, oh, ow, kh, kw;
+};
+
+// Element i's value as batch_norm_apply stores it (rounded to T), back in Acc.
+__device__ __forceinline__ Acc bn_stored(Acc xv, Acc mu, Acc is, const P* weight, const P* bias, long long c,
+                                         int relu) {
+  Acc v = (xv - mu) * is;
+  if (weight) v *= kiln::cvt<Acc>(weight[c]);
+  if (bias) v += kiln::cvt<Acc>(bias[c]);
+  if (relu) v = kiln::math::relu(v);
+  return kiln::cvt<Acc>(kiln::cvt<T>(v));
+}
+
+// The max of window (oy, ox) of the plane at x + plane as max_pool2d takes it (the first maximum
+// in row-major order, a NaN wins): its value and its offset in the plane.
+struct WindowMax {
+  Acc value;
+  long long at;
+};
+__device__ __forceinline__ WindowMax window_max(const T* __restrict__ plane, const PoolTiles& t, long long oy,
+                                                long long ox, Acc mu, Acc is, const P* weight, const P* bias,
+                                                long long c, int relu) {
+  WindowMax best{Acc(0), -1};
+  for (long long ky = 0; ky < t.kh; ++ky)
+    for (long long kx = 0; kx < t.kw; ++kx) {
+      const long long at = (oy * t.kh + ky) * t.W + ox * t.kw + kx;
+      const Acc v = bn_stored(kiln::cvt<Acc>(plane[at]), mu, is, weight, bias, c, relu);
+      if (best.at < 0 || v > best.value || v != v) best = {v, at};
+      if (v != v) return best;
+    }
+  return best;
+}
+
+#ifdef KILN_ENTRY_kiln_batch_norm_max_pool
+// y (N, C, oh, ow), `windows` values: the max over each window of the batch norm's (and ReLU's)
+// output. Training reads mean/invstd (C); eval computes them from running_mean/var and also
+// writes them for the backward.
+extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
+                                                    const P* __restrict__ bias, const P* __restrict__ running_mean,
+                                                    const P* __restrict__ running_var, Acc* mean, Acc* invstd,
+                                                    T* __restrict__ y, long long windows, long long C, PoolTiles t,
+                                                    int eval, int relu, double eps) {
+  kiln::wait_prior_grids();
+  if (eval) KILN_GRID_LOOP(c, C) {
+      mean[c] = kiln::cvt<Acc>(running_mean[c]);
+      invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
+    }
+  const long long per_plane = t.oh * t.ow;
+  KILN_GRID_LOOP(i, windows) {
+    const long long plane = i / per_plane, w = i - plane * per_plane, oy = w / t.ow, ox = w - oy * t.ow;
+    const long long c = plane % C;
+    const Acc mu = eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c];
+    const Acc is = eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
+    kiln::store(y + i, window_max(x + plane * t.H * t.W, t, oy, ox, mu, is, weight, bias, c, relu).value);
+  }
+}
+#endif
+
+// dy' of window (oy, ox) of a plane, whose argmax is `at`: the pooled gradient where the stored
+// max is positive (or always without the ReLU), else 0; every other element's dy' is 0.
+__device__ __forceinline__ Acc window_dy(const T* __restrict__ gp, long long o, const WindowMax& m, int relu) {
+  const Acc g = kiln::cvt<Acc>(gp[o]);
+  return relu && !(m.value > Acc(0)) ? Acc(0) : g;
+}
+
+__device__ unsigned int kiln_bn_pool_backward_done;
+
+#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
+// kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
+// over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
+// b / splits and its windows [chunk * (b % splits), + chunk) of M = N * oh * ow.
+extern "C" __global__ void kiln_batch_norm_max_pool_backward_reduce(
+    const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
+    const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts, Acc* __restrict__ sums,
+    P* __restrict__ dweight, P* __restrict__ dbias, long long C, PoolTiles t, long long M, long long chunk, int splits,
+    int relu) {
+  kiln::wait_prior_grids();
+  const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
+  const long long last = first + chunk < M ? first + chunk : M;
+  const long long per_plane = t.oh * t.ow;
+  const Acc mu = mean[c], is = invstd[c];
+  Acc sdy = 0, sdx = 0;
+  for (long long j = first + threadIdx.x; j < last; j += kBlock) {
+    const long long n = j / per_plane, w = j - n * per_plane, oy = w / t.ow, ox = w - oy * t.ow;
+    const T* plane = x + (n * C + c) * t.H * t.W;
+    const WindowMax m = window_max(plane, t, oy, ox, mu, is, weight, bias, c, relu);
+    const Acc dy = window_dy(gp, (n * C + c) * per_plane + w, m, relu);
+    sdy += dy;
+    sdx += dy * (kiln::cvt<Acc>(plane[m.at]) - mu);
+  }
+  sdy = kiln::block::sum<kBlock>(sdy);
+  sdx = kiln::block::sum<kBlock>(sdx);
+  const long long slots = C * splits;
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = sdy;
+    parts[slots + blockIdx.x] = sdx;
+  }
+  if (!kiln::block::last_to_finish(&kiln_bn_pool_backward_done)) return;
+  const volatile Acc* parked = parts;
+  for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
+    Acc a = 0, b = 0;
+    for (int k = 0; k < splits; ++k) {
+      a += parked[ch * splits + k];
+      b += parked[slots + ch * splits + k];
+    }
+    b *= invstd[ch];
+    sums[ch] = a;
+    sums[C + ch] = b;
+    if (dbias) kiln::store(dbias + ch, a);
+    if (dweight) kiln::store(dweight + ch, b);
+  }
+}
+#endif
+
+#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_dx
+// dx as kiln_batch_norm_backward_dx, a thread per cell of the tiling (cells past oh, ow hold
+// elements no window pooled: dy' = 0 there); `cells` = N * C * ceil(H / kh) * ceil(W / kw).
+extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
+    const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
+    const Acc* __restrict__ mean, const Acc* __restrict__ invstd, const Acc* __restrict__ sums, T* __restrict__ dx,
+    long long cells, long long C, PoolTiles t, long long M, int training, int relu) {
+  kiln::wait_prior_grids();
+  const Acc inv_m = Acc(1) / static_cast<Acc>(M);
+  const long long cy = (t.H + t.kh - 1) / t.kh, cx = (t.W + t.kw - 1) / t.kw, per_plane = cy * cx;
+  KILN_GRID_LOOP(i, cells) {
+    const long long plane = i / per_plane, w = i - plane * per_plane, oy = w / cx, ox = w - oy * cx;
+    const long long c = plane % C;
+    const T* xp = x + plane * t.H * t.W;
+    const Acc mu = mean[c], is = invstd[c];
+    WindowMax m{Acc(0), -1};
+    Acc dy = 0;
+    if (oy < t.oh && ox < t.ow) {
+      m = window_max(xp, t, oy, ox, mu, is, weight, bias, c, relu);
+      dy = window_dy(gp, plane * t.oh * t.ow + oy * t.ow + ox, m, relu);
+    }
+    const Acc scale = weight ? is * kiln::cvt<Acc>(weight[c]) : is;
+    const Acc mean_dy = training ? sums[c] * inv_m : Acc(0), mean_dyx = training ? sums[C + c] * inv_m : Acc(0);
+    T* dp = dx + plane * t.H * t.W;
+    for (long long ky = 0, iy = oy * t.kh; ky < t.kh && iy < t.H; ++ky, ++iy)
+      for (long long kx = 0, ix = ox * t.kw; kx < t.kw && ix < t.W; ++kx, ++ix) {
+        const long long at = iy * t.W + ix;
+        Acc d = at == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (kiln::cvt<Acc>(xp[at]) - mu) * is * mean_dyx;
+        kiln::store(dp + at, scale * d);
+      }
+  }
+}
+#endif
+
 // ---- Layer norm over contiguous rows x (rows, K). ----
 
 __device__ unsigned int kiln_ln_params_done;

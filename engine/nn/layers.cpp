@@ -64,6 +64,12 @@ Tensor MaxPool2d::forward(const Tensor& x) {
 
 std::string MaxPool2d::describe() const { return pool_str("MaxPool2d", kernel_, stride_, padding_); }
 
+std::vector<std::int64_t> MaxPool2d::tiling_kernel() const {
+  const bool tiles =
+      stride_ == kernel_ && std::all_of(padding_.begin(), padding_.end(), [](std::int64_t p) { return p == 0; });
+  return tiles ? kernel_ : std::vector<std::int64_t>{};
+}
+
 AvgPool2d::AvgPool2d(std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
                      std::vector<std::int64_t> padding) {
   PoolArgs a = pool_args("AvgPool2d", kernel, stride, padding);
@@ -92,13 +98,17 @@ BatchNorm2d::BatchNorm2d(std::int64_t channels, double eps, double momentum)
 
 Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, Activation::none); }
 
-Tensor BatchNorm2d::forward(const Tensor& x, Activation activation) {
+Tensor BatchNorm2d::forward(const Tensor& x, Activation activation) { return forward(x, activation, {}); }
+
+Tensor BatchNorm2d::forward(const Tensor& x, Activation activation, std::vector<std::int64_t> pool_kernel) {
   if (x.dim() != 4 || x.size(1) != channels_)
     throw ShapeError("[nn.BatchNorm2d] expected input (N, " + std::to_string(channels_) + ", H, W), got " +
                      shape_str(x.shape()));
-  // batch_norm updates the running statistics in place when training.
-  Tensor y =
-      batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(), momentum_, eps_, activation);
+  // Both update the running statistics in place when training.
+  Tensor y = pool_kernel.empty() ? batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(),
+                                              momentum_, eps_, activation)
+                                 : batch_norm_max_pool2d(x, buffer(0), buffer(1), parameter(0), parameter(1),
+                                                         is_training(), momentum_, eps_, activation, pool_kernel);
   if (is_training()) {
     NoGradGuard no_grad;
     Tensor tracked = buffer(2);

@@ -36,6 +36,18 @@ Tensor Sequential::forward(const Tensor& x) {
     // typeid of a raw pointer's target: of *shared_ptr, clang warns (-Wpotentially-evaluated-expression).
     const Module* next = i + 1 < mods.size() ? mods[i + 1].second.get() : nullptr;
     const bool relu_next = next && typeid(*next) == typeid(ReLU);
+    // On the GPU, BatchNorm2d, an optional ReLU and a MaxPool2d whose windows tile run as one op
+    // that never stores the normalized tensor (the CPU's fast paths are the separate ops).
+    const std::size_t pool_at = i + (relu_next ? 2 : 1);
+    if (typeid(m) == typeid(BatchNorm2d) && y.device().is_cuda() && pool_at < mods.size() &&
+        typeid(*mods[pool_at].second) == typeid(MaxPool2d)) {
+      const std::vector<std::int64_t> k = static_cast<const MaxPool2d&>(*mods[pool_at].second).tiling_kernel();
+      if (!k.empty()) {
+        y = static_cast<BatchNorm2d&>(m).forward(y, relu_next ? Activation::relu : Activation::none, k);
+        i = pool_at;
+        continue;
+      }
+    }
     if (relu_next) {
       const Tensor fused = typeid(m) == typeid(Linear)        ? static_cast<Linear&>(m).forward(y, Activation::relu)
                            : typeid(m) == typeid(BatchNorm2d) ? static_cast<BatchNorm2d&>(m).forward(y, Activation::relu)

@@ -27,30 +27,14 @@ void check_input(const OpArgs& a, const Tensor& x) {
 
 // ---- forward: inputs x, weight, bias, running_mean, running_var; outputs y, mean, invstd ----
 
-const char* const kParamNames[] = {"weight", "bias", "running_mean", "running_var"};
-
-// The parameters and running statistics present in a forward call.
-std::vector<Tensor> present_params(const OpArgs& a) {
-  std::vector<Tensor> present;
-  for (int i = 0; i < 4; ++i)
-    if (has(a.attrs, kParamNames[i])) present.push_back(a.inputs[static_cast<std::size_t>(i + 1)]);
-  return present;
-}
-
-DTypePlan bn_forward_dtypes(const OpArgs& a) {
-  const DType t = a.inputs[0].dtype();
-  std::vector<Slot> in{{Role::x}};
-  for (const char* name : kParamNames) in.push_back({Role::param, has(a.attrs, name), name});
-  return norm_plan(a, t, param_dtype(t, present_params(a)), in, {Role::x, Role::stats, Role::stats});
-}
-
 std::vector<Shape> bn_forward_shapes(const OpArgs& a) {
   const Tensor& x = a.inputs[0];
   check_input(a, x);
   const BatchNormParams p = batch_norm_params(a.attrs);
   const Shape c{x.shape()[1]};
   for (int i = 0; i < 4; ++i)
-    if (has(a.attrs, kParamNames[i])) check_shape(a, kParamNames[i], a.inputs[static_cast<std::size_t>(i + 1)], c);
+    if (has(a.attrs, kBatchNormParamNames[i]))
+      check_shape(a, kBatchNormParamNames[i], a.inputs[static_cast<std::size_t>(i + 1)], c);
   if (!p.training && !(p.rm && p.rv))
     throw ValueError("[" + a.op.name + "] eval mode needs running_mean and running_var");
   if (p.training && batch_norm_shape(x).per_channel <= 1)
@@ -290,7 +274,7 @@ const OpRef kBatchNorm = register_op({
     .num_inputs = 5,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
-    .dtype_rule = bn_forward_dtypes,
+    .dtype_rule = batch_norm_forward_dtypes,
     .shape_rule = bn_forward_shapes,
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
@@ -333,33 +317,36 @@ const OpRef kBatchNorm = register_op({
              .shapes = test_shapes(4, 1)},
 });
 
-// A running statistic the op can update in place: the parameters' dtype and contiguous. Others
-// go through such a copy, written back after the call.
+}  // namespace
+
+namespace norm_detail {
+
+// A running statistic the op can update in place: the parameters' dtype and contiguous.
 Tensor staged(const Tensor& t, DType p) {
   if (!t.defined() || (t.dtype() == p && t.is_contiguous())) return t;
   NoGradGuard no_grad;
   return t.to(p).contiguous();
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, Activation activation) {
+Tensor dispatch_batch_norm(const OpDef& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
+                           Activation activation, const Attrs& extra) {
   const DType p =
       is_floating(x.dtype()) ? param_dtype(x.dtype(), {weight, bias, running_mean, running_var}) : x.dtype();
   const Tensor rm = training ? staged(running_mean, p) : running_mean;
   const Tensor rv = training ? staged(running_var, p) : running_var;
-  const Attrs attrs{{"training", training},
-                    {"relu", activation == Activation::relu},
-                    {"momentum", momentum},
-                    {"eps", eps},
-                    {"has_weight", weight.defined()},
-                    {"has_bias", bias.defined()},
-                    {"has_running_mean", rm.defined()},
-                    {"has_running_var", rv.defined()}};
+  Attrs attrs = extra;
+  attrs.set("training", training);
+  attrs.set("relu", activation == Activation::relu);
+  attrs.set("momentum", momentum);
+  attrs.set("eps", eps);
+  attrs.set("has_weight", weight.defined());
+  attrs.set("has_bias", bias.defined());
+  attrs.set("has_running_mean", rm.defined());
+  attrs.set("has_running_var", rv.defined());
   auto or_x = [&](const Tensor& t) { return t.defined() ? t : x; };
   const Tensor inputs[] = {x, or_x(weight), or_x(bias), or_x(rm), or_x(rv)};
-  Tensor y = dispatch(kBatchNorm, inputs, attrs)[0];
+  Tensor y = dispatch(op, inputs, attrs)[0];
   if (training) {
     NoGradGuard no_grad;
     for (auto [target, used] : {std::pair{running_mean, rm}, std::pair{running_var, rv}}) {
@@ -371,6 +358,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     }
   }
   return y;
+}
+
+}  // namespace norm_detail
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps, Activation activation) {
+  return norm_detail::dispatch_batch_norm(kBatchNorm, x, running_mean, running_var, weight, bias, training, momentum,
+                                          eps, activation, {});
 }
 
 }  // namespace kiln

@@ -5,10 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "cpu_fast.h"
-#include "elementwise_common.h"
 #include "backend/cuda/norm_kernels.h"
 #include "core/registry.h"
+#include "cpu_fast.h"
+#include "elementwise_common.h"
+#include "kiln/nn_functional.h"
 
 namespace kiln::norm_detail {
 
@@ -88,5 +89,32 @@ inline void store_values(const Tensor& t, const std::vector<double>& v) {
       p[static_cast<std::int64_t>(i) * step] = cpu::store<T>(static_cast<cpu::compute_t<T>>(v[i]));
   });
 }
+
+// ---- batch_norm and batch_norm_max_pool2d: inputs x, weight, bias, running_mean, running_var,
+// absent ones flagged in the attrs; outputs y, mean, invstd. ----
+
+inline const char* const kBatchNormParamNames[] = {"weight", "bias", "running_mean", "running_var"};
+
+// The parameters and running statistics present in a forward call.
+inline std::vector<Tensor> present_params(const OpArgs& a) {
+  std::vector<Tensor> present;
+  for (int i = 0; i < 4; ++i)
+    if (has(a.attrs, kBatchNormParamNames[i])) present.push_back(a.inputs[static_cast<std::size_t>(i + 1)]);
+  return present;
+}
+
+inline DTypePlan batch_norm_forward_dtypes(const OpArgs& a) {
+  const DType t = a.inputs[0].dtype();
+  std::vector<Slot> in{{Role::x}};
+  for (const char* name : kBatchNormParamNames) in.push_back({Role::param, has(a.attrs, name), name});
+  return norm_plan(a, t, param_dtype(t, present_params(a)), in, {Role::x, Role::stats, Role::stats});
+}
+
+// Calls a forward op (batch_norm or batch_norm_max_pool2d, with `extra` attrs beside the batch
+// norm's) and returns y. Running statistics not in the parameters' dtype or not contiguous are
+// updated in a copy written back after the call; those updated in place get a new version.
+Tensor dispatch_batch_norm(const OpDef& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
+                           Activation activation, const Attrs& extra);
 
 }  // namespace kiln::norm_detail

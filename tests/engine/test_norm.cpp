@@ -22,16 +22,8 @@ using kiln::testing::gradcheck;
 using kiln_test::message_of;
 
 namespace {
+using kiln_test::max_abs_diff;
 using kiln_test::random_f64;
-
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> u = a.to_vector<double>(), v = b.to_vector<double>();
-  REQUIRE(u.size() == v.size());
-  double m = 0;
-  for (std::size_t i = 0; i < u.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]));
-  return m;
-}
 
 // Per-channel batch statistics of x (N, C, S...) in double: mean and biased variance.
 struct ChannelStats {

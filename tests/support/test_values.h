@@ -3,6 +3,7 @@
 // written once (the suites build as unity translation units, where two copies would clash).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -32,6 +33,15 @@ inline kiln::Tensor random_f64(const kiln::Shape& s, std::uint64_t seed, double 
   kiln::Tensor x = kiln::randn(s, {.dtype = kiln::DType::f64}, &g);
   if (scale != 1.0) x = kiln::mul(x, scale);
   return shift != 0.0 ? kiln::add(x, shift) : x;
+}
+
+// The largest |a - b| over the elements of two tensors of one size.
+inline double max_abs_diff(const kiln::Tensor& a, const kiln::Tensor& b) {
+  const std::vector<double> u = a.to_vector<double>(), v = b.to_vector<double>();
+  REQUIRE(u.size() == v.size());
+  double m = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]));
+  return m;
 }
 
 // A tensor's elements as doubles, whatever its dtype.

@@ -38,6 +38,11 @@ const KernelSpec& kBnStats = register_norm_entry("batch_norm_stats", "kiln_batch
 const KernelSpec& kBnApply = register_norm_entry("batch_norm_apply", "kiln_batch_norm_apply");
 const KernelSpec& kBnBackwardReduce = register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
 const KernelSpec& kBnBackwardDx = register_norm_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
+const KernelSpec& kBnMaxPool = register_norm_entry("batch_norm_max_pool", "kiln_batch_norm_max_pool");
+const KernelSpec& kBnMaxPoolBackwardReduce =
+    register_norm_entry("batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_reduce");
+const KernelSpec& kBnMaxPoolBackwardDx =
+    register_norm_entry("batch_norm_max_pool_backward_dx", "kiln_batch_norm_max_pool_backward_dx");
 const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
 const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
 const KernelSpec& kLnBackwardParams = register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
@@ -133,6 +138,53 @@ void launch_batch_norm_backward(const BatchNormBackward& a, const BatchNormShape
   if (shape.channels == 0) return;
   launch_batch_norm_backward_reduce(a, shape, split, s);
   launch_batch_norm_backward_dx(a, shape, shape.per_channel, s);
+}
+
+namespace {
+
+// Mirrors struct PoolTiles of norm.cu.
+struct PoolTiles {
+  long long h, w, oh, ow, kh, kw;
+};
+PoolTiles tiles(const BatchNormPoolShape& p) { return {p.h, p.w, p.h / p.kh, p.w / p.kw, p.kh, p.kw}; }
+
+}  // namespace
+
+void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
+                                const rt::Stream& s) {
+  const long long C = shape.channels, windows = C * shape.windows_per_channel();
+  if (C == 0) return;
+  if (a.training) launch_batch_norm_stats(a, shape.unpooled(), split, s);
+  const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
+  // Eval writes the C saved statistics even for an empty batch.
+  const auto items = static_cast<std::uint64_t>(std::max(windows, a.training ? 0LL : C));
+  if (items == 0) return;
+  rt::launch(function(kBnMaxPool, a.t, a.p, s), grid_stride_config(items, s.device()), s, a.x, a.weight, a.bias,
+             a.running_mean, a.running_var, a.mean, a.invstd, a.y, windows, C, tiles(shape), eval, relu, a.eps);
+}
+
+NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int device) {
+  NormSplit sp = split_for(shape.channels, shape.windows_per_channel(), kBlock, device);
+  sp.scratch = 2 * shape.channels * sp.splits;
+  return sp;
+}
+
+void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const BatchNormPoolShape& shape,
+                                         const NormSplit& split, const rt::Stream& s) {
+  const long long C = shape.channels, M = shape.windows_per_channel(), chunk = split.chunk;
+  const int splits = split.splits;
+  const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
+  if (C == 0) return;
+  // With no windows the blocks still run: the last one writes the zero sums.
+  rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s), blocks(C * std::max(splits, 1)), s, a.g, a.x, a.weight,
+             a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, C, tiles(shape), M, chunk,
+             std::max(splits, 1), relu);
+  const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
+  if (cells == 0) return;
+  const long long count = shape.unpooled().per_channel;
+  rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s),
+             grid_stride_config(static_cast<std::uint64_t>(cells), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,
+             a.invstd, a.sums, a.dx, cells, C, tiles(shape), count, training, relu);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,

@@ -45,6 +45,7 @@ void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, c
 struct BatchNormBackward {
   DType t = DType::f32, p = DType::f32;
   rt::DevicePtr g = 0, x = 0, y = 0, weight = 0, mean = 0, invstd = 0;  // y: only read with relu
+  rt::DevicePtr bias = 0;  // read by the pooled backward alone, which finds the outputs again
   rt::DevicePtr dx = 0, dweight = 0, dbias = 0, sums = 0, parts = 0;    // sums: 2 * C Acc scratch
   bool training = true, relu = false;
 };
@@ -61,6 +62,23 @@ void launch_batch_norm_backward_reduce(const BatchNormBackward& a, const BatchNo
                                        const rt::Stream& s);
 void launch_batch_norm_backward_dx(const BatchNormBackward& a, const BatchNormShape& shape, std::int64_t count,
                                    const rt::Stream& s);
+
+// Batch norm (and ReLU) then a max pool whose kh x kw windows tile x (N, C, H, W) contiguous:
+// y (N, C, H / kh, W / kw) of a BatchNormForward is the pooled output; the full-size normalized
+// tensor is never written. The backward's g is the pooled gradient, x the input again; y unused.
+struct BatchNormPoolShape {
+  std::int64_t n = 0, channels = 0, h = 0, w = 0, kh = 1, kw = 1;
+  BatchNormShape unpooled() const { return {channels, h * w, n * h * w}; }
+  std::int64_t windows_per_channel() const { return n * (h / kh) * (w / kw); }
+};
+// The statistics kernel as launch_batch_norm (split: batch_norm_split(shape.unpooled())), then
+// one kernel that normalizes and pools.
+void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
+                                const rt::Stream& s);
+// The backward's per-channel reduction over the windows, then dx.
+NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int device);
+void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const BatchNormPoolShape& shape,
+                                         const NormSplit& split, const rt::Stream& s);
 
 // Layer norm over contiguous rows x (rows, K).
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,

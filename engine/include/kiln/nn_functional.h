@@ -62,4 +62,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5,
                   Activation activation = Activation::none);
 
+// batch_norm (with its activation), then max_pool2d(y, kernel) where the kernel's windows tile
+// x (N, C, H, W): stride = kernel, no padding; rows and columns past the last whole window are
+// not pooled. kernel: one value or (kh, kw). The same values, running statistics and gradients
+// as the two calls (bit for bit forward; the backward's sums may differ in rounding), but on the
+// GPU the normalized tensor is never stored: two kernels forward (one in eval) and two backward,
+// which find each window's maximum again from x. nn::Sequential uses it on the GPU for
+// BatchNorm2d, ReLU (optional), MaxPool2d whose windows tile.
+Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
+                             Activation activation, std::vector<std::int64_t> kernel);
+
 }  // namespace kiln

@@ -56,6 +56,9 @@ class MaxPool2d : public Module {
                      std::vector<std::int64_t> padding = {0});
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
+  // The (kh, kw) of a pool whose windows tile its input (stride = kernel, no padding), else
+  // empty: nn::Sequential then runs a batch norm before it and the pool as one op.
+  std::vector<std::int64_t> tiling_kernel() const;
 
  private:
   std::vector<std::int64_t> kernel_, stride_, padding_;
@@ -80,6 +83,9 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   // forward, then the activation, in the same kernel (nn::Sequential uses it for BatchNorm2d then ReLU).
   Tensor forward(const Tensor& x, Activation activation);
+  // forward and the activation, then a max pool whose windows tile x (batch_norm_max_pool2d;
+  // nn::Sequential uses it on the GPU for BatchNorm2d, ReLU, MaxPool2d).
+  Tensor forward(const Tensor& x, Activation activation, std::vector<std::int64_t> pool_kernel);
   std::string describe() const override;
   std::int64_t channels() const { return channels_; }
   double eps() const { return eps_; }

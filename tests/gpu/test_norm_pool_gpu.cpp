@@ -1,0 +1,130 @@
+// batch_norm_max_pool2d's kernels (kernel_templates/norm.cu) against the two ops they replace
+// on the GPU: pooled values and running statistics bit for bit, gradients within the rounding
+// of a reordered sum, in f32 and in bf16 beside f32 parameters, training and eval, with the
+// ReLU or not, windows that leave rows unpooled; and nn::Sequential's compiled cnn step, which
+// then holds neither the apply kernel nor the pool's.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpu_match.h"
+#include "kiln/kiln.h"
+#include "test_values.h"
+
+using namespace kiln;
+using kiln_test::check_match;
+using kiln_test::f32_bits;
+using kiln_test::kGpu;
+using kiln_test::random_f64;
+
+namespace {
+
+using Dims = std::vector<std::int64_t>;
+
+struct PoolRun {
+  Tensor y, running_mean, running_var;
+  std::vector<Tensor> grads;  // of x, weight, bias
+};
+
+PoolRun run_bn_pool(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, bool training, Activation act,
+                    const Dims& k, const Tensor& cot) {
+  const std::int64_t c = x.shape()[1];
+  PoolRun r{Tensor(),
+            random_f64({c}, 7).to(DType::f32).to(kGpu),
+            add(random_f64({c}, 8, 0.1), 1.0).to(DType::f32).to(kGpu),
+            {}};
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : {x, w, b}) leaves.push_back(t.detach().clone().requires_grad_());
+  r.y = fused ? batch_norm_max_pool2d(leaves[0], r.running_mean, r.running_var, leaves[1], leaves[2], training, 0.1,
+                                      1e-5, act, k)
+              : max_pool2d(batch_norm(leaves[0], r.running_mean, r.running_var, leaves[1], leaves[2], training, 0.1,
+                                      1e-5, act),
+                           k);
+  sum(mul(r.y.to(DType::f32), cot)).backward();
+  for (const Tensor& l : leaves) r.grads.push_back(l.grad());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm_max_pool2d on the GPU: the pooled values bit for bit as batch_norm then max_pool2d") {
+  for (DType t : {DType::f32, DType::bf16})
+    for (const Shape& s : {Shape{16, 8, 28, 28}, Shape{4, 3, 29, 31}, Shape{3, 5, 9, 10}})
+      for (const Dims& k : {Dims{2}, Dims{3, 2}})
+        for (bool training : {true, false})
+          for (Activation act : {Activation::none, Activation::relu}) {
+            const std::string name = std::string(dtype_name(t)) + " " + shape_str(s) + " k=" + std::to_string(k[0]) +
+                                     (training ? " train" : " eval") + (act == Activation::relu ? " relu" : "");
+            CAPTURE(name);
+            // x in t, weight and bias in f32 (autocast's mixed precision for bf16).
+            const Tensor x = random_f64(s, 1, 2.0, 0.3).to(t).to(kGpu);
+            const Tensor w = random_f64({s[1]}, 2).to(DType::f32).to(kGpu);
+            const Tensor b = random_f64({s[1]}, 3).to(DType::f32).to(kGpu);
+            const Tensor cot = random_f64({s[0], s[1], s[2] / k[0], s[3] / k.back()}, 4).to(DType::f32).to(kGpu);
+            const PoolRun fused = run_bn_pool(true, x, w, b, training, act, k, cot),
+                          plain = run_bn_pool(false, x, w, b, training, act, k, cot);
+            CHECK(fused.y.dtype() == t);
+            CHECK(f32_bits(fused.y) == f32_bits(plain.y));
+            CHECK(f32_bits(fused.running_mean) == f32_bits(plain.running_mean));
+            CHECK(f32_bits(fused.running_var) == f32_bits(plain.running_var));
+            // The same terms summed in another order: the rounding of t over a channel's sums.
+            const double tol = t == DType::f32 ? 1e-4 : 3e-2;
+            for (std::size_t i = 0; i < 3; ++i)
+              check_match(plain.grads[i].to(Device::cpu()), fused.grads[i], tol, name + " grad " + std::to_string(i));
+          }
+}
+
+TEST_CASE("batch_norm_max_pool2d on the GPU is bit-identical from run to run") {
+  const Tensor x = random_f64({32, 16, 14, 14}, 20).to(DType::bf16).to(kGpu);
+  const Tensor w = random_f64({16}, 21).to(DType::f32).to(kGpu), b = random_f64({16}, 22).to(DType::f32).to(kGpu);
+  const Tensor cot = random_f64({32, 16, 7, 7}, 23).to(DType::f32).to(kGpu);
+  const PoolRun first = run_bn_pool(true, x, w, b, true, Activation::relu, {2}, cot);
+  for (int i = 0; i < 3; ++i) {
+    const PoolRun again = run_bn_pool(true, x, w, b, true, Activation::relu, {2}, cot);
+    CHECK(f32_bits(again.y) == f32_bits(first.y));
+    for (std::size_t g = 0; g < 3; ++g) CHECK(f32_bits(again.grads[g]) == f32_bits(first.grads[g]));
+  }
+}
+
+TEST_CASE(
+    "nn::Sequential's BatchNorm2d, ReLU, MaxPool2d on the GPU: one op, the CPU's values, two kernels fewer each way") {
+  Generator gen(80);
+  Generator cpu_gen(81), gpu_gen(81);  // the same weights in both nets
+  auto make = [](Generator& g) {
+    return nn::Sequential(nn::Conv2d(1, 8, {3}, {.padding = {1}}, true, &g), nn::BatchNorm2d(8), nn::ReLU(),
+                          nn::MaxPool2d({2}), nn::Flatten(), nn::Linear(8 * 7 * 7, 10, true, &g));
+  };
+  nn::Sequential cpu_net = make(cpu_gen), gpu_net = make(gpu_gen);
+  gpu_net.to(kGpu);
+  const Tensor x = randn({16, 1, 14, 14}, {}, &gen), labels = randint(0, 10, {16}, {.dtype = DType::i64}, &gen);
+  const Tensor y = gpu_net(x.to(kGpu));
+  CHECK(y.grad_fn()->name() == "linear");
+  check_match(cpu_net(x), y, 1e-4, "forward");
+
+  // A compiled training step: the batch norm and the pool are two kernels forward and two backward.
+  optim::SGD opt(gpu_net.parameters(), {.lr = 0.1});
+  CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(gpu_net(in[0]), in[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  const Tensor xg = x.to(kGpu), lg = labels.to(kGpu);
+  for (int i = 0; i < 4; ++i) (void)step({xg, lg});
+  const CompileStats st = step.stats();
+  REQUIRE(st.kernel_names_per_graph.size() == 1);
+  const std::map<std::string, std::size_t>& k = st.kernel_names_per_graph[0];
+  for (const char* name : {"kiln_batch_norm_stats", "kiln_batch_norm_max_pool",
+                           "kiln_batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_dx"}) {
+    CAPTURE(name);
+    CHECK(k.count(name) == 1);
+  }
+  for (const char* name : {"kiln_batch_norm_apply", "kiln_max_pool2d", "kiln_max_pool2d_backward",
+                           "kiln_batch_norm_backward_reduce", "kiln_batch_norm_backward_dx"}) {
+    CAPTURE(name);
+    CHECK(k.count(name) == 0);
+  }
+}
