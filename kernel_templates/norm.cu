@@ -295,96 +295,175 @@ extern "C" __global__ void kiln_batch_norm_backward_dx(const T* __restrict__ g, 
 // Values, maxima and ties are those of batch_norm_apply then max_pool2d, bit for bit. ----
 
 struct PoolTiles {
-  long long H, W, oh, ow, kh, kw;
+  long long planes, C, H, W, oh, ow, kh, kw;
 };
 
-// Element i's value as batch_norm_apply stores it (rounded to T), back in Acc.
-__device__ __forceinline__ Acc bn_stored(Acc xv, Acc mu, Acc is, const P* weight, const P* bias, long long c,
-                                         int relu) {
-  Acc v = (xv - mu) * is;
-  if (weight) v *= kiln::cvt<Acc>(weight[c]);
-  if (bias) v += kiln::cvt<Acc>(bias[c]);
+// PoolTiles in index type I (32 bits when every offset fits: 64-bit divisions cost several times
+// more), the window fixed at compile time when KH, KW > 0 (2 x 2: its loads are issued together).
+template <class I, int KH, int KW>
+struct Tiles {
+  I planes, C, H, W, oh, ow, kh, kw;
+  __device__ explicit Tiles(const PoolTiles& t)
+      : planes(I(t.planes)),
+        C(I(t.C)),
+        H(I(t.H)),
+        W(I(t.W)),
+        oh(I(t.oh)),
+        ow(I(t.ow)),
+        kh(KH > 0 ? I(KH) : I(t.kh)),
+        kw(KW > 0 ? I(KW) : I(t.kw)) {}
+};
+
+__device__ __forceinline__ bool tiles_fit_32(const PoolTiles& t) { return t.planes * t.H * t.W < (1LL << 31); }
+
+// CALL(I, KH, KW) for the index type and window that fit t (NVRTC is C++17: no template lambdas).
+#define KILN_WITH_TILES(t, CALL)                        \
+  do {                                                  \
+    const bool two_by_two = (t).kh == 2 && (t).kw == 2; \
+    if (tiles_fit_32(t)) {                              \
+      if (two_by_two)                                   \
+        CALL(unsigned, 2, 2);                           \
+      else                                              \
+        CALL(unsigned, 0, 0);                           \
+    } else {                                            \
+      if (two_by_two)                                   \
+        CALL(long long, 2, 2);                          \
+      else                                              \
+        CALL(long long, 0, 0);                          \
+    }                                                   \
+  } while (0)
+
+// The per-channel constants of the batch norm's output.
+struct Affine {
+  Acc mu, is;
+  const P* weight;
+  const P* bias;
+  long long c;
+};
+
+// A value as batch_norm_apply stores it (rounded to T), back in Acc.
+__device__ __forceinline__ Acc bn_stored(Acc xv, const Affine& f, int relu) {
+  Acc v = (xv - f.mu) * f.is;
+  if (f.weight) v *= kiln::cvt<Acc>(f.weight[f.c]);
+  if (f.bias) v += kiln::cvt<Acc>(f.bias[f.c]);
   if (relu) v = kiln::math::relu(v);
   return kiln::cvt<Acc>(kiln::cvt<T>(v));
 }
 
 // The max of window (oy, ox) of the plane at x + plane as max_pool2d takes it (the first maximum
-// in row-major order, a NaN wins): its value and its offset in the plane.
+// in row-major order; a NaN wins and ends the search): its value, offset in the plane and x there.
+template <class I>
 struct WindowMax {
-  Acc value;
-  long long at;
+  Acc value, x;
+  I at;
+  bool found;
 };
-__device__ __forceinline__ WindowMax window_max(const T* __restrict__ plane, const PoolTiles& t, long long oy,
-                                                long long ox, Acc mu, Acc is, const P* weight, const P* bias,
-                                                long long c, int relu) {
-  WindowMax best{Acc(0), -1};
-  for (long long ky = 0; ky < t.kh; ++ky)
-    for (long long kx = 0; kx < t.kw; ++kx) {
-      const long long at = (oy * t.kh + ky) * t.W + ox * t.kw + kx;
-      const Acc v = bn_stored(kiln::cvt<Acc>(plane[at]), mu, is, weight, bias, c, relu);
-      if (best.at < 0 || v > best.value || v != v) best = {v, at};
-      if (v != v) return best;
-    }
+template <class I, int KH, int KW>
+__device__ __forceinline__ WindowMax<I> window_max(const T* __restrict__ plane, const Tiles<I, KH, KW>& g, I oy, I ox,
+                                                   const Affine& f, int relu) {
+  WindowMax<I> best{Acc(0), Acc(0), I(0), false};
+  bool nan_seen = false;
+  auto offer = [&](I at, Acc xv) {
+    const Acc v = bn_stored(xv, f, relu);
+    if (nan_seen || !(!best.found || v > best.value || v != v)) return;
+    best = {v, xv, at, true};
+    nan_seen = v != v;
+  };
+  const I top = oy * g.kh * g.W + ox * g.kw;
+  if constexpr (KH > 0) {
+    Acc xs[KH * KW];  // loaded together, then compared in order
+#pragma unroll
+    for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) xs[ky * KW + kx] = kiln::cvt<Acc>(plane[top + I(ky) * g.W + I(kx)]);
+#pragma unroll
+    for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) offer(top + I(ky) * g.W + I(kx), xs[ky * KW + kx]);
+  } else {
+    for (I ky = 0; ky < g.kh; ++ky)
+      for (I kx = 0; kx < g.kw; ++kx) offer(top + ky * g.W + kx, kiln::cvt<Acc>(plane[top + ky * g.W + kx]));
+  }
   return best;
 }
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool
-// y (N, C, oh, ow), `windows` values: the max over each window of the batch norm's (and ReLU's)
-// output. Training reads mean/invstd (C); eval computes them from running_mean/var and also
-// writes them for the backward.
+template <class I, int KH, int KW>
+__device__ __forceinline__ void bn_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
+                                            const P* __restrict__ bias, const P* __restrict__ running_mean,
+                                            const P* __restrict__ running_var, const Acc* mean, const Acc* invstd,
+                                            T* __restrict__ y, const PoolTiles& t, int eval, int relu, double eps) {
+  const Tiles<I, KH, KW> g(t);
+  const I per_plane = g.oh * g.ow, windows = g.planes * per_plane;
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < windows; i += I(gridDim.x) * I(blockDim.x)) {
+    const I plane = i / per_plane, w = i - plane * per_plane, oy = w / g.ow, ox = w - oy * g.ow, c = plane % g.C;
+    const Affine f{eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c],
+                   eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c], weight, bias,
+                   static_cast<long long>(c)};
+    kiln::store(y + i, window_max(x + static_cast<long long>(plane) * g.H * g.W, g, oy, ox, f, relu).value);
+  }
+}
+
+// y (N, C, oh, ow), a thread per window: the max over each window of the batch norm's (and
+// ReLU's) output. Training reads mean/invstd (C); eval computes them from running_mean/var and
+// also writes them for the backward.
 extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
                                                     const P* __restrict__ bias, const P* __restrict__ running_mean,
                                                     const P* __restrict__ running_var, Acc* mean, Acc* invstd,
-                                                    T* __restrict__ y, long long windows, long long C, PoolTiles t,
-                                                    int eval, int relu, double eps) {
+                                                    T* __restrict__ y, PoolTiles t, int eval, int relu, double eps) {
   kiln::wait_prior_grids();
-  if (eval) KILN_GRID_LOOP(c, C) {
+  if (eval) KILN_GRID_LOOP(c, t.C) {
       mean[c] = kiln::cvt<Acc>(running_mean[c]);
       invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
     }
-  const long long per_plane = t.oh * t.ow;
-  KILN_GRID_LOOP(i, windows) {
-    const long long plane = i / per_plane, w = i - plane * per_plane, oy = w / t.ow, ox = w - oy * t.ow;
-    const long long c = plane % C;
-    const Acc mu = eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c];
-    const Acc is = eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
-    kiln::store(y + i, window_max(x + plane * t.H * t.W, t, oy, ox, mu, is, weight, bias, c, relu).value);
-  }
+#define KILN_BN_MAX_POOL(I, KH, KW) \
+  bn_max_pool<I, KH, KW>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps)
+  KILN_WITH_TILES(t, KILN_BN_MAX_POOL);
 }
 #endif
 
-// dy' of window (oy, ox) of a plane, whose argmax is `at`: the pooled gradient where the stored
-// max is positive (or always without the ReLU), else 0; every other element's dy' is 0.
-__device__ __forceinline__ Acc window_dy(const T* __restrict__ gp, long long o, const WindowMax& m, int relu) {
-  const Acc g = kiln::cvt<Acc>(gp[o]);
+// dy' of a window whose max is m: the pooled gradient where the stored max is positive (always
+// without the ReLU); every other element's dy' is 0.
+template <class I>
+__device__ __forceinline__ Acc window_dy(Acc g, const WindowMax<I>& m, int relu) {
   return relu && !(m.value > Acc(0)) ? Acc(0) : g;
 }
 
 __device__ unsigned int kiln_bn_pool_backward_done;
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
+// This block's sums of dy' and dy' * (x - mean) over its windows of channel f.c.
+template <class I, int KH, int KW>
+__device__ __forceinline__ void bn_max_pool_sums(const T* __restrict__ gp, const T* __restrict__ x, const Affine& f,
+                                                 const PoolTiles& t, long long chunk, int splits, int relu, Acc& sdy,
+                                                 Acc& sdx) {
+  const Tiles<I, KH, KW> g(t);
+  const I per_plane = g.oh * g.ow, M = (g.planes / g.C) * per_plane;
+  const I first = I(chunk) * I(blockIdx.x % splits), last = first + I(chunk) < M ? first + I(chunk) : M;
+#pragma unroll 2
+  for (I j = first + I(threadIdx.x); j < last; j += I(kBlock)) {
+    const I n = j / per_plane, w = j - n * per_plane, oy = w / g.ow, ox = w - oy * g.ow;
+    const long long plane = static_cast<long long>(n) * g.C + f.c;
+    const WindowMax<I> m = window_max(x + plane * g.H * g.W, g, oy, ox, f, relu);
+    const Acc dy = window_dy(kiln::cvt<Acc>(gp[plane * per_plane + w]), m, relu);
+    sdy += dy;
+    sdx += dy * (m.x - f.mu);
+  }
+}
+
 // kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
 // over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
-// b / splits and its windows [chunk * (b % splits), + chunk) of M = N * oh * ow.
+// b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow.
 extern "C" __global__ void kiln_batch_norm_max_pool_backward_reduce(
     const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
     const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts, Acc* __restrict__ sums,
-    P* __restrict__ dweight, P* __restrict__ dbias, long long C, PoolTiles t, long long M, long long chunk, int splits,
-    int relu) {
+    P* __restrict__ dweight, P* __restrict__ dbias, PoolTiles t, long long chunk, int splits, int relu) {
   kiln::wait_prior_grids();
-  const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
-  const long long last = first + chunk < M ? first + chunk : M;
-  const long long per_plane = t.oh * t.ow;
-  const Acc mu = mean[c], is = invstd[c];
+  const long long C = t.C, c = blockIdx.x / splits;
+  const Affine f{mean[c], invstd[c], weight, bias, c};
   Acc sdy = 0, sdx = 0;
-  for (long long j = first + threadIdx.x; j < last; j += kBlock) {
-    const long long n = j / per_plane, w = j - n * per_plane, oy = w / t.ow, ox = w - oy * t.ow;
-    const T* plane = x + (n * C + c) * t.H * t.W;
-    const WindowMax m = window_max(plane, t, oy, ox, mu, is, weight, bias, c, relu);
-    const Acc dy = window_dy(gp, (n * C + c) * per_plane + w, m, relu);
-    sdy += dy;
-    sdx += dy * (kiln::cvt<Acc>(plane[m.at]) - mu);
-  }
+#define KILN_BN_MAX_POOL_SUMS(I, KH, KW) bn_max_pool_sums<I, KH, KW>(gp, x, f, t, chunk, splits, relu, sdy, sdx)
+  KILN_WITH_TILES(t, KILN_BN_MAX_POOL_SUMS);
   sdy = kiln::block::sum<kBlock>(sdy);
   sdx = kiln::block::sum<kBlock>(sdx);
   const long long slots = C * splits;
@@ -410,37 +489,47 @@ extern "C" __global__ void kiln_batch_norm_max_pool_backward_reduce(
 #endif
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_dx
+template <class I, int KH, int KW>
+__device__ __forceinline__ void bn_max_pool_dx(const T* __restrict__ gp, const T* __restrict__ x,
+                                               const P* __restrict__ weight, const P* __restrict__ bias,
+                                               const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
+                                               const Acc* __restrict__ sums, T* __restrict__ dx, const PoolTiles& t,
+                                               Acc inv_m, int training, int relu) {
+  const Tiles<I, KH, KW> g(t);
+  const I cy = (g.H + g.kh - 1) / g.kh, cx = (g.W + g.kw - 1) / g.kw, per_plane = cy * cx, cells = g.planes * per_plane;
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < cells; i += I(gridDim.x) * I(blockDim.x)) {
+    const I plane = i / per_plane, w = i - plane * per_plane, oy = w / cx, ox = w - oy * cx, c = plane % g.C;
+    const long long base = static_cast<long long>(plane) * g.H * g.W;
+    const Affine f{mean[c], invstd[c], weight, bias, static_cast<long long>(c)};
+    WindowMax<I> m{Acc(0), Acc(0), I(0), false};
+    Acc dy = 0;
+    if (oy < g.oh && ox < g.ow) {
+      m = window_max(x + base, g, oy, ox, f, relu);
+      dy = window_dy(kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]), m, relu);
+    }
+    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is;
+    const Acc mean_dy = training ? sums[c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + c] * inv_m : Acc(0);
+    for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
+      for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
+        const I at = iy * g.W + ix;
+        Acc d = m.found && at == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (kiln::cvt<Acc>(x[base + at]) - f.mu) * f.is * mean_dyx;
+        kiln::store(dx + base + at, scale * d);
+      }
+  }
+}
+
 // dx as kiln_batch_norm_backward_dx, a thread per cell of the tiling (cells past oh, ow hold
-// elements no window pooled: dy' = 0 there); `cells` = N * C * ceil(H / kh) * ceil(W / kw).
+// elements no window pooled: dy' = 0 there); M values per channel.
 extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
     const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
     const Acc* __restrict__ mean, const Acc* __restrict__ invstd, const Acc* __restrict__ sums, T* __restrict__ dx,
-    long long cells, long long C, PoolTiles t, long long M, int training, int relu) {
+    PoolTiles t, long long M, int training, int relu) {
   kiln::wait_prior_grids();
   const Acc inv_m = Acc(1) / static_cast<Acc>(M);
-  const long long cy = (t.H + t.kh - 1) / t.kh, cx = (t.W + t.kw - 1) / t.kw, per_plane = cy * cx;
-  KILN_GRID_LOOP(i, cells) {
-    const long long plane = i / per_plane, w = i - plane * per_plane, oy = w / cx, ox = w - oy * cx;
-    const long long c = plane % C;
-    const T* xp = x + plane * t.H * t.W;
-    const Acc mu = mean[c], is = invstd[c];
-    WindowMax m{Acc(0), -1};
-    Acc dy = 0;
-    if (oy < t.oh && ox < t.ow) {
-      m = window_max(xp, t, oy, ox, mu, is, weight, bias, c, relu);
-      dy = window_dy(gp, plane * t.oh * t.ow + oy * t.ow + ox, m, relu);
-    }
-    const Acc scale = weight ? is * kiln::cvt<Acc>(weight[c]) : is;
-    const Acc mean_dy = training ? sums[c] * inv_m : Acc(0), mean_dyx = training ? sums[C + c] * inv_m : Acc(0);
-    T* dp = dx + plane * t.H * t.W;
-    for (long long ky = 0, iy = oy * t.kh; ky < t.kh && iy < t.H; ++ky, ++iy)
-      for (long long kx = 0, ix = ox * t.kw; kx < t.kw && ix < t.W; ++kx, ++ix) {
-        const long long at = iy * t.W + ix;
-        Acc d = at == m.at ? dy : Acc(0);
-        if (training) d = d - mean_dy - (kiln::cvt<Acc>(xp[at]) - mu) * is * mean_dyx;
-        kiln::store(dp + at, scale * d);
-      }
-  }
+#define KILN_BN_MAX_POOL_DX(I, KH, KW) \
+  bn_max_pool_dx<I, KH, KW>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu)
+  KILN_WITH_TILES(t, KILN_BN_MAX_POOL_DX);
 }
 #endif
 

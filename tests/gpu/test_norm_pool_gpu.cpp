@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_tf32.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
 #include "test_values.h"
@@ -90,6 +91,7 @@ TEST_CASE("batch_norm_max_pool2d on the GPU is bit-identical from run to run") {
 
 TEST_CASE(
     "nn::Sequential's BatchNorm2d, ReLU, MaxPool2d on the GPU: one op, the CPU's values, two kernels fewer each way") {
+  const kiln_test::ConvTF32 exact(false);  // the GPU's conv in f32, as the CPU's
   Generator gen(80);
   Generator cpu_gen(81), gpu_gen(81);  // the same weights in both nets
   auto make = [](Generator& g) {

@@ -144,9 +144,11 @@ namespace {
 
 // Mirrors struct PoolTiles of norm.cu.
 struct PoolTiles {
-  long long h, w, oh, ow, kh, kw;
+  long long planes, c, h, w, oh, ow, kh, kw;
 };
-PoolTiles tiles(const BatchNormPoolShape& p) { return {p.h, p.w, p.h / p.kh, p.w / p.kw, p.kh, p.kw}; }
+PoolTiles tiles(const BatchNormPoolShape& p) {
+  return {p.n * p.channels, p.channels, p.h, p.w, p.h / p.kh, p.w / p.kw, p.kh, p.kw};
+}
 
 }  // namespace
 
@@ -160,31 +162,37 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
   const auto items = static_cast<std::uint64_t>(std::max(windows, a.training ? 0LL : C));
   if (items == 0) return;
   rt::launch(function(kBnMaxPool, a.t, a.p, s), grid_stride_config(items, s.device()), s, a.x, a.weight, a.bias,
-             a.running_mean, a.running_var, a.mean, a.invstd, a.y, windows, C, tiles(shape), eval, relu, a.eps);
+             a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps);
 }
 
-NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int device) {
-  NormSplit sp = split_for(shape.channels, shape.windows_per_channel(), kBlock, device);
+// About two windows a thread: the reduction's loads are one round of memory latency or two.
+NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int /*device*/) {
+  NormSplit sp;
+  const std::int64_t m = shape.windows_per_channel();
+  if (m > 0 && shape.channels > 0) {
+    const std::int64_t splits = std::clamp<std::int64_t>(ceil_div(m, 2 * kBlock), 1, 1024);
+    sp.chunk = ceil_div(m, splits);
+    sp.splits = static_cast<int>(ceil_div(m, sp.chunk));
+  }
   sp.scratch = 2 * shape.channels * sp.splits;
   return sp;
 }
 
 void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const BatchNormPoolShape& shape,
                                          const NormSplit& split, const rt::Stream& s) {
-  const long long C = shape.channels, M = shape.windows_per_channel(), chunk = split.chunk;
-  const int splits = split.splits;
+  const long long C = shape.channels, chunk = split.chunk;
+  const int splits = std::max(split.splits, 1);
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (C == 0) return;
   // With no windows the blocks still run: the last one writes the zero sums.
-  rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s), blocks(C * std::max(splits, 1)), s, a.g, a.x, a.weight,
-             a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, C, tiles(shape), M, chunk,
-             std::max(splits, 1), relu);
+  rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.weight, a.bias, a.mean,
+             a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits, relu);
   const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
   if (cells == 0) return;
   const long long count = shape.unpooled().per_channel;
   rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s),
              grid_stride_config(static_cast<std::uint64_t>(cells), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,
-             a.invstd, a.sums, a.dx, cells, C, tiles(shape), count, training, relu);
+             a.invstd, a.sums, a.dx, tiles(shape), count, training, relu);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
