@@ -122,6 +122,36 @@ __device__ __forceinline__ long long channel_of(long long i, long long C, long l
 
 // ---- Batch norm over x (N, C, S) contiguous, M = N * S values per channel. ----
 
+// The end of a backward reduction over channels split across blocks: this block's sdy and sdx
+// (sum dy', sum dy' * (x - mean)) summed and parked in parts (2, C * splits); the block that
+// finishes last adds each channel's parts in order into sums (2, C), the second times invstd
+// (sum dy' * xhat), which are also dbias and dweight (written when non-null, in P).
+__device__ void finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int* done, const Acc* __restrict__ invstd,
+                                     Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
+                                     long long C, int splits) {
+  sdy = kiln::block::sum<kBlock>(sdy);
+  sdx = kiln::block::sum<kBlock>(sdx);
+  const long long slots = C * splits;
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = sdy;
+    parts[slots + blockIdx.x] = sdx;
+  }
+  if (!kiln::block::last_to_finish(done)) return;
+  const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
+  for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
+    Acc a = 0, b = 0;
+    for (int k = 0; k < splits; ++k) {
+      a += parked[ch * splits + k];
+      b += parked[slots + ch * splits + k];
+    }
+    b *= invstd[ch];
+    sums[ch] = a;
+    sums[C + ch] = b;
+    if (dbias) kiln::store(dbias + ch, a);
+    if (dweight) kiln::store(dweight + ch, b);
+  }
+}
+
 __device__ unsigned int kiln_bn_stats_done;
 __device__ unsigned int kiln_bn_backward_done;
 
@@ -239,27 +269,7 @@ extern "C" __global__ void kiln_batch_norm_backward_reduce(const T* __restrict__
     sdy += dy;
     sdx += dy * (kiln::cvt<Acc>(x[o]) - mu);
   });
-  sdy = kiln::block::sum<kBlock>(sdy);
-  sdx = kiln::block::sum<kBlock>(sdx);
-  const long long slots = C * splits;
-  if (threadIdx.x == 0) {
-    parts[blockIdx.x] = sdy;
-    parts[slots + blockIdx.x] = sdx;
-  }
-  if (!kiln::block::last_to_finish(&kiln_bn_backward_done)) return;
-  const volatile Acc* parked = parts;
-  for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
-    Acc a = 0, b = 0;
-    for (int k = 0; k < splits; ++k) {
-      a += parked[ch * splits + k];
-      b += parked[slots + ch * splits + k];
-    }
-    b *= invstd[ch];
-    sums[ch] = a;
-    sums[C + ch] = b;
-    if (dbias) kiln::store(dbias + ch, a);
-    if (dweight) kiln::store(dweight + ch, b);
-  }
+  finish_backward_sums(sdy, sdx, parts, &kiln_bn_backward_done, invstd, sums, dweight, dbias, C, splits);
 }
 #endif
 
@@ -464,27 +474,7 @@ extern "C" __global__ void kiln_batch_norm_max_pool_backward_reduce(
   Acc sdy = 0, sdx = 0;
 #define KILN_BN_MAX_POOL_SUMS(I, KH, KW) bn_max_pool_sums<I, KH, KW>(gp, x, f, t, chunk, splits, relu, sdy, sdx)
   KILN_WITH_TILES(t, KILN_BN_MAX_POOL_SUMS);
-  sdy = kiln::block::sum<kBlock>(sdy);
-  sdx = kiln::block::sum<kBlock>(sdx);
-  const long long slots = C * splits;
-  if (threadIdx.x == 0) {
-    parts[blockIdx.x] = sdy;
-    parts[slots + blockIdx.x] = sdx;
-  }
-  if (!kiln::block::last_to_finish(&kiln_bn_pool_backward_done)) return;
-  const volatile Acc* parked = parts;
-  for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
-    Acc a = 0, b = 0;
-    for (int k = 0; k < splits; ++k) {
-      a += parked[ch * splits + k];
-      b += parked[slots + ch * splits + k];
-    }
-    b *= invstd[ch];
-    sums[ch] = a;
-    sums[C + ch] = b;
-    if (dbias) kiln::store(dbias + ch, a);
-    if (dweight) kiln::store(dweight + ch, b);
-  }
+  finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
 }
 #endif
 

@@ -89,34 +89,10 @@ void bn_forward_cpu(const OpArgs& a, std::span<Tensor> out) {
 }
 
 void bn_forward_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const BatchNormParams p = batch_norm_params(a.attrs);
-  const Tensor x = gpu::contiguous(a.inputs[0]);
-  const kernels::BatchNormShape sh = batch_norm_shape(x);
-  auto param = [&](bool present, int i) {
-    return present ? gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]) : Tensor();
-  };
-  const Tensor w = param(p.weight, 1), b = param(p.bias, 2), rm = param(p.rm, 3), rv = param(p.rv, 4);
-  const kernels::NormSplit split = kernels::batch_norm_split(sh, a.device.index());
-  const Tensor parts = p.training ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device}) : Tensor();
-  kernels::launch_batch_norm({.t = x.dtype(),
-                              .p = param_dtype(x.dtype(), present_params(a)),  // the plan's
-                              .x = device_address(x),
-                              .weight = address_or_0(w),
-                              .bias = address_or_0(b),
-                              .running_mean = address_or_0(rm),
-                              .running_var = address_or_0(rv),
-                              .mean = device_address(out[1]),
-                              .invstd = device_address(out[2]),
-                              .y = device_address(out[0]),
-                              .parts = address_or_0(parts),
-                              .training = p.training,
-                              .relu = p.relu,
-                              .momentum = p.momentum,
-                              .eps = p.eps},
-                             sh, split, stream_of(a.device));
-  // Running statistics the kernel updated in a contiguous copy go back to the caller's view.
-  if (p.training && p.rm && !rm.is_same(a.inputs[3])) gpu::copy(rm, a.inputs[3]);
-  if (p.training && p.rv && !rv.is_same(a.inputs[4])) gpu::copy(rv, a.inputs[4]);
+  const kernels::BatchNormShape sh = batch_norm_shape(a.inputs[0]);
+  batch_norm_forward_gpu(a, out, [&](const kernels::BatchNormForward& f, const kernels::NormSplit& split) {
+    kernels::launch_batch_norm(f, sh, split, stream_of(a.device));
+  });
 }
 
 // ---- backward: inputs g, x, y (read with relu), weight, mean, invstd; outputs dx, dweight,
@@ -320,6 +296,36 @@ const OpRef kBatchNorm = register_op({
 }  // namespace
 
 namespace norm_detail {
+
+void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchNormLaunch& launch) {
+  const BatchNormParams p = batch_norm_params(a.attrs);
+  const Tensor x = gpu::contiguous(a.inputs[0]);
+  auto param = [&](bool present, int i) {
+    return present ? gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]) : Tensor();
+  };
+  const Tensor w = param(p.weight, 1), b = param(p.bias, 2), rm = param(p.rm, 3), rv = param(p.rv, 4);
+  const kernels::NormSplit split = kernels::batch_norm_split(batch_norm_shape(x), a.device.index());
+  const Tensor parts = p.training ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device}) : Tensor();
+  launch({.t = x.dtype(),
+          .p = param_dtype(x.dtype(), present_params(a)),  // the plan's
+          .x = device_address(x),
+          .weight = address_or_0(w),
+          .bias = address_or_0(b),
+          .running_mean = address_or_0(rm),
+          .running_var = address_or_0(rv),
+          .mean = device_address(out[1]),
+          .invstd = device_address(out[2]),
+          .y = device_address(out[0]),
+          .parts = address_or_0(parts),
+          .training = p.training,
+          .relu = p.relu,
+          .momentum = p.momentum,
+          .eps = p.eps},
+         split);
+  // Running statistics the kernel updated in a contiguous copy go back to the caller's view.
+  if (p.training && p.rm && !rm.is_same(a.inputs[3])) gpu::copy(rm, a.inputs[3]);
+  if (p.training && p.rv && !rv.is_same(a.inputs[4])) gpu::copy(rv, a.inputs[4]);
+}
 
 // A running statistic the op can update in place: the parameters' dtype and contiguous.
 Tensor staged(const Tensor& t, DType p) {

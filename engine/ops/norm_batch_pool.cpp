@@ -135,33 +135,10 @@ void bn_pool_forward_cpu(const OpArgs& a, std::span<Tensor> out) {
 }
 
 void bn_pool_forward_gpu(const OpArgs& a, std::span<Tensor> out) {
-  const BatchNormParams bp = batch_norm_params(a.attrs);
-  const Tensor x = gpu::contiguous(a.inputs[0]);
-  const kernels::BatchNormPoolShape p = bn_pool_shape(a, x);
-  auto param = [&](bool present, int i) {
-    return present ? gpu::contiguous(a.inputs[static_cast<std::size_t>(i)]) : Tensor();
-  };
-  const Tensor w = param(bp.weight, 1), b = param(bp.bias, 2), rm = param(bp.rm, 3), rv = param(bp.rv, 4);
-  const kernels::NormSplit split = kernels::batch_norm_split(p.unpooled(), a.device.index());
-  const Tensor parts = bp.training ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device}) : Tensor();
-  kernels::launch_batch_norm_max_pool({.t = x.dtype(),
-                                       .p = param_dtype(x.dtype(), present_params(a)),
-                                       .x = device_address(x),
-                                       .weight = address_or_0(w),
-                                       .bias = address_or_0(b),
-                                       .running_mean = address_or_0(rm),
-                                       .running_var = address_or_0(rv),
-                                       .mean = device_address(out[1]),
-                                       .invstd = device_address(out[2]),
-                                       .y = device_address(out[0]),
-                                       .parts = address_or_0(parts),
-                                       .training = bp.training,
-                                       .relu = bp.relu,
-                                       .momentum = bp.momentum,
-                                       .eps = bp.eps},
-                                      p, split, stream_of(a.device));
-  if (bp.training && bp.rm && !rm.is_same(a.inputs[3])) gpu::copy(rm, a.inputs[3]);
-  if (bp.training && bp.rv && !rv.is_same(a.inputs[4])) gpu::copy(rv, a.inputs[4]);
+  const kernels::BatchNormPoolShape p = bn_pool_shape(a, a.inputs[0]);
+  batch_norm_forward_gpu(a, out, [&](const kernels::BatchNormForward& f, const kernels::NormSplit& split) {
+    kernels::launch_batch_norm_max_pool(f, p, split, stream_of(a.device));
+  });
 }
 
 // ---- backward: inputs g (pooled), x, weight, bias, mean, invstd; outputs dx, dweight, dbias.

@@ -2,6 +2,8 @@
 // What batch_norm (norm_batch.cpp) and layer_norm (norm_layer.cpp) share: the dtype plan that
 // keeps f32 parameters beside f16/bf16 inputs, optional inputs, and the CPU references' reads
 // and writes in double.
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -109,6 +111,12 @@ inline DTypePlan batch_norm_forward_dtypes(const OpArgs& a) {
   for (const char* name : kBatchNormParamNames) in.push_back({Role::param, has(a.attrs, name), name});
   return norm_plan(a, t, param_dtype(t, present_params(a)), in, {Role::x, Role::stats, Role::stats});
 }
+
+// A batch-norm forward on the GPU, batch_norm's kernels or batch_norm_max_pool2d's through
+// `launch`: contiguous operands, the statistics' scratch (split for x unpooled), and running
+// statistics updated in a contiguous copy written back to the caller's tensors.
+using BatchNormLaunch = std::function<void(const kernels::BatchNormForward&, const kernels::NormSplit&)>;
+void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchNormLaunch& launch);
 
 // Calls a forward op (batch_norm or batch_norm_max_pool2d, with `extra` attrs beside the batch
 // norm's) and returns y. Running statistics not in the parameters' dtype or not contiguous are

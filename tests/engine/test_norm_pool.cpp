@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bn_pool_run.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "test_values.h"
@@ -15,34 +16,13 @@
 using namespace kiln;
 using kiln_test::max_abs_diff;
 using kiln_test::message_of;
+using kiln_test::PoolRun;
 using kiln_test::random_f64;
+using kiln_test::run_bn_pool;
 
 namespace {
 
 using Dims = std::vector<std::int64_t>;
-
-struct PoolRun {
-  Tensor y, running_mean, running_var;
-  std::vector<Tensor> grads;  // of x, weight, bias
-};
-
-// One call (fused or batch_norm then max_pool2d) on fresh leaves and running statistics,
-// then backward with cotangent `cot`.
-PoolRun run_bn_pool(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, bool training, Activation act,
-                    const Dims& k, const Tensor& cot) {
-  const std::int64_t c = x.shape()[1];
-  PoolRun r{Tensor(), random_f64({c}, 7).to(x.dtype()), add(random_f64({c}, 8, 0.1), 1.0).to(x.dtype()), {}};
-  std::vector<Tensor> leaves;
-  for (const Tensor& t : {x, w, b}) leaves.push_back(t.detach().clone().requires_grad_());
-  r.y = fused ? batch_norm_max_pool2d(leaves[0], r.running_mean, r.running_var, leaves[1], leaves[2], training, 0.3,
-                                      1e-5, act, k)
-              : max_pool2d(batch_norm(leaves[0], r.running_mean, r.running_var, leaves[1], leaves[2], training, 0.3,
-                                      1e-5, act),
-                           k);
-  sum(mul(r.y, cot)).backward();
-  for (const Tensor& l : leaves) r.grads.push_back(l.grad());
-  return r;
-}
 
 }  // namespace
 
@@ -59,8 +39,8 @@ TEST_CASE("batch_norm_max_pool2d equals max_pool2d(batch_norm(x)): values, runni
             const Tensor b = random_f64({s[1]}, 3).to(t);
             const Shape pooled{s[0], s[1], s[2] / k[0], s[3] / k.back()};
             const Tensor cot = random_f64(pooled, 4).to(t);
-            const PoolRun fused = run_bn_pool(true, x, w, b, training, act, k, cot),
-                          plain = run_bn_pool(false, x, w, b, training, act, k, cot);
+            const PoolRun fused = run_bn_pool(true, x, w, b, training, act, k, cot, x.dtype()),
+                          plain = run_bn_pool(false, x, w, b, training, act, k, cot, x.dtype());
             REQUIRE(fused.y.shape() == pooled);
             const double tol = t == DType::f64 ? 1e-12 : 1e-5;
             CHECK(max_abs_diff(fused.y, plain.y) <= tol);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bn_pool_run.h"
 #include "conv_tf32.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
@@ -18,35 +19,13 @@ using namespace kiln;
 using kiln_test::check_match;
 using kiln_test::f32_bits;
 using kiln_test::kGpu;
+using kiln_test::PoolRun;
 using kiln_test::random_f64;
+using kiln_test::run_bn_pool;
 
 namespace {
 
 using Dims = std::vector<std::int64_t>;
-
-struct PoolRun {
-  Tensor y, running_mean, running_var;
-  std::vector<Tensor> grads;  // of x, weight, bias
-};
-
-PoolRun run_bn_pool(bool fused, const Tensor& x, const Tensor& w, const Tensor& b, bool training, Activation act,
-                    const Dims& k, const Tensor& cot) {
-  const std::int64_t c = x.shape()[1];
-  PoolRun r{Tensor(),
-            random_f64({c}, 7).to(DType::f32).to(kGpu),
-            add(random_f64({c}, 8, 0.1), 1.0).to(DType::f32).to(kGpu),
-            {}};
-  std::vector<Tensor> leaves;
-  for (const Tensor& t : {x, w, b}) leaves.push_back(t.detach().clone().requires_grad_());
-  r.y = fused ? batch_norm_max_pool2d(leaves[0], r.running_mean, r.running_var, leaves[1], leaves[2], training, 0.1,
-                                      1e-5, act, k)
-              : max_pool2d(batch_norm(leaves[0], r.running_mean, r.running_var, leaves[1], leaves[2], training, 0.1,
-                                      1e-5, act),
-                           k);
-  sum(mul(r.y.to(DType::f32), cot)).backward();
-  for (const Tensor& l : leaves) r.grads.push_back(l.grad());
-  return r;
-}
 
 }  // namespace
 
@@ -64,8 +43,8 @@ TEST_CASE("batch_norm_max_pool2d on the GPU: the pooled values bit for bit as ba
             const Tensor w = random_f64({s[1]}, 2).to(DType::f32).to(kGpu);
             const Tensor b = random_f64({s[1]}, 3).to(DType::f32).to(kGpu);
             const Tensor cot = random_f64({s[0], s[1], s[2] / k[0], s[3] / k.back()}, 4).to(DType::f32).to(kGpu);
-            const PoolRun fused = run_bn_pool(true, x, w, b, training, act, k, cot),
-                          plain = run_bn_pool(false, x, w, b, training, act, k, cot);
+            const PoolRun fused = run_bn_pool(true, x, w, b, training, act, k, cot, DType::f32),
+                          plain = run_bn_pool(false, x, w, b, training, act, k, cot, DType::f32);
             CHECK(fused.y.dtype() == t);
             CHECK(f32_bits(fused.y) == f32_bits(plain.y));
             CHECK(f32_bits(fused.running_mean) == f32_bits(plain.running_mean));
@@ -81,9 +60,9 @@ TEST_CASE("batch_norm_max_pool2d on the GPU is bit-identical from run to run") {
   const Tensor x = random_f64({32, 16, 14, 14}, 20).to(DType::bf16).to(kGpu);
   const Tensor w = random_f64({16}, 21).to(DType::f32).to(kGpu), b = random_f64({16}, 22).to(DType::f32).to(kGpu);
   const Tensor cot = random_f64({32, 16, 7, 7}, 23).to(DType::f32).to(kGpu);
-  const PoolRun first = run_bn_pool(true, x, w, b, true, Activation::relu, {2}, cot);
+  const PoolRun first = run_bn_pool(true, x, w, b, true, Activation::relu, {2}, cot, DType::f32);
   for (int i = 0; i < 3; ++i) {
-    const PoolRun again = run_bn_pool(true, x, w, b, true, Activation::relu, {2}, cot);
+    const PoolRun again = run_bn_pool(true, x, w, b, true, Activation::relu, {2}, cot, DType::f32);
     CHECK(f32_bits(again.y) == f32_bits(first.y));
     for (std::size_t g = 0; g < 3; ++g) CHECK(f32_bits(again.grads[g]) == f32_bits(first.grads[g]));
   }
