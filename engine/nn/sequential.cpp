@@ -39,9 +39,9 @@ Tensor Sequential::forward(const Tensor& x) {
     // On the GPU, BatchNorm2d, an optional ReLU and a MaxPool2d whose windows tile run as one op
     // that never stores the normalized tensor (the CPU's fast paths are the separate ops).
     const std::size_t pool_at = i + (relu_next ? 2 : 1);
-    if (typeid(m) == typeid(BatchNorm2d) && y.device().is_cuda() && pool_at < mods.size() &&
-        typeid(*mods[pool_at].second) == typeid(MaxPool2d)) {
-      const std::vector<std::int64_t> k = static_cast<const MaxPool2d&>(*mods[pool_at].second).tiling_kernel();
+    const Module* pool = pool_at < mods.size() ? mods[pool_at].second.get() : nullptr;
+    if (typeid(m) == typeid(BatchNorm2d) && y.device().is_cuda() && pool && typeid(*pool) == typeid(MaxPool2d)) {
+      const std::vector<std::int64_t> k = static_cast<const MaxPool2d*>(pool)->tiling_kernel();
       if (!k.empty()) {
         y = static_cast<BatchNorm2d&>(m).forward(y, relu_next ? Activation::relu : Activation::none, k);
         i = pool_at;
