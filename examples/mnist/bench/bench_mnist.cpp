@@ -69,9 +69,10 @@ struct StepTime {
 };
 
 // Median ms per step over `steps` steps (after 20 warm-up steps), timed in 5 groups; with
-// `compiled` the same step runs through kiln::compile (captured at the second call).
+// `compiled` the same step runs through kiln::compile (captured at the second call). `profile`
+// (--profile): the step called `steps` + 2 times (eager, capture, replays), nothing timed.
 StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed, bool compiled,
-                 bool fuse = false) {
+                 bool fuse = false, bool profile = false) {
   Generator gen(seed);
   auto net = mnist::make_model(model, gen);
   net->to(kGpu);
@@ -86,6 +87,11 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
   std::optional<CompiledFunction> cf;
   if (compiled) cf.emplace(compile(fn, {.fuse = fuse}));
   auto step = [&] { (void)(cf ? (*cf)({x, y}) : fn({x, y})); };
+  if (profile) {
+    for (int i = 0; i < steps + 2; ++i) step();
+    synchronize(kGpu);
+    return {0, cf ? cf->stats() : CompileStats{}};
+  }
   for (int i = 0; i < 20; ++i) step();
   std::vector<double> ms;
   for (int g = 0; g < 5; ++g) {
@@ -126,26 +132,6 @@ void add_step_rows(const std::string& model, std::int64_t batch, int steps, std:
   g_rows.push_back({"step_" + tag, eager.ms, "ms", ""});
   add_graph_row("graph_" + tag, step_ms(model, batch, steps, seed, true), eager.ms);
   add_graph_row("fused_" + tag, step_ms(model, batch, steps, seed, true, true), eager.ms);
-}
-
-// --profile: the compiled step called steps + 2 times (eager, capture, replays), nothing timed.
-void profile_replays(const std::string& model, std::int64_t batch, int steps, std::uint64_t seed) {
-  Generator gen(seed);
-  auto net = mnist::make_model(model, gen);
-  net->to(kGpu);
-  optim::Adam opt(net->parameters(), {.lr = 1e-3});
-  optim::GradScaler scaler({.enabled = g_autocast == DType::f16});
-  Tensor x = randn({batch, 1, 28, 28}, {.device = kGpu}, &gen);
-  Tensor y = randint(0, 10, {batch}, {.device = kGpu}, &gen);
-  CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
-    return std::vector<Tensor>{train_on(*net, opt, scaler, in[0], in[1]).detach()};
-  });
-  for (int i = 0; i < steps + 2; ++i) (void)step({x, y});
-  synchronize(kGpu);
-  const CompileStats s = step.stats();
-  std::printf("profile_%s_b%lld: %d replays of %zu kernels\n", model.c_str(), static_cast<long long>(batch), steps,
-              s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front());
 }
 
 double accuracy(nn::Module& net, const data::Mnist& d) {
@@ -247,8 +233,12 @@ int main(int argc, char** argv) {
   try {
     const bool mlp = only.empty() || only == "mlp", cnn = only.empty() || only == "cnn";
     if (profile) {
-      if (mlp) profile_replays("mlp", 128, steps, seed);
-      if (cnn) profile_replays("cnn", 128, steps, seed);
+      for (const std::string model : {"mlp", "cnn"}) {
+        if (!(model == "mlp" ? mlp : cnn)) continue;
+        const CompileStats s = step_ms(model, 128, steps, seed, true, true, true).stats;
+        std::printf("profile_%s_b128: %d replays of %zu kernels\n", model.c_str(), steps,
+                    s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front());
+      }
       return 0;
     }
     if (mlp) add_step_rows("mlp", 128, steps, seed);
