@@ -592,6 +592,31 @@ extern "C" __global__ void kiln_layer_norm_backward_dx(const T* __restrict__ g, 
 }
 #endif
 
+// Column sums of a (rows, K) block, 32 columns and a row range per block: thread (rl, lane) has
+// summed rows rl, rl + 8, ... of column k into v[j] for each of kSums sums. Rows combine in order
+// in shared memory and splits in order in the last block, which writes out[j] (K each, null: skip).
+template <int kSums>
+__device__ void finish_column_sums(Acc (&v)[kSums], Acc* parts, unsigned int* done, P* const (&out)[kSums], long long K,
+                                   long long k, int split, int splits) {
+  const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
+  __shared__ Acc rows_of[kSums][kBlock / 32][32];
+  for (int j = 0; j < kSums; ++j) rows_of[j][rl][lane] = v[j];
+  __syncthreads();
+  if (rl == 0 && k < K)
+    for (int j = 0; j < kSums; ++j) {
+      for (int r = 1; r < kBlock / 32; ++r) v[j] += rows_of[j][r][lane];
+      parts[(j * splits + split) * K + k] = v[j];
+    }
+  if (!kiln::block::last_to_finish(done)) return;
+  const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
+  for (long long col = threadIdx.x; col < K; col += kBlock)
+    for (int j = 0; j < kSums; ++j) {
+      Acc a = 0;
+      for (int s = 0; s < splits; ++s) a += parked[(j * splits + s) * K + col];
+      if (out[j]) kiln::store(out[j] + col, a);
+    }
+}
+
 #ifdef KILN_ENTRY_kiln_layer_norm_backward_params
 // dweight = sum over rows of g * xhat, dbias = sum of g (K each, in P; either may be null), as a
 // column reduction: block b takes 32 columns (tile b / splits) and the rows [rows_per_split *
@@ -609,35 +634,49 @@ extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__
   const long long k = static_cast<long long>(blockIdx.x / splits) * 32 + lane;
   const long long first = rows_per_split * split;
   const long long last = first + rows_per_split < rows ? first + rows_per_split : rows;
-  Acc sw = 0, sb = 0;
+  Acc sums[2] = {0, 0};
   if (k < K)
     for (long long r = first + rl; r < last; r += kBlock / 32) {
       const Acc gv = kiln::cvt<Acc>(g[r * K + k]);
-      sw += gv * ((kiln::cvt<Acc>(x[r * K + k]) - mean[r]) * invstd[r]);
-      sb += gv;
+      sums[0] += gv * ((kiln::cvt<Acc>(x[r * K + k]) - mean[r]) * invstd[r]);
+      sums[1] += gv;
     }
-  __shared__ Acc tw[kBlock / 32][32], tb[kBlock / 32][32];
-  tw[rl][lane] = sw;
-  tb[rl][lane] = sb;
-  __syncthreads();
-  if (rl == 0 && k < K) {
-    for (int j = 1; j < kBlock / 32; ++j) {
-      sw += tw[j][lane];
-      sb += tb[j][lane];
+  P* const out[2] = {dweight, dbias};
+  finish_column_sums(sums, parts, &kiln_ln_params_done, out, K, k, split, splits);
+}
+#endif
+
+// ---- A linear layer's bias gradient: the column sums of g (rows, K), in P. With y (the
+// layer's ReLU output), g is first masked as relu_backward does (g where y > 0, else 0) and the
+// masked gradient written to gp: the ReLU's backward and the bias gradient in one pass. ----
+
+__device__ unsigned int kiln_bias_grad_done;
+
+#ifdef KILN_ENTRY_kiln_bias_grad
+// Blocks as kiln_layer_norm_backward_params'; parts (splits, K).
+extern "C" __global__ void kiln_bias_grad(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gp,
+                                          Acc* parts, P* __restrict__ db, long long rows, long long K,
+                                          long long rows_per_split, int splits) {
+  kiln::wait_prior_grids();
+  const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
+  const int split = blockIdx.x % splits;
+  const long long k = static_cast<long long>(blockIdx.x / splits) * 32 + lane;
+  const long long first = rows_per_split * split;
+  const long long last = first + rows_per_split < rows ? first + rows_per_split : rows;
+  Acc sum[1] = {0};
+  if (k < K) {
+#pragma unroll 4
+    for (long long r = first + rl; r < last; r += kBlock / 32) {
+      const long long i = r * K + k;
+      Acc v = kiln::cvt<Acc>(g[i]);
+      if (y) {
+        v = kiln::cvt<Acc>(y[i]) > Acc(0) ? v : Acc(0);
+        kiln::store(gp + i, v);  // exact: v is g's value or zero
+      }
+      sum[0] += v;
     }
-    parts[split * K + k] = sw;
-    parts[(splits + split) * K + k] = sb;
   }
-  if (!kiln::block::last_to_finish(&kiln_ln_params_done)) return;
-  const volatile Acc* parked = parts;
-  for (long long col = threadIdx.x; col < K; col += kBlock) {
-    Acc a = 0, b = 0;
-    for (int s = 0; s < splits; ++s) {
-      a += parked[s * K + col];
-      b += parked[(splits + s) * K + col];
-    }
-    if (dweight) kiln::store(dweight + col, a);
-    if (dbias) kiln::store(dbias + col, b);
-  }
+  P* const out[1] = {db};
+  finish_column_sums(sum, parts, &kiln_bias_grad_done, out, K, k, split, splits);
 }
 #endif

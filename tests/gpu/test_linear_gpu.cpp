@@ -76,6 +76,26 @@ TEST_CASE("linear with bias and ReLU on the GPU matches the CPU forward and back
       }
 }
 
+TEST_CASE("linear's ReLU backward and bias gradient in one kernel: relu_backward's bits, the column sums") {
+  Generator gen(11);
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (const auto& [m, n] : {std::pair{128, 512}, {1024, 512}, {3, 37}, {700, 40}}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(m);
+      const Tensor x = randn({m, 64}, {}, &gen).to(dt).to(kGpu).detach().requires_grad_();
+      const Tensor w = randn({n, 64}, {}, &gen).to(dt).to(kGpu).detach().requires_grad_();
+      const Tensor b = randn({n}, {}, &gen).to(dt).to(kGpu).detach().requires_grad_();
+      const Tensor up = randn({m, n}, {}, &gen).to(dt).to(kGpu);
+      const Tensor y = linear(x, w, b, Activation::relu);
+      sum(mul(y, up)).backward();
+      const Tensor gp = relu_backward(up, y.detach());
+      // dx is the same product of the masked gradient: equal bits mean equal masks.
+      CHECK(kiln_test::f64_bits(x.grad()) == kiln_test::f64_bits(matmul(gp, w.detach())));
+      const Tensor db = sum(gp.to(Device::cpu()).to(DType::f64), {0}, false).to(dt);
+      kiln_test::check_match(db, b.grad(), dt == DType::bf16 ? 2e-2 : 1e-5, "db");
+    }
+}
+
 TEST_CASE("linear's fused ReLU keeps NaN as relu does") {
   Tensor x = zeros({3, 4});
   x.fill_(1.0);

@@ -46,6 +46,7 @@ const KernelSpec& kBnMaxPoolBackwardDx =
 const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
 const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
 const KernelSpec& kLnBackwardParams = register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
+const KernelSpec& kBiasGrad = register_norm_entry("bias_grad", "kiln_bias_grad");
 
 constexpr unsigned kBlock = 256;  // fixed by the template
 
@@ -208,6 +209,23 @@ NormSplit layer_norm_split(std::int64_t rows, std::int64_t cols, int device) {
   NormSplit sp = split_for(ceil_div(cols, 32), rows, 8, device);
   sp.scratch = 2 * static_cast<std::int64_t>(sp.splits) * cols;
   return sp;
+}
+
+// At least 32 rows a block: four per thread, whose loads are issued together.
+NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device) {
+  NormSplit sp = split_for(ceil_div(cols, 32), rows, 32, device);
+  sp.scratch = static_cast<std::int64_t>(sp.splits) * cols;
+  return sp;
+}
+
+void launch_bias_grad(const BiasGrad& a, std::int64_t rows, std::int64_t cols, const NormSplit& split,
+                      const rt::Stream& s) {
+  if (cols == 0) return;
+  // With no rows the blocks still run: the last one writes the zero sums.
+  const long long r = rows, k = cols, per_split = split.chunk;
+  const int splits = std::max(split.splits, 1);
+  rt::launch(function(kBiasGrad, a.t, a.p, s), blocks(ceil_div(cols, 32) * splits), s, a.g, a.y, a.gp, a.parts, a.db, r,
+             k, per_split, splits);
 }
 
 void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, std::int64_t cols,

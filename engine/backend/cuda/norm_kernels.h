@@ -93,4 +93,15 @@ struct LayerNormBackward {
 void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, std::int64_t cols,
                                 const NormSplit& split, const rt::Stream& s);
 
+// A linear layer's bias gradient db (cols, in p) = the column sums of g (rows, cols) contiguous.
+// With y (the layer's ReLU output, as g), g is masked first as relu_backward does and written to
+// gp: the ReLU's backward and the bias gradient in one kernel. parts: scratch of the split's size.
+struct BiasGrad {
+  DType t = DType::f32, p = DType::f32;
+  rt::DevicePtr g = 0, y = 0, gp = 0, db = 0, parts = 0;
+};
+NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device);
+void launch_bias_grad(const BiasGrad& a, std::int64_t rows, std::int64_t cols, const NormSplit& split,
+                      const rt::Stream& s);
+
 }  // namespace kiln::kernels

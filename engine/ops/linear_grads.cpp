@@ -1,0 +1,306 @@
+// linear's backward. On the GPU a ReLU layer's gradient is masked and its bias gradient summed
+// in one kernel (relu_backward_bias_grad), then the weight gradient is a plain product; a layer
+// without ReLU sums its bias gradient in the weight product's cuBLASLt epilogue. Gradients of
+// 16-bit copies of f32 parameters (autocast) are f32, written into .grad() when the step
+// offers it (grad sinks). The CPU references are plain loops.
+#include "linear_grads.h"
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/norm_kernels.h"
+#include "core/cpu/gemm_cpu.h"
+#include "core/cpu/loops.h"
+#include "core/dtype_sets.h"
+#include "core/tensor/copy.h"
+#include "kiln/creation.h"
+#include "kiln/elementwise.h"
+#include "kiln/linalg.h"
+#include "kiln/ops.h"
+#include "kiln/shape_ops.h"
+
+namespace kiln {
+
+namespace linear_detail {
+
+LtOperand lt_operand(const Tensor& t) {
+  const std::int64_t rows = t.shape()[0], cols = t.shape()[1], rs = t.strides()[0], cs = t.strides()[1];
+  if ((cs == 1 || cols == 1) && rs >= std::max<std::int64_t>(cols, 1)) return {true, false, rs};
+  if ((rs == 1 || rows == 1) && cs >= std::max<std::int64_t>(rows, 1)) return {true, true, cs};
+  return {};
+}
+
+Tensor lt_ready(const Tensor& t) { return lt_operand(t).ok ? t : gpu::contiguous(t); }
+
+}  // namespace linear_detail
+
+namespace {
+
+using linear_detail::lt_operand;
+using linear_detail::lt_ready;
+using linear_detail::LtOperand;
+
+bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+// Inputs promoted; with attr `f32_grads` (a bool), f16/bf16 inputs give f32 results for the
+// outputs from `first` on (the parameters' gradients).
+DTypePlan f32_grads_from(const OpArgs& a, std::size_t first) {
+  DTypePlan p = rules::promote(a);
+  if (a.attrs.get_or("f32_grads", false) && is_16bit(p.key))
+    for (std::size_t i = first; i < p.outputs.size(); ++i) p.outputs[i] = DType::f32;
+  return p;
+}
+
+Attrs f32_grads_attrs(bool f32) { return f32 ? Attrs{{"f32_grads", true}} : Attrs{}; }
+
+// dW (n, k) = gp^T @ x from gp (m, n) and x (m, k), in dW's dtype (gp's, or f32 for 16-bit gp).
+void weight_grad_cpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw) {
+  // 16-bit values widen exactly, so the f32 loops are the reference for f32 results.
+  const Tensor gp = convert(gp_in, dw.dtype()), x = convert(x_in, dw.dtype());
+  const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = x.shape()[1];
+  cpu::gemm(dw.dtype(), {1, n, k, m}, 1.0, {gp.data_ptr(), 0, gp.strides()[1], gp.strides()[0]},
+            {x.data_ptr(), 0, x.strides()[0], x.strides()[1]}, 0.0, {dw.data_ptr(), 0, k, 1});
+}
+
+void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, const rt::Stream& s) {
+  const Tensor gp = gpu::contiguous(gp_in), x = lt_ready(x_in);
+  const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = x.shape()[1];
+  if (m == 0) {
+    rt::memset_device(device_address(dw), 0, static_cast<std::size_t>(dw.numel()) * dw.element_size(), s);
+    return;
+  }
+  bool ok = false;
+  if (dw.dtype() == gp.dtype()) {
+    ok = kernels::gemm(dw.dtype(), {1, n, k, m}, 1.0, {device_address(gp), 0, 1, n},
+                       {device_address(x), 0, x.strides()[0], x.strides()[1]}, 0.0, {device_address(dw), 0, k, 1}, s);
+  } else {  // f32 gradients of 16-bit inputs: column-major dW^T (k x n) = x^T (k x m) @ gp (m x n)
+    const LtOperand lx = lt_operand(x);
+    ok = kernels::lt_matmul({.dtype = gp.dtype(),
+                             .out = dw.dtype(),
+                             .m = k,
+                             .n = n,
+                             .k = m,
+                             .trans_a = lx.trans,
+                             .trans_b = true,
+                             .lda = lx.ld,
+                             .ldb = n,
+                             .ldd = k,
+                             .a = device_address(x),
+                             .b = device_address(gp),
+                             .d = device_address(dw)},
+                            s);
+  }
+  if (!ok) throw Error("[linear_grad_w] cuBLAS refused the layout of the inputs");
+}
+
+// db (n) = the column sums of g (m, n); with y, g masked as relu_backward does and written to gp.
+void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, const Tensor& db, Device device) {
+  const Tensor g = gpu::contiguous(g_in), y = y_in.defined() ? gpu::contiguous(y_in) : Tensor();
+  const std::int64_t m = g.shape()[0], n = g.shape()[1];
+  const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index());
+  const Tensor parts =
+      empty({split.scratch}, {.dtype = g.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = device});
+  kernels::launch_bias_grad({.t = g.dtype(),
+                             .p = db.dtype(),
+                             .g = device_address(g),
+                             .y = y.defined() ? device_address(y) : 0,
+                             .gp = gp.defined() ? device_address(gp) : 0,
+                             .db = device_address(db),
+                             .parts = device_address(parts)},
+                            m, n, split, stream_of(device));
+}
+
+std::vector<Shape> grad_shapes(const char* op, const OpArgs& a) {
+  const Shape &g = a.inputs[0].shape(), &x = a.inputs[1].shape();
+  if (g.size() != 2 || x.size() != 2 || g[0] != x[0])
+    throw ShapeError(std::string("[") + op + "] needs gradients (m, n) and inputs (m, k); got " + shape_str(g) +
+                     " and " + shape_str(x));
+  return {{g[1], x[1]}, {g[1]}};
+}
+
+// dW = gp^T @ x (n, k) and db = the column sums of gp (n), from gp = dL/d(pre-activation) (m, n)
+// and x (m, k).
+void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
+  weight_grad_cpu(a.inputs[0], a.inputs[1], out[0]);
+  const Tensor gp = convert(a.inputs[0], out[1].dtype());
+  const std::int64_t m = gp.shape()[0], n = gp.shape()[1];
+  cpu::visit(gp.dtype(), [&]<class T>() {
+    const T* pg = cpu::ptr<T>(gp);
+    T* pdb = cpu::ptr<T>(out[1]);
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        s += static_cast<double>(cpu::load(pg[i * gp.strides()[0] + j * gp.strides()[1]]));
+      pdb[j] = cpu::store<T>(static_cast<cpu::compute_t<T>>(s));
+    }
+  });
+}
+
+// The product and the column sums apart: cuBLASLt's bias-gradient epilogue runs bf16 products
+// of fewer than 16 columns at a fifth of that pace (1024x512 -> 10: 44 us against 9 on an H200).
+void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const rt::Stream& s = stream_of(a.device);
+  weight_grad_gpu(a.inputs[0], a.inputs[1], out[0], s);
+  bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device);
+}
+
+void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
+  if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16))
+    return grad_wb_split_gpu(a, out);
+  const Tensor gp = lt_ready(a.inputs[0]), x = lt_ready(a.inputs[1]);
+  const LtOperand lg = lt_operand(gp), lx = lt_operand(x);
+  // Column-major: dW^T (k x n) = x^T (k x m) @ gp (m x n); gp's storage read as (n x m) is gp^T,
+  // and BGRADB sums op(B) = gp over m, the product's k.
+  kernels::LtMatmul g{.dtype = gp.dtype(),
+                      .out = out[0].dtype(),
+                      .m = x.shape()[1],
+                      .n = gp.shape()[1],
+                      .k = x.shape()[0],
+                      .trans_a = lx.trans,
+                      .trans_b = !lg.trans,
+                      .lda = lx.ld,
+                      .ldb = lg.ld,
+                      .ldd = x.shape()[1],
+                      .epilogue = kernels::LtEpilogue::bgrad_b,
+                      .a = device_address(x),
+                      .b = device_address(gp),
+                      .d = device_address(out[0]),
+                      .bias = device_address(out[1])};
+  if (kernels::lt_matmul(g, stream_of(a.device))) return;
+  // No bias-gradient epilogue writing f32 from these inputs: the product and the sum apart.
+  if (out[0].dtype() != gp.dtype()) return grad_wb_split_gpu(a, out);
+  throw DTypeError("[linear_grad_wb] cuBLASLt has no bias-gradient epilogue for " +
+                   std::string(dtype_name(gp.dtype())) + " inputs and " + std::string(dtype_name(out[0].dtype())) +
+                   " gradients");
+}
+
+const OpRef kLinearGradWb = register_op({
+    .name = "linear_grad_wb",
+    .num_inputs = 2,
+    .num_outputs = 2,
+    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .dtype_rule = [](const OpArgs& a) { return f32_grads_from(a, 0); },
+    .shape_rule = [](const OpArgs& a) { return grad_shapes("linear_grad_wb", a); },
+    .cpu = grad_wb_cpu,
+    .gpu = grad_wb_gpu,
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
+});
+
+// dW alone (a ReLU layer's, whose bias gradient relu_backward_bias_grad summed).
+const OpRef kLinearGradW = register_op({
+    .name = "linear_grad_w",
+    .num_inputs = 2,
+    .dtypes = dtype_sets::floating,
+    .dtype_rule = [](const OpArgs& a) { return f32_grads_from(a, 0); },
+    .shape_rule = [](const OpArgs& a) { return std::vector<Shape>{grad_shapes("linear_grad_w", a)[0]}; },
+    .cpu = [](const OpArgs& a, std::span<Tensor> out) { weight_grad_cpu(a.inputs[0], a.inputs[1], out[0]); },
+    .gpu = [](const OpArgs& a,
+              std::span<Tensor> out) { weight_grad_gpu(a.inputs[0], a.inputs[1], out[0], stream_of(a.device)); },
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
+});
+
+// gp = relu_backward(g, y) (g where y > 0, else 0) and db = the column sums of gp, from g and
+// y (m, n): a ReLU layer's masked gradient and its bias gradient. With `f32_grads`, db is f32
+// for 16-bit g.
+void relu_bias_grad_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const std::int64_t m = a.inputs[0].shape()[0], n = a.inputs[0].shape()[1];
+  const std::vector<double> g = a.inputs[0].to_vector<double>(), y = a.inputs[1].to_vector<double>();
+  std::vector<double> gp(g.size()), db(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < g.size(); ++i) gp[i] = y[i] > 0 ? g[i] : 0.0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) db[static_cast<std::size_t>(j)] += gp[static_cast<std::size_t>(i * n + j)];
+  copy_into(from_vector(gp, a.inputs[0].shape()), out[0]);
+  copy_into(from_vector(db, {n}), out[1]);
+}
+
+const OpRef kReluBackwardBiasGrad = register_op({
+    .name = "relu_backward_bias_grad",
+    .num_inputs = 2,
+    .num_outputs = 2,
+    .dtypes = dtype_sets::floating,
+    .dtype_rule = [](const OpArgs& a) { return f32_grads_from(a, 1); },
+    .shape_rule =
+        [](const OpArgs& a) {
+          const Shape &g = a.inputs[0].shape(), &y = a.inputs[1].shape();
+          if (g.size() != 2 || g != y)
+            throw ShapeError(
+                "[relu_backward_bias_grad] needs a gradient and the ReLU's output of one shape (m, n); got " +
+                shape_str(g) + " and " + shape_str(y));
+          return std::vector<Shape>{g, {g[1]}};
+        },
+    .cpu = relu_bias_grad_cpu,
+    .gpu = [](const OpArgs& a,
+              std::span<Tensor> out) { bias_grad_gpu(a.inputs[0], a.inputs[1], out[0], out[1], a.device); },
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{6, 5}, {6, 5}}, {{1, 4}, {1, 4}}, {{300, 40}, {300, 40}}, {{0, 3}, {0, 3}}}},
+});
+
+bool f32_grad_of(const VjpContext& c, int input, const Tensor& g) {
+  return is_16bit(g.dtype()) && c.grad_dtype(input) == DType::f32;
+}
+
+// dW and db together when a GPU epilogue can sum db, written into the parameters' .grad()
+// buffers when the step offers them (grad sinks).
+std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x) {
+  const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
+  if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
+    const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
+    return dispatch(kLinearGradWb, in, f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp)), into);
+  }
+  std::vector<Tensor> r(2);
+  if (need_w) r[0] = matmul(transpose(gp, 0, 1), x);
+  if (need_b) r[1] = sum(gp, {0}, false);
+  return r;
+}
+
+}  // namespace
+
+namespace linear_detail {
+
+std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) {
+  const Tensor x = c.saved_input(0);
+  std::vector<Tensor> r(3);
+  Tensor gp = g;
+  if (relu && c.needs_grad(2) && g.device().is_cuda()) {
+    const Tensor in[] = {g, c.saved_output(0)}, into[] = {Tensor(), c.grad_sink(2)};
+    std::vector<Tensor> masked = dispatch(kReluBackwardBiasGrad, in, f32_grads_attrs(f32_grad_of(c, 2, g)), into);
+    gp = std::move(masked[0]);
+    r[2] = std::move(masked[1]);
+    if (c.needs_grad(0)) r[0] = matmul(gp, c.saved_input(1));
+    if (c.needs_grad(1)) {
+      const Tensor w_in[] = {gp, x}, w_into[] = {c.grad_sink(1)};
+      r[1] = dispatch(kLinearGradW, w_in, f32_grads_attrs(f32_grad_of(c, 1, gp)), w_into)[0];
+    }
+    return r;
+  }
+  if (relu) gp = relu_backward(g, c.saved_output(0));
+  if (c.needs_grad(0)) r[0] = matmul(gp, c.saved_input(1));
+  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x);
+  r[1] = std::move(wb[0]);
+  r[2] = std::move(wb[1]);
+  return r;
+}
+
+}  // namespace linear_detail
+
+LinearGrads linear_grads(const Tensor& gp, const Tensor& x) {
+  const NoGradGuard no_grad;
+  if (gp.dtype() == DType::f64 || x.dtype() == DType::f64) {
+    if (gp.dim() != 2 || x.dim() != 2 || gp.shape()[0] != x.shape()[0])
+      throw ShapeError("[linear_grads] needs gradients (m, n) and inputs (m, k); got " + shape_str(gp.shape()) +
+                       " and " + shape_str(x.shape()));
+    return {matmul(transpose(gp, 0, 1), x), sum(gp, {0}, false)};
+  }
+  const Tensor in[] = {gp, x};
+  std::vector<Tensor> r = dispatch(kLinearGradWb, in);
+  return {std::move(r[0]), std::move(r[1])};
+}
+
+}  // namespace kiln
