@@ -28,8 +28,27 @@ void keep_alive(const Tensor& t) {
   t_capture->kept.try_emplace(s.get(), s);
 }
 
-void store_words(Device device, rt::DevicePtr dst, const Words& words, int count, std::function<Words()> refresh) {
-  const rt::Stream& s = stream_of(device);
+// A store the input copy can take: dst on the capture's device and not in its private pool
+// (whose blocks earlier nodes of the graph may still use), and a free slot.
+bool joins_input_copy(const Tensor& dst) {
+  const CaptureContext& c = *t_capture;
+  const std::shared_ptr<Storage>& s = dst.impl()->storage;
+  return c.input_copy && dst.device() == c.device && s && !s->is_private() &&
+         c.input_copy->store_count < kernels::InputCopies::kMaxStores;
+}
+
+void store_words(const Tensor& dst_tensor, const Words& words, int count, std::function<Words()> refresh) {
+  const rt::DevicePtr dst = device_address(dst_tensor);
+  if (t_capture && joins_input_copy(dst_tensor)) {
+    const std::shared_ptr<kernels::InputCopies> copy = t_capture->input_copy;
+    const int slot = copy->store_count++;
+    copy->stores[slot] = {dst, count, words};
+    t_capture->actions.push_back(
+        [copy, slot, refresh = std::move(refresh)](rt::Graph&) { copy->stores[slot].words = refresh(); });
+    keep_alive(dst_tensor);
+    return;
+  }
+  const rt::Stream& s = stream_of(dst_tensor.device());
   kernels::launch_store_words(dst, words, count, s);
   if (!t_capture) return;
   void* node = rt::last_captured_node(s);
@@ -56,7 +75,7 @@ RngState rng_state(Generator& gen, Device device) {
   const std::shared_ptr<std::uint64_t> blocks = r.blocks;
   Generator* g = &gen;
   // Each replay draws the blocks the captured step drew, from wherever the generator is now.
-  store_words(device, device_address(r.state), Words{r.seed, r.base}, 2, [g, blocks] {
+  store_words(r.state, Words{r.seed, r.base}, 2, [g, blocks] {
     const std::uint64_t seed = g->seed();
     return Words{seed, g->reserve(*blocks)};
   });

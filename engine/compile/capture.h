@@ -31,7 +31,7 @@ using step::Words;
 // The StepCompiler entries of the capture (capture.cpp).
 Device capture_device();
 void keep_alive(const Tensor& t);
-void store_words(Device device, rt::DevicePtr dst, const Words& words, int count, std::function<Words()> refresh);
+void store_words(const Tensor& dst, const Words& words, int count, std::function<Words()> refresh);
 void on_replay(std::function<void()> action);
 RngState rng_state(Generator& gen, Device device);
 

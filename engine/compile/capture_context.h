@@ -29,6 +29,8 @@ struct CaptureContext {
   std::unordered_map<const void*, std::shared_ptr<const void>> kept{};  // storages the graph uses
   std::vector<ReplayAction> actions{};
   std::vector<CapturedRng> rngs{};
+  // The first input copy's arguments, whose word stores store_words fills; null without inputs.
+  std::shared_ptr<kernels::InputCopies> input_copy{};
 };
 
 // RAII for the thread's compiled-call depth.

@@ -1,10 +1,13 @@
 // kiln::compile: per input signature an eager call, then a captured CUDA graph that later
 // calls replay (see kiln/compile.h for the rules a compiled function follows).
+#include <algorithm>
 #include <list>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "capture_context.h"
+#include "core/registry.h"
 #include "fusion.h"
 #include "kiln/amp.h"
 #include "kiln/autograd.h"
@@ -15,7 +18,6 @@
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/memory.h"
-#include "core/registry.h"
 
 namespace kiln {
 
@@ -35,6 +37,7 @@ struct Entry {
   std::shared_ptr<rt::PrivatePool> pool;
   std::vector<Tensor> static_inputs, outputs;
   std::vector<void*> copy_nodes;  // one per InputCopies::kMax inputs
+  std::shared_ptr<kernels::InputCopies> word_stores;  // the first copy's, refreshed by actions
   std::vector<ReplayAction> actions;
   std::vector<std::shared_ptr<const void>> kept;
   std::vector<Tensor> rng_states;
@@ -71,6 +74,16 @@ std::vector<InputCopies> input_copies(const std::vector<Tensor>& statics, const 
     ++c.count;
   }
   return out;
+}
+
+// The input copies' arguments for this call's inputs, the first with the step's word stores.
+void set_copy_args(Entry& e, const std::vector<Tensor>& inputs) {
+  std::vector<InputCopies> copies = input_copies(e.static_inputs, inputs);
+  if (e.word_stores && !copies.empty()) {
+    std::copy(std::begin(e.word_stores->stores), std::end(e.word_stores->stores), std::begin(copies[0].stores));
+    copies[0].store_count = e.word_stores->store_count;
+  }
+  for (std::size_t i = 0; i < copies.size(); ++i) kernels::set_copy_args(e.graph, e.copy_nodes[i], copies[i]);
 }
 
 }  // namespace
@@ -146,6 +159,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
       kernels::launch_copy_inputs(c, stream);
       nodes.push_back(rt::last_captured_node(stream));
     }
+    if (!nodes.empty()) ctx.input_copy = std::make_shared<InputCopies>();
     {
       compile_detail::FusionScope fuse(options.fuse ? e.device : Device::cpu());
       outs = fn(statics);
@@ -162,6 +176,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
     began = false;
     e.graph = rt::Graph::end_capture(stream);
     e.copy_nodes = std::move(nodes);
+    e.word_stores = std::move(ctx.input_copy);
   } catch (...) {
     compile_detail::set_capture(nullptr);
     if (began) rt::abort_capture(stream);
@@ -177,15 +192,15 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   for (auto& [key, storage] : ctx.kept) e.kept.push_back(std::move(storage));
   e.captured = true;
   ++counts.captures;
-  e.graph.launch(stream);  // the capturing call's own step
+  set_copy_args(e, inputs);  // the word stores, with the words of this call
+  e.graph.launch(stream);    // the capturing call's own step
   return e.outputs;
 }
 
 // `inputs` are contiguous (the caller made them so).
 std::vector<Tensor> CompiledFunction::Impl::replay(Entry& e, const std::vector<Tensor>& inputs) {
-  const std::vector<InputCopies> copies = input_copies(e.static_inputs, inputs);
-  for (std::size_t i = 0; i < copies.size(); ++i) kernels::set_copy_args(e.graph, e.copy_nodes[i], copies[i]);
-  for (ReplayAction& a : e.actions) a(e.graph);
+  for (ReplayAction& a : e.actions) a(e.graph);  // refreshes e.word_stores among others
+  set_copy_args(e, inputs);
   e.graph.launch(stream_of(e.device));
   ++counts.replays;
   return e.outputs;

@@ -11,9 +11,8 @@ class CaptureAndFusion final : public step::StepCompiler {
  public:
   Device capture_device() override { return compile_detail::capture_device(); }
   void keep_alive(const Tensor& t) override { compile_detail::keep_alive(t); }
-  void store_words(Device device, rt::DevicePtr dst, const Words& words, int count,
-                   std::function<Words()> refresh) override {
-    compile_detail::store_words(device, dst, words, count, std::move(refresh));
+  void store_words(const Tensor& dst, const Words& words, int count, std::function<Words()> refresh) override {
+    compile_detail::store_words(dst, words, count, std::move(refresh));
   }
   void on_replay(std::function<void()> action) override { compile_detail::on_replay(std::move(action)); }
   RngState rng_state(Generator& gen, Device device) override { return compile_detail::rng_state(gen, device); }

@@ -204,7 +204,7 @@ void Optimizer::write_step_values() {
   for (const Tensor& buf : step_buffers_) {
     if (!buf.defined()) continue;
     const int count = static_cast<int>(std::min<std::size_t>(step_values().size(), 8));
-    step::store_words(buf.device(), device_address(buf), words(), count, words);
+    step::store_words(buf, words(), count, words);
   }
 }
 

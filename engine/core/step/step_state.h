@@ -39,10 +39,11 @@ class StepCompiler {
   virtual Device capture_device() = 0;
   // The graph reads or writes t's memory: keep it alive as long as the graph.
   virtual void keep_alive(const Tensor& t) = 0;
-  // Writes words[0, count) to dst on the device's stream with a kernel. While capturing, the
-  // kernel is a node of the graph and `refresh` gives its words before every later replay.
-  virtual void store_words(Device device, rt::DevicePtr dst, const Words& words, int count,
-                           std::function<Words()> refresh) = 0;
+  // Writes words[0, count) to dst (at least count u64) on its device's stream with a kernel.
+  // While capturing, the store is part of the graph (a node of its own, or the input copy at
+  // its head when dst outlives the capture's pool) and `refresh` gives its words before every
+  // later replay.
+  virtual void store_words(const Tensor& dst, const Words& words, int count, std::function<Words()> refresh) = 0;
   // Host work to redo before every later replay, in the order registered.
   virtual void on_replay(std::function<void()> action) = 0;
   // Replays store the generator's current pair at the returned state and advance it by what
@@ -74,9 +75,8 @@ void require_host(const char* op, const char* what);
 
 inline Device capture_device() { return compiler().capture_device(); }
 inline void keep_alive(const Tensor& t) { compiler().keep_alive(t); }
-inline void store_words(Device device, rt::DevicePtr dst, const Words& words, int count,
-                        std::function<Words()> refresh) {
-  compiler().store_words(device, dst, words, count, std::move(refresh));
+inline void store_words(const Tensor& dst, const Words& words, int count, std::function<Words()> refresh) {
+  compiler().store_words(dst, words, count, std::move(refresh));
 }
 inline void on_replay(std::function<void()> action) { compiler().on_replay(std::move(action)); }
 inline RngState rng_state(Generator& gen, Device device) { return compiler().rng_state(gen, device); }

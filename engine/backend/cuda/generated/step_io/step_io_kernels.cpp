@@ -40,8 +40,12 @@ struct WordsArg {
 };
 struct CopiesArg {
   std::uint64_t dst[8], src[8], bytes[8];
-  int count;
+  int count, stores;
+  std::uint64_t store_dst[4];
+  int store_count[4];
+  WordsArg store_words[4];
 };
+static_assert(InputCopies::kMax == 8 && InputCopies::kMaxStores == 4, "step_io.cu's InputCopies");
 
 WordsArg words_arg(const StepWords& words) {
   WordsArg a{};
@@ -55,6 +59,12 @@ CopiesArg copies_arg(const InputCopies& c) {
   std::copy(c.src, c.src + 8, a.src);
   std::copy(c.bytes, c.bytes + 8, a.bytes);
   a.count = c.count;
+  a.stores = c.store_count;
+  for (int i = 0; i < c.store_count; ++i) {
+    a.store_dst[i] = c.stores[i].dst;
+    a.store_count[i] = c.stores[i].count;
+    a.store_words[i] = words_arg(c.stores[i].words);
+  }
   return a;
 }
 

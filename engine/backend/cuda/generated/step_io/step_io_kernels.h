@@ -1,8 +1,8 @@
 #pragma once
 // The kernels a compiled step launches itself (kernel_templates/step_io.cu): words stored on the
 // device by each replay (step counts, generator offsets), and the call's inputs copied into the
-// graph's static buffers, up to kMax per launch. Their arguments are refreshed in the graph
-// between replays (rt::Graph::set_kernel_args).
+// graph's static buffers, up to kMax per launch, with up to kMaxStores word stores riding along.
+// Their arguments are refreshed in the graph between replays (rt::Graph::set_kernel_args).
 #include <array>
 #include <cstdint>
 
@@ -17,10 +17,19 @@ namespace kiln::kernels {
 
 using StepWords = std::array<std::uint64_t, 8>;
 
+// words[0, count) to be stored at dst.
+struct WordStore {
+  rt::DevicePtr dst = 0;
+  int count = 0;
+  StepWords words{};
+};
+
 struct InputCopies {
-  static constexpr int kMax = 8;
+  static constexpr int kMax = 8, kMaxStores = 4;
   std::uint64_t dst[kMax] = {}, src[kMax] = {}, bytes[kMax] = {};
   int count = 0;
+  WordStore stores[kMaxStores] = {};
+  int store_count = 0;
 };
 
 // Loads both kernels before a capture, which cannot load modules.
