@@ -137,14 +137,9 @@ __device__ void finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int*
     parts[slots + blockIdx.x] = sdx;
   }
   if (!kiln::block::last_to_finish(done)) return;
-  const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
   for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
-    Acc a = 0, b = 0;
-    for (int k = 0; k < splits; ++k) {
-      a += parked[ch * splits + k];
-      b += parked[slots + ch * splits + k];
-    }
-    b *= invstd[ch];
+    const Acc a = kiln::block::sum_parked(parts + ch * splits, 1, splits);
+    const Acc b = kiln::block::sum_parked(parts + slots + ch * splits, 1, splits) * invstd[ch];
     sums[ch] = a;
     sums[C + ch] = b;
     if (dbias) kiln::store(dbias + ch, a);
@@ -160,10 +155,10 @@ __device__ unsigned int kiln_bn_backward_done;
 // [chunk * (b % splits), + chunk), parking their mean and M2 in parts (2, C * splits); the last
 // block merges each channel's parts in order, writes mean and invstd (C) and, when given,
 // updates running_mean/var = (1 - momentum) * running + momentum * batch (unbiased variance).
-extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* parts, Acc* __restrict__ mean,
-                                                 Acc* __restrict__ invstd, P* running_mean, P* running_var,
-                                                 long long C, long long S, long long M, long long chunk, int splits,
-                                                 double momentum, double eps) {
+extern "C" __global__ void __launch_bounds__(kBlock, 6)
+    kiln_batch_norm_stats(const T* __restrict__ x, Acc* parts, Acc* __restrict__ mean, Acc* __restrict__ invstd,
+                          P* running_mean, P* running_var, long long C, long long S, long long M, long long chunk,
+                          int splits, double momentum, double eps) {
   kiln::wait_prior_grids();
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
@@ -190,14 +185,23 @@ extern "C" __global__ void kiln_batch_norm_stats(const T* __restrict__ x, Acc* p
     parts[slots + blockIdx.x] = m.m2;
   }
   if (!kiln::block::last_to_finish(&kiln_bn_stats_done)) return;
-  const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
   const Acc mom = static_cast<Acc>(momentum);
   for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
     welford::Moments t{0, 0, 0};
-    for (int b = 0; b < splits; ++b) {
-      const long long lo = chunk * b, hi = lo + chunk < M ? lo + chunk : M;
-      if (hi <= lo) break;
-      t = welford::merge(t, welford::Moments{hi - lo, parked[ch * splits + b], parked[slots + ch * splits + b]});
+    // The parts from L2, eight splits' loads at a time (see kiln::block::sum_parked).
+    constexpr int kBatch = 8;
+    for (int b0 = 0; b0 < splits; b0 += kBatch) {
+      Acc pm[kBatch], p2[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        pm[j] = b0 + j < splits ? __ldcg(parts + ch * splits + b0 + j) : Acc(0);
+        p2[j] = b0 + j < splits ? __ldcg(parts + slots + ch * splits + b0 + j) : Acc(0);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const long long lo = chunk * (b0 + j), hi = lo + chunk < M ? lo + chunk : M;
+        if (b0 + j < splits && hi > lo) t = welford::merge(t, welford::Moments{hi - lo, pm[j], p2[j]});
+      }
     }
     const Acc mu = kiln::cvt<Acc>(x[ch * S]) + checked_mean(t);
     mean[ch] = mu;
@@ -252,12 +256,11 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
 // Per-channel sums of the backward pass, split across blocks as kiln_batch_norm_stats: with dy'
 // = g, or g where y > 0 when the ReLU was fused, sums (2, C) = (sum dy', sum dy' * xhat), which
 // are also dbias and dweight (written when non-null, in P).
-extern "C" __global__ void kiln_batch_norm_backward_reduce(const T* __restrict__ g, const T* __restrict__ x,
-                                                           const T* __restrict__ y, const Acc* __restrict__ mean,
-                                                           const Acc* __restrict__ invstd, Acc* parts,
-                                                           Acc* __restrict__ sums, P* __restrict__ dweight,
-                                                           P* __restrict__ dbias, long long C, long long S,
-                                                           long long M, long long chunk, int splits, int relu) {
+extern "C" __global__ void __launch_bounds__(kBlock, 4)
+    kiln_batch_norm_backward_reduce(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ y,
+                                    const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts,
+                                    Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias, long long C,
+                                    long long S, long long M, long long chunk, int splits, int relu) {
   kiln::wait_prior_grids();
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
@@ -464,10 +467,12 @@ __device__ __forceinline__ void bn_max_pool_sums(const T* __restrict__ gp, const
 // kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
 // over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
 // b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow.
-extern "C" __global__ void kiln_batch_norm_max_pool_backward_reduce(
-    const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
-    const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts, Acc* __restrict__ sums,
-    P* __restrict__ dweight, P* __restrict__ dbias, PoolTiles t, long long chunk, int splits, int relu) {
+extern "C" __global__ void __launch_bounds__(kBlock, 4)
+    kiln_batch_norm_max_pool_backward_reduce(const T* __restrict__ gp, const T* __restrict__ x,
+                                             const P* __restrict__ weight, const P* __restrict__ bias,
+                                             const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts,
+                                             Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
+                                             PoolTiles t, long long chunk, int splits, int relu) {
   kiln::wait_prior_grids();
   const long long C = t.C, c = blockIdx.x / splits;
   const Affine f{mean[c], invstd[c], weight, bias, c};
@@ -608,11 +613,9 @@ __device__ void finish_column_sums(Acc (&v)[kSums], Acc* parts, unsigned int* do
       parts[(j * splits + split) * K + k] = v[j];
     }
   if (!kiln::block::last_to_finish(done)) return;
-  const volatile Acc* parked = parts;  // written by other blocks: skip this SM's L1
   for (long long col = threadIdx.x; col < K; col += kBlock)
     for (int j = 0; j < kSums; ++j) {
-      Acc a = 0;
-      for (int s = 0; s < splits; ++s) a += parked[(j * splits + s) * K + col];
+      const Acc a = kiln::block::sum_parked(parts + j * splits * K + col, K, splits);
       if (out[j]) kiln::store(out[j] + col, a);
     }
 }
