@@ -50,8 +50,10 @@ struct WgradPlan {
   std::int64_t ipb = 1, groups_of_images = 1, o_tiles = 1, c_tiles = 1, smem = 0;
 };
 
+// Each block: `ipb` images' band of `rows` output rows, their gy staged `gy_stride` elements a
+// channel; `bands` bands an image.
 struct SmallWgradPlan {
-  std::int64_t ipb = 1, blocks = 1, smem = 0;
+  std::int64_t ipb = 1, bands = 1, rows = 1, gy_stride = 1, blocks = 1, smem = 0;
 };
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output

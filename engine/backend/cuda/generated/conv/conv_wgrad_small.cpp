@@ -2,6 +2,7 @@
 // CUDA cores. How many images a block sums; the kernel and the reduce of its f32 workspace of
 // per-block sums.
 #include <algorithm>
+#include <climits>
 
 #include "backend/cuda/launch_common.h"
 #include "conv_kinds.h"
@@ -16,12 +17,13 @@ constexpr std::int64_t kThreads = 256;
 
 }  // namespace
 
-// One kernel row (o, c, r) per thread, so at most a block's worth, rows up to 8 wide; one
-// image per block and SM at most: the fewer blocks, the shorter the final sum. For a first conv
-// over few channels, whose long sum over pixels tensor-core tiles would spread thin. Its f32
-// FMAs are exact f32's arithmetic too, but each thread sums its pixels in one register: exact
-// f32 takes it only where that run is at most 1024 products (a 300-image 64x64 conv's 6144
-// drifted past the tolerance the other f32 paths meet).
+// One kernel row (o, c, r) per thread, so at most a block's worth, rows up to 8 wide. About
+// four blocks an SM: each block sums one image, or a band of an image's rows where the images
+// are fewer (the cnn's conv1 at batch 128: five bands), so its staging and sums overlap another
+// block's; the final sum reads a row per block. Its f32 FMAs are exact f32's arithmetic too, but
+// each thread sums its pixels in one register: exact f32 takes it only where that run is at
+// most 1024 products (a 300-image 64x64 conv's 6144 drifted past the tolerance the other f32
+// paths meet).
 std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath math,
                                                const ConvTarget& target) {
   const std::int64_t q = s.o * s.c * s.kh;
@@ -29,14 +31,23 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
       s.oh * s.ow <= 0 || s.n == 0)
     return std::nullopt;
   SmallWgradPlan p;
-  p.ipb = std::max<std::int64_t>(1, ceil_div(s.n, std::max(1, target.sm_count)));
-  p.blocks = ceil_div(s.n, p.ipb);
+  const std::int64_t want = 4 * static_cast<std::int64_t>(std::max(1, target.sm_count));
+  p.ipb = std::max<std::int64_t>(1, s.n / want);
+  p.bands = std::clamp<std::int64_t>(ceil_div(want, s.n), 1, s.oh);
+  p.rows = ceil_div(s.oh, p.bands);
+  p.bands = ceil_div(s.oh, p.rows);
+  p.blocks = ceil_div(s.n, p.ipb) * p.bands;
   const std::int64_t lanes = q <= kThreads / 2 ? kThreads / q : 1;
-  if (math == ConvMath::f32 && p.ipb * ceil_div(s.oh, lanes) * s.ow > 1024) return std::nullopt;
-  const std::int64_t staged = (s.o * s.oh * s.ow + s.c * (s.h + 2 * s.ph) * (s.w + 2 * s.pw)) *
-                              static_cast<std::int64_t>(dtype_size(t));
+  if (math == ConvMath::f32 && p.ipb * ceil_div(p.rows, lanes) * s.ow > 1024) return std::nullopt;
+  // A row of odd 4-byte words (2-byte types: 2 mod 4 elements): neighbouring channels' rows
+  // start in different banks.
+  const std::size_t size = dtype_size(t);
+  p.gy_stride = p.rows * s.ow;
+  while (size == 2 ? p.gy_stride % 4 != 2 : p.gy_stride % 2 != 1) ++p.gy_stride;
+  const std::int64_t staged = (s.o * p.gy_stride + s.c * (s.h + 2 * s.ph) * (s.w + 2 * s.pw)) *
+                              static_cast<std::int64_t>(size);
   p.smem = std::max(staged, lanes * q * s.kw * static_cast<std::int64_t>(sizeof(float)));
-  if (p.smem > target.max_shared) return std::nullopt;
+  if (p.smem > target.max_shared || p.blocks > INT_MAX) return std::nullopt;
   return p;
 }
 
@@ -46,6 +57,9 @@ std::string wgrad_small_source(const ConvLaunch& l) {
   b.push_back({"PRELUDE", rt::device_prelude(DTypes{l.dtype})});
   b.push_back({"T", std::string(cuda_storage_type(l.dtype))});
   b.push_back({"IPB", num(p.ipb)});
+  b.push_back({"BANDS", num(p.bands)});
+  b.push_back({"BROWS", num(p.rows)});
+  b.push_back({"GYS", num(p.gy_stride)});
   return rt::instantiate("conv_wgrad_small", rt::template_source("conv_wgrad_small"), b);
 }
 
