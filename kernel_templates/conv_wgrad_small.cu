@@ -9,6 +9,7 @@
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
+typedef ${TD} TD;  // dw's type: T, or f32 for 16-bit operands' sums kept in f32
 
 constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW}, OH = ${OH}, OW = ${OW};
 constexpr int SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, IPB = ${IPB};
@@ -121,7 +122,7 @@ kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* 
 // dw[i] = sum over blocks of ws[b][i], a warp per weight: lane l takes blocks l, l + 32, ...
 // in order, then a fixed butterfly adds the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS)
-kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, T* __restrict__ dw) {
+kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw) {
   kiln::wait_prior_grids();
   const int lane = threadIdx.x & 31;
   const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
@@ -129,6 +130,6 @@ kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, T* __restrict__ dw) {
     float v = 0.f;
     for (int b = lane; b < BLOCKS; b += 32) v += ws[static_cast<long long>(b) * TOTAL + i];
     v = kiln::warp::sum(v);
-    if (lane == 0) dw[i] = kiln::cvt<T>(v);
+    if (lane == 0) dw[i] = kiln::cvt<TD>(v);
   }
 }

@@ -200,16 +200,21 @@ TEST_CASE("autocast weights: linear's weight and bias gradients reach .grad() as
 }
 
 TEST_CASE("autocast weights: a conv's weight gradient reaches .grad() as the f32 sums of the bf16 products") {
-  // 16 -> 32 channels: the tile engine sums its splits into f32; 2 -> 3: no kernel of that
-  // size does, so the backward keeps the bf16 gradient and its cast (bf16 values).
-  for (const auto& [c, o] : {std::pair<std::int64_t, std::int64_t>{16, 32}, {2, 3}}) {
-    CAPTURE(c);
+  // 16 -> 32 channels: the tile engine sums its splits into f32; 2 -> 3: the small weight-gradient
+  // kernel does; 4 -> 4 in two groups: no kernel of that kind does, so the backward keeps the bf16
+  // gradient and its cast (bf16 values).
+  struct Case {
+    std::int64_t c, o, groups;
+    bool f32_sums;
+  };
+  for (const Case k : {Case{16, 32, 1, true}, Case{2, 3, 1, true}, Case{4, 4, 2, false}}) {
+    CAPTURE(k.c);
     Generator gen(12);
-    Tensor w = mul(randn({o, c, 3, 3}, {}, &gen), 0.2).to(kGpu);
+    Tensor w = mul(randn({k.o, k.c / k.groups, 3, 3}, {}, &gen), 0.2).to(kGpu);
     w.requires_grad_(true);
-    const Tensor x = randn({8, c, 16, 16}, {}, &gen), r = randn({8, o, 16, 16}, {}, &gen);
+    const Tensor x = randn({8, k.c, 16, 16}, {}, &gen), r = randn({8, k.o, 16, 16}, {}, &gen);
     const Tensor xg = x.to(kGpu), rg = r.to(kGpu);
-    const Conv2dOptions pad{.padding = {1}};
+    const Conv2dOptions pad{.padding = {1}, .groups = k.groups};
     const Tensor gy = cast(cast(r, DType::bf16), DType::f64), xb = cast(cast(x, DType::bf16), DType::f64);
     const Tensor dw = conv2d_grad_weight(xb, gy, w.shape(), pad);
     const Tensor dw_mag = conv2d_grad_weight(abs(xb), abs(gy), w.shape(), pad);
@@ -227,7 +232,7 @@ TEST_CASE("autocast weights: a conv's weight gradient reaches .grad() as the f32
     auto check = [&](const char* how) {
       CAPTURE(how);
       const Tensor g = w.grad();
-      if (c == 16) {
+      if (k.f32_sums) {
         check_f32_sums(g, dw, dw_mag, "weight");
         CHECK(beyond_bf16(g) > g.numel() / 2);
       } else {
@@ -242,7 +247,7 @@ TEST_CASE("autocast weights: a conv's weight gradient reaches .grad() as the f32
       cf({xg, rg});
       check("compiled");
     }
-    // The op asked directly: the f32 sums at either size (the small one widens its operands).
+    // The op asked directly: the f32 sums at every size (without a kernel, it widens its operands).
     const Tensor direct = call_conv_grad_weight_f32(cast(xg, DType::bf16), cast(rg, DType::bf16), w.shape(), pad);
     check_f32_sums(direct, dw, dw_mag, "conv2d_grad_weight with f32_grad");
   }

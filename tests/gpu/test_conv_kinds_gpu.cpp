@@ -5,6 +5,8 @@
 //     and unequal padding, a 7x7 input gradient to three channels; bf16, f16 and f32; and in exact
 //     f32 only, 3, 24 and 10 channels of 7x7, 3x3 and 5x5 (up to 256 products per output). Each
 //     case also checks which precisions the kind plans it for.
+//   - The small weight-gradient kind (few kernel rows, on the CUDA cores): bands, image groups,
+//     strides and every width of gy's loads; bf16 written in bf16 or f32, exact f32.
 //   - Weight gradients on the tile engine in every tile the tuner may time: 16-bit read K-major
 //     through copies (GemmConv::k_major), TF32 and exact f32; rows padded to 16 bytes and not,
 //     5x5 and 3x3 windows.
@@ -134,6 +136,55 @@ TEST_CASE("direct convolutions over few channels match the f64 reference in bf16
         CHECK(kernels::plan(ConvKernel::direct, p, geometry(c), dt, *math, target).has_value() == planned);
         if (planned) CHECK(worst_error(c, pass, dt) <= tol);
       }
+}
+
+// The small weight-gradient kind as planned: bands of an image's rows where images are few
+// (the last band shorter), several images a block where they are many, gy loaded 16, 8, 4 or 2
+// bytes at a time, strided and padded; bf16 sums written in bf16 and in f32, exact f32.
+TEST_CASE("small weight gradients match the f64 reference in bands, in image groups, strided") {
+  struct Case {
+    std::string name;
+    kernels::ConvGeometry g;  // n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups
+  };
+  const std::vector<Case> cases = {
+      {"speedrun conv1 b256", {256, 1, 28, 28, 24, 5, 5, 24, 24, 1, 1, 0, 0, 1, 1, 1}},
+      {"mnist conv1 b128 p2", {128, 1, 28, 28, 32, 5, 5, 28, 28, 1, 1, 2, 2, 1, 1, 1}},
+      {"2 -> 3 3x3 p1 b8", {8, 2, 16, 16, 3, 3, 3, 16, 16, 1, 1, 1, 1, 1, 1, 1}},
+      {"1 -> 2 3x3 b1100", {1100, 1, 8, 8, 2, 3, 3, 6, 6, 1, 1, 0, 0, 1, 1, 1}},
+      {"3 -> 5 3x3 s2 p1 10x11", {3, 3, 10, 11, 5, 3, 3, 5, 6, 2, 2, 1, 1, 1, 1, 1}},
+      {"2 -> 4 3x3 odd width 7x9", {5, 2, 7, 9, 4, 3, 3, 5, 7, 1, 1, 0, 0, 1, 1, 1}},
+  };
+  const rt::DeviceInfo& info = rt::device_info(0);
+  const kernels::ConvTarget target{info.sm_count, info.max_shared_optin};
+  const rt::Stream& s = rt::default_stream(0);
+  struct Precision {
+    DType dt;
+    bool f32_out;
+    double tol;
+  };
+  // bf16 results round to 8 bits; f32 ones are f32 sums of exactly rounded products.
+  for (const Precision pr : {Precision{DType::bf16, false, 8e-3}, Precision{DType::bf16, true, 1e-5},
+                             Precision{DType::f32, false, 1e-5}})
+    for (const Case& c : cases) {
+      const kernels::ConvGeometry& g = c.g;
+      const std::string what = c.name + " " + std::string(dtype_name(pr.dt)) + (pr.f32_out ? " -> f32" : "");
+      CAPTURE(what);
+      const auto math = kernels::conv_math(pr.dt, pr.dt, pr.dt, false);
+      REQUIRE(math);
+      auto l = kernels::plan(ConvKernel::wgrad_small, ConvPass::grad_weight, g, pr.dt, *math, target);
+      REQUIRE(l);
+      std::get<kernels::SmallWgradPlan>(l->plan).f32_out = pr.f32_out;
+      const Shape xs{g.n, g.c, g.h, g.w}, ys{g.n, g.o, g.oh, g.ow}, ws{g.o, g.c, g.kh, g.kw};
+      Generator gen(23);
+      const Tensor x = randn(xs, {.dtype = DType::f64}, &gen).to(pr.dt), gy = randn(ys, {.dtype = DType::f64}, &gen).to(pr.dt);
+      const Tensor x64 = x.to(DType::f64), gy64 = gy.to(DType::f64);
+      const Conv2dOptions o{.stride = {g.sh, g.sw}, .padding = {g.ph, g.pw}};
+      const DType out = pr.f32_out ? DType::f32 : pr.dt;
+      const rt::DeviceBuffer dx = upload(x, s), dgy = upload(gy, s), ddw = upload(zeros(ws, {.dtype = out}), s);
+      kernels::launch(*l, {dx.ptr(), dgy.ptr(), ddw.ptr(), pr.dt, &s, pr.f32_out});
+      CHECK(worst_of(download(ddw, shape_numel(ws), out, s), conv2d_grad_weight(x64, gy64, ws, o).to_vector<double>(),
+                     conv2d_grad_weight(abs(x64), abs(gy64), ws, o).to_vector<double>()) <= pr.tol);
+    }
 }
 
 // Every tile the tuner may time for weight-gradient mode: 16-bit read K-major, TF32 and exact f32

@@ -29,7 +29,7 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
   std::visit(Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
                         [&](const PatchPlan& p) { key.add(p.rows, p.bn); },
                         [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
-                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands); },
+                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.f32_out); },
                         [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads); }},
              l.plan);
   l.g.add_to(key);

@@ -51,9 +51,10 @@ struct WgradPlan {
 };
 
 // Each block: `ipb` images' band of `rows` output rows, their gy staged `gy_stride` elements a
-// channel; `bands` bands an image.
+// channel; `bands` bands an image. `f32_out`: 16-bit operands' sums written in f32.
 struct SmallWgradPlan {
   std::int64_t ipb = 1, bands = 1, rows = 1, gy_stride = 1, blocks = 1, smem = 0;
+  bool f32_out = false;
 };
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output

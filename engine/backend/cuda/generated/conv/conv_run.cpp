@@ -58,7 +58,7 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //   - a weight gradient of stride 1 is weight-gradient mode: dw (o x c*r*s) = gy @ the
 //     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`,
 //     exact f32 through hi and lo copies with `paired`, gy split in the kernel with `split_gy`),
-//     a 16-bit one summed into f32 with `f32_out`.
+//     a 16-bit one summed into f32 with `f32_out` (so can the small weight-gradient kernel).
 struct WgradVariant {
   bool k_major = false, paired = false, split_gy = false, f32_out = false;
 };
@@ -153,8 +153,14 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
       if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, {.k_major = true, .f32_out = f32_out}))
         add_engine(*k, {.k_major = true, .f32_out = f32_out});
   }
-  // Only the engine's weight-gradient mode writes f32 from 16-bit operands.
-  if (f32_out) return engine;
+  // The engine's weight-gradient mode and the small kernel write f32 from 16-bit operands.
+  if (f32_out) {
+    if (auto small = plan(ConvKernel::wgrad_small, pass, g, dtype, math, target)) {
+      std::get<SmallWgradPlan>(small->plan).f32_out = true;
+      engine.push_back({kernel_name(ConvKernel::wgrad_small), *small});
+    }
+    return engine;
+  }
   // Before sm_90 (the mma.sync kind's 1x1 batches) the older kinds stay the untuned pick.
   const bool engine_first = arch >= 90;
   if (engine_first) c = std::move(engine);

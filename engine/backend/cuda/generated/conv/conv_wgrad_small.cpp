@@ -56,6 +56,7 @@ std::string wgrad_small_source(const ConvLaunch& l) {
   rt::Bindings b = size_bindings(l.g, {"G"});
   b.push_back({"PRELUDE", rt::device_prelude(DTypes{l.dtype})});
   b.push_back({"T", std::string(cuda_storage_type(l.dtype))});
+  b.push_back({"TD", p.f32_out ? std::string("float") : std::string(cuda_storage_type(l.dtype))});
   b.push_back({"IPB", num(p.ipb)});
   b.push_back({"BANDS", num(p.bands)});
   b.push_back({"BROWS", num(p.rows)});
