@@ -114,6 +114,63 @@ __device__ __forceinline__ void for_channel_range(long long c, long long C, long
   }
 }
 
+// Sums of x - shift (sum, squares, count) over values [first, last) of channel c of x (N, C, S)
+// contiguous, V values a load: S % V == 0 and x 16-byte aligned (the launcher checks), so a
+// V-aligned group never leaves one image's row. The unaligned head and tail, fewer than V values
+// each, go a value a thread. Offsets in 32 bits (`narrow`) when x's size allows.
+template <int V, bool kNarrow>
+__device__ __forceinline__ void sum_channel_vec(const T* __restrict__ x, long long c, long long C, long long S,
+                                                long long first, long long last, Acc shift, Acc& sum, Acc& sq,
+                                                long long& count) {
+  struct alignas(V * sizeof(T)) Group {
+    T v[V];
+  };
+  auto at = [&](long long i) -> long long {
+    if (kNarrow) {
+      const unsigned n = static_cast<unsigned>(i) / static_cast<unsigned>(S);
+      return static_cast<long long>(n * static_cast<unsigned>(C * S) + static_cast<unsigned>(c * S) +
+                                    (static_cast<unsigned>(i) - n * static_cast<unsigned>(S)));
+    }
+    const long long n = i / S;
+    return n * C * S + c * S + (i - n * S);
+  };
+  auto add = [&](Acc v) {
+    v -= shift;
+    sum += v;
+    sq += v * v;
+  };
+  long long a = (first + V - 1) / V * V, b = last / V * V;
+  if (a > last) a = last;
+  if (b < a) b = a;
+  if (threadIdx.x < a - first) {
+    add(kiln::cvt<Acc>(x[at(first + threadIdx.x)]));
+    ++count;
+  }
+  if (threadIdx.x < last - b) {
+    add(kiln::cvt<Acc>(x[at(b + threadIdx.x)]));
+    ++count;
+  }
+  const long long groups = (b - a) / V;
+  constexpr int kBatch = 4;  // groups a thread loads before adding any
+  long long g = threadIdx.x;
+  for (; g + (kBatch - 1) * kBlock < groups; g += kBatch * kBlock) {
+    Group r[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) r[j] = *reinterpret_cast<const Group*>(x + at(a + (g + j * kBlock) * V));
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+      for (int e = 0; e < V; ++e) add(kiln::cvt<Acc>(r[j].v[e]));
+    count += kBatch * V;
+  }
+  for (; g < groups; g += kBlock) {
+    const Group r = *reinterpret_cast<const Group*>(x + at(a + g * V));
+#pragma unroll
+    for (int e = 0; e < V; ++e) add(kiln::cvt<Acc>(r.v[e]));
+    count += V;
+  }
+}
+
 // The channel of element i of x (N, C, S).
 __device__ __forceinline__ long long channel_of(long long i, long long C, long long S, long long total) {
   if (total < 0x80000000LL) return (static_cast<unsigned>(i) / static_cast<unsigned>(S)) % static_cast<unsigned>(C);
@@ -155,10 +212,10 @@ __device__ unsigned int kiln_bn_backward_done;
 // [chunk * (b % splits), + chunk), parking their mean and M2 in parts (2, C * splits); the last
 // block merges each channel's parts in order, writes mean and invstd (C) and, when given,
 // updates running_mean/var = (1 - momentum) * running + momentum * batch (unbiased variance).
-extern "C" __global__ void __launch_bounds__(kBlock, 6)
+extern "C" __global__ void __launch_bounds__(kBlock, sizeof(T) == 8 ? 3 : 5)
     kiln_batch_norm_stats(const T* __restrict__ x, Acc* parts, Acc* __restrict__ mean, Acc* __restrict__ invstd,
                           P* running_mean, P* running_var, long long C, long long S, long long M, long long chunk,
-                          int splits, double momentum, double eps) {
+                          int splits, double momentum, double eps, int vec) {
   kiln::wait_prior_grids();
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
@@ -167,12 +224,22 @@ extern "C" __global__ void __launch_bounds__(kBlock, 6)
   // chains), turned into moments once; the shift keeps sum - sum^2/n far from cancelling.
   Acc sum = 0, sq = 0;
   long long count = 0;
-  for_channel_range(c, C, S, first, last, [&](long long o) {
-    const Acc v = kiln::cvt<Acc>(x[o]) - shift;
-    sum += v;
-    sq += v * v;
-    ++count;
-  });
+  constexpr int kVec = 16 / sizeof(T), kHalfVec = 8 / sizeof(T);
+  const bool narrow = C * M < 0x80000000LL;
+  if (vec == kVec && narrow) {
+    sum_channel_vec<kVec, true>(x, c, C, S, first, last, shift, sum, sq, count);
+  } else if (vec == kVec) {
+    sum_channel_vec<kVec, false>(x, c, C, S, first, last, shift, sum, sq, count);
+  } else if (kHalfVec > 1 && vec == kHalfVec && narrow) {
+    sum_channel_vec<(kHalfVec > 1 ? kHalfVec : 2), true>(x, c, C, S, first, last, shift, sum, sq, count);
+  } else {
+    for_channel_range(c, C, S, first, last, [&](long long o) {
+      const Acc v = kiln::cvt<Acc>(x[o]) - shift;
+      sum += v;
+      sq += v * v;
+      ++count;
+    });
+  }
   welford::Moments m{0, 0, 0};
   if (count > 0) {
     const Acc mean = sum / static_cast<Acc>(count), m2 = sq - sum * mean;

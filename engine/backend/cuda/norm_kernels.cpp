@@ -98,8 +98,14 @@ void launch_batch_norm_stats(const BatchNormForward& a, const BatchNormShape& sh
   const long long C = shape.channels, S = shape.spatial, M = shape.per_channel, chunk = split.chunk;
   const int splits = split.splits;
   if (C == 0) return;
+  // Values a load: 16 bytes, else 8, where every image's row of a channel starts aligned.
+  std::int32_t vec = 1;
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(a.t));
+  for (std::int64_t bytes : {16, 8})
+    if (vec == 1 && bytes / size > 1 && S % (bytes / size) == 0 && a.x % 16 == 0)
+      vec = static_cast<std::int32_t>(bytes / size);
   rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd, a.running_mean,
-             a.running_var, C, S, M, chunk, splits, a.momentum, a.eps);
+             a.running_var, C, S, M, chunk, splits, a.momentum, a.eps, vec);
 }
 
 void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
