@@ -135,12 +135,20 @@ template <class C> __device__ __forceinline__ C softplus(C x) { return x > C(20)
 // that one has finished and its writes are visible. A template states with
 // KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS, after its prelude, that every kernel in it calls this
 // first: the runtime launches only such modules' kernels early. No kernel triggers its
-// dependents before it exits (griddepcontrol.launch_dependents): on the H200, triggering at the
-// start made the bf16 cnn step 11% slower (probably its next kernels' blocks placed while this
-// one still held SMs) while saving 3% on the mlp. ----
+// dependents at its start (griddepcontrol.launch_dependents): on the H200 that made the bf16
+// cnn step 11% slower (probably its next kernels' blocks placed while this one still held SMs)
+// while saving 3% on the mlp; split reductions trigger as their blocks' work ends. ----
 __device__ __forceinline__ void wait_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel launch once every block of this one has called it or exited; it still
+// waits for this one's end in wait_prior_grids. Split reductions call it as a block's own work
+// ends (last_to_finish), so the next kernel's launch overlaps the last block's merge.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 #define KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS extern "C" __device__ const int kiln_kernels_wait_for_prior_grids = 1;
@@ -331,6 +339,7 @@ template <int kBlock, class T> __device__ T sum(T v) { return combine_warps<kBlo
 // visible to it. `done` is reset, so the next launch (or graph replay) starts from 0.
 __device__ bool last_to_finish(unsigned int* done) {
   __shared__ bool last;
+  launch_dependents();
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
