@@ -520,7 +520,7 @@ __device__ __forceinline__ void bn_max_pool_sums(const T* __restrict__ gp, const
   const Tiles<I, KH, KW> g(t);
   const I per_plane = g.oh * g.ow, M = (g.planes / g.C) * per_plane;
   const I first = I(chunk) * I(blockIdx.x % splits), last = first + I(chunk) < M ? first + I(chunk) : M;
-#pragma unroll 2
+#pragma unroll 4
   for (I j = first + I(threadIdx.x); j < last; j += I(kBlock)) {
     const I n = j / per_plane, w = j - n * per_plane, oy = w / g.ow, ox = w - oy * g.ow;
     const long long plane = static_cast<long long>(n) * g.C + f.c;

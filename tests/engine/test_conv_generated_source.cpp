@@ -130,15 +130,15 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
                    make(2, 3, 10, 11, 5, 3, 2, 1, 2, 1)});
   CHECK(check_compiles("check_conv_wgrad_small", sources, "kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce") ==
         9);
-  // Its f32 FMAs serve exact f32 too (TF32 off), where a thread sums at most 1024 products: 300
-  // images take two bands an image, 16 rows of 64 pixels a thread; 600 take whole images, 32 rows.
+  // Its f32 FMAs serve exact f32 too (TF32 off), where a thread sums at most 1024 products: 100
+  // images take three bands an image, 11 rows of 64 pixels a thread; 300 take whole images, 32 rows.
   CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::f32,
                   false));
   CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), DType::f32,
                   false));
-  CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1), DType::f32,
+  CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(100, 8, 64, 64, 4, 3, 1, 1, 1, 1), DType::f32,
                   false));
-  CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(600, 8, 64, 64, 4, 3, 1, 1, 1, 1),
+  CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1),
                         DType::f32, false));
   CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1), DType::f32));
   // Over 256 kernel rows, or grouped: the tensor-core kernels take them.
