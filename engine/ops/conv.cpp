@@ -307,6 +307,9 @@ const OpRef kConv2d = register_op({
         },
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
       std::vector<Tensor> r(2);
+      // Both passes read gy and write elsewhere: the input gradient's NHWC copy of gy serves the
+      // weight gradient too.
+      const kernels::ConvStagingReuse reuse;
       if (c.needs_grad(0))
         r[0] = call(kGradInput, {g[0], c.saved_input(1)}, with_shape(c.attrs(), "input_shape", c.input(0).shape));
       if (c.needs_grad(1)) {

@@ -17,4 +17,16 @@ bool generated_conv_sums_f32(const ConvGeometry& g, DType dtype, int device);
 // False when KILN_CONV_IGEMM=0 asks for im2col + cuBLAS everywhere.
 bool generated_convs_enabled();
 
+// While one lives on this thread, the tile engine's NHWC copies of an operand are kept and used
+// again by later launches on the same stream: a conv's input and weight gradients both copy gy.
+// Whoever makes one promises that no operand is written while it lives; the copies are freed
+// when the last one ends.
+class ConvStagingReuse {
+ public:
+  ConvStagingReuse();
+  ~ConvStagingReuse();
+  ConvStagingReuse(const ConvStagingReuse&) = delete;
+  ConvStagingReuse& operator=(const ConvStagingReuse&) = delete;
+};
+
 }  // namespace kiln::kernels

@@ -2,7 +2,10 @@
 // layouts and plan, and each launch's staging kernels and tensor maps (gemm_internal.h).
 #include <algorithm>
 #include <array>
+#include <memory>
+#include <vector>
 
+#include "backend/cuda/generated/conv/conv_run.h"
 #include "backend/cuda/launch_common.h"
 #include "gemm_internal.h"
 #include "kiln/error.h"
@@ -47,16 +50,39 @@ void launch_nhwc(const GemmLaunch& l, rt::DevicePtr x, rt::DevicePtr dst, std::i
   rt::launch_raw(fn, cfg, stream, args);
 }
 
+// An NHWC copy kept for reuse while a ConvStagingReuse lives on this thread: its source, shape,
+// staged dtype and slices, and stream.
+struct KeptCopy {
+  rt::DevicePtr src;
+  std::int64_t c, pixels, batch;
+  DType t;
+  int slices;
+  const void* stream;
+  std::shared_ptr<const rt::DeviceBuffer> copy;
+};
+thread_local int t_reuse_scopes = 0;
+thread_local std::vector<KeptCopy> t_kept;
+
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
-// [z][h][w][c] (convolution mode's f32 math: c as its slices).
-rt::DeviceBuffer stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c, std::int64_t pixels,
-                            std::int64_t stride, const rt::Stream& stream, rt::DevicePtr odd = 0) {
+// [z][h][w][c] (convolution mode's f32 math: c as its slices). Under a ConvStagingReuse, a copy
+// made earlier of the same operand is used again (not for paired slices, which also set `odd`).
+std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c,
+                                                   std::int64_t pixels, std::int64_t stride, const rt::Stream& stream,
+                                                   rt::DevicePtr odd = 0) {
   const std::int64_t image = l.g.batch > 1 ? stride : c * pixels;
-  rt::DeviceBuffer out(
-      static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
-  launch_nhwc(l, x, out.ptr(), c, pixels, l.g.batch, stream, odd);
+  const KeptCopy key{x, c, pixels, l.g.batch, input_dtype(l.g.math), slices(l.g), stream.handle(), nullptr};
+  const bool reuse = t_reuse_scopes > 0 && odd == 0;
+  if (reuse)
+    for (const KeptCopy& k : t_kept)
+      if (k.src == key.src && k.c == key.c && k.pixels == key.pixels && k.batch == key.batch && k.t == key.t &&
+          k.slices == key.slices && k.stream == key.stream)
+        return k.copy;
+  auto out = std::make_shared<rt::DeviceBuffer>(
+      static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
+  launch_nhwc(l, x, out->ptr(), c, pixels, l.g.batch, stream, odd);
+  if (reuse) t_kept.push_back(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out});
   return out;
 }
 
@@ -93,6 +119,11 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 }
 
 }  // namespace
+
+ConvStagingReuse::ConvStagingReuse() { ++t_reuse_scopes; }
+ConvStagingReuse::~ConvStagingReuse() {
+  if (--t_reuse_scopes == 0) t_kept.clear();  // stream-ordered frees, after the launches queued
+}
 
 int slices(const GemmGeometry& g) {
   return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? (g.conv->paired ? 2 : 3) : 1;
@@ -292,14 +323,15 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
     rt::DevicePtr gy = ops.a, x = ops.b;
     std::int64_t gy_image = l.g.batch_a, x_image = l.g.batch_b;  // as stored, or dense copies
     if (wgrad.stage_gy) {
-      s.grads = shift_rows(l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream,
-                           s.odd.ptr());
-      gy = s.grads.ptr(), gy_image = l.g.m * gy_plane;
+      s.grads = std::make_shared<const rt::DeviceBuffer>(shift_rows(
+          l, ops.a, l.g.m, l.g.batch_a, {c->oh(), c->ow(), c->oh(), wgrad.row, 1, 0, 0}, *ops.stream, s.odd.ptr()));
+      gy = s.grads->ptr(), gy_image = l.g.m * gy_plane;
     }
     if (wgrad.stage_images) {
-      s.images = shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
-                            *ops.stream, s.odd.ptr());
-      x = s.images.ptr(), x_image = c->c * plane;
+      s.images = std::make_shared<const rt::DeviceBuffer>(
+          shift_rows(l, ops.b, c->c, l.g.batch_b, {c->h, c->w, wgrad.rows, wgrad.row, c->s, c->pad_h, c->pad_w},
+                     *ops.stream, s.odd.ptr()));
+      x = s.images->ptr(), x_image = c->c * plane;
     }
     // Transposed tiles take gy as B (BN rows) and the taps as A (BM columns of dW).
     const int gy_rows = l.transposed ? l.bn : l.bm, tap_cols = l.transposed ? l.bm : l.bn;
@@ -314,9 +346,9 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
     s.grads = stage_nhwc(l, ops.a, l.g.m, pixels, l.g.batch_a, *ops.stream);
     s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream);
     const std::array box{64, l.box.w, l.box.h, 1};
-    s.map_a = rt::tiled_tensor_map_nd(s.grads.ptr(), t, std::array{l.g.m, c->ow(), c->oh(), l.g.batch},
+    s.map_a = rt::tiled_tensor_map_nd(s.grads->ptr(), t, std::array{l.g.m, c->ow(), c->oh(), l.g.batch},
                                       std::array{l.g.m, c->ow() * l.g.m, pixels * l.g.m}, box);
-    s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
+    s.map_b = rt::tiled_tensor_map_nd(s.images->ptr(), t, std::array{c->c, c->w, c->h, l.g.batch},
                                       std::array{c->c, c->w * c->c, c->h * c->w * c->c}, box);
   } else {
     if (c->paired) {  // cleared before the staging kernels set it
@@ -329,7 +361,7 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
     const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
     s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
                                       std::array{box_k, 1, l.transposed ? l.bn : l.bm});
-    s.map_b = rt::tiled_tensor_map_nd(s.images.ptr(), t, std::array{ch, c->w, c->h, l.g.batch},
+    s.map_b = rt::tiled_tensor_map_nd(s.images->ptr(), t, std::array{ch, c->w, c->h, l.g.batch},
                                       std::array{ch, c->w * ch, c->h * c->w * ch}, std::array{box_k, box.w, box.h, 1});
   }
   return s;

@@ -3,6 +3,7 @@
 // and the convolution modes' host side (gemm_conv.cpp): whether a geometry fits, the weight
 // gradient's plan, and each launch's staged operands and tensor maps.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,7 +48,8 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
 // until its kernels are queued) and the tensor maps over them.
 struct ConvStaging {
   rt::TensorMap map_a{}, map_b{};
-  rt::DeviceBuffer weights, images, grads;
+  rt::DeviceBuffer weights;
+  std::shared_ptr<const rt::DeviceBuffer> images, grads;  // shared with later launches (ConvStagingReuse)
   rt::DeviceBuffer odd;  // paired slices: one word, nonzero where either operand holds inf or NaN
 };
 ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops);
