@@ -3,9 +3,9 @@
 // would sit mostly idle. f32 FMAs on CUDA cores over gy and the zero-padded input staged per
 // image in shared memory. Thread (o, c, r) keeps the KW sums of its kernel row; with stride and
 // dilation 1 the KW inputs it needs slide along the row in registers. Block b sums a band of
-// output rows (b % BANDS) of images [g * IPB, (g + 1) * IPB), g = b / BANDS, into row b of an
-// f32 workspace; a second kernel adds the rows in block order, so runs and graph replays are
-// bit-identical. Groups = 1.
+// output rows (b % BANDS) of images [g * IPB, (g + 1) * IPB), g = b / BANDS, into column b of
+// an f32 workspace [weight][block]; a second kernel adds each weight's row in block order, so
+// runs and graph replays are bit-identical. Groups = 1.
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
@@ -115,12 +115,12 @@ kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* 
   for (int i = tid; i < TOTAL; i += THREADS) {
     float v = 0.f;
     for (int l = 0; l < LANES; ++l) v += lanes_out[l * TOTAL + i];
-    ws[static_cast<long long>(blockIdx.x) * TOTAL + i] = v;
+    ws[static_cast<long long>(i) * BLOCKS + blockIdx.x] = v;
   }
 }
 
-// dw[i] = sum over blocks of ws[b][i], a warp per weight: lane l takes blocks l, l + 32, ...
-// in order, then a fixed butterfly adds the lanes.
+// dw[i] = sum over blocks of ws[i][b], a warp per weight reading its row whole: lane l takes
+// blocks l, l + 32, ... in order, then a fixed butterfly adds the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS)
 kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw) {
   kiln::wait_prior_grids();
@@ -128,7 +128,7 @@ kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw) 
   const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
   for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) / 32; i < TOTAL; i += warps) {
     float v = 0.f;
-    for (int b = lane; b < BLOCKS; b += 32) v += ws[static_cast<long long>(b) * TOTAL + i];
+    for (int b = lane; b < BLOCKS; b += 32) v += ws[i * BLOCKS + b];
     v = kiln::warp::sum(v);
     if (lane == 0) dw[i] = kiln::cvt<TD>(v);
   }
