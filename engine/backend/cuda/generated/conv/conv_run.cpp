@@ -19,6 +19,7 @@
 #include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "backend/cuda/tuner.h"
 #include "conv_plan.h"
+#include "kiln/error.h"
 #include "kiln/runtime/templates.h"
 
 namespace kiln::kernels {
