@@ -438,17 +438,23 @@ struct WindowMax {
   I at;
   bool found;
 };
-template <class I, int KH, int KW>
-__device__ __forceinline__ WindowMax<I> window_max(const T* __restrict__ plane, const Tiles<I, KH, KW>& g, I oy, I ox,
-                                                   const Affine& f, int relu) {
+// Offers a window's values in row-major order, keeping what max_pool2d takes.
+template <class I>
+struct MaxScan {
   WindowMax<I> best{Acc(0), Acc(0), I(0), false};
   bool nan_seen = false;
-  auto offer = [&](I at, Acc xv) {
+  __device__ __forceinline__ void offer(I at, Acc xv, const Affine& f, int relu) {
     const Acc v = bn_stored(xv, f, relu);
     if (nan_seen || !(!best.found || v > best.value || v != v)) return;
     best = {v, xv, at, true};
     nan_seen = v != v;
-  };
+  }
+};
+
+template <class I, int KH, int KW>
+__device__ __forceinline__ WindowMax<I> window_max(const T* __restrict__ plane, const Tiles<I, KH, KW>& g, I oy, I ox,
+                                                   const Affine& f, int relu) {
+  MaxScan<I> scan;
   const I top = oy * g.kh * g.W + ox * g.kw;
   if constexpr (KH > 0) {
     Acc xs[KH * KW];  // loaded together, then compared in order
@@ -459,12 +465,50 @@ __device__ __forceinline__ WindowMax<I> window_max(const T* __restrict__ plane, 
 #pragma unroll
     for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-      for (int kx = 0; kx < KW; ++kx) offer(top + I(ky) * g.W + I(kx), xs[ky * KW + kx]);
+      for (int kx = 0; kx < KW; ++kx) scan.offer(top + I(ky) * g.W + I(kx), xs[ky * KW + kx], f, relu);
   } else {
     for (I ky = 0; ky < g.kh; ++ky)
-      for (I kx = 0; kx < g.kw; ++kx) offer(top + ky * g.W + kx, kiln::cvt<Acc>(plane[top + ky * g.W + kx]));
+      for (I kx = 0; kx < g.kw; ++kx)
+        scan.offer(top + ky * g.W + kx, kiln::cvt<Acc>(plane[top + ky * g.W + kx]), f, relu);
   }
-  return best;
+  return scan.best;
+}
+
+// ---- 2 x 2 windows in groups of G along a row (W % 2G == 0, offsets in 32 bits, every pointer
+// aligned to a group's loads: the launcher checks). A thread loads a group's two rows of x with
+// one vector load each and its G pooled values with one, and stores likewise; each window as
+// window_max takes it, with `at` its value's place in row-major order (0-3). ----
+template <int G>
+struct QuadGroup {
+  unsigned c;
+  long long x, pooled;  // offsets of the group's first value in x (N, C, H, W) and (N, C, oh, ow)
+};
+template <int G>
+__device__ __forceinline__ QuadGroup<G> quad_group(unsigned i, const PoolTiles& t) {
+  const unsigned W = unsigned(t.W), ow = unsigned(t.ow), per_row = ow / G, per_plane = unsigned(t.oh) * per_row;
+  const unsigned plane = i / per_plane, r = i - plane * per_plane, oy = r / per_row, gx = r - oy * per_row;
+  return {plane % unsigned(t.C), static_cast<long long>((plane * unsigned(t.H) + 2 * oy) * W + 2 * G * gx),
+          static_cast<long long>((plane * unsigned(t.oh) + oy) * ow + G * gx)};
+}
+__device__ __forceinline__ unsigned quad_groups(const PoolTiles& t, int G) {
+  return unsigned(t.planes) * unsigned(t.oh) * (unsigned(t.ow) / unsigned(G));
+}
+template <int N>
+__device__ __forceinline__ void quad_values(const kiln::Vec<T, N>& r0, const kiln::Vec<T, N>& r1, int j, Acc (&xs)[4]) {
+  xs[0] = kiln::cvt<Acc>(r0.v[2 * j]);
+  xs[1] = kiln::cvt<Acc>(r0.v[2 * j + 1]);
+  xs[2] = kiln::cvt<Acc>(r1.v[2 * j]);
+  xs[3] = kiln::cvt<Acc>(r1.v[2 * j + 1]);
+}
+__device__ __forceinline__ WindowMax<unsigned> quad_max(const Acc (&xs)[4], const Affine& f, int relu) {
+  MaxScan<unsigned> scan;
+#pragma unroll
+  for (unsigned k = 0; k < 4; ++k) scan.offer(k, xs[k], f, relu);
+  return scan.best;
+}
+template <class V>
+__device__ __forceinline__ V load_vec(const T* p) {
+  return *reinterpret_cast<const V*>(p);
 }
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool
@@ -484,21 +528,54 @@ __device__ __forceinline__ void bn_max_pool(const T* __restrict__ x, const P* __
   }
 }
 
-// y (N, C, oh, ow), a thread per window: the max over each window of the batch norm's (and
-// ReLU's) output. Training reads mean/invstd (C); eval computes them from running_mean/var and
-// also writes them for the backward.
+template <int G>
+__device__ __forceinline__ void bn_max_pool_quads(const T* __restrict__ x, const P* __restrict__ weight,
+                                                  const P* __restrict__ bias, const P* __restrict__ running_mean,
+                                                  const P* __restrict__ running_var, const Acc* mean, const Acc* invstd,
+                                                  T* __restrict__ y, const PoolTiles& t, int eval, int relu,
+                                                  double eps) {
+  using Row = kiln::Vec<T, 2 * G>;
+  using Pooled = kiln::Vec<T, G>;
+  const unsigned groups = quad_groups(t, G);
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
+    const QuadGroup<G> q = quad_group<G>(i, t);
+    const Affine f{eval ? kiln::cvt<Acc>(running_mean[q.c]) : mean[q.c],
+                   eval ? inv_std(kiln::cvt<Acc>(running_var[q.c]), eps) : invstd[q.c], weight, bias,
+                   static_cast<long long>(q.c)};
+    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
+    Pooled out;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      Acc xs[4];
+      quad_values(r0, r1, j, xs);
+      out.v[j] = kiln::cvt<T>(quad_max(xs, f, relu).value);
+    }
+    *reinterpret_cast<Pooled*>(y + q.pooled) = out;
+  }
+}
+
+// y (N, C, oh, ow), a thread per window, or per group of `group` windows along a row (4 or 2;
+// 1: none): the max over each window of the batch norm's (and ReLU's) output. Training reads
+// mean/invstd (C); eval computes them from running_mean/var and also writes them for the backward.
 extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
                                                     const P* __restrict__ bias, const P* __restrict__ running_mean,
                                                     const P* __restrict__ running_var, Acc* mean, Acc* invstd,
-                                                    T* __restrict__ y, PoolTiles t, int eval, int relu, double eps) {
+                                                    T* __restrict__ y, PoolTiles t, int eval, int relu, double eps,
+                                                    int group) {
   kiln::wait_prior_grids();
   if (eval) KILN_GRID_LOOP(c, t.C) {
       mean[c] = kiln::cvt<Acc>(running_mean[c]);
       invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
     }
+  if (group == 4) {
+    bn_max_pool_quads<4>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps);
+  } else if (group == 2) {
+    bn_max_pool_quads<2>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps);
+  } else {
 #define KILN_BN_MAX_POOL(I, KH, KW) \
   bn_max_pool<I, KH, KW>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps)
-  KILN_WITH_TILES(t, KILN_BN_MAX_POOL);
+    KILN_WITH_TILES(t, KILN_BN_MAX_POOL);
+  }
 }
 #endif
 
@@ -581,17 +658,65 @@ __device__ __forceinline__ void bn_max_pool_dx(const T* __restrict__ gp, const T
   }
 }
 
+// bn_max_pool_dx over groups of G windows along a row; H is even too, so every cell is a window.
+template <int G>
+__device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, const T* __restrict__ x,
+                                                     const P* __restrict__ weight, const P* __restrict__ bias,
+                                                     const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
+                                                     const Acc* __restrict__ sums, T* __restrict__ dx,
+                                                     const PoolTiles& t, Acc inv_m, int training, int relu) {
+  using Row = kiln::Vec<T, 2 * G>;
+  using Pooled = kiln::Vec<T, G>;
+  const unsigned groups = quad_groups(t, G);
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
+    const QuadGroup<G> q = quad_group<G>(i, t);
+    const Affine f{mean[q.c], invstd[q.c], weight, bias, static_cast<long long>(q.c)};
+    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
+    const Pooled g = load_vec<Pooled>(gp + q.pooled);
+    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[q.c]) : f.is;
+    const Acc mean_dy = training ? sums[q.c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + q.c] * inv_m : Acc(0);
+    Row o0, o1;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      Acc xs[4];
+      quad_values(r0, r1, j, xs);
+      const WindowMax<unsigned> m = quad_max(xs, f, relu);
+      const Acc dy = window_dy(kiln::cvt<Acc>(g.v[j]), m, relu);
+      T d4[4];
+#pragma unroll
+      for (unsigned k = 0; k < 4; ++k) {
+        Acc d = m.found && k == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (xs[k] - f.mu) * f.is * mean_dyx;
+        d4[k] = kiln::cvt<T>(scale * d);
+      }
+      o0.v[2 * j] = d4[0];
+      o0.v[2 * j + 1] = d4[1];
+      o1.v[2 * j] = d4[2];
+      o1.v[2 * j + 1] = d4[3];
+    }
+    *reinterpret_cast<Row*>(dx + q.x) = o0;
+    *reinterpret_cast<Row*>(dx + q.x + t.W) = o1;
+  }
+}
+
 // dx as kiln_batch_norm_backward_dx, a thread per cell of the tiling (cells past oh, ow hold
-// elements no window pooled: dy' = 0 there); M values per channel.
+// elements no window pooled: dy' = 0 there), or per group of `group` windows along a row (4 or
+// 2; 1: none); M values per channel.
 extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
     const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
     const Acc* __restrict__ mean, const Acc* __restrict__ invstd, const Acc* __restrict__ sums, T* __restrict__ dx,
-    PoolTiles t, long long M, int training, int relu) {
+    PoolTiles t, long long M, int training, int relu, int group) {
   kiln::wait_prior_grids();
   const Acc inv_m = Acc(1) / static_cast<Acc>(M);
+  if (group == 4) {
+    bn_max_pool_dx_quads<4>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu);
+  } else if (group == 2) {
+    bn_max_pool_dx_quads<2>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu);
+  } else {
 #define KILN_BN_MAX_POOL_DX(I, KH, KW) \
   bn_max_pool_dx<I, KH, KW>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu)
-  KILN_WITH_TILES(t, KILN_BN_MAX_POOL_DX);
+    KILN_WITH_TILES(t, KILN_BN_MAX_POOL_DX);
+  }
 }
 #endif
 

@@ -2,13 +2,15 @@
 // on the GPU: pooled values and running statistics bit for bit, gradients within the rounding
 // of a reordered sum, in f32 and in bf16 beside f32 parameters, training and eval, with the
 // ReLU or not, windows that leave rows unpooled; and nn::Sequential's compiled cnn step, which
-// then holds neither the apply kernel nor the pool's.
+// then holds neither the apply kernel nor the pool's; windows in groups along a row against one a
+// thread.
 #include <doctest/doctest.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/norm_kernels.h"
 #include "bn_pool_run.h"
 #include "conv_tf32.h"
 #include "gpu_match.h"
@@ -18,6 +20,7 @@
 using namespace kiln;
 using kiln_test::check_match;
 using kiln_test::f32_bits;
+using kiln_test::f64_bits;
 using kiln_test::kGpu;
 using kiln_test::PoolRun;
 using kiln_test::random_f64;
@@ -54,6 +57,33 @@ TEST_CASE("batch_norm_max_pool2d on the GPU: the pooled values bit for bit as ba
             for (std::size_t i = 0; i < 3; ++i)
               check_match(plain.grads[i].to(Device::cpu()), fused.grads[i], tol, name + " grad " + std::to_string(i));
           }
+}
+
+TEST_CASE("batch_norm_max_pool2d on the GPU: windows taken in groups along a row give one window a thread's bits") {
+  struct Restore {
+    ~Restore() { kernels::set_batch_norm_pool_groups(true); }
+  } restore;
+  // Rows of 24 (groups of four windows), 12 (two), 10 (none: one window a thread), an odd height
+  // (the forward in groups, dx not), one image.
+  for (DType t : {DType::f32, DType::bf16, DType::f64})
+    for (const Shape& s :
+         {Shape{16, 8, 24, 24}, Shape{4, 6, 12, 12}, Shape{3, 5, 6, 10}, Shape{2, 3, 9, 8}, Shape{1, 2, 4, 16}})
+      for (bool training : {true, false})
+        for (Activation act : {Activation::none, Activation::relu}) {
+          const std::string name = std::string(dtype_name(t)) + " " + shape_str(s) + (training ? " train" : " eval") +
+                                   (act == Activation::relu ? " relu" : "");
+          CAPTURE(name);
+          const DType p = t == DType::bf16 ? DType::f32 : t;
+          const Tensor x = random_f64(s, 31, 2.0, 0.3).to(t).to(kGpu);
+          const Tensor w = random_f64({s[1]}, 32).to(p).to(kGpu), b = random_f64({s[1]}, 33).to(p).to(kGpu);
+          const Tensor cot = random_f64({s[0], s[1], s[2] / 2, s[3] / 2}, 34).to(p).to(kGpu);
+          kernels::set_batch_norm_pool_groups(false);
+          const PoolRun single = run_bn_pool(true, x, w, b, training, act, {2}, cot, p);
+          kernels::set_batch_norm_pool_groups(true);
+          const PoolRun grouped = run_bn_pool(true, x, w, b, training, act, {2}, cot, p);
+          CHECK(f64_bits(grouped.y) == f64_bits(single.y));
+          for (std::size_t g = 0; g < 3; ++g) CHECK(f64_bits(grouped.grads[g]) == f64_bits(single.grads[g]));
+        }
 }
 
 TEST_CASE("batch_norm_max_pool2d on the GPU is bit-identical from run to run") {

@@ -2,6 +2,8 @@
 #include "norm_kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <initializer_list>
 #include <string>
 
 #include "kiln/runtime/kernel_registry.h"
@@ -166,7 +168,27 @@ PoolTiles tiles(const BatchNormPoolShape& p) {
   return {p.n * p.channels, p.channels, p.h, p.w, p.h / p.kh, p.w / p.kw, p.kh, p.kw};
 }
 
+std::atomic<bool> g_pool_groups{true};
+
+// Windows a thread of the pooled forward or dx kernel takes along a row: 4, else 2, where 2 x 2
+// windows tile the rows in such groups (and the columns, for dx: `whole`), offsets fit 32 bits and
+// every pointer is aligned to a group's row of x; else 1.
+std::int32_t pool_group(const BatchNormPoolShape& p, DType t, bool whole, std::initializer_list<rt::DevicePtr> ptrs) {
+  if (!g_pool_groups.load(std::memory_order_relaxed) || p.kh != 2 || p.kw != 2 || (whole && p.h % 2 != 0) ||
+      p.n * p.channels * p.h * p.w >= (std::int64_t{1} << 31))
+    return 1;
+  const auto size = static_cast<std::int64_t>(dtype_size(t));
+  for (std::int64_t g : {4, 2}) {
+    const bool aligned = std::all_of(
+        ptrs.begin(), ptrs.end(), [&](rt::DevicePtr a) { return a % static_cast<rt::DevicePtr>(2 * g * size) == 0; });
+    if (p.w % (2 * g) == 0 && aligned) return static_cast<std::int32_t>(g);
+  }
+  return 1;
+}
+
 }  // namespace
+
+void set_batch_norm_pool_groups(bool on) { g_pool_groups.store(on, std::memory_order_relaxed); }
 
 void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
                                 const rt::Stream& s) {
@@ -174,11 +196,12 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
   if (C == 0) return;
   if (a.training) launch_batch_norm_stats(a, shape.unpooled(), split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
+  const std::int32_t group = pool_group(shape, a.t, false, {a.x, a.y});
   // Eval writes the C saved statistics even for an empty batch.
-  const auto items = static_cast<std::uint64_t>(std::max(windows, a.training ? 0LL : C));
+  const auto items = static_cast<std::uint64_t>(std::max(windows / group, a.training ? 0LL : C));
   if (items == 0) return;
   rt::launch(function(kBnMaxPool, a.t, a.p, s), pool_config(items, s.device()), s, a.x, a.weight, a.bias,
-             a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps);
+             a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps, group);
 }
 
 // About eight windows a thread, four of them loaded at once: on the H200 the bf16 cnn step took
@@ -211,9 +234,10 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
   const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
   if (cells == 0) return;
   const long long count = shape.unpooled().per_channel;
+  const std::int32_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
   rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s),
-             pool_config(static_cast<std::uint64_t>(cells), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,
-             a.invstd, a.sums, a.dx, tiles(shape), count, training, relu);
+             pool_config(static_cast<std::uint64_t>(cells / group), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,
+             a.invstd, a.sums, a.dx, tiles(shape), count, training, relu, group);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
