@@ -478,20 +478,29 @@ __device__ __forceinline__ WindowMax<I> window_max(const T* __restrict__ plane, 
 // aligned to a group's loads: the launcher checks). A thread loads a group's two rows of x with
 // one vector load each and its G pooled values with one, and stores likewise; each window as
 // window_max takes it, with `at` its value's place in row-major order (0-3). ----
-template <int G>
 struct QuadGroup {
   unsigned c;
   long long x, pooled;  // offsets of the group's first value in x (N, C, H, W) and (N, C, oh, ow)
 };
+// Groups of a plane of the pooled output.
+__device__ __forceinline__ unsigned quad_groups_per_plane(const PoolTiles& t, int G) {
+  return unsigned(t.oh) * (unsigned(t.ow) / unsigned(G));
+}
+__device__ __forceinline__ unsigned quad_groups(const PoolTiles& t, int G) {
+  return unsigned(t.planes) * quad_groups_per_plane(t, G);
+}
+// Group r (row-major) of a plane.
 template <int G>
-__device__ __forceinline__ QuadGroup<G> quad_group(unsigned i, const PoolTiles& t) {
-  const unsigned W = unsigned(t.W), ow = unsigned(t.ow), per_row = ow / G, per_plane = unsigned(t.oh) * per_row;
-  const unsigned plane = i / per_plane, r = i - plane * per_plane, oy = r / per_row, gx = r - oy * per_row;
+__device__ __forceinline__ QuadGroup quad_group_of(unsigned plane, unsigned r, const PoolTiles& t) {
+  const unsigned W = unsigned(t.W), ow = unsigned(t.ow), per_row = ow / G, oy = r / per_row, gx = r - oy * per_row;
   return {plane % unsigned(t.C), static_cast<long long>((plane * unsigned(t.H) + 2 * oy) * W + 2 * G * gx),
           static_cast<long long>((plane * unsigned(t.oh) + oy) * ow + G * gx)};
 }
-__device__ __forceinline__ unsigned quad_groups(const PoolTiles& t, int G) {
-  return unsigned(t.planes) * unsigned(t.oh) * (unsigned(t.ow) / unsigned(G));
+// Group i of all planes.
+template <int G>
+__device__ __forceinline__ QuadGroup quad_group(unsigned i, const PoolTiles& t) {
+  const unsigned per_plane = quad_groups_per_plane(t, G), plane = i / per_plane;
+  return quad_group_of<G>(plane, i - plane * per_plane, t);
 }
 template <int N>
 __device__ __forceinline__ void quad_values(const kiln::Vec<T, N>& r0, const kiln::Vec<T, N>& r1, int j, Acc (&xs)[4]) {
@@ -538,7 +547,7 @@ __device__ __forceinline__ void bn_max_pool_quads(const T* __restrict__ x, const
   using Pooled = kiln::Vec<T, G>;
   const unsigned groups = quad_groups(t, G);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
-    const QuadGroup<G> q = quad_group<G>(i, t);
+    const QuadGroup q = quad_group<G>(i, t);
     const Affine f{eval ? kiln::cvt<Acc>(running_mean[q.c]) : mean[q.c],
                    eval ? inv_std(kiln::cvt<Acc>(running_var[q.c]), eps) : invstd[q.c], weight, bias,
                    static_cast<long long>(q.c)};
@@ -608,21 +617,56 @@ __device__ __forceinline__ void bn_max_pool_sums(const T* __restrict__ gp, const
   }
 }
 
+// bn_max_pool_sums over groups of G windows along a row (chunk % G == 0: blocks start at a group).
+template <int G>
+__device__ __forceinline__ void bn_max_pool_sums_quads(const T* __restrict__ gp, const T* __restrict__ x,
+                                                       const Affine& f, const PoolTiles& t, long long chunk, int splits,
+                                                       int relu, Acc& sdy, Acc& sdx) {
+  using Row = kiln::Vec<T, 2 * G>;
+  using Pooled = kiln::Vec<T, G>;
+  const unsigned per_plane = quad_groups_per_plane(t, G), M = unsigned(t.planes / t.C) * per_plane;
+  const unsigned first = unsigned(chunk / G) * unsigned(blockIdx.x % splits);
+  const unsigned last = first + unsigned(chunk / G) < M ? first + unsigned(chunk / G) : M;
+#pragma unroll 2
+  for (unsigned j = first + threadIdx.x; j < last; j += kBlock) {
+    const unsigned n = j / per_plane;
+    const QuadGroup q = quad_group_of<G>(n * unsigned(t.C) + unsigned(f.c), j - n * per_plane, t);
+    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
+    const Pooled g = load_vec<Pooled>(gp + q.pooled);
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+      Acc xs[4];
+      quad_values(r0, r1, k, xs);
+      const WindowMax<unsigned> m = quad_max(xs, f, relu);
+      const Acc dy = window_dy(kiln::cvt<Acc>(g.v[k]), m, relu);
+      sdy += dy;
+      sdx += dy * (m.x - f.mu);
+    }
+  }
+}
+
 // kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
 // over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
-// b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow.
+// b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one window
+// at a time or `group` (4 or 2) along a row.
 extern "C" __global__ void __launch_bounds__(kBlock, 4)
     kiln_batch_norm_max_pool_backward_reduce(const T* __restrict__ gp, const T* __restrict__ x,
                                              const P* __restrict__ weight, const P* __restrict__ bias,
                                              const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts,
                                              Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
-                                             PoolTiles t, long long chunk, int splits, int relu) {
+                                             PoolTiles t, long long chunk, int splits, int relu, int group) {
   kiln::wait_prior_grids();
   const long long C = t.C, c = blockIdx.x / splits;
   const Affine f{mean[c], invstd[c], weight, bias, c};
   Acc sdy = 0, sdx = 0;
+  if (group == 4) {
+    bn_max_pool_sums_quads<4>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
+  } else if (group == 2) {
+    bn_max_pool_sums_quads<2>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
+  } else {
 #define KILN_BN_MAX_POOL_SUMS(I, KH, KW) bn_max_pool_sums<I, KH, KW>(gp, x, f, t, chunk, splits, relu, sdy, sdx)
-  KILN_WITH_TILES(t, KILN_BN_MAX_POOL_SUMS);
+    KILN_WITH_TILES(t, KILN_BN_MAX_POOL_SUMS);
+  }
   finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
 }
 #endif
@@ -669,7 +713,7 @@ __device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, c
   using Pooled = kiln::Vec<T, G>;
   const unsigned groups = quad_groups(t, G);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
-    const QuadGroup<G> q = quad_group<G>(i, t);
+    const QuadGroup q = quad_group<G>(i, t);
     const Affine f{mean[q.c], invstd[q.c], weight, bias, static_cast<long long>(q.c)};
     const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
     const Pooled g = load_vec<Pooled>(gp + q.pooled);

@@ -170,7 +170,7 @@ PoolTiles tiles(const BatchNormPoolShape& p) {
 
 std::atomic<bool> g_pool_groups{true};
 
-// Windows a thread of the pooled forward or dx kernel takes along a row: 4, else 2, where 2 x 2
+// Windows a thread of the pooled kernels takes along a row: 4, else 2, where 2 x 2
 // windows tile the rows in such groups (and the columns, for dx: `whole`), offsets fit 32 bits and
 // every pointer is aligned to a group's row of x; else 1.
 std::int32_t pool_group(const BatchNormPoolShape& p, DType t, bool whole, std::initializer_list<rt::DevicePtr> ptrs) {
@@ -215,7 +215,7 @@ NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int /*devic
   const std::int64_t m = shape.windows_per_channel();
   if (m > 0 && shape.channels > 0) {
     const std::int64_t splits = std::clamp<std::int64_t>(ceil_div(m, kPoolWindowsPerThread * kBlock), 1, 1024);
-    sp.chunk = ceil_div(m, splits);
+    sp.chunk = ceil_div(ceil_div(m, splits), 4) * 4;  // blocks start at a group of windows (pool_group)
     sp.splits = static_cast<int>(ceil_div(m, sp.chunk));
   }
   sp.scratch = 2 * shape.channels * sp.splits;
@@ -229,8 +229,9 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (C == 0) return;
   // With no windows the blocks still run: the last one writes the zero sums.
+  const std::int32_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
   rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.weight, a.bias, a.mean,
-             a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits, relu);
+             a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits, relu, sum_group);
   const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
   if (cells == 0) return;
   const long long count = shape.unpooled().per_channel;
