@@ -394,24 +394,23 @@ struct Tiles {
         kw(KW > 0 ? I(KW) : I(t.kw)) {}
 };
 
-__device__ __forceinline__ bool tiles_fit_32(const PoolTiles& t) { return t.planes * t.H * t.W < (1LL << 31); }
-
-// CALL(I, KH, KW) for the index type and window that fit t (NVRTC is C++17: no template lambdas).
-#define KILN_WITH_TILES(t, CALL)                        \
-  do {                                                  \
-    const bool two_by_two = (t).kh == 2 && (t).kw == 2; \
-    if (tiles_fit_32(t)) {                              \
-      if (two_by_two)                                   \
-        CALL(unsigned, 2, 2);                           \
-      else                                              \
-        CALL(unsigned, 0, 0);                           \
-    } else {                                            \
-      if (two_by_two)                                   \
-        CALL(long long, 2, 2);                          \
-      else                                              \
-        CALL(long long, 0, 0);                          \
-    }                                                   \
-  } while (0)
+// The one window path a pooled module carries (its spec's variant, chosen by the launcher; the
+// other entries' modules: 0), so each compiles a sixth of the code: one window a thread with
+// offsets in 32 bits (0, 1) or 64 (2, 3), the window fixed at 2 x 2 (0, 2) or any (1, 3); or
+// groups of 4 (4) or 2 (5) windows along a row.
+#define KILN_POOL_PATH \
+  $ { POOL_PATH }
+#if KILN_POOL_PATH == 2 || KILN_POOL_PATH == 3
+#define KILN_POOL_INDEX long long
+#else
+#define KILN_POOL_INDEX unsigned
+#endif
+#if KILN_POOL_PATH == 1 || KILN_POOL_PATH == 3
+#define KILN_POOL_WINDOW 0
+#else
+#define KILN_POOL_WINDOW 2
+#endif
+#define KILN_POOL_GROUP (KILN_POOL_PATH == 4 ? 4 : 2)
 
 // The per-channel constants of the batch norm's output.
 struct Affine {
@@ -563,28 +562,24 @@ __device__ __forceinline__ void bn_max_pool_quads(const T* __restrict__ x, const
   }
 }
 
-// y (N, C, oh, ow), a thread per window, or per group of `group` windows along a row (4 or 2;
-// 1: none): the max over each window of the batch norm's (and ReLU's) output. Training reads
+// y (N, C, oh, ow), a thread per window or per group of windows along a row (KILN_POOL_PATH):
+// the max over each window of the batch norm's (and ReLU's) output. Training reads
 // mean/invstd (C); eval computes them from running_mean/var and also writes them for the backward.
 extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
                                                     const P* __restrict__ bias, const P* __restrict__ running_mean,
                                                     const P* __restrict__ running_var, Acc* mean, Acc* invstd,
-                                                    T* __restrict__ y, PoolTiles t, int eval, int relu, double eps,
-                                                    int group) {
+                                                    T* __restrict__ y, PoolTiles t, int eval, int relu, double eps) {
   kiln::wait_prior_grids();
   if (eval) KILN_GRID_LOOP(c, t.C) {
       mean[c] = kiln::cvt<Acc>(running_mean[c]);
       invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
     }
-  if (group == 4) {
-    bn_max_pool_quads<4>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps);
-  } else if (group == 2) {
-    bn_max_pool_quads<2>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps);
-  } else {
-#define KILN_BN_MAX_POOL(I, KH, KW) \
-  bn_max_pool<I, KH, KW>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps)
-    KILN_WITH_TILES(t, KILN_BN_MAX_POOL);
-  }
+#if KILN_POOL_PATH >= 4
+  bn_max_pool_quads<KILN_POOL_GROUP>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps);
+#else
+  bn_max_pool<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(x, weight, bias, running_mean, running_var, mean,
+                                                                   invstd, y, t, eval, relu, eps);
+#endif
 }
 #endif
 
@@ -648,25 +643,22 @@ __device__ __forceinline__ void bn_max_pool_sums_quads(const T* __restrict__ gp,
 // kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
 // over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
 // b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one window
-// at a time or `group` (4 or 2) along a row.
+// at a time or a group along a row (KILN_POOL_PATH).
 extern "C" __global__ void __launch_bounds__(kBlock, 4)
     kiln_batch_norm_max_pool_backward_reduce(const T* __restrict__ gp, const T* __restrict__ x,
                                              const P* __restrict__ weight, const P* __restrict__ bias,
                                              const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts,
                                              Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
-                                             PoolTiles t, long long chunk, int splits, int relu, int group) {
+                                             PoolTiles t, long long chunk, int splits, int relu) {
   kiln::wait_prior_grids();
   const long long C = t.C, c = blockIdx.x / splits;
   const Affine f{mean[c], invstd[c], weight, bias, c};
   Acc sdy = 0, sdx = 0;
-  if (group == 4) {
-    bn_max_pool_sums_quads<4>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
-  } else if (group == 2) {
-    bn_max_pool_sums_quads<2>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
-  } else {
-#define KILN_BN_MAX_POOL_SUMS(I, KH, KW) bn_max_pool_sums<I, KH, KW>(gp, x, f, t, chunk, splits, relu, sdy, sdx)
-    KILN_WITH_TILES(t, KILN_BN_MAX_POOL_SUMS);
-  }
+#if KILN_POOL_PATH >= 4
+  bn_max_pool_sums_quads<KILN_POOL_GROUP>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
+#else
+  bn_max_pool_sums<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
+#endif
   finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
 }
 #endif
@@ -744,23 +736,20 @@ __device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, c
 }
 
 // dx as kiln_batch_norm_backward_dx, a thread per cell of the tiling (cells past oh, ow hold
-// elements no window pooled: dy' = 0 there), or per group of `group` windows along a row (4 or
-// 2; 1: none); M values per channel.
+// elements no window pooled: dy' = 0 there), or per group of windows along a row
+// (KILN_POOL_PATH); M values per channel.
 extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
     const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
     const Acc* __restrict__ mean, const Acc* __restrict__ invstd, const Acc* __restrict__ sums, T* __restrict__ dx,
-    PoolTiles t, long long M, int training, int relu, int group) {
+    PoolTiles t, long long M, int training, int relu) {
   kiln::wait_prior_grids();
   const Acc inv_m = Acc(1) / static_cast<Acc>(M);
-  if (group == 4) {
-    bn_max_pool_dx_quads<4>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu);
-  } else if (group == 2) {
-    bn_max_pool_dx_quads<2>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu);
-  } else {
-#define KILN_BN_MAX_POOL_DX(I, KH, KW) \
-  bn_max_pool_dx<I, KH, KW>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu)
-    KILN_WITH_TILES(t, KILN_BN_MAX_POOL_DX);
-  }
+#if KILN_POOL_PATH >= 4
+  bn_max_pool_dx_quads<KILN_POOL_GROUP>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu);
+#else
+  bn_max_pool_dx<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, weight, bias, mean, invstd, sums, dx, t,
+                                                                      inv_m, training, relu);
+#endif
 }
 #endif
 

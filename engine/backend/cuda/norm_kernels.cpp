@@ -21,17 +21,23 @@ using rt::KernelSpec;
 const std::vector<DTypes> kTuples{{DType::f32, DType::f32},   {DType::f64, DType::f64}, {DType::f16, DType::f16},
                                   {DType::bf16, DType::bf16}, {DType::f16, DType::f32}, {DType::bf16, DType::f32}};
 
-const KernelSpec& register_norm_entry(const char* op, const char* entry) {
+// Pool paths: the window path a pooled kernel's module carries (KILN_POOL_PATH in norm.cu).
+constexpr std::uint32_t kPoolPaths = 6;
+
+const KernelSpec& register_norm_entry(const char* op, const char* entry, std::uint32_t paths = 1) {
   KernelSpec s;
   s.op = op;
   s.template_name = "norm";
   s.entry = entry;
   s.dtypes = kTuples;
-  s.bind = [](const DTypes& d, std::uint32_t) -> rt::Bindings {
+  s.variants.clear();
+  for (std::uint32_t v = 0; v < paths; ++v) s.variants.push_back(v);
+  s.bind = [](const DTypes& d, std::uint32_t variant) -> rt::Bindings {
     return {{"PRELUDE", rt::device_prelude(d)},
             {"T", std::string(cuda_storage_type(d[0]))},
             {"P", std::string(cuda_storage_type(d[1]))},
-            {"ACC", d[0] == DType::f64 ? "double" : "float"}};
+            {"ACC", d[0] == DType::f64 ? "double" : "float"},
+            {"POOL_PATH", std::to_string(variant)}};
   };
   return rt::register_kernel(std::move(s));
 }
@@ -40,11 +46,11 @@ const KernelSpec& kBnStats = register_norm_entry("batch_norm_stats", "kiln_batch
 const KernelSpec& kBnApply = register_norm_entry("batch_norm_apply", "kiln_batch_norm_apply");
 const KernelSpec& kBnBackwardReduce = register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
 const KernelSpec& kBnBackwardDx = register_norm_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
-const KernelSpec& kBnMaxPool = register_norm_entry("batch_norm_max_pool", "kiln_batch_norm_max_pool");
+const KernelSpec& kBnMaxPool = register_norm_entry("batch_norm_max_pool", "kiln_batch_norm_max_pool", kPoolPaths);
 const KernelSpec& kBnMaxPoolBackwardReduce =
-    register_norm_entry("batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_reduce");
+    register_norm_entry("batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_reduce", kPoolPaths);
 const KernelSpec& kBnMaxPoolBackwardDx =
-    register_norm_entry("batch_norm_max_pool_backward_dx", "kiln_batch_norm_max_pool_backward_dx");
+    register_norm_entry("batch_norm_max_pool_backward_dx", "kiln_batch_norm_max_pool_backward_dx", kPoolPaths);
 const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
 const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
 const KernelSpec& kLnBackwardParams = register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
@@ -52,8 +58,8 @@ const KernelSpec& kBiasGrad = register_norm_entry("bias_grad", "kiln_bias_grad")
 
 constexpr unsigned kBlock = 256;  // fixed by the template
 
-rt::Function function(const KernelSpec& spec, DType t, DType p, const rt::Stream& s) {
-  return rt::get_function(spec, DTypes{t, p}, 0, s.device());
+rt::Function function(const KernelSpec& spec, DType t, DType p, const rt::Stream& s, std::uint32_t variant = 0) {
+  return rt::get_function(spec, DTypes{t, p}, variant, s.device());
 }
 
 std::int64_t sm_count(int device) { return std::max(1, rt::device_info(device).sm_count); }
@@ -170,10 +176,10 @@ PoolTiles tiles(const BatchNormPoolShape& p) {
 
 std::atomic<bool> g_pool_groups{true};
 
-// Windows a thread of the pooled kernels takes along a row: 4, else 2, where 2 x 2
-// windows tile the rows in such groups (and the columns, for dx: `whole`), offsets fit 32 bits and
-// every pointer is aligned to a group's row of x; else 1.
-std::int32_t pool_group(const BatchNormPoolShape& p, DType t, bool whole, std::initializer_list<rt::DevicePtr> ptrs) {
+// Windows a thread of the pooled kernels takes along a row: 4, else 2, where 2 x 2 windows tile
+// the rows in such groups (and the columns, for dx: `whole`), offsets fit 32 bits and every
+// pointer is aligned to a group's row of x; else 1.
+std::int64_t pool_group(const BatchNormPoolShape& p, DType t, bool whole, std::initializer_list<rt::DevicePtr> ptrs) {
   if (!g_pool_groups.load(std::memory_order_relaxed) || p.kh != 2 || p.kw != 2 || (whole && p.h % 2 != 0) ||
       p.n * p.channels * p.h * p.w >= (std::int64_t{1} << 31))
     return 1;
@@ -181,9 +187,16 @@ std::int32_t pool_group(const BatchNormPoolShape& p, DType t, bool whole, std::i
   for (std::int64_t g : {4, 2}) {
     const bool aligned = std::all_of(
         ptrs.begin(), ptrs.end(), [&](rt::DevicePtr a) { return a % static_cast<rt::DevicePtr>(2 * g * size) == 0; });
-    if (p.w % (2 * g) == 0 && aligned) return static_cast<std::int32_t>(g);
+    if (p.w % (2 * g) == 0 && aligned) return g;
   }
   return 1;
+}
+
+// The module variant (KILN_POOL_PATH of norm.cu) for windows taken `group` at a time.
+std::uint32_t pool_path(const BatchNormPoolShape& p, std::int64_t group) {
+  if (group > 1) return group == 4 ? 4 : 5;
+  const bool narrow = p.n * p.channels * p.h * p.w < (std::int64_t{1} << 31), two_by_two = p.kh == 2 && p.kw == 2;
+  return (narrow ? 0 : 2) + (two_by_two ? 0 : 1);
 }
 
 }  // namespace
@@ -196,12 +209,12 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
   if (C == 0) return;
   if (a.training) launch_batch_norm_stats(a, shape.unpooled(), split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
-  const std::int32_t group = pool_group(shape, a.t, false, {a.x, a.y});
+  const std::int64_t group = pool_group(shape, a.t, false, {a.x, a.y});
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(windows / group, a.training ? 0LL : C));
   if (items == 0) return;
-  rt::launch(function(kBnMaxPool, a.t, a.p, s), pool_config(items, s.device()), s, a.x, a.weight, a.bias,
-             a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps, group);
+  rt::launch(function(kBnMaxPool, a.t, a.p, s, pool_path(shape, group)), pool_config(items, s.device()), s, a.x,
+             a.weight, a.bias, a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps);
 }
 
 // About eight windows a thread, four of them loaded at once: on the H200 the bf16 cnn step took
@@ -229,16 +242,17 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (C == 0) return;
   // With no windows the blocks still run: the last one writes the zero sums.
-  const std::int32_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
-  rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s), blocks(C * splits), s, a.g, a.x, a.weight, a.bias, a.mean,
-             a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits, relu, sum_group);
+  const std::int64_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
+  rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g,
+             a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits,
+             relu);
   const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
   if (cells == 0) return;
   const long long count = shape.unpooled().per_channel;
-  const std::int32_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
-  rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s),
+  const std::int64_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
+  rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s, pool_path(shape, group)),
              pool_config(static_cast<std::uint64_t>(cells / group), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,
-             a.invstd, a.sums, a.dx, tiles(shape), count, training, relu, group);
+             a.invstd, a.sums, a.dx, tiles(shape), count, training, relu);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,
