@@ -398,8 +398,9 @@ struct Tiles {
 // other entries' modules: 0), so each compiles a sixth of the code: one window a thread with
 // offsets in 32 bits (0, 1) or 64 (2, 3), the window fixed at 2 x 2 (0, 2) or any (1, 3); or
 // groups of 4 (4) or 2 (5) windows along a row.
-#define KILN_POOL_PATH \
-  $ { POOL_PATH }
+// clang-format off
+#define KILN_POOL_PATH ${POOL_PATH}
+// clang-format on
 #if KILN_POOL_PATH == 2 || KILN_POOL_PATH == 3
 #define KILN_POOL_INDEX long long
 #else
