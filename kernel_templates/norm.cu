@@ -211,11 +211,12 @@ __device__ unsigned int kiln_bn_backward_done;
 // Training statistics in one pass over x. Block b takes channel b / splits and its values
 // [chunk * (b % splits), + chunk), parking their mean and M2 in parts (2, C * splits); the last
 // block merges each channel's parts in order, writes mean and invstd (C) and, when given,
-// updates running_mean/var = (1 - momentum) * running + momentum * batch (unbiased variance).
+// updates running_mean/var = (1 - momentum) * running + momentum * batch (unbiased variance)
+// and adds one to the batch counter `tracked` (a module's num_batches_tracked: no kernel of its own).
 extern "C" __global__ void __launch_bounds__(kBlock, sizeof(T) == 8 ? 3 : 5)
     kiln_batch_norm_stats(const T* __restrict__ x, Acc* parts, Acc* __restrict__ mean, Acc* __restrict__ invstd,
-                          P* running_mean, P* running_var, long long C, long long S, long long M, long long chunk,
-                          int splits, double momentum, double eps, int vec) {
+                          P* running_mean, P* running_var, long long* tracked, long long C, long long S, long long M,
+                          long long chunk, int splits, double momentum, double eps, int vec) {
   kiln::wait_prior_grids();
   const long long c = blockIdx.x / splits, first = chunk * (blockIdx.x % splits);
   const long long last = first + chunk < M ? first + chunk : M;
@@ -252,6 +253,7 @@ extern "C" __global__ void __launch_bounds__(kBlock, sizeof(T) == 8 ? 3 : 5)
     parts[slots + blockIdx.x] = m.m2;
   }
   if (!kiln::block::last_to_finish(&kiln_bn_stats_done)) return;
+  if (tracked && threadIdx.x == 0) *tracked += 1;
   const Acc mom = static_cast<Acc>(momentum);
   for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
     welford::Moments t{0, 0, 0};

@@ -113,7 +113,7 @@ void forward(const OpArgs& a, std::span<Tensor> out) {
   if (p.rm) update_running(a.inputs[3], s.mean, p.momentum);
   if (p.rv) update_running(a.inputs[4], s.var * s.count / (s.count - 1.0), p.momentum);
   // The normalisation is batch_norm's eval mode with the merged statistics as its running ones.
-  const Tensor in[] = {x, a.inputs[1], a.inputs[2], s.mean, s.var};
+  const Tensor in[] = {x, a.inputs[1], a.inputs[2], s.mean, s.var, x};  // no batch counter
   const Attrs eval{{"training", false},  {"relu", p.relu},           {"eps", p.eps},           {"has_weight", p.weight},
                    {"has_bias", p.bias}, {"has_running_mean", true}, {"has_running_var", true}};
   static const OpDef& batch_norm_op = get_op("batch_norm");

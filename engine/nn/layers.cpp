@@ -104,17 +104,11 @@ Tensor BatchNorm2d::forward(const Tensor& x, Activation activation, std::vector<
   if (x.dim() != 4 || x.size(1) != channels_)
     throw ShapeError("[nn.BatchNorm2d] expected input (N, " + std::to_string(channels_) + ", H, W), got " +
                      shape_str(x.shape()));
-  // Both update the running statistics in place when training.
-  Tensor y = pool_kernel.empty() ? batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(),
-                                              momentum_, eps_, activation)
-                                 : batch_norm_max_pool2d(x, buffer(0), buffer(1), parameter(0), parameter(1),
-                                                         is_training(), momentum_, eps_, activation, pool_kernel);
-  if (is_training()) {
-    NoGradGuard no_grad;
-    Tensor tracked = buffer(2);
-    tracked.add_(1);
-  }
-  return y;
+  // Both update the running statistics and count the batch in place when training.
+  return pool_kernel.empty() ? batch_norm(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(), momentum_,
+                                          eps_, activation, buffer(2))
+                             : batch_norm_max_pool2d(x, buffer(0), buffer(1), parameter(0), parameter(1), is_training(),
+                                                     momentum_, eps_, activation, pool_kernel, buffer(2));
 }
 
 std::string BatchNorm2d::describe() const {

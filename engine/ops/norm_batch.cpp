@@ -40,6 +40,7 @@ std::vector<Shape> bn_forward_shapes(const OpArgs& a) {
   if (p.training && batch_norm_shape(x).per_channel <= 1)
     throw ValueError("[" + a.op.name + "] training needs more than one value per channel; got input " +
                      shape_str(x.shape()));
+  check_counter(a);
   return {x.shape(), c, c};
 }
 
@@ -86,6 +87,7 @@ void bn_forward_cpu(const OpArgs& a, std::span<Tensor> out) {
   store_values(out[2], invstd);
   if (p.training && p.rm) store_values(a.inputs[3], rm);
   if (p.training && p.rv) store_values(a.inputs[4], rv);
+  count_batch_cpu(a);
 }
 
 void bn_forward_gpu(const OpArgs& a, std::span<Tensor> out) {
@@ -216,11 +218,13 @@ std::vector<Attrs> bn_test_attrs(bool backward) {
                        {"has_running_var", true}});
   return sets;
 }
-std::vector<std::vector<Shape>> test_shapes(int per_channel_inputs, int leading) {
+// counter: a last input for the (absent) batch counter.
+std::vector<std::vector<Shape>> test_shapes(int per_channel_inputs, int leading, bool counter = false) {
   std::vector<std::vector<Shape>> sets;
   for (const Shape& x : {Shape{2, 3, 5, 7}, Shape{4, 3}, Shape{1, 3, 5, 7}, Shape{1, 5}, Shape{9, 2, 37, 41}}) {
     std::vector<Shape> set(static_cast<std::size_t>(leading), x);
     for (int i = 0; i < per_channel_inputs; ++i) set.push_back({x[1]});
+    if (counter) set.push_back({});
     sets.push_back(set);
   }
   return sets;
@@ -247,7 +251,7 @@ const OpRef kBatchNormBackward = register_op({
 
 const OpRef kBatchNorm = register_op({
     .name = "batch_norm",
-    .num_inputs = 5,
+    .num_inputs = 6,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
     .dtype_rule = batch_norm_forward_dtypes,
@@ -255,7 +259,9 @@ const OpRef kBatchNorm = register_op({
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           // x in f32 for half x: the running statistics it updates stay the tensors they are.
-          if (!batch_norm_forward_fast(a, out) && !cpu_fast::through_f32(a, out, {0}, batch_norm_forward_fast))
+          if (batch_norm_forward_fast(a, out) || cpu_fast::through_f32(a, out, {0}, batch_norm_forward_fast))
+            count_batch_cpu(a);
+          else
             bn_forward_cpu(a, out);
         },
     .cpu_reference = bn_forward_cpu,
@@ -282,15 +288,19 @@ const OpRef kBatchNorm = register_op({
         if (c.needs_grad(3)) drm = neg(mul(s, r[2]));
         if (c.needs_grad(4)) drv = mul(mul(s, is), r[1]) * -0.5;
       }
-      return {c.needs_grad(0) ? r[0] : Tensor(), p.weight && c.needs_grad(1) ? r[1] : Tensor(),
-              p.bias && c.needs_grad(2) ? r[2] : Tensor(), drm, drv};
+      return {c.needs_grad(0) ? r[0] : Tensor(),
+              p.weight && c.needs_grad(1) ? r[1] : Tensor(),
+              p.bias && c.needs_grad(2) ? r[2] : Tensor(),
+              drm,
+              drv,
+              Tensor()};
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1}, .outputs = {0, 1, 2}},
     .test = {.attrs = bn_test_attrs(false),
              .tolerance_scale = 4,
              .inputs = {{}, {}, {}, {}, {.low = 0.5, .high = 2}},
-             .shapes = test_shapes(4, 1)},
+             .shapes = test_shapes(4, 1, true)},
 });
 
 }  // namespace
@@ -306,6 +316,9 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
   const Tensor w = param(p.weight, 1), b = param(p.bias, 2), rm = param(p.rm, 3), rv = param(p.rv, 4);
   const kernels::NormSplit split = kernels::batch_norm_split(batch_norm_shape(x), a.device.index());
   const Tensor parts = p.training ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device}) : Tensor();
+  // The statistics kernel counts the batch; without channels there is none to do it.
+  const bool count = counts_batches(a.attrs);
+  if (count && batch_norm_shape(x).channels == 0) Tensor(a.inputs[kCounterInput]).add_(1);
   launch({.t = x.dtype(),
           .p = param_dtype(x.dtype(), present_params(a)),  // the plan's
           .x = device_address(x),
@@ -317,6 +330,7 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
           .invstd = device_address(out[2]),
           .y = device_address(out[0]),
           .parts = address_or_0(parts),
+          .tracked = count ? device_address(a.inputs[kCounterInput]) : rt::DevicePtr(0),
           .training = p.training,
           .relu = p.relu,
           .momentum = p.momentum,
@@ -336,7 +350,7 @@ Tensor staged(const Tensor& t, DType p) {
 
 Tensor dispatch_batch_norm(const OpDef& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                            const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                           Activation activation, const Attrs& extra) {
+                           Activation activation, const Tensor& num_batches_tracked, const Attrs& extra) {
   const DType p =
       is_floating(x.dtype()) ? param_dtype(x.dtype(), {weight, bias, running_mean, running_var}) : x.dtype();
   const Tensor rm = training ? staged(running_mean, p) : running_mean;
@@ -350,11 +364,13 @@ Tensor dispatch_batch_norm(const OpDef& op, const Tensor& x, const Tensor& runni
   attrs.set("has_bias", bias.defined());
   attrs.set("has_running_mean", rm.defined());
   attrs.set("has_running_var", rv.defined());
+  attrs.set("has_num_batches_tracked", num_batches_tracked.defined());
   auto or_x = [&](const Tensor& t) { return t.defined() ? t : x; };
-  const Tensor inputs[] = {x, or_x(weight), or_x(bias), or_x(rm), or_x(rv)};
+  const Tensor inputs[] = {x, or_x(weight), or_x(bias), or_x(rm), or_x(rv), or_x(num_batches_tracked)};
   Tensor y = dispatch(op, inputs, attrs)[0];
   if (training) {
     NoGradGuard no_grad;
+    if (num_batches_tracked.defined()) bump_version(num_batches_tracked);
     for (auto [target, used] : {std::pair{running_mean, rm}, std::pair{running_var, rv}}) {
       if (!target.defined()) continue;
       if (used.is_same(target))
@@ -369,9 +385,10 @@ Tensor dispatch_batch_norm(const OpDef& op, const Tensor& x, const Tensor& runni
 }  // namespace norm_detail
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, Activation activation) {
+                  const Tensor& bias, bool training, double momentum, double eps, Activation activation,
+                  const Tensor& num_batches_tracked) {
   return norm_detail::dispatch_batch_norm(kBatchNorm, x, running_mean, running_var, weight, bias, training, momentum,
-                                          eps, activation, {});
+                                          eps, activation, num_batches_tracked, {});
 }
 
 }  // namespace kiln

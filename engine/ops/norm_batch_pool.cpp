@@ -86,6 +86,7 @@ std::vector<Shape> bn_pool_forward_shapes(const OpArgs& a) {
   if (bp.training && p.n * p.h * p.w <= 1)
     throw ValueError("[" + a.op.name + "] training needs more than one value per channel; got input " +
                      shape_str(x.shape()));
+  check_counter(a);
   return {bn_pooled_shape(p), c, c};
 }
 
@@ -132,6 +133,7 @@ void bn_pool_forward_cpu(const OpArgs& a, std::span<Tensor> out) {
   store_values(out[2], invstd);
   if (bp.training && bp.rm) store_values(a.inputs[3], rm);
   if (bp.training && bp.rv) store_values(a.inputs[4], rv);
+  count_batch_cpu(a);
 }
 
 void bn_pool_forward_gpu(const OpArgs& a, std::span<Tensor> out) {
@@ -266,7 +268,7 @@ const Shape kBnPoolTestInputs[] = {{2, 3, 6, 8}, {1, 3, 5, 7}, {9, 2, 38, 42}};
 
 std::vector<std::vector<Shape>> bn_pool_forward_test_shapes() {
   std::vector<std::vector<Shape>> sets;
-  for (const Shape& x : kBnPoolTestInputs) sets.push_back({x, {x[1]}, {x[1]}, {x[1]}, {x[1]}});
+  for (const Shape& x : kBnPoolTestInputs) sets.push_back({x, {x[1]}, {x[1]}, {x[1]}, {x[1]}, {}});
   return sets;
 }
 std::vector<std::vector<Shape>> bn_pool_backward_test_shapes() {
@@ -294,7 +296,7 @@ const OpRef kBnPoolBackward = register_op({
 
 const OpRef kBnPool = register_op({
     .name = "batch_norm_max_pool2d",
-    .num_inputs = 5,
+    .num_inputs = 6,
     .num_outputs = 3,
     .dtypes = dtype_sets::floating,
     .dtype_rule = batch_norm_forward_dtypes,
@@ -324,8 +326,12 @@ const OpRef kBnPool = register_op({
         if (c.needs_grad(3)) drm = neg(mul(s, r[2]));
         if (c.needs_grad(4)) drv = mul(mul(s, is), r[1]) * -0.5;
       }
-      return {c.needs_grad(0) ? r[0] : Tensor(), bp.weight && c.needs_grad(1) ? r[1] : Tensor(),
-              bp.bias && c.needs_grad(2) ? r[2] : Tensor(), drm, drv};
+      return {c.needs_grad(0) ? r[0] : Tensor(),
+              bp.weight && c.needs_grad(1) ? r[1] : Tensor(),
+              bp.bias && c.needs_grad(2) ? r[2] : Tensor(),
+              drm,
+              drv,
+              Tensor()};
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1, 2}, .outputs = {1, 2}},
@@ -339,9 +345,10 @@ const OpRef kBnPool = register_op({
 
 Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                              const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                             Activation activation, std::vector<std::int64_t> kernel) {
+                             Activation activation, std::vector<std::int64_t> kernel,
+                             const Tensor& num_batches_tracked) {
   return norm_detail::dispatch_batch_norm(kBnPool, x, running_mean, running_var, weight, bias, training, momentum, eps,
-                                          activation, Attrs{{"kernel", std::move(kernel)}});
+                                          activation, num_batches_tracked, Attrs{{"kernel", std::move(kernel)}});
 }
 
 }  // namespace kiln

@@ -59,7 +59,7 @@ inline void check_shape(const OpArgs& a, const char* what, const Tensor& t, cons
 // The dtype plan of a norm op for x of dtype t: each input takes the dtype of its role, x's
 // (x, y, gradients), the parameters' or the compute dtype (saved statistics); an absent input
 // keeps its own, so the placeholder is never cast.
-enum class Role { x, param, stats };
+enum class Role { x, param, stats, counter };  // counter: an i64 the op adds to, kept as it is
 struct Slot {
   Role role;
   bool present = true;
@@ -71,8 +71,9 @@ inline DTypePlan norm_plan(const OpArgs& a, DType t, DType params, const std::ve
   DTypePlan p;
   p.key = t;
   for (std::size_t i = 0; i < in.size(); ++i) {
-    if (in[i].present && in[i].role != Role::stats) check_floating(a, in[i].name, a.inputs[i]);
-    p.inputs.push_back(in[i].present ? dtype(in[i].role) : a.inputs[i].dtype());
+    const bool keep = !in[i].present || in[i].role == Role::counter;
+    if (!keep && in[i].role != Role::stats) check_floating(a, in[i].name, a.inputs[i]);
+    p.inputs.push_back(keep ? a.inputs[i].dtype() : dtype(in[i].role));
   }
   for (Role r : out) p.outputs.push_back(dtype(r));
   return p;
@@ -93,9 +94,27 @@ inline void store_values(const Tensor& t, const std::vector<double>& v) {
 }
 
 // ---- batch_norm and batch_norm_max_pool2d: inputs x, weight, bias, running_mean, running_var,
-// absent ones flagged in the attrs; outputs y, mean, invstd. ----
+// num_batches_tracked, absent ones flagged in the attrs; outputs y, mean, invstd. ----
 
 inline const char* const kBatchNormParamNames[] = {"weight", "bias", "running_mean", "running_var"};
+inline constexpr std::size_t kCounterInput = 5;
+
+// A batch counter (a module's num_batches_tracked, one i64) that training adds one to: in the
+// statistics kernel on the GPU, so it costs no kernel of its own. Absent unless flagged.
+inline bool counts_batches(const Attrs& a) {
+  return a.get_or<bool>("training", true) && a.get_or<bool>("has_num_batches_tracked", false);
+}
+inline void check_counter(const OpArgs& a) {
+  if (!a.attrs.get_or<bool>("has_num_batches_tracked", false)) return;
+  const Tensor& t = a.inputs[kCounterInput];
+  if (t.dtype() != DType::i64 || t.numel() != 1)
+    throw DTypeError("[" + a.op.name + "] num_batches_tracked must be one i64 element; got " +
+                     std::string(dtype_name(t.dtype())) + " of shape " + shape_str(t.shape()));
+}
+// The CPU side of the count.
+inline void count_batch_cpu(const OpArgs& a) {
+  if (counts_batches(a.attrs)) ++*cpu::ptr<std::int64_t>(a.inputs[kCounterInput]);
+}
 
 // The parameters and running statistics present in a forward call.
 inline std::vector<Tensor> present_params(const OpArgs& a) {
@@ -109,6 +128,7 @@ inline DTypePlan batch_norm_forward_dtypes(const OpArgs& a) {
   const DType t = a.inputs[0].dtype();
   std::vector<Slot> in{{Role::x}};
   for (const char* name : kBatchNormParamNames) in.push_back({Role::param, has(a.attrs, name), name});
+  in.push_back({Role::counter, true, "num_batches_tracked"});
   return norm_plan(a, t, param_dtype(t, present_params(a)), in, {Role::x, Role::stats, Role::stats});
 }
 
@@ -121,8 +141,9 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
 // Calls a forward op (batch_norm or batch_norm_max_pool2d, with `extra` attrs beside the batch
 // norm's) and returns y. Running statistics not in the parameters' dtype or not contiguous are
 // updated in a copy written back after the call; those updated in place get a new version.
+// num_batches_tracked, when given, gets one added in training.
 Tensor dispatch_batch_norm(const OpDef& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                            const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                           Activation activation, const Attrs& extra);
+                           Activation activation, const Tensor& num_batches_tracked, const Attrs& extra);
 
 }  // namespace kiln::norm_detail

@@ -156,13 +156,13 @@ TEST_CASE("the dtype plan keeps f32 parameters beside bf16 x and casts mismatche
   const OpDef& op = get_op("batch_norm");
   const Tensor x = ones({2, 3}, {.dtype = DType::bf16}), p = ones({3});
   const Attrs attrs{{"training", false}};
-  std::vector<Tensor> out = dispatch(op, std::vector<Tensor>{x, p, p, p, p}, attrs);
+  std::vector<Tensor> out = dispatch(op, std::vector<Tensor>{x, p, p, p, p, x}, attrs);
   CHECK(out[0].dtype() == DType::bf16);
   CHECK(out[1].dtype() == DType::f32);
   // bf16 parameters stay bf16; f64 ones beside bf16 x compute in f32.
-  out = dispatch(op, std::vector<Tensor>{x, p.to(DType::bf16), p.to(DType::bf16), p, p}, attrs);
+  out = dispatch(op, std::vector<Tensor>{x, p.to(DType::bf16), p.to(DType::bf16), p, p, x}, attrs);
   CHECK(out[0].dtype() == DType::bf16);
-  CHECK_THROWS_AS(dispatch(op, std::vector<Tensor>{x, p.to(DType::i64), p, p, p}, attrs), DTypeError);
+  CHECK_THROWS_AS(dispatch(op, std::vector<Tensor>{x, p.to(DType::i64), p, p, p, x}, attrs), DTypeError);
 }
 
 TEST_CASE("a channel holding NaN or Inf gets NaN statistics; the other channels are unaffected") {
@@ -206,6 +206,38 @@ TEST_CASE("batch_norm and layer_norm errors name the op") {
   CHECK(message_of<ShapeError>([&] { layer_norm(x, {2}, ones({3})); }) ==
         "[layer_norm] weight has shape (3,); expected (2,)");
   CHECK(message_of<ShapeError>([&] { layer_norm(x, {3}); }).starts_with("[layer_norm] normalized_shape (3,)"));
+}
+
+TEST_CASE("batch_norm and batch_norm_max_pool2d add one to num_batches_tracked in training, none in eval") {
+  Generator gen(61);
+  const Tensor x = randn({4, 3, 4, 6}, {}, &gen);
+  Tensor count = scalar_tensor(std::int64_t{5}), rm = zeros({3}), rv = ones({3});
+  const std::uint64_t v0 = count.version();
+  batch_norm(x, rm, rv, {}, {}, true, 0.1, 1e-5, Activation::none, count);
+  CHECK(count.item<std::int64_t>() == 6);
+  CHECK(count.version() > v0);  // in place, as running_mean
+  batch_norm_max_pool2d(x, rm, rv, {}, {}, true, 0.1, 1e-5, Activation::relu, {2}, count);
+  CHECK(count.item<std::int64_t>() == 7);
+  batch_norm(x, rm, rv, {}, {}, false, 0.1, 1e-5, Activation::none, count);
+  batch_norm_max_pool2d(x, rm, rv, {}, {}, false, 0.1, 1e-5, Activation::none, {2}, count);
+  CHECK(count.item<std::int64_t>() == 7);
+  // The CPU's fast path (f64) and the one through f32 (bf16) count too; without channels as well.
+  batch_norm(x.to(DType::f64), {}, {}, {}, {}, true, 0.1, 1e-5, Activation::none, count);
+  batch_norm(x.to(DType::bf16), {}, {}, {}, {}, true, 0.1, 1e-5, Activation::none, count);
+  batch_norm(zeros({4, 0, 3}), {}, {}, {}, {}, true, 0.1, 1e-5, Activation::none, count);
+  CHECK(count.item<std::int64_t>() == 10);
+  // The counter takes no part in the gradients.
+  const Tensor xg = x.detach().requires_grad_();
+  sum(batch_norm(xg, {}, {}, {}, {}, true, 0.1, 1e-5, Activation::none, count)).backward();
+  CHECK(xg.grad().defined());
+  CHECK(count.item<std::int64_t>() == 11);
+  CHECK(message_of<DTypeError>([&] {
+          batch_norm(x, {}, {}, {}, {}, true, 0.1, 1e-5, Activation::none, scalar_tensor(1.0));
+        }) == "[batch_norm] num_batches_tracked must be one i64 element; got f32 of shape ()");
+  CHECK(message_of<DTypeError>([&] {
+          batch_norm_max_pool2d(x, {}, {}, {}, {}, true, 0.1, 1e-5, Activation::none, {2},
+                                zeros({2}, {.dtype = DType::i64}));
+        }) == "[batch_norm_max_pool2d] num_batches_tracked must be one i64 element; got i64 of shape (2,)");
 }
 
 TEST_CASE("nn::Sequential runs BatchNorm2d then ReLU as one fused batch_norm") {

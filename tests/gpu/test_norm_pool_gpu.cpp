@@ -2,8 +2,8 @@
 // on the GPU: pooled values and running statistics bit for bit, gradients within the rounding
 // of a reordered sum, in f32 and in bf16 beside f32 parameters, training and eval, with the
 // ReLU or not, windows that leave rows unpooled; and nn::Sequential's compiled cnn step, which
-// then holds neither the apply kernel nor the pool's; windows in groups along a row against one a
-// thread.
+// then holds neither the apply kernel nor the pool's, nor one to count the batches; windows in
+// groups along a row against one a thread.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -141,4 +141,38 @@ TEST_CASE(
     CAPTURE(name);
     CHECK(k.count(name) == 0);
   }
+  // The statistics kernel counts the batches, in the eager call and in every replay.
+  Tensor tracked;
+  for (const auto& [name, t] : gpu_net.named_buffers())
+    if (name == "1.num_batches_tracked") tracked = t;
+  REQUIRE(tracked.defined());
+  CHECK(tracked.item<std::int64_t>() == 5);  // the first forward above, then four steps
+  for (int i = 0; i < 3; ++i) (void)step({xg, lg});
+  CHECK(tracked.item<std::int64_t>() == 8);
+}
+
+TEST_CASE("batch_norm and batch_norm_max_pool2d on the GPU count batches in the statistics kernel, as the CPU does") {
+  Generator gen(82);
+  for (DType t : {DType::f32, DType::bf16, DType::f64})
+    for (bool pooled : {false, true})
+      for (const Shape& s : {Shape{8, 3, 6, 10}, Shape{4, 0, 4, 4}}) {
+        CAPTURE(dtype_name(t));
+        CAPTURE(pooled);
+        CAPTURE(shape_str(s));
+        const Tensor x = randn(s, {.dtype = t}, &gen);
+        Tensor cpu_count = scalar_tensor(std::int64_t{41});
+        Tensor gpu_count = cpu_count.to(kGpu), rm = zeros({s[1]}, {.device = kGpu}),
+               rv = ones({s[1]}, {.device = kGpu});
+        auto run = [&](const Tensor& in, const Tensor& m, const Tensor& v, const Tensor& count, bool training) {
+          return pooled ? batch_norm_max_pool2d(in, m, v, {}, {}, training, 0.1, 1e-5, Activation::relu, {2}, count)
+                        : batch_norm(in, m, v, {}, {}, training, 0.1, 1e-5, Activation::relu, count);
+        };
+        for (bool training : {true, true, false}) {
+          const Tensor yg = run(x.to(kGpu), rm, rv, gpu_count, training);
+          const Tensor yc = run(x, rm.to(Device::cpu()), rv.to(Device::cpu()), cpu_count, training);
+          check_match(yc, yg, t == DType::bf16 ? 2e-2 : 1e-4, "y");
+        }
+        CHECK(gpu_count.item<std::int64_t>() == 43);
+        CHECK(cpu_count.item<std::int64_t>() == 43);
+      }
 }

@@ -122,7 +122,7 @@ void launch_batch_norm_stats(const BatchNormForward& a, const BatchNormShape& sh
     if (vec == 1 && bytes / size > 1 && S % (bytes / size) == 0 && a.x % 16 == 0)
       vec = static_cast<std::int32_t>(bytes / size);
   rt::launch(function(kBnStats, a.t, a.p, s), blocks(C * splits), s, a.x, a.parts, a.mean, a.invstd, a.running_mean,
-             a.running_var, C, S, M, chunk, splits, a.momentum, a.eps, vec);
+             a.running_var, a.tracked, C, S, M, chunk, splits, a.momentum, a.eps, vec);
 }
 
 void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,

@@ -34,6 +34,7 @@ struct BatchNormForward {
   DType t = DType::f32, p = DType::f32;
   rt::DevicePtr x = 0, weight = 0, bias = 0, running_mean = 0, running_var = 0;
   rt::DevicePtr mean = 0, invstd = 0, y = 0, parts = 0;  // outputs (C, C, x's shape) and scratch
+  rt::DevicePtr tracked = 0;                             // an i64 batch counter training adds one to (0: none)
   bool training = true, relu = false;
   double momentum = 0.1, eps = 1e-5;
 };

@@ -57,10 +57,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // the statistics, which also updates the running ones, then the normalisation), eval one,
 // backward two; results are bit-identical from run to run. f16/bf16 x computes in f32 and may
 // come with f32 parameters and running statistics (mixed precision), which keep their dtype;
-// a channel holding NaN or Inf gets NaN statistics.
+// a channel holding NaN or Inf gets NaN statistics. num_batches_tracked (one i64, a module's
+// batch counter), when given, gets one added in training by the statistics kernel, in place.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = {},
                   const Tensor& bias = {}, bool training = false, double momentum = 0.1, double eps = 1e-5,
-                  Activation activation = Activation::none);
+                  Activation activation = Activation::none, const Tensor& num_batches_tracked = {});
 
 // batch_norm (with its activation), then max_pool2d(y, kernel) where the kernel's windows tile
 // x (N, C, H, W): stride = kernel, no padding; rows and columns past the last whole window are
@@ -71,6 +72,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // BatchNorm2d, ReLU (optional), MaxPool2d whose windows tile.
 Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                              const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                             Activation activation, std::vector<std::int64_t> kernel);
+                             Activation activation, std::vector<std::int64_t> kernel,
+                             const Tensor& num_batches_tracked = {});
 
 }  // namespace kiln
