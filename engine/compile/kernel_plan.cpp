@@ -5,6 +5,7 @@
 
 #include "kiln/error.h"
 #include "kiln/random.h"
+#include "kiln/runtime/compile_jobs.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/kernel_registry.h"
@@ -83,6 +84,7 @@ void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
       throw ValueError("[prefetch_kernels] the plan names kernel '" + k.op + "', which this kiln does not have");
     }
   }
+  if (threads == 0) threads = rt::prefetch_jobs(plan.kernels.size());
   rt::prefetch(std::move(known), threads);
   rt::prefetch_sources(std::move(generated), threads);
 }

@@ -68,4 +68,16 @@ int background_compile_jobs() {
   return compile_jobs_for(nullptr, usable_cpus() - ranks, ranks);
 }
 
+int prefetch_jobs_for(const char* env, int background, std::size_t kernels) {
+  if (env) return compile_jobs_for(env, 1);
+  const std::size_t by_work = (kernels + kKernelsPerServer - 1) / kKernelsPerServer;
+  return std::max(1,
+                  static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(1, background)), by_work)));
+}
+
+int prefetch_jobs(std::size_t kernels) {
+  const char* env = compile_jobs_env();
+  return prefetch_jobs_for(env, env ? 1 : background_compile_jobs(), kernels);
+}
+
 }  // namespace kiln::rt

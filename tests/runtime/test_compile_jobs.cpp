@@ -121,3 +121,23 @@ TEST_CASE("compile_jobs and background_compile_jobs read KILN_COMPILE_JOBS and L
     CHECK(rt::ranks_on_node() == 1);
   }
 }
+
+TEST_CASE("prefetch_jobs_for: a server per kKernelsPerServer kernels of the plan, up to the background jobs") {
+  const int per = rt::kKernelsPerServer;
+  CHECK(rt::prefetch_jobs_for(nullptr, 15, 48) == (48 + per - 1) / per);  // a cold cnn run's plan
+  CHECK(rt::prefetch_jobs_for(nullptr, 15, 1) == 1);
+  CHECK(rt::prefetch_jobs_for(nullptr, 15, 0) == 1);
+  CHECK(rt::prefetch_jobs_for(nullptr, 15, static_cast<std::size_t>(per) * 15 + 1) == 15);
+  CHECK(rt::prefetch_jobs_for(nullptr, 15, 100000) == 15);
+  CHECK(rt::prefetch_jobs_for(nullptr, 0, 48) == 1);
+  CHECK(rt::prefetch_jobs_for("12", 15, 6) == 12);  // KILN_COMPILE_JOBS as given, whatever the plan
+  CHECK_THROWS_AS((void)rt::prefetch_jobs_for("0", 15, 6), ValueError);
+  {
+    EnvVar set("KILN_COMPILE_JOBS", std::string("3"));
+    CHECK(rt::prefetch_jobs(1000) == 3);
+    CHECK(rt::prefetch_jobs(1) == 3);
+  }
+  EnvVar unset("KILN_COMPILE_JOBS", std::nullopt);
+  CHECK(rt::prefetch_jobs(100000) == rt::background_compile_jobs());
+  CHECK(rt::prefetch_jobs(1) == 1);
+}
