@@ -37,9 +37,8 @@ std::string temp_name(const std::string& digest) {
 }
 
 // Writes `bytes` to `final` so that readers see the old file or the whole new one, never a part.
-// No fsync: an entry torn by a crash fails its checksum when read and is compiled again, while
-// an fsync per entry cost a cold run and `jitcc warm` seconds on a disk busy with other writes
-// (a build's), every compile waiting on the journal's flush of them.
+// No fsync: an entry torn by a crash fails its checksum when read and is compiled again, so an
+// fsync would only make each compile wait on the disk.
 bool write_atomically(const fs::path& final, const std::string& digest, const std::string& bytes, std::string* reason) {
   std::error_code ec;
   const fs::path shard = final.parent_path();
