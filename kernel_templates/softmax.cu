@@ -102,9 +102,11 @@ __device__ unsigned int kiln_ce_blocks_done;
 // out[r]; 1 (sum) and 2 (mean) park them in `rows` and the last block to finish sums them
 // in a fixed order (bit-identical runs, no float atomics) into out[0]. stats[N] = the count
 // of rows not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
+// unit_dx, when given (reduction sum, or mean with no label ignored), gets the gradient for a
+// loss gradient of 1, as kiln_softmax_cross_entropy_backward writes it (the same bits).
 extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
                                                       Loss* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
-                                                      long long N, long long C, int width,
+                                                      T* __restrict__ unit_dx, long long N, long long C, int width,
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
   kiln::wait_prior_grids();
@@ -118,10 +120,20 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
         for (long long k = lane; k < C; k += width) sx += kiln::cvt<Acc>(xr[k]);
       sx = kiln::rows::sum<kBlock>(sx, width);
     }
-    if (!live || lane != 0) return;
-    const Acc log_s = kiln::math::log(s);
-    stats[r] = m + log_s;
+    if (!live) return;
+    const Acc log_s = kiln::math::log(s), lse = m + log_s;
     const long long y = labels[r];
+    if (unit_dx) {  // the backward's arithmetic, with g = 1 (sum) or 1 / N (mean)
+      const bool dead = (has_ignore && y == ignore) || y < 0 || y >= C;
+      const Acc scale = reduction == 2 ? Acc(1) / static_cast<Acc>(N) : Acc(1);
+      for (long long k = lane; k < C; k += width) {
+        const Acc target = eps / static_cast<Acc>(C) + (k == y ? Acc(1) - eps : Acc(0));
+        kiln::store(unit_dx + r * C + k,
+                    dead ? Acc(0) : scale * (kiln::math::exp(kiln::cvt<Acc>(xr[k]) - lse) - target));
+      }
+    }
+    if (lane != 0) return;
+    stats[r] = lse;
     Acc l = 0;
     if (has_ignore && y == ignore) l = 0;
     else if (y < 0 || y >= C) l = kiln::Lim<Acc>::nan();

@@ -88,8 +88,9 @@ using Impl = std::function<void(const OpArgs&, std::span<Tensor> outputs)>;
 // What a vjp sees: the call's attrs, input/output metadata and the saved tensors.
 class VjpContext {
  public:
-  VjpContext(const Node& node, const std::vector<bool>& needs, const std::vector<Tensor>* sinks = nullptr)
-      : node_(node), needs_(needs), sinks_(sinks) {}
+  VjpContext(const Node& node, const std::vector<bool>& needs, const std::vector<Tensor>* sinks = nullptr,
+             const std::vector<bool>* unit = nullptr)
+      : node_(node), needs_(needs), sinks_(sinks), unit_(unit) {}
   const Attrs& attrs() const;
   const TensorMeta& input(int i) const;   // as the caller passed it (before casts)
   const TensorMeta& output(int i) const;
@@ -109,11 +110,18 @@ class VjpContext {
   // autocast), that op's input dtype, which the engine passes on unconverted. The grad sink
   // of such an input is then the parameter's .grad() buffer.
   DType grad_dtype(int i) const;
+  // Output i's incoming gradient is the implicit 1 of backward() on this one-element root,
+  // nothing else adds to it, and the graph is not retained: a vjp may hand back a gradient its
+  // forward already wrote for a gradient of 1 (the saved tensor is not used again).
+  bool unit_gradient(int i) const {
+    return unit_ && static_cast<std::size_t>(i) < unit_->size() && (*unit_)[static_cast<std::size_t>(i)];
+  }
 
  private:
   const Node& node_;
   const std::vector<bool>& needs_;
   const std::vector<Tensor>* sinks_;
+  const std::vector<bool>* unit_;
 };
 
 // One gradient per input (undefined where none flows); one incoming gradient per output.

@@ -10,9 +10,10 @@
 #include <string>
 #include <type_traits>
 
-#include "core/dtype_sets.h"
-#include "loss_common.h"
 #include "backend/cuda/softmax_kernels.h"
+#include "core/dtype_sets.h"
+#include "kiln/autograd.h"
+#include "loss_common.h"
 
 namespace kiln {
 
@@ -32,7 +33,12 @@ struct Params {
   double eps = 0;
   Ignore ignore;
   bool f32_loss = false;
+  bool unit_grad = false;  // the forward also writes dlogits for a loss gradient of 1
 };
+// Where the gradient for a loss gradient of 1 is known in the forward: reduction sum, or mean
+// over all rows (with ignore_index the mean's divisor is only known once every row is seen).
+bool unit_grad_allowed(int reduction, bool has_ignore) { return reduction == 1 || (reduction == 2 && !has_ignore); }
+
 Params params_of(const OpArgs& a) {
   Params p;
   const std::string r = a.attrs.get<std::string>("reduction");
@@ -45,6 +51,9 @@ Params params_of(const OpArgs& a) {
     throw ValueError("[" + a.op.name + "] label_smoothing must be in [0, 1); got " + std::to_string(p.eps));
   p.ignore = ignore_of(a.attrs);
   p.f32_loss = a.attrs.get_or<bool>("f32_loss", false);
+  p.unit_grad = a.attrs.get_or<bool>("unit_grad", false);
+  if (p.unit_grad && !unit_grad_allowed(p.reduction, p.ignore.on))
+    throw ValueError("[" + a.op.name + "] unit_grad needs reduction sum, or mean with no ignore_index");
   return p;
 }
 
@@ -100,7 +109,7 @@ RowStats row_stats(const T* x, std::int64_t stride, std::int64_t classes) {
 }
 
 // out[0]: the loss ((N) or ()); out[1]: stats (N + 1), each row's lse, then the count of
-// rows not ignored.
+// rows not ignored; out[2]: with unit_grad, dlogits for a loss gradient of 1.
 template <class T, class L>
 void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   using A = acc_t<T>;
@@ -132,24 +141,24 @@ void forward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   if (p.reduction == 1) loss[0] = cpu::store<L>(total);
   if (p.reduction == 2) loss[0] = cpu::store<L>(total / count);
   stats[n] = static_cast<A>(count);
+  if (p.unit_grad)
+    write_dx<T, A>(
+        p, x, labels, out[1], [](std::int64_t) { return 1.0; }, cpu::ptr<T>(out[2]));
 }
 
-// inputs: g (the loss's shape), logits, labels, stats (lse, count); out[0]: dlogits (N, C).
-template <class T, class L>
-void backward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
-  using A = acc_t<T>;
-  const Tensor &g = a.inputs[0], &x = a.inputs[1], &labels = a.inputs[2], &stats = a.inputs[3];
+// dlogits (N, C) into dx from logits x, labels, stats (lse, then the count) and the loss's
+// gradient of row r, g(r).
+template <class T, class A, class G>
+void write_dx(const Params& p, const Tensor& x, const Tensor& labels, const Tensor& stats, G&& g, T* dx) {
   const std::int64_t n = x.shape()[0], classes = x.shape()[1];
-  const L* pg = cpu::ptr<const L>(g);
   const T* px = cpu::ptr<const T>(x);
   const std::int64_t* pl = cpu::ptr<const std::int64_t>(labels);
   const A* lse = cpu::ptr<const A>(stats);
   const double count = lse[n * stats.strides()[0]];
-  T* dx = cpu::ptr<T>(out[0]);
   for (std::int64_t r = 0; r < n; ++r) {
     const std::int64_t y = pl[r * labels.strides()[0]];
     const bool dead = p.ignore.skips(y) || y < 0 || y >= classes;
-    const double gr = p.reduction == 0 ? cpu::load(pg[r * g.strides()[0]]) : cpu::load(pg[0]);
+    const double gr = g(r);
     const double s = p.reduction == 2 ? gr / count : gr;
     const double l = lse[r * stats.strides()[0]];
     for (std::int64_t c = 0; c < classes; ++c) {
@@ -160,6 +169,16 @@ void backward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
   }
 }
 
+// inputs: g (the loss's shape), logits, labels, stats (lse, count); out[0]: dlogits (N, C).
+template <class T, class L>
+void backward_cpu(const OpArgs& a, const Params& p, std::span<Tensor> out) {
+  const Tensor& g = a.inputs[0];
+  const L* pg = cpu::ptr<const L>(g);
+  write_dx<T, acc_t<T>>(
+      p, a.inputs[1], a.inputs[2], a.inputs[3],
+      [&](std::int64_t r) { return cpu::load(pg[p.reduction == 0 ? r * g.strides()[0] : 0]); }, cpu::ptr<T>(out[0]));
+}
+
 // Attr sets for the registry-driven tests: every reduction, smoothing, ignore_index, f32_loss.
 std::vector<Attrs> test_attrs() {
   std::vector<Attrs> sets;
@@ -168,6 +187,18 @@ std::vector<Attrs> test_attrs() {
     sets.push_back(Attrs{{"reduction", std::string(r)}, {"label_smoothing", 0.1}, {"ignore_index", std::int64_t{1}}});
     sets.push_back(Attrs{{"reduction", std::string(r)}, {"f32_loss", true}});
   }
+  return sets;
+}
+
+std::vector<Attrs> forward_test_attrs() {
+  std::vector<Attrs> sets = test_attrs();
+  sets.push_back(Attrs{{"reduction", std::string("mean")}, {"unit_grad", true}});
+  sets.push_back(Attrs{{"reduction", std::string("mean")}, {"label_smoothing", 0.1}, {"unit_grad", true}});
+  sets.push_back(Attrs{{"reduction", std::string("sum")},
+                       {"label_smoothing", 0.1},
+                       {"ignore_index", std::int64_t{1}},
+                       {"f32_loss", true},
+                       {"unit_grad", true}});
   return sets;
 }
 
@@ -222,20 +253,23 @@ const OpRef kCrossEntropyBackward = register_op({
 const OpRef kCrossEntropy = register_op({
     .name = "softmax_cross_entropy",
     .num_inputs = 2,
-    .num_outputs = 2,
+    .num_outputs = 3,
     .dtypes = dtype_sets::floating,
     .dtype_rule =
         [](const OpArgs& a) {
           DTypePlan p = float_and_labels(a, 0, 1);
-          p.outputs = {loss_dtype(params_of(a), p.key), acc_of(p.key)};
+          p.outputs = {loss_dtype(params_of(a), p.key), acc_of(p.key), p.key};
           return p;
         },
+    // Outputs: the loss, stats (each row's lse, then the count) and, with unit_grad, dlogits
+    // for a loss gradient of 1 (else empty), which the backward of loss.backward() hands on.
     .shape_rule =
         [](const OpArgs& a) {
           const Params p = params_of(a);
           check_rows(a, a.inputs[0], a.inputs[1]);
           const Shape rows{a.inputs[0].shape()[0]};
-          return std::vector<Shape>{p.reduction == 0 ? rows : Shape{}, Shape{rows[0] + 1}};
+          return std::vector<Shape>{p.reduction == 0 ? rows : Shape{}, Shape{rows[0] + 1},
+                                    p.unit_grad ? a.inputs[0].shape() : Shape{0}};
         },
     .cpu =
         [](const OpArgs& a, std::span<Tensor> out) {
@@ -251,19 +285,22 @@ const OpRef kCrossEntropy = register_op({
           const Tensor rows = p.reduction == 0 ? Tensor() : empty({n}, {.dtype = out[1].dtype(), .device = a.device});
           kernels::launch_cross_entropy(x.dtype(), out[0].dtype(), device_address(x), device_address(labels),
                                         device_address(out[0]), rows.defined() ? device_address(rows) : 0,
-                                        device_address(out[1]), n, x.shape()[1], p.reduction, p.eps, p.ignore.index,
-                                        p.ignore.on, stream_of(a.device));
+                                        device_address(out[1]), p.unit_grad ? device_address(out[2]) : 0, n,
+                                        x.shape()[1], p.reduction, p.eps, p.ignore.index, p.ignore.on,
+                                        stream_of(a.device));
         },
-    // Only the loss carries a gradient: stats is state saved for the backward.
+    // Only the loss carries a gradient: stats is state saved for the backward. A gradient of 1
+    // from backward() itself takes the forward's dlogits: no kernel.
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) -> std::vector<Tensor> {
+      if (c.unit_gradient(0) && c.attrs().get_or<bool>("unit_grad", false)) return {c.saved_output(2), Tensor()};
       return {call(kCrossEntropyBackward, {g[0], c.saved_input(0), c.saved_input(1), c.saved_output(1)}, c.attrs()),
               Tensor()};
     },
     .differentiable_outputs = 1,
-    .save = {.inputs = {0, 1}, .outputs = {1}},
+    .save = {.inputs = {0, 1}, .outputs = {1, 2}},
     // gradcheck_op feeds f64 labels, which the dtype rule refuses: tests/engine/
     // test_nn_functional.cpp checks the gradients by hand.
-    .test = {.attrs = test_attrs(),
+    .test = {.attrs = forward_test_attrs(),
              .low = -4,
              .high = 4,
              .gradcheck = false,
@@ -283,6 +320,11 @@ Tensor fused_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction
               {"label_smoothing", label_smoothing}};
   if (ignore_index) attrs.set("ignore_index", *ignore_index);
   if (f32_loss) attrs.set("f32_loss", true);
+  // Training: the forward writes the gradient for loss.backward()'s implicit 1 as well, so that
+  // backward needs no kernel (another gradient takes the backward kernel as before).
+  const int r = reduction == Reduction::none ? 0 : reduction == Reduction::sum ? 1 : 2;
+  if (grad_enabled() && logits.requires_grad() && unit_grad_allowed(r, ignore_index.has_value()))
+    attrs.set("unit_grad", true);
   const Tensor inputs[] = {logits, labels};
   return dispatch(kCrossEntropy, inputs, attrs)[0];
 }

@@ -252,12 +252,45 @@ TEST_CASE("fused cross_entropy: gradients equal the composite's, and pass f64 fi
   ok(gradcheck([&](const auto& v) { return dispatch(op, {{v[0], ignored}}, attrs)[0]; }, {x}));
 }
 
+TEST_CASE("loss.backward() of cross_entropy takes the forward's gradient: the bits of the backward op's") {
+  Generator gen(35);
+  const std::int64_t n = 9, c = 7;
+  const Tensor labels = randint(0, c, {n}, {}, &gen);
+  struct Case {
+    Reduction r;
+    double eps;
+    std::optional<std::int64_t> ignore;
+  };
+  for (DType t : {DType::f64, DType::f32, DType::bf16})
+    for (const Case& k : {Case{Reduction::mean, 0.0, std::nullopt}, Case{Reduction::mean, 0.1, std::nullopt},
+                          Case{Reduction::sum, 0.1, std::int64_t{2}}, Case{Reduction::mean, 0.1, std::int64_t{2}}}) {
+      INFO(dtype_name(t), " reduction=", reduction_name(k.r), " eps=", k.eps, " ignore=", k.ignore.value_or(-1));
+      const Tensor x = random_f64({n, c}, 36, 2.0).to(t);
+      Tensor implicit = x.clone().requires_grad_(), given = x.clone().requires_grad_(),
+             retained = x.clone().requires_grad_();
+      const Tensor loss = cross_entropy(implicit, labels, k.r, k.eps, k.ignore);
+      loss.backward();  // the forward's gradient where unit_grad was allowed
+      cross_entropy(given, labels, k.r, k.eps, k.ignore).backward(ones({}, {.dtype = loss.dtype()}));
+      cross_entropy(retained, labels, k.r, k.eps, k.ignore)
+          .backward(Tensor(), true);  // a retained graph: the backward op
+      CHECK(implicit.grad().to_vector<double>() == given.grad().to_vector<double>());
+      CHECK(retained.grad().to_vector<double>() == given.grad().to_vector<double>());
+    }
+  // A loss that is the sum of two: the root's gradient is no longer backward()'s own 1 alone.
+  Tensor a = random_f64({n, c}, 37).requires_grad_(), b = a.detach().clone().requires_grad_();
+  const Tensor l = cross_entropy(a, labels);
+  backward({l, l}, {}, false);
+  cross_entropy(b, labels).backward(full({}, 2.0, {.dtype = DType::f64}));
+  check_within(a.grad().to_vector<double>(), b.grad().to_vector<double>(), 1e-15);
+}
+
 TEST_CASE("softmax_cross_entropy saves each row's lse and the count; errors name the op") {
   const OpDef& op = get_op("softmax_cross_entropy");
   Tensor x = f64({1, 2, 3, 0, 0, 0}, {2, 3});
   const Attrs mean{{"reduction", std::string("mean")}, {"ignore_index", std::int64_t{7}}};
   std::vector<Tensor> out = dispatch(op, {{x, i64({2, 7}, {2})}}, mean);
-  REQUIRE(out.size() == 2);
+  REQUIRE(out.size() == 3);
+  CHECK(out[2].numel() == 0);  // no unit_grad asked for
   check_within(out[1].to_vector<double>(), {3 + std::log(1 + std::exp(-1.0) + std::exp(-2.0)), std::log(3.0), 1}, 1e-14);
   CHECK(out[0].item<double>() == doctest::Approx(std::log(1 + std::exp(-1.0) + std::exp(-2.0))).epsilon(1e-14));
   // f16 logits keep the stats in f32.
@@ -272,6 +305,11 @@ TEST_CASE("softmax_cross_entropy saves each row's lse and the count; errors name
             .find("[softmax_cross_entropy] reduction must be none, sum or mean") != std::string::npos);
   CHECK(message_of<ShapeError>([&] { dispatch(op, {{x, i64({0, 1, 1}, {3})}}, mean); })
             .find("[softmax_cross_entropy] needs logits (N, C) and labels (N)") != std::string::npos);
+  CHECK(message_of<ValueError>([&] {
+          dispatch(op, {{x, i64({0, 1}, {2})}},
+                   Attrs{{"reduction", std::string("mean")}, {"ignore_index", std::int64_t{7}}, {"unit_grad", true}});
+        }).find("[softmax_cross_entropy] unit_grad needs reduction sum, or mean with no ignore_index") !=
+        std::string::npos);
   // cross_entropy's own checks come first, with today's messages.
   CHECK(message_of<ShapeError>([&] { cross_entropy(x, i64({0}, {1})); }).find("[cross_entropy]") != std::string::npos);
   CHECK(message_of<ValueError>([&] { cross_entropy(x, i64({0, 1}, {2}), Reduction::mean, 1.0); })

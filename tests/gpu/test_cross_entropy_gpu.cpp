@@ -228,3 +228,48 @@ TEST_CASE("softmax_cross_entropy: gradient checks in f64 on the GPU") {
       CHECK_MESSAGE(res.ok, reduction_name(r) << " eps " << eps << ": " << res.message);
     }
 }
+
+// loss.backward() hands on the gradient the forward wrote for a loss gradient of 1, where the
+// forward knows it (reduction sum, or mean with no label ignored): the backward kernel's bits,
+// an out-of-range label's zeros included, and a compiled step without the backward kernel.
+TEST_CASE(
+    "softmax_cross_entropy on the GPU: loss.backward() takes the forward's gradient, the backward kernel's bits") {
+  const Tensor labels = make_labels(300, 10, false, 16).to(kGpu);
+  const Tensor bad = from_vector(std::vector<std::int64_t>{1, 17, 0}, {3}).to(kGpu);
+  for (DType t : {DType::f32, DType::bf16, DType::f64})
+    for (Reduction r : {Reduction::sum, Reduction::mean})
+      for (double eps : {0.0, 0.1}) {
+        CAPTURE(dtype_name(t));
+        CAPTURE(reduction_name(r));
+        CAPTURE(eps);
+        const Tensor x = ce_normal({300, 10}, 17, 3.0).to(t).to(kGpu);
+        Tensor implicit = x.clone().requires_grad_(), given = x.clone().requires_grad_();
+        const Tensor loss = cross_entropy(implicit, labels, r, eps);
+        loss.backward();
+        cross_entropy(given, labels, r, eps).backward(ones({}, {.dtype = loss.dtype(), .device = kGpu}));
+        CHECK(f64_bits(implicit.grad()) == f64_bits(given.grad()));
+        Tensor xb = narrow(x, 0, 0, 3).clone().requires_grad_(), xg = xb.detach().clone().requires_grad_();
+        cross_entropy(xb, bad, r, eps).backward();
+        cross_entropy(xg, bad, r, eps).backward(ones({}, {.dtype = loss.dtype(), .device = kGpu}));
+        CHECK(f64_bits(xb.grad()) == f64_bits(xg.grad()));
+      }
+  Generator g(18);
+  Tensor w = randn({32, 10}, {}, &g).to(kGpu).requires_grad_();
+  auto step = [&](const std::vector<Tensor>& in) {
+    w.zero_grad();
+    Tensor loss = cross_entropy(matmul(in[0], w), in[1], Reduction::mean, 0.1);
+    loss.backward();
+    return std::vector<Tensor>{loss.detach(), w.grad()};
+  };
+  const Tensor x = randn({256, 32}, {}, &g).to(kGpu), l256 = narrow(labels, 0, 0, 256);
+  const std::vector<Tensor> eager = step({x, l256});
+  CompiledFunction cf = compile(step);
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<Tensor> out = cf({x, l256});
+    CHECK(f64_bits(out[0]) == f64_bits(eager[0]));
+    CHECK(f64_bits(out[1]) == f64_bits(eager[1]));
+  }
+  const auto& names = cf.stats().kernel_names_per_graph.at(0);
+  CHECK(names.at("kiln_softmax_cross_entropy") == 1);
+  CHECK(names.count("kiln_softmax_cross_entropy_backward") == 0);
+}

@@ -71,13 +71,14 @@ void launch_softmax(DType t, rt::DevicePtr in, rt::DevicePtr out, std::int64_t r
 // One launch for any N, even 0 (the last block writes count and the reduction). reduction:
 // 0 none, 1 sum, 2 mean; rows: Acc scratch of N for sum and mean; stats: N lse, then count.
 void launch_cross_entropy(DType t, DType loss, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out,
-                          rt::DevicePtr rows, rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction,
-                          double smoothing, std::int64_t ignore, bool has_ignore, const rt::Stream& s) {
+                          rt::DevicePtr rows, rt::DevicePtr stats, rt::DevicePtr unit_dx, std::int64_t n,
+                          std::int64_t classes, int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
+                          const rt::Stream& s) {
   const RowLaunch l = row_launch(n, classes, s.device());
   const long long nn = n, cc = classes, ig = ignore;
   const std::int32_t red = reduction, hi = has_ignore ? 1 : 0;
-  rt::launch(cross_entropy_function(kCrossEntropy, t, loss, s), l.config, s, logits, labels, out, rows, stats, nn, cc,
-             l.width, red, smoothing, ig, hi);
+  rt::launch(cross_entropy_function(kCrossEntropy, t, loss, s), l.config, s, logits, labels, out, rows, stats, unit_dx,
+             nn, cc, l.width, red, smoothing, ig, hi);
 }
 
 void launch_cross_entropy_backward(DType t, DType loss, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,

@@ -30,9 +30,11 @@ void launch_nll_backward(DType t, rt::DevicePtr g, rt::DevicePtr labels, rt::Dev
 // 0 none, 1 sum, 2 mean; rows: accumulator scratch of n for sum and mean; stats: n lse, then
 // the count. The backward reads stats. `loss`: the loss's dtype (and its gradient g's), t's or,
 // for 16-bit logits, f32.
+// unit_dx (0: none): dlogits for a loss gradient of 1 (reduction sum, or mean with no label ignored).
 void launch_cross_entropy(DType t, DType loss, rt::DevicePtr logits, rt::DevicePtr labels, rt::DevicePtr out,
-                          rt::DevicePtr rows, rt::DevicePtr stats, std::int64_t n, std::int64_t classes, int reduction,
-                          double smoothing, std::int64_t ignore, bool has_ignore, const rt::Stream& s);
+                          rt::DevicePtr rows, rt::DevicePtr stats, rt::DevicePtr unit_dx, std::int64_t n,
+                          std::int64_t classes, int reduction, double smoothing, std::int64_t ignore, bool has_ignore,
+                          const rt::Stream& s);
 void launch_cross_entropy_backward(DType t, DType loss, rt::DevicePtr g, rt::DevicePtr logits, rt::DevicePtr labels,
                                    rt::DevicePtr stats, rt::DevicePtr dx, std::int64_t n, std::int64_t classes,
                                    int reduction, double smoothing, std::int64_t ignore, bool has_ignore,

@@ -2,16 +2,17 @@
 #include <map>
 #include <mutex>
 #include <queue>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "kiln/amp.h"
-#include "kiln/autograd.h"
 #include "core/registry.h"
-#include "kiln/runtime/kernel_plan.h"
-#include "record.h"
 #include "core/tensor/copy.h"
 #include "core/tensor/tensor_impl.h"
+#include "kiln/amp.h"
+#include "kiln/autograd.h"
+#include "kiln/runtime/kernel_plan.h"
+#include "record.h"
 
 namespace kiln {
 
@@ -51,7 +52,8 @@ class BackwardEngine {
     if (root.defined() && grad_enabled()) refresh_view(root);
     if (!root.requires_grad())
       throw ValueError("[backward] the tensor does not require grad: nothing it depends on has requires_grad set");
-    if (!grad.defined()) {
+    const bool implicit = !grad.defined();
+    if (implicit) {
       if (root.numel() != 1)
         throw ShapeError("[backward] a gradient must be given for a tensor of shape " + shape_str(root.shape()) +
                          "; only one-element tensors get 1 implicitly");
@@ -66,7 +68,8 @@ class BackwardEngine {
       grad_ready(root.impl_ptr());
       return;
     }
-    add_grad(r.grad_fn.get(), r.output_nr, std::move(grad));
+    if (add_grad(r.grad_fn.get(), r.output_nr, std::move(grad)) && implicit)
+      unit_seeds_.insert({r.grad_fn.get(), r.output_nr});
     roots_.push_back(r.grad_fn);
   }
 
@@ -105,11 +108,15 @@ class BackwardEngine {
   }
 
  private:
-  void add_grad(Node* n, int output_nr, Tensor g) {
+  // True when g is the slot's first gradient; a second one makes it no longer a unit seed.
+  bool add_grad(Node* n, int output_nr, Tensor g) {
     auto& slots = grads_[n];
     slots.resize(n->outputs_.size());
     Tensor& slot = slots[static_cast<std::size_t>(output_nr)];
-    slot = slot.defined() ? add_grads(slot, g) : std::move(g);
+    const bool first = !slot.defined();
+    if (!first) unit_seeds_.erase({n, output_nr});
+    slot = first ? std::move(g) : add_grads(slot, g);
+    return first;
   }
 
   void count_dependencies() {
@@ -163,7 +170,9 @@ class BackwardEngine {
     std::vector<bool> needs(n.next_.size());
     for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = n.next_[i].requires_grad();
     const std::vector<Tensor> sinks = grad_sinks(n, needs);
-    const VjpContext context(n, needs, &sinks);
+    std::vector<bool> unit(n.outputs_.size());
+    for (std::size_t k = 0; k < unit.size(); ++k) unit[k] = !retain_ && unit_seeds_.count({&n, static_cast<int>(k)});
+    const VjpContext context(n, needs, &sinks, &unit);
     std::vector<Tensor> out = n.op_->vjp(context, grads);
     if (out.size() != n.inputs_.size())
       throw Error("[autograd] the vjp of " + name + " returned " + std::to_string(out.size()) + " gradients for " +
@@ -264,6 +273,7 @@ class BackwardEngine {
   std::unordered_map<Node*, int> deps_;
   std::unordered_map<const Node*, int> consumers_;  // edges into each node (deps_ before the walk)
   std::unordered_map<Node*, bool> seen_, processed_;
+  std::set<std::pair<const Node*, int>> unit_seeds_;  // outputs whose gradient is backward()'s implicit 1
 };
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {
