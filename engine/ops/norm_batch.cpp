@@ -279,21 +279,7 @@ const OpRef kBatchNorm = register_op({
       // In a compiled step dweight and dbias may land in the parameters' .grad() buffers.
       const Tensor into[] = {Tensor(), p.weight ? c.grad_sink(1) : Tensor(), p.bias ? c.grad_sink(2) : Tensor()};
       Attrs attrs{{"training", p.training}, {"relu", p.relu}, {"has_weight", p.weight}};
-      std::vector<Tensor> r = dispatch(kBatchNormBackward, in, attrs, into);
-      // Eval normalises with the running statistics: y depends on them (rarely asked for).
-      // With s = weight * invstd: drm = -s * dbias, drv = -s * invstd * dweight / 2.
-      Tensor drm, drv;
-      if (!p.training && (c.needs_grad(3) || c.needs_grad(4))) {
-        const Tensor is = c.saved_output(2), s = p.weight ? mul(is, c.saved_input(1)) : is;
-        if (c.needs_grad(3)) drm = neg(mul(s, r[2]));
-        if (c.needs_grad(4)) drv = mul(mul(s, is), r[1]) * -0.5;
-      }
-      return {c.needs_grad(0) ? r[0] : Tensor(),
-              p.weight && c.needs_grad(1) ? r[1] : Tensor(),
-              p.bias && c.needs_grad(2) ? r[2] : Tensor(),
-              drm,
-              drv,
-              Tensor()};
+      return batch_norm_input_grads(c, p, dispatch(kBatchNormBackward, in, attrs, into));
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1}, .outputs = {0, 1, 2}},
@@ -306,6 +292,24 @@ const OpRef kBatchNorm = register_op({
 }  // namespace
 
 namespace norm_detail {
+
+std::vector<Tensor> batch_norm_input_grads(const VjpContext& c, const BatchNormParams& p,
+                                           const std::vector<Tensor>& r) {
+  // Eval normalises with the running statistics: y depends on them (rarely asked for).
+  // With s = weight * invstd: drm = -s * dbias, drv = -s * invstd * dweight / 2.
+  Tensor drm, drv;
+  if (!p.training && (c.needs_grad(3) || c.needs_grad(4))) {
+    const Tensor is = c.saved_output(2), s = p.weight ? mul(is, c.saved_input(1)) : is;
+    if (c.needs_grad(3)) drm = neg(mul(s, r[2]));
+    if (c.needs_grad(4)) drv = mul(mul(s, is), r[1]) * -0.5;
+  }
+  return {c.needs_grad(0) ? r[0] : Tensor(),
+          p.weight && c.needs_grad(1) ? r[1] : Tensor(),
+          p.bias && c.needs_grad(2) ? r[2] : Tensor(),
+          drm,
+          drv,
+          Tensor()};
+}
 
 void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchNormLaunch& launch) {
   const BatchNormParams p = batch_norm_params(a.attrs);

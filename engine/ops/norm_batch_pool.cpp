@@ -319,19 +319,7 @@ const OpRef kBnPool = register_op({
                   {"has_weight", bp.weight},
                   {"has_bias", bp.bias},
                   {"kernel", c.attrs().get<Dims>("kernel")}};
-      std::vector<Tensor> r = dispatch(kBnPoolBackward, in, attrs, into);
-      Tensor drm, drv;  // eval: y depends on the running statistics, as in batch_norm
-      if (!bp.training && (c.needs_grad(3) || c.needs_grad(4))) {
-        const Tensor is = c.saved_output(2), s = bp.weight ? mul(is, c.saved_input(1)) : is;
-        if (c.needs_grad(3)) drm = neg(mul(s, r[2]));
-        if (c.needs_grad(4)) drv = mul(mul(s, is), r[1]) * -0.5;
-      }
-      return {c.needs_grad(0) ? r[0] : Tensor(),
-              bp.weight && c.needs_grad(1) ? r[1] : Tensor(),
-              bp.bias && c.needs_grad(2) ? r[2] : Tensor(),
-              drm,
-              drv,
-              Tensor()};
+      return batch_norm_input_grads(c, bp, dispatch(kBnPoolBackward, in, attrs, into));
     },
     .differentiable_outputs = 1,
     .save = {.inputs = {0, 1, 2}, .outputs = {1, 2}},

@@ -132,6 +132,11 @@ inline DTypePlan batch_norm_forward_dtypes(const OpArgs& a) {
   return norm_plan(a, t, param_dtype(t, present_params(a)), in, {Role::x, Role::stats, Role::stats});
 }
 
+struct BatchNormParams;  // norm_batch_cpu.h
+// A batch-norm forward's input gradients from its backward op's (dx, dweight, dbias) `r`: those
+// asked for, and in eval the running statistics' (y depends on them there).
+std::vector<Tensor> batch_norm_input_grads(const VjpContext& c, const BatchNormParams& p, const std::vector<Tensor>& r);
+
 // A batch-norm forward on the GPU, batch_norm's kernels or batch_norm_max_pool2d's through
 // `launch`: contiguous operands, the statistics' scratch (split for x unpooled), and running
 // statistics updated in a contiguous copy written back to the caller's tensors.
