@@ -170,8 +170,11 @@ class BackwardEngine {
     std::vector<bool> needs(n.next_.size());
     for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = n.next_[i].requires_grad();
     const std::vector<Tensor> sinks = grad_sinks(n, needs);
-    std::vector<bool> unit(n.outputs_.size());
-    for (std::size_t k = 0; k < unit.size(); ++k) unit[k] = !retain_ && unit_seeds_.count({&n, static_cast<int>(k)});
+    std::vector<bool> unit;  // only a root can have one: most nodes build nothing here
+    if (!retain_ && !unit_seeds_.empty()) {
+      unit.resize(n.outputs_.size());
+      for (std::size_t k = 0; k < unit.size(); ++k) unit[k] = unit_seeds_.count({&n, static_cast<int>(k)}) > 0;
+    }
     const VjpContext context(n, needs, &sinks, &unit);
     std::vector<Tensor> out = n.op_->vjp(context, grads);
     if (out.size() != n.inputs_.size())
