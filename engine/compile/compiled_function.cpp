@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "capture_context.h"
 #include "core/registry.h"
 #include "fusion.h"
+#include "input_casts.h"
 #include "kiln/amp.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
@@ -23,8 +25,10 @@ namespace kiln {
 
 using compile_detail::CaptureContext;
 using compile_detail::CompiledCall;
-using kernels::InputCopies;
+using compile_detail::InputCast;
+using compile_detail::InputCastScope;
 using compile_detail::ReplayAction;
+using kernels::InputCopies;
 
 namespace {
 
@@ -36,6 +40,7 @@ struct Entry {
   Device device;
   std::shared_ptr<rt::PrivatePool> pool;
   std::vector<Tensor> static_inputs, outputs;
+  std::vector<InputCast> input_casts;  // noted by the eager calls; the capture's input copy writes them
   std::vector<void*> copy_nodes;  // one per InputCopies::kMax inputs
   std::shared_ptr<kernels::InputCopies> word_stores;  // the first copy's, refreshed by actions
   std::vector<ReplayAction> actions;
@@ -62,23 +67,31 @@ std::vector<Tensor> detached(const std::vector<Tensor>& ts) {
   return out;
 }
 
-// The input copies of one replay: static buffer <- the caller's (contiguous) input.
-std::vector<InputCopies> input_copies(const std::vector<Tensor>& statics, const std::vector<Tensor>& inputs) {
+// The input copies of one replay: static buffer <- the caller's (contiguous) input, and each
+// made cast <- that input converted.
+std::vector<InputCopies> input_copies(const std::vector<Tensor>& statics, const std::vector<InputCast>& casts,
+                                      const std::vector<Tensor>& inputs) {
   std::vector<InputCopies> out;
-  for (std::size_t i = 0; i < statics.size(); ++i) {
-    if (i % InputCopies::kMax == 0) out.emplace_back();
+  std::size_t n = 0;
+  auto add = [&](const Tensor& dst, const Tensor& src, kernels::CopyConvert convert) {
+    if (n++ % InputCopies::kMax == 0) out.emplace_back();
     InputCopies& c = out.back();
-    c.dst[c.count] = device_address(statics[i]);
-    c.src[c.count] = device_address(inputs[i]);
-    c.bytes[c.count] = static_cast<std::uint64_t>(inputs[i].numel()) * inputs[i].element_size();
+    c.dst[c.count] = device_address(dst);
+    c.src[c.count] = device_address(src);
+    c.bytes[c.count] = static_cast<std::uint64_t>(src.numel()) * src.element_size();
+    c.convert[c.count] = convert;
     ++c.count;
-  }
+  };
+  for (std::size_t i = 0; i < statics.size(); ++i) add(statics[i], inputs[i], kernels::CopyConvert::none);
+  for (const InputCast& c : casts)
+    if (c.made.defined())
+      add(c.made, inputs[c.input], compile_detail::copy_conversion(inputs[c.input].dtype(), c.dtype));
   return out;
 }
 
 // The input copies' arguments for this call's inputs, the first with the step's word stores.
 void set_copy_args(Entry& e, const std::vector<Tensor>& inputs) {
-  std::vector<InputCopies> copies = input_copies(e.static_inputs, inputs);
+  std::vector<InputCopies> copies = input_copies(e.static_inputs, e.input_casts, inputs);
   if (e.word_stores && !copies.empty()) {
     std::copy(std::begin(e.word_stores->stores), std::end(e.word_stores->stores), std::begin(copies[0].stores));
     copies[0].store_count = e.word_stores->store_count;
@@ -127,9 +140,12 @@ struct CompiledFunction::Impl {
     return entries.end();
   }
 
-  std::vector<Tensor> eager(const std::vector<Tensor>& inputs, Device device) {
+  // `casts` (null: none noted) gets the casts the step asks of its inputs.
+  std::vector<Tensor> eager(const std::vector<Tensor>& inputs, Device device, std::vector<InputCast>* casts) {
     CompiledCall call;
     ++counts.eager_calls;
+    std::optional<InputCastScope> noted;
+    if (casts) noted.emplace(inputs, *casts, false);
     compile_detail::FusionScope fuse(options.fuse ? device : Device::cpu());
     std::vector<Tensor> out = fn(inputs);
     fuse.finish();
@@ -150,17 +166,19 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   bool began = false;
   try {
     for (const Tensor& t : inputs) statics.push_back(empty(t.shape(), {.dtype = t.dtype(), .device = e.device}));
+    for (InputCast& c : e.input_casts) c.made = empty(inputs[c.input].shape(), {.dtype = c.dtype, .device = e.device});
     CompiledCall call;
     compile_detail::set_capture(&ctx);
     rt::begin_capture(stream);
     began = true;
     std::vector<void*> nodes;
-    for (const InputCopies& c : input_copies(statics, inputs)) {
+    for (const InputCopies& c : input_copies(statics, e.input_casts, inputs)) {
       kernels::launch_copy_inputs(c, stream);
       nodes.push_back(rt::last_captured_node(stream));
     }
     if (!nodes.empty()) ctx.input_copy = std::make_shared<InputCopies>();
     {
+      InputCastScope casts(statics, e.input_casts, true);
       compile_detail::FusionScope fuse(options.fuse ? e.device : Device::cpu());
       outs = fn(statics);
       fuse.finish();
@@ -181,6 +199,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
     compile_detail::set_capture(nullptr);
     if (began) rt::abort_capture(stream);
     e.rng_states.clear();
+    for (InputCast& c : e.input_casts) c.made = Tensor();  // the pool's, which goes
     rt::unbind_private_pool(stream);
     throw;
   }
@@ -223,7 +242,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   Impl& m = *impl_;
   if (step::in_compiled_call()) throw ValueError("[compile] a compiled function cannot call a compiled function");
   const Device device = m.device_of(inputs);
-  if (device.is_cpu()) return m.eager(inputs, device);
+  if (device.is_cpu()) return m.eager(inputs, device, nullptr);
   const std::string sig = m.signature(inputs);
   // The capture sees contiguous static buffers; the eager calls get contiguous inputs too, so
   // they load the same kernel variants (a strided input picks another one).
@@ -232,15 +251,16 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (rt::shape_only()) {
     // A kernel plan's pass: the first call, then one as the capture's call, which finds the
     // state the first left (gradients to zero, say), and the capture's own kernels.
-    m.eager(dense, device);
-    std::vector<Tensor> out = m.eager(dense, device);
+    m.eager(dense, device, nullptr);
+    std::vector<Tensor> out = m.eager(dense, device, nullptr);
     m.counts.eager_calls -= 2;
     kernels::load_step_kernels(device.index());
     return out;
   }
   auto it = m.find(sig);
   if (it == m.entries.end()) {
-    std::vector<Tensor> out = m.eager(dense, device);
+    std::vector<InputCast> casts;
+    std::vector<Tensor> out = m.eager(dense, device, &casts);
     // Made only after the eager call succeeded, so a failing first call captures nothing later.
     if (m.entries.size() >= m.options.max_graphs) {
       m.entries.pop_back();
@@ -250,12 +270,14 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     m.entries.front().signature = sig;
     m.entries.front().device = device;
     m.entries.front().eager_calls = 1;
+    m.entries.front().input_casts = std::move(casts);
     return out;
   }
   m.entries.splice(m.entries.begin(), m.entries, it);  // most recently used first
   Entry& e = m.entries.front();
   if (!e.captured && e.eager_calls < m.options.warmup_calls) {
-    std::vector<Tensor> out = m.eager(dense, device);
+    e.input_casts.clear();  // the latest call's
+    std::vector<Tensor> out = m.eager(dense, device, &e.input_casts);
     ++e.eager_calls;
     return out;
   }

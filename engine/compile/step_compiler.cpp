@@ -3,6 +3,7 @@
 #include "capture.h"
 #include "core/step/step_state.h"
 #include "fusion.h"
+#include "input_casts.h"
 
 namespace kiln::compile_detail {
 namespace {
@@ -20,6 +21,7 @@ class CaptureAndFusion final : public step::StepCompiler {
     return compile_detail::defer_pointwise(op, args, outputs);
   }
   void before_use(const Tensor& t) override { compile_detail::before_use(t); }
+  std::optional<Tensor> input_cast(const Tensor& t, DType to) override { return compile_detail::input_cast(t, to); }
 };
 
 CaptureAndFusion g_step_compiler;

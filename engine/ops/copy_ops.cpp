@@ -1,5 +1,6 @@
 // cast, clone and to_device: copies that autograd sees through.
 #include "core/registry.h"
+#include "core/step/step_state.h"
 #include "core/tensor/copy.h"
 
 namespace kiln {
@@ -63,6 +64,10 @@ const OpRef kToDevice = register_op({
 
 }  // namespace
 
-Tensor cast(const Tensor& a, DType dtype) { return call(kCast, {a}, Attrs{{"dtype", dtype}}); }
+Tensor cast(const Tensor& a, DType dtype) {
+  // A compiled step's cast of its input (autocast's of the images): the graph's input copy writes it.
+  if (std::optional<Tensor> copied = step::input_cast(a, dtype)) return *copied;
+  return call(kCast, {a}, Attrs{{"dtype", dtype}});
+}
 
 }  // namespace kiln

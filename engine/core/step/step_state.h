@@ -7,12 +7,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
+#include "backend/cuda/generated/step_io/step_io_kernels.h"
 #include "kiln/device.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/tensor.h"
-#include "backend/cuda/generated/step_io/step_io_kernels.h"
 
 namespace kiln {
 class Generator;
@@ -53,6 +54,9 @@ class StepCompiler {
   virtual bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) = 0;
   // t is about to be read or written by other work: run the pending group if it involves t.
   virtual void before_use(const Tensor& t) = 0;
+  // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: an
+  // eager call notes the cast (nullopt), a capture returns the cast its input copy writes.
+  virtual std::optional<Tensor> input_cast(const Tensor& t, DType to) = 0;
 };
 
 // engine/compile installs its StepCompiler once, while the library loads.
@@ -85,6 +89,10 @@ inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tenso
 }
 inline void before_use(const Tensor& t) {
   if (fusing()) compiler().before_use(t);
+}
+inline std::optional<Tensor> input_cast(const Tensor& t, DType to) {
+  if (!in_compiled_call()) return std::nullopt;
+  return compiler().input_cast(t, to);
 }
 
 }  // namespace kiln::step

@@ -40,6 +40,7 @@ struct WordsArg {
 };
 struct CopiesArg {
   std::uint64_t dst[8], src[8], bytes[8];
+  int convert[8];
   int count, stores;
   std::uint64_t store_dst[4];
   int store_count[4];
@@ -58,6 +59,7 @@ CopiesArg copies_arg(const InputCopies& c) {
   std::copy(c.dst, c.dst + 8, a.dst);
   std::copy(c.src, c.src + 8, a.src);
   std::copy(c.bytes, c.bytes + 8, a.bytes);
+  for (int i = 0; i < 8; ++i) a.convert[i] = static_cast<int>(c.convert[i]);
   a.count = c.count;
   a.stores = c.store_count;
   for (int i = 0; i < c.store_count; ++i) {

@@ -24,9 +24,14 @@ struct WordStore {
   StepWords words{};
 };
 
+// What a copy writes: src's bytes, or its f32 values rounded to a half type (the cast kernels'
+// bits), so a step's cast of an input costs no kernel of its own.
+enum class CopyConvert : int { none = 0, f32_to_f16 = 1, f32_to_bf16 = 2 };
+
 struct InputCopies {
   static constexpr int kMax = 8, kMaxStores = 4;
-  std::uint64_t dst[kMax] = {}, src[kMax] = {}, bytes[kMax] = {};
+  std::uint64_t dst[kMax] = {}, src[kMax] = {}, bytes[kMax] = {};  // bytes read from src
+  CopyConvert convert[kMax] = {};
   int count = 0;
   WordStore stores[kMaxStores] = {};
   int store_count = 0;
