@@ -89,6 +89,4 @@ void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
   rt::prefetch_sources(std::move(generated), threads);
 }
 
-bool start_compile_servers(std::size_t kernels) { return rt::start_compile_servers(rt::prefetch_jobs(kernels)); }
-
 }  // namespace kiln

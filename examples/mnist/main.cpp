@@ -246,9 +246,6 @@ int main(int argc, char** argv) {
     }
     if (!plan_file.empty() && (!o.device.is_cuda() || o.eval_only))
       throw ValueError("[mnist-train] --kernel-plan lists GPU kernels: it needs a CUDA device and a training run");
-    // A first run on an empty kernel cache: the compile servers start while the plan is made.
-    constexpr std::size_t kPlanKernels = 48;  // about the cnn's and the speedrun's plans (43-48)
-    if (o.device.is_cuda() && plan_file.empty()) start_compile_servers(kPlanKernels);
     if (!recipe.empty()) {
       if (!o.metrics.empty()) mnist::check_output_files(o);
       const bool compiled = mnist::compiled_steps(o);

@@ -164,8 +164,6 @@ bool DiskCache::writable() const {
   return mode_ == CacheMode::read_write && !write_failed_;
 }
 
-bool DiskCache::never_used() const { return mode_ == CacheMode::off || !marker_present(dir_); }
-
 std::optional<Entry> DiskCache::read(const fs::path& p, std::string* problem) const {
   FileBytes f = read_file(p);
   Entry e;

@@ -13,7 +13,6 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
 #include "kiln/runtime/module_cache.h"
-#include "nvrtc_run.h"
 
 namespace kiln::rt {
 
@@ -143,13 +142,6 @@ void prefetch_sources(std::vector<SourceRequest> sources, int threads) {
     });
   }
   if (!jobs.empty()) prefetcher().add(std::move(jobs), workers);
-}
-
-bool start_compile_servers(int servers) {
-  if (servers <= 0 || !DiskCache::global().never_used()) return false;
-  std::vector<std::function<void()>> jobs(static_cast<std::size_t>(servers), [] { warm_compile_server(); });
-  prefetcher().add(std::move(jobs), servers);
-  return true;
 }
 
 bool on_prefetch_thread() { return t_prefetch_worker; }

@@ -145,14 +145,6 @@ std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req) {
   return server.run(req);
 }
 
-void warm_compile_server() {
-  thread_local bool warm = false;
-  if (warm || in_process_only() || !nvrtc_server_path()) return;
-  warm = true;
-  // No -arch: NVRTC's default target, which every version has.
-  (void)run_nvrtc_in_server({"extern \"C\" __global__ void kiln_warm_up() {}\n", "warm_up.cu", {"-std=c++17"}, false});
-}
-
 NvrtcOutput run_nvrtc(const NvrtcRequest& req) {
   if (std::optional<NvrtcOutput> out = run_nvrtc_in_server(req)) return checked(std::move(*out));
   return run_nvrtc_in_process(req);

@@ -22,10 +22,6 @@ NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req);
 // failed, the server died).
 std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req);
 
-// Starts this thread's compile server, unless it has one or compiles run in this process, with a
-// compile of an empty kernel: the server's start and NVRTC's first compile in it are paid now.
-void warm_compile_server();
-
 // The kiln-nvrtc-server this library starts: beside the library in a build tree, in
 // <libexecdir>/kiln once installed; nullopt when neither exists.
 const std::optional<std::filesystem::path>& nvrtc_server_path();

@@ -8,20 +8,13 @@
 //   kiln_test_helper fused-steps ab|ba               run two compiled, fused steps on GPU 0 in that order
 //   kiln_test_helper sync-bn                         under kiln-run: SyncBatchNorm against the global batch
 //                                                    (sync_bn_check.cpp)
-//   kiln_test_helper start-servers N                 rt::start_compile_servers(N), then "started" and the
-//                                                    compile servers this process runs once they are warm
 //   kiln_test_helper dist-rendezvous                 the NCCL-id exchange of kiln::dist from the environment
 //                                                    (rank 0 makes a random id; no GPU): "rank R id HEX"
 // The cache directory comes from the environment (KILN_CACHE_DIR).
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -32,7 +25,6 @@
 #include "kiln/dtype.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
-#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/version.h"
@@ -128,31 +120,6 @@ int dist_rendezvous() {
 
 }  // namespace
 
-// This process's running compile servers (children named kiln-nvrtc-server, truncated by /proc).
-int own_servers() {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    if (e.path().filename().string().find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const std::size_t open = text.find('('), close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 4 >= text.size()) continue;
-    const bool server = text.compare(open + 1, 14, "kiln-nvrtc-ser") == 0 && text[close + 2] != 'Z';
-    if (server && std::stol(text.substr(close + 4)) == ::getpid()) ++n;
-  }
-  return n;
-}
-
-int start_servers(int servers) {
-  const bool started = kiln::rt::start_compile_servers(servers);
-  kiln::rt::wait_for_prefetch();
-  const kiln::rt::CacheCounters c = kiln::rt::cache_counters();
-  std::printf("{\"started\":%s,\"servers\":%d,\"compiles\":%llu}\n", started ? "true" : "false", own_servers(),
-              static_cast<unsigned long long>(c.compiles));
-  return 0;
-}
-
 int main(int argc, char** argv) {
   // Referencing libkiln loads it, and with it the kernels it registers.
   if (!kiln::version()) return 1;
@@ -163,7 +130,6 @@ int main(int argc, char** argv) {
     if (cmd == "fused-steps" && argc == 3) return fused_steps(argv[2]);
     if (cmd == "sync-bn" && argc == 2) return sync_bn_check();
     if (cmd == "dist-rendezvous" && argc == 2) return dist_rendezvous();
-    if (cmd == "start-servers" && argc == 3) return start_servers(std::stoi(argv[2]));
     if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {

@@ -49,27 +49,3 @@ TEST_CASE("KILN_NO_COMPILE=1 turns a cache miss into an error and leaves hits al
   CHECK(counters.at("disk_hits") == 1);
   fs::remove_all(dir);
 }
-
-TEST_CASE("start_compile_servers warms servers before any compile, only for a never-used kernel cache") {
-  fs::path dir = fresh_dir("servers");
-  auto cold = run_process({KILN_TEST_HELPER_PATH, "start-servers", "2"}, {{"KILN_CACHE_DIR", dir.string()}});
-  REQUIRE(cold.exit_code == 0);
-  auto started = nlohmann::json::parse(cold.out);
-  CHECK(started.at("started") == true);
-  CHECK(started.at("servers") == 2);
-  CHECK(started.at("compiles") == 0);  // the warm-up compile is no kernel of the cache's
-  // A cache that has held an entry: the run's plan may be there already, so nothing starts.
-  REQUIRE(run_process({KILN_TEST_HELPER_PATH, "warm", "fill", "f32", "sm_90"}, {{"KILN_CACHE_DIR", dir.string()}})
-              .exit_code == 0);
-  auto warm = nlohmann::json::parse(
-      run_process({KILN_TEST_HELPER_PATH, "start-servers", "2"}, {{"KILN_CACHE_DIR", dir.string()}}).out);
-  CHECK(warm.at("started") == false);
-  CHECK(warm.at("servers") == 0);
-  // Compiles in this process: the workers start, no server does.
-  auto here = nlohmann::json::parse(run_process({KILN_TEST_HELPER_PATH, "start-servers", "2"},
-                                                {{"KILN_CACHE", "off"}, {"KILN_COMPILE_IN_PROCESS", "1"}})
-                                        .out);
-  CHECK(here.at("started") == true);
-  CHECK(here.at("servers") == 0);
-  fs::remove_all(dir);
-}

@@ -46,10 +46,4 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
 // their first use finds them.
 void prefetch_kernels(const KernelPlan& plan, Device device, int threads = 0);
 
-// Starts the compile servers prefetch_kernels gives a plan of about `kernels` kernels, when the
-// kernel cache has never held an entry (or is off), and returns at once: a cold process calls it
-// before plan_kernels, so that the servers' start overlaps the CUDA context's creation and the
-// pass. Returns whether it started them.
-bool start_compile_servers(std::size_t kernels);
-
 }  // namespace kiln

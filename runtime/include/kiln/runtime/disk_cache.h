@@ -113,8 +113,6 @@ class DiskCache {
   CacheMode mode() const { return mode_; }
   std::uint64_t max_bytes() const { return max_bytes_; }  // 0: no bound
   bool writable() const;
-  // Off, or its directory has never held an entry (no marker): every kernel will be compiled.
-  bool never_used() const;
 
  private:
   std::filesystem::path entry_path(const std::string& digest) const;

@@ -58,14 +58,6 @@ struct SourceRequest {
 };
 void prefetch_sources(std::vector<SourceRequest> sources, int threads = 0);
 
-// When the disk cache has never held an entry (or is off), starts `servers` prefetch workers,
-// each warming its compile server (warm_compile_server), and returns true at once; else does
-// nothing and returns false. A process that will compile its plan calls it first: servers
-// starting together slow each other (16 at once took 0.6-0.9 s each for a first compile on a
-// 32-core host, one alone 0.09 s), and started early that cost overlaps the CUDA context's
-// creation and the planning pass instead of the plan's compiles.
-bool start_compile_servers(int servers);
-
 // This thread is one of prefetch's workers (whose waits CacheCounters::wait_ms leaves out).
 bool on_prefetch_thread();
 // Blocks until every prefetched kernel has loaded or failed.
