@@ -6,6 +6,8 @@
 #include "kiln/conv.h"
 
 #include <atomic>
+#include <memory>
+#include <optional>
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/generated/conv/conv_run.h"
@@ -15,7 +17,9 @@
 #include "core/dtype_sets.h"
 #include "core/registry.h"
 #include "core/tensor/copy.h"
+#include "core/tensor/tensor_impl.h"
 #include "kiln/amp.h"
+#include "kiln/autograd.h"
 
 namespace kiln {
 
@@ -159,8 +163,18 @@ Impl cpu_impl(int which, bool reference) {
   };
 }
 
+// The scope under which the tile engine keeps a forward's NHWC copy of x for the weight
+// gradient, which takes it (a staging kernel fewer in the backward).
+void images_for_backward(std::optional<kernels::ConvImagesForBackward>& scope, const Tensor& x) {
+  scope.emplace(reinterpret_cast<rt::DevicePtr>(x.data_ptr()), std::weak_ptr<const void>(x.impl()->storage),
+                x.version());
+}
+
 void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
   const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
+  // Only where the weight gradient will read x.
+  std::optional<kernels::ConvImagesForBackward> keep;
+  if (grad_enabled() && w_in.requires_grad()) images_for_backward(keep, x);
   if (kernels::run_generated_conv(ConvPass::forward, g, operands(x, w, y), allow_conv_tf32())) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
@@ -195,6 +209,8 @@ void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tenso
 
 void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
+  std::optional<kernels::ConvImagesForBackward> forward_copy;
+  images_for_backward(forward_copy, x);
   if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32())) return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
   // too), the f32 path sums the same products.

@@ -15,16 +15,10 @@
 #include "kiln/kiln.h"
 
 using namespace kiln;
+using kiln_test::half_bits;
 using kiln_test::kGpu;
 
 namespace {
-
-std::vector<std::uint16_t> half_bits(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu()).contiguous();
-  std::vector<std::uint16_t> b(static_cast<std::size_t>(h.numel()));
-  std::memcpy(b.data(), h.data_ptr(), b.size() * sizeof(std::uint16_t));
-  return b;
-}
 
 // n f32 values from random bit patterns (every exponent, NaNs and subnormals among them), the
 // first ones rounding's hard cases.

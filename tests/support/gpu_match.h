@@ -21,6 +21,13 @@ inline std::vector<std::uint32_t> f32_bits(const kiln::Tensor& t) {
   std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
   return b;
 }
+// A 16-bit tensor's (f16, bf16) raw bits.
+inline std::vector<std::uint16_t> half_bits(const kiln::Tensor& t) {
+  const kiln::Tensor h = t.to(kiln::Device::cpu()).contiguous();
+  std::vector<std::uint16_t> b(static_cast<std::size_t>(h.numel()));
+  std::memcpy(b.data(), h.data_ptr(), b.size() * sizeof(std::uint16_t));
+  return b;
+}
 // Every NaN reads as one pattern: its sign and payload follow the instruction that made it (a
 // fused kernel's erf or fma, the CPU's conversions), which no engine keeps.
 inline std::vector<std::uint64_t> f64_bits(const kiln::Tensor& t) {

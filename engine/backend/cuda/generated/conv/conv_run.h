@@ -1,7 +1,11 @@
 #pragma once
 // An op's one call into the generated convolutions: every kind that applies, with its tile
 // alternatives, as candidates for kernels::run_tuned, which runs the one measured fastest.
+#include <cstdint>
+#include <memory>
+
 #include "conv_geometry.h"
+#include "kiln/runtime/memory.h"
 
 namespace kiln::kernels {
 
@@ -28,5 +32,20 @@ class ConvStagingReuse {
   ConvStagingReuse(const ConvStagingReuse&) = delete;
   ConvStagingReuse& operator=(const ConvStagingReuse&) = delete;
 };
+
+// A forward's NHWC copy of its images, kept for the weight gradient of the same images, which
+// then makes none. While one lives on this thread, the tile engine's one-slice copy of the
+// images at `images` is kept (a forward) or taken (a weight gradient), under `owner` (the
+// images' storage) at `version`: a copy is used only while that storage lives, unwritten since.
+// Kept copies whose storage has gone are freed at the next forward's.
+class ConvImagesForBackward {
+ public:
+  ConvImagesForBackward(rt::DevicePtr images, std::weak_ptr<const void> owner, std::uint64_t version);
+  ~ConvImagesForBackward();
+  ConvImagesForBackward(const ConvImagesForBackward&) = delete;
+  ConvImagesForBackward& operator=(const ConvImagesForBackward&) = delete;
+};
+// Forward copies kept on this thread (tests).
+std::size_t conv_images_kept();
 
 }  // namespace kiln::kernels

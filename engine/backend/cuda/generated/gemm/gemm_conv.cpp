@@ -63,9 +63,49 @@ struct KeptCopy {
 thread_local int t_reuse_scopes = 0;
 thread_local std::vector<KeptCopy> t_kept;
 
+// A forward's copy of its images kept for their weight gradient (ConvImagesForBackward).
+struct ForBackward {
+  KeptCopy copy;
+  std::weak_ptr<const void> owner;
+  std::uint64_t version;
+};
+struct ImagesScope {
+  rt::DevicePtr images;
+  std::weak_ptr<const void> owner;
+  std::uint64_t version;
+};
+thread_local std::vector<ImagesScope> t_images_scopes;
+thread_local std::vector<ForBackward> t_for_backward;
+constexpr std::size_t kMostForBackward = 32;  // a deep network's convs between its forward and backward
+
+bool same_copy(const KeptCopy& k, const KeptCopy& key) {
+  return k.src == key.src && k.c == key.c && k.pixels == key.pixels && k.batch == key.batch && k.t == key.t &&
+         k.slices == key.slices && k.stream == key.stream;
+}
+
+// The forward's copy of x for this weight gradient, taken from the kept ones; null for none.
+std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, const ImagesScope& scope) {
+  const std::shared_ptr<const void> owner = scope.owner.lock();
+  for (auto it = t_for_backward.begin(); it != t_for_backward.end(); ++it)
+    if (same_copy(it->copy, key) && owner && it->owner.lock() == owner && it->version == scope.version) {
+      std::shared_ptr<const rt::DeviceBuffer> copy = std::move(it->copy.copy);
+      t_for_backward.erase(it);
+      return copy;
+    }
+  return nullptr;
+}
+
+void keep_for_backward(const KeptCopy& copy, const ImagesScope& scope) {
+  std::erase_if(t_for_backward, [&](const ForBackward& f) { return f.owner.expired() || same_copy(f.copy, copy); });
+  if (t_for_backward.size() == kMostForBackward) t_for_backward.erase(t_for_backward.begin());  // the oldest
+  t_for_backward.push_back({copy, scope.owner, scope.version});
+}
+
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
 // [z][h][w][c] (convolution mode's f32 math: c as its slices). Under a ConvStagingReuse, a copy
-// made earlier of the same operand is used again (not for paired slices, which also set `odd`).
+// made earlier of the same operand is used again (not for paired slices, which also set `odd`);
+// under a ConvImagesForBackward, a forward's one-slice copy of its images is kept for their
+// weight gradient, which takes it.
 std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c,
                                                    std::int64_t pixels, std::int64_t stride, const rt::Stream& stream,
                                                    rt::DevicePtr odd = 0) {
@@ -76,13 +116,21 @@ std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::Devi
   const bool reuse = t_reuse_scopes > 0 && odd == 0;
   if (reuse)
     for (const KeptCopy& k : t_kept)
-      if (k.src == key.src && k.c == key.c && k.pixels == key.pixels && k.batch == key.batch && k.t == key.t &&
-          k.slices == key.slices && k.stream == key.stream)
-        return k.copy;
-  auto out = std::make_shared<rt::DeviceBuffer>(
-      static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
-  launch_nhwc(l, x, out->ptr(), c, pixels, l.g.batch, stream, odd);
+      if (same_copy(k, key)) return k.copy;
+  const ImagesScope* scope = nullptr;
+  if (!t_images_scopes.empty() && t_images_scopes.back().images == x && odd == 0 && key.slices == 1)
+    scope = &t_images_scopes.back();
+  std::shared_ptr<const rt::DeviceBuffer> out =
+      scope && l.g.conv->weight_grad ? take_for_backward(key, *scope) : nullptr;
+  if (!out) {
+    auto made = std::make_shared<rt::DeviceBuffer>(
+        static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
+    launch_nhwc(l, x, made->ptr(), c, pixels, l.g.batch, stream, odd);
+    out = std::move(made);
+  }
   if (reuse) t_kept.push_back(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out});
+  if (scope && !l.g.conv->weight_grad)
+    keep_for_backward(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out}, *scope);
   return out;
 }
 
@@ -124,6 +172,14 @@ ConvStagingReuse::ConvStagingReuse() { ++t_reuse_scopes; }
 ConvStagingReuse::~ConvStagingReuse() {
   if (--t_reuse_scopes == 0) t_kept.clear();  // stream-ordered frees, after the launches queued
 }
+
+ConvImagesForBackward::ConvImagesForBackward(rt::DevicePtr images, std::weak_ptr<const void> owner,
+                                             std::uint64_t version) {
+  t_images_scopes.push_back({images, std::move(owner), version});
+}
+ConvImagesForBackward::~ConvImagesForBackward() { t_images_scopes.pop_back(); }
+
+std::size_t conv_images_kept() { return t_for_backward.size(); }
 
 int slices(const GemmGeometry& g) {
   return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? (g.conv->paired ? 2 : 3) : 1;

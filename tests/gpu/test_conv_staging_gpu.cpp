@@ -1,0 +1,78 @@
+// The tile engine's NHWC copy of a convolution's images, made by the forward, serves the weight
+// gradient of the same images, which then makes none: the same bits as a weight gradient that
+// copies the images itself, and images written or freed in between are copied again.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/generated/conv/conv_run.h"
+#include "gpu_match.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
+
+using namespace kiln;
+using kiln_test::half_bits;
+using kiln_test::kGpu;
+
+namespace {
+
+const Conv2dOptions kPad1{.padding = {1}};
+
+}  // namespace
+
+TEST_CASE("conv2d: the forward's NHWC copy of x serves its weight gradient, bit for bit") {
+  const bool engine = rt::device_info(0).arch() >= 90;  // the tile engine's convolution modes
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    Generator g(3);
+    const Tensor x = randn({16, 32, 14, 14}, {}, &g).to(kGpu).to(t);
+    const Tensor gy = randn({16, 64, 14, 14}, {}, &g).to(kGpu).to(t);
+    const Tensor w = mul(randn({64, 32, 3, 3}, {}, &g), 0.1).to(t).to(kGpu).detach().requires_grad_();
+    const std::vector<std::uint16_t> want = half_bits(conv2d_grad_weight(x, gy, w.shape(), kPad1));
+    std::size_t kept = 0;
+    {
+      const Tensor y = conv2d(x, w, Tensor(), kPad1);
+      kept = kernels::conv_images_kept();
+      if (engine) CHECK(kept >= 1);
+      y.backward(gy);
+    }
+    CHECK(half_bits(w.grad()) == want);
+    if (engine) CHECK(kernels::conv_images_kept() == kept - 1);  // the weight gradient took it
+    // Without gradients for w nothing is kept.
+    {
+      NoGradGuard no_grad;
+      const std::size_t before = kernels::conv_images_kept();
+      (void)conv2d(x, w, Tensor(), kPad1);
+      CHECK(kernels::conv_images_kept() == before);
+    }
+  }
+}
+
+TEST_CASE("conv2d: images written, or freed and their memory reused, after the forward are copied again") {
+  Generator g(4);
+  const Tensor gy = randn({16, 64, 14, 14}, {}, &g).to(kGpu).to(DType::bf16);
+  const Tensor w = mul(randn({64, 32, 3, 3}, {}, &g), 0.1).to(DType::bf16).to(kGpu).detach().requires_grad_();
+  const Tensor values = randn({16, 32, 14, 14}, {}, &g).to(DType::bf16);
+  const Tensor doubled = mul(values, 2.0);
+  const std::vector<std::uint16_t> want_doubled = half_bits(conv2d_grad_weight(doubled.to(kGpu), gy, w.shape(), kPad1));
+  {  // written in place: the kept copy is of the old values
+    Tensor x = values.to(kGpu);
+    (void)conv2d(x, w, Tensor(), kPad1);
+    {
+      NoGradGuard no_grad;
+      x.mul_(2.0);
+    }
+    CHECK(half_bits(conv2d_grad_weight(x, gy, w.shape(), kPad1)) == want_doubled);
+  }
+  {  // freed: a new tensor in its memory (the pool's first fit) holds other values
+    Tensor x = values.to(kGpu);
+    const void* at = x.data_ptr();
+    (void)conv2d(x, w, Tensor(), kPad1);
+    x = Tensor();
+    const Tensor other = doubled.to(kGpu);
+    CAPTURE(other.data_ptr() == at);
+    CHECK(half_bits(conv2d_grad_weight(other, gy, w.shape(), kPad1)) == want_doubled);
+  }
+}
