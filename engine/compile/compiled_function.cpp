@@ -251,8 +251,10 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (rt::shape_only()) {
     // A kernel plan's pass: the first call, then one as the capture's call, which finds the
     // state the first left (gradients to zero, say), and the capture's own kernels.
-    m.eager(dense, device, nullptr);
-    std::vector<Tensor> out = m.eager(dense, device, nullptr);
+    std::vector<InputCast> casts;  // the same kernels as the real calls: the input copy's casts
+    m.eager(dense, device, &casts);
+    casts.clear();
+    std::vector<Tensor> out = m.eager(dense, device, &casts);
     m.counts.eager_calls -= 2;
     kernels::load_step_kernels(device.index());
     return out;

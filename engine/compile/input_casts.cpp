@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "core/tensor/dispatch.h"
+#include "kiln/creation.h"
 #include "kiln/runtime/log.h"
 
 namespace kiln::compile_detail {
@@ -67,11 +69,20 @@ std::optional<Tensor> input_cast(const Tensor& t, DType to) {
     c.handed[k] = true;
     return cast.made.shape() == t.shape() ? cast.made : cast.made.reshape(t.shape());
   }
-  if (!c.capture) {
-    c.casts->push_back({.input = i, .dtype = to, .made = Tensor()});
-    rt::log().debug("[compile] input {}'s cast to {}: the graph's input copy will write it", i, dtype_name(to));
-  }
-  return std::nullopt;
+  if (c.capture) return std::nullopt;
+  c.casts->push_back({.input = i, .dtype = to, .made = Tensor()});
+  rt::log().debug("[compile] input {}'s cast to {}: the graph's input copy will write it", i, dtype_name(to));
+  // Made here by the same kernel, so that the eager call's later ops (its fused groups) are
+  // the capture's, whose kernels must all be loaded by then.
+  Tensor out = empty(t.shape(), {.dtype = to, .device = t.device()});
+  kernels::InputCopies copy;
+  copy.dst[0] = device_address(out);
+  copy.src[0] = device_address(t);
+  copy.bytes[0] = static_cast<std::uint64_t>(t.numel()) * t.element_size();
+  copy.convert[0] = copy_conversion(t.dtype(), to);
+  copy.count = 1;
+  kernels::launch_copy_inputs(copy, stream_of(t.device()));
+  return out;
 }
 
 }  // namespace kiln::compile_detail

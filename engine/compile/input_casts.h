@@ -24,8 +24,9 @@ struct CallInputs;
 kernels::CopyConvert copy_conversion(DType from, DType to);
 
 // While alive, the thread's compiled call (on a GPU) has these inputs. An eager call's scope
-// appends the casts its step asks of them to `casts`; a capture's hands the step the `made`
-// tensors of `casts`, each once.
+// appends the casts its step asks of them to `casts` and makes each with the input copy's
+// kernel, as the capture will; a capture's hands the step the `made` tensors of `casts`, each
+// once.
 class InputCastScope {
  public:
   InputCastScope(const std::vector<Tensor>& inputs, std::vector<InputCast>& casts, bool capture);
@@ -37,7 +38,7 @@ class InputCastScope {
   std::unique_ptr<CallInputs> call_;
 };
 
-// StepCompiler::input_cast.
+// StepCompiler::input_cast: a cast of an input made as the input copy makes it, or nullopt.
 std::optional<Tensor> input_cast(const Tensor& t, DType to);
 
 }  // namespace kiln::compile_detail

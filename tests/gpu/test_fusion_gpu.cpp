@@ -258,8 +258,8 @@ TEST_CASE("fusion: random chains in every dtype, casts and scalar ops included, 
   }
 }
 
-// Autocast's casts join the pointwise work beside them: a bf16 chain with an f32 input and
-// output runs as one kernel, where the single ops take four.
+// Autocast's casts join the pointwise work beside them: a bf16 chain with an f32 output runs as
+// one kernel, where the single ops take four (the inputs' casts are the input copy's).
 TEST_CASE("fusion: casts on both ends of a bf16 chain join it") {
   Generator g(9);
   const Tensor x = randn({64, 40}, {}, &g).to(kGpu), y = randn({64, 40}, {}, &g).to(kGpu);
@@ -272,11 +272,13 @@ TEST_CASE("fusion: casts on both ends of a bf16 chain join it") {
     CHECK(f64_bits(fused({x, y})[0]) == f64_bits(fn({x, y})[0]));
     CHECK(f64_bits(plain({x, y})[0]) == f64_bits(fn({x, y})[0]));
   }
-  CHECK(fused.stats().kernels_per_graph.at(0) + 5 == plain.stats().kernels_per_graph.at(0));
+  CHECK(fused.stats().kernels_per_graph.at(0) + 3 == plain.stats().kernels_per_graph.at(0));
 
-  // A cast with no pointwise neighbour runs its own (vectorized) kernel: no module is built for it.
-  CompiledFunction lone = compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{cast(in[0], DType::bf16)}; });
-  for (int i = 0; i < 3; ++i) CHECK(f64_bits(lone({x})[0]) == f64_bits(cast(x, DType::bf16)));
+  // A cast with no pointwise neighbour runs its own (vectorized) kernel: no module is built for
+  // it. (Of a tensor the step holds: an input's is the input copy's.)
+  CompiledFunction lone =
+      compile([&x](const std::vector<Tensor>&) { return std::vector<Tensor>{cast(x, DType::bf16)}; });
+  for (int i = 0; i < 3; ++i) CHECK(f64_bits(lone({y})[0]) == f64_bits(cast(x, DType::bf16)));
   const CompileStats stats = lone.stats();
   const std::map<std::string, std::size_t>& names = stats.kernel_names_per_graph.at(0);
   CHECK(names.count("kiln_unary") == 1);

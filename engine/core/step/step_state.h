@@ -54,8 +54,9 @@ class StepCompiler {
   virtual bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) = 0;
   // t is about to be read or written by other work: run the pending group if it involves t.
   virtual void before_use(const Tensor& t) = 0;
-  // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: an
-  // eager call notes the cast (nullopt), a capture returns the cast its input copy writes.
+  // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: the
+  // cast as the graph's input copy writes it (an eager call notes it and makes it with the
+  // same kernel); nullopt where the step's own cast runs.
   virtual std::optional<Tensor> input_cast(const Tensor& t, DType to) = 0;
 };
 
