@@ -27,9 +27,9 @@ struct InputCopies {
   Words store_words[4];
 };
 
-// The conversions a copy can make, f32 to a half type, rounded to nearest even with the PTX the
-// half headers' __float2half_rn and __float2bfloat16_rn use (the cast kernels' bits), without
-// their headers, which would dominate this kernel's compile.
+// The conversions a copy can make, f32 to a half type, rounded to nearest even by the cvt
+// instructions the half headers' conversions use (the cast kernels' bits), without those
+// headers, which would dominate this kernel's compile.
 enum : int { kCopy = 0, kF32ToF16 = 1, kF32ToBF16 = 2 };
 
 __device__ __forceinline__ unsigned short to_half_bits(float v, int convert) {
