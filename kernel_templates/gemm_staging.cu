@@ -43,9 +43,11 @@ __device__ __forceinline__ void write_slices(float* o, long long stride, float x
 
 #if KILN_KIND == 0
 // Convolution mode's A, [m][r][s][c], from weights [m][c][r][s]; flipped, from [c][m][r][s] with
-// the taps reversed (the input gradient's filter). f32 math: c as its slices.
-extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out, int m, int c, int taps,
-                                                 int flip, unsigned* odd) {
+// the taps reversed (the input gradient's filter). f32 math: c as its slices. One slice, not
+// flipped: `flipped` (unless null) also gets the input gradient's flipped A, [c][r][s][m].
+extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* __restrict__ out,
+                                                 In* __restrict__ flipped, int m, int c, int taps, int flip,
+                                                 unsigned* odd) {
   kiln::wait_prior_grids();
   // 32-bit index math (the host keeps weights under 2^31 elements): 64-bit division doubled
   // the module's code.
@@ -54,12 +56,15 @@ extern "C" __global__ void kiln_conv_weights_rsc(const In* __restrict__ w, In* _
     const int ci = i % c, tap = (i / c) % taps, mi = i / (c * taps);
     const In v = flip ? w[(ci * m + mi) * taps + (taps - 1 - tap)] : w[(mi * c + ci) * taps + tap];
 #if KILN_SLICES == 3
+    (void)flipped;
     write_slices(out + static_cast<long long>(mi * taps + tap) * 3 * c + ci, c, v, false);
 #elif KILN_SLICES == 2
+    (void)flipped;
     write_slices(out + static_cast<long long>(mi * taps + tap) * 2 * c + ci, c, v, odd);
 #else
     (void)odd;
     out[i] = v;
+    if (flipped) flipped[(ci * taps + (taps - 1 - tap)) * m + mi] = v;
 #endif
   }
 }

@@ -258,12 +258,13 @@ TEST_CASE("a conv met again with an operand off a 16-byte boundary still matches
   CHECK(check(aligned) == first);
 }
 
-// A conv's backward copies gy to NHWC once for its input and weight gradients, and its weight
-// gradient reads the forward's copy of x: its compiled step holds two copies fewer than the same
-// forward (of a weight needing no gradient) with the two gradient ops called apart, and both
-// gradients keep their bits. The speedrun's conv2 at batch 8, with the heuristics' picks
-// (the tile engine, NHWC copies for all three passes), not choices other tests stored.
-TEST_CASE("a conv's input and weight gradients share one NHWC copy of gy, and the forward's of x") {
+// A conv's backward copies gy to NHWC once for its input and weight gradients, its weight
+// gradient reads the forward's copy of x and its input gradient the forward's flipped reorder of
+// w: its compiled step holds two copies and one reorder fewer than the same forward (of operands
+// needing no gradient) with the two gradient ops called apart, and both gradients keep their bits. The speedrun's conv2
+// at batch 8, with the heuristics' picks (the tile engine, NHWC copies for all three passes), not choices other tests
+// stored.
+TEST_CASE("a conv's input and weight gradients share one NHWC copy of gy, and the forward's of x and w") {
   struct HeuristicsOnly {
     rt::TuneMode was = rt::tune_mode();
     HeuristicsOnly() { rt::set_tune_mode(rt::TuneMode::off); }
@@ -306,4 +307,12 @@ TEST_CASE("a conv's input and weight gradients share one NHWC copy of gy, and th
   };
   REQUIRE(nhwc_copies(apart) == 4);  // x for the forward, gy twice and x once for the gradients
   CHECK(nhwc_copies(backward) + 2 == nhwc_copies(apart));
+  // The forward's reorder of w writes the input gradient's flipped copy too.
+  auto reorders = [](const CompiledFunction& f) {
+    const CompileStats stats = f.stats();
+    const auto& names = stats.kernel_names_per_graph.at(0);
+    return names.count("kiln_conv_weights_rsc") ? names.at("kiln_conv_weights_rsc") : std::size_t{0};
+  };
+  REQUIRE(reorders(apart) == 2);
+  CHECK(reorders(backward) == 1);
 }

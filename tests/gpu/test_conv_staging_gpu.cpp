@@ -1,6 +1,7 @@
-// The tile engine's NHWC copy of a convolution's images, made by the forward, serves the weight
-// gradient of the same images, which then makes none: the same bits as a weight gradient that
-// copies the images itself, and images written or freed in between are copied again.
+// The tile engine's NHWC copy of a convolution's images, and its flipped reorder of the weights,
+// made by the forward, serve the weight and input gradients of the same operands, which then make
+// none: the same bits as gradients that stage their operands themselves, and operands written or
+// freed in between are staged again.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -75,4 +76,37 @@ TEST_CASE("conv2d: images written, or freed and their memory reused, after the f
     CAPTURE(other.data_ptr() == at);
     CHECK(half_bits(conv2d_grad_weight(other, gy, w.shape(), kPad1)) == want_doubled);
   }
+}
+
+TEST_CASE("conv2d: the forward's flipped reorder of w serves the input gradient, bit for bit") {
+  const bool engine = rt::device_info(0).arch() >= 90;
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    Generator g(6);
+    const Tensor x = randn({16, 32, 14, 14}, {}, &g).to(t).to(kGpu).detach().requires_grad_();
+    const Tensor gy = randn({16, 64, 14, 14}, {}, &g).to(kGpu).to(t);
+    const Tensor w = mul(randn({64, 32, 3, 3}, {}, &g), 0.1).to(t).to(kGpu);
+    const std::vector<std::uint16_t> want = half_bits(conv2d_grad_input(gy, w, x.shape(), kPad1));
+    std::size_t kept = 0;
+    {
+      const Tensor y = conv2d(x, w, Tensor(), kPad1);
+      kept = kernels::conv_weights_kept();
+      if (engine) CHECK(kept >= 1);
+      y.backward(gy);
+    }
+    CHECK(half_bits(x.grad()) == want);
+    if (engine) CHECK(kernels::conv_weights_kept() == kept - 1);  // the input gradient took it
+  }
+}
+
+TEST_CASE("conv2d: weights written after the forward are reordered again for the input gradient") {
+  Generator g(7);
+  const Tensor gy = randn({16, 64, 14, 14}, {}, &g).to(kGpu).to(DType::bf16);
+  const Tensor x = randn({16, 32, 14, 14}, {}, &g).to(DType::bf16).to(kGpu).detach().requires_grad_();
+  const Tensor values = mul(randn({64, 32, 3, 3}, {}, &g), 0.1).to(DType::bf16);
+  const std::vector<std::uint16_t> want = half_bits(conv2d_grad_input(gy, mul(values, 2.0).to(kGpu), x.shape(), kPad1));
+  Tensor w = values.to(kGpu);
+  (void)conv2d(x, w, Tensor(), kPad1);
+  w.mul_(2.0);
+  CHECK(half_bits(conv2d_grad_input(gy, w, x.shape(), kPad1)) == want);
 }

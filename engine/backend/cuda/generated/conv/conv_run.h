@@ -45,7 +45,18 @@ class ConvImagesForBackward {
   ConvImagesForBackward(const ConvImagesForBackward&) = delete;
   ConvImagesForBackward& operator=(const ConvImagesForBackward&) = delete;
 };
-// Forward copies kept on this thread (tests).
+// The same for a forward's weights: its reorder also writes the flipped copy the input gradient
+// of the same weights reads, kept under the weights' storage and version, and that input gradient
+// takes it instead of reordering them.
+class ConvWeightsForBackward {
+ public:
+  ConvWeightsForBackward(rt::DevicePtr weights, std::weak_ptr<const void> owner, std::uint64_t version);
+  ~ConvWeightsForBackward();
+  ConvWeightsForBackward(const ConvWeightsForBackward&) = delete;
+  ConvWeightsForBackward& operator=(const ConvWeightsForBackward&) = delete;
+};
+// Forward copies kept on this thread, of images and of flipped weights (tests).
 std::size_t conv_images_kept();
+std::size_t conv_weights_kept();
 
 }  // namespace kiln::kernels

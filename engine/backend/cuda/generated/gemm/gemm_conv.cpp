@@ -15,25 +15,6 @@ namespace kiln::kernels {
 
 namespace {
 
-// Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
-// [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
-rt::DeviceBuffer reorder_weights(const GemmLaunch& l, const GemmOperands& ops, rt::DevicePtr odd) {
-  const GemmConv& c = *l.g.conv;
-  const std::int64_t count = l.g.m * c.r * c.s * c.c;
-  const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
-  rt::DeviceBuffer out(static_cast<std::size_t>(staged) * dtype_size(input_dtype(l.g.math)), *ops.stream);
-  rt::DevicePtr w = ops.a, dst = out.ptr();
-  int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
-  void* args[] = {&w, &dst, &m, &cc, &taps, &flip, &odd};
-  rt::LaunchConfig cfg;
-  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
-  cfg.block.x = 256;
-  const DType t = input_dtype(l.g.math);
-  rt::launch_raw(staging_function(GemmStaging::weights_rsc, t, slices(l.g), ops.stream->device()), cfg, *ops.stream,
-                 args);
-  return out;
-}
-
 // kiln_nchw_to_nhwc over `images` images of c channels by `pixels` pixels, in its 64 x 64 tiles
 // (`odd`: the paired slices' inf-or-NaN word, or 0).
 void launch_nhwc(const GemmLaunch& l, rt::DevicePtr x, rt::DevicePtr dst, std::int64_t c, std::int64_t pixels,
@@ -54,37 +35,43 @@ void launch_nhwc(const GemmLaunch& l, rt::DevicePtr x, rt::DevicePtr dst, std::i
 // staged dtype and slices, and stream.
 struct KeptCopy {
   rt::DevicePtr src;
-  std::int64_t c, pixels, batch;
+  std::int64_t c, pixels, batch;  // flipped weights: the input gradient's c, taps and m
   DType t;
   int slices;
   const void* stream;
   std::shared_ptr<const rt::DeviceBuffer> copy;
+  bool flipped_weights = false;  // else an NHWC copy of images
 };
 thread_local int t_reuse_scopes = 0;
 thread_local std::vector<KeptCopy> t_kept;
 
-// A forward's copy of its images kept for their weight gradient (ConvImagesForBackward).
+// A forward's copies kept for its backward (ConvImagesForBackward, ConvWeightsForBackward).
 struct ForBackward {
   KeptCopy copy;
   std::weak_ptr<const void> owner;
   std::uint64_t version;
 };
-struct ImagesScope {
-  rt::DevicePtr images;
+struct OperandScope {
+  rt::DevicePtr ptr;
   std::weak_ptr<const void> owner;
   std::uint64_t version;
 };
-thread_local std::vector<ImagesScope> t_images_scopes;
+thread_local std::vector<OperandScope> t_images_scopes, t_weights_scopes;
 thread_local std::vector<ForBackward> t_for_backward;
 constexpr std::size_t kMostForBackward = 32;  // a deep network's convs between its forward and backward
 
 bool same_copy(const KeptCopy& k, const KeptCopy& key) {
   return k.src == key.src && k.c == key.c && k.pixels == key.pixels && k.batch == key.batch && k.t == key.t &&
-         k.slices == key.slices && k.stream == key.stream;
+         k.slices == key.slices && k.stream == key.stream && k.flipped_weights == key.flipped_weights;
 }
 
-// The forward's copy of x for this weight gradient, taken from the kept ones; null for none.
-std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, const ImagesScope& scope) {
+// The innermost scope of `scopes` when it is for the operand at `ptr`; null otherwise.
+const OperandScope* scope_for(const std::vector<OperandScope>& scopes, rt::DevicePtr ptr) {
+  return !scopes.empty() && scopes.back().ptr == ptr ? &scopes.back() : nullptr;
+}
+
+// The forward's copy for this backward pass, taken from the kept ones; null for none.
+std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, const OperandScope& scope) {
   const std::shared_ptr<const void> owner = scope.owner.lock();
   for (auto it = t_for_backward.begin(); it != t_for_backward.end(); ++it)
     if (same_copy(it->copy, key) && owner && it->owner.lock() == owner && it->version == scope.version) {
@@ -95,7 +82,7 @@ std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, c
   return nullptr;
 }
 
-void keep_for_backward(const KeptCopy& copy, const ImagesScope& scope) {
+void keep_for_backward(const KeptCopy& copy, const OperandScope& scope) {
   std::erase_if(t_for_backward, [&](const ForBackward& f) { return f.owner.expired() || same_copy(f.copy, copy); });
   if (t_for_backward.size() == kMostForBackward) t_for_backward.erase(t_for_backward.begin());  // the oldest
   t_for_backward.push_back({copy, scope.owner, scope.version});
@@ -117,9 +104,7 @@ std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::Devi
   if (reuse)
     for (const KeptCopy& k : t_kept)
       if (same_copy(k, key)) return k.copy;
-  const ImagesScope* scope = nullptr;
-  if (!t_images_scopes.empty() && t_images_scopes.back().images == x && odd == 0 && key.slices == 1)
-    scope = &t_images_scopes.back();
+  const OperandScope* scope = odd == 0 && key.slices == 1 ? scope_for(t_images_scopes, x) : nullptr;
   std::shared_ptr<const rt::DeviceBuffer> out =
       scope && l.g.conv->weight_grad ? take_for_backward(key, *scope) : nullptr;
   if (!out) {
@@ -131,6 +116,43 @@ std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::Devi
   if (reuse) t_kept.push_back(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out});
   if (scope && !l.g.conv->weight_grad)
     keep_for_backward(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out}, *scope);
+  return out;
+}
+
+// Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
+// [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
+// Under a ConvWeightsForBackward, a forward's one-slice reorder also writes the flipped copy its
+// input gradient reads, kept for it; that input gradient takes it instead of reordering.
+std::shared_ptr<const rt::DeviceBuffer> reorder_weights(const GemmLaunch& l, const GemmOperands& ops,
+                                                        rt::DevicePtr odd) {
+  const GemmConv& c = *l.g.conv;
+  const std::int64_t count = l.g.m * c.r * c.s * c.c;
+  const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
+  const DType t = input_dtype(l.g.math);
+  const OperandScope* scope = slices(l.g) == 1 ? scope_for(t_weights_scopes, ops.a) : nullptr;
+  // The input gradient's view: m and c swapped.
+  auto flipped_key = [&](std::int64_t m, std::int64_t cc) {
+    return KeptCopy{ops.a, cc, c.r * c.s, m, t, 1, ops.stream->handle(), nullptr, true};
+  };
+  if (scope && c.flip)
+    if (auto kept = take_for_backward(flipped_key(l.g.m, c.c), *scope)) return kept;
+  const std::size_t bytes = static_cast<std::size_t>(staged) * dtype_size(t);
+  auto out = std::make_shared<rt::DeviceBuffer>(bytes, *ops.stream);
+  std::shared_ptr<rt::DeviceBuffer> flipped;
+  if (scope && !c.flip) flipped = std::make_shared<rt::DeviceBuffer>(bytes, *ops.stream);
+  rt::DevicePtr w = ops.a, dst = out->ptr(), dst_flipped = flipped ? flipped->ptr() : 0;
+  int m = static_cast<int>(l.g.m), cc = static_cast<int>(c.c), taps = static_cast<int>(c.r * c.s), flip = c.flip;
+  void* args[] = {&w, &dst, &dst_flipped, &m, &cc, &taps, &flip, &odd};
+  rt::LaunchConfig cfg;
+  cfg.grid.x = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 1024));
+  cfg.block.x = 256;
+  rt::launch_raw(staging_function(GemmStaging::weights_rsc, t, slices(l.g), ops.stream->device()), cfg, *ops.stream,
+                 args);
+  if (flipped) {
+    KeptCopy k = flipped_key(c.c, l.g.m);
+    k.copy = std::move(flipped);
+    keep_for_backward(k, *scope);
+  }
   return out;
 }
 
@@ -179,7 +201,17 @@ ConvImagesForBackward::ConvImagesForBackward(rt::DevicePtr images, std::weak_ptr
 }
 ConvImagesForBackward::~ConvImagesForBackward() { t_images_scopes.pop_back(); }
 
-std::size_t conv_images_kept() { return t_for_backward.size(); }
+ConvWeightsForBackward::ConvWeightsForBackward(rt::DevicePtr weights, std::weak_ptr<const void> owner,
+                                               std::uint64_t version) {
+  t_weights_scopes.push_back({weights, std::move(owner), version});
+}
+ConvWeightsForBackward::~ConvWeightsForBackward() { t_weights_scopes.pop_back(); }
+
+std::size_t conv_images_kept() {
+  return static_cast<std::size_t>(std::count_if(t_for_backward.begin(), t_for_backward.end(),
+                                                [](const ForBackward& f) { return !f.copy.flipped_weights; }));
+}
+std::size_t conv_weights_kept() { return t_for_backward.size() - conv_images_kept(); }
 
 int slices(const GemmGeometry& g) {
   return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? (g.conv->paired ? 2 : 3) : 1;
@@ -415,7 +447,7 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops) {
     s.images = stage_nhwc(l, ops.b, c->c, c->h * c->w, l.g.batch_b, *ops.stream, s.odd.ptr());
     const ConvBox box = l.box;
     const std::int64_t taps = c->r * c->s, ch = staged_channels(l.g);
-    s.map_a = rt::tiled_tensor_map_nd(s.weights.ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
+    s.map_a = rt::tiled_tensor_map_nd(s.weights->ptr(), t, std::array{ch, taps, l.g.m}, std::array{ch, taps * ch},
                                       std::array{box_k, 1, l.transposed ? l.bn : l.bm});
     s.map_b = rt::tiled_tensor_map_nd(s.images->ptr(), t, std::array{ch, c->w, c->h, l.g.batch},
                                       std::array{ch, c->w * ch, c->h * c->w * ch}, std::array{box_k, box.w, box.h, 1});

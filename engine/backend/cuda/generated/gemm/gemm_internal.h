@@ -48,7 +48,7 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
 // until its kernels are queued) and the tensor maps over them.
 struct ConvStaging {
   rt::TensorMap map_a{}, map_b{};
-  rt::DeviceBuffer weights;
+  std::shared_ptr<const rt::DeviceBuffer> weights;        // shared with a later input gradient (ConvWeightsForBackward)
   std::shared_ptr<const rt::DeviceBuffer> images, grads;  // shared with later launches (ConvStagingReuse)
   rt::DeviceBuffer odd;  // paired slices: one word, nonzero where either operand holds inf or NaN
 };
