@@ -166,19 +166,17 @@ Impl cpu_impl(int which, bool reference) {
 // The scopes under which the tile engine keeps a forward's NHWC copy of x for the weight
 // gradient and its flipped reorder of w for the input gradient, which take them (a staging
 // kernel fewer in each backward pass).
-template <class Scope>
-void for_backward(std::optional<Scope>& scope, const Tensor& t) {
-  scope.emplace(reinterpret_cast<rt::DevicePtr>(t.data_ptr()), std::weak_ptr<const void>(t.impl()->storage),
+void for_backward(std::optional<kernels::ConvForBackward>& scope, kernels::ConvStaged what, const Tensor& t) {
+  scope.emplace(what, reinterpret_cast<rt::DevicePtr>(t.data_ptr()), std::weak_ptr<const void>(t.impl()->storage),
                 t.version());
 }
 
 void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w_in, const Tensor& y) {
   const Tensor x = gpu::contiguous(x_in), w = gpu::contiguous(w_in);
   // Only where the backward will read them: x for w's gradient, w for x's.
-  std::optional<kernels::ConvImagesForBackward> keep_x;
-  std::optional<kernels::ConvWeightsForBackward> keep_w;
-  if (grad_enabled() && w_in.requires_grad()) for_backward(keep_x, x);
-  if (grad_enabled() && x_in.requires_grad()) for_backward(keep_w, w);
+  std::optional<kernels::ConvForBackward> keep_x, keep_w;
+  if (grad_enabled() && w_in.requires_grad()) for_backward(keep_x, kernels::ConvStaged::images, x);
+  if (grad_enabled() && x_in.requires_grad()) for_backward(keep_w, kernels::ConvStaged::weights, w);
   if (kernels::run_generated_conv(ConvPass::forward, g, operands(x, w, y), allow_conv_tf32())) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
@@ -196,8 +194,8 @@ void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w
 
 void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
   const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
-  std::optional<kernels::ConvWeightsForBackward> forward_copy;
-  for_backward(forward_copy, w);
+  std::optional<kernels::ConvForBackward> forward_copy;
+  for_backward(forward_copy, kernels::ConvStaged::weights, w);
   if (kernels::run_generated_conv(ConvPass::grad_input, g, operands(gy, w, dx), allow_conv_tf32())) return;
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
@@ -215,8 +213,8 @@ void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tenso
 
 void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& gy_in, const Tensor& dw) {
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
-  std::optional<kernels::ConvImagesForBackward> forward_copy;
-  for_backward(forward_copy, x);
+  std::optional<kernels::ConvForBackward> forward_copy;
+  for_backward(forward_copy, kernels::ConvStaged::images, x);
   if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32())) return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
   // too), the f32 path sums the same products.

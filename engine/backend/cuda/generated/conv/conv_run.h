@@ -33,27 +33,23 @@ class ConvStagingReuse {
   ConvStagingReuse& operator=(const ConvStagingReuse&) = delete;
 };
 
-// A forward's NHWC copy of its images, kept for the weight gradient of the same images, which
-// then makes none. While one lives on this thread, the tile engine's one-slice copy of the
-// images at `images` is kept (a forward) or taken (a weight gradient), under `owner` (the
-// images' storage) at `version`: a copy is used only while that storage lives, unwritten since.
-// Kept copies whose storage has gone are freed at the next forward's.
-class ConvImagesForBackward {
+// A forward's staged copy of an operand, kept for the backward pass that reads the same operand,
+// which then stages none: the tile engine's one-slice NHWC copy of the images (taken by the
+// weight gradient), or the flipped reorder of the weights that the forward's reorder also writes
+// (taken by the input gradient). While one lives on this thread, the copy of the operand at
+// `operand` is kept (a forward) or taken (a backward pass), under `owner` (the operand's storage)
+// at `version`: a copy is used only while that storage lives, unwritten since. Kept copies whose
+// storage has gone are freed at the next forward's.
+enum class ConvStaged { images, weights };
+class ConvForBackward {
  public:
-  ConvImagesForBackward(rt::DevicePtr images, std::weak_ptr<const void> owner, std::uint64_t version);
-  ~ConvImagesForBackward();
-  ConvImagesForBackward(const ConvImagesForBackward&) = delete;
-  ConvImagesForBackward& operator=(const ConvImagesForBackward&) = delete;
-};
-// The same for a forward's weights: its reorder also writes the flipped copy the input gradient
-// of the same weights reads, kept under the weights' storage and version, and that input gradient
-// takes it instead of reordering them.
-class ConvWeightsForBackward {
- public:
-  ConvWeightsForBackward(rt::DevicePtr weights, std::weak_ptr<const void> owner, std::uint64_t version);
-  ~ConvWeightsForBackward();
-  ConvWeightsForBackward(const ConvWeightsForBackward&) = delete;
-  ConvWeightsForBackward& operator=(const ConvWeightsForBackward&) = delete;
+  ConvForBackward(ConvStaged what, rt::DevicePtr operand, std::weak_ptr<const void> owner, std::uint64_t version);
+  ~ConvForBackward();
+  ConvForBackward(const ConvForBackward&) = delete;
+  ConvForBackward& operator=(const ConvForBackward&) = delete;
+
+ private:
+  ConvStaged what_;
 };
 // Forward copies kept on this thread, of images and of flipped weights (tests).
 std::size_t conv_images_kept();

@@ -45,7 +45,7 @@ struct KeptCopy {
 thread_local int t_reuse_scopes = 0;
 thread_local std::vector<KeptCopy> t_kept;
 
-// A forward's copies kept for its backward (ConvImagesForBackward, ConvWeightsForBackward).
+// A forward's copies kept for its backward (ConvForBackward).
 struct ForBackward {
   KeptCopy copy;
   std::weak_ptr<const void> owner;
@@ -91,7 +91,7 @@ void keep_for_backward(const KeptCopy& copy, const OperandScope& scope) {
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
 // [z][h][w][c] (convolution mode's f32 math: c as its slices). Under a ConvStagingReuse, a copy
 // made earlier of the same operand is used again (not for paired slices, which also set `odd`);
-// under a ConvImagesForBackward, a forward's one-slice copy of its images is kept for their
+// under a ConvForBackward of the images, a forward's one-slice copy of its images is kept for their
 // weight gradient, which takes it.
 std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c,
                                                    std::int64_t pixels, std::int64_t stride, const rt::Stream& stream,
@@ -121,7 +121,7 @@ std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::Devi
 
 // Convolution mode's A: the weights as [m][r][s][c] (f32 math: c as its slices), from
 // [m][c][r][s] (or, flipped, from [c][m][r][s] with the taps reversed), in a stream-ordered buffer.
-// Under a ConvWeightsForBackward, a forward's one-slice reorder also writes the flipped copy its
+// Under a ConvForBackward of the weights, a forward's one-slice reorder also writes the flipped copy its
 // input gradient reads, kept for it; that input gradient takes it instead of reordering.
 std::shared_ptr<const rt::DeviceBuffer> reorder_weights(const GemmLaunch& l, const GemmOperands& ops,
                                                         rt::DevicePtr odd) {
@@ -195,17 +195,12 @@ ConvStagingReuse::~ConvStagingReuse() {
   if (--t_reuse_scopes == 0) t_kept.clear();  // stream-ordered frees, after the launches queued
 }
 
-ConvImagesForBackward::ConvImagesForBackward(rt::DevicePtr images, std::weak_ptr<const void> owner,
-                                             std::uint64_t version) {
-  t_images_scopes.push_back({images, std::move(owner), version});
+ConvForBackward::ConvForBackward(ConvStaged what, rt::DevicePtr operand, std::weak_ptr<const void> owner,
+                                 std::uint64_t version)
+    : what_(what) {
+  (what == ConvStaged::images ? t_images_scopes : t_weights_scopes).push_back({operand, std::move(owner), version});
 }
-ConvImagesForBackward::~ConvImagesForBackward() { t_images_scopes.pop_back(); }
-
-ConvWeightsForBackward::ConvWeightsForBackward(rt::DevicePtr weights, std::weak_ptr<const void> owner,
-                                               std::uint64_t version) {
-  t_weights_scopes.push_back({weights, std::move(owner), version});
-}
-ConvWeightsForBackward::~ConvWeightsForBackward() { t_weights_scopes.pop_back(); }
+ConvForBackward::~ConvForBackward() { (what_ == ConvStaged::images ? t_images_scopes : t_weights_scopes).pop_back(); }
 
 std::size_t conv_images_kept() {
   return static_cast<std::size_t>(std::count_if(t_for_backward.begin(), t_for_backward.end(),

@@ -48,8 +48,9 @@ std::optional<GemmLaunch> plan_wgrad(GemmLaunch l, const GemmTarget& target, Gem
 // until its kernels are queued) and the tensor maps over them.
 struct ConvStaging {
   rt::TensorMap map_a{}, map_b{};
-  std::shared_ptr<const rt::DeviceBuffer> weights;        // shared with a later input gradient (ConvWeightsForBackward)
-  std::shared_ptr<const rt::DeviceBuffer> images, grads;  // shared with later launches (ConvStagingReuse)
+  std::shared_ptr<const rt::DeviceBuffer> weights;  // shared with a later input gradient (ConvForBackward)
+  std::shared_ptr<const rt::DeviceBuffer> images,
+      grads;             // shared with later launches (ConvStagingReuse, ConvForBackward)
   rt::DeviceBuffer odd;  // paired slices: one word, nonzero where either operand holds inf or NaN
 };
 ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops);
