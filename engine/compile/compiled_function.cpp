@@ -10,7 +10,7 @@
 #include "capture_context.h"
 #include "core/registry.h"
 #include "fusion.h"
-#include "input_casts.h"
+#include "input_work.h"
 #include "kiln/amp.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
@@ -25,8 +25,8 @@ namespace kiln {
 
 using compile_detail::CaptureContext;
 using compile_detail::CompiledCall;
-using compile_detail::InputCast;
-using compile_detail::InputCastScope;
+using compile_detail::InputWork;
+using compile_detail::InputWorkScope;
 using compile_detail::ReplayAction;
 using kernels::InputCopies;
 
@@ -40,7 +40,7 @@ struct Entry {
   Device device;
   std::shared_ptr<rt::PrivatePool> pool;
   std::vector<Tensor> static_inputs, outputs;
-  std::vector<InputCast> input_casts;  // noted by the eager calls; the capture's input copy writes them
+  InputWork input_work;           // noted by the eager calls; the capture's input copy does it
   std::vector<void*> copy_nodes;  // one per InputCopies::kMax inputs
   std::shared_ptr<kernels::InputCopies> word_stores;  // the first copy's, refreshed by actions
   std::vector<ReplayAction> actions;
@@ -67,31 +67,27 @@ std::vector<Tensor> detached(const std::vector<Tensor>& ts) {
   return out;
 }
 
-// The input copies of one replay: static buffer <- the caller's (contiguous) input, and each
-// made cast <- that input converted.
-std::vector<InputCopies> input_copies(const std::vector<Tensor>& statics, const std::vector<InputCast>& casts,
+// The input copies of one replay: static buffer <- the caller's (contiguous) input, then the
+// work done on the inputs (casts, gathers) into its made tensors.
+std::vector<InputCopies> input_copies(const std::vector<Tensor>& statics, const InputWork& work,
                                       const std::vector<Tensor>& inputs) {
   std::vector<InputCopies> out;
   std::size_t n = 0;
-  auto add = [&](const Tensor& dst, const Tensor& src, kernels::CopyConvert convert) {
+  for (std::size_t i = 0; i < statics.size(); ++i) {
     if (n++ % InputCopies::kMax == 0) out.emplace_back();
     InputCopies& c = out.back();
-    c.dst[c.count] = device_address(dst);
-    c.src[c.count] = device_address(src);
-    c.bytes[c.count] = static_cast<std::uint64_t>(src.numel()) * src.element_size();
-    c.convert[c.count] = convert;
+    c.dst[c.count] = device_address(statics[i]);
+    c.src[c.count] = device_address(inputs[i]);
+    c.bytes[c.count] = static_cast<std::uint64_t>(inputs[i].numel()) * inputs[i].element_size();
     ++c.count;
-  };
-  for (std::size_t i = 0; i < statics.size(); ++i) add(statics[i], inputs[i], kernels::CopyConvert::none);
-  for (const InputCast& c : casts)
-    if (c.made.defined())
-      add(c.made, inputs[c.input], compile_detail::copy_conversion(inputs[c.input].dtype(), c.dtype));
+  }
+  compile_detail::add_copies(work, inputs, out, n);
   return out;
 }
 
 // The input copies' arguments for this call's inputs, the first with the step's word stores.
 void set_copy_args(Entry& e, const std::vector<Tensor>& inputs) {
-  std::vector<InputCopies> copies = input_copies(e.static_inputs, e.input_casts, inputs);
+  std::vector<InputCopies> copies = input_copies(e.static_inputs, e.input_work, inputs);
   if (e.word_stores && !copies.empty()) {
     std::copy(std::begin(e.word_stores->stores), std::end(e.word_stores->stores), std::begin(copies[0].stores));
     copies[0].store_count = e.word_stores->store_count;
@@ -140,14 +136,15 @@ struct CompiledFunction::Impl {
     return entries.end();
   }
 
-  // `casts` (null: none noted) gets the casts the step asks of its inputs.
-  std::vector<Tensor> eager(const std::vector<Tensor>& inputs, Device device, std::vector<InputCast>* casts) {
+  // `work` (null: none noted) gets the work the step asks of its inputs (input_work.h).
+  std::vector<Tensor> eager(const std::vector<Tensor>& inputs, Device device, InputWork* work) {
     CompiledCall call;
     ++counts.eager_calls;
-    std::optional<InputCastScope> noted;
-    if (casts) noted.emplace(inputs, *casts, false);
+    std::optional<InputWorkScope> noted;
+    if (work) noted.emplace(inputs, *work, false);
     compile_detail::FusionScope fuse(options.fuse ? device : Device::cpu());
     std::vector<Tensor> out = fn(inputs);
+    if (noted) noted->finish();
     fuse.finish();
     return detached(out);
   }
@@ -166,21 +163,28 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
   bool began = false;
   try {
     for (const Tensor& t : inputs) statics.push_back(empty(t.shape(), {.dtype = t.dtype(), .device = e.device}));
-    for (InputCast& c : e.input_casts) c.made = empty(inputs[c.input].shape(), {.dtype = c.dtype, .device = e.device});
+    for (compile_detail::InputCast& c : e.input_work.casts)
+      c.made = empty(inputs[c.input].shape(), {.dtype = c.dtype, .device = e.device});
+    for (compile_detail::InputGather& g : e.input_work.gathers) {
+      Shape shape = g.source.shape();
+      shape[0] = inputs[g.input].numel();
+      g.made = empty(shape, {.dtype = g.source.dtype(), .device = e.device});
+    }
     CompiledCall call;
     compile_detail::set_capture(&ctx);
     rt::begin_capture(stream);
     began = true;
     std::vector<void*> nodes;
-    for (const InputCopies& c : input_copies(statics, e.input_casts, inputs)) {
+    for (const InputCopies& c : input_copies(statics, e.input_work, inputs)) {
       kernels::launch_copy_inputs(c, stream);
       nodes.push_back(rt::last_captured_node(stream));
     }
     if (!nodes.empty()) ctx.input_copy = std::make_shared<InputCopies>();
     {
-      InputCastScope casts(statics, e.input_casts, true);
+      InputWorkScope work(statics, e.input_work, true);
       compile_detail::FusionScope fuse(options.fuse ? e.device : Device::cpu());
       outs = fn(statics);
+      work.finish();
       fuse.finish();
     }
     for (const Tensor& t : outs) compile_detail::keep_alive(t);
@@ -199,7 +203,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
     compile_detail::set_capture(nullptr);
     if (began) rt::abort_capture(stream);
     e.rng_states.clear();
-    for (InputCast& c : e.input_casts) c.made = Tensor();  // the pool's, which goes
+    e.input_work.clear_made();  // the pool's, which goes
     rt::unbind_private_pool(stream);
     throw;
   }
@@ -251,18 +255,18 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (rt::shape_only()) {
     // A kernel plan's pass: the first call, then one as the capture's call, which finds the
     // state the first left (gradients to zero, say), and the capture's own kernels.
-    std::vector<InputCast> casts;  // the same kernels as the real calls: the input copy's casts
-    m.eager(dense, device, &casts);
-    casts.clear();
-    std::vector<Tensor> out = m.eager(dense, device, &casts);
+    InputWork work;  // the same kernels as the real calls: the input copy's work
+    m.eager(dense, device, &work);
+    work = InputWork();
+    std::vector<Tensor> out = m.eager(dense, device, &work);
     m.counts.eager_calls -= 2;
     kernels::load_step_kernels(device.index());
     return out;
   }
   auto it = m.find(sig);
   if (it == m.entries.end()) {
-    std::vector<InputCast> casts;
-    std::vector<Tensor> out = m.eager(dense, device, &casts);
+    InputWork work;
+    std::vector<Tensor> out = m.eager(dense, device, &work);
     // Made only after the eager call succeeded, so a failing first call captures nothing later.
     if (m.entries.size() >= m.options.max_graphs) {
       m.entries.pop_back();
@@ -272,14 +276,14 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     m.entries.front().signature = sig;
     m.entries.front().device = device;
     m.entries.front().eager_calls = 1;
-    m.entries.front().input_casts = std::move(casts);
+    m.entries.front().input_work = std::move(work);
     return out;
   }
   m.entries.splice(m.entries.begin(), m.entries, it);  // most recently used first
   Entry& e = m.entries.front();
   if (!e.captured && e.eager_calls < m.options.warmup_calls) {
-    e.input_casts.clear();  // the latest call's
-    std::vector<Tensor> out = m.eager(dense, device, &e.input_casts);
+    e.input_work = InputWork();  // the latest call's
+    std::vector<Tensor> out = m.eager(dense, device, &e.input_work);
     ++e.eager_calls;
     return out;
   }

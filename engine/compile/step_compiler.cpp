@@ -3,7 +3,7 @@
 #include "capture.h"
 #include "core/step/step_state.h"
 #include "fusion.h"
-#include "input_casts.h"
+#include "input_work.h"
 
 namespace kiln::compile_detail {
 namespace {
@@ -22,6 +22,9 @@ class CaptureAndFusion final : public step::StepCompiler {
   }
   void before_use(const Tensor& t) override { compile_detail::before_use(t); }
   std::optional<Tensor> input_cast(const Tensor& t, DType to) override { return compile_detail::input_cast(t, to); }
+  std::optional<Tensor> input_gather(const Tensor& source, const Tensor& index) override {
+    return compile_detail::input_gather(source, index);
+  }
 };
 
 CaptureAndFusion g_step_compiler;

@@ -2,10 +2,11 @@
 // dtype rule). The CPU reference checks every index (ValueError); the GPU kernels
 // (kernel_templates/index.cu) cannot without a host sync, so there an out-of-range index
 // reads 0 (gather), is dropped (scatter_add) or gives a zero row (one_hot).
+#include "core/registry.h"
+#include "core/step/step_state.h"
+#include "core/tensor/copy.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/shape_ops.h"
-#include "core/registry.h"
-#include "core/tensor/copy.h"
 
 namespace kiln {
 
@@ -319,6 +320,10 @@ Tensor gather(const Tensor& input, std::int64_t dim, const Tensor& index) {
 }
 
 Tensor index_select(const Tensor& input, std::int64_t dim, const Tensor& index) {
+  // A compiled step's rows gathered by its input (a batch of a dataset on the device): the
+  // graph's input copy gathers them.
+  if (dim == 0)
+    if (std::optional<Tensor> gathered = step::input_gather(input, index)) return *gathered;
   return call(kIndexSelect, {input, index}, Attrs{{"axis", dim}});
 }
 

@@ -58,6 +58,10 @@ class StepCompiler {
   // cast as the graph's input copy writes it (an eager call notes it and makes it with the
   // same kernel); nullopt where the step's own cast runs.
   virtual std::optional<Tensor> input_cast(const Tensor& t, DType to) = 0;
+  // index_select(source, 0, index) where index is all of one of the call's inputs, unchanged:
+  // the rows as the graph's input copy gathers them (an eager call notes the gather and makes it
+  // with the same kernel); nullopt where the step's own gather runs.
+  virtual std::optional<Tensor> input_gather(const Tensor& source, const Tensor& index) = 0;
 };
 
 // engine/compile installs its StepCompiler once, while the library loads.
@@ -94,6 +98,10 @@ inline void before_use(const Tensor& t) {
 inline std::optional<Tensor> input_cast(const Tensor& t, DType to) {
   if (!in_compiled_call()) return std::nullopt;
   return compiler().input_cast(t, to);
+}
+inline std::optional<Tensor> input_gather(const Tensor& source, const Tensor& index) {
+  if (!in_compiled_call()) return std::nullopt;
+  return compiler().input_gather(source, index);
 }
 
 }  // namespace kiln::step

@@ -40,6 +40,7 @@ struct WordsArg {
 };
 struct CopiesArg {
   std::uint64_t dst[8], src[8], bytes[8];
+  std::uint64_t index[8], rows[8], index_count[8];
   int convert[8];
   int count, stores;
   std::uint64_t store_dst[4];
@@ -59,6 +60,9 @@ CopiesArg copies_arg(const InputCopies& c) {
   std::copy(c.dst, c.dst + 8, a.dst);
   std::copy(c.src, c.src + 8, a.src);
   std::copy(c.bytes, c.bytes + 8, a.bytes);
+  std::copy(c.index, c.index + 8, a.index);
+  std::copy(c.rows, c.rows + 8, a.rows);
+  std::copy(c.index_count, c.index_count + 8, a.index_count);
   for (int i = 0; i < 8; ++i) a.convert[i] = static_cast<int>(c.convert[i]);
   a.count = c.count;
   a.stores = c.store_count;
@@ -86,8 +90,9 @@ void launch_store_words(rt::DevicePtr dst, const StepWords& words, int count, co
 
 void launch_copy_inputs(const InputCopies& copies, const rt::Stream& s) {
   if (copies.count == 0) return;
-  std::uint64_t most = 0;
-  for (int i = 0; i < copies.count; ++i) most = std::max(most, copies.bytes[i]);
+  std::uint64_t most = 0;  // bytes written
+  for (int i = 0; i < copies.count; ++i)
+    most = std::max(most, copies.index[i] ? copies.bytes[i] * copies.index_count[i] : copies.bytes[i]);
   const CopiesArg a = copies_arg(copies);
   rt::LaunchConfig cfg = rt::linear_config(std::max<std::uint64_t>(most / 16, 1), 256, 1024);
   cfg.grid.y = static_cast<unsigned>(copies.count);

@@ -25,12 +25,15 @@ struct WordStore {
 };
 
 // What a copy writes: src's bytes, or its f32 values rounded to a half type (the cast kernels'
-// bits), so a step's cast of an input costs no kernel of its own.
+// bits), so a step's cast of an input costs no kernel of its own (a gather's rows are bytes).
 enum class CopyConvert : int { none = 0, f32_to_f16 = 1, f32_to_bf16 = 2 };
 
 struct InputCopies {
   static constexpr int kMax = 8, kMaxStores = 4;
-  std::uint64_t dst[kMax] = {}, src[kMax] = {}, bytes[kMax] = {};  // bytes read from src
+  std::uint64_t dst[kMax] = {}, src[kMax] = {}, bytes[kMax] = {};  // bytes read from src (a gather: a row's)
+  // A gather (index nonzero): dst's rows are src's (rows of them) that the i64 index names,
+  // index_count of them; an index out of range gives a row of zeros.
+  std::uint64_t index[kMax] = {}, rows[kMax] = {}, index_count[kMax] = {};
   CopyConvert convert[kMax] = {};
   int count = 0;
   WordStore stores[kMaxStores] = {};

@@ -1,6 +1,7 @@
-// A compiled step's casts of its inputs (autocast's of the images) are written by the graph's
-// input copy: the cast kernel's bits, no kernel of their own, and a step that writes its input
-// before casting it, or casts it twice, still gets what its eager calls get.
+// A compiled step's casts of its inputs (autocast's of the images) and its gathers of rows by
+// them (a batch of a dataset on the device) are done by the graph's input copy: the bits of the
+// cast and gather kernels, no kernel of their own, and a step that writes its input before
+// casting it, casts it twice, or writes the source it gathers from still gets what eager gets.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -146,4 +147,78 @@ TEST_CASE("compile: a step that writes its input before the cast, or casts it tw
   }
   CHECK(written.stats().replays == 2);
   CHECK(twice.stats().replays == 2);
+}
+
+namespace {
+
+// One index_select of `source` by `index` inside a compiled function and eagerly, as bytes.
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  std::vector<unsigned char> b(static_cast<std::size_t>(h.numel()) * h.element_size());
+  std::memcpy(b.data(), h.data_ptr(), b.size());
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "compile: the input copy gathers a step's rows by its input with index_select's bytes, and no gather kernel runs") {
+  Generator g(12);
+  // Rows of 1568 bytes (16-byte words), 8 (i64 labels), 12 (4-byte words) and 3 (bytes).
+  const std::vector<Tensor> sources{randn({300, 1, 28, 28}, {}, &g).to(DType::bf16).to(kGpu),
+                                    randint(0, 10, {300}, {}, &g).to(kGpu), randn({300, 3}, {}, &g).to(kGpu),
+                                    randint(0, 255, {300, 3}, {}, &g).to(DType::u8).to(kGpu)};
+  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) {
+    std::vector<Tensor> out;
+    for (const Tensor& s : sources) out.push_back(index_select(s, 0, in[0]));
+    return out;
+  });
+  for (int call = 0; call < 4; ++call) {  // eager, capture, two replays
+    CAPTURE(call);
+    std::vector<std::int64_t> rows;
+    for (int i = 0; i < 64; ++i) rows.push_back((i * 37 + call * 11) % 300);
+    rows[3] = -1, rows[9] = 300, rows[17] = 100000;  // out of range: rows of zeros, as index_select writes
+    const Tensor index = from_data(rows.data(), {64}, DType::i64, kGpu);
+    const std::vector<Tensor> got = cf({index});
+    for (std::size_t k = 0; k < sources.size(); ++k) {
+      CAPTURE(k);
+      CHECK(bytes_of(got[k]) == bytes_of(index_select(sources[k], 0, index)));
+    }
+  }
+  const CompileStats stats = cf.stats();
+  REQUIRE(stats.kernels_per_graph.size() == 1);
+  CHECK(stats.kernels_per_graph[0] == 1);
+  CHECK(stats.kernel_names_per_graph[0].count("kiln_copy_inputs") == 1);
+}
+
+TEST_CASE(
+    "compile: a step that writes the source it gathers from, or gathers from one needing gradients, gathers itself") {
+  Generator g(13);
+  const Tensor start = randn({40, 5}, {}, &g).to(kGpu);
+  std::vector<std::int64_t> rows{3, 1, 39, 0, 7};
+  const Tensor index = from_data(rows.data(), {5}, DType::i64, kGpu);
+  Tensor written = start.clone(), eager_written = start.clone();
+  auto step = [](Tensor& source) {
+    return [&source](const std::vector<Tensor>& in) {
+      Tensor r = index_select(source, 0, in[0]);
+      source.add_(1.0);
+      return std::vector<Tensor>{r};
+    };
+  };
+  CompiledFunction cf = compile(step(written));
+  auto eager = step(eager_written);
+  for (int call = 0; call < 4; ++call) {
+    CAPTURE(call);
+    CHECK(kiln_test::f32_bits(cf({index})[0]) == kiln_test::f32_bits(eager({index})[0]));
+  }
+  CHECK(kiln_test::f32_bits(written) == kiln_test::f32_bits(eager_written));
+  CHECK(cf.stats().kernel_names_per_graph.at(0).count("kiln_gather") == 1);
+
+  // A source that requires grad: autograd records index_select's node, so the step gathers itself.
+  const Tensor weights = start.clone().requires_grad_();
+  CompiledFunction grad =
+      compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{index_select(weights, 0, in[0])}; });
+  for (int call = 0; call < 3; ++call)
+    CHECK(kiln_test::f32_bits(grad({index})[0]) == kiln_test::f32_bits(index_select(start, 0, index)));
+  CHECK(grad.stats().kernel_names_per_graph.at(0).count("kiln_gather") == 1);
 }
