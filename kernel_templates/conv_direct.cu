@@ -5,7 +5,9 @@
 // mirrored (FLIP). A block stages a band of its image's input rows, zero-padded, and every
 // weight in shared memory as f32; a thread sums OT output channels at P neighbouring pixels of
 // one row, its window of the input in registers. f32 FMAs are exact f32's arithmetic, so the
-// kernel serves every math.
+// kernel serves every math. With STATS (a forward whose output a batch norm reads next), each
+// block also parks per-channel sums and squares of the values it stored, and they are added
+// into totals (2, CO) in f64.
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
@@ -13,7 +15,7 @@ typedef ${T} T;
 // The pass as a forward conv: CI channels of HI x WI in, CO of HO x WO out, padding PH x PW.
 constexpr int CI = ${CI}, HI = ${HI}, WI = ${WI}, CO = ${CO}, HO = ${HO}, WO = ${WO};
 constexpr int KH = ${KH}, KW = ${KW}, PH = ${PH}, PW = ${PW};
-constexpr bool FLIP = ${FLIP};
+constexpr bool FLIP = ${FLIP}, STATS = ${STATS};
 constexpr int OT = ${OT}, P = ${P}, ROWS = ${ROWS}, THREADS = ${THREADS};
 constexpr int GX = (WO + P - 1) / P, GO = (CO + OT - 1) / OT, BANDS = (HO + ROWS - 1) / ROWS;
 constexpr int COP = GO * OT;                              // channels as staged (zero weights past CO)
@@ -22,8 +24,42 @@ constexpr int WEIGHTS = CI * KH * KW * COP;
 // Whole vectors of P outputs per thread where rows are multiples of P (and `out` is aligned).
 constexpr bool VEC_STORE = WO % P == 0;
 
+// STATS: blocks add up their partials in groups of kStatsGroup (the last of a group to finish),
+// then the last group to finish adds up the groups' sums: two short merges, not one long one.
+constexpr int kStatsGroup = 16, kMaxStatsGroups = 4096;
+__device__ unsigned int kiln_conv_direct_groups[kMaxStatsGroups];
+__device__ unsigned int kiln_conv_direct_done;
+
+// STATS: each channel's sum and sum of squares of the values this block stored, over the
+// threads of its group (go) in a fixed order, parked in parts (blocks, 2 * CO); then the
+// merges (their sums in f64 after the blocks' partials). `red` holds each thread's sums:
+// [2][OT][THREADS] floats and one more, so that THREADS doubles fit at an 8-byte boundary.
+__device__ __forceinline__ void stats_of_block(float* red, float* parts, double* totals) {
+  __syncthreads();
+  const int lane = threadIdx.x % 32, group = GX * ROWS;
+  for (int item = threadIdx.x / 32; item < 2 * CO; item += THREADS / 32) {
+    const int half = item / CO, co = item % CO;
+    const float* r = red + (half * OT + co % OT) * THREADS + (co / OT) * group;
+    float s = 0.f;
+    for (int i = lane; i < group; i += 32) s += r[i];
+    for (int m = 16; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (lane == 0) parts[static_cast<long long>(blockIdx.x) * 2 * CO + item] = s;
+  }
+  const unsigned g = blockIdx.x / kStatsGroup, groups = (gridDim.x + kStatsGroup - 1) / kStatsGroup;
+  const unsigned members = gridDim.x - g * kStatsGroup < kStatsGroup ? gridDim.x - g * kStatsGroup : kStatsGroup;
+  double* group_sums = reinterpret_cast<double*>(parts + (2LL * CO * gridDim.x + 1) / 2 * 2);
+  double* scratch = reinterpret_cast<double*>(red + (WEIGHTS + CI * SH * SW) % 2);
+  auto sync = [] { __syncthreads(); };
+  if (!kiln::block::last_of(&kiln_conv_direct_groups[g], members)) return;
+  kiln::block::sum_columns(parts + static_cast<long long>(g) * kStatsGroup * 2 * CO, members, 2 * CO, 2 * CO,
+                           group_sums + static_cast<long long>(g) * 2 * CO, scratch, threadIdx.x, THREADS, sync);
+  if (!kiln::block::last_of(&kiln_conv_direct_done, groups)) return;
+  kiln::block::sum_columns(group_sums, groups, 2 * CO, 2 * CO, totals, scratch, threadIdx.x, THREADS, sync);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
-kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out) {
+    kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out, float* parts,
+                     double* totals) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) float smem[];
   float* ws = smem;            // [CI][KH][KW][COP]
@@ -45,13 +81,15 @@ kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restric
   __syncthreads();
   const int gx = threadIdx.x % GX, row = (threadIdx.x / GX) % ROWS, go = threadIdx.x / (GX * ROWS);
   const int oy = y0 + row;
-  if (go >= GO || oy >= HO) return;
+  // Threads past the output store nothing; with STATS they stay for the block's sums.
+  const bool live = go < GO && oy < HO;
+  if (!STATS && !live) return;
   float acc[OT][P];
 #pragma unroll
   for (int t = 0; t < OT; ++t)
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[t][p] = 0.f;
-  for (int ci = 0; ci < CI; ++ci)
+  for (int ci = 0; ci < (live ? CI : 0); ++ci)
 #pragma unroll
     for (int r = 0; r < KH; ++r) {
       const float* xr = xs + (ci * SH + row + r) * SW + gx * P;
@@ -74,7 +112,20 @@ kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restric
 #pragma unroll
   for (int t = 0; t < OT; ++t) {
     const int co = go * OT + t;
-    if (co >= CO) break;
+    if constexpr (STATS) {  // the values as stored
+      float* red = xs + CI * SH * SW;
+      float s = 0.f, q = 0.f;
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (live && co < CO && gx * P + p < WO) {
+          const float v = kiln::cvt<float>(kiln::cvt<T>(acc[t][p]));
+          s += v;
+          q += v * v;
+        }
+      red[t * THREADS + threadIdx.x] = s;
+      red[(OT + t) * THREADS + threadIdx.x] = q;
+    }
+    if (!live || co >= CO) continue;
     T* o = dst + static_cast<long long>(co) * HO * WO;
     if (vec) {
       kiln::Vec<T, P> v;
@@ -87,4 +138,5 @@ kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restric
         if (gx * P + p < WO) o[p] = kiln::cvt<T>(acc[t][p]);
     }
   }
+  if constexpr (STATS) stats_of_block(xs + CI * SH * SW, parts, totals);
 }

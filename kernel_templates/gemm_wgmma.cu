@@ -45,7 +45,8 @@
 // column s (shifted by s - pad_w, framed by pad_h zero rows; kiln_conv_shift_rows) r rows on.
 // Hooks (gemm_hooks.h): a prologue rewrites each consumer's A rows in shared memory before its
 // MMAs; the epilogue maps each sum, may add D's old value, and may leave per-row or per-column
-// partial sums and squares of the stored values in `hp.stats`.
+// partial sums and squares of the stored values in `hp.stats`, which the last block to finish
+// adds into per-channel totals in f64 when `hp.totals` is given (a batch norm's statistics).
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 namespace {
@@ -138,6 +139,7 @@ struct HookPointers {
   const void* epi[6];
   const void* pro[6];
   float* stats;
+  double* totals;       // null: the partials alone
   const unsigned* odd;  // PAIRED: nonzero where the staging met inf or NaN in either operand
 };
 
@@ -561,6 +563,26 @@ __device__ __forceinline__ void column_stats(const float* acc, long long z, int 
   consumer_sync(c);  // the next tile writes scratch again
 }
 
+// The statistics' totals: once every block has parked its partials, the last one to finish
+// adds them up (its consumer threads; the producers have returned). The counter starts at 0 and
+// the last block puts it back, for the next launch or replay. `flag`: a word of the scratch past
+// the barriers (no static shared memory: the stages may fill what the launch can have).
+__device__ unsigned int kiln_gemm_stats_done;
+// `scratch`: the first stage's tiles, which no MMA or load touches any more.
+__device__ void stats_totals(const HookPointers& hp, int t, volatile unsigned* flag, double* scratch) {
+  __threadfence();
+  split_sync();
+  if (t == 0) *flag = atomicAdd(&kiln_gemm_stats_done, 1u) == gridDim.x - 1 ? 1u : 0u;
+  split_sync();
+  if (*flag == 0u) return;
+  if (t == 0) kiln_gemm_stats_done = 0;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tiles were the async proxy's
+  auto sync = [] { split_sync(); };
+  for (int half = 0; half < 2; ++half)  // the sums, then the squares
+    kiln::block::sum_columns(hp.stats + half * kStatsParts * kStatsChannels, kStatsParts, kStatsChannels,
+                             kStatsChannels, hp.totals + half * kStatsChannels, scratch, t, kConsumers * 128, sync);
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
@@ -814,4 +836,9 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       column_stats(acc, z, tm, tn, c, tid, scratch + c * 4 * kBN * 2, hp.stats);
     }
   }
+  if constexpr (kStats != 0)
+    if (hp.totals)
+      stats_totals(hp, c * 128 + tid,
+                   reinterpret_cast<unsigned*>(smem_raw + (empty + kStages * 8 - smem_addr(smem_raw))),
+                   reinterpret_cast<double*>(smem_raw + (tiles_a - smem_addr(smem_raw))));
 }

@@ -76,6 +76,63 @@ __device__ __forceinline__ Acc checked_mean(const welford::Moments& m) {
   return m.m2 != m.m2 ? kiln::Lim<Acc>::nan() : m.mean;
 }
 
+// An apply kernel's statistics of channel c: eval, from the running statistics; training, the
+// statistics kernel's mean and invstd, or with `totals` ((2, C) f64 sums and squares of x from
+// the kernel that wrote it, over M values a channel) mean = sum / M, var = squares / M - mean^2
+// in f64 (each divided as a product with 1 / M).
+struct StatsSource {
+  P* running_mean;
+  P* running_var;
+  Acc* mean;
+  Acc* invstd;
+  const double* totals;
+  long long C, M;
+  int eval;
+  double eps;
+  // From totals, where each value's channel is worked out (a window's, a row's): two loads that
+  // overlap x's, not a block-wide pass before them.
+  __device__ __forceinline__ void moments(long long c, double& mu, double& var) const {
+    const double per = 1.0 / static_cast<double>(M);
+    mu = totals[c] * per;
+    const double v = totals[C + c] * per - mu * mu;
+    var = v < 0.0 ? 0.0 : v;  // NaN stays NaN
+  }
+  __device__ __forceinline__ void get(long long c, Acc& mu, Acc& is) const {
+    if (eval) {
+      mu = kiln::cvt<Acc>(running_mean[c]);
+      is = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
+    } else if (totals) {
+      double m, v;
+      moments(c, m, v);
+      mu = static_cast<Acc>(m);
+      is = inv_std(static_cast<Acc>(v), eps);
+    } else {
+      mu = mean[c];
+      is = invstd[c];
+    }
+  }
+  // Block 0's part: in eval the saved statistics for the backward; in training from totals the
+  // saved ones, the running ones (unbiased variance) and the batch counter, as the statistics
+  // kernel would have.
+  __device__ void publish(long long* tracked, double momentum) const {
+    if (blockIdx.x != 0 || (!eval && !totals)) return;
+    const Acc mom = static_cast<Acc>(momentum);
+    if (!eval && tracked && threadIdx.x == 0) *tracked += 1;
+    for (long long c = threadIdx.x; c < C; c += blockDim.x) {
+      get(c, mean[c], invstd[c]);
+      if (eval) continue;
+      double m, v;
+      moments(c, m, v);
+      if (running_mean)
+        kiln::store(running_mean + c, (Acc(1) - mom) * kiln::cvt<Acc>(running_mean[c]) + mom * static_cast<Acc>(m));
+      if (running_var)
+        kiln::store(running_var + c,
+                    (Acc(1) - mom) * kiln::cvt<Acc>(running_var[c]) +
+                        mom * static_cast<Acc>(v * static_cast<double>(M) / static_cast<double>(M - 1)));
+    }
+  }
+};
+
 // Calls f(offset) for the values i = first + threadIdx.x, + kBlock, ... < last of channel c
 // of x (N, C, S) contiguous, where i = n * S + s; steps (n, s) without a division per value.
 // Offsets come eight at a time, so the loads in f are issued together rather than one
@@ -287,20 +344,18 @@ extern "C" __global__ void __launch_bounds__(kBlock, sizeof(T) == 8 ? 3 : 5)
 // y = (x - mean) * invstd * weight + bias, then ReLU when `relu`; weight and bias may be null.
 // Training reads mean/invstd (C); eval computes them from running_mean/var and also writes them
 // to mean/invstd for the backward pass.
+// With `totals` (training), the statistics come from them (StatsSource), counted in `tracked`.
 extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const P* __restrict__ weight,
-                                                 const P* __restrict__ bias, const P* __restrict__ running_mean,
-                                                 const P* __restrict__ running_var, Acc* mean, Acc* invstd,
-                                                 T* __restrict__ y, long long total, long long C, long long S,
-                                                 int eval, int relu, double eps) {
+                                                 const P* __restrict__ bias, P* running_mean, P* running_var, Acc* mean,
+                                                 Acc* invstd, T* __restrict__ y, long long total, long long C,
+                                                 long long S, int eval, int relu, double eps, const double* totals,
+                                                 long long* tracked, double momentum) {
   kiln::wait_prior_grids();
-  if (eval)
-    KILN_GRID_LOOP(c, C) {
-      mean[c] = kiln::cvt<Acc>(running_mean[c]);
-      invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
-    }
+  const StatsSource src{running_mean, running_var, mean, invstd, totals, C, C > 0 ? total / C : 0, eval, eps};
+  src.publish(tracked, momentum);
   auto apply = [&](long long i, long long c) {
-    const Acc mu = eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c];
-    const Acc is = eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c];
+    Acc mu, is;
+    src.get(c, mu, is);
     Acc v = (kiln::cvt<Acc>(x[i]) - mu) * is;
     if (weight) v *= kiln::cvt<Acc>(weight[c]);
     if (bias) v += kiln::cvt<Acc>(bias[c]);
@@ -525,34 +580,29 @@ __device__ __forceinline__ V load_vec(const T* p) {
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool
 template <class I, int KH, int KW>
 __device__ __forceinline__ void bn_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
-                                            const P* __restrict__ bias, const P* __restrict__ running_mean,
-                                            const P* __restrict__ running_var, const Acc* mean, const Acc* invstd,
-                                            T* __restrict__ y, const PoolTiles& t, int eval, int relu, double eps) {
+                                            const P* __restrict__ bias, const StatsSource& src, T* __restrict__ y,
+                                            const PoolTiles& t, int relu) {
   const Tiles<I, KH, KW> g(t);
   const I per_plane = g.oh * g.ow, windows = g.planes * per_plane;
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < windows; i += I(gridDim.x) * I(blockDim.x)) {
     const I plane = i / per_plane, w = i - plane * per_plane, oy = w / g.ow, ox = w - oy * g.ow, c = plane % g.C;
-    const Affine f{eval ? kiln::cvt<Acc>(running_mean[c]) : mean[c],
-                   eval ? inv_std(kiln::cvt<Acc>(running_var[c]), eps) : invstd[c], weight, bias,
-                   static_cast<long long>(c)};
+    Affine f{Acc(0), Acc(0), weight, bias, static_cast<long long>(c)};
+    src.get(f.c, f.mu, f.is);
     kiln::store(y + i, window_max(x + static_cast<long long>(plane) * g.H * g.W, g, oy, ox, f, relu).value);
   }
 }
 
 template <int G>
 __device__ __forceinline__ void bn_max_pool_quads(const T* __restrict__ x, const P* __restrict__ weight,
-                                                  const P* __restrict__ bias, const P* __restrict__ running_mean,
-                                                  const P* __restrict__ running_var, const Acc* mean, const Acc* invstd,
-                                                  T* __restrict__ y, const PoolTiles& t, int eval, int relu,
-                                                  double eps) {
+                                                  const P* __restrict__ bias, const StatsSource& src, T* __restrict__ y,
+                                                  const PoolTiles& t, int relu) {
   using Row = kiln::Vec<T, 2 * G>;
   using Pooled = kiln::Vec<T, G>;
   const unsigned groups = quad_groups(t, G);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
     const QuadGroup q = quad_group<G>(i, t);
-    const Affine f{eval ? kiln::cvt<Acc>(running_mean[q.c]) : mean[q.c],
-                   eval ? inv_std(kiln::cvt<Acc>(running_var[q.c]), eps) : invstd[q.c], weight, bias,
-                   static_cast<long long>(q.c)};
+    Affine f{Acc(0), Acc(0), weight, bias, static_cast<long long>(q.c)};
+    src.get(f.c, f.mu, f.is);
     const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
     Pooled out;
 #pragma unroll
@@ -567,21 +617,21 @@ __device__ __forceinline__ void bn_max_pool_quads(const T* __restrict__ x, const
 
 // y (N, C, oh, ow), a thread per window or per group of windows along a row (KILN_POOL_PATH):
 // the max over each window of the batch norm's (and ReLU's) output. Training reads
-// mean/invstd (C); eval computes them from running_mean/var and also writes them for the backward.
+// mean/invstd (C), or with `totals` makes them (StatsSource); eval computes them from
+// running_mean/var and also writes them for the backward.
 extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
-                                                    const P* __restrict__ bias, const P* __restrict__ running_mean,
-                                                    const P* __restrict__ running_var, Acc* mean, Acc* invstd,
-                                                    T* __restrict__ y, PoolTiles t, int eval, int relu, double eps) {
+                                                    const P* __restrict__ bias, P* running_mean, P* running_var,
+                                                    Acc* mean, Acc* invstd, T* __restrict__ y, PoolTiles t, int eval,
+                                                    int relu, double eps, const double* totals, long long* tracked,
+                                                    double momentum) {
   kiln::wait_prior_grids();
-  if (eval) KILN_GRID_LOOP(c, t.C) {
-      mean[c] = kiln::cvt<Acc>(running_mean[c]);
-      invstd[c] = inv_std(kiln::cvt<Acc>(running_var[c]), eps);
-    }
+  const StatsSource src{running_mean, running_var, mean, invstd, totals, t.C, t.C > 0 ? t.planes / t.C * t.H * t.W : 0,
+                        eval,         eps};
+  src.publish(tracked, momentum);
 #if KILN_POOL_PATH >= 4
-  bn_max_pool_quads<KILN_POOL_GROUP>(x, weight, bias, running_mean, running_var, mean, invstd, y, t, eval, relu, eps);
+  bn_max_pool_quads<KILN_POOL_GROUP>(x, weight, bias, src, y, t, relu);
 #else
-  bn_max_pool<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(x, weight, bias, running_mean, running_var, mean,
-                                                                   invstd, y, t, eval, relu, eps);
+  bn_max_pool<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(x, weight, bias, src, y, t, relu);
 #endif
 }
 #endif

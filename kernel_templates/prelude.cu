@@ -335,17 +335,56 @@ __device__ T combine_warps(T v, Op op) {
 // v combined over the whole block; every thread receives the result.
 template <int kBlock, class T> __device__ T sum(T v) { return combine_warps<kBlock>(warp::reduce(v, Sum()), Sum()); }
 
-// True in the one block that finishes last; every block's writes before the call are then
-// visible to it. `done` is reset, so the next launch (or graph replay) starts from 0.
-__device__ bool last_to_finish(unsigned int* done) {
+// True in the one block of the `n` counting on `done` that gets there last; every such block's
+// writes before the call are then visible to it. `done` is reset, so the next launch (or graph
+// replay) starts from 0.
+__device__ bool last_of(unsigned int* done, unsigned int n) {
   __shared__ bool last;
-  launch_dependents();
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == n - 1;
   __syncthreads();
   if (last && threadIdx.x == 0) *done = 0;  // no block of this launch touches it again
   return last;
+}
+// last_of over the whole grid; the next kernel may launch meanwhile.
+__device__ bool last_to_finish(unsigned int* done) {
+  launch_dependents();
+  return last_of(done, gridDim.x);
+}
+
+// Column sums in f64 of `rows` x `cols` values (row stride ld) that other blocks parked, into
+// dst: threads t < T (whole warps, `sync` their barrier), T / cols of them to a column, each
+// adding every (T / cols)-th row in order, 32 loads in flight (the merge ends a kernel: its
+// latency is the kernel's), then their sums in thread
+// order: the same order whichever block runs it. Reads are coalesced along the rows; `scratch`
+// holds T doubles of shared memory.
+template <class S, class Sync>
+__device__ void sum_columns(const S* src, long long rows, long long cols, long long ld, double* dst, double* scratch,
+                            int t, int T, Sync sync) {
+  constexpr int kBatch = 32;
+  for (long long c0 = 0; c0 < cols; c0 += T) {
+    const long long width = cols - c0 < T ? cols - c0 : T;
+    const long long per = T / width, part = t / width, col = c0 + t % width;
+    double s = 0;
+    if (part < per)
+      for (long long r0 = part; r0 < rows; r0 += per * kBatch) {
+        S v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) v[j] = r0 + j * per < rows ? __ldcg(src + (r0 + j * per) * ld + col) : S(0);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (r0 + j * per < rows) s += static_cast<double>(v[j]);
+      }
+    scratch[t] = s;
+    sync();
+    if (t < width) {
+      double total = 0;
+      for (long long p = 0; p < per; ++p) total += scratch[p * width + t];
+      dst[c0 + t] = total;
+    }
+    sync();
+  }
 }
 
 // The sum, in order, of p[i * stride] for i < n: values other blocks parked before

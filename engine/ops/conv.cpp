@@ -13,6 +13,7 @@
 #include "backend/cuda/generated/conv/conv_run.h"
 #include "conv_common.h"
 #include "conv_cpu.h"
+#include "conv_totals.h"
 #include "core/cpu/gemm_cpu.h"
 #include "core/dtype_sets.h"
 #include "core/registry.h"
@@ -177,7 +178,16 @@ void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w
   std::optional<kernels::ConvForBackward> keep_x, keep_w;
   if (grad_enabled() && w_in.requires_grad()) for_backward(keep_x, kernels::ConvStaged::images, x);
   if (grad_enabled() && x_in.requires_grad()) for_backward(keep_w, kernels::ConvStaged::weights, w);
-  if (kernels::run_generated_conv(ConvPass::forward, g, operands(x, w, y), allow_conv_tf32())) return;
+  // Under a ConvStatsForBatchNorm, y's channel sums for the batch norm that reads it next.
+  kernels::ConvOperands ops = operands(x, w, y);
+  Tensor totals;
+  if (conv_totals::wanted()) {
+    totals = empty({2, g.o}, {.dtype = DType::f64, .device = y.device()});
+    ops.totals = device_address(totals);
+  }
+  const kernels::ConvRan ran = kernels::run_generated_conv(ConvPass::forward, g, ops, allow_conv_tf32());
+  if (ran == kernels::ConvRan::with_totals) conv_totals::keep(y, std::move(totals));
+  if (ran != kernels::ConvRan::no) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -196,7 +206,9 @@ void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tenso
   const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
   std::optional<kernels::ConvForBackward> forward_copy;
   for_backward(forward_copy, kernels::ConvStaged::weights, w);
-  if (kernels::run_generated_conv(ConvPass::grad_input, g, operands(gy, w, dx), allow_conv_tf32())) return;
+  if (kernels::run_generated_conv(ConvPass::grad_input, g, operands(gy, w, dx), allow_conv_tf32()) !=
+      kernels::ConvRan::no)
+    return;
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -215,7 +227,9 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
   std::optional<kernels::ConvForBackward> forward_copy;
   for_backward(forward_copy, kernels::ConvStaged::images, x);
-  if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32())) return;
+  if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32()) !=
+      kernels::ConvRan::no)
+    return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
   // too), the f32 path sums the same products.
   if (dw.dtype() != x.dtype()) return conv_grad_weight_gpu(g, convert(x, dw.dtype()), convert(gy, dw.dtype()), dw);

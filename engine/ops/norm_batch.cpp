@@ -6,9 +6,10 @@
 #include <cmath>
 #include <limits>
 
+#include "conv_totals.h"
 #include "core/dtype_sets.h"
-#include "kiln/nn_functional.h"
 #include "cpu_fast.h"
+#include "kiln/nn_functional.h"
 #include "norm_batch_cpu.h"
 #include "norm_common.h"
 
@@ -319,7 +320,11 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
   };
   const Tensor w = param(p.weight, 1), b = param(p.bias, 2), rm = param(p.rm, 3), rv = param(p.rv, 4);
   const kernels::NormSplit split = kernels::batch_norm_split(batch_norm_shape(x), a.device.index());
-  const Tensor parts = p.training ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device}) : Tensor();
+  // The sums the conv that wrote x took (conv_totals.h) spare the statistics kernel.
+  const Tensor totals = p.training && out[1].dtype() == DType::f32 ? conv_totals::take(a.inputs[0]) : Tensor();
+  const Tensor parts = p.training && !totals.defined()
+                           ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device})
+                           : Tensor();
   // The statistics kernel counts the batch; without channels there is none to do it.
   const bool count = counts_batches(a.attrs);
   if (count && batch_norm_shape(x).channels == 0) Tensor(a.inputs[kCounterInput]).add_(1);
@@ -335,6 +340,7 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
           .y = device_address(out[0]),
           .parts = address_or_0(parts),
           .tracked = count ? device_address(a.inputs[kCounterInput]) : rt::DevicePtr(0),
+          .totals = address_or_0(totals),
           .training = p.training,
           .relu = p.relu,
           .momentum = p.momentum,

@@ -151,6 +151,26 @@ TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decl
   const std::vector<std::string> sources =
       sources_for(ConvKernel::direct, {ConvPass::forward, ConvPass::grad_input}, {conv1, speedrun1});
   CHECK(check_compiles("check_conv_direct", sources, "kiln_conv_direct", "fma.rn.f32") == 12);
+  // Forwards that also sum their output's channels for a batch norm (ConvOperands::totals): a
+  // block's partials, then the last block's f64 totals (its warps' sums in shuffles). An input
+  // gradient takes none.
+  std::vector<std::string> with_totals;
+  for (DType t : {DType::bf16, DType::f32})
+    for (const ConvGeometry& s : {conv1, speedrun1}) {
+      const auto l = launch_of(ConvKernel::direct, ConvPass::forward, s, t);
+      REQUIRE(l);
+      const auto w = kernels::with_totals(*l, kH100);
+      REQUIRE(w);
+      CHECK(kernels::stats_floats(*l) == 0);
+      const auto& p = std::get<kernels::DirectPlan>(w->plan);
+      // The blocks' partials in f32, then the sums of groups of 16 blocks in f64.
+      const std::int64_t blocks = s.n * p.bands;
+      CHECK(kernels::stats_floats(*w) == 2 * s.o * blocks + 2 * 2 * s.o * ((blocks + 15) / 16));
+      CHECK(p.smem == std::get<kernels::DirectPlan>(l->plan).smem + (2 * p.ot * p.threads + 1) * 4);
+      with_totals.push_back(kernels::source(*w));
+    }
+  CHECK(check_compiles("check_conv_direct_totals", with_totals, "kiln_conv_direct", "shfl.sync.bfly") == 4);
+  CHECK_FALSE(kernels::with_totals(*launch_of(ConvKernel::direct, ConvPass::grad_input, conv1, DType::bf16), kH100));
   // Exact f32 too: its FMAs are f32's. There, up to 256 products per output (the speedrun's
   // conv2: 24 channels of 3x3), where the tensor cores would sum three products each.
   CHECK(launch_of(ConvKernel::direct, ConvPass::forward, conv1, DType::f32, false));

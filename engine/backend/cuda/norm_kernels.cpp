@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
@@ -125,17 +126,33 @@ void launch_batch_norm_stats(const BatchNormForward& a, const BatchNormShape& sh
              a.running_var, a.tracked, C, S, M, chunk, splits, a.momentum, a.eps, vec);
 }
 
+namespace {
+
+// The apply kernels' statistics from totals (training only): they then count the batch too.
+struct FromTotals {
+  rt::DevicePtr totals = 0, tracked = 0;
+};
+FromTotals from_totals(const BatchNormForward& a) {
+  if (!a.training || a.totals == 0) return {};
+  if (a.t == DType::f64) throw DTypeError("[batch_norm] channel totals serve f32, f16 and bf16 inputs, not f64");
+  return {a.totals, a.tracked};
+}
+
+}  // namespace
+
 void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, const NormSplit& split,
                        const rt::Stream& s) {
   const long long C = shape.channels, S = shape.spatial, total = shape.total();
   if (C == 0) return;
-  if (a.training) launch_batch_norm_stats(a, shape, split, s);
+  if (a.training && !a.totals) launch_batch_norm_stats(a, shape, split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(total, a.training ? 0LL : C));
   if (items == 0) return;
+  const FromTotals f = from_totals(a);
   rt::launch(function(kBnApply, a.t, a.p, s), grid_stride_config(items, s.device()), s, a.x, a.weight, a.bias,
-             a.running_mean, a.running_var, a.mean, a.invstd, a.y, total, C, S, eval, relu, a.eps);
+             a.running_mean, a.running_var, a.mean, a.invstd, a.y, total, C, S, eval, relu, a.eps, f.totals, f.tracked,
+             a.momentum);
 }
 
 void launch_batch_norm_backward_reduce(const BatchNormBackward& a, const BatchNormShape& shape, const NormSplit& split,
@@ -207,14 +224,16 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
                                 const rt::Stream& s) {
   const long long C = shape.channels, windows = C * shape.windows_per_channel();
   if (C == 0) return;
-  if (a.training) launch_batch_norm_stats(a, shape.unpooled(), split, s);
+  if (a.training && !a.totals) launch_batch_norm_stats(a, shape.unpooled(), split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
   const std::int64_t group = pool_group(shape, a.t, false, {a.x, a.y});
+  const FromTotals f = from_totals(a);
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(windows / group, a.training ? 0LL : C));
   if (items == 0) return;
   rt::launch(function(kBnMaxPool, a.t, a.p, s, pool_path(shape, group)), pool_config(items, s.device()), s, a.x,
-             a.weight, a.bias, a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps);
+             a.weight, a.bias, a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps,
+             f.totals, f.tracked, a.momentum);
 }
 
 // About eight windows a thread, four of them loaded at once: on the H200 the bf16 cnn step took

@@ -35,6 +35,10 @@ struct BatchNormForward {
   rt::DevicePtr x = 0, weight = 0, bias = 0, running_mean = 0, running_var = 0;
   rt::DevicePtr mean = 0, invstd = 0, y = 0, parts = 0;  // outputs (C, C, x's shape) and scratch
   rt::DevicePtr tracked = 0;                             // an i64 batch counter training adds one to (0: none)
+  // Training: x's per-channel sums and sums of squares (2, C) in f64 from the kernel that wrote
+  // x (a conv's), or 0. Given, the apply kernel makes the statistics from them (and updates the
+  // running ones and the counter): no statistics kernel. Acc f32 only.
+  rt::DevicePtr totals = 0;
   bool training = true, relu = false;
   double momentum = 0.1, eps = 1e-5;
 };

@@ -35,6 +35,19 @@ Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& weight
 void set_allow_conv_tf32(bool allow);
 bool allow_conv_tf32();
 
+// While one lives on this thread, a conv2d forward on the GPU also sums each channel of its
+// output (the values as stored, and their squares, in f64) where its kernel can, and a training
+// batch norm that reads that output, unwritten, takes those sums instead of a statistics pass
+// of its own: one kernel fewer. Sums nobody took are dropped when the scope ends.
+// nn::Sequential opens one around a Conv2d followed by a training BatchNorm2d.
+class ConvStatsForBatchNorm {
+ public:
+  ConvStatsForBatchNorm();
+  ~ConvStatsForBatchNorm();
+  ConvStatsForBatchNorm(const ConvStatsForBatchNorm&) = delete;
+  ConvStatsForBatchNorm& operator=(const ConvStatsForBatchNorm&) = delete;
+};
+
 // Windows over padding never pick it (it reads as -inf); padding <= kernel/2. An empty
 // stride means the kernel size.
 Tensor max_pool2d(const Tensor& x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride = {},

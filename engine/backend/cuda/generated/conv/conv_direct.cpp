@@ -15,9 +15,12 @@ namespace {
 
 constexpr std::int64_t kMaxThreads = 256;
 
+// The weights and the band, then with totals each thread's sums and squares of ot channels (and
+// a float of slack: the merges reuse them as doubles).
 std::int64_t direct_smem_bytes(const PatchConv& c, const DirectPlan& p) {
   const std::int64_t cop = ceil_div(c.co, p.ot) * p.ot, sw = ceil_div(c.ow, p.p) * p.p + c.kw - 1;
-  return (c.ci * c.kh * c.kw * cop + c.ci * (p.rows + c.kh - 1) * sw) * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t sums = p.totals ? 2 * p.ot * static_cast<std::int64_t>(p.threads) + 1 : 0;
+  return (c.ci * c.kh * c.kw * cop + c.ci * (p.rows + c.kh - 1) * sw + sums) * static_cast<std::int64_t>(sizeof(float));
 }
 
 }  // namespace
@@ -50,16 +53,47 @@ std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, Conv
   return p;
 }
 
+// Blocks whose statistics one block adds up first, and at most how many such groups
+// (conv_direct.cu's kStatsGroup and kMaxStatsGroups).
+constexpr std::int64_t kStatsGroup = 16, kMaxStatsGroups = 4096;
+
+std::optional<ConvLaunch> direct_with_totals(ConvLaunch l, const ConvTarget& target) {
+  auto& p = std::get<DirectPlan>(l.plan);
+  if (l.pass != ConvPass::forward || p.conv.n * p.bands > kStatsGroup * kMaxStatsGroups) return std::nullopt;
+  p.totals = true;
+  p.smem = direct_smem_bytes(p.conv, p);
+  if (p.smem > target.max_shared) return std::nullopt;
+  return l;
+}
+
+// The blocks' partials (blocks, 2 * co) in f32, then the groups' sums in f64 (8-byte aligned).
+std::int64_t direct_stats_floats(const ConvLaunch& l) {
+  const auto& p = std::get<DirectPlan>(l.plan);
+  const std::int64_t blocks = p.conv.n * p.bands, columns = 2 * p.conv.co;
+  return p.totals ? (columns * blocks + 1) / 2 * 2 + 2 * columns * ceil_div(blocks, kStatsGroup) : 0;
+}
+
 std::string direct_source(const ConvLaunch& l) {
   const auto& p = std::get<DirectPlan>(l.plan);
   const PatchConv& c = p.conv;
   const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{l.dtype})},
                        {"T", std::string(cuda_storage_type(l.dtype))},
                        {"FLIP", l.pass == ConvPass::grad_input ? "true" : "false"},
-                       {"CI", num(c.ci)}, {"HI", num(c.h)}, {"WI", num(c.w)}, {"CO", num(c.co)},
-                       {"HO", num(c.oh)}, {"WO", num(c.ow)}, {"KH", num(c.kh)}, {"KW", num(c.kw)},
-                       {"PH", num(c.ph)}, {"PW", num(c.pw)}, {"OT", num(p.ot)}, {"P", num(p.p)},
-                       {"ROWS", num(p.rows)}, {"THREADS", num(p.threads)}};
+                       {"STATS", p.totals ? "true" : "false"},
+                       {"CI", num(c.ci)},
+                       {"HI", num(c.h)},
+                       {"WI", num(c.w)},
+                       {"CO", num(c.co)},
+                       {"HO", num(c.oh)},
+                       {"WO", num(c.ow)},
+                       {"KH", num(c.kh)},
+                       {"KW", num(c.kw)},
+                       {"PH", num(c.ph)},
+                       {"PW", num(c.pw)},
+                       {"OT", num(p.ot)},
+                       {"P", num(p.p)},
+                       {"ROWS", num(p.rows)},
+                       {"THREADS", num(p.threads)}};
   return rt::instantiate("conv_direct", rt::template_source("conv_direct"), b);
 }
 
@@ -71,7 +105,10 @@ void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   cfg.grid = {static_cast<unsigned>(p.conv.n * p.bands), 1, 1};
   cfg.block = {static_cast<unsigned>(p.threads), 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  rt::launch(fn, cfg, st, ops.a, ops.b, ops.out);
+  const rt::DevicePtr stats = p.totals ? ops.stats : 0, totals = p.totals ? ops.totals : 0;
+  if (p.totals && (stats == 0 || totals == 0))
+    throw Error("[conv2d] a direct conv taking statistics was launched without their buffers");
+  rt::launch(fn, cfg, st, ops.a, ops.b, ops.out, stats, totals);
 }
 
 }  // namespace kiln::kernels::conv_kinds

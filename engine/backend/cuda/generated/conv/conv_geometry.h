@@ -43,11 +43,14 @@ struct ConvTarget {
 
 // Contiguous operands in the pass's order (see ConvPass) on one device, of one dtype; with
 // `f32_out`, a weight gradient of f16/bf16 operands written in f32 (autocast's parameters).
+// `totals` (a forward's, or 0): the output's per-channel sums and squares of its values as
+// stored, (2, o) in f64, for a batch norm that reads it; `stats`, their partials' scratch.
 struct ConvOperands {
   rt::DevicePtr a = 0, b = 0, out = 0;
   DType dtype = DType::f32;
   const rt::Stream* stream = nullptr;
   bool f32_out = false;
+  rt::DevicePtr totals = 0, stats = 0;
 };
 
 }  // namespace kiln::kernels

@@ -39,6 +39,8 @@ void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m);
 
 std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, ConvMath math,
                                       const ConvTarget& target);
+std::optional<ConvLaunch> direct_with_totals(ConvLaunch l, const ConvTarget& target);
+std::int64_t direct_stats_floats(const ConvLaunch& l);
 std::string direct_source(const ConvLaunch& l);
 void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m);
 

@@ -26,12 +26,12 @@ Overloaded(F...) -> Overloaded<F...>;  // clang 14 deduces no aggregate's argume
 conv_kinds::Module module_of(const ConvLaunch& l) {
   rt::GeneratedKey key(module_kind(l.kernel));
   key.add(l.pass, l.math, l.dtype);
-  std::visit(Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
-                        [&](const PatchPlan& p) { key.add(p.rows, p.bn); },
-                        [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
-                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.f32_out); },
-                        [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads); }},
-             l.plan);
+  std::visit(
+      Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
+                 [&](const PatchPlan& p) { key.add(p.rows, p.bn); }, [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
+                 [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.f32_out); },
+                 [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.totals); }},
+      l.plan);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
     std::string label = std::string("conv2d ") + pass_name(l.pass) + " " + kernel_name(l.kernel) + " " +
@@ -75,6 +75,14 @@ std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& 
   }
   if (!p) return std::nullopt;
   return ConvLaunch{k, pass, g, t, math, std::move(*p)};
+}
+
+std::optional<ConvLaunch> with_totals(const ConvLaunch& l, const ConvTarget& target) {
+  return l.kernel == ConvKernel::direct ? conv_kinds::direct_with_totals(l, target) : std::nullopt;
+}
+
+std::int64_t stats_floats(const ConvLaunch& l) {
+  return l.kernel == ConvKernel::direct ? conv_kinds::direct_stats_floats(l) : 0;
 }
 
 bool slower_than_fallback(const ConvLaunch& l) {

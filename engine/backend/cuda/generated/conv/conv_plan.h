@@ -59,10 +59,12 @@ struct SmallWgradPlan {
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output
 // rows of one image, `threads` threads.
+// With `totals`, a forward that also sums its output's channels (conv_direct.cu's STATS).
 struct DirectPlan {
   PatchConv conv{};
   int ot = 8, p = 4, rows = 1, threads = 32;
   std::int64_t bands = 1, smem = 0;
+  bool totals = false;
 };
 
 struct ConvLaunch {
@@ -78,6 +80,11 @@ struct ConvLaunch {
 // none where the kind does not apply.
 std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType t, ConvMath math,
                                const ConvTarget& target, ConvTile tile = {});
+// The launch also taking its output's per-channel statistics (ConvOperands::totals), or none
+// where its kind cannot (only the direct kind's forward can) or they do not fit.
+std::optional<ConvLaunch> with_totals(const ConvLaunch& l, const ConvTarget& target);
+// The f32 partials of the statistics that the launch writes (ConvOperands::stats); 0 without.
+std::int64_t stats_floats(const ConvLaunch& l);
 // Whether im2col + cuBLAS measured faster than this launch (narrow exact-f32 products), so
 // that an op leaves the problem to it.
 bool slower_than_fallback(const ConvLaunch& l);

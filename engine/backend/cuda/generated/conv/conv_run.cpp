@@ -60,11 +60,12 @@ std::array<std::int64_t, 3> operand_sizes(ConvPass pass, const ConvGeometry& g) 
 //     patches of x, summed over every image, in any math (16-bit read K-major with `k_major`,
 //     exact f32 through hi and lo copies with `paired`, gy split in the kernel with `split_gy`),
 //     a 16-bit one summed into f32 with `f32_out` (so can the small weight-gradient kernel).
-struct WgradVariant {
-  bool k_major = false, paired = false, split_gy = false, f32_out = false;
+// A forward with `totals` also takes its output's per-row (channel) statistics (HookStats::rows).
+struct EngineVariant {
+  bool k_major = false, paired = false, split_gy = false, f32_out = false, totals = false;
 };
 std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& g, ConvMath math, int arch,
-                                             const ConvTarget& target, GemmTile tile = {}, WgradVariant v = {}) {
+                                             const ConvTarget& target, GemmTile tile = {}, EngineVariant v = {}) {
   const bool stride1 = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.groups == 1;
   if (!stride1) return std::nullopt;
   const GemmMath gm = math == ConvMath::bf16   ? GemmMath::bf16
@@ -88,6 +89,15 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   }
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
+  GemmHooks hooks;
+  if (v.totals && forward) {
+    // Only where the plain product's tiles hold channels as rows: with few channels the engine
+    // tiles D^T, which takes no hooks, and its tiles over channels would sit half empty (the
+    // speedrun's conv2: 33.8 us with them, 17.3 without).
+    const std::optional<GemmLaunch> plain = tile_engine_launch(pass, g, math, arch, target, tile, {});
+    if (!plain || plain->transposed) return std::nullopt;
+    hooks.epilogue = GemmEpilogueHook{.stats = HookStats::rows};
+  }
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
   const bool tf32_grad_input = gm == GemmMath::tf32 && g.n > 1;  // its w^T is staged for the batch
   if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && (!tf32_mma(gm) || forward || tf32_grad_input)) {
@@ -97,6 +107,7 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
     geo.b_mn = true;
     geo.batch = g.n, geo.batch_a = 0, geo.batch_b = k * in_pixels, geo.batch_d = rows * in_pixels;
     if (g.n == 1) geo.batch_b = geo.batch_d = 0;
+    geo.hooks = hooks;
     // Before sm_90, the mma.sync kind takes these plain batches (no convolution modes).
     return plan(arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync, geo, tgt, tile);
   }
@@ -108,10 +119,13 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   GemmGeometry geo{rows, out_pixels, c.r * c.s * k, c.r * c.s * k, in_pixels, out_pixels, gm};
   geo.conv = c;
   geo.batch = g.n, geo.batch_b = k * in_pixels, geo.batch_d = rows * out_pixels;
+  geo.hooks = hooks;
   if (auto l = plan(GemmKernel::wgmma, geo, tgt, tile); l || !c.paired) return l;
   geo.conv->paired = false;  // the tile's paired stages did not fit twice
   return plan(GemmKernel::wgmma, geo, tgt, tile);
 }
+
+std::int64_t stats_floats(const GemmLaunch& l) { return stats_shape(l).floats(); }
 
 // A candidate's launch, planned once per problem: kernels and tiles do not depend on where the
 // operands lie (whether they fit is asked on every call), and eager convs plan on every call.
@@ -123,10 +137,12 @@ struct PlannedCandidate {
   bool head = false;
 };
 
+// A forward's output statistics (`totals`) come from the kinds that take them: the engine and
+// the direct kind.
 std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry& g, DType dtype, ConvMath math,
-                                              const ConvTarget& target, int arch, bool f32_out) {
+                                              const ConvTarget& target, int arch, bool f32_out, bool totals) {
   std::vector<PlannedCandidate> c, engine;
-  auto add_engine = [&](const GemmLaunch& l, WgradVariant v) {
+  auto add_engine = [&](const GemmLaunch& l, EngineVariant v) {
     engine.push_back({"gemm " + l.text(), l, true});
     for (GemmTile tile : alternatives(l, GemmTarget{arch, target.sm_count, target.max_shared}))
       if (const auto a = tile_engine_launch(pass, g, math, arch, target, tile, v))
@@ -146,8 +162,8 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
     if (const auto split = tile_engine_launch(pass, g, math, arch, target, {}, {.paired = true, .split_gy = true}))
       add_engine(*split, {.paired = true, .split_gy = true});
   } else if (const std::optional<GemmLaunch> l =
-                 tile_engine_launch(pass, g, math, arch, target, {}, {.f32_out = f32_out})) {
-    add_engine(*l, {.f32_out = f32_out});
+                 tile_engine_launch(pass, g, math, arch, target, {}, {.f32_out = f32_out, .totals = totals})) {
+    add_engine(*l, {.f32_out = f32_out, .totals = totals});
     // A 16-bit weight gradient staged NHWC is also timed read K-major, through the copies TF32
     // reads: which is faster depends on the shape.
     if (pass == ConvPass::grad_weight && !wgrad_layout(l->g).k_major)
@@ -177,13 +193,18 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   const std::int64_t products = (pass == ConvPass::forward ? g.cg() : g.o / g.groups) * g.kh * g.kw;
   if (pass != ConvPass::grad_weight && products <= 64)
     kinds = {ConvKernel::direct, ConvKernel::patch, ConvKernel::igemm};
+  if (totals) kinds = {ConvKernel::direct};
+  // The direct kind's launches, with the statistics where asked (none where they do not fit).
+  auto planned = [&](ConvKernel k, ConvTile tile) {
+    std::optional<ConvLaunch> l = plan(k, pass, g, dtype, math, target, tile);
+    return l && totals ? with_totals(*l, target) : l;
+  };
   for (ConvKernel k : kinds) {
-    const auto h = plan(k, pass, g, dtype, math, target);
+    const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
     c.push_back({kernel_name(k), *h});
     for (ConvTile tile : alternatives(*h, target))
-      if (const auto l = plan(k, pass, g, dtype, math, target, tile))
-        c.push_back({std::string(kernel_name(k)) + " " + tile.text(), *l});
+      if (const auto l = planned(k, tile)) c.push_back({std::string(kernel_name(k)) + " " + tile.text(), *l});
   }
   if (!engine_first) c.insert(c.end(), engine.begin(), engine.end());
   return c;
@@ -192,30 +213,30 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
 // The problem's planned candidates, made on its first call. The entries are never removed, so
 // a reference stays valid.
 const std::vector<PlannedCandidate>& planned_candidates(ConvPass pass, const ConvGeometry& g, DType dtype,
-                                                        ConvMath math, const ConvTarget& target, int arch,
-                                                        bool f32_out) {
+                                                        ConvMath math, const ConvTarget& target, int arch, bool f32_out,
+                                                        bool totals) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::vector<PlannedCandidate>> planned;
   std::string key = std::string(pass_name(pass)) + " " + g.text() + " " + std::string(dtype_name(dtype)) + " " +
                     math_name(math) + " " + std::to_string(arch) + " " + std::to_string(target.sm_count) + " " +
-                    std::to_string(target.max_shared) + (f32_out ? " f32 out" : "");
+                    std::to_string(target.max_shared) + (f32_out ? " f32 out" : "") + (totals ? " totals" : "");
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = planned.find(key);
   if (it == planned.end())
-    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch, f32_out)).first;
+    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch, f32_out, totals)).first;
   return it->second;
 }
 
 // The planned candidates bound to this call's operands; two tiles that plan the same launch
 // (boxes of 128 and 256 pixels over a small output) are timed once: the stored choice names a
 // launch by its text.
-std::vector<TuneCandidate> candidates(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, ConvMath math,
-                                      const ConvTarget& target, int arch) {
+std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& planned, const ConvOperands& ops) {
   // w is A and x or gy B; for the weight gradient gy is A and x B.
-  const GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
+  GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
+  gops.stats = ops.stats, gops.totals = ops.totals;
   std::vector<TuneCandidate> c;
   bool fits = true;
-  for (const PlannedCandidate& p : planned_candidates(pass, g, ops.dtype, math, target, arch, ops.f32_out)) {
+  for (const PlannedCandidate& p : planned) {
     const auto* gemm = std::get_if<GemmLaunch>(&p.launch);
     if (gemm && p.head) fits = operands_fit(*gemm, gops);
     if ((gemm && !fits) || std::any_of(c.begin(), c.end(), [&](const TuneCandidate& t) { return t.name == p.name; }))
@@ -246,32 +267,53 @@ bool generated_conv_sums_f32(const ConvGeometry& g, DType dtype, int device) {
     return false;
   const rt::DeviceInfo& info = rt::device_info(device);
   const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
-  return !planned_candidates(ConvPass::grad_weight, g, dtype, *math, target, info.arch(), true).empty();
+  return !planned_candidates(ConvPass::grad_weight, g, dtype, *math, target, info.arch(), true, false).empty();
 }
 
-bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
+ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
   if (ops.f32_out && (pass != ConvPass::grad_weight || (ops.dtype != DType::bf16 && ops.dtype != DType::f16)))
     throw DTypeError(
         std::string("[conv2d] f32 results are written for weight gradients of f16 and bf16 operands, not ") +
         pass_name(pass) + " of " + std::string(dtype_name(ops.dtype)));
   const std::optional<ConvMath> math = conv_math(ops.dtype, ops.dtype, ops.dtype, tf32);
   const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
-  if (!math || !generated_convs_enabled() || sizes[2] == 0) return false;
-  if (std::any_of(sizes.begin(), sizes.end(), [](std::int64_t n) { return n >= INT_MAX / 2; })) return false;
+  if (!math || !generated_convs_enabled() || sizes[2] == 0) return ConvRan::no;
+  if (std::any_of(sizes.begin(), sizes.end(), [](std::int64_t n) { return n >= INT_MAX / 2; })) return ConvRan::no;
   const rt::DeviceInfo& info = rt::device_info(ops.stream->device());
-  if (info.arch() < 80) return false;
+  if (info.arch() < 80) return ConvRan::no;
   const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
-  const std::vector<TuneCandidate> c = candidates(pass, g, ops, *math, target, info.arch());
-  if (c.empty()) return false;
+  auto planned = [&](bool totals) -> const std::vector<PlannedCandidate>& {
+    return planned_candidates(pass, g, ops.dtype, *math, target, info.arch(), ops.f32_out, totals);
+  };
+  // The statistics' partials, as many as the candidate with the most writes; without a kind
+  // that takes them, the conv runs alone.
+  ConvOperands with = ops;
+  rt::DeviceBuffer parts;
+  std::vector<TuneCandidate> c;
+  if (ops.totals != 0 && pass == ConvPass::forward && !planned(true).empty()) {
+    std::int64_t floats = 0;
+    for (const PlannedCandidate& p : planned(true))
+      floats = std::max(floats, std::visit([](const auto& l) { return stats_floats(l); }, p.launch));
+    parts = rt::DeviceBuffer(static_cast<std::size_t>(floats) * sizeof(float), *ops.stream);
+    with.stats = parts.ptr();
+    c = candidates(planned(true), with);
+  }
+  const bool totals = !c.empty();
+  if (!totals) {
+    with.stats = with.totals = 0;
+    c = candidates(planned(false), with);
+  }
+  if (c.empty()) return ConvRan::no;
   const std::string dtype =
       std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "") + (ops.f32_out ? "->f32" : "");
-  const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text(), dtype, info.arch(), library_text()};
+  const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text() + (totals ? " totals" : ""), dtype,
+                        info.arch(), library_text()};
   TuneCheck check;
   check.outputs.push_back({ops.out, ops.f32_out ? DType::f32 : ops.dtype, 1, sizes[2], sizes[2]});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.
   check.tolerance = ops.dtype == DType::bf16 ? 4e-2 : *math == ConvMath::f32 ? 1e-4 : 1e-2;
   run_tuned(key, c, check, *ops.stream, true);  // alternatives cost compiles
-  return true;
+  return totals ? ConvRan::with_totals : ConvRan::yes;
 }
 
 }  // namespace kiln::kernels

@@ -9,10 +9,12 @@
 
 namespace kiln::kernels {
 
-// Runs `pass` on a generated kernel; false, having done nothing, when none applies: generated
+// Runs `pass` on a generated kernel; `no`, having done nothing, when none applies: generated
 // convs switched off (KILN_CONV_IGEMM=0), a device before sm_80, an operand past 32-bit
 // indexing, an empty output, or no kind for the dtypes (f64). `tf32`: f32 may take TF32.
-bool run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32);
+// A forward given ops.totals also writes them where a kind that applies can (`with_totals`).
+enum class ConvRan { no, yes, with_totals };
+ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32);
 
 // Whether a weight gradient of these 16-bit operands can be summed into f32 by a generated
 // kernel (the tile engine's weight-gradient mode, sm_90) on `device`, given aligned operands.

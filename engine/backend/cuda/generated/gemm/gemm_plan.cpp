@@ -22,7 +22,7 @@ constexpr int kBarrierBytes = 2 * 8;  // a full and an empty mbarrier per stage
 constexpr int kAlignSlack = 1024;     // the kernel rounds its tiles up to a 1024-byte boundary
 
 struct HookPointers {
-  rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats, odd;
+  rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs], stats, totals, odd;
 };
 
 // The epilogue's inputs in hooks_of's order: a built-in epilogue's bias is its first.
@@ -335,7 +335,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const GemmHooks h = hooks_of(l.g);
   return (!h.epilogue || given(h.epilogue->inputs, epilogue_pointers(l, ops))) &&
          (!h.prologue || given(h.prologue->inputs, ops.prologue_inputs)) &&
-         (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0));
+         (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0 && ops.totals % 8 == 0));
 }
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
@@ -400,6 +400,7 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
   for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = epi[static_cast<std::size_t>(i)];
   for (int i = 0; i < kMaxHookInputs; ++i) hp.pro[i] = ops.prologue_inputs[static_cast<std::size_t>(i)];
   hp.stats = ops.stats;
+  hp.totals = ops.totals;
   hp.odd = staged.odd.ptr();
   void* args[] = {const_cast<rt::TensorMap*>(&map_a), const_cast<rt::TensorMap*>(&map_b), &d, &hp};
   rt::launch_raw(fn, cfg, *ops.stream, args);

@@ -107,6 +107,7 @@ struct GemmOperands {
   const rt::Stream* stream = nullptr;
   std::array<rt::DevicePtr, kMaxHookInputs> epilogue_inputs{}, prologue_inputs{};
   rt::DevicePtr stats = 0;
+  rt::DevicePtr totals = 0;  // with stats: their per-channel totals (2, channels) in f64, or 0
 };
 
 enum class GemmKernel {
