@@ -290,13 +290,16 @@ ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOpera
   ConvOperands with = ops;
   rt::DeviceBuffer parts;
   std::vector<TuneCandidate> c;
-  if (ops.totals != 0 && pass == ConvPass::forward && !planned(true).empty()) {
+  if (ops.totals != 0 && pass == ConvPass::forward) {
+    const std::vector<PlannedCandidate>& summing = planned(true);
     std::int64_t floats = 0;
-    for (const PlannedCandidate& p : planned(true))
+    for (const PlannedCandidate& p : summing)
       floats = std::max(floats, std::visit([](const auto& l) { return stats_floats(l); }, p.launch));
-    parts = rt::DeviceBuffer(static_cast<std::size_t>(floats) * sizeof(float), *ops.stream);
-    with.stats = parts.ptr();
-    c = candidates(planned(true), with);
+    if (floats > 0) {
+      parts = rt::DeviceBuffer(static_cast<std::size_t>(floats) * sizeof(float), *ops.stream);
+      with.stats = parts.ptr();
+      c = candidates(summing, with);
+    }
   }
   const bool totals = !c.empty();
   if (!totals) {
