@@ -127,11 +127,13 @@ static_assert(!kWgrad || (kWgradKMajor ? !kAMn && !kBMn && kColumnsTile % kTapRo
                                        : kAMn && kBMn && kBoxW * kBoxH == kBK && kC % 64 == 0),
               "weight-gradient mode: K-major tiles of whole taps or within one, or MN-major 64-pixel boxes");
 ${HOOK_CONSTANTS}
-static_assert(!kTransposed || ((kConv || kWgrad || kRegA) && !kPrologue && !kAccumulate && kStats == 0),
-              "transposed tiles: the convolution modes or A in registers, no hooks");
+static_assert(!kTransposed || ((kConv || kWgrad || kRegA) && !kPrologue && !kAccumulate && kStats != 2),
+              "transposed tiles: the convolution modes or A in registers, no hooks but D's row statistics");
 // Statistics partials: per row, one per problem and column of tiles; per column, one per
-// problem and consumer's 64 rows.
-constexpr long long kStatsParts = kStats == 1 ? (long long)kBatch * kTilesN : (long long)kBatch * kTilesM * kConsumers;
+// problem and consumer's 64 rows. Transposed tiles hold D's rows as their columns: their row
+// statistics are their columns' sums (column_stats), one per problem, tile and consumer.
+constexpr bool kColumnSums = kStats == 2 || (kStats == 1 && kTransposed);
+constexpr long long kStatsParts = kColumnSums ? (long long)kBatch * kTilesM * kConsumers : (long long)kBatch * kTilesN;
 constexpr long long kStatsChannels = kStats == 1 ? kM : kN;
 
 // The hooks' operands, as the host lays them out.
@@ -555,7 +557,7 @@ __device__ __forceinline__ void column_stats(const float* acc, long long z, int 
       q += scratch[2 * (w * kBN + col) + 1];
     }
     const long long n = static_cast<long long>(tn) * kBN + col;
-    if (n < kN) {
+    if (n < kStatsChannels) {
       stats[part * kStatsChannels + n] = s;
       stats[(kStatsParts + part) * kStatsChannels + n] = q;
     }
@@ -784,8 +786,15 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
                                            : -1;
           const long long drow = static_cast<long long>(tn) * kBN + j;
           Out* p = d + z * kBatchD + drow * kLdd + col;
-          if (col >= 0 && drow < kM) *p = kiln::cvt<Out>(epilogue(acc[r], drow, col, z, hp));
-          if (col >= 0 && drow + 1 < kM) p[kLdd] = kiln::cvt<Out>(epilogue(acc[r + 1], drow + 1, col, z, hp));
+          const bool in0 = col >= 0 && drow < kM, in1 = col >= 0 && drow + 1 < kM;
+          const float v0 = in0 ? epilogue(acc[r], drow, col, z, hp) : 0.f;
+          const float v1 = in1 ? epilogue(acc[r + 1], drow + 1, col, z, hp) : 0.f;
+          if (in0) *p = kiln::cvt<Out>(v0);
+          if (in1) p[kLdd] = kiln::cvt<Out>(v1);
+          if constexpr (kStats != 0) {  // the values as stored; zeros outside D
+            acc[r] = kiln::cvt<float>(kiln::cvt<Out>(v0));
+            acc[r + 1] = kiln::cvt<float>(kiln::cvt<Out>(v1));
+          }
           continue;
         }
         if constexpr (kPairsWhole) {
@@ -830,8 +839,8 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         }
       }
     }
-    if constexpr (kStats == 1) row_stats(acc, z, tn, row0, lane, hp.stats);
-    if constexpr (kStats == 2) {  // scratch: past the barriers, 4 x BN pairs per consumer
+    if constexpr (kStats == 1 && !kTransposed) row_stats(acc, z, tn, row0, lane, hp.stats);
+    if constexpr (kColumnSums) {  // scratch: past the barriers, 4 x BN pairs per consumer
       float* scratch = reinterpret_cast<float*>(smem_raw + (empty + kStages * 8 - smem_addr(smem_raw)));
       column_stats(acc, z, tm, tn, c, tid, scratch + c * 4 * kBN * 2, hp.stats);
     }

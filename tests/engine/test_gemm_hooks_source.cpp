@@ -87,6 +87,17 @@ TEST_CASE("GEMM hooks: every prologue and epilogue variant compiles for sm_90a")
       g.hooks.prologue = scale_shift_relu();
       cases.push_back({g, tile, s == HookStats::columns ? "bar.sync" : "shfl.sync.bfly"});
     }
+  // Convolution mode's tiles of D^T (32 and 40 channels, bf16 and TF32): D's row statistics as
+  // their columns' sums.
+  for (std::int64_t m : {32, 40}) {
+    const kernels::GemmConv c{24, 12, 12, 3, 3, 0, 0, false};
+    GemmGeometry g{
+        m, c.oh() * c.ow(), c.r * c.s * c.c, 0, 0, c.oh() * c.ow(), m == 40 ? GemmMath::tf32 : GemmMath::bf16};
+    g.conv = c;
+    g.batch = 8, g.batch_b = c.c * c.h * c.w, g.batch_d = m * c.oh() * c.ow();
+    g.hooks.epilogue = stats_epilogue(HookStats::rows);
+    cases.push_back({g, m == 32 ? GemmTile{} : GemmTile{64, 0, 0, true}, "bar.sync"});
+  }
   std::vector<kiln_test::CompileJob> jobs;
   for (const Case& c : cases) {
     CAPTURE(c.g.text());
@@ -161,6 +172,23 @@ TEST_CASE("GEMM hooks: operands, statistics' shape and the key") {
   REQUIRE(rows);
   CHECK(kernels::stats_shape(*rows).parts == 3);  // 3 tiles of 128 columns
   CHECK(kernels::stats_shape(*rows).channels == 1000);
+  // Convolution mode with 32 channels tiles D^T, statistics and all: a part per image, box of
+  // output pixels and consumer (10 x 10 pixels in one box of 128 rows: two consumers).
+  const kernels::GemmConv cv{24, 12, 12, 3, 3, 0, 0, false};
+  GemmGeometry conv{32, cv.oh() * cv.ow(), cv.r * cv.s * cv.c, 0, 0, cv.oh() * cv.ow(), GemmMath::bf16};
+  conv.conv = cv;
+  conv.batch = 256, conv.batch_b = cv.c * cv.h * cv.w, conv.batch_d = 32 * cv.oh() * cv.ow();
+  conv.hooks.epilogue = stats_epilogue(HookStats::rows);
+  const auto transposed = kernels::plan(GemmKernel::wgmma, conv, kHopperHooks);
+  REQUIRE(transposed);
+  CHECK(transposed->transposed);
+  CHECK(kernels::stats_shape(*transposed).channels == 32);
+  CHECK(kernels::stats_shape(*transposed).parts == 256 * (transposed->bm / 64));
+  // Any other hook keeps D's rows as rows.
+  conv.hooks.epilogue->expr = "acc * C(2)";
+  const auto plain_rows = kernels::plan(GemmKernel::wgmma, conv, kHopperHooks);
+  REQUIRE(plain_rows);
+  CHECK_FALSE(plain_rows->transposed);
   // Hooks are part of the problem: different hooks, different text.
   CHECK(rows->g.text() != l->g.text());
   CHECK(rows->g.text().find(" hooks:") != std::string::npos);

@@ -90,14 +90,9 @@ std::optional<GemmLaunch> tile_engine_launch(ConvPass pass, const ConvGeometry& 
   const bool forward = pass == ConvPass::forward;
   const std::int64_t rows = forward ? g.o : g.c, k = forward ? g.c : g.o;
   GemmHooks hooks;
-  if (v.totals && forward) {
-    // Only where the plain product's tiles hold channels as rows: with few channels the engine
-    // tiles D^T, which takes no hooks, and its tiles over channels would sit half empty (the
-    // speedrun's conv2: 33.8 us with them, 17.3 without).
-    const std::optional<GemmLaunch> plain = tile_engine_launch(pass, g, math, arch, target, tile, {});
-    if (!plain || plain->transposed) return std::nullopt;
-    hooks.epilogue = GemmEpilogueHook{.stats = HookStats::rows};
-  }
+  // With few channels the engine tiles D^T (channels as columns), which take the statistics as
+  // their columns' sums.
+  if (v.totals && forward) hooks.epilogue = GemmEpilogueHook{.stats = HookStats::rows};
   const std::int64_t in_pixels = forward ? g.h * g.w : g.oh * g.ow, out_pixels = forward ? g.oh * g.ow : g.h * g.w;
   const bool tf32_grad_input = gm == GemmMath::tf32 && g.n > 1;  // its w^T is staged for the batch
   if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && (!tf32_mma(gm) || forward || tf32_grad_input)) {

@@ -118,6 +118,13 @@ std::string GemmHooks::text() const {
   return buf;
 }
 
+bool row_statistics_alone(const GemmHooks& h) {
+  if (h.prologue || !h.epilogue) return false;
+  const GemmEpilogueHook& e = *h.epilogue;
+  return e.stats == HookStats::rows && e.expr.empty() && e.inputs.empty() && e.params.empty() && !e.accumulate &&
+         !e.out;
+}
+
 std::string hook_problem(const GemmHooks& h) {
   if (h.epilogue) {
     const GemmEpilogueHook& e = *h.epilogue;

@@ -67,6 +67,11 @@ struct GemmStatsShape {
   std::int64_t floats() const { return 2 * parts * channels; }
 };
 
+// Whether the hooks only take D's row statistics of the values as the plain product stores them
+// (no prologue; an epilogue without expression, inputs, params, accumulation or dtype of its
+// own): convolution mode's tiles of D^T can take those as their columns' sums.
+bool row_statistics_alone(const GemmHooks& h);
+
 // What is wrong with the hooks, or "" when nothing is.
 std::string hook_problem(const GemmHooks& h);
 

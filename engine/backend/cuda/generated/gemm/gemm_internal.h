@@ -22,6 +22,9 @@ bool staged_stores(const GemmLaunch& l);
 std::int64_t shared_bytes(const GemmLaunch& l, int stages);
 int stages_for(const GemmLaunch& l, const GemmTarget& t);
 HookStats stats_of(const GemmGeometry& g);
+// Whether l's statistics are its tiles' column sums: D's column statistics, or D's row
+// statistics in tiles of D^T.
+bool column_sums(const GemmLaunch& l);
 
 // Convolution mode's f32 math stages its operands as two or three slices (GemmConv::paired);
 // elsewhere the kernel splits f32 tiles itself (split_in_kernel) and every operand is one.

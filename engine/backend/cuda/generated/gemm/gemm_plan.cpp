@@ -100,7 +100,7 @@ namespace {
 // squares, reduced across warps; staged stores take 16 rows of 128 bytes per consumer warp;
 // f32 math split in the kernel the lo tiles it writes.
 std::int64_t scratch_bytes(const GemmLaunch& l) {
-  const std::int64_t stats = stats_of(l.g) == HookStats::columns ? (l.bm / 64) * 4 * l.bn * 2 * 4 : 0;
+  const std::int64_t stats = column_sums(l) ? (l.bm / 64) * 4 * l.bn * 2 * 4 : 0;
   // f32 math split in the kernel: two sets of lo tiles (none of A's where it is in registers).
   const std::int64_t lo = split_in_kernel(l.g) ? 2 * ((reg_a(l) ? 0 : l.bm) * 128 + l.bn * 128) : 0;
   return stats + lo + (staged_stores(l) ? l.bm * 128 : 0) + kAlignSlack;
@@ -125,6 +125,11 @@ int stages_for(const GemmLaunch& l, const GemmTarget& t) {
 
 HookStats stats_of(const GemmGeometry& g) {
   return g.hooks.epilogue ? g.hooks.epilogue->stats : HookStats::none;
+}
+
+bool column_sums(const GemmLaunch& l) {
+  const HookStats s = stats_of(l.g);
+  return s == HookStats::columns || (s == HookStats::rows && l.transposed);
 }
 
 const char* math_name(GemmMath m) {
@@ -229,8 +234,10 @@ std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTa
   // TF32 with B MN-major: tiles of D^T, B's rows as A read into registers (no hooks).
   const bool reg_a = !g.conv && tf32_mma(g.math) && g.b_mn;
   if (reg_a && (!hookless || (tile.bm > 0 && !tile.transposed))) return std::nullopt;
-  if (tile.transposed && ((!g.conv && !reg_a) || !hookless)) return std::nullopt;
-  l.transposed = reg_a || (g.conv && hookless && (tile.bm > 0 ? tile.transposed : g.m <= 32));
+  // Convolution mode's tiles of D^T take no hooks but D's row statistics (their columns' sums).
+  const bool transposable = hookless || row_statistics_alone(hooks);
+  if (tile.transposed && ((!g.conv && !reg_a) || !transposable)) return std::nullopt;
+  l.transposed = reg_a || (g.conv && transposable && (tile.bm > 0 ? tile.transposed : g.m <= 32));
   const int min_bn = g.b_mn && !reg_a ? 64 : 16;  // B's atoms (transposed, B is A's matrix)
   if (l.transposed) {  // up to BM of D's columns (output pixels) as rows; D's rows, in 16s, as columns
     l.bm = tile.bm > 0 ? tile.bm : 128;
@@ -286,7 +293,7 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
           out.push_back({bm, bn});
     // Up to 64 channels: transposed tiles too, 64 or 128 of D's columns high.
     const GemmHooks hk = hooks_of(h.g);
-    if (h.g.m <= 64 && !hk.epilogue && !hk.prologue)
+    if (h.g.m <= 64 && ((!hk.epilogue && !hk.prologue) || row_statistics_alone(hk)))
       for (int bm : {64, 128})
         if (!h.transposed || bm != h.bm) out.push_back({bm, 0, 0, true});
     return out;
@@ -310,7 +317,10 @@ std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target
 GemmStatsShape stats_shape(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   switch (stats_of(g)) {
-    case HookStats::rows: return {g.batch * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)), g.m};
+    case HookStats::rows:
+      if (l.transposed)  // column sums of D^T's tiles: per problem, tile of D's columns and consumer
+        return {g.batch * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bm)) * (l.bm / 64), g.m};
+      return {g.batch * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)), g.m};
     case HookStats::columns: return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
     case HookStats::none: break;
   }
