@@ -135,6 +135,17 @@ static_assert(!kTransposed || ((kConv || kWgrad || kRegA) && !kPrologue && !kAcc
 constexpr bool kColumnSums = kStats == 2 || (kStats == 1 && kTransposed);
 constexpr long long kStatsParts = kColumnSums ? (long long)kBatch * kTilesM * kConsumers : (long long)kBatch * kTilesN;
 constexpr long long kStatsChannels = kStats == 1 ? kM : kN;
+// Where one tile spans every channel, a CTA adds its tiles' sums in registers, in its tiles'
+// order, and parks one partial (one a consumer for column sums): fewer for the totals to add.
+constexpr bool kStatsPerCta = kStats != 0 && (kColumnSums ? kTilesN == 1 : kTilesM == 1);
+__device__ __forceinline__ long long stats_parts() {
+  return kStatsPerCta ? static_cast<long long>(gridDim.x) * (kColumnSums ? kConsumers : 1) : kStatsParts;
+}
+// A thread's running sums and squares over its CTA's tiles (kStatsPerCta): its two rows, or its
+// columns tid and tid + 128.
+struct StatsRun {
+  float s[2] = {0.f, 0.f}, q[2] = {0.f, 0.f};
+};
 
 // The hooks' operands, as the host lays them out.
 struct HookPointers {
@@ -507,7 +518,13 @@ __device__ __forceinline__ void prologue_tile(unsigned tile, long long kt, long 
 
 // Per-row partials of the stored values in `acc` (rows row0 and row0 + 8 of this thread; the
 // four lanes of a quad hold a row's columns).
-__device__ __forceinline__ void row_stats(const float* acc, long long z, int tn, long long row0, int lane, float* stats) {
+__device__ __forceinline__ void park_stats(float* stats, long long part, long long channel, float s, float q) {
+  stats[part * kStatsChannels + channel] = s;
+  stats[(stats_parts() + part) * kStatsChannels + channel] = q;
+}
+
+__device__ __forceinline__ void row_stats(const float* acc, long long z, int tn, long long row0, int lane, float* stats,
+                                          StatsRun& run) {
   float s[2] = {0.f, 0.f}, q[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < kBN / 2; ++r) {
@@ -521,17 +538,19 @@ __device__ __forceinline__ void row_stats(const float* acc, long long z, int tn,
       q[h] += __shfl_xor_sync(0xffffffffu, q[h], m);
     }
     const long long row = row0 + 8 * h, part = z * kTilesN + tn;
-    if (lane % 4 == 0 && row < kM) {
-      stats[part * kStatsChannels + row] = s[h];
-      stats[(kStatsParts + part) * kStatsChannels + row] = q[h];
+    if constexpr (kStatsPerCta) {
+      run.s[h] += s[h];
+      run.q[h] += q[h];
+    } else if (lane % 4 == 0 && row < kM) {
+      park_stats(stats, part, row, s[h], q[h]);
     }
   }
 }
 
 // Per-column partials over consumer c's 64 rows: each warp sums its 16 rows across lanes, then
 // the four warps' sums meet in `scratch` (4 x BN pairs) in a fixed order.
-__device__ __forceinline__ void column_stats(const float* acc, long long z, int tm, int tn, int c, int tid, float* scratch,
-                                             float* stats) {
+__device__ __forceinline__ void column_stats(const float* acc, long long z, int tm, int tn, int c, int tid,
+                                             float* scratch, float* stats, StatsRun& run) {
   const int warp = tid / 32, lane = tid % 32;
 #pragma unroll
   for (int r = 0; r < kBN / 2; r += 4)
@@ -550,19 +569,41 @@ __device__ __forceinline__ void column_stats(const float* acc, long long z, int 
     }
   consumer_sync(c);
   const long long part = (z * kTilesM + tm) * kConsumers + c;
-  for (int col = tid; col < kBN; col += 128) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int col = tid + 128 * k;
+    if (col >= kBN) break;
     float s = 0.f, q = 0.f;
     for (int w = 0; w < 4; ++w) {
       s += scratch[2 * (w * kBN + col)];
       q += scratch[2 * (w * kBN + col) + 1];
     }
     const long long n = static_cast<long long>(tn) * kBN + col;
-    if (n < kStatsChannels) {
-      stats[part * kStatsChannels + n] = s;
-      stats[(kStatsParts + part) * kStatsChannels + n] = q;
+    if constexpr (kStatsPerCta) {
+      run.s[k] += s;
+      run.q[k] += q;
+    } else if (n < kStatsChannels) {
+      park_stats(stats, part, n, s, q);
     }
   }
   consumer_sync(c);  // the next tile writes scratch again
+}
+
+// kStatsPerCta: the CTA's one partial (a consumer's, for column sums), once its tiles are done.
+__device__ __forceinline__ void park_run(const StatsRun& run, int c, int tid, int lane, float* stats) {
+  if constexpr (kColumnSums) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int col = tid + 128 * k;
+      if (col < kBN && col < kStatsChannels)
+        park_stats(stats, static_cast<long long>(blockIdx.x) * kConsumers + c, col, run.s[k], run.q[k]);
+    }
+  } else {
+    const long long row0 = c * 64 + (tid / 32) * 16 + lane / 4;  // tile row 0: one tile spans the rows
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (lane % 4 == 0 && row0 + 8 * h < kM) park_stats(stats, blockIdx.x, row0 + 8 * h, run.s[h], run.q[h]);
+  }
 }
 
 // The statistics' totals: once every block has parked its partials, the last one to finish
@@ -581,7 +622,7 @@ __device__ void stats_totals(const HookPointers& hp, int t, volatile unsigned* f
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tiles were the async proxy's
   auto sync = [] { split_sync(); };
   for (int half = 0; half < 2; ++half)  // the sums, then the squares
-    kiln::block::sum_columns(hp.stats + half * kStatsParts * kStatsChannels, kStatsParts, kStatsChannels,
+    kiln::block::sum_columns(hp.stats + half * stats_parts() * kStatsChannels, stats_parts(), kStatsChannels,
                              kStatsChannels, hp.totals + half * kStatsChannels, scratch, t, kConsumers * 128, sync);
 }
 
@@ -648,6 +689,7 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   [[maybe_unused]] bool any_odd = false;
   if constexpr (kPaired) any_odd = *hp.odd != 0;
   float acc[kBN / 2] = {};  // the first MMA of a tile overwrites them; zeroed so none is read unset
+  [[maybe_unused]] StatsRun run;  // kStatsPerCta
   int it = 0;
   for (int t = blockIdx.x; t < kTiles; t += gridDim.x) {
     int z, tm, tn;
@@ -839,12 +881,13 @@ extern "C" __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         }
       }
     }
-    if constexpr (kStats == 1 && !kTransposed) row_stats(acc, z, tn, row0, lane, hp.stats);
+    if constexpr (kStats == 1 && !kTransposed) row_stats(acc, z, tn, row0, lane, hp.stats, run);
     if constexpr (kColumnSums) {  // scratch: past the barriers, 4 x BN pairs per consumer
       float* scratch = reinterpret_cast<float*>(smem_raw + (empty + kStages * 8 - smem_addr(smem_raw)));
-      column_stats(acc, z, tm, tn, c, tid, scratch + c * 4 * kBN * 2, hp.stats);
+      column_stats(acc, z, tm, tn, c, tid, scratch + c * 4 * kBN * 2, hp.stats, run);
     }
   }
+  if constexpr (kStatsPerCta) park_run(run, c, tid, lane, hp.stats);
   if constexpr (kStats != 0)
     if (hp.totals)
       stats_totals(hp, c * 128 + tid,

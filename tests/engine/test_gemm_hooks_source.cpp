@@ -87,6 +87,18 @@ TEST_CASE("GEMM hooks: every prologue and epilogue variant compiles for sm_90a")
       g.hooks.prologue = scale_shift_relu();
       cases.push_back({g, tile, s == HookStats::columns ? "bar.sync" : "shfl.sync.bfly"});
     }
+  // Channels that one tile spans (a CTA's sums in registers): 100 rows, 200 columns.
+  for (HookStats s : {HookStats::rows, HookStats::columns}) {
+    GemmGeometry g{s == HookStats::rows ? 100 : 1000,
+                   s == HookStats::rows ? 1000 : 200,
+                   64,
+                   64,
+                   64,
+                   s == HookStats::rows ? 1000 : 200,
+                   GemmMath::bf16};
+    g.hooks.epilogue = stats_epilogue(s);
+    cases.push_back({g, GemmTile{128, s == HookStats::rows ? 128 : 256}, "shfl.sync.bfly"});
+  }
   // Convolution mode's tiles of D^T (32 and 40 channels, bf16 and TF32): D's row statistics as
   // their columns' sums.
   for (std::int64_t m : {32, 40}) {
@@ -172,8 +184,16 @@ TEST_CASE("GEMM hooks: operands, statistics' shape and the key") {
   REQUIRE(rows);
   CHECK(kernels::stats_shape(*rows).parts == 3);  // 3 tiles of 128 columns
   CHECK(kernels::stats_shape(*rows).channels == 1000);
-  // Convolution mode with 32 channels tiles D^T, statistics and all: a part per image, box of
-  // output pixels and consumer (10 x 10 pixels in one box of 128 rows: two consumers).
+  // Rows that one tile spans: a part per CTA (8 tiles of 128 columns, 100 rows in one of 128).
+  GemmGeometry narrow{100, 1000, 64, 64, 64, 1000, GemmMath::bf16};
+  narrow.hooks.epilogue = stats_epilogue(HookStats::rows);
+  const auto per_cta = kernels::plan(GemmKernel::wgmma, narrow, kHopperHooks, GemmTile{128, 128});
+  REQUIRE(per_cta);
+  CHECK(kernels::stats_shape(*per_cta).parts == per_cta->grid);
+  CHECK(per_cta->grid == 8);
+  // Convolution mode with 32 channels tiles D^T, statistics and all; one tile spans the channels,
+  // so a part per CTA and consumer (256 images of 10 x 10 pixels: a box of 128 rows each, two
+  // consumers, on 132 CTAs).
   const kernels::GemmConv cv{24, 12, 12, 3, 3, 0, 0, false};
   GemmGeometry conv{32, cv.oh() * cv.ow(), cv.r * cv.s * cv.c, 0, 0, cv.oh() * cv.ow(), GemmMath::bf16};
   conv.conv = cv;
@@ -183,7 +203,8 @@ TEST_CASE("GEMM hooks: operands, statistics' shape and the key") {
   REQUIRE(transposed);
   CHECK(transposed->transposed);
   CHECK(kernels::stats_shape(*transposed).channels == 32);
-  CHECK(kernels::stats_shape(*transposed).parts == 256 * (transposed->bm / 64));
+  CHECK(transposed->grid == 132);
+  CHECK(kernels::stats_shape(*transposed).parts == 132 * (transposed->bm / 64));
   // Any other hook keeps D's rows as rows.
   conv.hooks.epilogue->expr = "acc * C(2)";
   const auto plain_rows = kernels::plan(GemmKernel::wgmma, conv, kHopperHooks);

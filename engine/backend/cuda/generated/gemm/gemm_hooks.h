@@ -60,8 +60,9 @@ struct GemmHooks {
 };
 
 // The statistics' partials: stats[part * channels + c] holds the sum of channel c's stored values
-// over one part of the other dimension, and stats[(parts + part) * channels + c] their squares.
-// Every partial is written, so their sum over parts is the statistic.
+// over one part of the other dimension (a tile's; a CTA's tiles' where one tile spans the
+// channels), and stats[(parts + part) * channels + c] their squares. Every partial is written,
+// so their sum over parts is the statistic.
 struct GemmStatsShape {
   std::int64_t parts = 0, channels = 0;
   std::int64_t floats() const { return 2 * parts * channels; }

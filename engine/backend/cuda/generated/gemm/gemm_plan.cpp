@@ -318,10 +318,15 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   switch (stats_of(g)) {
     case HookStats::rows:
-      if (l.transposed)  // column sums of D^T's tiles: per problem, tile of D's columns and consumer
+      if (l.transposed) {  // column sums of D^T's tiles: per problem, tile of D's columns and consumer
+        if (g.m <= l.bn) return {l.grid * (l.bm / 64), g.m};  // one tile spans the channels: a CTA's sums
         return {g.batch * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bm)) * (l.bm / 64), g.m};
+      }
+      if (g.m <= l.bm) return {l.grid, g.m};
       return {g.batch * (g.conv ? conv_tiles_n(g, l.bn, l.box) : ceil_div(g.n, l.bn)), g.m};
-    case HookStats::columns: return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
+    case HookStats::columns:
+      if (g.n <= l.bn) return {l.grid * (l.bm / 64), g.n};
+      return {g.batch * ceil_div(g.m, l.bm) * (l.bm / 64), g.n};
     case HookStats::none: break;
   }
   return {};
