@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/cuda/grad_stream.h"
 #include "capture_context.h"
 #include "core/registry.h"
 #include "fusion.h"
@@ -302,6 +303,7 @@ CompileStats CompiledFunction::stats() const {
     s.nodes_per_graph.push_back(c.nodes);
     s.kernel_names_per_graph.push_back(c.kernel_names);
     s.programmatic_edges_per_graph.push_back(c.programmatic_edges);
+    s.kernel_chain_per_graph.push_back(c.longest_kernel_chain);
     s.bytes_held += e.pool ? e.pool->bytes_held() : 0;
   }
   return s;
@@ -311,5 +313,8 @@ CompiledFunction compile(StepFunction fn, CompileOptions options) { return Compi
 
 bool in_compiled_call() { return step::in_compiled_call(); }
 bool capturing() { return step::capturing(); }
+
+void set_weight_grad_stream(bool on) { grad_stream::set_enabled(on); }
+bool weight_grad_stream() { return grad_stream::enabled(); }
 
 }  // namespace kiln

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/generated/conv/conv_run.h"
+#include "backend/cuda/grad_stream.h"
 #include "conv_common.h"
 #include "conv_cpu.h"
 #include "conv_totals.h"
@@ -227,9 +228,11 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
   const Tensor x = gpu::contiguous(x_in), gy = gpu::contiguous(gy_in);
   std::optional<kernels::ConvForBackward> forward_copy;
   for_backward(forward_copy, kernels::ConvStaged::images, x);
-  if (kernels::run_generated_conv(ConvPass::grad_weight, g, operands(x, gy, dw), allow_conv_tf32()) !=
-      kernels::ConvRan::no)
-    return;
+  // Into .grad() (grad_stream::Allow): beside the backward's chain; the fallback below stays on
+  // the device's stream.
+  kernels::ConvOperands ops = operands(x, gy, dw);
+  ops.stream = &grad_stream::fork(*ops.stream, {x, gy, dw});
+  if (kernels::run_generated_conv(ConvPass::grad_weight, g, ops, allow_conv_tf32()) != kernels::ConvRan::no) return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
   // too), the f32 path sums the same products.
   if (dw.dtype() != x.dtype()) return conv_grad_weight_gpu(g, convert(x, dw.dtype()), convert(gy, dw.dtype()), dw);
@@ -357,6 +360,7 @@ const OpRef kConv2d = register_op({
                                              x.device().index()))
           a.set("f32_grad", true);
         const Tensor in[] = {c.saved_input(0), g[0]}, into[] = {c.grad_sink(1)};
+        const grad_stream::Allow beside(into[0].defined());
         r[1] = dispatch(kGradWeight, in, a, into)[0];
       }
       return r;

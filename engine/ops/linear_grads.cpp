@@ -7,6 +7,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/grad_stream.h"
 #include "backend/cuda/norm_kernels.h"
 #include "core/cpu/gemm_cpu.h"
 #include "core/cpu/loops.h"
@@ -61,8 +62,9 @@ void weight_grad_cpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw) 
             {x.data_ptr(), 0, x.strides()[0], x.strides()[1]}, 0.0, {dw.data_ptr(), 0, k, 1});
 }
 
-void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, const rt::Stream& s) {
+void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, const rt::Stream& main) {
   const Tensor gp = gpu::contiguous(gp_in), x = lt_ready(x_in);
+  const rt::Stream& s = grad_stream::fork(main, {gp, x, dw});
   const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = x.shape()[1];
   if (m == 0) {
     rt::memset_device(device_address(dw), 0, static_cast<std::size_t>(dw.numel()) * dw.element_size(), s);
@@ -165,7 +167,7 @@ void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .b = device_address(gp),
                       .d = device_address(out[0]),
                       .bias = device_address(out[1])};
-  if (kernels::lt_matmul(g, stream_of(a.device))) return;
+  if (kernels::lt_matmul(g, grad_stream::fork(stream_of(a.device), {gp, x, out[0], out[1]}))) return;
   // No bias-gradient epilogue writing f32 from these inputs: the product and the sum apart.
   if (out[0].dtype() != gp.dtype()) return grad_wb_split_gpu(a, out);
   throw DTypeError("[linear_grad_wb] cuBLASLt has no bias-gradient epilogue for " +
@@ -252,6 +254,7 @@ std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp,
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
   if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
     const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
+    const grad_stream::Allow beside(into[0].defined() && into[1].defined());
     return dispatch(kLinearGradWb, in, f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp)), into);
   }
   std::vector<Tensor> r(2);
@@ -276,6 +279,7 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
     if (c.needs_grad(0)) r[0] = matmul(gp, c.saved_input(1));
     if (c.needs_grad(1)) {
       const Tensor w_in[] = {gp, x}, w_into[] = {c.grad_sink(1)};
+      const grad_stream::Allow beside(w_into[0].defined());
       r[1] = dispatch(kLinearGradW, w_in, f32_grads_attrs(f32_grad_of(c, 1, gp)), w_into)[0];
     }
     return r;

@@ -68,15 +68,17 @@ Step eval_step(nn::Module& model, bool compiled, std::optional<DType> autocast) 
 }
 
 std::string describe(const CompileStats& s) {
-  std::string kernels;
-  for (std::size_t k : s.kernels_per_graph) {
-    if (!kernels.empty()) kernels += '/';
-    kernels += std::to_string(k);
+  std::string kernels, chains;
+  for (std::size_t i = 0; i < s.kernels_per_graph.size(); ++i) {
+    if (!kernels.empty()) kernels += '/', chains += '/';
+    kernels += std::to_string(s.kernels_per_graph[i]);
+    chains += std::to_string(i < s.kernel_chain_per_graph.size() ? s.kernel_chain_per_graph[i] : 0);
   }
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%llu captured, %llu replays, kernels per graph %s, %.1f MiB held",
+  std::snprintf(buf, sizeof buf, "%llu captured, %llu replays, kernels per graph %s (longest chain %s), %.1f MiB held",
                 static_cast<unsigned long long>(s.captures), static_cast<unsigned long long>(s.replays),
-                kernels.empty() ? "none" : kernels.c_str(), static_cast<double>(s.bytes_held) / (1 << 20));
+                kernels.empty() ? "none" : kernels.c_str(), kernels.empty() ? "none" : chains.c_str(),
+                static_cast<double>(s.bytes_held) / (1 << 20));
   return buf;
 }
 

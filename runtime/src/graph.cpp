@@ -1,5 +1,6 @@
 #include "kiln/runtime/graph.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -24,6 +25,35 @@ CUstream checked_stream(const Stream& s, const char* op) {
     throw DeviceError(std::string("[graph] ") + op + " needs a stream; this one is empty");
   }
   return static_cast<CUstream>(s.handle());
+}
+
+// The most kernel nodes on one path from a root to a leaf, in topological order (Kahn).
+std::size_t longest_kernel_chain(const std::vector<CUgraphNode>& nodes, const std::vector<CUgraphNode>& from,
+                                 const std::vector<CUgraphNode>& to) {
+  std::unordered_map<CUgraphNode, std::size_t> index;
+  for (std::size_t i = 0; i < nodes.size(); ++i) index.emplace(nodes[i], i);
+  std::vector<std::vector<std::size_t>> next(nodes.size());
+  std::vector<std::size_t> waiting(nodes.size(), 0), chain(nodes.size(), 0), ready;
+  for (std::size_t e = 0; e < from.size(); ++e) {
+    next[index.at(from[e])].push_back(index.at(to[e]));
+    ++waiting[index.at(to[e])];
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (waiting[i] == 0) ready.push_back(i);
+  std::size_t longest = 0;
+  while (!ready.empty()) {
+    const std::size_t i = ready.back();
+    ready.pop_back();
+    CUgraphNodeType type{};
+    KILN_CU(cuGraphNodeGetType(nodes[i], &type));
+    chain[i] += type == CU_GRAPH_NODE_TYPE_KERNEL;
+    longest = std::max(longest, chain[i]);
+    for (std::size_t j : next[i]) {
+      chain[j] = std::max(chain[j], chain[i]);
+      if (--waiting[j] == 0) ready.push_back(j);
+    }
+  }
+  return longest;
 }
 
 }  // namespace
@@ -115,6 +145,7 @@ Graph Graph::end_capture(const Stream& s) {
   if (edges) KILN_CU(cuGraphGetEdges(g.graph, from.data(), to.data(), data.data(), &edges));
   for (std::size_t i = 0; i < edges; ++i)
     g.counts.programmatic_edges += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+  g.counts.longest_kernel_chain = longest_kernel_chain(nodes, from, to);
   KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
   KILN_CU(cuGraphUpload(g.exec, stream));
   return out;

@@ -226,8 +226,8 @@ namespace {
 
 void release(DevicePtr p, std::size_t bytes, void* stream, int device, const std::shared_ptr<PrivatePool>& pool) noexcept {
   if (p == 0) return;
+  if (park_if_bound(ParkedFree{p, bytes, stream, device, pool})) return;
   if (pool) return pool->give_back(p, bytes);
-  if (park_if_bound(ParkedFree{p, bytes, stream, device})) return;
   recycle_block(p, bytes, stream, device);
 }
 

@@ -12,11 +12,13 @@ struct ParkedFree {
   std::size_t bytes;
   void* stream;
   int device;
+  std::shared_ptr<PrivatePool> pool{};  // a private block's pool; null: the driver's pool
 };
 
 // The pool bound to `stream`, or null (the usual case costs one atomic load).
 std::shared_ptr<PrivatePool> bound_pool(void* stream);
-// Keeps a freed driver-pool block until the stream's pool is unbound; false when none is bound.
+// Keeps a freed block until the stream's pool is unbound: a driver-pool block whenever one is
+// bound, a private one only where the binding holds frees; false when it is not kept.
 bool park_if_bound(const ParkedFree& f);
 // Bytes the private pools of `device` hold from the driver.
 std::size_t private_bytes(int device);

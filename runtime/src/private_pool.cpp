@@ -106,6 +106,7 @@ struct Binding {
   CUstream stream = nullptr;
   std::shared_ptr<PrivatePool> pool;
   std::vector<ParkedFree> parked;
+  bool hold_frees = false;
 };
 
 struct PoolBindings {
@@ -121,14 +122,14 @@ PoolBindings& bindings() {
 
 }  // namespace
 
-void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool) {
+void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool, bool hold_frees) {
   if (!s || !pool) throw ValueError("[memory] bind_private_pool needs a stream and a pool");
   PoolBindings& b = bindings();
   std::lock_guard lock(b.mu);
   for (const Binding& x : b.list)
     if (x.stream == static_cast<CUstream>(s.handle()))
       throw ValueError("[memory] the stream already has a private pool bound (nested capture)");
-  b.list.push_back(Binding{static_cast<CUstream>(s.handle()), std::move(pool), {}});
+  b.list.push_back(Binding{static_cast<CUstream>(s.handle()), std::move(pool), {}, hold_frees});
   b.count.fetch_add(1, std::memory_order_release);
 }
 
@@ -144,8 +145,15 @@ void unbind_private_pool(const Stream& s) noexcept {
     b.list.erase(it);
     b.count.fetch_sub(1, std::memory_order_release);
   }
-  for (const ParkedFree& f : parked) recycle_block(f.ptr, f.bytes, f.stream, f.device);
+  for (const ParkedFree& f : parked) {
+    if (f.pool)
+      f.pool->give_back(f.ptr, f.bytes);
+    else
+      recycle_block(f.ptr, f.bytes, f.stream, f.device);
+  }
 }
+
+std::shared_ptr<PrivatePool> bound_private_pool(const Stream& s) { return bound_pool(s.handle()); }
 
 std::shared_ptr<PrivatePool> bound_pool(void* stream) {
   PoolBindings& b = bindings();
@@ -163,6 +171,7 @@ bool park_if_bound(const ParkedFree& f) {
     std::lock_guard lock(b.mu);
     for (Binding& x : b.list)
       if (x.stream == static_cast<CUstream>(f.stream)) {
+        if (f.pool && !x.hold_frees) return false;
         x.parked.push_back(f);
         return true;
       }

@@ -54,6 +54,28 @@ TEST_CASE("binding a pool: buffers on the stream come from it, freed driver-pool
   CHECK_FALSE(after.is_private());
 }
 
+TEST_CASE("a pool bound to a second stream that holds frees: its blocks serve nothing until the unbind") {
+  Stream main = Stream::create(0), side = Stream::create(0);
+  auto pool = std::make_shared<PrivatePool>(0, main.handle());
+  bind_private_pool(main, pool);
+  bind_private_pool(side, pool, true);
+  CHECK(bound_private_pool(side) == pool);
+  DevicePtr freed = 0;
+  {
+    DeviceBuffer on_side(4096, side);
+    CHECK(on_side.is_private());
+    freed = on_side.ptr();
+  }
+  // Still the side work's until the first stream has waited for it: not handed out again.
+  DeviceBuffer next(4096, main);
+  CHECK(next.ptr() != freed);
+  unbind_private_pool(side);
+  CHECK(bound_private_pool(side) == nullptr);
+  DeviceBuffer after(4096, main);
+  CHECK(after.ptr() == freed);  // back in the pool once unbound
+  unbind_private_pool(main);
+}
+
 TEST_CASE("a captured graph of copies replays on new data; capture refuses host copies and nesting") {
   Stream s = Stream::create(0);
   const std::size_t n = 1 << 16;

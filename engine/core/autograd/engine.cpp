@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "backend/cuda/grad_stream.h"
 #include "core/registry.h"
 #include "core/tensor/copy.h"
 #include "core/tensor/tensor_impl.h"
@@ -230,6 +231,8 @@ class BackwardEngine {
   // optimizer updating .grad() in place never writes into another tensor.
   static void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
     if (!leaf->requires_grad) return;
+    // A gradient the vjp wrote into .grad() may still be in flight on the side stream.
+    if (!(leaf->grad.defined() && g.is_same(leaf->grad))) grad_stream::join();
     // g in the leaf's dtype as a new tensor: one conversion, or one copy.
     auto own_copy = [&] { return convert(g, leaf->dtype); };
     if (leaf->grad.defined()) {
@@ -264,6 +267,7 @@ class BackwardEngine {
   // Runs the leaf's grad-ready hooks, in the order they were added.
   static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
     if (leaf->grad_ready_hooks.empty()) return;
+    grad_stream::join();  // a hook may read the gradient on any stream
     const Tensor t(leaf);
     for (const auto& hook : leaf->grad_ready_hooks) hook(t);
   }
@@ -286,6 +290,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradi
   NoGradGuard no_grad;  // gradients of gradients are not recorded
   AutocastGuard no_autocast(std::nullopt);  // each vjp runs in the dtypes its forward op chose
   BackwardEngine engine(retain_graph);
+  const grad_stream::BackwardScope side_work(
+      step::in_compiled_call());  // joined when the pass ends, before the engine goes
   for (std::size_t i = 0; i < roots.size(); ++i) engine.seed(roots[i], gradients.empty() ? Tensor() : gradients[i]);
   engine.run();
 }

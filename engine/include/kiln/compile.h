@@ -76,6 +76,9 @@ struct CompileStats {
   // Edges on which a kernel is launched before the one it follows has finished
   // (rt::programmatic_launch).
   std::vector<std::size_t> programmatic_edges_per_graph;
+  // The most kernels one path of each graph runs in turn: fewer than its kernels where weight
+  // gradients run beside the backward's chain (kiln::set_weight_grad_stream).
+  std::vector<std::size_t> kernel_chain_per_graph;
   std::size_t bytes_held = 0;     // device memory the held graphs own (private pools, static inputs)
 };
 
@@ -103,5 +106,12 @@ CompiledFunction compile(StepFunction fn, CompileOptions options = {});
 bool in_compiled_call();
 // True while this thread captures a compiled step.
 bool capturing();
+
+// Inside a compiled step's backward, weight gradients written straight into .grad() run on a
+// second stream of the device, beside the input gradients the rest of the backward waits on,
+// and the step waits for them where the backward ends: the same kernels, the same bits, a
+// shorter chain. On by default (KILN_GRAD_STREAM=off turns it off); set before a capture.
+void set_weight_grad_stream(bool on);
+bool weight_grad_stream();
 
 }  // namespace kiln

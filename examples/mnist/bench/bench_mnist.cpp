@@ -110,8 +110,10 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
 void add_graph_row(const std::string& row, const StepTime& graph, double eager_ms) {
   const CompileStats& s = graph.stats;
   char note[200];
-  std::snprintf(note, sizeof note, "eager/compiled %.2fx, %zu kernels per graph (%zu launched early), %llu replays",
+  std::snprintf(note, sizeof note,
+                "eager/compiled %.2fx, %zu kernels per graph (longest chain %zu, %zu launched early), %llu replays",
                 eager_ms / graph.ms, s.kernels_per_graph.empty() ? std::size_t{0} : s.kernels_per_graph.front(),
+                s.kernel_chain_per_graph.empty() ? std::size_t{0} : s.kernel_chain_per_graph.front(),
                 s.programmatic_edges_per_graph.empty() ? std::size_t{0} : s.programmatic_edges_per_graph.front(),
                 static_cast<unsigned long long>(s.replays));
   g_rows.push_back({row, graph.ms, "ms", note});

@@ -29,6 +29,9 @@ struct GraphCounts {
   std::map<std::string, std::size_t> kernel_names;  // kernel nodes by function name
   // Edges on which a kernel is launched before the one it follows has finished (launch_raw).
   std::size_t programmatic_edges = 0;
+  // The most kernels one path through the graph runs in turn: `kernels` for a capture of one
+  // stream, fewer where work forked onto another stream overlaps.
+  std::size_t longest_kernel_chain = 0;
 };
 
 class Graph {

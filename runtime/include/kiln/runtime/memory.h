@@ -63,8 +63,12 @@ class PrivatePool {
 // While bound, DeviceBuffers allocated on `s` come from `pool`, and DeviceBuffers of the
 // driver's pool freed on `s` are parked until unbind (during a capture a free on the stream
 // would become a node of the graph). unbind_private_pool recycles what was parked.
-void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool);
+// With `hold_frees`, every buffer freed on `s` (private ones too) waits for the unbind: a second
+// stream of the capture whose blocks the first must not reuse before it has waited for it.
+void bind_private_pool(const Stream& s, std::shared_ptr<PrivatePool> pool, bool hold_frees = false);
 void unbind_private_pool(const Stream& s) noexcept;
+// The pool bound to `s`, or null.
+std::shared_ptr<PrivatePool> bound_private_pool(const Stream& s);
 
 // Owns a stream-ordered allocation.
 class DeviceBuffer {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/generated/conv/conv_run.h"
+#include "backend/cuda/grad_stream.h"
 #include "backend/cuda/launch_common.h"
 #include "gemm_internal.h"
 #include "kiln/error.h"
@@ -60,9 +61,20 @@ thread_local std::vector<OperandScope> t_images_scopes, t_weights_scopes;
 thread_local std::vector<ForBackward> t_for_backward;
 constexpr std::size_t kMostForBackward = 32;  // a deep network's convs between its forward and backward
 
+// A copy made on `kept` serves work on `now`: the same stream, or a weight gradient's second
+// stream forked from it after the copy was queued (grad_stream).
+bool same_stream(const void* kept, const void* now) { return kept == now || grad_stream::beside(now, kept); }
+
 bool same_copy(const KeptCopy& k, const KeptCopy& key) {
   return k.src == key.src && k.c == key.c && k.pixels == key.pixels && k.batch == key.batch && k.t == key.t &&
-         k.slices == key.slices && k.stream == key.stream && k.flipped_weights == key.flipped_weights;
+         k.slices == key.slices && same_stream(k.stream, key.stream) && k.flipped_weights == key.flipped_weights;
+}
+
+// A copy read on another stream than its own lives until that stream's work is waited for.
+std::shared_ptr<const rt::DeviceBuffer> read_on(const KeptCopy& k, const void* stream,
+                                                std::shared_ptr<const rt::DeviceBuffer> copy) {
+  if (copy && k.stream != stream) grad_stream::keep(copy);
+  return copy;
 }
 
 // The innermost scope of `scopes` when it is for the operand at `ptr`; null otherwise.
@@ -75,7 +87,7 @@ std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, c
   const std::shared_ptr<const void> owner = scope.owner.lock();
   for (auto it = t_for_backward.begin(); it != t_for_backward.end(); ++it)
     if (same_copy(it->copy, key) && owner && it->owner.lock() == owner && it->version == scope.version) {
-      std::shared_ptr<const rt::DeviceBuffer> copy = std::move(it->copy.copy);
+      std::shared_ptr<const rt::DeviceBuffer> copy = read_on(it->copy, key.stream, std::move(it->copy.copy));
       t_for_backward.erase(it);
       return copy;
     }
@@ -103,7 +115,7 @@ std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::Devi
   const bool reuse = t_reuse_scopes > 0 && odd == 0;
   if (reuse)
     for (const KeptCopy& k : t_kept)
-      if (same_copy(k, key)) return k.copy;
+      if (same_copy(k, key)) return read_on(k, key.stream, k.copy);
   const OperandScope* scope = odd == 0 && key.slices == 1 ? scope_for(t_images_scopes, x) : nullptr;
   std::shared_ptr<const rt::DeviceBuffer> out =
       scope && l.g.conv->weight_grad ? take_for_backward(key, *scope) : nullptr;

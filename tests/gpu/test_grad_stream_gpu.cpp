@@ -1,0 +1,112 @@
+// Weight gradients on a second stream inside compiled steps (kiln::set_weight_grad_stream): the
+// same kernels on other streams, so the same bits as on one stream and as eager, with a
+// shorter chain of kernels in the graph; a gradient's ready hook sees the finished gradient.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu_match.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+using kiln_test::f32_bits;
+using kiln_test::kGpu;
+
+// Restores the switch when the test ends.
+struct GradStreamSwitch {
+  bool before = weight_grad_stream();
+  explicit GradStreamSwitch(bool on) { set_weight_grad_stream(on); }
+  ~GradStreamSwitch() { set_weight_grad_stream(before); }
+};
+
+struct GradStreamOutcome {
+  std::vector<std::uint32_t> losses;
+  std::vector<std::vector<std::uint32_t>> params;
+  CompileStats stats;
+};
+
+// An mlp trained by Adam for `steps` steps on fixed batches, compiled or eager, under autocast
+// to `amp` when given.
+GradStreamOutcome train_mlp_side(bool compiled, bool side, std::optional<DType> amp, int steps = 6) {
+  const GradStreamSwitch on(side);
+  Generator gen(21);
+  nn::Sequential net(nn::Linear(96, 128, true, &gen), nn::ReLU(), nn::Linear(128, 64, true, &gen), nn::ReLU(),
+                     nn::Linear(64, 10, true, &gen));
+  net.to(kGpu);
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  Generator data(3);
+  const Tensor x = randn({32, 96}, {}, &data).to(kGpu), y = randint(0, 10, {32}, {}, &data).to(kGpu);
+  StepFunction fn = [&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard guard(amp);
+      loss = cross_entropy(net(in[0]), in[1]);
+    }
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  };
+  CompiledFunction cf = compile(fn);
+  GradStreamOutcome o;
+  for (int i = 0; i < steps; ++i) o.losses.push_back(f32_bits(compiled ? cf({x, y})[0] : fn({x, y})[0])[0]);
+  for (const Tensor& p : net.parameters()) o.params.push_back(f32_bits(p));
+  o.stats = cf.stats();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("weight gradients beside the backward's chain: the same bits as one stream and as eager") {
+  for (const std::optional<DType> amp : {std::optional<DType>(), std::optional<DType>(DType::bf16)}) {
+    const std::string name = amp ? "bf16" : "f32";
+    CAPTURE(name);
+    const GradStreamOutcome eager = train_mlp_side(false, true, amp);
+    const GradStreamOutcome one = train_mlp_side(true, false, amp);
+    const GradStreamOutcome two = train_mlp_side(true, true, amp);
+    CHECK(two.losses == one.losses);
+    CHECK(two.params == one.params);
+    CHECK(two.losses == eager.losses);
+    CHECK(two.params == eager.params);
+    CHECK(eager.losses.front() != eager.losses.back());  // it trains
+    REQUIRE(one.stats.kernels_per_graph.size() == 1);
+    REQUIRE(two.stats.kernels_per_graph.size() == 1);
+    CHECK(two.stats.kernels_per_graph[0] == one.stats.kernels_per_graph[0]);
+    // One stream: every kernel follows the one before. Two: the weight products leave the chain.
+    CHECK(one.stats.kernel_chain_per_graph.at(0) == one.stats.kernels_per_graph[0]);
+    CHECK(two.stats.kernel_chain_per_graph.at(0) < two.stats.kernels_per_graph[0]);
+    MESSAGE(name << ": " << two.stats.kernels_per_graph[0] << " kernels, the longest chain "
+                 << two.stats.kernel_chain_per_graph[0] << " with the second stream");
+  }
+}
+
+TEST_CASE("a gradient's ready hook reads it after the second stream wrote it") {
+  const GradStreamSwitch on(true);
+  Generator gen(8);
+  nn::Sequential net(nn::Linear(64, 256, true, &gen), nn::ReLU(), nn::Linear(256, 10, true, &gen));
+  net.to(kGpu);
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  Tensor first_weight = net.parameters().front();
+  Tensor seen = zeros({256, 64}, {.device = kGpu});
+  first_weight.add_grad_ready_hook([&](const Tensor& leaf) { seen.copy_(leaf.grad()); });
+  Generator data(4);
+  const Tensor x = randn({64, 64}, {}, &data).to(kGpu), y = randint(0, 10, {64}, {}, &data).to(kGpu);
+  CompiledFunction cf = compile([&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net(in[0]), in[1]);
+    loss.backward();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  for (int i = 0; i < 4; ++i) {
+    (void)cf({x, y});
+    CHECK(f32_bits(seen) == f32_bits(first_weight.grad()));
+    opt.step();  // outside the step: the next gradient differs
+  }
+  CHECK(cf.stats().replays == 2);
+}
