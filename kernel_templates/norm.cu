@@ -888,9 +888,13 @@ __device__ void finish_column_sums(Acc (&v)[kSums], Acc* parts, unsigned int* do
   if (rl == 0 && k < K)
     for (int j = 0; j < kSums; ++j) {
       for (int r = 1; r < kBlock / 32; ++r) v[j] += rows_of[j][r][lane];
-      parts[(j * splits + split) * K + k] = v[j];
+      if (splits > 1)
+        parts[(j * splits + split) * K + k] = v[j];
+      else if (out[j])
+        kiln::store(out[j] + k, Acc(0) + v[j]);  // the one part as the merge would add it
     }
-  if (!kiln::block::last_to_finish(done)) return;
+  // One block a column: nothing to merge, and no counter, so launches may run side by side.
+  if (splits == 1 || !kiln::block::last_to_finish(done)) return;
   for (long long col = threadIdx.x; col < K; col += kBlock)
     for (int j = 0; j < kSums; ++j) {
       const Acc a = kiln::block::sum_parked(parts + j * splits * K + col, K, splits);

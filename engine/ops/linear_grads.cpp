@@ -101,6 +101,10 @@ void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, con
   const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index());
   const Tensor parts =
       empty({split.scratch}, {.dtype = g.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = device});
+  // Beside the backward's chain only in one split: a merge's counter is the module's, which
+  // another launch of it on the device's stream could meet.
+  const rt::Stream& s =
+      split.splits == 1 && !y.defined() ? grad_stream::fork(stream_of(device), {g, db, parts}) : stream_of(device);
   kernels::launch_bias_grad({.t = g.dtype(),
                              .p = db.dtype(),
                              .g = device_address(g),
@@ -108,7 +112,7 @@ void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, con
                              .gp = gp.defined() ? device_address(gp) : 0,
                              .db = device_address(db),
                              .parts = device_address(parts)},
-                            m, n, split, stream_of(device));
+                            m, n, split, s);
 }
 
 std::vector<Shape> grad_shapes(const char* op, const OpArgs& a) {

@@ -289,9 +289,11 @@ NormSplit layer_norm_split(std::int64_t rows, std::int64_t cols, int device) {
   return sp;
 }
 
-// At least 32 rows a block: four per thread, whose loads are issued together.
+// At least 32 rows a block: four per thread, whose loads are issued together. Up to 256 rows
+// (32 a warp) one block takes a column's rows whole: no merge, no counter (splits == 1).
 NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device) {
-  NormSplit sp = split_for(ceil_div(cols, 32), rows, 32, device);
+  NormSplit sp = rows <= 256 ? NormSplit{.splits = 1, .chunk = std::max<std::int64_t>(rows, 1)}
+                             : split_for(ceil_div(cols, 32), rows, 32, device);
   sp.scratch = static_cast<std::int64_t>(sp.splits) * cols;
   return sp;
 }
