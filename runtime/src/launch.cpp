@@ -18,13 +18,7 @@ namespace kiln::rt {
 
 namespace {
 
-std::atomic<bool> g_programmatic{[] {
-  const char* v = std::getenv("KILN_PDL");
-  if (!v || !*v || std::string(v) == "on") return true;
-  if (std::string(v) == "off") return false;
-  log().warn("[launch] KILN_PDL='{}' is not on or off: it stays on", v);
-  return true;
-}()};
+std::atomic<bool> g_programmatic{env_switch("KILN_PDL", true, "launch")};
 
 // Dynamic shared memory past the default 48 KiB needs the function's opt-in first; once per
 // function and size, not on every launch (modules stay loaded, so a handle names one function).

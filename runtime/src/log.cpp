@@ -26,4 +26,13 @@ spdlog::logger& log() {
   return *logger;
 }
 
+bool env_switch(const char* name, bool fallback, const char* who) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  if (std::string_view(v) == "on") return true;
+  if (std::string_view(v) == "off") return false;
+  log().warn("[{}] {}='{}' is not on or off: it stays {}", who, name, v, fallback ? "on" : "off");
+  return fallback;
+}
+
 }  // namespace kiln::rt

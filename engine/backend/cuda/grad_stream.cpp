@@ -1,11 +1,9 @@
 #include "backend/cuda/grad_stream.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <vector>
 
 #include "kiln/runtime/cublas.h"
@@ -18,13 +16,7 @@ namespace kiln::grad_stream {
 
 namespace {
 
-std::atomic<bool> g_enabled{[] {
-  const char* v = std::getenv("KILN_GRAD_STREAM");
-  if (!v || !*v || std::string(v) == "on") return true;
-  if (std::string(v) == "off") return false;
-  rt::log().warn("[grad_stream] KILN_GRAD_STREAM='{}' is not on or off: it stays on", v);
-  return true;
-}()};
+std::atomic<bool> g_enabled{rt::env_switch("KILN_GRAD_STREAM", true, "grad_stream")};
 
 // A device's second stream and the events of its forks and joins, made outside any capture
 // (with its cuBLAS handle, whose workspace must not come from a graph's memory); kept for the

@@ -20,4 +20,7 @@
 
 namespace kiln::rt {
 spdlog::logger& log();  // the "kiln" logger
+// An on/off environment switch: unset or empty gives `fallback`; any other word than on or off
+// is warned about (as `who` says) and gives `fallback`.
+bool env_switch(const char* name, bool fallback, const char* who);
 }  // namespace kiln::rt
