@@ -41,8 +41,7 @@ Side* side_of(int device, bool make) {
 struct Pending {
   const rt::Stream* main = nullptr;
   Side* side = nullptr;
-  std::vector<Tensor> kept;
-  std::vector<std::shared_ptr<const void>> objects;
+  std::vector<std::shared_ptr<const void>> kept;  // tensors' and buffers' owners, until the join
   // Capturing: the side stream takes the capture's memory, and its frees wait for the join.
   bool bound = false;
 };
@@ -88,7 +87,7 @@ const rt::Stream& fork(const rt::Stream& main, std::initializer_list<Tensor> kee
   Pending* p = nullptr;
   for (Pending& q : *t_pending)
     if (q.side == side) p = &q;
-  if (!p) p = &t_pending->emplace_back(Pending{&main, side, {}, {}, false});
+  if (!p) p = &t_pending->emplace_back(Pending{&main, side, {}, false});
   if (!p->bound && rt::thread_capturing())
     if (std::shared_ptr<rt::PrivatePool> pool = rt::bound_private_pool(main)) {
       rt::bind_private_pool(side->stream, std::move(pool), true);
@@ -97,7 +96,7 @@ const rt::Stream& fork(const rt::Stream& main, std::initializer_list<Tensor> kee
   side->forked.record(main);
   side->stream.wait(side->forked);
   for (const Tensor& t : keep)
-    if (t.defined()) p->kept.push_back(t);
+    if (t.defined()) p->kept.push_back(t.impl_ptr());
   return side->stream;
 }
 
@@ -115,9 +114,7 @@ void join() {
 }
 
 void keep(std::shared_ptr<const void> object) {
-  if (!t_pending || !object) return;
-  if (t_pending->empty()) return;
-  t_pending->back().objects.push_back(std::move(object));
+  if (t_pending && !t_pending->empty() && object) t_pending->back().kept.push_back(std::move(object));
 }
 
 bool beside(const void* stream, const void* main) {
