@@ -98,7 +98,8 @@ void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, 
 void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, const Tensor& db, Device device) {
   const Tensor g = gpu::contiguous(g_in), y = y_in.defined() ? gpu::contiguous(y_in) : Tensor();
   const std::int64_t m = g.shape()[0], n = g.shape()[1];
-  const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index());
+  // Unmasked, in one block a column where the rows allow: then it can leave the chain.
+  const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index(), !y.defined());
   const Tensor parts =
       empty({split.scratch}, {.dtype = g.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = device});
   // Beside the backward's chain only in one split: a merge's counter is the module's, which

@@ -1,6 +1,7 @@
 #include "backend/cuda/grad_stream.h"
 
 #include <atomic>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,11 +105,19 @@ void join() {
   if (!t_pending || t_pending->empty()) return;
   std::vector<Pending> pending = std::move(*t_pending);
   t_pending->clear();
+  // Every side stream gives its pool back even when a wait fails: a pool left bound would hand
+  // the next capture's blocks to a stream outside it.
+  std::exception_ptr failed;
   for (Pending& p : pending) {
-    p.side->done.record(p.side->stream);
-    p.main->wait(p.side->done);
+    try {
+      p.side->done.record(p.side->stream);
+      p.main->wait(p.side->done);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
     if (p.bound) rt::unbind_private_pool(p.side->stream);
   }
+  if (failed) std::rethrow_exception(failed);
   // The tensors and buffers go after the waits are queued: their blocks' next use follows the
   // side work.
 }

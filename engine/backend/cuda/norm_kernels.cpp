@@ -289,11 +289,13 @@ NormSplit layer_norm_split(std::int64_t rows, std::int64_t cols, int device) {
   return sp;
 }
 
-// At least 32 rows a block: four per thread, whose loads are issued together. Up to 256 rows
-// (32 a warp) one block takes a column's rows whole: no merge, no counter (splits == 1).
-NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device) {
-  NormSplit sp = rows <= 256 ? NormSplit{.splits = 1, .chunk = std::max<std::int64_t>(rows, 1)}
-                             : split_for(ceil_div(cols, 32), rows, 32, device);
+// At least 32 rows a block: four per thread, whose loads are issued together. With `whole`, up
+// to 256 rows (32 a warp) one block takes a column's rows: no merge and no counter
+// (splits == 1), so it may run beside the backward's chain; a masked gradient, which stays on
+// the chain, is faster split (4.3 against 6.3 µs for the speedrun's fc1).
+NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device, bool whole) {
+  NormSplit sp = whole && rows <= 256 ? NormSplit{.splits = 1, .chunk = std::max<std::int64_t>(rows, 1)}
+                                      : split_for(ceil_div(cols, 32), rows, 32, device);
   sp.scratch = static_cast<std::int64_t>(sp.splits) * cols;
   return sp;
 }

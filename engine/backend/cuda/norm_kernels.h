@@ -109,7 +109,7 @@ struct BiasGrad {
   DType t = DType::f32, p = DType::f32;
   rt::DevicePtr g = 0, y = 0, gp = 0, db = 0, parts = 0;
 };
-NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device);
+NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device, bool whole);
 void launch_bias_grad(const BiasGrad& a, std::int64_t rows, std::int64_t cols, const NormSplit& split,
                       const rt::Stream& s);
 
