@@ -3,15 +3,17 @@
 // Any dtypes mix in a group (autocast's casts join their neighbours); tensor-scalar ops join
 // with their scalar as a literal.
 #include "fusion.h"
-#include "fusion_group.h"
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/registry.h"
 #include "core/tensor/tensor_impl.h"
+#include "fusion_group.h"
+#include "kiln/runtime/log.h"
 
 namespace kiln::compile_detail {
 
@@ -45,15 +47,15 @@ bool eligible(const Fusion& f, const OpDef& op, const OpArgs& args, std::span<Te
   return true;
 }
 
-// Whether op joins the pending group: the same shape, room for its operands, and no input
-// that views a pending output in another layout.
-bool joins(const Fusion& f, std::span<const Tensor> inputs, const Tensor& out) {
-  if (f.ops.empty()) return true;
-  if (out.shape() != f.ops.front().output.shape()) return false;
+// Why op cannot join the pending group (the same shape, room for its operands, and no input
+// that views a pending output in another layout), or nullptr when it can.
+const char* cut_before(const Fusion& f, std::span<const Tensor> inputs, const Tensor& out) {
+  if (f.ops.empty()) return nullptr;
+  if (out.shape() != f.ops.front().output.shape()) return "the next pointwise op has another shape";
   for (const Tensor& in : inputs)
     if (producer(f.ops, in) < 0 && std::find(f.storages.begin(), f.storages.end(), storage_of(in)) != f.storages.end())
       for (const Pending& p : f.ops)
-        if (storage_of(p.output) == storage_of(in)) return false;
+        if (storage_of(p.output) == storage_of(in)) return "the next pointwise op reads a view of a pending result";
   // Operands with op: the group's outside inputs, those of op's inputs that are new, and
   // every output (op's included).
   std::vector<Tensor> ext = outside_inputs(f.ops);
@@ -61,10 +63,20 @@ bool joins(const Fusion& f, std::span<const Tensor> inputs, const Tensor& out) {
     if (producer(f.ops, in) < 0 &&
         std::none_of(ext.begin(), ext.end(), [&](const Tensor& e) { return e.impl() == in.impl(); }))
       ext.push_back(in);
-  return static_cast<int>(ext.size() + f.ops.size() + 1) <= kernels::kMaxFusedOperands;
+  if (static_cast<int>(ext.size() + f.ops.size() + 1) > kernels::kMaxFusedOperands)
+    return "the next pointwise op would pass the fused kernel's operand limit";
+  return nullptr;
 }
 
-void run(std::vector<Pending> ops) {
+// The group's ops as "mul, add, relu" and its shape, for the debug log of fusion decisions.
+std::string group_text(const std::vector<Pending>& ops) {
+  std::string names;
+  for (const Pending& p : ops) names.append(names.empty() ? "" : ", ").append(p.op->name);
+  return names + " over " + shape_str(ops.front().output.shape());
+}
+
+void run(std::vector<Pending> ops, const char* why) {
+  const bool logged = rt::log().should_log(spdlog::level::debug);
   const std::vector<Tensor> ext = outside_inputs(ops);
   // An output is written when something outside the group holds it (a later op, autograd,
   // the caller) or shares its storage.
@@ -76,6 +88,13 @@ void run(std::vector<Pending> ops) {
       for (const Tensor& in : p.inputs) internal += in.impl() == out.impl();
     if (out.impl_ptr().use_count() > internal || out.impl()->storage.use_count() > 1) stored.push_back(static_cast<int>(k));
   }
+  if (logged)
+    rt::log().debug(
+        "[fuse] {} op{} ({}), ended as {}: {}", ops.size(), ops.size() == 1 ? "" : "s", group_text(ops), why,
+        stored.empty() ? "nothing outside reads the results, so none runs"
+        : ops.size() == 1
+            ? "alone, the op's own kernel"
+            : "one kernel writing " + std::to_string(stored.size()) + " of " + std::to_string(ops.size()) + " results");
   if (stored.empty()) return;  // nothing can see the results
   if (ops.size() == 1) {
     // Alone, an op runs its own kernel: vectorized for contiguous operands, and no module to build.
@@ -90,14 +109,28 @@ void run(std::vector<Pending> ops) {
   kernels::launch_fused(describe(ops, ext, stored), shape, operands, stream_of(ops.front().output.device()));
 }
 
+// Runs the pending group; `why` it ends goes to the debug log.
+void flush_group(const char* why) {
+  Fusion* f = t_fusion;
+  if (!f || f->ops.empty()) return;
+  std::vector<Pending> ops = std::move(f->ops);
+  f->ops.clear();
+  f->storages.clear();  // cleared first: the launch takes addresses, which must not flush again
+  run(std::move(ops), why);
+}
+
 }  // namespace
 
 bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) {
   Fusion* f = t_fusion;
   if (!f) return false;
   const PointwiseExpr* expr = expression_of(op);
-  if (!expr || !eligible(*f, op, args, outputs)) return false;
-  if (!joins(*f, args.inputs, outputs[0])) flush_pointwise();
+  if (!expr) return false;
+  if (!eligible(*f, op, args, outputs)) {
+    rt::log().debug("[fuse] {} runs alone: its operands' dtypes, devices or shape do not fit a fused kernel", op.name);
+    return false;
+  }
+  if (const char* why = cut_before(*f, args.inputs, outputs[0])) flush_group(why);
   Pending p{&op, expr, pointwise_params(op, args.attrs), {args.inputs.begin(), args.inputs.end()}, outputs[0], args.attrs};
   if (op.scalar_form) {
     const Scalar s = args.attrs.get<Scalar>("scalar");
@@ -113,16 +146,8 @@ bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outp
 void before_use(const Tensor& t) {
   Fusion* f = t_fusion;
   if (!f || f->ops.empty() || !t.defined()) return;
-  if (std::find(f->storages.begin(), f->storages.end(), storage_of(t)) != f->storages.end()) flush_pointwise();
-}
-
-void flush_pointwise() {
-  Fusion* f = t_fusion;
-  if (!f || f->ops.empty()) return;
-  std::vector<Pending> ops = std::move(f->ops);
-  f->ops.clear();
-  f->storages.clear();  // cleared first: the launch takes addresses, which must not flush again
-  run(std::move(ops));
+  if (std::find(f->storages.begin(), f->storages.end(), storage_of(t)) != f->storages.end())
+    flush_group("other work reads or writes a value it holds");
 }
 
 FusionScope::FusionScope(Device device) {
@@ -140,7 +165,7 @@ FusionScope::~FusionScope() {
 }
 
 void FusionScope::finish() {
-  if (own_) flush_pointwise();
+  if (own_) flush_group("the compiled call ended");
 }
 
 }  // namespace kiln::compile_detail

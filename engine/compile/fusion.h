@@ -23,8 +23,6 @@ extern thread_local Fusion* t_fusion;  // set for the duration of a compiled cal
 bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs);
 // t is about to be read or written by other work: run the pending group if it involves t.
 void before_use(const Tensor& t);
-// Runs the pending group.
-void flush_pointwise();
 
 // Turns fusion on for the calling thread while alive (nested scopes are no-ops).
 class FusionScope {

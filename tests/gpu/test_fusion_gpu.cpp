@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "core/registry.h"
+#include "gpu_match.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/generated_kernels.h"
+#include "log_capture.h"
 #include "process.h"
 #include "temp_dir.h"
-#include "gpu_match.h"
 
 using namespace kiln;
 
@@ -302,6 +303,25 @@ TEST_CASE("fusion: a value read outside its group is written; a dropped one is n
     CHECK(f64_bits(kept) == f64_bits(add(x, bias)));
   }
   CHECK(cf.stats().kernels_per_graph.at(0) <= 2);  // the input copy and one fused kernel
+}
+
+TEST_CASE("fusion: the debug log names each group's ops and why it ended") {
+  kiln_test::LogCapture logs(spdlog::level::debug, 4096);
+  Generator g(5);
+  const Tensor x = randn({64, 32}, {}, &g).to(kGpu), bias = randn({32}, {}, &g).to(kGpu);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    const Tensor s = sum(relu(add(mul(in[0], in[0]), in[1])));  // the sum reads the group's result
+    { const Tensor dropped = neg(in[0]); }                      // nothing reads it
+    return std::vector<Tensor>{s};
+  };
+  CompiledFunction cf = compile(fn, {.fuse = true});
+  for (int i = 0; i < 3; ++i)
+    CHECK(cf({x, bias})[0].item<float>() == doctest::Approx(sum(relu(add(mul(x, x), bias))).item<float>()));
+  // The eager call and the capture each log their groups; replays dispatch nothing.
+  CHECK(logs.count("[fuse] 3 ops (mul, add, relu) over (64,32), ended as other work reads or writes a value it holds: "
+                   "one kernel writing 1 of 3 results") == 2);
+  CHECK(logs.count("[fuse] 1 op (neg) over (64,32), ended as the compiled call ended: nothing outside reads the "
+                   "results, so none runs") == 2);
 }
 
 // kiln_test_helper fused-steps runs two compiled, fused steps; a second process, meeting them in

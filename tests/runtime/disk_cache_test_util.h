@@ -1,11 +1,8 @@
 #pragma once
 // Shared by the disk cache tests: a fresh directory per test, sample entries,
-// explicit mtimes and a capture of the kiln logger's warnings.
+// explicit mtimes (log_capture.h: the kiln logger's warnings).
 #include <doctest/doctest.h>
 #include <fcntl.h>
-// First of spdlog and fmt: kiln/runtime/log.h includes them past GCC 13's false positive in fmt.
-#include "kiln/runtime/log.h"
-#include <spdlog/sinks/ringbuffer_sink.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +17,7 @@
 #include <vector>
 
 #include "kiln/runtime/disk_cache.h"
+#include "log_capture.h"
 
 namespace kiln_test {
 
@@ -98,34 +96,5 @@ inline void write_bytes(const fs::path& p, const std::string& bytes) {
   out << bytes;
   REQUIRE(out.good());
 }
-
-// Collects what the kiln logger emits at warn and above while alive.
-class LogCapture {
- public:
-  // Replaces the logger's sinks, so expected warnings stay out of the test output.
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
-    auto& log = kiln::rt::log();
-    level_ = log.level();
-    if (level_ > spdlog::level::warn) log.set_level(spdlog::level::warn);
-    saved_.swap(log.sinks());
-    log.sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& log = kiln::rt::log();
-    log.sinks().swap(saved_);
-    log.set_level(level_);
-  }
-  std::vector<std::string> lines() const { return sink_->last_formatted(); }
-  int count(const std::string& needle) const {
-    auto all = lines();
-    return static_cast<int>(
-        std::count_if(all.begin(), all.end(), [&](const std::string& l) { return l.find(needle) != l.npos; }));
-  }
-
- private:
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-  std::vector<spdlog::sink_ptr> saved_;
-  spdlog::level::level_enum level_;
-};
 
 }  // namespace kiln_test
