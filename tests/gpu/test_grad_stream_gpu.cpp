@@ -110,3 +110,31 @@ TEST_CASE("a gradient's ready hook reads it after the second stream wrote it") {
   }
   CHECK(cf.stats().replays == 2);
 }
+
+TEST_CASE("exact-f32 weight gradients that fill the GPU alone stay on the backward's chain; TF32 ones leave it") {
+  const GradStreamSwitch on(true);
+  const bool tf32_before = allow_tf32();
+  for (const bool tf32 : {false, true}) {
+    set_allow_tf32(tf32);
+    Generator gen(9);
+    // Batch 512: 2^27 and 2^28 multiply-adds, at and over the line.
+    nn::Sequential net(nn::Linear(512, 512, true, &gen), nn::Linear(512, 1024, true, &gen));
+    net.to(kGpu);
+    Generator data(5);
+    const Tensor x = randn({512, 512}, {}, &data).to(kGpu);
+    CompiledFunction cf = compile([&](const std::vector<Tensor>& in) {
+      net.zero_grad();
+      Tensor loss = sum(net(in[0]));
+      loss.backward();
+      return std::vector<Tensor>{loss.detach()};
+    });
+    for (int i = 0; i < 3; ++i) (void)cf({x});
+    const CompileStats s = cf.stats();
+    CAPTURE(tf32);
+    if (tf32)
+      CHECK(s.kernel_chain_per_graph.at(0) < s.kernels_per_graph.at(0));
+    else
+      CHECK(s.kernel_chain_per_graph.at(0) == s.kernels_per_graph.at(0));
+  }
+  set_allow_tf32(tf32_before);
+}

@@ -91,6 +91,8 @@ def main():
     ap.add_argument("--only", choices=["mlp", "cnn"], help="one model's rows")
     ap.add_argument("--no-tta", action="store_true", help="skip the time-to-accuracy rows")
     ap.add_argument("--no-autotune", action="store_true", help="skip torch.compile(mode='max-autotune')")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="of the compiled rows, only the CUDA graph (no torch.compile, which takes minutes to build)")
     ap.add_argument("--precision", choices=["f32", "tf32", "bf16", "f16"], help="as bench_mnist --precision")
     args = ap.parse_args()
     try:
@@ -215,8 +217,10 @@ def main():
         tag = f"{model}_b{batch}"
         eager = step_ms(model, batch)
         rows.append({"name": f"step_{tag}", "value": eager, "unit": "ms", "note": ""})
-        modes = [("graph", graph_step_ms, "graph"), ("inductor", compile_step_ms, "compiled")]
-        if model == "mlp" and not args.no_autotune:
+        modes = [("graph", graph_step_ms, "graph")]
+        if not args.graph_only:
+            modes.append(("inductor", compile_step_ms, "compiled"))
+        if model == "mlp" and not args.no_autotune and not args.graph_only:
             modes.append(("autotune", autotune_step_ms, "max-autotune"))
         for name, fn, what in modes:
             try:
