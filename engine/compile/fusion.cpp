@@ -68,11 +68,11 @@ const char* cut_before(const Fusion& f, std::span<const Tensor> inputs, const Te
   return nullptr;
 }
 
-// The group's ops as "mul, add, relu" and its shape, for the debug log of fusion decisions.
-std::string group_text(const std::vector<Pending>& ops) {
+// The group's ops as "mul, add, relu", for the debug log of fusion decisions.
+std::string op_names(const std::vector<Pending>& ops) {
   std::string names;
   for (const Pending& p : ops) names.append(names.empty() ? "" : ", ").append(p.op->name);
-  return names + " over " + shape_str(ops.front().output.shape());
+  return names;
 }
 
 void run(std::vector<Pending> ops, const char* why) {
@@ -89,12 +89,12 @@ void run(std::vector<Pending> ops, const char* why) {
     if (out.impl_ptr().use_count() > internal || out.impl()->storage.use_count() > 1) stored.push_back(static_cast<int>(k));
   }
   if (logged)
-    rt::log().debug(
-        "[fuse] {} op{} ({}), ended as {}: {}", ops.size(), ops.size() == 1 ? "" : "s", group_text(ops), why,
-        stored.empty() ? "nothing outside reads the results, so none runs"
-        : ops.size() == 1
-            ? "alone, the op's own kernel"
-            : "one kernel writing " + std::to_string(stored.size()) + " of " + std::to_string(ops.size()) + " results");
+    rt::log().debug("[fuse] {} op{} ({}) over {}, ended as {}: {}", ops.size(), ops.size() == 1 ? "" : "s",
+                    op_names(ops), shape_str(ops.front().output.shape()), why,
+                    stored.empty()    ? "nothing outside reads the results, so none runs"
+                    : ops.size() == 1 ? "alone, the op's own kernel"
+                                      : "one kernel writing " + std::to_string(stored.size()) + " of " +
+                                            std::to_string(ops.size()) + " results");
   if (stored.empty()) return;  // nothing can see the results
   if (ops.size() == 1) {
     // Alone, an op runs its own kernel: vectorized for contiguous operands, and no module to build.
