@@ -31,7 +31,8 @@ TEST_CASE("kiln's kernels compile to the same CUBIN with and without NVRTC's -mi
                                                         {"softmax", ""},    {"adam_step", ""},
                                                         {"gather", ""},     {"randn", ""},
                                                         {"max_pool2d", ""}, {"softmax_cross_entropy", ""}};
-  for (const auto& [op, dtypes] : sample) {
+  for (const auto& entry : sample) {
+    const char *op = entry.first, *dtypes = entry.second;  // not a structured binding: CAPTURE's lambda takes them
     const rt::KernelSpec* spec = rt::find_kernel(op);
     REQUIRE(spec != nullptr);
     const DTypes d = *dtypes ? DTypes::parse(dtypes) : spec->dtypes.front();
