@@ -65,8 +65,8 @@ void weight_grad_cpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw) 
 // A weight gradient's stream: beside the backward's chain (grad_stream), unless it is an exact-f32
 // product large enough to fill the SMs alone, which beside the chain only shares them with it
 // (the f32 mlp at batch 1024 took 0.1680 ms a step with its products beside, 0.1612 without).
-const rt::Stream& weight_grad_stream(const Tensor& gp, const Tensor& x, std::initializer_list<Tensor> keep,
-                                     const rt::Stream& main) {
+const rt::Stream& weight_product_stream(const Tensor& gp, const Tensor& x, std::initializer_list<Tensor> keep,
+                                        const rt::Stream& main) {
   constexpr double kFillingF32Macs = 1 << 27;
   const double macs =
       static_cast<double>(gp.shape()[0]) * static_cast<double>(gp.shape()[1]) * static_cast<double>(x.shape()[1]);
@@ -76,7 +76,7 @@ const rt::Stream& weight_grad_stream(const Tensor& gp, const Tensor& x, std::ini
 
 void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, const rt::Stream& main) {
   const Tensor gp = gpu::contiguous(gp_in), x = lt_ready(x_in);
-  const rt::Stream& s = weight_grad_stream(gp, x, {gp, x, dw}, main);
+  const rt::Stream& s = weight_product_stream(gp, x, {gp, x, dw}, main);
   const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = x.shape()[1];
   if (m == 0) {
     rt::memset_device(device_address(dw), 0, static_cast<std::size_t>(dw.numel()) * dw.element_size(), s);
@@ -184,7 +184,7 @@ void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .b = device_address(gp),
                       .d = device_address(out[0]),
                       .bias = device_address(out[1])};
-  if (kernels::lt_matmul(g, weight_grad_stream(gp, x, {gp, x, out[0], out[1]}, stream_of(a.device)))) return;
+  if (kernels::lt_matmul(g, weight_product_stream(gp, x, {gp, x, out[0], out[1]}, stream_of(a.device)))) return;
   // No bias-gradient epilogue writing f32 from these inputs: the product and the sum apart.
   if (out[0].dtype() != gp.dtype()) return grad_wb_split_gpu(a, out);
   throw DTypeError("[linear_grad_wb] cuBLASLt has no bias-gradient epilogue for " +

@@ -123,7 +123,7 @@ bool wants_arch_specific(std::string_view source) {
 }
 
 // NVRTC 12.4+ leaves out what kiln's kernels never use (texture and surface functions, the device
-// runtime API, device-side launch, the runtime's and driver's types): the same CUBIN, 4-9% less
+// runtime API, device-side launch, the runtime's and driver's types): the same CUBIN, 2-13% less
 // compile time on the 2-core box.
 bool nvrtc_has_minimal() {
   int major = 0, minor = 0;
