@@ -21,6 +21,7 @@
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/memory.h"
+#include "step_groups.h"
 
 namespace kiln {
 
@@ -259,6 +260,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     InputWork work;  // the same kernels as the real calls: the input copy's work
     m.eager(dense, device, &work);
     work = InputWork();
+    const compile_detail::RecordStep record(sig);  // the capture's groups, for the plan
     std::vector<Tensor> out = m.eager(dense, device, &work);
     m.counts.eager_calls -= 2;
     kernels::load_step_kernels(device.index());
@@ -305,6 +307,7 @@ CompileStats CompiledFunction::stats() const {
     s.programmatic_edges_per_graph.push_back(c.programmatic_edges);
     s.kernel_chain_per_graph.push_back(c.longest_kernel_chain);
     s.bytes_held += e.pool ? e.pool->bytes_held() : 0;
+    s.bytes_live_peak += e.pool ? e.pool->peak_in_use() : 0;
   }
   return s;
 }

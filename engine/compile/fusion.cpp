@@ -14,6 +14,7 @@
 #include "core/tensor/tensor_impl.h"
 #include "fusion_group.h"
 #include "kiln/runtime/log.h"
+#include "step_groups.h"
 
 namespace kiln::compile_detail {
 
@@ -21,6 +22,7 @@ struct Fusion {
   Device device;
   std::vector<Pending> ops;
   std::vector<const void*> storages;  // of every pending input and output
+  int running_alone = 0;              // ops declined and not yet run: an op run inside another is not a group
 };
 
 thread_local Fusion* t_fusion = nullptr;
@@ -88,13 +90,18 @@ void run(std::vector<Pending> ops, const char* why) {
       for (const Tensor& in : p.inputs) internal += in.impl() == out.impl();
     if (out.impl_ptr().use_count() > internal || out.impl()->storage.use_count() > 1) stored.push_back(static_cast<int>(k));
   }
-  if (logged)
+  if (logged || recording_groups()) {
+    const std::string result = stored.empty()    ? "nothing outside reads the results, so none runs"
+                               : ops.size() == 1 ? "alone, the op's own kernel"
+                                                 : "one kernel writing " + std::to_string(stored.size()) + " of " +
+                                                       std::to_string(ops.size()) + " results";
+    const std::string shape = shape_str(ops.front().output.shape());
     rt::log().debug("[fuse] {} op{} ({}) over {}, ended as {}: {}", ops.size(), ops.size() == 1 ? "" : "s",
-                    op_names(ops), shape_str(ops.front().output.shape()), why,
-                    stored.empty()    ? "nothing outside reads the results, so none runs"
-                    : ops.size() == 1 ? "alone, the op's own kernel"
-                                      : "one kernel writing " + std::to_string(stored.size()) + " of " +
-                                            std::to_string(ops.size()) + " results");
+                    op_names(ops), shape, why, result);
+    std::vector<std::string> names;
+    for (const Pending& p : ops) names.push_back(p.op->name);
+    record_group({std::move(names), shape, result, why});
+  }
   if (stored.empty()) return;  // nothing can see the results
   if (ops.size() == 1) {
     // Alone, an op runs its own kernel: vectorized for contiguous operands, and no module to build.
@@ -125,9 +132,8 @@ bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outp
   Fusion* f = t_fusion;
   if (!f) return false;
   const PointwiseExpr* expr = expression_of(op);
-  if (!expr) return false;
-  if (!eligible(*f, op, args, outputs)) {
-    rt::log().debug("[fuse] {} runs alone: its operands' dtypes, devices or shape do not fit a fused kernel", op.name);
+  if (!expr || !eligible(*f, op, args, outputs)) {
+    if (!op.makes_outputs) ++f->running_alone;  // ran_alone follows, once the op has run
     return false;
   }
   if (const char* why = cut_before(*f, args.inputs, outputs[0])) flush_group(why);
@@ -141,6 +147,24 @@ bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outp
   f->storages.push_back(storage_of(p.output));
   f->ops.push_back(std::move(p));
   return true;
+}
+
+void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept {
+  Fusion* f = t_fusion;
+  if (!f || op.makes_outputs || --f->running_alone > 0 || !finished) return;
+  // Listed once it has run: the groups its inputs flushed come first, as their kernels did.
+  const char* result = expression_of(op) ? "alone: its operands' dtypes, devices or shape do not fit a fused kernel"
+                                         : "its own kernel: not a pointwise op";
+  try {
+    rt::log().debug("[fuse] {} runs {}", op.name, result);
+    if (recording_groups())
+      record_group({{op.name},
+                    outputs.empty() || !outputs[0].defined() ? std::string("()") : shape_str(outputs[0].shape()),
+                    result,
+                    ""});
+  } catch (const std::exception& e) {
+    rt::log().error("[fuse] recording {}: {}", op.name, e.what());
+  }
 }
 
 void before_use(const Tensor& t) {

@@ -21,6 +21,9 @@ extern thread_local Fusion* t_fusion;  // set for the duration of a compiled cal
 // Holds the op back when it can join the pending group (flushing the group first when it
 // cannot join it); false: the caller runs it now.
 bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs);
+// op, which defer_pointwise declined, has run (`finished`) or thrown: logged, and listed in a
+// kernel plan's step unless it ran inside another op.
+void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept;
 // t is about to be read or written by other work: run the pending group if it involves t.
 void before_use(const Tensor& t);
 

@@ -11,6 +11,7 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
+#include "step_groups.h"
 
 namespace kiln {
 
@@ -37,10 +38,13 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
   if (!device.is_cuda()) throw DeviceError("[plan_kernels] plans GPU kernels; " + device.str() + " has none");
   KeepDefaultGenerator keep;
   std::vector<rt::KernelRequest> requests;
+  std::vector<KernelPlan::Step> steps;
   {
     rt::ShapeOnlyPass pass;
+    compile_detail::PlanSteps planned;
     fn();
     requests = pass.requests();
+    steps = planned.take();
   }
   // A generated module's entries share one source and cache entry, named for the module.
   KernelPlan plan;
@@ -54,6 +58,7 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
     k.source = rt::instantiate_kernel(*r.spec, r.dtypes, r.variant);
     plan.kernels.push_back(std::move(k));
   }
+  plan.steps = std::move(steps);
   return plan;
 }
 

@@ -20,6 +20,9 @@ class CaptureAndFusion final : public step::StepCompiler {
   bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) override {
     return compile_detail::defer_pointwise(op, args, outputs);
   }
+  void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept override {
+    compile_detail::ran_alone(op, outputs, finished);
+  }
   void before_use(const Tensor& t) override { compile_detail::before_use(t); }
   std::optional<Tensor> input_cast(const Tensor& t, DType to) override { return compile_detail::input_cast(t, to); }
   std::optional<Tensor> input_gather(const Tensor& source, const Tensor& index) override {

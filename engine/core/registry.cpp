@@ -157,8 +157,10 @@ std::vector<Tensor> dispatch(const OpDef& op, std::span<const Tensor> inputs, co
     for (std::size_t i = 0; i < outputs.size(); ++i)
       outputs[i] = usable(i) ? into[i] : Tensor(make_impl(shapes[i], plan.outputs[i], device));
   // Inside a compiled call a pointwise op may be held back, to run fused with the next ones.
-  if (!step::defer_pointwise(op, args, outputs))
+  if (!step::defer_pointwise(op, args, outputs)) {
+    const step::RunAlone alone(op, outputs);
     impl(args, outputs);
+  }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].defined()) throw ValueError(bracket(op) + "implementation left output " + std::to_string(i) + " unset");
     // An output must be a new handle, or autograd would rewrite an input's history.

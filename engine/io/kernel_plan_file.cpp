@@ -1,8 +1,8 @@
 // KernelPlan's file: JSON, so a plan can be read and edited by hand; written atomically.
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
 
 #include "kiln/error.h"
 #include "kiln/io/output_path.h"
@@ -33,6 +33,30 @@ KernelPlan::Kernel kernel_of(const nlohmann::json& k, const std::string& path, s
   return out;
 }
 
+// A step's groups; a plan written before steps were recorded has none.
+std::vector<KernelPlan::Step> steps_of(const nlohmann::json& j, const std::string& path) {
+  std::vector<KernelPlan::Step> out;
+  const auto list = j.find("steps");
+  if (list == j.end()) return out;
+  const std::string who = "[kernel plan] " + path + ": ";
+  if (!list->is_array()) throw ValueError(who + "\"steps\" is not a list");
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const nlohmann::json& s = (*list)[i];
+    KernelPlan::Step step;
+    try {
+      step.signature = s.at("signature").get<std::string>();
+      for (const nlohmann::json& g : s.at("groups"))
+        step.groups.push_back({g.at("ops").get<std::vector<std::string>>(), g.at("shape").get<std::string>(),
+                               g.at("result").get<std::string>(), g.value("ended", std::string())});
+    } catch (const nlohmann::json::exception& e) {
+      throw ValueError(who + "step " + std::to_string(i) +
+                       " needs a signature and groups, each with ops (a list), shape and result: " + e.what());
+    }
+    out.push_back(std::move(step));
+  }
+  return out;
+}
+
 }  // namespace
 
 void KernelPlan::merge(const KernelPlan& other) {
@@ -42,6 +66,7 @@ void KernelPlan::merge(const KernelPlan& other) {
       known = known || (have.op == k.op && have.dtypes == k.dtypes && have.variant == k.variant && have.source == k.source);
     if (!known) kernels.push_back(k);
   }
+  steps.insert(steps.end(), other.steps.begin(), other.steps.end());
 }
 
 void KernelPlan::save(const std::string& path) const {
@@ -52,7 +77,18 @@ void KernelPlan::save(const std::string& path) const {
     j["source"] = k.source;
     list.push_back(std::move(j));
   }
-  io::write_file_atomically(path, nlohmann::json{{"kiln_kernel_plan", kPlanFormat}, {"kernels", list}}.dump(1) + "\n");
+  nlohmann::json step_list = nlohmann::json::array();
+  for (const Step& s : steps) {
+    nlohmann::json groups = nlohmann::json::array();
+    for (const Group& g : s.groups) {
+      nlohmann::json j{{"ops", g.ops}, {"shape", g.shape}, {"result", g.result}};
+      if (!g.ended.empty()) j["ended"] = g.ended;
+      groups.push_back(std::move(j));
+    }
+    step_list.push_back({{"signature", s.signature}, {"groups", std::move(groups)}});
+  }
+  io::write_file_atomically(
+      path, nlohmann::json{{"kiln_kernel_plan", kPlanFormat}, {"kernels", list}, {"steps", step_list}}.dump(1) + "\n");
 }
 
 KernelPlan KernelPlan::load(const std::string& path) {
@@ -74,6 +110,7 @@ KernelPlan KernelPlan::load(const std::string& path) {
   if (list == j.end() || !list->is_array()) throw ValueError("[kernel plan] " + path + " has no \"kernels\" list");
   KernelPlan plan;
   for (std::size_t i = 0; i < list->size(); ++i) plan.kernels.push_back(kernel_of((*list)[i], path, i));
+  plan.steps = steps_of(j, path);
   return plan;
 }
 

@@ -75,10 +75,12 @@ std::string describe(const CompileStats& s) {
     chains += std::to_string(i < s.kernel_chain_per_graph.size() ? s.kernel_chain_per_graph[i] : 0);
   }
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%llu captured, %llu replays, kernels per graph %s (longest chain %s), %.1f MiB held",
+  std::snprintf(buf, sizeof buf,
+                "%llu captured, %llu replays, kernels per graph %s (longest chain %s), %.1f MiB held (%.1f MiB live at "
+                "once at most)",
                 static_cast<unsigned long long>(s.captures), static_cast<unsigned long long>(s.replays),
                 kernels.empty() ? "none" : kernels.c_str(), kernels.empty() ? "none" : chains.c_str(),
-                static_cast<double>(s.bytes_held) / (1 << 20));
+                static_cast<double>(s.bytes_held) / (1 << 20), static_cast<double>(s.bytes_live_peak) / (1 << 20));
   return buf;
 }
 

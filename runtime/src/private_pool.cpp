@@ -2,10 +2,11 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <unordered_map>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "arena_space.h"
 #include "check.h"
 #include "driver.h"
 #include "kiln/runtime/device.h"
@@ -44,9 +45,7 @@ std::size_t private_bytes(int device) { return held_on(device).load(std::memory_
 struct PrivatePool::Impl {
   std::mutex mu;
   std::vector<CUdeviceptr> chunks;
-  CUdeviceptr next = 0;     // bump pointer inside the last chunk
-  std::size_t room = 0;     // bytes left after `next`
-  std::unordered_map<std::size_t, std::vector<DevicePtr>> bins;  // freed blocks by rounded size
+  ArenaSpace space;
 };
 
 PrivatePool::PrivatePool(int device, void* stream) : impl_(std::make_unique<Impl>()), device_(device), stream_(stream) {}
@@ -66,25 +65,19 @@ PrivatePool::~PrivatePool() {
 DevicePtr PrivatePool::take(std::size_t bytes) {
   const std::size_t rounded = std::max(kPoolGranule, (bytes + kPoolGranule - 1) / kPoolGranule * kPoolGranule);
   std::lock_guard lock(impl_->mu);
-  auto it = impl_->bins.find(rounded);
-  if (it != impl_->bins.end() && !it->second.empty()) {
-    const DevicePtr p = it->second.back();
-    it->second.pop_back();
-    return p;
-  }
-  if (impl_->room < rounded) {
-    const std::size_t size = std::max(kPoolChunk, rounded);
-    make_current(device_);
-    impl_->chunks.push_back(alloc_relaxed(size));
-    impl_->next = impl_->chunks.back();
-    impl_->room = size;
-    held_ += size;
-    held_on(device_).fetch_add(size, std::memory_order_relaxed);
-  }
-  const DevicePtr p = impl_->next;
-  impl_->next += rounded;
-  impl_->room -= rounded;
-  return p;
+  if (std::optional<std::uint64_t> p = impl_->space.take(rounded)) return *p;
+  const std::size_t size = std::max(kPoolChunk, rounded);
+  make_current(device_);
+  impl_->chunks.push_back(alloc_relaxed(size));
+  impl_->space.add_chunk(impl_->chunks.back(), size);
+  held_ += size;
+  held_on(device_).fetch_add(size, std::memory_order_relaxed);
+  return impl_->space.take(rounded).value();
+}
+
+std::size_t PrivatePool::peak_in_use() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->space.peak_in_use();
 }
 
 void PrivatePool::give_back(DevicePtr p, std::size_t bytes) noexcept {
@@ -92,9 +85,9 @@ void PrivatePool::give_back(DevicePtr p, std::size_t bytes) noexcept {
   const std::size_t rounded = std::max(kPoolGranule, (bytes + kPoolGranule - 1) / kPoolGranule * kPoolGranule);
   try {
     std::lock_guard lock(impl_->mu);
-    impl_->bins[rounded].push_back(p);
+    impl_->space.give_back(p, rounded);
   } catch (const std::exception& e) {
-    log().error("[memory] keeping a freed private block: {}", e.what());  // the block stays unused
+    log().error("[memory] returning a private block: {}", e.what());  // the block stays unused
   }
 }
 

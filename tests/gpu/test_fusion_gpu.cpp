@@ -334,6 +334,40 @@ TEST_CASE("fusion: the debug log names each group's ops and why it ended") {
       if (line.find("[fuse]") != std::string::npos) MESSAGE(line);
 }
 
+TEST_CASE("fusion: a kernel plan lists a compiled step's groups in the order they run") {
+  Generator g(6);
+  const Tensor x = randn({64, 32}, {}, &g).to(kGpu), bias = randn({32}, {}, &g).to(kGpu);
+  CompiledFunction cf = compile(
+      [&](const std::vector<Tensor>& in) {
+        const Tensor y = relu(add(mul(in[0], in[0]), in[1]));
+        const Tensor s = sum(y);
+        { const Tensor dropped = neg(in[0]); }
+        return std::vector<Tensor>{s};
+      },
+      {.fuse = true});
+  const KernelPlan plan = plan_kernels(
+      [&] {
+        cf({x, bias});
+        cf({x, bias});  // the same signature: listed once
+      },
+      kGpu);
+  REQUIRE(plan.steps.size() == 1);  // the capture's call; the pass's first, eager call is not listed
+  const KernelPlan::Step& step = plan.steps[0];
+  CHECK(step.signature == "grad|cuda:0|f32(64,32)|f32(32)");
+  REQUIRE(step.groups.size() == 3);
+  CHECK(step.groups[0].ops == std::vector<std::string>{"mul", "add", "relu"});
+  CHECK(step.groups[0].shape == "(64,32)");
+  CHECK(step.groups[0].result == "one kernel writing 1 of 3 results");
+  CHECK(step.groups[0].ended == "other work reads or writes a value it holds");
+  CHECK(step.groups[1].ops == std::vector<std::string>{"sum"});
+  CHECK(step.groups[1].result == "its own kernel: not a pointwise op");
+  CHECK(step.groups[1].ended.empty());
+  CHECK(step.groups[2].ops == std::vector<std::string>{"neg"});
+  CHECK(step.groups[2].result == "nothing outside reads the results, so none runs");
+  CHECK(step.groups[2].ended == "the compiled call ended");
+  CHECK(cf.stats().captures == 0);  // the pass left the function as it was
+}
+
 // kiln_test_helper fused-steps runs two compiled, fused steps; a second process, meeting them in
 // the other order, must find every kernel (the generated ones too) in the disk cache.
 TEST_CASE("fusion: a second process runs the same fused steps in another order and compiles nothing") {

@@ -98,6 +98,8 @@ void add_warm(CLI::App& app, Context& ctx);
 void add_list(CLI::App& app, Context& ctx);
 void add_dump(CLI::App& app, Context& ctx);
 void add_show(CLI::App& app, Context& ctx);
+// jitcc show --plan FILE: the plan's compiled steps, group by group (cmd_show_steps.cpp).
+int show_plan_steps(const std::string& file, const Common& common);
 void add_verify(CLI::App& app, Context& ctx);
 void add_gc(CLI::App& app, Context& ctx);
 void add_clear(CLI::App& app, Context& ctx);

@@ -1,6 +1,6 @@
 // jitcc show: the instantiated source of one (op, dtypes, variant), or its PTX compiled
-// on the spot. Registered ops never touch the cache; a kernel made at run time (fused, user
-// defined) is read from it, by op or label, and the cache is never written.
+// on the spot (--plan: a plan's compiled steps, cmd_show_steps.cpp). Registered ops never touch the cache; a kernel
+// made at run time (fused, user defined) is read from it, by op or label, and the cache is never written.
 #include <algorithm>
 #include <memory>
 
@@ -20,6 +20,7 @@ struct ShowArgs {
   std::optional<std::uint32_t> variant;
   bool ptx = false;
   std::string arch = "auto";
+  std::optional<std::string> plan;  // --plan FILE: its steps' groups instead of a kernel
 };
 
 kiln::DTypes parse_dtypes(const std::string& text) {
@@ -88,6 +89,12 @@ int show_cached(const rt::Entry& e, const ShowArgs& a, const Common& common) {
 }
 
 int run_show(const ShowArgs& a, const Common& common) {
+  if (a.plan) {
+    if (!a.op.empty() || a.dtypes || a.variant || a.ptx)
+      throw UsageError("show --plan prints a plan's compiled steps; it takes no op, --dtypes, --variant or --ptx");
+    return show_plan_steps(*a.plan, common);
+  }
+  if (a.op.empty()) throw UsageError("show needs an op (or --plan FILE for a plan's compiled steps)");
   const rt::KernelSpec* spec = rt::find_kernel(a.op);
   if (!spec) {
     if (std::optional<rt::Entry> e = cached_kernel(a, common)) return show_cached(*e, a, common);
@@ -134,9 +141,13 @@ int run_show(const ShowArgs& a, const Common& common) {
 void add_show(CLI::App& app, Context& ctx) {
   auto args = std::make_shared<ShowArgs>();
   auto* sub = app.add_subcommand(
-      "show", "Print one kernel's instantiated source (or PTX); a kernel made at run time comes from the cache");
-  sub->add_option("op", args->op, "Op name, or a cached kernel's op or label, e.g. \"fused(mul,add) f32\"")
-      ->required();
+      "show",
+      "Print one kernel's instantiated source (or PTX); a kernel made at run time comes from the cache. "
+      "With --plan FILE: the compiled steps of a kernel plan, group by group");
+  sub->add_option("op", args->op, "Op name, or a cached kernel's op or label, e.g. \"fused(mul,add) f32\"");
+  sub->add_option("--plan", args->plan,
+                  "A kernel plan (mnist-train --kernel-plan): print its compiled steps' fusion groups")
+      ->check(not_a_flag());
   sub->add_option("--dtypes", args->dtypes, "Comma-separated dtype tuple, e.g. f32,f16 (required for registered ops)")
       ->check(not_a_flag());
   sub->add_option("--variant", args->variant, "Variant (default: the op's first)");

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
       "  jitcc warm --from-cache DIR --arch sm_80    recompile the fused and user-defined kernels that the\n"
       "                                              cache DIR recorded (e.g. a training run's) for sm_80\n"
       "  jitcc list                                  fused kernels show as e.g. fused(mul,add,relu) f32\n"
-      "  jitcc show 'fused(mul,add,relu) f32'        the source of a kernel made at run time, from the cache");
+      "  jitcc show 'fused(mul,add,relu) f32'        the source of a kernel made at run time, from the cache\n"
+      "  jitcc show --plan run.plan                  a planned run's compiled steps, group by group");
   jitcc::Context ctx;
   jitcc::add_warm(app, ctx);
   jitcc::add_list(app, ctx);

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <span>
@@ -52,6 +53,8 @@ class StepCompiler {
   virtual RngState rng_state(Generator& gen, Device device) = 0;
   // Holds a pointwise op back when it can join the pending fused group; false: run it now.
   virtual bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) = 0;
+  // op, which defer_pointwise declined, has run (`finished`) or thrown.
+  virtual void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept = 0;
   // t is about to be read or written by other work: run the pending group if it involves t.
   virtual void before_use(const Tensor& t) = 0;
   // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: the
@@ -95,6 +98,22 @@ inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tenso
 inline void before_use(const Tensor& t) {
   if (fusing()) compiler().before_use(t);
 }
+// Around an op defer_pointwise declined: tells the compiler once it has run, thrown or not.
+class RunAlone {
+ public:
+  RunAlone(const OpDef& op, std::span<const Tensor> outputs)
+      : op_(op), outputs_(outputs), exceptions_(std::uncaught_exceptions()) {}
+  ~RunAlone() {
+    if (fusing()) compiler().ran_alone(op_, outputs_, std::uncaught_exceptions() == exceptions_);
+  }
+  RunAlone(const RunAlone&) = delete;
+  RunAlone& operator=(const RunAlone&) = delete;
+
+ private:
+  const OpDef& op_;
+  std::span<const Tensor> outputs_;
+  int exceptions_;
+};
 inline std::optional<Tensor> input_cast(const Tensor& t, DType to) {
   if (!in_compiled_call()) return std::nullopt;
   return compiler().input_cast(t, to);

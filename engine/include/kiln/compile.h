@@ -80,6 +80,8 @@ struct CompileStats {
   // gradients run beside the backward's chain (kiln::set_weight_grad_stream).
   std::vector<std::size_t> kernel_chain_per_graph;
   std::size_t bytes_held = 0;     // device memory the held graphs own (private pools, static inputs)
+  // The most of it their values held at once while each was captured: the layout's floor.
+  std::size_t bytes_live_peak = 0;
 };
 
 class CompiledFunction {

@@ -22,7 +22,22 @@ struct KernelPlan {
   };
   std::vector<Kernel> kernels;
 
-  // Adds other's kernels that this plan lacks.
+  // One group of a compiled step: a fused pointwise group, or an op that runs its own kernel.
+  struct Group {
+    std::vector<std::string> ops;  // "mul", "add", "relu" in the order they run; one for an op alone
+    std::string shape;             // the group's result shape, "(64,32)"
+    std::string result;            // what runs: "one kernel writing 1 of 3 results", "its own kernel: ..."
+    std::string ended;             // why a pointwise group ended where it did; empty for an op alone
+  };
+  // The groups of each compiled step the pass ran (its capturing call's), in the order they run.
+  // Work launched outside ops (the input copy, the optimizers' kernels) is not listed.
+  struct Step {
+    std::string signature;  // the compiled call's: grad mode, device, and each input's dtype and shape
+    std::vector<Group> groups;
+  };
+  std::vector<Step> steps;
+
+  // Adds other's kernels that this plan lacks, and its steps.
   void merge(const KernelPlan& other);
   // A JSON file ({"kiln_kernel_plan": 1, "kernels": [...]}), written atomically.
   void save(const std::string& path) const;

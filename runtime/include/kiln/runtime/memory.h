@@ -38,8 +38,10 @@ void memset_device(DevicePtr dst, std::uint8_t value, std::size_t bytes, const S
 
 // Memory a captured graph owns: blocks are carved from chunks taken with cuMemAlloc and, once
 // freed, only serve later requests of the same pool, so no address baked into a graph is ever
-// handed to other work. The chunks go back to the driver when the last holder (the graph's
-// owner and every DeviceBuffer carved from it) lets go; that waits for `stream` first.
+// handed to other work. A freed block merges with free neighbours and serves any request it
+// holds (smallest fit first), so the pool holds about what is live at once, not every size seen. The chunks go back to
+// the driver when the last holder (the graph's owner and every DeviceBuffer carved from it) lets go; that waits for
+// `stream` first.
 class PrivatePool {
  public:
   PrivatePool(int device, void* stream);
@@ -50,6 +52,8 @@ class PrivatePool {
   DevicePtr take(std::size_t bytes);
   void give_back(DevicePtr p, std::size_t bytes) noexcept;
   std::size_t bytes_held() const { return held_; }
+  // The most bytes its blocks held at once (rounded sizes): the floor under bytes_held.
+  std::size_t peak_in_use() const;
   int device() const { return device_; }
 
  private:
