@@ -28,6 +28,9 @@ TEST_CASE("private pool: freed blocks serve the same pool only; its bytes are co
     CHECK(pool->take(1000) != a);  // a is taken again
     const DevicePtr big = pool->take(std::size_t{64} << 20);  // beyond a chunk: a chunk of its own
     CHECK(big != 0);
+    CHECK(pool->peak_in_use() == 3 * 1024 + (std::size_t{64} << 20));  // three 1024-byte blocks live, and big
+    pool->give_back(big, std::size_t{64} << 20);
+    CHECK(pool->take(std::size_t{40} << 20) == big);  // a freed block serves a smaller request of another size
   }
   CHECK(pool_usage(0).private_bytes == before);
 }
