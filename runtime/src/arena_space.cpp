@@ -14,6 +14,31 @@ void ArenaSpace::add_chunk(std::uint64_t base, std::uint64_t bytes) {
   insert_free(base, bytes);
 }
 
+void ArenaSpace::extend_chunk(std::uint64_t base, std::uint64_t bytes) {
+  const auto chunk = chunks_.find(base);
+  if (chunk == chunks_.end()) throw ValueError("[memory] no chunk of the pool starts at " + std::to_string(base));
+  if (bytes == 0) return;
+  const std::uint64_t end = base + chunk->second;
+  std::uint64_t start = end, size = bytes;
+  if (const std::uint64_t tail = free_at_end(base)) {
+    start = end - tail;
+    size += tail;
+    erase_free(free_.find(start));
+  }
+  chunk->second += bytes;
+  insert_free(start, size);
+}
+
+std::uint64_t ArenaSpace::free_at_end(std::uint64_t base) const {
+  const auto chunk = chunks_.find(base);
+  if (chunk == chunks_.end()) return 0;
+  const std::uint64_t end = base + chunk->second;
+  auto it = free_.lower_bound(end);
+  if (it == free_.begin()) return 0;
+  --it;
+  return it->first >= base && it->first + it->second == end ? it->second : 0;
+}
+
 std::optional<std::uint64_t> ArenaSpace::take(std::uint64_t bytes) {
   if (bytes == 0) return std::nullopt;
   const auto fit = by_size_.lower_bound({bytes, 0});

@@ -16,6 +16,11 @@ class ArenaSpace {
   // Adds the chunk [base, base + bytes), all of it free. Ranges never merge across chunks (each
   // is its own allocation of the driver).
   void add_chunk(std::uint64_t base, std::uint64_t bytes);
+  // Grows the chunk that starts at `base` by `bytes` at its end (addresses mapped right after
+  // it); they merge with the chunk's free tail. Throws ValueError for no such chunk.
+  void extend_chunk(std::uint64_t base, std::uint64_t bytes);
+  // The bytes free at the end of the chunk that starts at `base`: what a growth joins.
+  std::uint64_t free_at_end(std::uint64_t base) const;
   // The start of `bytes` taken from the smallest free range that holds them; none if none does.
   std::optional<std::uint64_t> take(std::uint64_t bytes);
   // Frees [at, at + bytes), which take handed out. Throws ValueError for a range that is not in

@@ -15,6 +15,19 @@ struct ParkedFree {
   std::shared_ptr<PrivatePool> pool{};  // a private block's pool; null: the driver's pool
 };
 
+// While alive, this thread's stream-capture mode is relaxed: allocating and mapping device
+// memory are not stream work, and a capturing thread may call them only in that mode.
+class RelaxedCapture {
+ public:
+  RelaxedCapture();
+  ~RelaxedCapture();
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  int mode_;
+};
+
 // The pool bound to `stream`, or null (the usual case costs one atomic load).
 std::shared_ptr<PrivatePool> bound_pool(void* stream);
 // Keeps a freed block until the stream's pool is unbound: a driver-pool block whenever one is

@@ -12,6 +12,7 @@
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/log.h"
 #include "kiln/runtime/memory.h"
+#include "mapped_range.h"
 #include "private_binding.h"
 
 namespace kiln::rt {
@@ -19,19 +20,14 @@ namespace kiln::rt {
 namespace {
 
 constexpr std::size_t kPoolGranule = 512;
-// Chunks are asked of the driver in whole multiples of its 2 MiB pages: freed space merges within
-// a chunk, so a step holds about what is live at once, to a page (8 MiB chunks held the mlp step's
-// 2.9 MiB in 16).
+// Where the driver cannot map pages into one range (mapped_range.h), chunks are asked of it in
+// whole multiples of its 2 MiB pages: freed space merges within a chunk.
 constexpr std::size_t kPoolChunk = 2u << 20;
 
-// cuMemAlloc is not stream-ordered; a capturing thread may call it only in relaxed mode.
 CUdeviceptr alloc_relaxed(std::size_t bytes) {
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  KILN_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  const RelaxedCapture relaxed;
   CUdeviceptr p = 0;
-  const CUresult r = driver().cuMemAlloc(&p, bytes);
-  driver().cuThreadExchangeStreamCaptureMode(&mode);
-  if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuMemAlloc(&p, bytes) for a private pool", __FILE__, __LINE__);
+  KILN_CU(cuMemAlloc(&p, bytes));
   return p;
 }
 
@@ -43,12 +39,47 @@ std::atomic<std::size_t>& held_on(int device) {
 
 }  // namespace
 
+RelaxedCapture::RelaxedCapture() {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  KILN_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  mode_ = static_cast<int>(mode);
+}
+
+RelaxedCapture::~RelaxedCapture() {
+  auto mode = static_cast<CUstreamCaptureMode>(mode_);
+  driver().cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 std::size_t private_bytes(int device) { return held_on(device).load(std::memory_order_relaxed); }
 
 struct PrivatePool::Impl {
   std::mutex mu;
-  std::vector<CUdeviceptr> chunks;
+  std::unique_ptr<MappedRange> range;  // the arena, where the driver maps pages on demand
+  bool range_tried = false, range_full = false;
+  std::vector<CUdeviceptr> chunks;  // cuMemAlloc'd where it does not
   ArenaSpace space;
+
+  // Maps what `rounded` lacks at the range's end; false where the range cannot grow.
+  bool grow_range(int device, std::size_t rounded, std::size_t& held) {
+    if (!range_tried) {
+      range_tried = true;
+      range = MappedRange::reserve(device);
+    }
+    if (!range || range_full) return false;
+    const bool first = range->mapped() == 0;
+    const std::size_t tail = first ? 0 : space.free_at_end(range->base());
+    const std::size_t bytes = (rounded - tail + range->page() - 1) / range->page() * range->page();
+    if (!range->grow(bytes)) {
+      range_full = true;  // its blocks stay in use; later growth takes chunks
+      return false;
+    }
+    if (first)
+      space.add_chunk(range->base(), bytes);
+    else
+      space.extend_chunk(range->base(), bytes);
+    held += bytes;
+    return true;
+  }
 };
 
 PrivatePool::PrivatePool(int device, void* stream) : impl_(std::make_unique<Impl>()), device_(device), stream_(stream) {}
@@ -59,6 +90,7 @@ PrivatePool::~PrivatePool() {
     // Work queued on the stream (a replay, or an eager op reading an output) may still use the memory.
     if (stream_) KILN_CU(cuStreamSynchronize(static_cast<CUstream>(stream_)));
     for (CUdeviceptr c : impl_->chunks) KILN_CU(cuMemFree(c));
+    impl_->range.reset();
     held_on(device_).fetch_sub(held_, std::memory_order_relaxed);
   } catch (const std::exception& e) {
     log().error("[memory] returning a private pool of {} bytes on cuda:{}: {}", held_, device_, e.what());
@@ -69,12 +101,15 @@ DevicePtr PrivatePool::take(std::size_t bytes) {
   const std::size_t rounded = std::max(kPoolGranule, (bytes + kPoolGranule - 1) / kPoolGranule * kPoolGranule);
   std::lock_guard lock(impl_->mu);
   if (std::optional<std::uint64_t> p = impl_->space.take(rounded)) return *p;
-  const std::size_t size = (rounded + kPoolChunk - 1) / kPoolChunk * kPoolChunk;
   make_current(device_);
-  impl_->chunks.push_back(alloc_relaxed(size));
-  impl_->space.add_chunk(impl_->chunks.back(), size);
-  held_ += size;
-  held_on(device_).fetch_add(size, std::memory_order_relaxed);
+  const std::size_t before = held_;
+  if (!impl_->grow_range(device_, rounded, held_)) {
+    const std::size_t size = (rounded + kPoolChunk - 1) / kPoolChunk * kPoolChunk;
+    impl_->chunks.push_back(alloc_relaxed(size));
+    impl_->space.add_chunk(impl_->chunks.back(), size);
+    held_ += size;
+  }
+  held_on(device_).fetch_add(held_ - before, std::memory_order_relaxed);
   return impl_->space.take(rounded).value();
 }
 

@@ -35,6 +35,22 @@ TEST_CASE("private pool: freed blocks serve the same pool only; its bytes are co
   CHECK(pool_usage(0).private_bytes == before);
 }
 
+TEST_CASE("private pool: its blocks lie in one range, whose free end joins the next growth") {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  Stream s = Stream::create(0);
+  auto pool = std::make_shared<PrivatePool>(0, s.handle());
+  const DevicePtr a = pool->take(kMiB);
+  CHECK(pool->bytes_held() == 2 * kMiB);  // one 2 MiB page
+  const DevicePtr b = pool->take(3 * kMiB);
+  CHECK(b == a + kMiB);                   // the free megabyte and a page mapped after it
+  CHECK(pool->bytes_held() == 4 * kMiB);  // chunks of their own would hold 2 + 4
+  pool->give_back(a, kMiB);
+  pool->give_back(b, 3 * kMiB);
+  CHECK(pool->take(4 * kMiB) == a);  // all of it merged back
+  CHECK(pool->bytes_held() == 4 * kMiB);
+  CHECK(pool->peak_in_use() == 4 * kMiB);
+}
+
 TEST_CASE("binding a pool: buffers on the stream come from it, freed driver-pool blocks wait for the unbind") {
   Stream s = Stream::create(0);
   auto pool = std::make_shared<PrivatePool>(0, s.handle());

@@ -58,6 +58,27 @@ TEST_CASE("arena space: ranges of two chunks never merge, even when their addres
   CHECK_FALSE(a.take(2048).has_value());
 }
 
+TEST_CASE("arena space: a chunk grown at its end joins its free tail, so a larger request fits") {
+  ArenaSpace a;
+  a.add_chunk(8192, 4096);
+  const std::uint64_t p = a.take(3072).value();
+  CHECK(a.free_at_end(8192) == 1024);
+  CHECK_FALSE(a.take(2048).has_value());
+  a.extend_chunk(8192, 2048);  // mapped right after the chunk
+  CHECK(a.free_at_end(8192) == 3072);
+  CHECK(a.free_ranges() == 1);
+  CHECK(a.take(3072).value() == 8192 + 3072);  // across the old end
+  CHECK(a.free_at_end(8192) == 0);
+  a.extend_chunk(8192, 1024);  // nothing free at the end: a range of its own
+  CHECK(a.free_at_end(8192) == 1024);
+  a.give_back(p, 3072);
+  a.give_back(8192 + 3072, 3072);
+  CHECK(a.free_ranges() == 1);
+  CHECK(a.largest_free() == 7168);
+  CHECK_THROWS_AS(a.extend_chunk(0, 1024), ValueError);
+  CHECK(a.free_at_end(0) == 0);
+}
+
 TEST_CASE("arena space: a block returned twice or outside its chunks is refused, the space unchanged") {
   ArenaSpace a;
   a.add_chunk(1 << 20, 4096);
