@@ -9,14 +9,15 @@
 #include "nvrtc_wire.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2 || std::strcmp(argv[1], kiln::rt::kNvrtcServerProtocol) != 0) {
+  const bool lowered = argc == 3 && std::strcmp(argv[2], kiln::rt::kNvrtcServerLowered) == 0;
+  if ((argc != 2 && !lowered) || std::strcmp(argv[1], kiln::rt::kNvrtcServerProtocol) != 0) {
     std::fprintf(stderr, "kiln-nvrtc-server: started by libkiln_runtime only (it expects %s)\n",
                  kiln::rt::kNvrtcServerProtocol);
     return 2;
   }
-  // Below the parent's priority: a run's own threads keep their cores while compiles fill the rest.
-  const int niceness = ::nice(5);  // a failure leaves the priority as it was
-  (void)niceness;
+  // Below the parent's priority when asked: a run's own threads keep their cores while compiles
+  // fill the rest. A failure leaves the priority as it was.
+  if (lowered) (void)::nice(kiln::rt::kNvrtcServerNiceness);
   kiln::rt::serve_nvrtc(STDIN_FILENO, STDOUT_FILENO);
   return 0;
 }

@@ -8,11 +8,12 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "check.h"
+#include "kiln/runtime/compiler.h"
 #include "kiln/runtime/log.h"
 
 extern char** environ;
@@ -47,6 +48,7 @@ std::optional<std::filesystem::path> find_server() {
 // Servers that failed to start or ended before their first answer (one that cannot load NVRTC,
 // say); after three, none is started again rather than one per compile.
 std::atomic<int> stillborn_servers{0};
+std::atomic<bool> servers_lowered{true};
 constexpr int kStillbornLimit = 3;
 
 void note_stillborn() {
@@ -89,8 +91,8 @@ class Server {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, sv[1], STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&actions, sv[1], STDOUT_FILENO);
-    std::string exe = nvrtc_server_path()->string(), protocol = kNvrtcServerProtocol;
-    char* argv[] = {exe.data(), protocol.data(), nullptr};
+    std::string exe = nvrtc_server_path()->string(), protocol = kNvrtcServerProtocol, lowered = kNvrtcServerLowered;
+    char* argv[] = {exe.data(), protocol.data(), compile_servers_lowered() ? lowered.data() : nullptr, nullptr};
     pid_t pid = -1;
     const int err = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
@@ -127,6 +129,9 @@ NvrtcOutput checked(NvrtcOutput out) {
 }
 
 }  // namespace
+
+void set_compile_servers_lowered(bool lowered) { servers_lowered.store(lowered, std::memory_order_relaxed); }
+bool compile_servers_lowered() { return servers_lowered.load(std::memory_order_relaxed); }
 
 const std::optional<std::filesystem::path>& nvrtc_server_path() {
   static const std::optional<std::filesystem::path> path = [] {

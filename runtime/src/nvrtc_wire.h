@@ -36,5 +36,8 @@ void serve_nvrtc(int in, int out);
 
 // The argument the server requires, so a server of another protocol refuses to start.
 inline constexpr const char* kNvrtcServerProtocol = "--kiln-nvrtc-protocol=1";
+// The server's second argument when it should run below its parent's priority.
+inline constexpr const char* kNvrtcServerLowered = "--lowered";
+inline constexpr int kNvrtcServerNiceness = 5;  // added to the parent's
 
 }  // namespace kiln::rt

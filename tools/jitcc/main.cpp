@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "kiln/error.h"
+#include "kiln/runtime/compiler.h"
 #include "kiln/version.h"
 #include "version_text.h"
 
@@ -35,6 +36,8 @@ bool wants_json(int argc, char** argv) {
 int main(int argc, char** argv) {
   // Loads libkiln, whose static initialisers register the kernels.
   std::string version = kiln::version();
+  // Compiling is this process's work: its compile servers keep its priority.
+  kiln::rt::set_compile_servers_lowered(false);
 
   CLI::App app{"jitcc " + version + ": fill, inspect and maintain kiln's kernel cache"};
   app.require_subcommand(1);

@@ -35,5 +35,11 @@ bool nvrtc_can_emit_cubin(int arch);  // from nvrtcGetSupportedArchs
 std::vector<std::string> cuda_include_dirs();
 // Parses "sm_90", "90", "compute_90"; throws ValueError otherwise.
 int parse_arch(const std::string& text);
+// Compile servers (one per compiling thread) run below this process's priority by default, so
+// a run's own threads keep their cores while kernels compile beside them. A process whose work
+// is compiling (jitcc warm) turns that off: on a busy machine a lowered server gets a third of
+// a core's share. Applies to servers started after the call.
+void set_compile_servers_lowered(bool lowered);
+bool compile_servers_lowered();
 
 }  // namespace kiln::rt
