@@ -1,7 +1,7 @@
-// The generated GEMM kernels (backend/cuda/generated/gemm: wgmma, and mma.sync on any GPU from
-// sm_80) against a double-precision product of the same stored inputs, computed here: every
-// arithmetic, every tile the tuner may pick, every epilogue, shapes with tails in m, n and k, a
-// 10-wide output and padded row strides.
+// The generated GEMM kernels (backend/cuda/generated/gemm: wgmma, mma.sync on any GPU from
+// sm_80, and the exact-f32 FFMA kind anywhere) against a double-precision product of the same stored inputs, computed
+// here: every arithmetic, every tile the tuner may pick, every epilogue, shapes with tails in m, n and k, a 10-wide
+// output and padded row strides.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -111,10 +111,10 @@ double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed, bool split
 // exactness test below shows that no product is missing.
 double tolerance(GemmMath m) { return m == GemmMath::bf16 ? 1.5e-2 : m == GemmMath::f32 ? 5e-5 : 4e-3; }
 
-// The kinds that plan `g` here: wgmma on sm_90, mma.sync from sm_80 on.
+// The kinds that plan `g` here: wgmma on sm_90, mma.sync from sm_80 on, FFMA for exact f32.
 std::vector<kernels::GemmKernel> kinds_for(const GemmGeometry& g, const kernels::GemmTarget& tgt) {
   std::vector<kernels::GemmKernel> out;
-  for (kernels::GemmKernel k : {kernels::GemmKernel::wgmma, kernels::GemmKernel::mma_sync})
+  for (kernels::GemmKernel k : {kernels::GemmKernel::wgmma, kernels::GemmKernel::mma_sync, kernels::GemmKernel::ffma})
     if (kernels::plan(k, g, tgt)) out.push_back(k);
   return out;
 }
@@ -218,6 +218,35 @@ TEST_CASE("mma.sync GEMMs match a double-precision product in every layout, tile
     check_launches(batch, tgt, 300, runs, kernels::GemmKernel::mma_sync);
   }
   MESSAGE(runs << " launches checked");
+}
+
+// The FFMA kind (exact f32 on the CUDA cores): every layout, epilogue and tile the tuner may
+// pick, k split among blocks, tails in m, n and k, padded rows, rows of odd lengths (one float a
+// load), the mlp's products and a 10-wide output. FFMA's f32 sums, in another order than f64's.
+TEST_CASE("FFMA GEMMs match a double-precision product in every layout, tile, split and epilogue") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  std::vector<GemmGeometry> problems;
+  for (int layout = 0; layout < 4; ++layout)
+    for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias}) {
+      const bool a_mn = layout & 1, b_mn = layout & 2;
+      problems.push_back({200, 136, 264, a_mn ? 208 : 272, b_mn ? 136 : 264, 139, GemmMath::f32, e, a_mn, b_mn});
+      problems.push_back({127, 10, 509, a_mn ? 127 : 509, b_mn ? 10 : 509, 10, GemmMath::f32, e, a_mn, b_mn});
+    }
+  problems.push_back({128, 512, 784, 784, 784, 512, GemmMath::f32, GemmEpilogue::relu_bias});  // the mlp's forward
+  problems.push_back({128, 512, 10, 10, 512, 512, GemmMath::f32, GemmEpilogue::none, false, true});   // its head's dx
+  problems.push_back({512, 784, 128, 512, 784, 784, GemmMath::f32, GemmEpilogue::none, true, true});  // a dW
+  std::vector<kernels::GemmLaunch> every;
+  for (const GemmGeometry& g : problems)
+    for (const kernels::GemmLaunch& l : launches_of(g, tgt, kernels::GemmKernel::ffma)) every.push_back(l);
+  prefetch(every);
+  int runs = 0;
+  for (const GemmGeometry& g : problems) check_launches(g, tgt, 500, runs, kernels::GemmKernel::ffma);
+  CHECK(runs == static_cast<int>(every.size()));
+  MESSAGE(runs << " launches checked");
+  // Launched again, each split product gives the same bits: its tiles' counters were reset.
+  const auto l = kernels::plan(kernels::GemmKernel::ffma, problems.back(), tgt, {32, 64, 4});
+  REQUIRE(l);
+  CHECK(check_launch(*l, 7) == check_launch(*l, 7));
 }
 
 TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems") {

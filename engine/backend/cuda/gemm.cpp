@@ -132,7 +132,6 @@ bool gemm(DType dtype, const GemmShape& sh, double alpha, const GemmOperand& a, 
   // C^T(n x m) = second^T @ first^T, so cuBLAS takes `second` as its A.
   const GemmOperand& first = g->swap_ab ? b : a;
   const GemmOperand& second = g->swap_ab ? a : b;
-  if (rt::shape_only()) return true;  // the product is picked; a shape-only pass runs nothing
   if (beta == 0) zero_for_initcheck(dtype, sh, c, s);
   const ScaleArg al(alpha), be(beta);
   // A single product C = A @ B goes through cuBLASLt, whose algorithm is measured per shape and
@@ -152,8 +151,9 @@ bool gemm(DType dtype, const GemmShape& sh, double alpha, const GemmOperand& a, 
                       .a = second.ptr,
                       .b = first.ptr,
                       .d = c.ptr};
-    if (lt_matmul(lt, s)) return true;
+    if (lt_matmul(lt, s)) return true;  // in a shape-only pass: its generated candidates planned
   }
+  if (rt::shape_only()) return true;  // cuBLAS's own pick: nothing to plan or run
   if (sh.batch == 1) {
     KILN_CUBLAS(cublasGemmEx_64(handle_for(s), op_of(g->b), op_of(g->a), g->n, g->m, g->k, al.ptr(t),
                                 device_ptr(second.ptr), t.data, g->b.ld, device_ptr(first.ptr), t.data, g->a.ld,

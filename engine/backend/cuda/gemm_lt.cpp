@@ -209,6 +209,16 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   return name;
 }
 
+// Exact f32 products of up to 2^27 multiply-adds: the generated FFMA kernel (one launch, its
+// split-K sums in the kernel) is timed beside cuBLASLt's algorithms even where generated
+// kernels are not (KILN_TUNE=auto), its heuristic tile alone: one compile of about 0.1 s. Where
+// cuBLASLt's pick is split in two launches it often wins (the tuner's logs, same call).
+bool ffma_measured(const LtMatmul& g) {
+  constexpr double kMostMacs = 1 << 27;
+  return g.dtype == DType::f32 && !allow_tf32() && out_dtype(g) == DType::f32 &&
+         static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) <= kMostMacs;
+}
+
 rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
   static const char* epilogues[] = {"none", "bias", "relu_bias", "bgrad_b"};
   std::string problem;
@@ -222,8 +232,9 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
     problem.append(" ").append(std::to_string(a));
   std::string dtypes = std::string(dtype_name(g.dtype)) + (g.dtype == DType::f32 && allow_tf32() ? "/tf32" : "");
   if (out_dtype(g) != g.dtype) dtypes.append("->").append(dtype_name(out_dtype(g)));
+  // Choices made before the FFMA kernel was measured beside the library do not stand for these.
   return {"cublaslt", problem, dtypes, rt::device_info(device).arch(),
-          "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion())};
+          "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion()) + (ffma_measured(g) ? " ffma" : "")};
 }
 
 // The generated GEMM's view of the product: row-major D^T (n x m) = op(B)^T @ op(A)^T, where
@@ -232,9 +243,10 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
 // None for the bias gradient, which it does not sum.
 std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
   if (g.epilogue == LtEpilogue::bgrad_b || out_dtype(g) != g.dtype) return std::nullopt;
-  const bool tf32 = g.dtype == DType::f32 && allow_tf32();
-  if (g.dtype != DType::bf16 && g.dtype != DType::f16 && !tf32) return std::nullopt;
-  const GemmMath math = tf32 ? GemmMath::tf32 : g.dtype == DType::bf16 ? GemmMath::bf16 : GemmMath::f16;
+  if (g.dtype != DType::bf16 && g.dtype != DType::f16 && g.dtype != DType::f32) return std::nullopt;
+  const GemmMath math = g.dtype == DType::f32    ? (allow_tf32() ? GemmMath::tf32 : GemmMath::f32)
+                        : g.dtype == DType::bf16 ? GemmMath::bf16
+                                                 : GemmMath::f16;
   const GemmEpilogue e = g.epilogue == LtEpilogue::bias        ? GemmEpilogue::bias
                          : g.epilogue == LtEpilogue::relu_bias ? GemmEpilogue::relu_bias
                                                                : GemmEpilogue::none;
@@ -244,8 +256,9 @@ std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
   return geo;
 }
 
-// The generated launches worth timing beside cuBLASLt's: measured only under KILN_TUNE=on (they
-// compile first), and otherwise offered only when a stored choice names one of them.
+// The generated launches worth timing beside cuBLASLt's: under KILN_TUNE=on every tile (they
+// compile first); otherwise those a stored choice names, or ffma_measured's one. Exact f32
+// takes the FFMA kind, 16-bit and TF32 the tensor cores'.
 std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey& key, int device) {
   const std::optional<GemmGeometry> geo = generated_geometry(g);
   if (!geo) return {};
@@ -253,16 +266,20 @@ std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey&
   if (mode == rt::TuneMode::off) return {};
   const GemmTarget target = gemm_target(device);
   // sm_90: the warpgroup kernels; sm_80 to sm_89: the mma.sync ones.
-  const GemmKernel kind = target.arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync;
-  if (mode != rt::TuneMode::on) {
+  const GemmKernel kind = geo->math == GemmMath::f32 ? GemmKernel::ffma
+                          : target.arch >= 90        ? GemmKernel::wgmma
+                                                     : GemmKernel::mma_sync;
+  const bool heuristic_alone = mode != rt::TuneMode::on && ffma_measured(g);
+  if (mode != rt::TuneMode::on && !heuristic_alone) {
     const std::optional<rt::TuneChoice> c = rt::find_choice(key);
     if (!c || c->variant.rfind(std::string(kernel_name(kind)) + " ", 0) != 0) return {};
   }
   const std::optional<GemmLaunch> h = plan(kind, *geo, target);
   if (!h) return {};
   std::vector<GemmLaunch> out{*h};
-  for (GemmTile tile : alternatives(*h, target))
-    if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
+  if (!heuristic_alone)
+    for (GemmTile tile : alternatives(*h, target))
+      if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
   const GemmOperands ops{g.b, g.a, g.d, g.bias};
   std::erase_if(out, [&](const GemmLaunch& l) { return !operands_fit(l, ops); });
   return out;
@@ -288,11 +305,15 @@ void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt
   if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, out_dtype(g), 1, g.n, g.n});
   // Split-K and reduction orders round differently; a wrong kernel is far off.
   check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
-  const TuneOutcome out = run_tuned(tkey, cands, check, s, !generated.empty());
-  if (out.index < p.candidates.size())
+  // KILN_TUNE=auto measures ffma_measured's one kernel as it measures the library's algorithms.
+  const bool compiles = !generated.empty() && !(rt::tune_mode() == rt::TuneMode::auto_ && ffma_measured(g));
+  const TuneOutcome out = run_tuned(tkey, cands, check, s, compiles);
+  if (out.index < p.candidates.size()) {
     p.algo = p.candidates[out.index].algo;
-  else
+    p.generated.reset();
+  } else {
     p.generated = generated[out.index - p.candidates.size()];
+  }
   p.settled = out.settled;
 }
 

@@ -63,6 +63,12 @@ std::vector<GemmTile> mma_alternatives(const GemmLaunch& h);
 std::string mma_source(const GemmLaunch& l);
 bool mma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 void launch_mma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
+// The FFMA kind (gemm_ffma.cpp), likewise.
+std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
+std::vector<GemmTile> ffma_alternatives(const GemmLaunch& h, const GemmTarget& target);
+std::string ffma_source(const GemmLaunch& l);
+bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
+void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
 
 // The staging kernels (gemm_staging.cpp, kernel_templates/gemm_staging.cu), compiled apart
 // from the per-shape tile kernel: `kind` over inputs of dtype `in`, written as `slices` TF32

@@ -63,7 +63,7 @@ bool operands_apply(const GemmGeometry& g) {
 }
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
-  rt::GeneratedKey key(l.kernel == GemmKernel::wgmma ? "gemm_wgmma" : "gemm_mma");
+  rt::GeneratedKey key(std::string("gemm_") + (l.kernel == GemmKernel::mma_sync ? "mma" : kernel_name(l.kernel)));
   key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.transposed);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
@@ -149,7 +149,17 @@ const char* epilogue_name(GemmEpilogue e) {
   return names[static_cast<int>(e)];
 }
 
-const char* kernel_name(GemmKernel k) { return k == GemmKernel::wgmma ? "wgmma" : "mma"; }
+const char* kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::mma_sync:
+      return "mma";
+    case GemmKernel::ffma:
+      return "ffma";
+    case GemmKernel::wgmma:
+      break;
+  }
+  return "wgmma";
+}
 
 GemmTarget gemm_target(int device) {
   const rt::DeviceInfo& info = rt::device_info(device);
@@ -212,13 +222,14 @@ std::string GemmLaunch::text() const {
          (g.conv && g.conv->split_gy ? " G" : "");
 }
 
-bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1; }
+bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1 && l.kernel != GemmKernel::ffma; }
 
 bool reg_a(const GemmLaunch& l) { return l.transposed && !l.g.conv; }
 
 std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   check_hooks(g);
   if (k == GemmKernel::mma_sync) return plan_mma(g, target, tile);
+  if (k == GemmKernel::ffma) return plan_ffma(g, target, tile);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   if (g.conv && g.conv->f32_out && (!g.conv->weight_grad || tf32_mma(g.math))) return std::nullopt;
@@ -281,6 +292,7 @@ std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTa
 
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target) {
   if (h.kernel == GemmKernel::mma_sync) return mma_alternatives(h);
+  if (h.kernel == GemmKernel::ffma) return ffma_alternatives(h, target);
   std::vector<GemmTile> out;
   if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
     // K-major weight gradients: this width, and one tap (or one tile of a tap) a tile.
@@ -334,6 +346,7 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
 
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   if (l.kernel == GemmKernel::mma_sync) return mma_operands_fit(l, ops);
+  if (l.kernel == GemmKernel::ffma) return ffma_operands_fit(l, ops);
   const DType t = input_dtype(l.g.math);
   const WgradLayout w = wgrad_layout(l.g);
   const bool a_fits = stage_a_transposed(l.g) ? ops.a % dtype_size(t) == 0 : rt::tensor_map_fits(ops.a, t, l.g.lda);
@@ -355,7 +368,7 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
 
 std::vector<std::string> entry_points(const GemmLaunch& l) {
   // The staging kernels compile apart (GemmStaging): a module holds its tile kernel only.
-  return {l.kernel == GemmKernel::mma_sync ? "kiln_gemm_mma" : "kiln_gemm_wgmma"};
+  return {std::string("kiln_gemm_") + kernel_name(l.kernel)};
 }
 
 void launch(const GemmLaunch& l, const GemmOperands& ops) {
@@ -365,6 +378,8 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
                      "the statistics given");
   if (l.kernel == GemmKernel::mma_sync)
     return launch_mma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_mma", ops.stream->device()));
+  if (l.kernel == GemmKernel::ffma)
+    return launch_ffma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_ffma", ops.stream->device()));
   const DType t = input_dtype(l.g.math);
   const int box_k = static_cast<int>(128 / dtype_size(t));
   // A K-major operand in boxes of (tile rows) x (k of one stage); an MN-major one in atoms of

@@ -113,8 +113,9 @@ struct GemmOperands {
 enum class GemmKernel {
   wgmma = 0,     // sm_90a: TMA loads, warpgroup MMA, producer/consumer warpgroups, persistent (gemm_wgmma.cu)
   mma_sync = 1,  // sm_80+: multistage cp.async, ldmatrix fragments, mma.sync; plain products only (gemm_mma.cu)
+  ffma = 2,      // any arch: exact f32 on the CUDA cores, k split with the sums in the kernel (gemm_ffma.cu)
 };
-const char* kernel_name(GemmKernel k);  // "wgmma", "mma"
+const char* kernel_name(GemmKernel k);  // "wgmma", "mma", "ffma"
 
 // What the tuner varies beside the heuristic's choice (0: the heuristic's). In convolution
 // mode bn bounds the output pixels of a tile (the plan rounds the box up to 16 columns).
@@ -140,7 +141,8 @@ struct GemmLaunch {
   int bm = 128, bn = 128, stages = 4, group_m = 8, grid = 1;
   ConvBox box{};  // convolution modes
   // Weight-gradient mode: problems the pixels are split among; a plain product (one problem,
-  // no hooks, dense D): ways its k is split, the f32 partials summed after the kernel.
+  // no hooks, dense D): ways its k is split, the f32 partials summed after the kernel (by the
+  // kernel's last block of a tile in the ffma kind).
   int splits = 1;
   bool transposed = false;  // as GemmTile says
   std::int64_t shared_bytes = 0;
@@ -162,7 +164,8 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 // Tiles worth timing beside the heuristic's launch `h` (not listed).
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target);
 
-// Whether a launch splits a plain product's k (its partials summed by a second kernel).
+// Whether a launch splits a plain product's k with its partials summed by a second kernel (the
+// ffma kind sums its own).
 bool split_k(const GemmLaunch& l);
 // The module's source; lets tests compile every configuration without a GPU.
 std::string source(const GemmLaunch& l);

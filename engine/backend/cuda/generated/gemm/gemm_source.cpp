@@ -68,6 +68,7 @@ std::string prelude_for(const GemmGeometry& g, const GemmHooks& h) {
 
 std::string source(const GemmLaunch& l) {
   if (l.kernel == GemmKernel::mma_sync) return mma_source(l);
+  if (l.kernel == GemmKernel::ffma) return ffma_source(l);
   const GemmGeometry& g = l.g;
   const GemmHooks hooks = hooks_of(g);
   const HookSource hs = hook_source(hooks);
