@@ -91,22 +91,12 @@ std::string ffma_source(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const bool vec_a = vectors_fit(g.a_mn, g.m, g.k, g.lda), vec_b = vectors_fit(g.b_mn, g.n, g.k, g.ldb);
-  const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{DType::f32})},
-                       {"BM", num(l.bm)},
-                       {"BN", num(l.bn)},
-                       {"SPLITK", num(l.splits)},
-                       {"EPILOGUE", num(static_cast<int>(g.epilogue))},
-                       {"M", num(g.m)},
-                       {"N", num(g.n)},
-                       {"K", num(g.k)},
-                       {"LDA", num(g.lda)},
-                       {"LDB", num(g.ldb)},
-                       {"LDD", num(g.ldd)},
-                       {"A_MN", g.a_mn ? "true" : "false"},
-                       {"B_MN", g.b_mn ? "true" : "false"},
-                       {"VEC_A", vec_a ? "4" : "1"},
-                       {"VEC_B", vec_b ? "4" : "1"},
-                       {"TILES", num(std::max<std::int64_t>(1, tiles_of(g, l.bm, l.bn)))}};
+  rt::Bindings b = plain_product_bindings(l);
+  b.insert(b.end(), {{"PRELUDE", rt::device_prelude(DTypes{DType::f32})},
+                     {"SPLITK", num(l.splits)},
+                     {"VEC_A", vec_a ? "4" : "1"},
+                     {"VEC_B", vec_b ? "4" : "1"},
+                     {"TILES", num(std::max<std::int64_t>(1, tiles_of(g, l.bm, l.bn)))}});
   return rt::instantiate("gemm_ffma", rt::template_source("gemm_ffma"), b);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gemm_plan.h"
+#include "kiln/runtime/templates.h"
 #include "kiln/runtime/tensor_map.h"
 
 namespace kiln::kernels {
@@ -57,6 +58,9 @@ struct ConvStaging {
   rt::DeviceBuffer odd;  // paired slices: one word, nonzero where either operand holds inf or NaN
 };
 ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops);
+// What the plain-product kinds' templates share: the tile (BM, BN), the sizes and row strides,
+// the layouts (A_MN, B_MN) and the built-in epilogue.
+rt::Bindings plain_product_bindings(const GemmLaunch& l);
 // The mma.sync kind (gemm_mma.cpp): its plan, other tiles, source, operand check and launch.
 std::optional<GemmLaunch> plan_mma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
 std::vector<GemmTile> mma_alternatives(const GemmLaunch& h);

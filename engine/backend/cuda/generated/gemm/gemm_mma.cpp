@@ -73,26 +73,18 @@ std::string mma_source(const GemmLaunch& l) {
   const DTypes headers = t == DType::f32 ? DTypes{DType::f32, mma_type} : DTypes{t};
   const bool batched = g.batch > 1;
   auto num = [](std::int64_t v) { return std::to_string(v); };
-  const rt::Bindings b{{"PRELUDE", rt::device_prelude(headers)},
-                       {"MMA", num(tf32_mma(g.math) ? 2 : g.math == GemmMath::f16 ? 1 : 0)},
-                       {"SPLIT", g.math == GemmMath::f32 ? "true" : "false"},
-                       {"MMA_OPS", rt::template_source("mma")},
-                       {"IN", std::string(cuda_storage_type(t))},
-                       {"BM", num(l.bm)},
-                       {"BN", num(l.bn)},
-                       {"STAGES", num(l.stages)},
-                       {"EPILOGUE", num(static_cast<int>(g.epilogue))},
-                       {"M", num(g.m)},
-                       {"N", num(g.n)},
-                       {"K", num(g.k)},
-                       {"LDA", num(g.lda)},
-                       {"LDB", num(g.ldb)},
-                       {"LDD", num(g.ldd)},
-                       {"BATCH_A", num(batched ? g.batch_a : 0)},
-                       {"BATCH_B", num(batched ? g.batch_b : 0)},
-                       {"BATCH_D", num(batched ? g.batch_d : 0)},
-                       {"A_MN", g.a_mn ? "true" : "false"},
-                       {"B_MN", g.b_mn ? "true" : "false"}};
+  rt::Bindings b = plain_product_bindings(l);
+  b.insert(b.end(), {{"PRELUDE", rt::device_prelude(headers)},
+                     {"MMA", num(tf32_mma(g.math)          ? 2
+                                 : g.math == GemmMath::f16 ? 1
+                                                           : 0)},
+                     {"SPLIT", g.math == GemmMath::f32 ? "true" : "false"},
+                     {"MMA_OPS", rt::template_source("mma")},
+                     {"IN", std::string(cuda_storage_type(t))},
+                     {"STAGES", num(l.stages)},
+                     {"BATCH_A", num(batched ? g.batch_a : 0)},
+                     {"BATCH_B", num(batched ? g.batch_b : 0)},
+                     {"BATCH_D", num(batched ? g.batch_d : 0)}});
   return rt::instantiate("gemm_mma", rt::template_source("gemm_mma"), b);
 }
 

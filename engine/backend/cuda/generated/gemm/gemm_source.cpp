@@ -66,6 +66,21 @@ std::string prelude_for(const GemmGeometry& g, const GemmHooks& h) {
 
 }  // namespace
 
+rt::Bindings plain_product_bindings(const GemmLaunch& l) {
+  const GemmGeometry& g = l.g;
+  return {{"BM", num(l.bm)},
+          {"BN", num(l.bn)},
+          {"EPILOGUE", num(static_cast<int>(g.epilogue))},
+          {"M", num(g.m)},
+          {"N", num(g.n)},
+          {"K", num(g.k)},
+          {"LDA", num(g.lda)},
+          {"LDB", num(g.ldb)},
+          {"LDD", num(g.ldd)},
+          {"A_MN", g.a_mn ? "true" : "false"},
+          {"B_MN", g.b_mn ? "true" : "false"}};
+}
+
 std::string source(const GemmLaunch& l) {
   if (l.kernel == GemmKernel::mma_sync) return mma_source(l);
   if (l.kernel == GemmKernel::ffma) return ffma_source(l);
