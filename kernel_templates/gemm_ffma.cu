@@ -1,106 +1,125 @@
-// Exact f32 GEMM on the CUDA cores (FFMA), generated per exact shape, for the small products
-// where the tensor cores' split (3xTF32) costs more than it saves: D (M x N, rows LDD apart) =
-// A (M x K) @ B (N x K)^T with the built-in epilogue (+ bias[column], then ReLU). A and B are
-// K-major (rows of k) or MN-major (rows of m or n, one per k). A block computes a BM x BN tile,
-// each thread 4 x 4 sums in registers. kStages tiles of BK k are in flight as cp.async copies
-// (16 bytes where rows allow, VEC_A/VEC_B; zero-filled past the matrix) into shared memory laid
-// out as stored: a K-major tile as rows of k, an MN-major one as rows of m or n. A thread's rows
-// of a K-major tile are 4 apart by BM/4 (BN/4), so a warp's 16-byte reads of them fall in
-// distinct banks; of an MN-major tile, 4 side by side, read as one vector. With SPLITK > 1 the k
-// tiles are split among blocks: each parks its partial tile, and the last of a tile's blocks
-// adds them in split order (the same bits every run) and applies the epilogue, so the product
-// is one kernel.
-${PRELUDE} KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS namespace {
-  constexpr int kBM = ${BM}, kBN = ${BN}, kSplitK = ${SPLITK}, kEpilogue = ${EPILOGUE};  // 1 + bias, 2 ReLU after
-  constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLda = ${LDA}, kLdb = ${LDB}, kLdd = ${LDD};
-  constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
-  constexpr int kVecA = ${VEC_A}, kVecB = ${VEC_B};  // floats a copy moves: 4 or 1
-  constexpr int kBK = 16, kStages = 4;
-  constexpr int kThreadsM = kBM / 4, kThreadsN = kBN / 4, kThreads = kThreadsM * kThreadsN;
-  constexpr int kKTiles = static_cast<int>((kK + kBK - 1) / kBK);
-  constexpr int kTilesPerSplit = (kKTiles + kSplitK - 1) / kSplitK;
-  static_assert(kThreads >= 32 && kThreads <= 256 && kThreads % 32 == 0, "tile needs whole warps");
+// GEMM on the CUDA cores (FFMA), generated per exact shape, for the small products where the
+// tensor cores' tiles cost more than they save: exact f32 (whose tensor-core form splits every
+// operand into three TF32 products), and 16-bit inputs whose k is short or whose rows are odd
+// (which TMA cannot read). D (M x N, rows LDD apart) = A (M x K) @ B (N x K)^T with f32 sums,
+// rounded once to D's dtype (the inputs'), with the built-in epilogue (+ bias[column], then
+// ReLU). A and B are K-major (rows of k) or MN-major (rows of m or n, one per k). A block
+// computes a BM x BN tile, each thread 4 x 4 sums in registers. kStages tiles of BK k are in
+// flight as cp.async copies of 4 elements where rows allow (VEC_A/VEC_B; zero-filled past the
+// matrix; odd 16-bit rows are copied by plain loads) into shared memory laid out as stored: a
+// K-major tile as rows of k, an MN-major one as rows of m or n. A thread's rows of a K-major
+// tile are 4 apart by BM/4 (BN/4), so a warp's vector reads of them fall in distinct banks; of
+// an MN-major tile, 4 side by side, read as one vector. With SPLITK > 1 the k tiles are split
+// among blocks: each parks its partial tile in f32, and the last of a tile's blocks adds them
+// in split order (the same bits every run) and applies the epilogue, so the product is one
+// kernel. (clang-format would join the placeholders' lines.)
+// clang-format off
+${PRELUDE}
+KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
+namespace {
 
-  __device__ unsigned int kiln_gemm_ffma_done[${TILES}];  // per tile: splits parked (reset by the last)
+using In = ${IN};
+constexpr int kBM = ${BM}, kBN = ${BN}, kSplitK = ${SPLITK}, kEpilogue = ${EPILOGUE};  // 1 + bias, 2 ReLU after
+constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLda = ${LDA}, kLdb = ${LDB}, kLdd = ${LDD};
+constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
+constexpr int kVecA = ${VEC_A}, kVecB = ${VEC_B};  // elements a copy moves: 4 or 1
+constexpr int kBK = 16, kStages = 4;
+constexpr int kThreadsM = kBM / 4, kThreadsN = kBN / 4, kThreads = kThreadsM * kThreadsN;
+constexpr int kKTiles = static_cast<int>((kK + kBK - 1) / kBK);
+constexpr int kTilesPerSplit = (kKTiles + kSplitK - 1) / kSplitK;
+static_assert(kThreads >= 32 && kThreads <= 256 && kThreads % 32 == 0, "tile needs whole warps");
 
-  __device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+__device__ unsigned int kiln_gemm_ffma_done[${TILES}];  // per tile: splits parked (reset by the last)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// kVec elements from src to dst (zeros where !valid): asynchronously where cp.async moves that
+// many bytes (4, 8 or 16), else by a plain load and store.
+template <int kVec>
+__device__ __forceinline__ void copy_async(In* dst, const In* src, bool valid) {
+  constexpr int kBytes = kVec * static_cast<int>(sizeof(In));
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+  else if constexpr (kBytes == 8)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 8 : 0));
+  else if constexpr (kBytes == 4)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0));
+  else
+    *dst = valid ? *src : kiln::cvt<In>(0.f);
+}
+
+// Four elements side by side in shared memory (8- or 16-byte aligned), as floats.
+__device__ __forceinline__ void read4(const In* p, float& a, float& b, float& c, float& d) {
+  if constexpr (sizeof(In) == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    a = f.x, b = f.y, c = f.z, d = f.w;
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const In* h = reinterpret_cast<const In*>(&u);
+    a = kiln::cvt<float>(h[0]), b = kiln::cvt<float>(h[1]), c = kiln::cvt<float>(h[2]), d = kiln::cvt<float>(h[3]);
   }
+}
 
-  template <int kBytes>
-  __device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
-    if constexpr (kBytes == 16)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-                   "r"(valid ? 16 : 0));
-    else
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0));
-  }
+// One operand: kR rows (m or n) of a kBK tile, stored as the matrix is (K-major: kR rows of kBK
+// k; MN-major: kBK rows of kR), rows padded by 4 elements.
+template <int kR, bool kMn, int kVec, long long kRows, long long kLd>
+struct Operand {
+  static constexpr int kLds = (kMn ? kR : kBK) + 4;
+  static constexpr int kElements = (kMn ? kBK : kR) * kLds;  // of a stage
+  static constexpr int kCopies = kR * kBK / kVec;
 
-  // One operand: kR rows (m or n) of a kBK tile, stored as the matrix is (K-major: kR rows of kBK
-  // k; MN-major: kBK rows of kR), rows padded by 4 floats.
-  template <int kR, bool kMn, int kVec, long long kRows, long long kLd>
-  struct Operand {
-    static constexpr int kLds = (kMn ? kR : kBK) + 4;
-    static constexpr int kFloats = (kMn ? kBK : kR) * kLds;  // of a stage
-    static constexpr int kCopies = kR * kBK / kVec;
-
-    // Queues k tile kt's copies into stage s.
-    __device__ __forceinline__ static void copy(float* s, const float* __restrict__ x, long long r0, int kt, int tid) {
-      const long long k0 = static_cast<long long>(kt) * kBK;
-      for (int idx = tid; idx < kCopies; idx += kThreads) {
-        int r, k;
-        if constexpr (kMn) {
-          k = idx / (kR / kVec), r = idx % (kR / kVec) * kVec;
-        } else {
-          r = idx / (kBK / kVec), k = idx % (kBK / kVec) * kVec;
-        }
-        const long long row = r0 + r, kk = k0 + k;
-        const bool in = row < kRows && kk < kK;
-        const float* src = in ? x + (kMn ? kk * kLd + row : row * kLd + kk) : x;
-        copy_async<kVec * 4>(s + (kMn ? k * kLds + r : r * kLds + k), src, in);
-      }
-    }
-
-    // The thread's 4 rows (t: its index along them) at k = kk..kk+3: v[i][q] is row i at k kk + q.
-    __device__ __forceinline__ static void read(const float* s, int t, int kk, float (&v)[4][4]) {
+  // Queues k tile kt's copies into stage s.
+  __device__ __forceinline__ static void copy(In* s, const In* __restrict__ x, long long r0, int kt, int tid) {
+    const long long k0 = static_cast<long long>(kt) * kBK;
+    for (int idx = tid; idx < kCopies; idx += kThreads) {
+      int r, k;
       if constexpr (kMn) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float4 f = *reinterpret_cast<const float4*>(s + (kk + q) * kLds + t * 4);
-          v[0][q] = f.x, v[1][q] = f.y, v[2][q] = f.z, v[3][q] = f.w;
-        }
+        k = idx / (kR / kVec), r = idx % (kR / kVec) * kVec;
       } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float4 f = *reinterpret_cast<const float4*>(s + (t + i * (kR / 4)) * kLds + kk);
-          v[i][0] = f.x, v[i][1] = f.y, v[i][2] = f.z, v[i][3] = f.w;
-        }
+        r = idx / (kBK / kVec), k = idx % (kBK / kVec) * kVec;
       }
+      const long long row = r0 + r, kk = k0 + k;
+      const bool in = row < kRows && kk < kK;
+      const In* src = in ? x + (kMn ? kk * kLd + row : row * kLd + kk) : x;
+      copy_async<kVec>(s + (kMn ? k * kLds + r : r * kLds + k), src, in);
     }
-
-    // The tile row of the thread's i-th row.
-    __device__ __forceinline__ static int row(int t, int i) { return kMn ? t * 4 + i : t + i * (kR / 4); }
-  };
-
-  using OperandA = Operand<kBM, kAMn, kVecA, kM, kLda>;
-  using OperandB = Operand<kBN, kBMn, kVecB, kN, kLdb>;
-
-  __device__ __forceinline__ void store(float* __restrict__ d, const float* __restrict__ bias, long long m, long long n,
-                                        float v) {
-    if (m >= kM || n >= kN) return;
-    if (kEpilogue >= 1) v += __ldg(bias + n);
-    if (kEpilogue == 2) v = kiln::math::relu(v);
-    d[m * kLdd + n] = v;
   }
+
+  // The thread's 4 rows (t: its index along them) at k = kk..kk+3: v[i][q] is row i at k kk + q.
+  __device__ __forceinline__ static void read(const In* s, int t, int kk, float (&v)[4][4]) {
+    if constexpr (kMn) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) read4(s + (kk + q) * kLds + t * 4, v[0][q], v[1][q], v[2][q], v[3][q]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) read4(s + (t + i * (kR / 4)) * kLds + kk, v[i][0], v[i][1], v[i][2], v[i][3]);
+    }
+  }
+
+  // The tile row of the thread's i-th row.
+  __device__ __forceinline__ static int row(int t, int i) { return kMn ? t * 4 + i : t + i * (kR / 4); }
+};
+
+using OperandA = Operand<kBM, kAMn, kVecA, kM, kLda>;
+using OperandB = Operand<kBN, kBMn, kVecB, kN, kLdb>;
+
+__device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__ bias, long long m, long long n, float v) {
+  if (m >= kM || n >= kN) return;
+  if (kEpilogue >= 1) v += kiln::cvt<float>(bias[n]);
+  if (kEpilogue == 2) v = kiln::math::relu(v);
+  kiln::store(d + m * kLdd + n, v);
+}
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads)
-    kiln_gemm_ffma(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ d,
-                   const float* __restrict__ bias, float* __restrict__ parts) {
+kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restrict__ d, const In* __restrict__ bias,
+               float* __restrict__ parts) {
   kiln::wait_prior_grids();
-  __shared__ __align__(16) float as[kStages][OperandA::kFloats];
-  __shared__ __align__(16) float bs[kStages][OperandB::kFloats];
+  __shared__ __align__(16) In as[kStages][OperandA::kElements];
+  __shared__ __align__(16) In bs[kStages][OperandB::kElements];
   const int tid = threadIdx.x, ty = tid / kThreadsN, tx = tid % kThreadsN;
   const long long m0 = static_cast<long long>(blockIdx.y) * kBM, n0 = static_cast<long long>(blockIdx.x) * kBN;
   const int split = blockIdx.z;
@@ -112,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
-      // kStages - 1 tiles in flight ahead of the one computed; a group per tile, empty past the end.
+  // kStages - 1 tiles in flight ahead of the one computed; a group per tile, empty past the end.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (kt0 + s < kt1) {
@@ -130,8 +149,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       OperandB::copy(bs[slot], b, n0, ahead, tid);
     }
     asm volatile("cp.async.commit_group;");
-    const float* sa = as[(kt - kt0) % kStages];
-    const float* sb = bs[(kt - kt0) % kStages];
+    const In* sa = as[(kt - kt0) % kStages];
+    const In* sb = bs[(kt - kt0) % kStages];
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 4) {
       float fa[4][4], fb[4][4];
@@ -174,3 +193,4 @@ extern "C" __global__ void __launch_bounds__(kThreads)
       store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), sum);
     }
 }
+// clang-format on

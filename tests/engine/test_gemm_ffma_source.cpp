@@ -1,9 +1,10 @@
-// The GEMM family's FFMA kind (exact f32 on the CUDA cores) compiles with NVRTC for sm_80 and
-// sm_90 in every tile, layout, epilogue and split, its sums in registers, and its plans size
+// The GEMM family's FFMA kind (f32 sums on the CUDA cores) compiles with NVRTC for sm_80 and
+// sm_90 in every input dtype, tile, layout, epilogue and split, its sums in registers, and its plans size
 // tiles and splits to the SMs and decline what it cannot take; runs without a GPU. GPU tests
 // check its results.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <string>
 
 #include "backend/cuda/generated/gemm/gemm_plan.h"
@@ -23,15 +24,15 @@ const kernels::GemmTarget kFfmaTarget{90, 132, 227 * 1024};
 
 // m x n x k with A and B K-major (or MN-major), packed.
 GemmGeometry ffma_product(std::int64_t m, std::int64_t n, std::int64_t k, bool a_mn = false, bool b_mn = false,
-                          GemmEpilogue e = GemmEpilogue::none) {
-  GemmGeometry g{m, n, k, a_mn ? m : k, b_mn ? n : k, n, GemmMath::f32, e};
+                          GemmEpilogue e = GemmEpilogue::none, GemmMath math = GemmMath::f32) {
+  GemmGeometry g{m, n, k, a_mn ? m : k, b_mn ? n : k, n, math, e};
   g.a_mn = a_mn, g.b_mn = b_mn;
   return g;
 }
 
 }  // namespace
 
-TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every tile, layout, epilogue and split") {
+TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every dtype, tile, layout, epilogue and split") {
   std::vector<kiln_test::CompileJob> jobs;
   auto add = [&](const std::optional<kernels::GemmLaunch>& l, int arch) {
     REQUIRE(l);
@@ -40,15 +41,18 @@ TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every tile, layout, 
     CHECK(rt::template_placeholders(src).empty());
     jobs.push_back(kiln_test::generated_job("check_gemm_ffma", src, "kiln_gemm_ffma", arch));
   };
-  // 4-float rows (16-byte loads) and odd ones (one float a load).
-  for (int layout = 0; layout < 4; ++layout)
-    for (GemmTile tile : {GemmTile{64, 64, 1}, GemmTile{32, 64, 4}, GemmTile{64, 16, 8}, GemmTile{16, 64, 2}}) {
-      const GemmEpilogue e = static_cast<GemmEpilogue>((layout + tile.splits) % 3);
-      add(kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 784, layout & 1, layout & 2, e), kFfmaTarget, tile),
-          90);
-      add(kernels::plan(GemmKernel::ffma, ffma_product(127, 10, 509, layout & 1, layout & 2, e), kFfmaTarget, tile),
-          90);
-    }
+  // Rows of multiples of 4 elements (copied 4 at a time) and odd ones (one at a time: by
+  // cp.async in f32, by plain loads in 16 bits).
+  for (GemmMath math : {GemmMath::f32, GemmMath::bf16, GemmMath::f16})
+    for (int layout = 0; layout < 4; ++layout)
+      for (GemmTile tile : {GemmTile{64, 64, 1}, GemmTile{32, 64, 4}, GemmTile{64, 16, 8}, GemmTile{16, 64, 2}}) {
+        if (math != GemmMath::f32 && tile.bm != 64) continue;
+        const GemmEpilogue e = static_cast<GemmEpilogue>((layout + tile.splits) % 3);
+        for (auto [m, n, k] : {std::array<std::int64_t, 3>{128, 512, 784}, {127, 10, 509}})
+          add(kernels::plan(GemmKernel::ffma, ffma_product(m, n, k, layout & 1, layout & 2, e, math), kFfmaTarget,
+                            tile),
+              90);
+      }
   add(kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 784), {80, 108, 163 * 1024}), 80);
   const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
   MESSAGE("gemm_ffma: " << r.text());
@@ -86,10 +90,12 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
   const auto alts = kernels::alternatives(*fwd, kFfmaTarget);
   CHECK_FALSE(alts.empty());
   for (const GemmTile& t : alts) CHECK(kernels::plan(GemmKernel::ffma, fwd->g, kFfmaTarget, t));
-  // Exact f32 only, one plain problem, no hooks; tiles of whole warps up to 64 x 64.
-  GemmGeometry bf16 = ffma_product(128, 512, 784);
-  bf16.math = GemmMath::bf16;
-  CHECK_FALSE(kernels::plan(GemmKernel::ffma, bf16, kFfmaTarget));
+  // f32, bf16 or f16 inputs (not TF32's), one plain problem, no hooks; tiles of whole warps up
+  // to 64 x 64.
+  CHECK(kernels::plan(GemmKernel::ffma, ffma_product(128, 10, 512, false, false, GemmEpilogue::bias, GemmMath::bf16),
+                      kFfmaTarget));
+  CHECK_FALSE(kernels::plan(GemmKernel::ffma,
+                            ffma_product(128, 10, 512, false, false, GemmEpilogue::bias, GemmMath::tf32), kFfmaTarget));
   GemmGeometry batched = ffma_product(128, 512, 784);
   batched.batch = 2, batched.batch_a = 128 * 784, batched.batch_b = 0, batched.batch_d = 128 * 512;
   CHECK_FALSE(kernels::plan(GemmKernel::ffma, batched, kFfmaTarget));
@@ -107,4 +113,15 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
   REQUIRE(odd);
   CHECK(kernels::operands_fit(*odd, {4100, 8196, 12292, 0}));
   CHECK_FALSE(kernels::operands_fit(*odd, {4100, 8194, 12292, 0}));
+  // 16-bit: 8-byte bases for rows copied 4 elements at a time, 2-byte ones for odd rows.
+  const auto half = kernels::plan(
+      GemmKernel::ffma, ffma_product(128, 512, 784, false, false, GemmEpilogue::none, GemmMath::bf16), kFfmaTarget);
+  REQUIRE(half);
+  CHECK(kernels::operands_fit(*half, {4104, 8200, 12290, 0}));
+  CHECK_FALSE(kernels::operands_fit(*half, {4100, 8200, 12290, 0}));
+  const auto odd_half = kernels::plan(
+      GemmKernel::ffma, ffma_product(127, 10, 509, false, false, GemmEpilogue::bias, GemmMath::f16), kFfmaTarget);
+  REQUIRE(odd_half);
+  CHECK(kernels::operands_fit(*odd_half, {4098, 8194, 12290, 16386}));
+  CHECK_FALSE(kernels::operands_fit(*odd_half, {4098, 8194, 12290, 16385}));
 }

@@ -220,10 +220,11 @@ TEST_CASE("mma.sync GEMMs match a double-precision product in every layout, tile
   MESSAGE(runs << " launches checked");
 }
 
-// The FFMA kind (exact f32 on the CUDA cores): every layout, epilogue and tile the tuner may
-// pick, k split among blocks, tails in m, n and k, padded rows, rows of odd lengths (one float a
-// load), the mlp's products and a 10-wide output. FFMA's f32 sums, in another order than f64's.
-TEST_CASE("FFMA GEMMs match a double-precision product in every layout, tile, split and epilogue") {
+// The FFMA kind (f32 sums on the CUDA cores): exact f32 in every layout, epilogue and tile the
+// tuner may pick, 16-bit inputs in every layout, k split among blocks, tails in m, n and k,
+// padded rows, rows of odd lengths (one element a copy), the mlp's products and a 10-wide
+// output. FFMA's f32 sums, in another order than f64's.
+TEST_CASE("FFMA GEMMs match a double-precision product in every dtype, layout, tile, split and epilogue") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
   std::vector<GemmGeometry> problems;
   for (int layout = 0; layout < 4; ++layout)
@@ -231,6 +232,15 @@ TEST_CASE("FFMA GEMMs match a double-precision product in every layout, tile, sp
       const bool a_mn = layout & 1, b_mn = layout & 2;
       problems.push_back({200, 136, 264, a_mn ? 208 : 272, b_mn ? 136 : 264, 139, GemmMath::f32, e, a_mn, b_mn});
       problems.push_back({127, 10, 509, a_mn ? 127 : 509, b_mn ? 10 : 509, 10, GemmMath::f32, e, a_mn, b_mn});
+    }
+  // 16-bit inputs, f32 sums rounded once: rows of 4-element multiples and odd ones.
+  for (GemmMath math : {GemmMath::bf16, GemmMath::f16})
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool a_mn = layout & 1, b_mn = layout & 2;
+      problems.push_back(
+          {200, 136, 264, a_mn ? 208 : 272, b_mn ? 136 : 264, 139, math, GemmEpilogue::bias, a_mn, b_mn});
+      problems.push_back(
+          {127, 10, 509, a_mn ? 127 : 509, b_mn ? 10 : 509, 10, math, GemmEpilogue::relu_bias, a_mn, b_mn});
     }
   problems.push_back({128, 512, 784, 784, 784, 512, GemmMath::f32, GemmEpilogue::relu_bias});  // the mlp's forward
   problems.push_back({128, 512, 10, 10, 512, 512, GemmMath::f32, GemmEpilogue::none, false, true});   // its head's dx

@@ -209,14 +209,16 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   return name;
 }
 
-// Exact f32 products of up to 2^27 multiply-adds: the generated FFMA kernel (one launch, its
-// split-K sums in the kernel) is timed beside cuBLASLt's algorithms even where generated
-// kernels are not (KILN_TUNE=auto), its heuristic tile alone: one compile of about 0.1 s. Where
-// cuBLASLt's pick is split in two launches it often wins (the tuner's logs, same call).
+// Products small enough that the generated FFMA kernel (one launch, its split-K sums in the
+// kernel) is timed beside cuBLASLt's algorithms even where generated kernels are not
+// (KILN_TUNE=auto), its heuristic tile alone, one compile of about 0.1 s: exact f32 up to 2^27
+// multiply-adds, where cuBLASLt's picks are often split in two launches; 16-bit up to 2^24, the
+// narrow products (an output layer's, k of a few columns) that TMA's tiles pad most.
 bool ffma_measured(const LtMatmul& g) {
-  constexpr double kMostMacs = 1 << 27;
-  return g.dtype == DType::f32 && !allow_tf32() && out_dtype(g) == DType::f32 &&
-         static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) <= kMostMacs;
+  const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
+  if (out_dtype(g) != g.dtype) return false;
+  if (g.dtype == DType::f32) return !allow_tf32() && macs <= 1 << 27;
+  return (g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24;
 }
 
 rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
@@ -256,30 +258,32 @@ std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
   return geo;
 }
 
-// The generated launches worth timing beside cuBLASLt's: under KILN_TUNE=on every tile (they
-// compile first); otherwise those a stored choice names, or ffma_measured's one. Exact f32
-// takes the FFMA kind, 16-bit and TF32 the tensor cores'.
+// The generated launches worth timing beside cuBLASLt's: under KILN_TUNE=on every tile of every
+// kind that applies (they compile first); otherwise the tiles of a kind a stored choice names,
+// or ffma_measured's one. Exact f32 runs on the CUDA cores; 16-bit and TF32 on the tensor cores
+// (sm_90: the warpgroup kernels; sm_80 to sm_89: the mma.sync ones), small 16-bit products on
+// the CUDA cores too.
 std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey& key, int device) {
   const std::optional<GemmGeometry> geo = generated_geometry(g);
-  if (!geo) return {};
   const rt::TuneMode mode = rt::tune_mode();
-  if (mode == rt::TuneMode::off) return {};
+  if (!geo || mode == rt::TuneMode::off) return {};
   const GemmTarget target = gemm_target(device);
-  // sm_90: the warpgroup kernels; sm_80 to sm_89: the mma.sync ones.
-  const GemmKernel kind = geo->math == GemmMath::f32 ? GemmKernel::ffma
-                          : target.arch >= 90        ? GemmKernel::wgmma
-                                                     : GemmKernel::mma_sync;
-  const bool heuristic_alone = mode != rt::TuneMode::on && ffma_measured(g);
-  if (mode != rt::TuneMode::on && !heuristic_alone) {
-    const std::optional<rt::TuneChoice> c = rt::find_choice(key);
-    if (!c || c->variant.rfind(std::string(kernel_name(kind)) + " ", 0) != 0) return {};
+  std::vector<GemmKernel> kinds;
+  if (geo->math != GemmMath::f32) kinds.push_back(target.arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync);
+  if (ffma_measured(g) || geo->math == GemmMath::f32) kinds.push_back(GemmKernel::ffma);
+  const std::optional<rt::TuneChoice> c = mode == rt::TuneMode::on ? std::nullopt : rt::find_choice(key);
+  std::vector<GemmLaunch> out;
+  for (GemmKernel kind : kinds) {
+    const bool named = c && c->variant.rfind(std::string(kernel_name(kind)) + " ", 0) == 0;
+    const bool heuristic_alone = kind == GemmKernel::ffma && ffma_measured(g);
+    if (mode != rt::TuneMode::on && !named && !heuristic_alone) continue;
+    const std::optional<GemmLaunch> h = plan(kind, *geo, target);
+    if (!h) continue;
+    out.push_back(*h);
+    if (mode == rt::TuneMode::on || named)
+      for (GemmTile tile : alternatives(*h, target))
+        if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
   }
-  const std::optional<GemmLaunch> h = plan(kind, *geo, target);
-  if (!h) return {};
-  std::vector<GemmLaunch> out{*h};
-  if (!heuristic_alone)
-    for (GemmTile tile : alternatives(*h, target))
-      if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
   const GemmOperands ops{g.b, g.a, g.d, g.bias};
   std::erase_if(out, [&](const GemmLaunch& l) { return !operands_fit(l, ops); });
   return out;

@@ -1,7 +1,7 @@
-// The GEMM family's FFMA kind (kernel_templates/gemm_ffma.cu): exact f32 plain products on the
-// CUDA cores, any arch, A and B K-major or MN-major, the built-in epilogues, k split among
-// blocks whose partials the last of a tile adds in order (one kernel). Its plan, tile
-// alternatives, source, operand check and launch.
+// The GEMM family's FFMA kind (kernel_templates/gemm_ffma.cu): plain products on the CUDA cores
+// with f32 sums (exact f32, or bf16/f16 inputs), any arch, A and B K-major or MN-major, the
+// built-in epilogues, k split among blocks whose partials the last of a tile adds in order (one
+// kernel). Its plan, tile alternatives, source, operand check and launch.
 #include <algorithm>
 #include <string>
 
@@ -17,8 +17,8 @@ namespace {
 constexpr int kFfmaBK = 16;  // k per staged tile, as the template's kBK
 constexpr int kMostSplits = 16;
 
-// Whether an operand's rows are read 16 bytes a load: the contiguous dimension and the row
-// stride multiples of 4 floats (the base's alignment is operands_fit's).
+// Whether an operand's rows are copied 4 elements at a time: the contiguous dimension and the row
+// stride multiples of 4 (the base's alignment is operands_fit's).
 bool vectors_fit(bool mn, std::int64_t rows, std::int64_t k, std::int64_t ld) {
   return (mn ? rows : k) % 4 == 0 && ld % 4 == 0;
 }
@@ -42,7 +42,7 @@ std::int64_t filling_splits(std::int64_t tiles, std::int64_t k_tiles, const Gemm
 // half the SMs idle; k split so that the blocks fill the SMs once, each split keeping two or
 // more k tiles.
 std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
-  if (g.math != GemmMath::f32 || g.conv || g.hooks.epilogue || g.hooks.prologue || g.batch != 1 || tile.transposed)
+  if (g.math == GemmMath::tf32 || g.conv || g.hooks.epilogue || g.hooks.prologue || g.batch != 1 || tile.transposed)
     return std::nullopt;
   if (g.m < 1 || g.n < 1 || g.k < 1 || g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n)
     return std::nullopt;
@@ -92,7 +92,9 @@ std::string ffma_source(const GemmLaunch& l) {
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const bool vec_a = vectors_fit(g.a_mn, g.m, g.k, g.lda), vec_b = vectors_fit(g.b_mn, g.n, g.k, g.ldb);
   rt::Bindings b = plain_product_bindings(l);
-  b.insert(b.end(), {{"PRELUDE", rt::device_prelude(DTypes{DType::f32})},
+  const DType t = input_dtype(g.math);
+  b.insert(b.end(), {{"PRELUDE", rt::device_prelude(DTypes{t})},
+                     {"IN", std::string(cuda_storage_type(t))},
                      {"SPLITK", num(l.splits)},
                      {"VEC_A", vec_a ? "4" : "1"},
                      {"VEC_B", vec_b ? "4" : "1"},
@@ -100,10 +102,11 @@ std::string ffma_source(const GemmLaunch& l) {
   return rt::instantiate("gemm_ffma", rt::template_source("gemm_ffma"), b);
 }
 
-// 16-byte bases where the kernel copies 16 bytes at a time; 4-byte ones elsewhere.
+// Bases aligned to 4 elements where the kernel copies 4 at a time, to one elsewhere.
 bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const GemmGeometry& g = l.g;
-  auto aligned = [](rt::DevicePtr p, bool vec) { return p != 0 && p % (vec ? 16 : 4) == 0; };
+  const std::uint64_t size = dtype_size(input_dtype(g.math));
+  auto aligned = [size](rt::DevicePtr p, bool vec) { return p != 0 && p % ((vec ? 4 : 1) * size) == 0; };
   return aligned(ops.a, vectors_fit(g.a_mn, g.m, g.k, g.lda)) && aligned(ops.b, vectors_fit(g.b_mn, g.n, g.k, g.ldb)) &&
          aligned(ops.d, false) && (g.epilogue == GemmEpilogue::none || aligned(ops.bias, false));
 }

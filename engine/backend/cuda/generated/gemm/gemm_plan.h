@@ -113,7 +113,7 @@ struct GemmOperands {
 enum class GemmKernel {
   wgmma = 0,     // sm_90a: TMA loads, warpgroup MMA, producer/consumer warpgroups, persistent (gemm_wgmma.cu)
   mma_sync = 1,  // sm_80+: multistage cp.async, ldmatrix fragments, mma.sync; plain products only (gemm_mma.cu)
-  ffma = 2,      // any arch: exact f32 on the CUDA cores, k split with the sums in the kernel (gemm_ffma.cu)
+  ffma = 2,      // any arch: CUDA cores (exact f32, 16-bit), k split with the sums in the kernel (gemm_ffma.cu)
 };
 const char* kernel_name(GemmKernel k);  // "wgmma", "mma", "ffma"
 
