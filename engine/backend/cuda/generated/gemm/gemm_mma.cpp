@@ -73,11 +73,10 @@ std::string mma_source(const GemmLaunch& l) {
   const DTypes headers = t == DType::f32 ? DTypes{DType::f32, mma_type} : DTypes{t};
   const bool batched = g.batch > 1;
   auto num = [](std::int64_t v) { return std::to_string(v); };
+  const int mma = tf32_mma(g.math) ? 2 : g.math == GemmMath::f16 ? 1 : 0;  // the template's MMA
   rt::Bindings b = plain_product_bindings(l);
   b.insert(b.end(), {{"PRELUDE", rt::device_prelude(headers)},
-                     {"MMA", num(tf32_mma(g.math)          ? 2
-                                 : g.math == GemmMath::f16 ? 1
-                                                           : 0)},
+                     {"MMA", num(mma)},
                      {"SPLIT", g.math == GemmMath::f32 ? "true" : "false"},
                      {"MMA_OPS", rt::template_source("mma")},
                      {"IN", std::string(cuda_storage_type(t))},
