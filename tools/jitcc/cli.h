@@ -100,6 +100,9 @@ void add_dump(CLI::App& app, Context& ctx);
 void add_show(CLI::App& app, Context& ctx);
 // jitcc show --plan FILE: the plan's compiled steps, group by group (cmd_show_steps.cpp).
 int show_plan_steps(const std::string& file, const Common& common);
+// jitcc show --tune [FILTER] (cmd_show_tune.cpp): the cache's choices by measurement whose
+// problem contains `filter`, each candidate's time.
+int show_tune_choices(const std::string& filter, const Common& common);
 void add_verify(CLI::App& app, Context& ctx);
 void add_gc(CLI::App& app, Context& ctx);
 void add_clear(CLI::App& app, Context& ctx);

@@ -1,5 +1,6 @@
 // jitcc show: the instantiated source of one (op, dtypes, variant), or its PTX compiled
-// on the spot (--plan: a plan's compiled steps, cmd_show_steps.cpp). Registered ops never touch the cache; a kernel
+// on the spot (--plan: a plan's compiled steps, cmd_show_steps.cpp; --tune: the remembered
+// choices by measurement, cmd_show_tune.cpp). Registered ops never touch the cache; a kernel
 // made at run time (fused, user defined) is read from it, by op or label, and the cache is never written.
 #include <algorithm>
 #include <memory>
@@ -21,6 +22,7 @@ struct ShowArgs {
   bool ptx = false;
   std::string arch = "auto";
   std::optional<std::string> plan;  // --plan FILE: its steps' groups instead of a kernel
+  bool tune = false;                // --tune: the cache's choices by measurement (op: a filter)
 };
 
 kiln::DTypes parse_dtypes(const std::string& text) {
@@ -89,6 +91,13 @@ int show_cached(const rt::Entry& e, const ShowArgs& a, const Common& common) {
 }
 
 int run_show(const ShowArgs& a, const Common& common) {
+  if (a.tune) {
+    if (a.plan || a.dtypes || a.variant || a.ptx)
+      throw UsageError(
+          "show --tune prints the cache's choices by measurement; it takes a filter, not --plan, "
+          "--dtypes, --variant or --ptx");
+    return show_tune_choices(a.op, common);
+  }
   if (a.plan) {
     if (!a.op.empty() || a.dtypes || a.variant || a.ptx)
       throw UsageError("show --plan prints a plan's compiled steps; it takes no op, --dtypes, --variant or --ptx");
@@ -143,8 +152,14 @@ void add_show(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand(
       "show",
       "Print one kernel's instantiated source (or PTX); a kernel made at run time comes from the cache. "
-      "With --plan FILE: the compiled steps of a kernel plan, group by group");
-  sub->add_option("op", args->op, "Op name, or a cached kernel's op or label, e.g. \"fused(mul,add) f32\"");
+      "With --plan FILE: the compiled steps of a kernel plan, group by group. With --tune [FILTER]: the "
+      "choices by measurement the cache remembers, each candidate's time");
+  sub->add_option("op", args->op,
+                  "Op name, or a cached kernel's op or label, e.g. \"fused(mul,add) f32\"; with --tune, text the "
+                  "choices' problems must contain");
+  sub->add_flag("--tune", args->tune,
+                "Print the cache's choices by measurement (KILN_TUNE, jitcc tune): each product's or conv's "
+                "candidates, fastest first, and the one that runs");
   sub->add_option("--plan", args->plan,
                   "A kernel plan (mnist-train --kernel-plan): print its compiled steps' fusion groups")
       ->check(not_a_flag());

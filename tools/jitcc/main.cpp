@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
       "                                              cache DIR recorded (e.g. a training run's) for sm_80\n"
       "  jitcc list                                  fused kernels show as e.g. fused(mul,add,relu) f32\n"
       "  jitcc show 'fused(mul,add,relu) f32'        the source of a kernel made at run time, from the cache\n"
-      "  jitcc show --plan run.plan                  a planned run's compiled steps, group by group");
+      "  jitcc show --plan run.plan                  a planned run's compiled steps, group by group\n"
+      "  jitcc show --tune 'n512'                    the tuner's choices for problems with n512: every\n"
+      "                                              candidate's time, and the one that runs");
   jitcc::Context ctx;
   jitcc::add_warm(app, ctx);
   jitcc::add_list(app, ctx);
