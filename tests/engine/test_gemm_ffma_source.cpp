@@ -8,8 +8,7 @@
 #include <string>
 
 #include "backend/cuda/generated/gemm/gemm_plan.h"
-#include "compile_check.h"
-#include "kiln/runtime/templates.h"
+#include "gemm_plain_sources.h"
 
 using namespace kiln;
 using kernels::GemmEpilogue;
@@ -17,29 +16,18 @@ using kernels::GemmGeometry;
 using kernels::GemmKernel;
 using kernels::GemmMath;
 using kernels::GemmTile;
+using kiln_test::packed_product;
 
 namespace {
 
 const kernels::GemmTarget kFfmaTarget{90, 132, 227 * 1024};
-
-// m x n x k with A and B K-major (or MN-major), packed.
-GemmGeometry ffma_product(std::int64_t m, std::int64_t n, std::int64_t k, bool a_mn = false, bool b_mn = false,
-                          GemmEpilogue e = GemmEpilogue::none, GemmMath math = GemmMath::f32) {
-  GemmGeometry g{m, n, k, a_mn ? m : k, b_mn ? n : k, n, math, e};
-  g.a_mn = a_mn, g.b_mn = b_mn;
-  return g;
-}
 
 }  // namespace
 
 TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every dtype, tile, layout, epilogue and split") {
   std::vector<kiln_test::CompileJob> jobs;
   auto add = [&](const std::optional<kernels::GemmLaunch>& l, int arch) {
-    REQUIRE(l);
-    CHECK(l->kernel == GemmKernel::ffma);
-    const std::string src = kernels::source(*l);
-    CHECK(rt::template_placeholders(src).empty());
-    jobs.push_back(kiln_test::generated_job("check_gemm_ffma", src, "kiln_gemm_ffma", arch));
+    kiln_test::add_launch_job(jobs, l, GemmKernel::ffma, arch);
   };
   // Rows of multiples of 4 elements (copied 4 at a time) and odd ones (one at a time: by
   // cp.async in f32, by plain loads in 16 bits).
@@ -49,42 +37,35 @@ TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every dtype, tile, l
         if (math != GemmMath::f32 && tile.bm != 64) continue;
         const GemmEpilogue e = static_cast<GemmEpilogue>((layout + tile.splits) % 3);
         for (auto [m, n, k] : {std::array<std::int64_t, 3>{128, 512, 784}, {127, 10, 509}})
-          add(kernels::plan(GemmKernel::ffma, ffma_product(m, n, k, layout & 1, layout & 2, e, math), kFfmaTarget,
+          add(kernels::plan(GemmKernel::ffma, packed_product(m, n, k, math, layout & 1, layout & 2, e), kFfmaTarget,
                             tile),
               90);
       }
-  add(kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 784), {80, 108, 163 * 1024}), 80);
-  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
-  MESSAGE("gemm_ffma: " << r.text());
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    CAPTURE(i);
-    const kiln_test::CompileOutcome& o = r.outcomes[i];
-    CHECK_MESSAGE(o.error.empty(), o.error);
-    CHECK(o.cubin.size() > 0);
-    for (const char* needle : {"fma.rn.f32", "cp.async", "kiln_gemm_ffma"})
-      CHECK(o.ptx.find(needle) != std::string::npos);
-    CHECK(o.ptx.find("__local_depot") == std::string::npos);  // the sums stay in registers
-  }
+  add(kernels::plan(GemmKernel::ffma, packed_product(128, 512, 784, GemmMath::f32), {80, 108, 163 * 1024}), 80);
+  kiln_test::check_launch_jobs(jobs, GemmKernel::ffma, {"fma.rn.f32", "cp.async"});
 }
 
 TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is declined") {
   // The mlp's 128 x 784 -> 512 forward: 64-wide tiles, 32 high (16 tiles of 64 fill an eighth
   // of the SMs), k split 4 ways (49 k tiles, 13 a split).
   const auto fwd =
-      kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 784, false, false, GemmEpilogue::relu_bias), kFfmaTarget);
+      kernels::plan(GemmKernel::ffma,
+                    packed_product(128, 512, 784, GemmMath::f32, false, false, GemmEpilogue::relu_bias), kFfmaTarget);
   REQUIRE(fwd);
   CHECK((fwd->bm == 32 && fwd->bn == 64 && fwd->splits == 4 && fwd->grid == 128));
   CHECK(fwd->text() == "ffma 32x64 s4 k4");
   CHECK_FALSE(kernels::split_k(*fwd));  // no second kernel: the last block of a tile sums
   // Ten columns: tiles 16 wide and 64 high, k split up to 16 ways, two k tiles a split or more.
-  const auto head = kernels::plan(GemmKernel::ffma, ffma_product(128, 10, 512), kFfmaTarget);
+  const auto head = kernels::plan(GemmKernel::ffma, packed_product(128, 10, 512, GemmMath::f32), kFfmaTarget);
   REQUIRE(head);
   CHECK((head->bm == 64 && head->bn == 16 && head->splits == 16));
-  const auto shallow = kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 10, false, true), kFfmaTarget);
+  const auto shallow =
+      kernels::plan(GemmKernel::ffma, packed_product(128, 512, 10, GemmMath::f32, false, true), kFfmaTarget);
   REQUIRE(shallow);
   CHECK(shallow->splits == 1);  // one k tile
   // Every split gets k tiles: 7 asked of 10 k tiles is 5 of 2.
-  const auto uneven = kernels::plan(GemmKernel::ffma, ffma_product(64, 64, 160), kFfmaTarget, GemmTile{64, 64, 7});
+  const auto uneven =
+      kernels::plan(GemmKernel::ffma, packed_product(64, 64, 160, GemmMath::f32), kFfmaTarget, GemmTile{64, 64, 7});
   REQUIRE(uneven);
   CHECK(uneven->splits == 5);
   const auto alts = kernels::alternatives(*fwd, kFfmaTarget);
@@ -92,35 +73,37 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
   for (const GemmTile& t : alts) CHECK(kernels::plan(GemmKernel::ffma, fwd->g, kFfmaTarget, t));
   // f32, bf16 or f16 inputs (not TF32's), one plain problem, no hooks; tiles of whole warps up
   // to 64 x 64.
-  CHECK(kernels::plan(GemmKernel::ffma, ffma_product(128, 10, 512, false, false, GemmEpilogue::bias, GemmMath::bf16),
+  CHECK(kernels::plan(GemmKernel::ffma, packed_product(128, 10, 512, GemmMath::bf16, false, false, GemmEpilogue::bias),
                       kFfmaTarget));
-  CHECK_FALSE(kernels::plan(GemmKernel::ffma,
-                            ffma_product(128, 10, 512, false, false, GemmEpilogue::bias, GemmMath::tf32), kFfmaTarget));
-  GemmGeometry batched = ffma_product(128, 512, 784);
+  CHECK_FALSE(kernels::plan(
+      GemmKernel::ffma, packed_product(128, 10, 512, GemmMath::tf32, false, false, GemmEpilogue::bias), kFfmaTarget));
+  GemmGeometry batched = packed_product(128, 512, 784, GemmMath::f32);
   batched.batch = 2, batched.batch_a = 128 * 784, batched.batch_b = 0, batched.batch_d = 128 * 512;
   CHECK_FALSE(kernels::plan(GemmKernel::ffma, batched, kFfmaTarget));
-  GemmGeometry hooked = ffma_product(128, 512, 784);
+  GemmGeometry hooked = packed_product(128, 512, 784, GemmMath::f32);
   hooked.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f"};
   CHECK_FALSE(kernels::plan(GemmKernel::ffma, hooked, kFfmaTarget));
-  CHECK_FALSE(kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 784), kFfmaTarget, GemmTile{16, 16}));
-  CHECK_FALSE(kernels::plan(GemmKernel::ffma, ffma_product(128, 512, 784), kFfmaTarget, GemmTile{128, 64}));
+  CHECK_FALSE(
+      kernels::plan(GemmKernel::ffma, packed_product(128, 512, 784, GemmMath::f32), kFfmaTarget, GemmTile{16, 16}));
+  CHECK_FALSE(
+      kernels::plan(GemmKernel::ffma, packed_product(128, 512, 784, GemmMath::f32), kFfmaTarget, GemmTile{128, 64}));
   // Operands: 16-byte bases where rows are copied 16 bytes at a time, 4-byte ones elsewhere.
   kernels::GemmOperands ops{4096, 8192, 12288, 16384};
   CHECK(kernels::operands_fit(*fwd, ops));
   ops.a += 4;
   CHECK_FALSE(kernels::operands_fit(*fwd, ops));
-  const auto odd = kernels::plan(GemmKernel::ffma, ffma_product(127, 10, 509), kFfmaTarget);
+  const auto odd = kernels::plan(GemmKernel::ffma, packed_product(127, 10, 509, GemmMath::f32), kFfmaTarget);
   REQUIRE(odd);
   CHECK(kernels::operands_fit(*odd, {4100, 8196, 12292, 0}));
   CHECK_FALSE(kernels::operands_fit(*odd, {4100, 8194, 12292, 0}));
   // 16-bit: 8-byte bases for rows copied 4 elements at a time, 2-byte ones for odd rows.
   const auto half = kernels::plan(
-      GemmKernel::ffma, ffma_product(128, 512, 784, false, false, GemmEpilogue::none, GemmMath::bf16), kFfmaTarget);
+      GemmKernel::ffma, packed_product(128, 512, 784, GemmMath::bf16, false, false, GemmEpilogue::none), kFfmaTarget);
   REQUIRE(half);
   CHECK(kernels::operands_fit(*half, {4104, 8200, 12290, 0}));
   CHECK_FALSE(kernels::operands_fit(*half, {4100, 8200, 12290, 0}));
   const auto odd_half = kernels::plan(
-      GemmKernel::ffma, ffma_product(127, 10, 509, false, false, GemmEpilogue::bias, GemmMath::f16), kFfmaTarget);
+      GemmKernel::ffma, packed_product(127, 10, 509, GemmMath::f16, false, false, GemmEpilogue::bias), kFfmaTarget);
   REQUIRE(odd_half);
   CHECK(kernels::operands_fit(*odd_half, {4098, 8194, 12290, 16386}));
   CHECK_FALSE(kernels::operands_fit(*odd_half, {4098, 8194, 12290, 16385}));

@@ -7,8 +7,7 @@
 #include <string>
 
 #include "backend/cuda/generated/gemm/gemm_plan.h"
-#include "compile_check.h"
-#include "kiln/runtime/templates.h"
+#include "gemm_plain_sources.h"
 
 using namespace kiln;
 using kernels::GemmEpilogue;
@@ -16,76 +15,57 @@ using kernels::GemmGeometry;
 using kernels::GemmKernel;
 using kernels::GemmMath;
 using kernels::GemmTile;
+using kiln_test::packed_product;
 
 namespace {
 
 const kernels::GemmTarget kAmpere{80, 108, 163 * 1024}, kAda{89, 128, 99 * 1024};
-
-// m x n x k with A and B K-major (or MN-major), packed.
-GemmGeometry product(std::int64_t m, std::int64_t n, std::int64_t k, GemmMath math, bool a_mn = false,
-                     bool b_mn = false, GemmEpilogue e = GemmEpilogue::none) {
-  GemmGeometry g{m, n, k, a_mn ? m : k, b_mn ? n : k, n, math, e};
-  g.a_mn = a_mn, g.b_mn = b_mn;
-  return g;
-}
 
 }  // namespace
 
 TEST_CASE("mma.sync GEMM kernels compile for sm_80-sm_90 in every arithmetic, tile, layout and epilogue") {
   std::vector<kiln_test::CompileJob> jobs;
   auto add = [&](const std::optional<kernels::GemmLaunch>& l, int arch) {
-    REQUIRE(l);
-    CHECK(l->kernel == GemmKernel::mma_sync);
-    const std::string src = kernels::source(*l);
-    CHECK(rt::template_placeholders(src).empty());
-    jobs.push_back(kiln_test::generated_job("check_gemm_mma", src, "kiln_gemm_mma", arch));
+    kiln_test::add_launch_job(jobs, l, GemmKernel::mma_sync, arch);
   };
   for (GemmMath math : {GemmMath::bf16, GemmMath::f16, GemmMath::tf32, GemmMath::f32})
     for (int layout = 0; layout < (kernels::tf32_mma(math) ? 1 : 4); ++layout)
       for (GemmTile tile : {GemmTile{128, 128}, GemmTile{64, 64}}) {
         const GemmEpilogue e = tile.bm == 64 ? GemmEpilogue::relu_bias : GemmEpilogue::none;
-        add(kernels::plan(GemmKernel::mma_sync, product(1000, 296, 520, math, layout & 1, layout & 2, e), kAmpere, tile),
+        add(kernels::plan(GemmKernel::mma_sync, packed_product(1000, 296, 520, math, layout & 1, layout & 2, e),
+                          kAmpere, tile),
             80);
       }
   // A batch, on the other archs (sm_86 and sm_89 have less shared memory: fewer stages).
-  GemmGeometry batch = product(96, 64, 256, GemmMath::bf16, false, true);
+  GemmGeometry batch = packed_product(96, 64, 256, GemmMath::bf16, false, true);
   batch.batch = 3, batch.batch_a = 0, batch.batch_b = 256 * 64, batch.batch_d = 96 * 64;
   for (int arch : {86, 89, 90}) add(kernels::plan(GemmKernel::mma_sync, batch, {arch, 84, 99 * 1024}), arch);
-  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
-  MESSAGE("gemm_mma: " << r.text());
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
-    CAPTURE(i);
-    const kiln_test::CompileOutcome& o = r.outcomes[i];
-    CHECK_MESSAGE(o.error.empty(), o.error);
-    CHECK(o.cubin.size() > 0);
-    for (const char* needle : {"mma.sync.aligned", "cp.async.cg.shared.global", "ldmatrix.sync.aligned", "kiln_gemm_mma"})
-      CHECK(o.ptx.find(needle) != std::string::npos);
-    CHECK(o.ptx.find("__local_depot") == std::string::npos);  // the accumulators stay in registers
-  }
+  kiln_test::check_launch_jobs(jobs, GemmKernel::mma_sync,
+                               {"mma.sync.aligned", "cp.async.cg.shared.global", "ldmatrix.sync.aligned"});
 }
 
 TEST_CASE("mma.sync GEMM plans: tiles and stages follow the shape and the arch; the rest is declined") {
-  const auto big = kernels::plan(GemmKernel::mma_sync, product(4096, 4096, 4096, GemmMath::bf16), kAmpere);
+  const auto big = kernels::plan(GemmKernel::mma_sync, packed_product(4096, 4096, 4096, GemmMath::bf16), kAmpere);
   REQUIRE(big);
   CHECK((big->bm == 128 && big->bn == 128 && big->stages == 4));
   CHECK(big->text() == "mma 128x128 s4");
-  const auto small = kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::bf16), kAmpere);
+  const auto small = kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 512, GemmMath::bf16), kAmpere);
   REQUIRE(small);
   CHECK((small->bm == 64 && small->bn == 64));  // 16 tiles of 64 fill more SMs than 4 of 128
-  const auto ada = kernels::plan(GemmKernel::mma_sync, product(4096, 4096, 4096, GemmMath::tf32), kAda);
+  const auto ada = kernels::plan(GemmKernel::mma_sync, packed_product(4096, 4096, 4096, GemmMath::tf32), kAda);
   REQUIRE(ada);
   CHECK(ada->stages == 3);  // 32 KiB a stage in 99 KiB
   CHECK(kernels::alternatives(*big, kAmpere).size() == 3);
   // TF32 and exact f32 read K-major only; 16-byte chunks must tile k (K-major) or m and n
   // (MN-major); no hooks or convolution modes; nothing before sm_80.
-  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::tf32, true), kAmpere));
-  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 500, GemmMath::bf16), kAmpere));
-  CHECK(kernels::plan(GemmKernel::mma_sync, product(256, 256, 504, GemmMath::bf16), kAmpere));
-  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(250, 256, 512, GemmMath::bf16, true), kAmpere));
-  CHECK(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::f32), kAmpere));
-  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::f32, false, true), kAmpere));
-  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, product(256, 256, 512, GemmMath::bf16), {75, 40, 64 * 1024}));
-  GemmGeometry hooked = product(256, 256, 512, GemmMath::bf16);
+  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 512, GemmMath::tf32, true), kAmpere));
+  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 500, GemmMath::bf16), kAmpere));
+  CHECK(kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 504, GemmMath::bf16), kAmpere));
+  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, packed_product(250, 256, 512, GemmMath::bf16, true), kAmpere));
+  CHECK(kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 512, GemmMath::f32), kAmpere));
+  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 512, GemmMath::f32, false, true), kAmpere));
+  CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, packed_product(256, 256, 512, GemmMath::bf16), {75, 40, 64 * 1024}));
+  GemmGeometry hooked = packed_product(256, 256, 512, GemmMath::bf16);
   hooked.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f"};
   CHECK_FALSE(kernels::plan(GemmKernel::mma_sync, hooked, kAmpere));
 }
