@@ -30,6 +30,10 @@ std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str
 
 int cuda_device_count() { return rt::device_count(); }
 
+void open_device_async(Device d) {
+  if (d.is_cuda()) rt::open_device_async(d.index());
+}
+
 void synchronize(Device d) {
   if (d.is_cuda()) rt::default_stream(d.index()).synchronize();
 }

@@ -243,6 +243,8 @@ int main(int argc, char** argv) {
       o.device = dist.group->device();
     } else {
       o.device = pick_device(device);
+      // The context opens while the run plans, compiles and loads its data: none of them needs it.
+      if (o.device.is_cuda() && !plan_only) open_device_async(o.device);
     }
     if (!plan_file.empty() && (!o.device.is_cuda() || o.eval_only))
       throw ValueError("[mnist-train] --kernel-plan lists GPU kernels: it needs a CUDA device and a training run");

@@ -4,13 +4,16 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "check.h"
 #include "driver.h"
-#include "memory_cache.h"
 #include "kiln/error.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
+#include "memory_cache.h"
 
 namespace kiln::rt {
 
@@ -24,10 +27,11 @@ struct Once {
 };
 
 struct DeviceSlot {
-  Once info_once, ctx_once, stream_once;
+  Once info_once, ctx_once, stream_once, unbacked_once;
   DeviceInfo info;
   CUcontext ctx = nullptr;
   Stream* stream = nullptr;
+  Stream* unbacked = nullptr;  // a shape-only pass's
 };
 
 struct DeviceTable {
@@ -79,6 +83,39 @@ void require(const void* handle, const char* what) {
 
 thread_local int current_ordinal = -1;
 
+// The primary context is retained once and never released: it lives as long as the process.
+void retain_context(DeviceSlot& s, int ordinal) {
+  fill_once(s.ctx_once, [&] {
+    CUdevice dev = 0;
+    KILN_CU(cuDeviceGet(&dev, ordinal));
+    KILN_CU(cuDevicePrimaryCtxRetain(&s.ctx, dev));
+  });
+}
+
+// The background retains of open_device_async, joined at exit (a static destroyed before
+// the logger and the driver table it uses).
+class Openers {
+ public:
+  Openers() { log(); }
+  ~Openers() {
+    for (std::thread& t : threads_) t.join();
+  }
+  void open(int ordinal) {
+    std::lock_guard lock(mu_);
+    threads_.emplace_back([ordinal] {
+      try {
+        retain_context(slot(ordinal), ordinal);
+      } catch (const std::exception& e) {  // the first make_current retries and throws it
+        log().debug("[device] opening cuda:{} in the background failed: {}", ordinal, e.what());
+      }
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 bool gpu_available(std::string* why) { return try_driver(why) != nullptr; }
@@ -117,22 +154,25 @@ const DeviceInfo& device_info(int ordinal) {
 }
 
 std::size_t free_memory(int ordinal) {
+  if (shape_only()) return device_info(ordinal).total_memory;  // a pass holds no memory, opens no context
   make_current(ordinal);
   std::size_t free = 0, total = 0;
   KILN_CU(cuMemGetInfo(&free, &total));
   return free;
 }
 
+void open_device_async(int ordinal) {
+  DeviceSlot& s = slot(ordinal);
+  if (s.ctx_once.ready.load(std::memory_order_acquire)) return;
+  static Openers openers;
+  openers.open(ordinal);
+}
+
 // Assumes nobody else switches this thread's context behind kiln's back (cuBLAS does not).
 void make_current(int ordinal) {
   if (current_ordinal == ordinal) return;
   DeviceSlot& s = slot(ordinal);
-  // The primary context is retained once and never released: it lives as long as the process.
-  fill_once(s.ctx_once, [&] {
-    CUdevice dev = 0;
-    KILN_CU(cuDeviceGet(&dev, ordinal));
-    KILN_CU(cuDevicePrimaryCtxRetain(&s.ctx, dev));
-  });
+  retain_context(s, ordinal);
   KILN_CU(cuCtxSetCurrent(s.ctx));
   current_ordinal = ordinal;
 }
@@ -173,17 +213,29 @@ Stream& Stream::operator=(Stream&& o) noexcept {
 
 void Stream::synchronize() const {
   require(handle_, "stream");
+  if (unbacked_) return;
   KILN_CU(cuStreamSynchronize(static_cast<CUstream>(handle_)));
 }
 
 void Stream::wait(const Event& e) const {
   require(handle_, "stream");
   require(e.handle(), "event");
+  if (unbacked_) return;
   KILN_CU(cuStreamWaitEvent(static_cast<CUstream>(handle_), static_cast<CUevent>(e.handle()), 0));
 }
 
 Stream& default_stream(int device) {
   DeviceSlot& s = slot(device);
+  if (shape_only()) {
+    fill_once(s.unbacked_once, [&] {
+      s.unbacked = new Stream;
+      // Any non-null handle: the driver never sees it (an op's empty-stream checks pass).
+      s.unbacked->handle_ = s.unbacked;
+      s.unbacked->device_ = device;
+      s.unbacked->unbacked_ = true;
+    });
+    return *s.unbacked;
+  }
   // Never destroyed, so no driver call runs after libcuda has been torn down at exit.
   fill_once(s.stream_once, [&] { s.stream = new Stream(Stream::create(device)); });
   return *s.stream;

@@ -78,6 +78,15 @@ struct PoolState {
 
 std::size_t cached_size(std::size_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; }
 
+// A shape-only pass allocates addresses, not memory, granule-aligned like the pool's blocks so
+// ops pick the kernels the same alignment gets them in a real run. Nothing reads or frees them.
+std::atomic<DevicePtr> g_planned_next{kPlannedAddresses};
+
+DevicePtr planned_alloc(std::size_t bytes, int device) {
+  device_info(device);  // throws DeviceError (no GPU, or no such ordinal) as a real one does
+  return g_planned_next.fetch_add(cached_size(bytes) + kGranule);
+}
+
 // Leaked on purpose, like the default streams: pinned buffers and events live for the process.
 PoolState& state(int device) {
   device_info(device);  // throws DeviceError (no GPU, or no such ordinal)
@@ -225,7 +234,7 @@ void recycle_block(DevicePtr p, std::size_t bytes, void* stream, int device) noe
 namespace {
 
 void release(DevicePtr p, std::size_t bytes, void* stream, int device, const std::shared_ptr<PrivatePool>& pool) noexcept {
-  if (p == 0) return;
+  if (p == 0 || is_planned(p)) return;
   if (park_if_bound(ParkedFree{p, bytes, stream, device, pool})) return;
   if (pool) return pool->give_back(p, bytes);
   recycle_block(p, bytes, stream, device);
@@ -244,6 +253,7 @@ void require_not_capturing(CUstream stream, const char* op) {
 DevicePtr device_alloc(std::size_t bytes, const Stream& s) {
   if (bytes == 0) return 0;
   CUstream stream = stream_of(s, "device_alloc");
+  if (shape_only()) return planned_alloc(bytes, s.device());
   PoolState& st = state(s.device());
   // A cacheable block is allocated at its rounded size so it can serve any request of that size.
   std::size_t block = cached_size(bytes);
@@ -280,10 +290,15 @@ DevicePtr device_alloc(std::size_t bytes, const Stream& s) {
 }
 
 void device_free(DevicePtr p, const Stream& s) noexcept {
+  if (is_planned(p)) return;
   free_on(p, static_cast<CUstream>(s.handle()), s.device());
 }
 
 PoolUsage pool_usage(int device) {
+  if (shape_only()) {  // nothing is allocated for real (and a pass opens no context to ask)
+    device_info(device);
+    return {};
+  }
   PoolState& st = state(device);
   PoolUsage u = usage_of(st.pool);
   std::lock_guard lock(st.cache.mu);
@@ -307,8 +322,8 @@ void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, const Str
   if (bytes == 0) return;
   CUstream stream = stream_of(s, "copy_to_device");
   require_ptr(dst, bytes, "copy_to_device");
-  require_not_capturing(stream, "copy_to_device");
   if (shape_only()) return;
+  require_not_capturing(stream, "copy_to_device");
   PoolState& st = state(s.device());
   make_current(s.device());
   RingLease lease(st);
@@ -328,11 +343,11 @@ void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, const Stream& s) 
   if (bytes == 0) return;
   CUstream stream = stream_of(s, "copy_to_host");
   require_ptr(src, bytes, "copy_to_host");
-  require_not_capturing(stream, "copy_to_host");
   if (shape_only()) {  // what a shape-only pass reads is zeros, not whatever the memory held
     std::memset(dst, 0, bytes);
     return;
   }
+  require_not_capturing(stream, "copy_to_host");
   PoolState& st = state(s.device());
   make_current(s.device());
   RingLease lease(st);

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "driver.h"
 #include "kiln/error.h"
+#include "kiln/runtime/kernel_plan.h"
 
 namespace kiln::rt {
 
@@ -37,6 +38,7 @@ TensorMap encode(DevicePtr base, CUtensorMapDataType type, std::int64_t es, std:
     step[i] = 1;
     if (i > 0) st[i - 1] = static_cast<cuuint64_t>(strides[i - 1] * es);
   }
+  if (shape_only()) return m;  // a pass launches nothing that would read it (and may hold no driver)
   KILN_CU(cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&m), type, static_cast<cuuint32_t>(dims.size()),
                                  reinterpret_cast<void*>(static_cast<std::uintptr_t>(base)), d, st, b, step,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

@@ -3,11 +3,13 @@
 // real step then asks for: after prefetch_kernels, the step waits for none.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 
-#include "kiln/kiln.h"
-#include "kiln/runtime/kernel_plan.h"
 #include "gpu_match.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/graph.h"
+#include "kiln/runtime/kernel_plan.h"
 
 using namespace kiln;
 
@@ -88,6 +90,31 @@ TEST_CASE("a shape-only pass launches nothing, reads zeros and leaves a compiled
   CHECK(max(abs(sub(net.model->parameters()[0].detach(), w))).item<double>() == 0.0);  // the optimizer's update never ran
   step(in);
   CHECK(step.stats().eager_calls == 1);
+  // The optimizer's slots and the gradients the pass made take zeroed memory at their first
+  // real use: the step trained from them.
+  const Tensor moved = max(abs(sub(net.model->parameters()[0].detach(), w)));
+  CHECK(std::isfinite(moved.item<double>()));
+  CHECK(moved.item<double>() > 0);
+}
+
+TEST_CASE("a tensor a shape-only pass made reads zeros after it, and takes no memory in a graph capture") {
+  Tensor kept, captured;
+  plan_kernels(
+      [&] {
+        kept = full({1000}, 5.0, {.device = kGpu});
+        captured = full({10}, 5.0, {.device = kGpu});
+        CHECK(rt::default_stream(kGpu.index()).unbacked());  // the pass opens no stream of its own
+      },
+      kGpu);
+  CHECK_FALSE(rt::default_stream(kGpu.index()).unbacked());
+  CHECK(sum(kept).item<double>() == 0.0);  // what the pass read
+  kept.add_(2.0);
+  CHECK(sum(kept).item<double>() == 2000.0);
+  const rt::Stream& s = rt::default_stream(kGpu.index());
+  rt::begin_capture(s);
+  CHECK_THROWS_WITH_AS(captured.add_(1.0), doctest::Contains("graph capture"), ValueError);
+  rt::abort_capture(s);
+  CHECK(sum(captured).item<double>() == 0.0);  // after the capture, memory as usual
 }
 
 TEST_CASE("a shape-only pass leaves no constant behind: a later backward still starts from 1") {

@@ -6,10 +6,11 @@
 #include <string>
 #include <utility>
 
+#include "error_message.h"
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
-#include "error_message.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/memory.h"
 
@@ -56,6 +57,7 @@ TEST_CASE("without a GPU, every device request throws DeviceError with the reaso
     CHECK(contains(device_error_of([] { device_info(-1); }), "does not exist"));
     CHECK(&default_stream(0) == &default_stream(0));
     CHECK(contains(device_error_of([&] { Stream::create(n); }), "does not exist"));
+    CHECK(contains(device_error_of([&] { open_device_async(n); }), "does not exist"));
     return;
   }
   REQUIRE_FALSE(why.empty());
@@ -66,6 +68,7 @@ TEST_CASE("without a GPU, every device request throws DeviceError with the reaso
   CHECK(contains(device_error_of([] { Stream::create(0); }), why));
   CHECK(contains(device_error_of([] { Event::create(0, true); }), why));
   CHECK(contains(device_error_of([] { make_current(0); }), why));
+  CHECK(contains(device_error_of([] { open_device_async(0); }), why));
   CHECK(contains(device_error_of([] { pool_usage(0); }), why));
   Stream none;
   CHECK(contains(device_error_of([&] { device_alloc(64, none); }), why));
@@ -73,6 +76,34 @@ TEST_CASE("without a GPU, every device request throws DeviceError with the reaso
   CHECK(contains(device_error_of([&] { cublas_handle(none); }), why));
   char byte = 0;
   CHECK(contains(device_error_of([&] { copy_to_host(&byte, 0x1000, 1, none); }), why));
+}
+
+TEST_CASE("a shape-only pass allocates planned addresses on an unbacked stream and sees the device empty") {
+  if (!gpu_available()) return;  // tests/tools/test_plan_without_context.cpp plans under a driver without contexts
+  const Stream& real = default_stream(0);
+  CHECK_FALSE(real.unbacked());
+  {
+    ShapeOnlyPass pass;
+    const Stream& s = default_stream(0);
+    CHECK(s.unbacked());
+    CHECK(&s != &real);
+    CHECK(s.device() == 0);
+    const DevicePtr a = device_alloc(100, s), b = device_alloc(1, s);
+    CHECK(is_planned(a));
+    CHECK(is_planned(b));
+    CHECK(a % 512 == 0);  // the pool's granule: ops see the alignment a real run gets
+    CHECK(b % 512 == 0);
+    CHECK((b >= a + 512 || a >= b + 512));  // distinct, not overlapping
+    s.synchronize();                        // nothing queued: returns at once
+    device_free(a, s);
+    device_free(b, s);
+    DeviceBuffer buffer(4096, s);
+    CHECK(is_planned(buffer.ptr()));
+    CHECK(pool_usage(0).used == 0);
+    CHECK(free_memory(0) == device_info(0).total_memory);
+  }
+  CHECK(&default_stream(0) == &real);
+  CHECK_FALSE(is_planned(DeviceBuffer(64, real).ptr()));
 }
 
 TEST_CASE("an empty stream is rejected by name when CUDA is usable") {

@@ -293,7 +293,21 @@ void launch_generated(const GemmLaunch& l, const LtMatmul& g, const rt::Stream& 
   launch(l, GemmOperands{g.b, g.a, g.d, g.bias, &s});
 }
 
-// Every candidate writes D (and the bias gradient); run_tuned runs the remembered or fastest.
+// The library's candidates and the generated ones, each writing D (and the bias gradient);
+// run_tuned runs the remembered or the fastest.
+TuneOutcome run_candidates(std::vector<TuneCandidate> cands, const std::vector<GemmLaunch>& generated,
+                           const rt::TuneKey& tkey, const LtMatmul& g, const rt::Stream& s) {
+  for (const GemmLaunch& l : generated) cands.push_back({l.text(), [&l, &g, &s] { launch_generated(l, g, s); }});
+  TuneCheck check;
+  check.outputs.push_back({g.d, out_dtype(g), g.n, g.m, g.ldd});
+  if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, out_dtype(g), 1, g.n, g.n});
+  // Split-K and reduction orders round differently; a wrong kernel is far off.
+  check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
+  // KILN_TUNE=auto measures ffma_measured's one kernel as it measures the library's algorithms.
+  const bool compiles = !generated.empty() && !(rt::tune_mode() == rt::TuneMode::auto_ && ffma_measured(g));
+  return run_tuned(tkey, cands, check, s, compiles);
+}
+
 void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt::GemmWorkspace& ws,
           const rt::Stream& s) {
   std::vector<TuneCandidate> cands;
@@ -303,15 +317,7 @@ void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt
                      }});
   const rt::TuneKey tkey = tune_key(key, g, s.device());
   const std::vector<GemmLaunch> generated = generated_launches(g, tkey, s.device());
-  for (const GemmLaunch& l : generated) cands.push_back({l.text(), [&l, &g, &s] { launch_generated(l, g, s); }});
-  TuneCheck check;
-  check.outputs.push_back({g.d, out_dtype(g), g.n, g.m, g.ldd});
-  if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, out_dtype(g), 1, g.n, g.n});
-  // Split-K and reduction orders round differently; a wrong kernel is far off.
-  check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
-  // KILN_TUNE=auto measures ffma_measured's one kernel as it measures the library's algorithms.
-  const bool compiles = !generated.empty() && !(rt::tune_mode() == rt::TuneMode::auto_ && ffma_measured(g));
-  const TuneOutcome out = run_tuned(tkey, cands, check, s, compiles);
+  const TuneOutcome out = run_candidates(std::move(cands), generated, tkey, g, s);
   if (out.index < p.candidates.size()) {
     p.algo = p.candidates[out.index].algo;
     p.generated.reset();
@@ -321,13 +327,36 @@ void tune(Plan& p, const Key& key, const LtMatmul& g, const LtTypes& t, const rt
   p.settled = out.settled;
 }
 
+// A shape-only pass asks cuBLASLt nothing (its heuristic would need a context): it plans what
+// the first real call runs. A choice settled in this process runs its generated kernel, if it
+// has one; otherwise the generated candidates and the tuner's checks are planned as if cuBLASLt
+// offered several algorithms (a stored choice of the library's matched by its name).
+bool plan_product(const Key& key, const LtMatmul& g, const rt::Stream& s) {
+  {
+    Plans& ps = plans();
+    std::lock_guard lock(ps.mu);
+    auto it = ps.by_key.find(key);
+    if (it != ps.by_key.end() && (it->second.settled || !it->second.found)) {
+      if (it->second.generated) launch_generated(*it->second.generated, g, s);
+      return it->second.found;
+    }
+  }
+  const rt::TuneKey tkey = tune_key(key, g, s.device());
+  const std::vector<GemmLaunch> generated = generated_launches(g, tkey, s.device());
+  const std::optional<rt::TuneChoice> stored = rt::find_choice(tkey);
+  const bool stored_generated = stored && std::any_of(generated.begin(), generated.end(),
+                                                      [&](const GemmLaunch& l) { return l.text() == stored->variant; });
+  const std::string library = stored && !stored_generated ? stored->variant : "cuBLASLt";
+  run_candidates({{library, [] {}}, {library, [] {}}}, generated, tkey, g, s);
+  return true;
+}
+
 }  // namespace
 
 bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   const LtTypes t = lt_types(g);
   if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
-  const rt::GemmWorkspace ws = rt::cublas_workspace(s);
   const Key key{s.device(),
                 g.dtype,
                 out_dtype(g),
@@ -345,6 +374,8 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
                 alignment(g.d),
                 g.bias ? alignment(g.bias) : 256u,
                 t.compute};
+  if (rt::shape_only()) return plan_product(key, g, s);
+  const rt::GemmWorkspace ws = rt::cublas_workspace(s);
   Plans& ps = plans();
   std::lock_guard lock(ps.mu);
   auto it = ps.by_key.find(key);
@@ -352,11 +383,9 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   Plan& p = it->second;
   if (!p.found) return false;
   if (!p.settled) {
-    // Runs the product; a shape-only pass plans the generated candidates and the tuner's checks.
-    tune(p, key, g, t, ws, s);
+    tune(p, key, g, t, ws, s);  // runs the product
     return true;
   }
-  if (rt::shape_only()) return true;  // planned, run nothing
   if (p.generated)
     launch_generated(*p.generated, g, s);
   else

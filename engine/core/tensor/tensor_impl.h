@@ -26,16 +26,26 @@ class Storage {
   Device device() const { return device_; }
   std::size_t bytes() const { return bytes_; }
   // Host pointer on cpu, device address on cuda.
-  void* data() const { return device_.is_cpu() ? host_ : reinterpret_cast<void*>(buffer_.ptr()); }
+  void* data() const {
+    if (device_.is_cpu()) return host_;
+    if (rt::is_planned(buffer_.ptr())) [[unlikely]]
+      return planned_data();
+    return reinterpret_cast<void*>(buffer_.ptr());
+  }
   bool is_private() const { return buffer_.is_private(); }  // owned by a captured graph's pool
   std::uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  // Storage made in a shape-only pass holds an address, not memory. Outside the pass it takes
+  // memory on first use, zero-filled as the pass read it (an optimizer's slots, a parameter's
+  // gradient that a pass of the real step made); ValueError inside a graph capture.
+  void* planned_data() const;
+
   Device device_;
   std::size_t bytes_;
   void* host_ = nullptr;
-  rt::DeviceBuffer buffer_;
+  mutable rt::DeviceBuffer buffer_;
   std::atomic<std::uint64_t> version_{0};
 };
 

@@ -35,6 +35,12 @@ std::ostream& operator<<(std::ostream& os, const Device& d);
 // GPUs kiln can use: 0 without a driver or GPU (never throws).
 int cuda_device_count();
 
+// Starts creating `d`'s CUDA context on a background thread (about 0.3 s) and returns at once;
+// the first work on `d` waits for it. A shape-only pass (plan_kernels) needs no context, so a
+// run can plan and start compiling its kernels meanwhile. Nothing to do for the CPU; throws
+// DeviceError when the GPU does not exist.
+void open_device_async(Device d);
+
 // Waits until the work kiln has queued on `d` has finished, e.g. to time it; nothing to wait
 // for on the CPU, where every op has finished when it returns.
 void synchronize(Device d);

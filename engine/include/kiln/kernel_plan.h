@@ -46,11 +46,15 @@ struct KernelPlan {
 };
 
 // Runs fn as a shape-only pass for `device`: ops check their arguments, allocate and pick their
-// kernels, but nothing runs on the GPU and reads from it give zeros. A compiled function called
-// in the pass runs twice, as its first (eager) call and its capturing call do, fused kernels and
-// the capture's own kernels included, and keeps no state of its own. fn should work on state it can throw away (a model and
-// optimizer built for the pass): host-side state it changes, such as an optimizer's step
-// count, stays changed. The default generator is left as it was.
+// kernels, but nothing runs on the GPU and reads from it give zeros. The pass needs no CUDA
+// context, only the device's properties: its allocations are addresses without memory, its
+// stream has no driver stream behind it and cuBLASLt is not asked, so it can run while
+// open_device_async creates the context. A compiled function called in the pass runs twice,
+// as its first (eager) call and its capturing call do, fused kernels and the capture's own
+// kernels included, and keeps no state of its own. fn should work on state it can throw away (a
+// model and optimizer built for the pass): host-side state it changes, such as an optimizer's
+// step count, stays changed, and a tensor it made that outlives it (an optimizer's slot, a
+// gradient) takes zeroed memory at its first use. The default generator is left as it was.
 KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
 
 // Compiles and loads the plan's kernels for `device` on `threads` background threads (0:

@@ -26,7 +26,8 @@ struct DeviceInfo {
 // Throws DeviceError naming why when the driver, the GPU or the ordinal is missing.
 const DeviceInfo& device_info(int ordinal);
 // Bytes the driver reports free on the device now (cuMemGetInfo); excludes what kiln's
-// pool holds but has not handed out (see pool_usage). Throws DeviceError like device_info.
+// pool holds but has not handed out (see pool_usage). Throws DeviceError like device_info. A
+// shape-only pass sees the whole device free.
 std::size_t free_memory(int ordinal);
 
 // Makes the device's primary context current on this thread (retained once per process).
@@ -49,14 +50,26 @@ class Stream {
   void* handle() const { return handle_; }  // CUstream
   int device() const { return device_; }
   explicit operator bool() const { return handle_ != nullptr; }
+  // A shape-only pass's stream: no driver stream behind it, so it needs no context; nothing
+  // is queued on it, synchronize and wait return at once.
+  bool unbacked() const { return unbacked_; }
 
  private:
+  friend Stream& default_stream(int device);
   void* handle_ = nullptr;
   int device_ = -1;
+  bool unbacked_ = false;
 };
 
 // The stream kiln's ops run on for `device`; created on first use, lives for the process.
+// Inside a shape-only pass it is the device's unbacked stream instead, so a pass creates no
+// context: it plans while another thread opens the device (open_device_async).
 Stream& default_stream(int device);
+
+// Creates the device's primary context on a background thread and returns at once; the first
+// make_current of the device waits for it (about 0.3 s on an H100 host). Throws DeviceError as
+// device_info does; an error of the context's creation is thrown by that first use.
+void open_device_async(int ordinal);
 
 class Event {
  public:

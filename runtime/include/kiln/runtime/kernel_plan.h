@@ -24,7 +24,9 @@ struct KernelRequest {
 // While one lives on this thread, stream work is skipped: launches, copies, fills and library
 // calls do nothing (copies to the host write zeros), while ops still check their arguments,
 // allocate their outputs and pick their kernels; get_function records each kernel instead of
-// loading it. Passes do not nest.
+// loading it. Nothing in it needs a CUDA context: default_stream is an unbacked stream,
+// device_alloc hands out planned addresses (is_planned), tensor maps are left unencoded.
+// Passes do not nest.
 class ShapeOnlyPass {
  public:
   ShapeOnlyPass();

@@ -11,8 +11,12 @@ class Stream;
 using DevicePtr = std::uint64_t;  // CUdeviceptr
 
 // Allocates `bytes` on the stream's device, ordered on `s`. Throws CudaError
-// naming the bytes requested and the pool's usage when the pool is exhausted.
+// naming the bytes requested and the pool's usage when the pool is exhausted. Inside a
+// shape-only pass it hands out a planned address instead: no memory, no context needed.
 DevicePtr device_alloc(std::size_t bytes, const Stream& s);
+// Planned addresses lie above any a driver gives (57-bit virtual addresses at most).
+inline constexpr DevicePtr kPlannedAddresses = DevicePtr{0xfe} << 56;
+inline bool is_planned(DevicePtr p) { return p >= kPlannedAddresses; }
 // Frees in stream order; never throws (errors are logged).
 void device_free(DevicePtr p, const Stream& s) noexcept;
 
@@ -22,7 +26,7 @@ struct PoolUsage {
   std::size_t cached = 0;    // freed DeviceBuffer blocks kept for reuse on their stream
   std::size_t private_bytes = 0;  // held by private pools (captured graphs), outside the driver's pool
 };
-PoolUsage pool_usage(int device);
+PoolUsage pool_usage(int device);  // all zeros in a shape-only pass, which allocates addresses only
 // DeviceBuffers of up to 64 MiB return their block to a per-stream cache (1 GiB per device
 // at most) that later allocations of the same rounded size on that stream reuse. This frees
 // the cached blocks to the pool (an allocation the pool cannot serve does it too).

@@ -10,7 +10,9 @@
 #include "backend/cuda/launch_common.h"
 #include "gemm_internal.h"
 #include "kiln/error.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/launch.h"
+#include "kiln/runtime/memory.h"
 
 namespace kiln::kernels {
 
@@ -82,11 +84,13 @@ const OperandScope* scope_for(const std::vector<OperandScope>& scopes, rt::Devic
   return !scopes.empty() && scopes.back().ptr == ptr ? &scopes.back() : nullptr;
 }
 
-// The forward's copy for this backward pass, taken from the kept ones; null for none.
+// The forward's copy for this backward pass, taken from the kept ones; null for none. A shape-only
+// pass's copies (planned addresses) serve only that pass.
 std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, const OperandScope& scope) {
   const std::shared_ptr<const void> owner = scope.owner.lock();
   for (auto it = t_for_backward.begin(); it != t_for_backward.end(); ++it)
-    if (same_copy(it->copy, key) && owner && it->owner.lock() == owner && it->version == scope.version) {
+    if (same_copy(it->copy, key) && owner && it->owner.lock() == owner && it->version == scope.version &&
+        rt::is_planned(it->copy.copy->ptr()) == rt::shape_only()) {
       std::shared_ptr<const rt::DeviceBuffer> copy = read_on(it->copy, key.stream, std::move(it->copy.copy));
       t_for_backward.erase(it);
       return copy;

@@ -1,0 +1,58 @@
+// A shape-only pass needs no CUDA context: mnist-train plans its runs under the test driver
+// (tests/support/driver_shim.cpp), which answers device queries as an sm_90 GPU and refuses
+// every call that needs a context. So a cold run plans and starts its compiles while the
+// context is still being created, and this holds on machines without a GPU too.
+#include "kiln/kernel_plan.h"
+#include "mnist_train_util.h"
+
+using namespace mnist_test;
+
+TEST_CASE("mnist-train --plan-only plans every model, precision and the speedrun with no CUDA context") {
+  jitcc_test::ScratchDir scratch;
+  const kiln_test::EnvOverrides env{{"LD_LIBRARY_PATH", KILN_TEST_DRIVER_DIR},
+                                    {"KILN_CACHE_DIR", (scratch.path() / "cache").string()}};
+  const std::vector<std::vector<std::string>> runs{{"--model", "mlp"},
+                                                   {"--model", "mlp", "--precision", "bf16"},
+                                                   {"--model", "cnn"},
+                                                   {"--model", "cnn", "--precision", "tf32"},
+                                                   {"--model", "cnn", "--precision", "bf16"},
+                                                   {"--recipe", "speedrun"},
+                                                   {"--recipe", "speedrun", "--eager"}};
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::vector<std::string> args = runs[i];
+    const std::string plan = (scratch.path() / ("run" + std::to_string(i) + ".plan")).string();
+    args.insert(args.end(), {"--kernel-plan", plan, "--plan-only"});
+    std::string flags;
+    for (const std::string& a : runs[i]) flags += a + " ";
+    CAPTURE(flags);
+    const kiln_test::ProcessResult r = train(args, env);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("refused") == std::string::npos);  // the test driver names each call it refuses
+    CHECK(r.out.find("kernel plan: ") != std::string::npos);
+    const kiln::KernelPlan p = kiln::KernelPlan::load(plan);
+    bool product = false, conv = false, fill = false;
+    for (const kiln::KernelPlan::Kernel& k : p.kernels) {
+      product = product || k.label.rfind("gemm ", 0) == 0;
+      conv = conv || k.label.rfind("conv2d ", 0) == 0;
+      fill = fill || k.op == "fill";
+    }
+    CHECK(fill);  // a template kernel
+    // The per-shape kernels: the linear layers' generated candidates (the FFMA kind for exact
+    // f32 and small 16-bit products, the warpgroup kind for TF32), and the convolutions.
+    const bool tf32 = std::find(args.begin(), args.end(), "tf32") != args.end();
+    if (runs[i][1] == "mlp" || tf32) CHECK(product);
+    if (runs[i][1] != "mlp") CHECK(conv);
+    CHECK(p.kernels.size() >= 20);
+  }
+}
+
+TEST_CASE("mnist-train under a driver without contexts: a run that needs the GPU fails naming the call") {
+  Scratch s;
+  const kiln_test::ProcessResult r = train({"--data", s.dir.path().string(), "--model", "mlp", "--epochs", "1"},
+                                           {{"LD_LIBRARY_PATH", KILN_TEST_DRIVER_DIR}});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("test driver: ") != std::string::npos);
+  CHECK(r.err.find("CUDA_ERROR_INVALID_CONTEXT") != std::string::npos);
+}
