@@ -1,12 +1,14 @@
 #include "kiln/kernel_stats.h"
 
 #include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/tuning.h"
 
 namespace kiln {
 
 KernelStats kernel_stats() {
   const rt::CacheCounters c = rt::cache_counters();
-  return {c.compiles, c.disk_hits, c.memory_hits, c.compile_ms, c.wait_ms};
+  const rt::TuneCounters t = rt::tune_counters();
+  return {c.compiles, c.disk_hits, c.memory_hits, c.compile_ms, c.wait_ms, t.measured, t.ms};
 }
 
 }  // namespace kiln

@@ -112,4 +112,18 @@ void forget_choices_in_memory() {
   m.choices.clear();
 }
 
+namespace {
+std::atomic<std::uint64_t> g_measured{0}, g_measured_us{0};
+}  // namespace
+
+void count_measured_choice(double ms) {
+  g_measured.fetch_add(1, std::memory_order_relaxed);
+  g_measured_us.fetch_add(static_cast<std::uint64_t>(ms * 1000), std::memory_order_relaxed);
+}
+
+TuneCounters tune_counters() {
+  return {g_measured.load(std::memory_order_relaxed),
+          static_cast<double>(g_measured_us.load(std::memory_order_relaxed)) / 1000.0};
+}
+
 }  // namespace kiln::rt

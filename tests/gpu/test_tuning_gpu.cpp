@@ -110,9 +110,12 @@ TEST_CASE("run_tuned picks the fastest candidate that agrees with the reference,
   // 0: the reference, slow; 1: wrong and fastest; 2: right and fast; 3: right and slower.
   const auto c = f.make({{1.0, 40}, {2.0, 1}, {1.0, 1}, {1.0, 10}});
   const rt::TuneKey key{"test", fresh_problem("fills"), "f32", 90, "test 1"};
+  const KernelStats before = kernel_stats();
   const kernels::TuneOutcome first = kernels::run_tuned(key, c, f.check(), rt::default_stream(0));
   CHECK(first.index == 2);
   CHECK(first.settled);
+  CHECK(kernel_stats().tuned == before.tuned + 1);  // one choice measured, and the time it took
+  CHECK(kernel_stats().tune_ms > before.tune_ms);
   // The output is the chosen one's.
   CHECK(max(f.y).item<float>() == 1.0f);
   CHECK(min(f.y).item<float>() == 1.0f);
@@ -129,6 +132,7 @@ TEST_CASE("run_tuned picks the fastest candidate that agrees with the reference,
     CHECK(kernels::run_tuned(key, again, f.check(), rt::default_stream(0)).index == 2);
     CHECK(f.runs == std::vector<int>{0, 0, 1, 0});
   }
+  CHECK(kernel_stats().tuned == before.tuned + 1);  // remembered choices measure nothing
 }
 
 TEST_CASE("KILN_TUNE modes: cached and off run the reference where nothing is remembered; off ignores the store") {

@@ -1,7 +1,8 @@
 // A stand-in libcuda.so.1 for tests on machines without a GPU: it answers the device queries as
 // one sm_90 GPU of 132 SMs would, and refuses every call that needs a context (streams, memory,
-// modules, launches), naming it on stderr. A process that finds it first on LD_LIBRARY_PATH can
-// only do what needs no CUDA context: a shape-only pass, say.
+// modules, launches), naming it on stderr. A process that preloads it (LD_PRELOAD, which a GPU
+// host's own driver cannot come before) can only do what needs no CUDA context: a shape-only
+// pass, say.
 #include <cuda.h>
 
 #include <cstdio>
@@ -23,7 +24,10 @@ struct Refuse<R (*)(Args...)> {
   }
 };
 
-CUresult init(unsigned) { return CUDA_SUCCESS; }
+CUresult init(unsigned) {
+  std::fprintf(stderr, "test driver: in use (device queries only)\n");  // tests check the stand-in was loaded
+  return CUDA_SUCCESS;
+}
 
 CUresult driver_version(int* v) {
   *v = CUDA_VERSION;

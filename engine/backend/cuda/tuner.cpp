@@ -2,6 +2,7 @@
 #include "tuner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -182,6 +183,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
 
+  const auto measuring = std::chrono::steady_clock::now();
   if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned
   run(0);
   const DeviceCheck reference = reference_check(check, s);
@@ -205,6 +207,8 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
                                                    : ": " + std::to_string(ms[i] * 1e3) + " us\n");
   run(best);  // the output is the chosen candidate's, as in every later call
   rt::store_choice(key, {candidates[best].name, detail});
+  rt::count_measured_choice(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - measuring).count());
   return {best, true};
 }
 

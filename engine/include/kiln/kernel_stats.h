@@ -12,6 +12,9 @@ struct KernelStats {
   double compile_ms = 0;
   // Time callers waited for kernels not yet loaded (their own compiles, or prefetches of them).
   double wait_ms = 0;
+  // Choices among kernels or algorithms measured on the GPU (KILN_TUNE), and the time that took.
+  std::uint64_t tuned = 0;
+  double tune_ms = 0;
 };
 KernelStats kernel_stats();
 

@@ -6,6 +6,7 @@
 // cost no compile (cuBLASLt algorithms), so a cold process does not compile every conv tile
 // alternative; cached uses remembered choices and each site's heuristic otherwise; off always
 // takes the heuristic.
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -39,6 +40,15 @@ std::optional<TuneChoice> find_choice(const TuneKey& key);
 void store_choice(const TuneKey& key, const TuneChoice& choice);
 // Forgets the in-memory choices (tests: the next lookup reads the disk cache).
 void forget_choices_in_memory();
+
+// The choices this process measured and the milliseconds their measuring took (a cold run's
+// cost that a warm one, reading the stored choices, does not pay).
+struct TuneCounters {
+  std::uint64_t measured = 0;
+  double ms = 0;
+};
+void count_measured_choice(double ms);
+TuneCounters tune_counters();
 
 // The disk cache entry of a choice (kind "tune": its source is the question, its ptx field the
 // answer); tune_entry_choice reads a choice back, nullopt when the entry is not one.
