@@ -35,19 +35,29 @@ TEST_CASE("outputs_agree: within tolerance of the largest magnitude; NaN, infini
   CHECK_FALSE(outputs_agree({0.0, 0.0}, {0.0, 1e-300}, 1e-3));  // all-zero reference: exact zeros only
 }
 
-TEST_CASE("fastest: candidates within 10% of the fastest are timed again and keep their better time") {
+TEST_CASE("fastest: candidates within 25% of the surveyed fastest are timed again, and their second times decide") {
   const double inf = std::numeric_limits<double>::infinity();
-  // 0 far slower; 1 and 2 near equals whose second timing reverses them; 3 rejected.
-  std::vector<double> ms{10.0, 5.2, 5.0, inf};
-  const std::vector<double> second{9.0, 4.8, 5.1, 1.0};
+  // 0 far slower; 1, 2 and 4 contenders whose second timing puts 4 first; 3 rejected.
+  std::vector<double> ms{10.0, 5.2, 5.0, inf, 6.0};
+  const std::vector<double> second{9.0, 4.8, 5.1, 1.0, 4.0};
   std::vector<std::size_t> timed;
   const std::size_t best = kiln::kernels::fastest(ms, [&](std::size_t i) {
     timed.push_back(i);
     return second[i];
   });
-  CHECK(best == 1);
-  CHECK(timed == std::vector<std::size_t>{1, 2});
-  CHECK(ms == std::vector<double>{10.0, 4.8, 5.0, inf});  // a slower second timing keeps the first
+  CHECK(best == 4);
+  CHECK(timed == std::vector<std::size_t>{1, 2, 4});
+  CHECK(ms == std::vector<double>{10.0, 4.8, 5.1, inf, 4.0});  // a second timing replaces the survey's
+
+  // A clear winner is not timed again.
+  std::vector<double> clear{10.0, 2.0, inf, 2.6};
+  timed.clear();
+  CHECK(kiln::kernels::fastest(clear, [&](std::size_t i) {
+          timed.push_back(i);
+          return 1.0;
+        }) == 1);
+  CHECK(timed.empty());
+  CHECK(clear == std::vector<double>{10.0, 2.0, inf, 2.6});
 
   std::vector<double> alone{2.0};
   CHECK(kiln::kernels::fastest(alone, [](std::size_t) { return 3.0; }) == 0);

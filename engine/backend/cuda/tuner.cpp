@@ -78,11 +78,14 @@ bool agrees(const DeviceCheck& d, const TuneCheck& c, const rt::Stream& s) {
   return read_word(d.words, 1, s) == 0;
 }
 
-// Milliseconds per run of `run` on the GPU: enough runs to span about a millisecond, captured
-// into a graph and replayed, so that the host's cost of launching (which a compiled step never
+// A survey's span of GPU time per candidate, and a contender's (fastest's second timing).
+constexpr double kSurveySpanMs = 0.2, kContenderSpanMs = 1.0;
+
+// Milliseconds per run of `run` on the GPU: enough runs to span about `span_ms`, captured into
+// a graph and replayed, so that the host's cost of launching (which a compiled step never
 // pays, and which made a library call of 4 us look like 9) does not decide. Timed back to back
 // on the stream instead when the runs cannot be captured.
-double time_ms(const std::function<void()>& run, const rt::Stream& s) {
+double time_ms(const std::function<void()>& run, const rt::Stream& s, double span_ms) {
   rt::Event start = rt::Event::create(s.device(), true), stop = rt::Event::create(s.device(), true);
   auto timed = [&](int reps, const std::function<void()>& work) {
     start.record(s);
@@ -97,7 +100,7 @@ double time_ms(const std::function<void()>& run, const rt::Stream& s) {
     });
   };
   const double once = eager(1);
-  const int reps = static_cast<int>(std::clamp(1.0 / std::max(once, 1e-4), 3.0, 50.0));
+  const int reps = static_cast<int>(std::clamp(span_ms / std::max(once, 1e-4), 3.0, 50.0));
   try {
     rt::begin_capture(s);
     try {
@@ -151,10 +154,18 @@ bool outputs_agree(std::span<const double> want, std::span<const double> got, do
 
 std::size_t fastest(std::vector<double>& ms, const std::function<double(std::size_t)>& again) {
   if (ms.empty()) throw ValueError("[tune] no candidate times to choose from");
-  const double first_best = *std::min_element(ms.begin(), ms.end());
-  for (std::size_t i = 0; i < ms.size(); ++i)
-    if (ms[i] < 1.1 * first_best) ms[i] = std::min(ms[i], again(i));
-  return static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+  const auto surveyed = std::min_element(ms.begin(), ms.end());
+  const double limit = 1.25 * *surveyed;
+  if (std::count_if(ms.begin(), ms.end(), [&](double t) { return t < limit; }) < 2)
+    return static_cast<std::size_t>(surveyed - ms.begin());  // a clear winner
+  std::size_t best = 0;
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    if (!(ms[i] < limit)) continue;
+    ms[i] = again(i);
+    if (ms[i] < best_ms) best_ms = ms[i], best = i;
+  }
+  return best;
 }
 
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
@@ -198,9 +209,9 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
         continue;
       }
     }
-    ms[i] = time_ms(candidates[i].run, s);
+    ms[i] = time_ms(candidates[i].run, s, kSurveySpanMs);
   }
-  const std::size_t best = fastest(ms, [&](std::size_t i) { return time_ms(candidates[i].run, s); });
+  const std::size_t best = fastest(ms, [&](std::size_t i) { return time_ms(candidates[i].run, s, kContenderSpanMs); });
   std::string detail;
   for (std::size_t i = 0; i < candidates.size(); ++i)
     detail += candidates[i].name + (ms[i] == unset ? std::string(": rejected, its output disagrees with the reference\n")

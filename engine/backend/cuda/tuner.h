@@ -50,9 +50,10 @@ struct TuneOutcome {
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
                       const rt::Stream& s, bool compile = false);
 
-// The candidate to run, from each one's time in ms (infinity: rejected). A long candidate's
-// timing is a few runs, so those within 10% of the fastest are timed again by `again` and keep
-// their better time: one noisy timing does not choose among near equals.
+// The candidate to run, from each one's survey time in ms (infinity: rejected). A survey times
+// a short span, so when several lie within 25% of the fastest, each of those is timed again by
+// `again` over a longer span, its time in ms replaced, and the fastest second timing wins: the
+// survey only sorts out the clearly slower ones, the cheap part of a cold run's tuning.
 std::size_t fastest(std::vector<double>& ms, const std::function<double(std::size_t)>& again);
 
 // Whether `got` agrees with `want` within `tolerance` of want's largest magnitude, NaNs in the
