@@ -190,7 +190,7 @@ Stream Stream::create(int device) {
 }
 
 Stream::~Stream() {
-  if (!handle_) return;
+  if (!handle_ || unbacked_) return;  // an unbacked stream has no driver stream to destroy
   release_stream_blocks(device_, handle_);
   try {
     KILN_CU(cuStreamDestroy(static_cast<CUstream>(handle_)));
@@ -200,13 +200,16 @@ Stream::~Stream() {
 }
 
 Stream::Stream(Stream&& o) noexcept
-    : handle_(std::exchange(o.handle_, nullptr)), device_(std::exchange(o.device_, -1)) {}
+    : handle_(std::exchange(o.handle_, nullptr)),
+      device_(std::exchange(o.device_, -1)),
+      unbacked_(std::exchange(o.unbacked_, false)) {}
 
 Stream& Stream::operator=(Stream&& o) noexcept {
   if (this != &o) {
     Stream old(std::move(*this));
     handle_ = std::exchange(o.handle_, nullptr);
     device_ = std::exchange(o.device_, -1);
+    unbacked_ = std::exchange(o.unbacked_, false);
   }
   return *this;
 }
