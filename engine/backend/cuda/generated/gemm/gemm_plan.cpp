@@ -62,8 +62,21 @@ bool operands_apply(const GemmGeometry& g) {
                           apart(g.batch_b, (g.b_mn ? g.k : g.n) * g.ldb) && g.batch_d >= g.m * g.ldd);
 }
 
+// The module's kind, "gemm_" and the kernel's name: static text, as GeneratedKey keeps a view of it.
+const char* module_kind(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::mma_sync:
+      return "gemm_mma";
+    case GemmKernel::ffma:
+      return "gemm_ffma";
+    case GemmKernel::wgmma:
+      break;
+  }
+  return "gemm_wgmma";
+}
+
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
-  rt::GeneratedKey key(std::string("gemm_") + (l.kernel == GemmKernel::mma_sync ? "mma" : kernel_name(l.kernel)));
+  rt::GeneratedKey key(module_kind(l.kernel));
   key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.transposed);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
