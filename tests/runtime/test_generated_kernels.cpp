@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <latch>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/error.h"
@@ -35,6 +37,13 @@ std::string hashed_name(const GeneratedKey& key) {
 }
 
 }  // namespace
+
+// A key keeps a view of its kind: a literal or a string that outlives it, never a temporary.
+static_assert(std::is_constructible_v<GeneratedKey, const char*>);
+static_assert(std::is_constructible_v<GeneratedKey, std::string_view>);
+static_assert(std::is_constructible_v<GeneratedKey, const std::string&>);
+static_assert(!std::is_constructible_v<GeneratedKey, std::string&&>);
+static_assert(!std::is_constructible_v<GeneratedKey, std::string>);
 
 TEST_CASE("generated kernels: the builder runs once per key, only on a miss") {
   int built = 0;

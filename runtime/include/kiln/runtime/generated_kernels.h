@@ -49,7 +49,10 @@ class GeneratedKey {
  public:
   static constexpr std::size_t kInline = 32;
 
+  explicit GeneratedKey(const char* kind) : kind_(kind) {}
   explicit GeneratedKey(std::string_view kind) : kind_(kind) {}
+  // The key keeps a view of its kind, which a temporary string would leave dangling.
+  explicit GeneratedKey(std::string&& kind) = delete;
 
   // Integers and enums as their value, doubles as their bits.
   template <class... T>
