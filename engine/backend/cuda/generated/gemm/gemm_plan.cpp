@@ -64,15 +64,8 @@ bool operands_apply(const GemmGeometry& g) {
 
 // The module's kind, "gemm_" and the kernel's name: static text, as GeneratedKey keeps a view of it.
 const char* module_kind(GemmKernel k) {
-  switch (k) {
-    case GemmKernel::mma_sync:
-      return "gemm_mma";
-    case GemmKernel::ffma:
-      return "gemm_ffma";
-    case GemmKernel::wgmma:
-      break;
-  }
-  return "gemm_wgmma";
+  static const char* kinds[] = {"gemm_wgmma", "gemm_mma", "gemm_ffma"};  // by GemmKernel's value
+  return kinds[static_cast<int>(k)];
 }
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
