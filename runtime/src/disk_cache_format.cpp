@@ -80,6 +80,8 @@ std::string header_text(const EntryHeader& h) {
   line("options", h.key.options);
   line("digest", h.key.digest);
   if (!h.key.label.empty()) line("label", h.key.label);
+  if (!h.key.function.empty()) line("function", h.key.function);
+  if (!h.key.bundle.empty()) line("bundle", h.key.bundle);
   line("created", std::to_string(h.created));
   line("source_bytes", std::to_string(h.source_bytes));
   line("ptx_bytes", std::to_string(h.ptx_bytes));
@@ -121,7 +123,8 @@ std::string parse_header(std::string_view text, EntryHeader* h) {
             text_field("options", &k.options) && text_field("digest", &k.digest) && int_field("created", &h->created) &&
             int_field("source_bytes", &h->source_bytes) && int_field("ptx_bytes", &h->ptx_bytes) &&
             int_field("cubin_bytes", &h->cubin_bytes);
-  if (auto it = fields.find("label"); it != fields.end()) k.label = it->second;
+  for (auto [name, field] : {std::pair{"label", &k.label}, {"function", &k.function}, {"bundle", &k.bundle}})
+    if (auto it = fields.find(name); it != fields.end()) *field = it->second;
   return ok ? "" : "field '" + missing + "' missing or malformed";
 }
 

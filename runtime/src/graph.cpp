@@ -10,6 +10,7 @@
 #include "driver.h"
 #include "kiln/error.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_bundle.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
 
@@ -136,7 +137,7 @@ Graph Graph::end_capture(const Stream& s) {
     const char* name = nullptr;
     KILN_CU(cuGraphKernelNodeGetParams(node, &p));
     if (p.func) KILN_CU(cuFuncGetName(&name, p.func));
-    ++g.counts.kernel_names[name ? name : "?"];
+    ++g.counts.kernel_names[name ? std::string(entry_name_of(name)) : "?"];
   }
   std::size_t edges = 0;
   KILN_CU(cuGraphGetEdges(g.graph, nullptr, nullptr, nullptr, &edges));

@@ -60,6 +60,16 @@ const KernelSpec& register_kernel(KernelSpec spec) {
 
 const std::vector<const KernelSpec*>& registered_kernels() { return registry().specs; }
 
+std::vector<std::string> template_entries(std::string_view template_name) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> entries;
+  for (const KernelSpec* spec : r.specs)
+    if (spec->template_name == template_name && std::find(entries.begin(), entries.end(), spec->entry) == entries.end())
+      entries.push_back(spec->entry);
+  return entries;
+}
+
 const KernelSpec* find_kernel(std::string_view op) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
@@ -82,6 +92,11 @@ std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std
     for (auto v : spec.variants) (supported += ' ') += std::to_string(v);
     throw ValueError("[" + spec.op + "] variant " + std::to_string(variant) + " not supported; supported:" + supported);
   }
+  return instantiate_kernel_with(spec, dtypes, variant, spec.bind(dtypes, variant));
+}
+
+std::string instantiate_kernel_with(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
+                                    const Bindings& bindings) {
   // The header line makes every (op, dtypes, variant) source distinct, so two ops whose
   // templates expand alike still get separate disk-cache entries.
   std::string source =
@@ -90,7 +105,7 @@ std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std
   // A template of several kernels guards each with #ifdef KILN_ENTRY_<name>: a module then
   // holds only the entry its op launches, which cuts NVRTC's time to a fraction.
   if (text.find("KILN_ENTRY_") != std::string::npos) source += "#define KILN_ENTRY_" + spec.entry + " 1\n";
-  source += instantiate(spec.template_name, text, spec.bind(dtypes, variant));
+  source += instantiate(spec.template_name, text, bindings);
   return source;
 }
 

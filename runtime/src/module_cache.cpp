@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -21,6 +22,7 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
 #include "kiln/runtime/templates.h"
+#include "module_cache_internal.h"
 
 namespace kiln::rt {
 
@@ -76,27 +78,6 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-// `named` carries op, dtypes, variant and label; the rest follows from the arch and NVRTC.
-EntryKey key_for_arch(EntryKey named, int arch, const std::string& source) {
-  EntryKey k = std::move(named);
-  k.arch = arch;
-  k.options.clear();
-  k.kind = nvrtc_can_emit_cubin(arch) ? "cubin" : "ptx";
-  k.nvrtc_version = nvrtc_version();
-  for (const auto& o : nvrtc_options(arch, wants_arch_specific(source))) k.options += (k.options.empty() ? "" : " ") + o;
-  k.digest = entry_digest(k, source);
-  return k;
-}
-
-EntryKey make_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int arch, const std::string& source) {
-  EntryKey k;
-  k.op = kernel_source_name(spec);
-  k.dtypes = d.str();
-  k.variant = variant;
-  k.label = generated_template_label(spec.template_name).value_or("");
-  return key_for_arch(std::move(k), arch, source);
-}
-
 // Outside the cache a generated kernel is known by its label, not its hash name, and by no
 // dtypes (its key holds the runtime's placeholder tuple).
 std::string display_name(const EntryKey& key) { return key.label.empty() ? key.op : key.label; }
@@ -143,8 +124,7 @@ Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true
         return std::move(*e);
       }
     CompiledModule m = compile({display_name(key), display_dtypes(key), source, key.arch});
-    counters.compiles++;
-    counters.compile_us += static_cast<std::uint64_t>(m.ms * 1000);
+    count_compile(m.ms);
     Entry e{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};
     DiskCache::global().store(e);
     done.set_value(e);
@@ -177,13 +157,33 @@ CUresult try_load(const Entry& e, CUmodule* module) {
   return r;
 }
 
+// Modules loaded from a bundle's binaries, by (bundle digest, device): the entries of the
+// bundle's other kernels hold the same binaries, so they take the module already loaded.
+CUresult load_module(const Entry& e, int device, CUmodule* module) {
+  if (e.key.bundle.empty()) return try_load(e, module);
+  struct Shared {
+    std::mutex mu;
+    std::map<std::pair<std::string, int>, CUmodule> modules;
+  };
+  static auto* shared = new Shared;  // leaked like the memory cache: its modules live for the process
+  std::lock_guard lock(shared->mu);
+  const auto key = std::pair{e.key.bundle, device};
+  if (auto it = shared->modules.find(key); it != shared->modules.end()) {
+    *module = it->second;
+    return CUDA_SUCCESS;
+  }
+  const CUresult r = try_load(e, module);
+  if (r == CUDA_SUCCESS) shared->modules.emplace(key, *module);
+  return r;
+}
+
 // Defined by KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS (prelude.cu) in a module whose kernels all wait.
 constexpr const char* kWaitsForPriorGridsSymbol = "kiln_kernels_wait_for_prior_grids";
 
 Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
   const int arch = device_info(device).arch();
   std::string source = instantiate_kernel(spec, dtypes, variant);
-  EntryKey key = make_key(spec, dtypes, variant, arch, source);
+  EntryKey key = kernel_entry_key(spec, dtypes, variant, arch, source);
   std::optional<Entry> entry = DiskCache::global().load(key);
   bool from_disk = entry.has_value();
   if (from_disk) counters.disk_hits++;
@@ -192,7 +192,7 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   make_current(device);
   auto start = std::chrono::steady_clock::now();
   CUmodule module = nullptr;
-  CUresult r = try_load(*entry, &module);
+  CUresult r = load_module(*entry, device, &module);
   if (r != CUDA_SUCCESS && retryable(r) && from_disk) {
     log().warn("{} ({}): cached binaries for sm_{} rejected by the driver; recompiling", key.op, key.dtypes, arch);
     entry = compile_entry(key, source, /*recheck=*/false);
@@ -200,7 +200,8 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   }
   if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
   CUfunction fn = nullptr;
-  KILN_CU(cuModuleGetFunction(&fn, module, spec.entry.c_str()));
+  const std::string& name = entry->key.function.empty() ? spec.entry : entry->key.function;
+  KILN_CU(cuModuleGetFunction(&fn, module, name.c_str()));
   CUdeviceptr flag = 0;
   std::size_t flag_bytes = 0;
   const bool waits =
@@ -229,6 +230,35 @@ WarmOutcome warm_key(const EntryKey& key, std::string source, std::string* diges
 }
 
 }  // namespace
+
+EntryKey entry_key_for_arch(EntryKey named, int arch, const std::string& source) {
+  EntryKey k = std::move(named);
+  k.arch = arch;
+  k.options.clear();
+  k.kind = nvrtc_can_emit_cubin(arch) ? "cubin" : "ptx";
+  k.nvrtc_version = nvrtc_version();
+  for (const auto& o : nvrtc_options(arch, wants_arch_specific(source)))
+    k.options += (k.options.empty() ? "" : " ") + o;
+  k.digest = entry_digest(k, source);
+  return k;
+}
+
+EntryKey kernel_entry_key(const KernelSpec& spec, const DTypes& d, std::uint32_t variant, int arch,
+                          const std::string& source) {
+  EntryKey k;
+  k.op = kernel_source_name(spec);
+  k.dtypes = d.str();
+  k.variant = variant;
+  k.label = generated_template_label(spec.template_name).value_or("");
+  return entry_key_for_arch(std::move(k), arch, source);
+}
+
+void count_compile(double ms) {
+  counters.compiles++;
+  counters.compile_us += static_cast<std::uint64_t>(ms * 1000);
+}
+
+void count_disk_hit() { counters.disk_hits++; }
 
 Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
   if (shape_only()) {
@@ -264,18 +294,18 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
 WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
                         std::string* digest) {
   std::string source = instantiate_kernel(spec, dtypes, variant);
-  EntryKey key = make_key(spec, dtypes, variant, arch, source);  // before the source moves
+  EntryKey key = kernel_entry_key(spec, dtypes, variant, arch, source);  // before the source moves
   return warm_key(key, std::move(source), digest);
 }
 
 WarmOutcome warm_source(const EntryKey& recorded, const std::string& source, int arch, std::string* digest) {
-  return warm_key(key_for_arch(recorded, arch, source), source, digest);
+  return warm_key(entry_key_for_arch(recorded, arch, source), source, digest);
 }
 
 Entry cached_entry(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,
                    WarmOutcome* outcome) {
   std::string source = instantiate_kernel(spec, dtypes, variant);
-  EntryKey key = make_key(spec, dtypes, variant, arch, source);  // before the source moves
+  EntryKey key = kernel_entry_key(spec, dtypes, variant, arch, source);  // before the source moves
   return entry_for_key(key, std::move(source), outcome);
 }
 

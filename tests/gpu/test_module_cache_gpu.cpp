@@ -91,3 +91,19 @@ TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
   CHECK(r.at("ptx_loads") == 1);
   fs::remove_all(dir);
 }
+
+TEST_CASE("kernels compiled in one bundle load from one module and compute as the CPU does") {
+  fs::path dir = fresh_dir("bundle");
+  const std::string arch = std::to_string(rt::device_info(0).arch());
+  auto warm = helper({"warm-bundle", "abs,neg,exp", "f32,f32", arch}, dir);
+  CHECK(warm.at("outcome") == "compiled");
+  CHECK(warm.at("compiles") == 1);  // six kernels, one program
+  // The counters are the ops' own, taken before the compiled step (whose I/O kernels compile).
+  auto run = helper({"unary-check", "abs,neg,exp"}, dir);
+  CHECK(run.at("outcome") == "same");
+  CHECK(run.at("compiles") == 0);
+  CHECK(run.at("disk_hits") == 3);
+  CHECK(run.at("cubin_loads") == 1);                 // the three share the bundle's module
+  CHECK(run.at("graph_kernels") == "kiln_unary:2");  // named as the template names them, not as bundled
+  fs::remove_all(dir);
+}

@@ -4,6 +4,12 @@
 //   kiln_test_helper load OP DTYPES [VARIANT]       load the function on GPU 0
 //   kiln_test_helper load-threads OP DTYPES N       N threads load one function at once on GPU 0
 //   kiln_test_helper load-all                       load every registered kernel on GPU 0
+//   kiln_test_helper warm-bundle OPS DTYPES ARCH     compile OPS (comma-separated; every variant)
+//                                                    as one bundle (kernel_bundle.h) for ARCH
+//   kiln_test_helper unary-check OPS                 run the f32 unary OPS (abs, neg, exp) on GPU 0 against
+//                                                    the CPU; graph_kernels: a compiled step of the first
+//                                                    two (abs or neg), its kernels by name; the counters
+//                                                    as they were before that step
 //   kiln_test_helper nvrtc-median ARCH              compile one instantiation per kernel, print median ms
 //   kiln_test_helper fused-steps ab|ba               run two compiled, fused steps on GPU 0 in that order
 //   kiln_test_helper sync-bn                         under kiln-run: SyncBatchNorm against the global batch
@@ -13,6 +19,7 @@
 // The cache directory comes from the environment (KILN_CACHE_DIR).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <random>
@@ -25,6 +32,7 @@
 #include "kiln/dtype.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
+#include "kiln/runtime/kernel_bundle.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/version.h"
@@ -40,14 +48,15 @@ int usage() {
   return 2;
 }
 
-void print_counters(const char* outcome) {
-  const kiln::rt::CacheCounters c = kiln::rt::cache_counters();
+// `extra`: more fields for the object, each as "\"name\":value,"; `c`: the counters as they were then.
+void print_counters(const char* outcome, const std::string& extra = "",
+                    const kiln::rt::CacheCounters& c = kiln::rt::cache_counters()) {
   std::printf(
-      "{\"outcome\":\"%s\",\"compiles\":%llu,\"memory_hits\":%llu,\"disk_hits\":%llu,"
+      "{%s\"outcome\":\"%s\",\"compiles\":%llu,\"memory_hits\":%llu,\"disk_hits\":%llu,"
       "\"compile_ms\":%.3f,\"load_ms\":%.3f,\"cubin_loads\":%llu,\"ptx_loads\":%llu}\n",
-      outcome, static_cast<unsigned long long>(c.compiles), static_cast<unsigned long long>(c.memory_hits),
-      static_cast<unsigned long long>(c.disk_hits), c.compile_ms, c.load_ms,
-      static_cast<unsigned long long>(c.cubin_loads), static_cast<unsigned long long>(c.ptx_loads));
+      extra.c_str(), outcome, static_cast<unsigned long long>(c.compiles),
+      static_cast<unsigned long long>(c.memory_hits), static_cast<unsigned long long>(c.disk_hits), c.compile_ms,
+      c.load_ms, static_cast<unsigned long long>(c.cubin_loads), static_cast<unsigned long long>(c.ptx_loads));
 }
 
 double median(std::vector<double> v) {
@@ -105,6 +114,73 @@ int fused_steps(const std::string& order) {
   return 0;
 }
 
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+const kiln::rt::KernelSpec& spec_named(const std::string& op) {
+  const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(op);
+  if (!spec) throw kiln::ValueError("unknown op '" + op + "'");
+  return *spec;
+}
+
+int warm_bundle(const std::string& ops, const std::string& dtypes, int arch) {
+  std::vector<kiln::rt::BundleItem> items;
+  for (const std::string& op : comma_list(ops)) {
+    const kiln::rt::KernelSpec& spec = spec_named(op);
+    for (std::uint32_t v : spec.variants) items.push_back({&spec, kiln::DTypes::parse(dtypes), v});
+  }
+  bool compiled = false;
+  for (const kiln::rt::BundleResult& r : kiln::rt::warm_bundle(items, arch)) {
+    if (!r.outcome) std::rethrow_exception(r.error);
+    compiled = compiled || *r.outcome == kiln::rt::WarmOutcome::compiled;
+  }
+  print_counters(compiled ? "compiled" : "cached");
+  return 0;
+}
+
+// Each op on the GPU against the same op on the CPU, over values from -4 to 4.
+int unary_check(const std::string& ops) {
+  using namespace kiln;
+  Generator g(3);
+  const Tensor x = rand({4096}, {}, &g) * 8.0 - 4.0;
+  bool same = true;
+  for (const std::string& op : comma_list(ops)) {
+    auto apply = [&](const Tensor& t) {
+      if (op == "abs") return kiln::abs(t);
+      if (op == "neg") return kiln::neg(t);
+      if (op == "exp") return kiln::exp(t);
+      throw ValueError("unary-check knows abs, neg and exp, not '" + op + "'");
+    };
+    const Tensor want = apply(x), got = apply(x.to(Device::cuda(0))).to(Device::cpu());
+    const std::vector<float> w = want.to_vector<float>(), o = got.to_vector<float>();
+    for (std::size_t i = 0; i < w.size(); ++i) same = same && std::abs(w[i] - o[i]) <= 1e-6f * (1 + std::abs(w[i]));
+  }
+  const kiln::rt::CacheCounters after_ops = kiln::rt::cache_counters();
+  // A captured graph of the first two ops, unfused: its kernels by the names graph statistics give.
+  const std::vector<std::string> names = comma_list(ops);
+  CompiledFunction twice = compile(
+      [&](const std::vector<Tensor>& in) {
+        Tensor y = in[0];
+        for (std::size_t i = 0; i < 2 && i < names.size(); ++i) y = names[i] == "abs" ? kiln::abs(y) : kiln::neg(y);
+        return std::vector<Tensor>{y};
+      },
+      {.fuse = false});
+  const Tensor xg = x.to(Device::cuda(0));
+  for (int call = 0; call < 3; ++call) twice({xg});
+  std::string kernels;
+  for (const auto& [name, n] : twice.stats().kernel_names_per_graph.at(0))
+    kernels += (kernels.empty() ? "" : ",") + name + ":" + std::to_string(n);
+  print_counters(same ? "same" : "different", "\"graph_kernels\":\"" + kernels + "\",", after_ops);
+  return same ? 0 : 1;
+}
+
 // What ProcessGroup::init does before NCCL: every rank prints the first bytes of the id it got.
 int dist_rendezvous() {
   const kiln::dist::Env env = kiln::dist::env_from_environment();
@@ -130,6 +206,8 @@ int main(int argc, char** argv) {
     if (cmd == "fused-steps" && argc == 3) return fused_steps(argv[2]);
     if (cmd == "sync-bn" && argc == 2) return sync_bn_check();
     if (cmd == "dist-rendezvous" && argc == 2) return dist_rendezvous();
+    if (cmd == "warm-bundle" && argc == 5) return warm_bundle(argv[2], argv[3], kiln::rt::parse_arch(argv[4]));
+    if (cmd == "unary-check" && argc == 3) return unary_check(argv[2]);
     if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {

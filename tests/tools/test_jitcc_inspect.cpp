@@ -132,3 +132,36 @@ TEST_CASE("jitcc show prints the instantiated source, or its PTX, without touchi
 
   CHECK(jitcc_json({"list", "--cache-dir", dir.path().string()}).at("entries").size() == 0);
 }
+
+TEST_CASE("jitcc warm --bundle compiles kernels of one template together, each in an entry of its own") {
+  ScratchDir together, apart;
+  const std::vector<std::string> ops{"warm", "--arch", "sm_90", "--ops", "floor,ceil", "--dtypes", "f32"};
+  auto with = [&](const ScratchDir& dir, const char* bundle) {
+    std::vector<std::string> args = ops;
+    args.insert(args.end(), {"--cache-dir", dir.path().string(), "--bundle", bundle});
+    return jitcc_json(args);
+  };
+  const nlohmann::json one = with(together, "8"), each = with(apart, "1");
+  CHECK(one.at("compiled") == 4);  // two ops, two variants each
+  CHECK(one.at("programs") == 1);
+  CHECK(each.at("compiled") == 4);
+  CHECK(each.at("programs") == 4);
+  CHECK(entry_files(together.path()).size() == 4);
+
+  // Each entry is found by its own source; the bundled ones share their binaries.
+  const nlohmann::json listed = jitcc_json({"list", "--cache-dir", together.path().string()});
+  std::set<std::string> bundles;
+  for (const nlohmann::json& e : listed.at("entries")) bundles.insert(e.at("bundle").get<std::string>());
+  CHECK(bundles.size() == 1);
+  CHECK(bundles.begin()->size() == 64);
+  for (const nlohmann::json& e : jitcc_json({"list", "--cache-dir", apart.path().string()}).at("entries"))
+    CHECK(e.at("bundle") == "");
+  // A warm of the same kernels one at a time finds them all.
+  CHECK(with(together, "1").at("cached") == 4);
+
+  std::vector<std::string> zero = ops;
+  zero.insert(zero.end(), {"--cache-dir", together.path().string(), "--bundle", "0"});
+  ProcessResult bad = jitcc(zero);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--bundle must be 1 or more, got 0") != std::string::npos);
+}

@@ -55,6 +55,8 @@ Json key_json(const rt::EntryInfo& info) {
               {"nvrtc_version", k.nvrtc_version},
               {"options", k.options},
               {"digest", k.digest},
+              {"function", k.function},  // its entry point in a bundle's binaries; "" when compiled alone
+              {"bundle", k.bundle},
               {"format_version", rt::DiskCache::kFormatVersion},
               {"bytes", info.bytes},
               {"created", iso_time(info.created)},

@@ -42,6 +42,7 @@ int run_list(const Common& common) {
                   {"created", time_json(e.created)},
                   {"last_used", time_json(e.last_used)},
                   {"digest", e.key.digest},
+                  {"bundle", e.key.bundle},
                   {"path", e.path.string()},
                   {"ok", e.ok}};
     if (!e.ok) {

@@ -81,8 +81,8 @@ rt::DiskCache& open_warm_cache() {
   return cache;
 }
 
-WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt::DiskCache& cache,
-                     const std::function<rt::WarmOutcome(std::size_t, std::string*)>& warm_one) {
+WarmBatch warm_groups(std::size_t n, const std::vector<std::vector<std::size_t>>& groups, int threads,
+                      const Common& common, const rt::DiskCache& cache, const WarmGroup& warm_group) {
   WarmBatch b;
   b.outcomes.resize(n);
   b.digests.resize(n);
@@ -93,17 +93,26 @@ WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt:
   std::atomic<int> compiled{0}, cached{0}, failed{0};
   auto progress = progress_line(common, "warm", "kernels", n, {"compiled", "cached", "failed"});
   const auto start = std::chrono::steady_clock::now();
-  parallel_for(n, threads, [&](std::size_t i) {
-    try {
-      const auto began = std::chrono::steady_clock::now();
-      const bool fresh = warm_one(i, &b.digests[i]) == rt::WarmOutcome::compiled;
-      if (fresh) b.ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-      b.outcomes[i] = fresh ? "compiled" : "cached";
-      (fresh ? compiled : cached)++;
-      progress.tick(fresh ? 0 : 1);
-    } catch (const std::exception& e) {
-      b.errors[i] = first_line(e.what());
-      if (const auto* ce = dynamic_cast<const kiln::CompileError*>(&e)) b.logs[i] = ce->log();
+  parallel_for(groups.size(), threads, [&](std::size_t g) {
+    const std::vector<rt::BundleResult> results = warm_group(groups[g]);
+    for (std::size_t j = 0; j < groups[g].size(); ++j) {
+      const std::size_t i = groups[g][j];
+      const rt::BundleResult& r = results[j];
+      b.digests[i] = r.digest;
+      if (r.outcome) {
+        const bool fresh = *r.outcome == rt::WarmOutcome::compiled;
+        b.ms[i] = fresh ? r.ms : 0;
+        b.outcomes[i] = fresh ? "compiled" : "cached";
+        (fresh ? compiled : cached)++;
+        progress.tick(fresh ? 0 : 1);
+        continue;
+      }
+      try {
+        std::rethrow_exception(r.error);
+      } catch (const std::exception& e) {
+        b.errors[i] = first_line(e.what());
+        if (const auto* ce = dynamic_cast<const kiln::CompileError*>(&e)) b.logs[i] = ce->log();
+      }
       b.digests[i].clear();
       failed++;
       progress.tick(2);
@@ -116,6 +125,24 @@ WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt:
   b.failed = failed;
   b.stored = count_stored(cache, b.digests, built(b));
   return b;
+}
+
+WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt::DiskCache& cache,
+                     const std::function<rt::WarmOutcome(std::size_t, std::string*)>& warm_one) {
+  std::vector<std::vector<std::size_t>> each(n);
+  for (std::size_t i = 0; i < n; ++i) each[i] = {i};
+  return warm_groups(n, each, threads, common, cache, [&](std::span<const std::size_t> g) {
+    std::vector<rt::BundleResult> r(1);
+    try {
+      const auto began = std::chrono::steady_clock::now();
+      r[0].outcome = warm_one(g[0], &r[0].digest);
+      r[0].ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+    } catch (...) {
+      r[0].outcome.reset();
+      r[0].error = std::current_exception();
+    }
+    return r;
+  });
 }
 
 std::string kernel_family(const std::string& op) {

@@ -3,10 +3,12 @@
 // compiling a list of kernels into the cache on several threads, and the summary of it.
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cli.h"
+#include "kiln/runtime/kernel_bundle.h"
 #include "kiln/runtime/module_cache.h"
 
 namespace jitcc {
@@ -29,6 +31,13 @@ struct WarmBatch {
   double seconds = 0;
   std::size_t stored = 0;  // of the built kernels, how many the cache holds at the end
 };
+
+// warm_group(group) for each group of the n kernels (indices; every kernel in one group) on
+// `threads` threads, groups in their order, under a progress line; then a count of what reached
+// the cache (warning when some did not). warm_group gives a result per kernel of its group.
+using WarmGroup = std::function<std::vector<kiln::rt::BundleResult>(std::span<const std::size_t>)>;
+WarmBatch warm_groups(std::size_t n, const std::vector<std::vector<std::size_t>>& groups, int threads,
+                      const Common& common, const kiln::rt::DiskCache& cache, const WarmGroup& warm_group);
 
 // warm_one(i, &digest) for each of n kernels on `threads` threads under a progress line, then
 // a count of what reached the cache (warning when some did not).

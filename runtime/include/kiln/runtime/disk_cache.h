@@ -26,6 +26,10 @@ struct EntryKey {
   // Readable name of a generated kernel ("fused(mul,add) f32"); empty for templates shipped
   // with kiln. An optional header line, outside the digest: entries without it still read.
   std::string label{};
+  // A kernel compiled with others in one NVRTC program (a bundle, kernel_bundle.h): its entry
+  // point's name in the binaries (empty: the spec's entry), and the bundle's digest, which
+  // every entry of the bundle holds, so that they share one loaded module. Outside the digest.
+  std::string function{}, bundle{};
 };
 
 struct Entry {

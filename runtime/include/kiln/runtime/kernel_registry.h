@@ -28,6 +28,8 @@ struct KernelSpec {
 const KernelSpec& register_kernel(KernelSpec spec);
 const std::vector<const KernelSpec*>& registered_kernels();
 const KernelSpec* find_kernel(std::string_view op);  // nullptr when absent
+// The entry points of the specs registered with template `template_name`, each once.
+std::vector<std::string> template_entries(std::string_view template_name);
 
 // The name a spec's source header and cache entry carry: its op, or for an entry of a
 // generated module the module's, so a module's entries share one source and one compile.
@@ -36,5 +38,9 @@ std::string kernel_source_name(const KernelSpec& spec);
 // Instantiated source for one (spec, dtypes, variant); throws ValueError/DTypeError
 // for a tuple the spec does not support.
 std::string instantiate_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant);
+// The same source from `bindings` instead of spec.bind's (a caller's edited copy of them),
+// without the checks.
+std::string instantiate_kernel_with(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
+                                    const Bindings& bindings);
 
 }  // namespace kiln::rt
