@@ -6,21 +6,30 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/launch_common.h"
 #include "compile_check.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
+#include "kiln/runtime/kernel_bundle.h"
 #include "kiln/runtime/kernel_registry.h"
 
 using namespace kiln;
 
 namespace {
 
-std::size_t count_entries(const std::string& ptx) {
+// The entry points of the PTX; for a kernel of a bundle (`function` its renamed entry point),
+// those of its own part of the bundle: the ones renamed with its index.
+std::size_t count_entries(const std::string& ptx, const std::string& function) {
+  const std::string_view own = rt::entry_name_of(function);
+  const std::string suffix = function.substr(own.size());
   std::size_t n = 0;
-  for (std::size_t at = ptx.find(".entry "); at != std::string::npos; at = ptx.find(".entry ", at + 1)) ++n;
+  for (std::size_t at = ptx.find(".entry "); at != std::string::npos; at = ptx.find(".entry ", at + 1)) {
+    const std::size_t end = ptx.find('(', at);
+    n += end != std::string::npos && std::string_view(ptx).substr(at, end - at).ends_with(suffix);
+  }
   return n;
 }
 
@@ -42,11 +51,14 @@ void check_every_kernel_compiles(int arch) {
     const rt::KernelSpec& spec = *jobs[i].spec;
     const kiln_test::CompileOutcome& o = r.outcomes[i];
     std::string problem = o.error;
-    if (problem.empty() && o.ptx.find(spec.entry) == std::string::npos) problem = "PTX lacks entry point " + spec.entry;
-    // A template that guards its kernels by entry gives each op a module of one kernel.
+    const std::string entry = o.function.empty() ? spec.entry : o.function;
+    if (problem.empty() && o.ptx.find(entry) == std::string::npos) problem = "PTX lacks entry point " + entry;
+    // A template that guards its kernels by entry gives each op a module of one kernel (in a
+    // bundle, which a cache warmed by jitcc warm holds, one kernel of its own).
     if (problem.empty() && rt::template_source(spec.template_name).find("KILN_ENTRY_") != std::string::npos &&
-        count_entries(o.ptx) != 1)
-      problem = "a guarded template's module holds " + std::to_string(count_entries(o.ptx)) + " entry points";
+        count_entries(o.ptx, o.function) != 1)
+      problem =
+          "a guarded template's module holds " + std::to_string(count_entries(o.ptx, o.function)) + " entry points";
     if (problem.empty() && rt::nvrtc_can_emit_cubin(arch) && o.cubin.empty()) problem = "no CUBIN";
     // The runtime launches them before the kernel ahead of them drains (rt::launch_raw).
     if (problem.empty() && arch >= 90 && !kiln_test::every_kernel_waits_for_prior_grids(o.ptx))

@@ -43,6 +43,7 @@ inline CompileJob generated_job(std::string_view kind, const std::string& source
 
 struct CompileOutcome {
   std::string ptx, cubin;  // empty when the compile failed
+  std::string function{};  // its entry point in a bundle's binaries (kernel_bundle.h); "" compiled alone
   std::string error{};     // the first 4000 characters of what failed, NVRTC's log first
   bool compiled = false;   // false: read back from the cache
   double seconds = 0;      // this job's wall time on its thread (NVRTC and ptxas when compiled)
@@ -87,6 +88,7 @@ inline CompileSummary compile_all(const std::vector<CompileJob>& jobs) {
         kiln::rt::Entry e = kiln::rt::cached_entry(*j.spec, j.dtypes, j.variant, j.arch, &how);
         o.ptx = std::move(e.ptx);
         o.cubin = std::move(e.cubin);
+        o.function = std::move(e.key.function);
         o.compiled = how == kiln::rt::WarmOutcome::compiled;
         if (o.compiled) ++compiled;
       } catch (const std::exception& e) {
