@@ -82,6 +82,31 @@ TEST_CASE("jitcc warm --plan compiles a plan's kernels, then finds them cached")
   CHECK(text.out.find("2 kernels from the plan " + file + " for sm_90") != std::string::npos);
 }
 
+TEST_CASE("jitcc warm --plan compiles kiln's own kernels of a template together, a generated one alone") {
+  ScratchDir dir, cache;
+  const std::string file = (dir.path() / "run.plan").string();
+  kiln::KernelPlan plan = two_kernel_plan();
+  plan.kernels.push_back({"relu", "f32,f32", 1, "", ""});
+  plan.kernels.push_back({"sigmoid", "f32,f32", 0, "", ""});
+  plan.save(file);
+  const nlohmann::json j =
+      jitcc_json({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()});
+  CHECK(j.at("compiled") == 4);
+  CHECK(j.at("programs") == 2);  // the three unary kernels, and the fused one
+  std::set<std::string> bundles;
+  const nlohmann::json listed = jitcc_json({"list", "--cache-dir", cache.path().string()});
+  for (const nlohmann::json& e : listed.at("entries")) {
+    CAPTURE(e.at("op"));
+    CHECK((e.at("label") == kPlanLabel) == (e.at("bundle") == ""));
+    bundles.insert(e.at("bundle").get<std::string>());
+  }
+  CHECK(bundles.size() == 2);
+  const nlohmann::json alone =
+      jitcc_json({"warm", "--plan", file, "--arch", "sm_90", "--bundle", "1", "--cache-dir", cache.path().string()});
+  CHECK(alone.at("cached") == 4);  // the same entries, whichever way they were compiled
+  CHECK(alone.at("programs") == 4);
+}
+
 TEST_CASE("jitcc warm --timings: compile milliseconds per kernel family, a generated kernel's by its kind") {
   ScratchDir dir, cache;
   kiln::KernelPlan plan = two_kernel_plan();
@@ -219,8 +244,9 @@ TEST_CASE("compile servers that cannot run cost no compile, and after three none
   kiln::KernelPlan many;
   for (const char* op : {"add", "sub", "mul", "div"}) many.kernels.push_back({op, "f32,f32", 0, "", ""});
   many.save(file);
-  ProcessResult r = jitcc({"warm", "--plan", file, "--arch", "sm_90", "-j", "1", "--cache-dir", cache.path().string()},
-                          {{"KILN_NVRTC_SERVER", "/bin/false"}});
+  ProcessResult r = jitcc(
+      {"warm", "--plan", file, "--arch", "sm_90", "-j", "1", "--bundle", "1", "--cache-dir", cache.path().string()},
+      {{"KILN_NVRTC_SERVER", "/bin/false"}});
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("4 compiled") != std::string::npos);
   const std::string warning = "compile servers failed to start or ended before answering";

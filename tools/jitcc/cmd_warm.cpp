@@ -12,17 +12,12 @@ namespace rt = kiln::rt;
 
 namespace {
 
-// Kernels a program holds at most. NVRTC pays much per program: on a 2-core box eight unary
-// kernels compile in 0.28 s together against 0.45 s apart.
-constexpr int kDefaultBundle = 8;
-
 struct WarmArgs {
   std::string ops = "all";
   std::string dtypes = "all";
   WarmOptions o{"auto"};
   std::optional<std::string> from_cache;  // a cache directory whose run-time kernels to rebuild
   std::optional<std::string> plan;        // a kernel plan file whose kernels to build
-  int bundle = kDefaultBundle;
 };
 
 struct Job {
@@ -50,15 +45,15 @@ std::vector<Job> select_jobs(const WarmArgs& a) {
 
 int run_warm(const WarmArgs& a, const Common& common) {
   apply_cache_dir(common);
+  if (a.o.bundle < 1) throw UsageError("--bundle must be 1 or more, got " + std::to_string(a.o.bundle));
   if (a.from_cache) return run_warm_from_cache(*a.from_cache, a.o, common);
   if (a.plan) return run_warm_plan(*a.plan, a.o, common);
-  warm_threads(a.o.jobs, 1);  // a bad --jobs or --bundle is reported before the kernels are selected
-  if (a.bundle < 1) throw UsageError("--bundle must be 1 or more, got " + std::to_string(a.bundle));
+  warm_threads(a.o.jobs, 1);  // a bad --jobs is reported before the kernels are selected
   const std::vector<Job> jobs = select_jobs(a);
   const int arch = resolve_arch(a.o.arch);
   std::vector<rt::BundleItem> items;
   for (const Job& j : jobs) items.push_back({j.spec, j.dtypes, j.variant});
-  const auto groups = rt::bundle_groups(items, static_cast<std::size_t>(a.bundle));
+  const auto groups = rt::bundle_groups(items, static_cast<std::size_t>(a.o.bundle));
   const int threads = warm_threads(a.o.jobs, groups.size());
   auto& cache = open_warm_cache();
   const WarmBatch b = warm_groups(jobs.size(), groups, threads, common, cache, [&](std::span<const std::size_t> g) {
@@ -122,12 +117,11 @@ void add_warm(CLI::App& app, Context& ctx) {
   sub->add_option("--arch", args->o.arch, "Target arch (sm_90), or auto for GPU 0")
       ->capture_default_str()
       ->check(not_a_flag());
-  sub->add_option("--bundle", args->bundle,
-                  "Kernels compiled together in one NVRTC program at most (1: each alone); each keeps its own "
-                  "cache entry")
+  sub->add_option("--bundle", args->o.bundle,
+                  "kiln's own kernels compiled together in one NVRTC program at most (1: each alone; with --plan "
+                  "too); each keeps its own cache entry")
       ->capture_default_str()
-      ->excludes("--from-cache")
-      ->excludes("--plan");
+      ->excludes("--from-cache");
   sub->add_option("--jobs,-j", args->o.jobs, "Parallel compiles; 0 (the default): KILN_COMPILE_JOBS, else one per usable CPU up to 16");
   sub->add_flag("--allow-unstored", args->o.allow_unstored,
                 "Exit 0 even when some kernels could not be stored (read-only, full or too small cache)");

@@ -15,6 +15,8 @@ namespace rt = kiln::rt;
 
 namespace {
 
+constexpr std::size_t kNoItem = static_cast<std::size_t>(-1);
+
 std::string describe(const kiln::KernelPlan::Kernel& k) { return kernel_name(k.op, k.dtypes, k.variant, k.label); }
 
 // One kernel of the plan into the cache; throws what the compile throws.
@@ -43,9 +45,36 @@ int run_warm_plan(const std::string& file, const WarmOptions& o, const Common& c
     throw UsageError(std::string("--plan ") + e.what());
   }
   const int arch = resolve_arch(o.arch);
+  // kiln's own kernels share programs as a full warm's do (bundles); generated ones compile alone.
+  std::vector<rt::BundleItem> items;
+  std::vector<std::size_t> item_of(plan.kernels.size(), kNoItem), kernel_of;  // plan index <-> item index
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    const kiln::KernelPlan::Kernel& k = plan.kernels[i];
+    const rt::KernelSpec* spec = k.label.empty() ? rt::find_kernel(k.op) : nullptr;
+    if (!spec) {
+      groups.push_back({i});  // generated, or unknown to this kiln: warm_planned says so
+      continue;
+    }
+    item_of[i] = items.size();
+    kernel_of.push_back(i);
+    items.push_back({spec, kiln::DTypes::parse(k.dtypes), k.variant});
+  }
+  for (std::vector<std::size_t>& g : rt::bundle_groups(items, static_cast<std::size_t>(o.bundle))) {
+    for (std::size_t& i : g) i = kernel_of[i];
+    groups.push_back(std::move(g));
+  }
   auto& cache = open_warm_cache();
-  const WarmBatch b = warm_batch(plan.kernels.size(), warm_threads(o.jobs, plan.kernels.size()), common, cache,
-                                 [&](std::size_t i, std::string* digest) { return warm_planned(plan.kernels[i], arch, digest); });
+  const WarmBatch b = warm_groups(plan.kernels.size(), groups, warm_threads(o.jobs, groups.size()), common, cache,
+                                  [&](std::span<const std::size_t> g) {
+                                    if (item_of[g[0]] == kNoItem)
+                                      return std::vector<rt::BundleResult>{warm_result([&](std::string* digest) {
+                                        return warm_planned(plan.kernels[g[0]], arch, digest);
+                                      })};
+                                    std::vector<rt::BundleItem> members;
+                                    for (std::size_t i : g) members.push_back(items[item_of[i]]);
+                                    return rt::warm_bundle(members, arch);
+                                  });
 
   Json fails = Json::array();
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
@@ -60,6 +89,7 @@ int run_warm_plan(const std::string& file, const WarmOptions& o, const Common& c
   for (const kiln::KernelPlan::Kernel& k : plan.kernels) families.push_back(kernel_family(k.op));
   Json summary = warm_summary(Json{{"plan", file}, {"kernels", plan.kernels.size()}}, b, arch, cache, families);
   summary["failures"] = std::move(fails);
+  summary["programs"] = groups.size();
   emit(common, summary,
        std::to_string(plan.kernels.size()) + " kernels from the plan " + file + head + warm_counts(b, b.failed) +
            "\ncache: " + cache.dir().string() + "\n" + (o.timings ? family_table(summary.at("families")) : ""));

@@ -132,17 +132,21 @@ WarmBatch warm_batch(std::size_t n, int threads, const Common& common, const rt:
   std::vector<std::vector<std::size_t>> each(n);
   for (std::size_t i = 0; i < n; ++i) each[i] = {i};
   return warm_groups(n, each, threads, common, cache, [&](std::span<const std::size_t> g) {
-    std::vector<rt::BundleResult> r(1);
-    try {
-      const auto began = std::chrono::steady_clock::now();
-      r[0].outcome = warm_one(g[0], &r[0].digest);
-      r[0].ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-    } catch (...) {
-      r[0].outcome.reset();
-      r[0].error = std::current_exception();
-    }
-    return r;
+    return std::vector<rt::BundleResult>{warm_result([&](std::string* digest) { return warm_one(g[0], digest); })};
   });
+}
+
+rt::BundleResult warm_result(const std::function<rt::WarmOutcome(std::string*)>& warm) {
+  rt::BundleResult r;
+  try {
+    const auto began = std::chrono::steady_clock::now();
+    r.outcome = warm(&r.digest);
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  } catch (...) {
+    r.outcome.reset();
+    r.error = std::current_exception();
+  }
+  return r;
 }
 
 std::string kernel_family(const std::string& op) {
