@@ -71,6 +71,13 @@ TEST_CASE("kernels of one template and header set share a bundle, at most `most`
   CHECK(rt::bundle_groups({}, 8).empty());
   CHECK(rt::bundleable(items[0]));
   CHECK_THROWS_AS(rt::bundleable(item("abs", kF32, 7)), kiln::ValueError);
+  // One its spec does not support is left alone, for warm_bundle to report.
+  const std::vector<rt::BundleItem> odd{item("abs", kF32), item("abs", kF32, 7), item("neg", kF32)};
+  CHECK(rt::bundle_groups(odd, 8) == Groups{{0, 2}, {1}});
+  const std::vector<rt::BundleResult> r = rt::warm_bundle(std::vector<rt::BundleItem>{odd[1]}, 90);
+  CHECK_FALSE(r.at(0).outcome);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(r.at(0).error), doctest::Contains("variant 7 not supported"),
+                       kiln::ValueError);
 }
 
 TEST_CASE("a bundle's source holds the prelude once and each kernel in a namespace, its entry point renamed") {

@@ -162,20 +162,28 @@ TEST_CASE("the debug log names a compiled kernel with its dtypes, a generated on
   CHECK(log.find("(u8)") == std::string::npos);
 }
 
-TEST_CASE("jitcc warm --plan: an unknown kernel and a broken source are named; a bad plan is a usage error") {
+TEST_CASE(
+    "jitcc warm --plan: an unknown kernel, dtypes or variant and a broken source are named; a bad plan is a "
+    "usage error") {
   ScratchDir dir, cache;
   kiln::KernelPlan plan;
   plan.kernels.push_back({"no_such_kernel", "f32", 0, "", ""});
+  plan.kernels.push_back({"relu", "f32,i64", 0, "", ""});  // a tuple relu does not take
+  plan.kernels.push_back({"relu", "f32,f32", 9, "", ""});  // nor that variant
+  plan.kernels.push_back({"relu", "f32,f32", 0, "", ""});  // fine
   plan.kernels.push_back({"fused_jitcc_plan_broken", "u8", 0, "fused(broken) f32",
                           "extern \"C\" __global__ void kiln_fused() { this does not compile }\n"});
   const std::string file = (dir.path() / "bad.plan").string();
   plan.save(file);
   nlohmann::json j =
       jitcc_json({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()}, 1);
-  CHECK(j.at("failed") == 2);
+  CHECK(j.at("failed") == 4);
+  CHECK(j.at("compiled") == 1);
   ProcessResult text = jitcc({"warm", "--plan", file, "--arch", "sm_90", "--cache-dir", cache.path().string()});
   CHECK(text.exit_code == 1);
   CHECK(text.err.find("no_such_kernel") != std::string::npos);
+  CHECK(text.err.find("dtypes (f32,i64) not supported") != std::string::npos);
+  CHECK(text.err.find("variant 9 not supported") != std::string::npos);
   CHECK(text.err.find("fused(broken) f32") != std::string::npos);
 
   std::ofstream(dir.path() / "junk.plan") << "junk";

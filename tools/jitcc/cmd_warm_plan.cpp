@@ -3,6 +3,7 @@
 // shipped with kiln are instantiated from this kiln's templates, generated ones (fused,
 // per-shape) rebuilt from the source the plan recorded.
 #include <cstdio>
+#include <optional>
 
 #include "kiln/error.h"
 #include "kiln/kernel_plan.h"
@@ -52,13 +53,18 @@ int run_warm_plan(const std::string& file, const WarmOptions& o, const Common& c
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const kiln::KernelPlan::Kernel& k = plan.kernels[i];
     const rt::KernelSpec* spec = k.label.empty() ? rt::find_kernel(k.op) : nullptr;
-    if (!spec) {
-      groups.push_back({i});  // generated, or unknown to this kiln: warm_planned says so
+    std::optional<kiln::DTypes> dtypes;
+    try {
+      if (spec) dtypes = kiln::DTypes::parse(k.dtypes);
+    } catch (const kiln::Error&) {  // warm_planned reports it for this kernel
+    }
+    if (!dtypes) {
+      groups.push_back({i});  // generated, unknown to this kiln or malformed: warm_planned says so
       continue;
     }
     item_of[i] = items.size();
     kernel_of.push_back(i);
-    items.push_back({spec, kiln::DTypes::parse(k.dtypes), k.variant});
+    items.push_back({spec, *dtypes, k.variant});
   }
   for (std::vector<std::size_t>& g : rt::bundle_groups(items, static_cast<std::size_t>(o.bundle))) {
     for (std::size_t& i : g) i = kernel_of[i];

@@ -33,7 +33,8 @@ bool bundleable(const BundleItem& item);
 // `items` split into groups that may share a program, each of at most `most` kernels (>= 1):
 // kernels of one template whose sources take the same prelude (header set) and agree on waiting
 // for the kernel before them. The largest groups come first, then in the order of their first
-// kernel, each in the items' order; a kernel that shares with none is a group of its own.
+// kernel, each in the items' order; a kernel that shares with none (or that its spec does not
+// support, which warm_bundle then reports) is a group of its own.
 // Indices into `items`.
 std::vector<std::vector<std::size_t>> bundle_groups(std::span<const BundleItem> items, std::size_t most);
 
