@@ -63,12 +63,12 @@ std::string warm_counts(const WarmBatch& b, std::size_t failed);
 // 0, or kFailureExit when a kernel failed or (without --allow-unstored) was not stored.
 int warm_exit(const WarmBatch& b, std::size_t failed, bool allow_unstored);
 
-// jitcc warm --from-cache DIR (cmd_warm_from_cache.cpp) and --plan FILE (cmd_warm_plan.cpp).
-// --arch, --jobs (0: rt::compile_jobs()), --allow-unstored and --timings of every warm.
 // Kernels an NVRTC program holds at most (rt::bundle_groups). NVRTC pays much per program:
 // on the 16-core H200 host a full warm took 8.9-11.3 s bundled against 10.2-11.7 s alone.
 constexpr int kDefaultBundle = 8;
 
+// jitcc warm --from-cache DIR (cmd_warm_from_cache.cpp) and --plan FILE (cmd_warm_plan.cpp).
+// --arch, --jobs (0: rt::compile_jobs()), --bundle, --allow-unstored and --timings of every warm.
 struct WarmOptions {
   std::string arch;
   int jobs = 0;
