@@ -43,8 +43,10 @@ class Modules {
     return *m;
   }
 
-  // Serialises the choice of names, so two colliding keys built at once take different ones.
+  // Serialises the choice of names, so two colliding modules built at once take different ones.
   std::mutex naming;
+  // The specs of each module built, by its base name (under `naming`).
+  std::unordered_map<std::string, std::vector<const KernelSpec*>> by_name;
 
  private:
   Module* find(std::uint64_t h, const GeneratedKey& key) {
@@ -68,38 +70,50 @@ std::string entry_name(const std::string& base, std::size_t i) {
   return i == 0 ? base : base + "_" + std::to_string(i);
 }
 
-// The base name whose template and every entry's spec name are still free.
-std::string free_name(const std::string& hashed, std::size_t entries) {
-  for (int k = 0;; ++k) {
-    const std::string base = k == 0 ? hashed : hashed + "_" + std::to_string(k);
-    bool taken = generated_template_label(base).has_value();
-    for (std::size_t i = 0; i < entries && !taken; ++i) taken = find_kernel(entry_name(base, i)) != nullptr;
-    if (!taken) return base;
-  }
+// Neither the template `base` nor any entry's spec name is taken.
+bool name_free(const std::string& base, std::size_t entries) {
+  if (generated_template_label(base).has_value()) return false;
+  for (std::size_t i = 0; i < entries; ++i)
+    if (find_kernel(entry_name(base, i)) != nullptr) return false;
+  return true;
 }
 
+bool same_entries(const std::vector<const KernelSpec*>& specs, const std::vector<std::string>& entries) {
+  return std::ranges::equal(specs, entries, [](const KernelSpec* s, const std::string& e) { return s->entry == e; });
+}
+
+// The specs of a built module, named by its source: keys whose modules have the same source
+// (sizes the kernel takes at run time, such as a direct conv's batch) share one compile.
 std::vector<const KernelSpec*> build_specs(const GeneratedKey& key, GeneratedModule m) {
   const std::string who = "[generated_kernels] " + std::string(key.kind()) + ": ";
   if (m.entries.empty()) throw ValueError(who + "the built module names no entry points");
   if (m.source.empty()) throw ValueError(who + "the built module has no source");
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key.hash()));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(m.source)));
   const std::string hashed = std::string(key.kind()) + "_" + hex;
 
-  std::lock_guard lock(modules().naming);
-  const std::string base = free_name(hashed, m.entries.size());
-  add_generated_template(base, std::move(m.source), std::move(m.label));
-  std::vector<const KernelSpec*> specs;
-  for (std::size_t i = 0; i < m.entries.size(); ++i) {
-    KernelSpec spec;
-    spec.op = entry_name(base, i);
-    spec.template_name = base;
-    spec.entry = std::move(m.entries[i]);
-    spec.dtypes = {generated_dtypes()};
-    spec.bind = [](const DTypes&, std::uint32_t) { return Bindings{}; };
-    specs.push_back(&register_kernel(std::move(spec)));
+  Modules& all = modules();
+  std::lock_guard lock(all.naming);
+  for (int k = 0;; ++k) {
+    const std::string base = k == 0 ? hashed : hashed + "_" + std::to_string(k);
+    if (auto it = all.by_name.find(base); it != all.by_name.end()) {
+      if (template_source(base) == m.source && same_entries(it->second, m.entries)) return it->second;
+      continue;
+    }
+    if (!name_free(base, m.entries.size())) continue;
+    add_generated_template(base, std::move(m.source), std::move(m.label));
+    std::vector<const KernelSpec*> specs;
+    for (std::size_t i = 0; i < m.entries.size(); ++i) {
+      KernelSpec spec;
+      spec.op = entry_name(base, i);
+      spec.template_name = base;
+      spec.entry = std::move(m.entries[i]);
+      spec.dtypes = {generated_dtypes()};
+      spec.bind = [](const DTypes&, std::uint32_t) { return Bindings{}; };
+      specs.push_back(&register_kernel(std::move(spec)));
+    }
+    return all.by_name[base] = specs;
   }
-  return specs;
 }
 
 }  // namespace

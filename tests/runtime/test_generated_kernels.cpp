@@ -30,10 +30,11 @@ GeneratedModule module_with(const std::string& body, std::vector<std::string> en
   return {src, std::move(label), std::move(entries)};
 }
 
-std::string hashed_name(const GeneratedKey& key) {
+// The name a module of `kind` with this source takes when it is free.
+std::string hashed_name(std::string_view kind, const std::string& source) {
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key.hash()));
-  return std::string(key.kind()) + "_" + hex;
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(source)));
+  return std::string(kind) + "_" + hex;
 }
 
 }  // namespace
@@ -83,14 +84,16 @@ TEST_CASE("generated kernels: the same key from 8 threads builds once and all ge
   for (const KernelSpec* s : got) CHECK(s == got[0]);
 }
 
-TEST_CASE("generated kernels: different keys give different specs") {
-  auto build = [] { return module_with("p[0] = 3.f;", {"kiln_test_keys"}); };
+TEST_CASE("generated kernels: different keys with different sources give different specs") {
+  int n = 0;
+  auto build = [&] { return module_with("p[0] = " + std::to_string(++n) + ".f;", {"kiln_test_keys"}); };
   const KernelSpec* a = generated_kernels(GeneratedKey("test_gen_keys").add(1), build)[0];
   const KernelSpec* b = generated_kernels(GeneratedKey("test_gen_keys").add(2), build)[0];
   const KernelSpec* c = generated_kernels(GeneratedKey("test_gen_keys").add(1, 0), build)[0];
   const KernelSpec* d = generated_kernels(GeneratedKey("test_gen_keys_other").add(1), build)[0];
   const KernelSpec* e = generated_kernels(GeneratedKey("test_gen_keys").add(-0.0), build)[0];
   const KernelSpec* f = generated_kernels(GeneratedKey("test_gen_keys").add(0.0), build)[0];
+  CHECK(n == 6);
   const std::vector<const KernelSpec*> all{a, b, c, d, e, f};
   for (std::size_t i = 0; i < all.size(); ++i)
     for (std::size_t j = i + 1; j < all.size(); ++j) {
@@ -100,6 +103,30 @@ TEST_CASE("generated kernels: different keys give different specs") {
       CHECK(all[i]->op != all[j]->op);
     }
   CHECK(d->op.rfind("test_gen_keys_other_", 0) == 0);
+}
+
+TEST_CASE("generated kernels: keys whose modules have the same source share its specs, compiled once") {
+  // As a direct conv's module for two batch sizes: the batch is a run-time argument.
+  int built = 0;
+  auto build = [&] {
+    ++built;
+    return module_with("p[1] = 2.f;", {"kiln_test_same", "kiln_test_same2"}, "same");
+  };
+  const auto a = generated_kernels(GeneratedKey("test_gen_same").add(128), build);
+  const auto b = generated_kernels(GeneratedKey("test_gen_same").add(96), build);
+  CHECK(built == 2);  // each key's builder runs once; its source decides the name
+  REQUIRE(a.size() == 2);
+  REQUIRE(b.size() == 2);
+  CHECK(b[0] == a[0]);
+  CHECK(b[1] == a[1]);
+  CHECK(a[0]->op ==
+        hashed_name("test_gen_same", module_with("p[1] = 2.f;", {"kiln_test_same", "kiln_test_same2"}).source));
+  // The same source with other entry points is another module.
+  const auto c = generated_kernels(GeneratedKey("test_gen_same").add(64),
+                                   [] { return module_with("p[1] = 2.f;", {"kiln_test_same"}, "same"); });
+  REQUIRE(c.size() == 1);
+  CHECK(c[0] != a[0]);
+  CHECK(c[0]->op != a[0]->op);
 }
 
 TEST_CASE("generated kernels: keys past the inline words compare and hash by all their words") {
@@ -113,7 +140,7 @@ TEST_CASE("generated kernels: keys past the inline words compare and hash by all
   int built = 0;
   auto build = [&] {
     ++built;
-    return module_with("p[0] = 4.f;", {"kiln_test_long"});
+    return module_with("p[0] = " + std::to_string(40 + built) + ".f;", {"kiln_test_long"});
   };
   const KernelSpec* sa = generated_kernels(a, build)[0];
   CHECK(generated_kernels(b, build)[0] == sa);
@@ -121,20 +148,21 @@ TEST_CASE("generated kernels: keys past the inline words compare and hash by all
   CHECK(built == 2);
 }
 
-TEST_CASE("generated kernels: names are stable: a known key gives a known name") {
+TEST_CASE("generated kernels: names are stable: a known source gives a known name") {
   // FNV-1a 64 of "test_gen_stable", a zero byte and the words 1, 2, 0xdeadbeef (8 bytes each,
-  // little-endian), computed outside kiln; std::hash would differ between builds.
+  // little-endian), and of the module's source, computed outside kiln; std::hash would differ
+  // between builds.
   CHECK(fnv1a64("a") == 0xaf63dc4c8601ec8cull);
   const GeneratedKey key = GeneratedKey("test_gen_stable").add(1, 2u, std::uint64_t{0xdeadbeef});
   CHECK(key.hash() == 0x75587194d4154a3bull);
   const auto specs = generated_kernels(key, [] { return module_with("p[0] = 5.f;", {"kiln_a", "kiln_b"}, "stable"); });
   REQUIRE(specs.size() == 2);
-  CHECK(specs[0]->op == "test_gen_stable_75587194d4154a3b");
-  CHECK(specs[1]->op == "test_gen_stable_75587194d4154a3b_1");
-  CHECK(specs[0]->template_name == "test_gen_stable_75587194d4154a3b");
+  CHECK(specs[0]->op == "test_gen_stable_42eaebcae7905f46");
+  CHECK(specs[1]->op == "test_gen_stable_42eaebcae7905f46_1");
+  CHECK(specs[0]->template_name == "test_gen_stable_42eaebcae7905f46");
   CHECK(specs[1]->template_name == specs[0]->template_name);
   CHECK(specs[1]->entry == "kiln_b");
-  CHECK(find_kernel("test_gen_stable_75587194d4154a3b") == specs[0]);
+  CHECK(find_kernel("test_gen_stable_42eaebcae7905f46") == specs[0]);
 }
 
 TEST_CASE("generated kernels: the specs instantiate to the module's one source, labelled") {
@@ -157,9 +185,10 @@ TEST_CASE("generated kernels: the specs instantiate to the module's one source, 
   CHECK(compiled.ptx.find("kiln_test_inst2") != std::string::npos);
 }
 
-TEST_CASE("generated kernels: a name another key took moves on to a free one") {
+TEST_CASE("generated kernels: a name another module took moves on to a free one") {
   const GeneratedKey key = GeneratedKey("test_gen_clash").add(42);
-  const std::string hashed = hashed_name(key);
+  const GeneratedModule m = module_with("p[0] = 6.f;", {"kiln_clash", "kiln_clash2"});
+  const std::string hashed = hashed_name(key.kind(), m.source);
   // Another module's second entry already holds "<hashed>_1", and its template "<hashed>":
   // "<hashed>_1" cannot be a base (its first entry is taken), so the module becomes "<hashed>_2".
   add_generated_template(hashed, "// another key's module\n", "other");
@@ -171,7 +200,7 @@ TEST_CASE("generated kernels: a name another key took moves on to a free one") {
   other.bind = [](const DTypes&, std::uint32_t) { return Bindings{}; };
   register_kernel(std::move(other));
 
-  const auto specs = generated_kernels(key, [] { return module_with("p[0] = 6.f;", {"kiln_clash", "kiln_clash2"}); });
+  const auto specs = generated_kernels(key, [&] { return m; });
   REQUIRE(specs.size() == 2);
   CHECK(specs[0]->op == hashed + "_2");
   CHECK(specs[1]->op == hashed + "_2_1");

@@ -98,10 +98,12 @@ struct GeneratedModule {
 
 // The specs (one per entry, in entry order) of the generated module `key`. `build` runs once
 // per key per process, only on a miss; concurrent first use builds once, and a builder that
-// throws leaves the key to be built by a later call. The first spec is named
-// "<kind>_<16 hex digits of key.hash()>", the others that name + "_1", "_2", ...; when another
-// key took the name (a 64-bit collision), "_1", "_2", ... go after the hash until all are free.
-// The specs take dtypes (u8), variant 0, and instantiate to a header line plus the source.
+// throws leaves the key to be built by a later call. A module is named by its source: the first
+// spec "<kind>_<16 hex digits of fnv1a64(source)>", the others that name + "_1", "_2", ...; two
+// keys whose builders return the same source and entries share those specs (one compile), and
+// when a different module took the name (a 64-bit collision), "_1", "_2", ... go after the hash
+// until one is free. The specs take dtypes (u8), variant 0, and instantiate to a header line
+// plus the source.
 std::span<const KernelSpec* const> generated_kernels(const GeneratedKey& key, FunctionRef<GeneratedModule()> build);
 
 struct Function;
