@@ -20,6 +20,12 @@ namespace {
 
 thread_local ShapeOnlyPass* t_pass = nullptr;
 thread_local bool t_prefetch_worker = false;
+thread_local bool t_late = false;
+
+bool same_request(const KernelRequest& r, const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
+                  int device) {
+  return r.spec == &spec && r.dtypes == dtypes && r.variant == variant && r.device == device;
+}
 
 // Worker threads that load requests in order. Static, and built after the disk cache and the
 // logger it uses, so it is destroyed (its workers joined) before them at exit.
@@ -102,22 +108,48 @@ ShapeOnlyPass::ShapeOnlyPass() {
 
 ShapeOnlyPass::~ShapeOnlyPass() { t_pass = nullptr; }
 
+std::vector<KernelRequest> ShapeOnlyPass::requests() const {
+  std::vector<KernelRequest> all = requests_;
+  all.insert(all.end(), late_.begin(), late_.end());
+  return all;
+}
+
+LateRequests::LateRequests() : was_(t_late) { t_late = true; }
+
+LateRequests::~LateRequests() { t_late = was_; }
+
 bool shape_only() { return t_pass != nullptr; }
 
+// A kernel asked for late and then outside a LateRequests scope moves up to the others.
 void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
   if (!t_pass) return;
-  auto& seen = t_pass->requests_;
-  const bool known = std::any_of(seen.begin(), seen.end(), [&](const KernelRequest& r) {
-    return r.spec == &spec && r.dtypes == dtypes && r.variant == variant && r.device == device;
-  });
-  if (!known) seen.push_back({&spec, dtypes, variant, device});
+  auto same = [&](const KernelRequest& r) { return same_request(r, spec, dtypes, variant, device); };
+  auto& now = t_pass->requests_;
+  auto& late = t_pass->late_;
+  if (std::any_of(now.begin(), now.end(), same)) return;
+  const auto was_late = std::find_if(late.begin(), late.end(), same);
+  if (t_late) {
+    if (was_late == late.end()) late.push_back({&spec, dtypes, variant, device});
+    return;
+  }
+  if (was_late != late.end()) late.erase(was_late);
+  now.push_back({&spec, dtypes, variant, device});
 }
 
 void prefetch(std::vector<KernelRequest> requests, int threads) {
   const int workers = worker_count(threads);
+  // A kernel queued once is not queued again: a worker would only wait there for another's load.
+  static std::mutex mu;
+  static std::vector<KernelRequest> queued;
   std::vector<std::function<void()>> jobs;
   for (const KernelRequest& r : requests) {
     if (!r.spec) throw ValueError("[plan] a prefetch request names no kernel");
+    {
+      std::lock_guard lock(mu);
+      auto same = [&r](const KernelRequest& q) { return same_request(q, *r.spec, r.dtypes, r.variant, r.device); };
+      if (std::any_of(queued.begin(), queued.end(), same)) continue;
+      queued.push_back(r);
+    }
     jobs.emplace_back([r] {
       try {
         get_function(*r.spec, r.dtypes, r.variant, r.device);

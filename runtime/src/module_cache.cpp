@@ -287,8 +287,23 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
     s.fn = load_function(spec, dtypes, variant, device);
     s.ready.store(true, std::memory_order_release);
   });
-  if (!on_prefetch_thread()) counters.wait_us += static_cast<std::uint64_t>(ms_since(start) * 1000);
+  if (!on_prefetch_thread()) {
+    const double waited = ms_since(start);
+    counters.wait_us += static_cast<std::uint64_t>(waited * 1000);
+    if (waited >= 1) log().debug("[cache] waited {:.1f} ms for {} ({})", waited, spec.op, dtypes.str());
+  }
   return s.fn;
+}
+
+std::optional<Function> function_if_cached(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
+                                           int device, bool look_on_disk) {
+  const Slot& s = memory_cache().slot(pack_key(spec, dtypes, variant, device));
+  if (s.ready.load(std::memory_order_acquire)) return s.fn;
+  if (!look_on_disk) return std::nullopt;
+  const std::string source = instantiate_kernel(spec, dtypes, variant);
+  if (!DiskCache::global().contains(kernel_entry_key(spec, dtypes, variant, device_info(device).arch(), source).digest))
+    return std::nullopt;
+  return get_function(spec, dtypes, variant, device);
 }
 
 WarmOutcome warm_kernel(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int arch,

@@ -4,11 +4,11 @@
 // cuBLASLt algorithms for linear and the generated convolutions, tuned, against the CPU
 // reference.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <limits>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "backend/cuda/tuner.h"
@@ -16,6 +16,9 @@
 #include "gpu_match.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/generated_kernels.h"
+#include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/launch.h"
 #include "kiln/runtime/tuning.h"
 
 using namespace kiln;
@@ -30,6 +33,8 @@ struct TuneModeGuard {
   explicit TuneModeGuard(rt::TuneMode m) { rt::set_tune_mode(m); }
   ~TuneModeGuard() { rt::set_tune_mode(was); }
 };
+
+std::uint64_t fnv_of(const std::string& s) { return rt::fnv1a64(s); }
 
 // A problem no earlier run has stored: the test cache is shared between runs.
 std::string fresh_problem(const std::string& what) {
@@ -161,8 +166,13 @@ TEST_CASE("KILN_TUNE modes: cached and off run the reference where nothing is re
 }
 
 TEST_CASE("KILN_TUNE=auto measures candidates that need no compile, and not those that do") {
-  TuneModeGuard automatic(rt::TuneMode::auto_);
   Fills f;
+  {  // the fill and check kernels loaded, as a measurement under `on` leaves them
+    TuneModeGuard on(rt::TuneMode::on);
+    const auto c = f.make({{1.0, 1}, {1.0, 1}});
+    kernels::run_tuned({"test", fresh_problem("auto loads"), "f32", 90, "test 1"}, c, f.check(), rt::default_stream(0));
+  }
+  TuneModeGuard automatic(rt::TuneMode::auto_);
   const rt::TuneKey compiled{"test", fresh_problem("auto compiled"), "f32", 90, "test 1"};
   auto c = f.make({{1.0, 20}, {1.0, 1}});
   CHECK(kernels::run_tuned(compiled, c, f.check(), rt::default_stream(0), true).index == 0);
@@ -171,6 +181,40 @@ TEST_CASE("KILN_TUNE=auto measures candidates that need no compile, and not thos
   c = f.make({{1.0, 20}, {1.0, 1}});
   CHECK(kernels::run_tuned(free, c, f.check(), rt::default_stream(0), false).index == 1);
   CHECK(rt::find_choice(free));
+}
+
+TEST_CASE("KILN_TUNE=auto measures once a candidate's kernel has compiled, running the first candidate meanwhile") {
+  TuneModeGuard automatic(rt::TuneMode::auto_);
+  Fills f;
+  // A generated kernel no cache holds yet: its source names this process and instant.
+  const std::string tag = fresh_problem("deferred kernel");
+  const auto module = rt::generated_kernels(rt::GeneratedKey("test_tune_deferred").add(fnv_of(tag)), [&] {
+    return rt::GeneratedModule{
+        "// " + tag +
+            "\nextern \"C\" __global__ void kiln_test_fill_once(float* y, long long n, float v) {\n"
+            "  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) y[i] = v;\n}\n",
+        "test deferred fill",
+        {"kiln_test_fill_once"}};
+  });
+  REQUIRE_FALSE(rt::function_if_cached(*module[0], rt::generated_dtypes(), 0, 0));
+  auto c = f.make({{1.0, 20}});  // slow: candidate 0, the heuristic's pick
+  c.push_back({"generated fill", [&] {
+                 rt::launch(rt::generated_function(module, "kiln_test_fill_once", 0), rt::linear_config(f.y.numel()),
+                            rt::default_stream(0), device_address(f.y), static_cast<long long>(f.y.numel()), 1.0f);
+               }});
+  const rt::TuneKey key{"test", fresh_problem("auto deferred"), "f32", 90, "test 1"};
+  const kernels::TuneOutcome first = kernels::run_tuned(key, c, f.check(), rt::default_stream(0));
+  CHECK(first.index == 0);
+  CHECK_FALSE(first.settled);
+  CHECK_FALSE(rt::find_choice(key));  // nothing stored while a candidate compiles
+  CHECK(f.runs[0] == 1);
+  rt::wait_for_prefetch();  // the candidate's kernel compiled on the prefetch threads
+  CHECK(rt::function_if_cached(*module[0], rt::generated_dtypes(), 0, 0, false));
+  const kernels::TuneOutcome second = kernels::run_tuned(key, c, f.check(), rt::default_stream(0));
+  CHECK(second.settled);
+  CHECK(second.index == 1);
+  REQUIRE(rt::find_choice(key));
+  CHECK(rt::find_choice(key)->variant == "generated fill");
 }
 
 TEST_CASE("tuned cuBLASLt algorithms for linear match the CPU reference, and the choice is in the disk cache") {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <set>
 
 #include "backend/cuda/launch_common.h"
 #include "kiln/error.h"
@@ -131,6 +133,51 @@ void compile_all(std::span<const TuneCandidate> candidates) {
   rt::wait_for_prefetch();
 }
 
+// The kernels a measurement of the candidates needs besides the first one's: the others', and
+// the two that check their outputs, as late requests of the pass that is on.
+void plan_measuring(std::span<const TuneCandidate> candidates, const TuneCheck& check, const rt::Stream& s) {
+  const rt::LateRequests late;
+  for (std::size_t i = 1; i < candidates.size(); ++i) candidates[i].run();
+  for (const TuneOutput& o : check.outputs) {
+    rt::get_function(kScale, DTypes{o.dtype}, 0, s.device());
+    rt::get_function(kCompare, DTypes{o.dtype}, 0, s.device());
+  }
+}
+
+// Under KILN_TUNE=auto a problem is measured only once every kernel that takes is loaded or in
+// the disk cache. Until then the missing ones compile on the prefetch threads (queued once) and
+// the heuristic's pick runs unsettled, so a cold run's first steps do not wait for kernels they
+// may never choose; a later call measures and stores the choice.
+bool measurable_now(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
+                    const rt::Stream& s) {
+  static std::mutex mu;
+  static std::set<std::string> queued;  // problems whose missing kernels the prefetch threads have
+  const std::string problem = key.site + "|" + key.problem + "|" + key.dtypes;
+  bool was_queued;
+  {
+    std::lock_guard lock(mu);
+    was_queued = queued.count(problem) > 0;
+  }
+  std::vector<rt::KernelRequest> requests;
+  {
+    rt::ShapeOnlyPass pass;
+    plan_measuring(candidates, check, s);
+    requests = pass.requests();
+  }
+  std::vector<rt::KernelRequest> missing;
+  for (const rt::KernelRequest& r : requests)  // once queued, only loads remain to be seen
+    if (!rt::function_if_cached(*r.spec, r.dtypes, r.variant, r.device, !was_queued)) missing.push_back(r);
+  if (missing.empty()) return true;
+  if (!was_queued) {
+    rt::log().debug("[tune] {} {}: {} kernels to compile before measuring; the heuristic's pick runs meanwhile",
+                    key.site, key.problem, missing.size());
+    rt::prefetch(std::move(missing));
+    std::lock_guard lock(mu);
+    queued.insert(problem);
+  }
+  return false;
+}
+
 }  // namespace
 
 bool outputs_agree(std::span<const double> want, std::span<const double> got, double tolerance) {
@@ -184,15 +231,13 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   const bool measure = mode == rt::TuneMode::on || (mode == rt::TuneMode::auto_ && !compile);
   if (rt::shape_only()) {
     if (!measure) return run(0);
-    for (const TuneCandidate& c : candidates) c.run();  // every kernel planned, for the tuning to come
-    for (const TuneOutput& o : check.outputs) {            // and the two that check the candidates' outputs
-      rt::get_function(kScale, DTypes{o.dtype}, 0, s.device());
-      rt::get_function(kCompare, DTypes{o.dtype}, 0, s.device());
-    }
+    run(0);
+    plan_measuring(candidates, check, s);  // planned after what the run certainly launches
     return {0, false};
   }
   if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
+  if (mode == rt::TuneMode::auto_ && !compile && !measurable_now(key, candidates, check, s)) return run(0, false);
 
   const auto measuring = std::chrono::steady_clock::now();
   if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned

@@ -34,12 +34,27 @@ class ShapeOnlyPass {
   ShapeOnlyPass(const ShapeOnlyPass&) = delete;
   ShapeOnlyPass& operator=(const ShapeOnlyPass&) = delete;
 
-  // Each kernel once, in the order first asked for.
-  const std::vector<KernelRequest>& requests() const { return requests_; }
+  // Each kernel once, in the order first asked for; those asked for only inside a LateRequests
+  // scope after all the others.
+  std::vector<KernelRequest> requests() const;
 
  private:
   friend void record_request(const KernelSpec&, const DTypes&, std::uint32_t, int);
-  std::vector<KernelRequest> requests_;
+  std::vector<KernelRequest> requests_, late_;
+};
+
+// While one lives on this thread, a pass lists the kernels asked for after the others: the
+// tuner's alternatives to its first pick, which a run may never choose, so that a prefetch of
+// the list compiles the kernels a run will certainly launch first.
+class LateRequests {
+ public:
+  LateRequests();
+  ~LateRequests();
+  LateRequests(const LateRequests&) = delete;
+  LateRequests& operator=(const LateRequests&) = delete;
+
+ private:
+  bool was_;
 };
 
 // This thread is inside a ShapeOnlyPass.

@@ -2,6 +2,7 @@
 // Two-level module cache: memory (op, dtypes, variant, device) -> loaded function,
 // backed by the disk cache. A memory hit builds no strings and hashes no source.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kiln/dtype.h"
@@ -24,6 +25,11 @@ struct Function {
 // The loaded function for (spec, dtypes, variant) on `device`: a memory hit, else a
 // disk hit, else an NVRTC compile. Concurrent first calls of one key compile once.
 Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
+
+// The function if it is loaded, or loaded from the disk cache when `look_on_disk` and an entry is
+// there; nullopt where it would take a compile (none is started).
+std::optional<Function> function_if_cached(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
+                                           int device, bool look_on_disk = true);
 
 enum class WarmOutcome { compiled, cached };
 // Fills the disk cache for `arch` without a GPU. Throws CompileError on failure. `digest`
