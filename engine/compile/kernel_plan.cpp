@@ -49,8 +49,12 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
   // A generated module's entries share one source and cache entry, named for the module.
   KernelPlan plan;
   for (const rt::KernelRequest& r : requests) {
-    KernelPlan::Kernel k{rt::kernel_source_name(*r.spec), r.dtypes.str(), r.variant,
-                         rt::generated_template_label(r.spec->template_name).value_or(""), ""};
+    KernelPlan::Kernel k{rt::kernel_source_name(*r.spec),
+                         r.dtypes.str(),
+                         r.variant,
+                         rt::generated_template_label(r.spec->template_name).value_or(""),
+                         "",
+                         r.late};
     bool known = false;
     for (const KernelPlan::Kernel& have : plan.kernels)
       known = known || (have.op == k.op && have.dtypes == k.dtypes && have.variant == k.variant);
@@ -71,12 +75,12 @@ void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
   for (const KernelPlan::Kernel& k : plan.kernels) {
     const DTypes dtypes = DTypes::parse(k.dtypes);
     if (const rt::KernelSpec* spec = rt::find_kernel(k.op)) {
-      known.push_back({spec, dtypes, k.variant, device.index()});
+      known.push_back({spec, dtypes, k.variant, device.index(), k.late});
       // A generated module's further entries (named <module>_1, _2, ...) load from the same entry.
       for (int i = 1; !k.label.empty(); ++i) {
         const rt::KernelSpec* more = rt::find_kernel(k.op + "_" + std::to_string(i));
         if (!more || more->template_name != spec->template_name) break;
-        known.push_back({more, dtypes, k.variant, device.index()});
+        known.push_back({more, dtypes, k.variant, device.index(), k.late});
       }
     } else if (!k.label.empty()) {
       rt::EntryKey key;

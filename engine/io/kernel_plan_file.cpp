@@ -24,6 +24,7 @@ KernelPlan::Kernel kernel_of(const nlohmann::json& k, const std::string& path, s
     out.variant = k.at("variant").get<std::uint32_t>();
     out.label = k.value("label", std::string());
     out.source = k.value("source", std::string());
+    out.late = k.value("late", false);
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(who + "needs op, dtypes (strings) and variant (a number): " + e.what());
   }
@@ -74,6 +75,7 @@ void KernelPlan::save(const std::string& path) const {
   for (const Kernel& k : kernels) {
     nlohmann::json j{{"op", k.op}, {"dtypes", k.dtypes}, {"variant", k.variant}};
     if (!k.label.empty()) j["label"] = k.label;
+    if (k.late) j["late"] = true;
     j["source"] = k.source;
     list.push_back(std::move(j));
   }

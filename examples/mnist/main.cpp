@@ -82,6 +82,9 @@ void print_kernels(const std::string& more) {
   std::printf("kernels: %llu compiled (%.0f ms of NVRTC time over all threads), %llu loaded from the disk cache%s\n",
               static_cast<unsigned long long>(k.compiled), k.compile_ms,
               static_cast<unsigned long long>(k.loaded_from_disk), more.c_str());
+  if (k.quick_compiled > 0)
+    std::printf("quick tier: %llu of them quick builds that ran first, %llu replaced by their full builds since\n",
+                static_cast<unsigned long long>(k.quick_compiled), static_cast<unsigned long long>(k.upgraded));
   if (k.tuned > 0)  // a warm run reads the choices instead
     std::printf("tuning: %llu choices measured on the GPU in %.0f ms (KILN_TUNE)\n",
                 static_cast<unsigned long long>(k.tuned), k.tune_ms);

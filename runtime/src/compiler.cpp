@@ -131,6 +131,16 @@ bool nvrtc_has_minimal() {
   return major > 12 || (major == 12 && minor >= 4);
 }
 
+std::vector<std::string> quick_tier_options() {
+  static const std::vector<std::string> options = [] {
+    int major = 0, minor = 0;
+    KILN_NVRTC(nvrtcVersion(&major, &minor));
+    return major > 12 || (major == 12 && minor >= 8) ? std::vector<std::string>{"-Ofc=mid"}
+                                                     : std::vector<std::string>{};
+  }();
+  return options;
+}
+
 std::vector<std::string> nvrtc_options(int arch, bool arch_specific) {
   std::vector<std::string> opts{"-std=c++17", "-default-device", "-DKILN_NVRTC=1"};
   static const bool minimal = nvrtc_has_minimal();
@@ -155,8 +165,13 @@ std::vector<std::string> nvrtc_options(int arch, bool arch_specific) {
 
 CompiledModule compile(const CompileRequest& req) {
   auto start = std::chrono::steady_clock::now();
-  const NvrtcRequest nvrtc{req.source, req.op + ".cu", nvrtc_options(req.arch, wants_arch_specific(req.source)),
-                           nvrtc_can_emit_cubin(req.arch)};
+  std::vector<std::string> options = nvrtc_options(req.arch, wants_arch_specific(req.source));
+  if (req.quick) {
+    const std::vector<std::string> quick = quick_tier_options();
+    if (quick.empty()) throw ValueError("[nvrtc] NVRTC " + nvrtc_version() + " has no fast-compile mode (12.8+)");
+    options.insert(options.end(), quick.begin(), quick.end());
+  }
+  const NvrtcRequest nvrtc{req.source, req.op + ".cu", std::move(options), nvrtc_can_emit_cubin(req.arch)};
   NvrtcOutput out = run_nvrtc(nvrtc);
   if (!out.ok) {
     std::string why, log = out.log.empty() ? nvrtcGetErrorString(static_cast<nvrtcResult>(out.result)) : out.log;
@@ -168,8 +183,8 @@ CompiledModule compile(const CompileRequest& req) {
   m.ptx = std::move(out.ptx);
   m.cubin = std::move(out.cubin);
   m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  log().debug("compiled {}{} for sm_{} in {:.1f} ms", req.op, req.dtypes.empty() ? "" : " (" + req.dtypes + ")",
-              req.arch, m.ms);
+  log().debug("compiled {}{} for sm_{}{} in {:.1f} ms", req.op, req.dtypes.empty() ? "" : " (" + req.dtypes + ")",
+              req.arch, req.quick ? " (quick tier)" : "", m.ms);
   return m;
 }
 

@@ -1,6 +1,7 @@
 #include "kiln/runtime/graph.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "kiln/runtime/kernel_bundle.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
+#include "quick_tier_registry.h"
 
 namespace kiln::rt {
 
@@ -57,6 +59,14 @@ std::size_t longest_kernel_chain(const std::vector<CUgraphNode>& nodes, const st
   return longest;
 }
 
+// `p` runs `full`, with the shared memory opt-in a launch of it would have made.
+void take_full_build(CUDA_KERNEL_NODE_PARAMS& p, const Function& full) {
+  p.func = static_cast<CUfunction>(full.handle);
+  if (p.sharedMemBytes > 48 * 1024)
+    KILN_CU(cuFuncSetAttribute(p.func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               static_cast<int>(p.sharedMemBytes)));
+}
+
 }  // namespace
 
 bool thread_capturing() { return capturing_stream != nullptr; }
@@ -96,8 +106,32 @@ struct Graph::Impl {
   CUgraphExec exec = nullptr;
   int device = -1;
   GraphCounts counts;
-  // Captured parameters of the nodes whose arguments are replaced, by node.
+  // Captured parameters of the nodes whose arguments are replaced, by node (their function
+  // as swapped since).
   std::unordered_map<CUgraphNode, CUDA_KERNEL_NODE_PARAMS> kernel_params;
+  // Kernel nodes captured with a quick build whose full build has not replaced it yet, and the
+  // tier generation they were last looked at in.
+  std::vector<CUgraphNode> quick_nodes;
+  std::uint64_t seen_generation = 0;
+
+  // Nodes whose quick builds have a full one by now run it from this launch on: their function
+  // is swapped in the instantiated graph, their arguments and launch shape as captured. A node
+  // whose arguments set_kernel_args replaces takes its full build there, with its arguments.
+  void swap_full_builds() {
+    const std::uint64_t generation = tier_generation();
+    if (generation == seen_generation) return;
+    seen_generation = generation;
+    std::erase_if(quick_nodes, [this](CUgraphNode node) {
+      if (kernel_params.count(node)) return true;
+      CUDA_KERNEL_NODE_PARAMS p{};
+      KILN_CU(cuGraphKernelNodeGetParams(node, &p));
+      const std::optional<Function> full = full_build_of(p.func);
+      if (!full) return false;
+      take_full_build(p, *full);
+      KILN_CU(cuGraphExecKernelNodeSetParams(exec, node, &p));
+      return true;
+    });
+  }
 
   ~Impl() {
     const Driver* d = try_driver(nullptr);
@@ -138,6 +172,7 @@ Graph Graph::end_capture(const Stream& s) {
     KILN_CU(cuGraphKernelNodeGetParams(node, &p));
     if (p.func) KILN_CU(cuFuncGetName(&name, p.func));
     ++g.counts.kernel_names[name ? std::string(entry_name_of(name)) : "?"];
+    if (p.func && is_quick_handle(p.func)) g.quick_nodes.push_back(node);
   }
   std::size_t edges = 0;
   KILN_CU(cuGraphGetEdges(g.graph, nullptr, nullptr, nullptr, &edges));
@@ -159,6 +194,7 @@ void Graph::launch(const Stream& s) const {
     throw DeviceError("[graph] a graph of cuda:" + std::to_string(impl_->device) + " cannot run on a stream of cuda:" +
                       std::to_string(s.device()));
   make_current(impl_->device);
+  if (!impl_->quick_nodes.empty()) impl_->swap_full_builds();
   KILN_CU(cuGraphLaunch(impl_->exec, stream));
 }
 
@@ -171,6 +207,7 @@ void Graph::set_kernel_args(void* node, void** args) {
     KILN_CU(cuGraphKernelNodeGetParams(key, &p));
     it = impl_->kernel_params.emplace(key, p).first;
   }
+  if (std::optional<Function> full = full_build_of(it->second.func)) take_full_build(it->second, *full);
   CUDA_KERNEL_NODE_PARAMS p = it->second;
   p.kernelParams = args;
   p.extra = nullptr;
@@ -178,5 +215,7 @@ void Graph::set_kernel_args(void* node, void** args) {
 }
 
 GraphCounts Graph::counts() const { return impl_ ? impl_->counts : GraphCounts{}; }
+
+std::size_t Graph::quick_builds() const { return impl_ ? impl_->quick_nodes.size() : 0; }
 
 }  // namespace kiln::rt

@@ -1,10 +1,12 @@
 #include "kiln/runtime/kernel_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "kiln/error.h"
@@ -13,6 +15,8 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
 #include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/quick_tier.h"
+#include "nvrtc_run.h"
 
 namespace kiln::rt {
 
@@ -27,8 +31,12 @@ bool same_request(const KernelRequest& r, const KernelSpec& spec, const DTypes& 
   return r.spec == &spec && r.dtypes == dtypes && r.variant == variant && r.device == device;
 }
 
-// Worker threads that load requests in order. Static, and built after the disk cache and the
-// logger it uses, so it is destroyed (its workers joined) before them at exit.
+// The order jobs run in: a run's kernels (quick builds where they compile) first, then the full
+// builds that replace quick ones, then alternatives a run may never launch (late requests).
+enum class Urgency { run = 0, full_build = 1, late = 2 };
+
+// Worker threads that load requests in order, by urgency. Static, and built after the disk cache
+// and the logger it uses, so it is destroyed (its workers joined) before them at exit.
 class Prefetcher {
  public:
   Prefetcher() {
@@ -39,18 +47,21 @@ class Prefetcher {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
-      pending_ -= queue_.size();
-      queue_.clear();
+      for (auto& q : queues_) {
+        pending_ -= q.size();
+        q.clear();
+      }
     }
     work_.notify_all();
+    abandon_background_compiles();  // compiles in flight end now rather than hold the exit
     for (std::thread& t : workers_) t.join();
   }
 
-  void add(std::vector<std::function<void()>> jobs, int threads) {
+  void add(std::vector<std::pair<Urgency, std::function<void()>>> jobs, int threads) {
     std::lock_guard lock(mu_);
-    for (auto& j : jobs) queue_.push_back(std::move(j));
+    for (auto& [urgency, job] : jobs) queues_[static_cast<int>(urgency)].push_back(std::move(job));
     pending_ += jobs.size();
-    const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(threads), queue_.size() + busy_);
+    const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(threads), queued() + busy_);
     while (workers_.size() < want) workers_.emplace_back([this] {
       t_prefetch_worker = true;
       run();
@@ -67,10 +78,11 @@ class Prefetcher {
   void run() {
     for (;;) {
       std::unique_lock lock(mu_);
-      work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      work_.wait(lock, [this] { return stop_ || queued() > 0; });
       if (stop_) return;
-      const std::function<void()> job = std::move(queue_.front());
-      queue_.pop_front();
+      auto& queue = *std::find_if(queues_.begin(), queues_.end(), [](const auto& q) { return !q.empty(); });
+      const std::function<void()> job = std::move(queue.front());
+      queue.pop_front();
       ++busy_;
       lock.unlock();
       job();
@@ -83,7 +95,13 @@ class Prefetcher {
 
   std::mutex mu_;
   std::condition_variable work_, idle_;
-  std::deque<std::function<void()>> queue_;
+  std::size_t queued() const {
+    std::size_t n = 0;
+    for (const auto& q : queues_) n += q.size();
+    return n;
+  }
+
+  std::array<std::deque<std::function<void()>>, 3> queues_;  // by Urgency
   std::vector<std::thread> workers_;
   std::size_t pending_ = 0, busy_ = 0;
   bool stop_ = false;
@@ -110,7 +128,10 @@ ShapeOnlyPass::~ShapeOnlyPass() { t_pass = nullptr; }
 
 std::vector<KernelRequest> ShapeOnlyPass::requests() const {
   std::vector<KernelRequest> all = requests_;
-  all.insert(all.end(), late_.begin(), late_.end());
+  for (KernelRequest r : late_) {
+    r.late = true;
+    all.push_back(r);
+  }
   return all;
 }
 
@@ -141,7 +162,7 @@ void prefetch(std::vector<KernelRequest> requests, int threads) {
   // A kernel queued once is not queued again: a worker would only wait there for another's load.
   static std::mutex mu;
   static std::vector<KernelRequest> queued;
-  std::vector<std::function<void()>> jobs;
+  std::vector<std::pair<Urgency, std::function<void()>>> jobs;
   for (const KernelRequest& r : requests) {
     if (!r.spec) throw ValueError("[plan] a prefetch request names no kernel");
     {
@@ -150,8 +171,10 @@ void prefetch(std::vector<KernelRequest> requests, int threads) {
       if (std::any_of(queued.begin(), queued.end(), same)) continue;
       queued.push_back(r);
     }
-    jobs.emplace_back([r] {
+    jobs.emplace_back(r.late ? Urgency::late : Urgency::run, [r] {
       try {
+        std::optional<FullTierOnly> full;
+        if (r.late) full.emplace();
         get_function(*r.spec, r.dtypes, r.variant, r.device);
       } catch (const std::exception& e) {  // the run's own call tries again and reports it
         log().debug("prefetching {} ({}) failed: {}", r.spec->op, r.dtypes.str(), e.what());
@@ -163,9 +186,9 @@ void prefetch(std::vector<KernelRequest> requests, int threads) {
 
 void prefetch_sources(std::vector<SourceRequest> sources, int threads) {
   const int workers = worker_count(threads);
-  std::vector<std::function<void()>> jobs;
+  std::vector<std::pair<Urgency, std::function<void()>>> jobs;
   for (SourceRequest& r : sources) {
-    jobs.emplace_back([r = std::move(r)] {
+    jobs.emplace_back(Urgency::run, [r = std::move(r)] {
       try {
         warm_source(r.key, r.source, r.arch);
       } catch (const std::exception& e) {  // the run builds it again when it needs it, and reports it
@@ -174,6 +197,12 @@ void prefetch_sources(std::vector<SourceRequest> sources, int threads) {
     });
   }
   if (!jobs.empty()) prefetcher().add(std::move(jobs), workers);
+}
+
+void run_in_background(std::function<void()> job) {
+  std::vector<std::pair<Urgency, std::function<void()>>> jobs;
+  jobs.emplace_back(Urgency::full_build, std::move(job));
+  prefetcher().add(std::move(jobs), worker_count(0));
 }
 
 bool on_prefetch_thread() { return t_prefetch_worker; }

@@ -21,15 +21,17 @@
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/log.h"
+#include "kiln/runtime/quick_tier.h"
 #include "kiln/runtime/templates.h"
 #include "module_cache_internal.h"
+#include "quick_tier_registry.h"
 
 namespace kiln::rt {
 
 namespace {
 
 struct Counters {
-  std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0};
+  std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0}, quick_compiles{0}, upgrades{0};
   std::atomic<std::uint64_t> compile_us{0}, load_us{0}, wait_us{0};
   std::atomic<std::uint64_t> cubin_loads{0}, ptx_loads{0};
 } counters;
@@ -39,7 +41,9 @@ struct Counters {
 struct Slot {
   std::once_flag once;
   std::atomic<bool> ready{false};
-  Function fn;
+  Function fn;                                 // as first loaded
+  bool quick = false;                          // fn is a quick build (set before ready)
+  std::atomic<const Function*> full{nullptr};  // the full build that replaced it
 };
 
 class MemoryCache {
@@ -86,7 +90,8 @@ std::string display_dtypes(const EntryKey& key) { return key.label.empty() ? key
 // `recheck`: look in the disk cache again once this process holds the digest's compile lock,
 // where another process may have stored it meanwhile (`*stored_meanwhile` says so); not when
 // the cached binaries were just rejected.
-Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true, bool* stored_meanwhile = nullptr) {
+// Throws where KILN_NO_COMPILE forbids compiling `key`; says once that kernels compile.
+void about_to_compile(const EntryKey& key) {
   if (const char* env = std::getenv("KILN_NO_COMPILE"); env && *env && std::string(env) != "0")
     throw Error("[cache] KILN_NO_COMPILE is set but " + display_name(key) +
                 (display_dtypes(key).empty() ? "" : " (" + display_dtypes(key) + ")") + " for sm_" +
@@ -95,6 +100,10 @@ Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true
   std::call_once(first, [] {
     log().info("compiling GPU kernels on first use; `jitcc warm` fills the kernel cache ahead of time");
   });
+}
+
+Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true, bool* stored_meanwhile = nullptr) {
+  about_to_compile(key);
   // One compile per digest at a time: the entries of a generated module share one, and a
   // prefetch racing the run's own call for a kernel joins it.
   static std::mutex mu;
@@ -135,6 +144,15 @@ Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true
     finish();
     throw;
   }
+}
+
+// The quick tier's build of `key`: compiled in NVRTC's fast-compile mode, kept in memory only.
+Entry compile_quick(const EntryKey& key, std::string source) {
+  about_to_compile(key);
+  CompiledModule m = compile({display_name(key), display_dtypes(key), source, key.arch, /*quick=*/true});
+  count_compile(m.ms);
+  counters.quick_compiles++;
+  return Entry{key, std::move(source), std::move(m.ptx), std::move(m.cubin)};
 }
 
 // Errors after which the other binary form (or a fresh compile) may still load.
@@ -180,34 +198,95 @@ CUresult load_module(const Entry& e, int device, CUmodule* module) {
 // Defined by KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS (prelude.cu) in a module whose kernels all wait.
 constexpr const char* kWaitsForPriorGridsSymbol = "kiln_kernels_wait_for_prior_grids";
 
-Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcome);
+
+// `entry`'s function on `device`; a binary the driver rejects (`rejected` set) is the caller's
+// to compile again.
+CUresult load_entry(const Entry& entry, const KernelSpec& spec, int device, Function* out) {
+  make_current(device);
+  auto start = std::chrono::steady_clock::now();
+  CUmodule module = nullptr;
+  const CUresult r = load_module(entry, device, &module);
+  if (r != CUDA_SUCCESS) return r;
+  CUfunction fn = nullptr;
+  const std::string& name = entry.key.function.empty() ? spec.entry : entry.key.function;
+  KILN_CU(cuModuleGetFunction(&fn, module, name.c_str()));
+  CUdeviceptr flag = 0;
+  std::size_t flag_bytes = 0;
+  const bool waits = device_info(device).arch() >= 90 &&
+                     driver().cuModuleGetGlobal(&flag, &flag_bytes, module, kWaitsForPriorGridsSymbol) == CUDA_SUCCESS;
+  counters.load_us += static_cast<std::uint64_t>(ms_since(start) * 1000);
+  *out = Function{fn, device, waits};
+  return CUDA_SUCCESS;
+}
+
+// A disk hit, else (`*quick` set) a quick build where this call may take one, else a compile
+// stored in the disk cache.
+Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device, bool* quick) {
   const int arch = device_info(device).arch();
   std::string source = instantiate_kernel(spec, dtypes, variant);
   EntryKey key = kernel_entry_key(spec, dtypes, variant, arch, source);
   std::optional<Entry> entry = DiskCache::global().load(key);
-  bool from_disk = entry.has_value();
+  const bool from_disk = entry.has_value();
+  *quick = !from_disk && quick_tier() && !full_tier_only();
   if (from_disk) counters.disk_hits++;
-  else entry = compile_entry(key, source);
+  else
+    entry = *quick ? compile_quick(key, source) : compile_entry(key, source);
 
-  make_current(device);
-  auto start = std::chrono::steady_clock::now();
-  CUmodule module = nullptr;
-  CUresult r = load_module(*entry, device, &module);
+  Function f;
+  CUresult r = load_entry(*entry, spec, device, &f);
   if (r != CUDA_SUCCESS && retryable(r) && from_disk) {
     log().warn("{} ({}): cached binaries for sm_{} rejected by the driver; recompiling", key.op, key.dtypes, arch);
     entry = compile_entry(key, source, /*recheck=*/false);
-    r = try_load(*entry, &module);
+    r = load_entry(*entry, spec, device, &f);
   }
   if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
-  CUfunction fn = nullptr;
-  const std::string& name = entry->key.function.empty() ? spec.entry : entry->key.function;
-  KILN_CU(cuModuleGetFunction(&fn, module, name.c_str()));
-  CUdeviceptr flag = 0;
-  std::size_t flag_bytes = 0;
-  const bool waits =
-      arch >= 90 && driver().cuModuleGetGlobal(&flag, &flag_bytes, module, kWaitsForPriorGridsSymbol) == CUDA_SUCCESS;
-  counters.load_us += static_cast<std::uint64_t>(ms_since(start) * 1000);
-  return Function{fn, device, waits};
+  if (*quick) note_quick_build(f.handle);
+  return f;
+}
+
+// The full build of a slot holding a quick one: from the disk cache or compiled into it, loaded,
+// and published, so later calls and graphs take it. Leaked like the slots.
+const Function& upgrade(Slot& s, const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  if (const Function* done = s.full.load(std::memory_order_acquire)) return *done;
+  std::string source = instantiate_kernel(spec, dtypes, variant);
+  const EntryKey key = kernel_entry_key(spec, dtypes, variant, device_info(device).arch(), source);
+  const Entry entry = entry_for_key(key, std::move(source), nullptr);
+  auto* f = new Function;
+  if (const CUresult r = load_entry(entry, spec, device, f); r != CUDA_SUCCESS) {
+    delete f;
+    detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
+  }
+  const Function* expected = nullptr;
+  if (!s.full.compare_exchange_strong(expected, f, std::memory_order_acq_rel)) {
+    delete f;  // another thread published first; its module serves
+    return *expected;
+  }
+  note_full_build(s.fn.handle, *f);
+  counters.upgrades++;
+  log().debug("[cache] the full build of {} ({}) replaces its quick one", spec.op, dtypes.str());
+  return *f;
+}
+
+// The slot's function as callers get it now: its full build once there is one.
+Function current(Slot& s, const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  if (!s.quick) return s.fn;
+  if (const Function* f = s.full.load(std::memory_order_acquire)) return *f;
+  if (full_tier_only() && !thread_capturing()) return upgrade(s, spec, dtypes, variant, device);
+  return s.fn;
+}
+
+// The full build of a kernel first loaded as a quick one, on the prefetch threads behind what is
+// queued; a failure leaves the quick build running, and says why.
+void queue_upgrade(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
+  run_in_background([&spec, dtypes, variant, device] {
+    try {
+      upgrade(memory_cache().slot(pack_key(spec, dtypes, variant, device)), spec, dtypes, variant, device);
+    } catch (const std::exception& e) {
+      log().warn("[cache] the full build of {} ({}) failed; its quick build stays: {}", spec.op, dtypes.str(),
+                 e.what());
+    }
+  });
 }
 
 Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcome) {
@@ -268,7 +347,7 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
   Slot& s = memory_cache().slot(pack_key(spec, dtypes, variant, device));
   if (s.ready.load(std::memory_order_acquire)) {
     counters.memory_hits.fetch_add(1, std::memory_order_relaxed);
-    return s.fn;
+    return current(s, spec, dtypes, variant, device);
   }
   // Loading a module is not a stream operation: a graph being captured cannot wait for it
   // here, only for a prefetch thread's load of it.
@@ -276,7 +355,7 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
     const auto waiting = std::chrono::steady_clock::now();
     wait_for_prefetch_until([&s] { return s.ready.load(std::memory_order_acquire); });
     counters.wait_us += static_cast<std::uint64_t>(ms_since(waiting) * 1000);
-    if (s.ready.load(std::memory_order_acquire)) return s.fn;
+    if (s.ready.load(std::memory_order_acquire)) return current(s, spec, dtypes, variant, device);
     throw ValueError("[compile] kernel '" + spec.op + "' (" + dtypes.str() + ", variant " + std::to_string(variant) +
                      ") was not loaded before the capture: the eager call of a compiled function must run the same ops");
   }
@@ -284,25 +363,32 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
   // thread's own compile or load, or its wait for a prefetch of the same kernel.
   const auto start = std::chrono::steady_clock::now();
   std::call_once(s.once, [&] {
-    s.fn = load_function(spec, dtypes, variant, device);
+    bool quick = false;
+    s.fn = load_function(spec, dtypes, variant, device, &quick);
+    s.quick = quick;
     s.ready.store(true, std::memory_order_release);
+    if (quick) queue_upgrade(spec, dtypes, variant, device);
   });
   if (!on_prefetch_thread()) {
     const double waited = ms_since(start);
     counters.wait_us += static_cast<std::uint64_t>(waited * 1000);
     if (waited >= 1) log().debug("[cache] waited {:.1f} ms for {} ({})", waited, spec.op, dtypes.str());
   }
-  return s.fn;
+  return current(s, spec, dtypes, variant, device);
 }
 
 std::optional<Function> function_if_cached(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
                                            int device, bool look_on_disk) {
-  const Slot& s = memory_cache().slot(pack_key(spec, dtypes, variant, device));
-  if (s.ready.load(std::memory_order_acquire)) return s.fn;
+  Slot& s = memory_cache().slot(pack_key(spec, dtypes, variant, device));
+  if (s.ready.load(std::memory_order_acquire)) {
+    if (!s.quick) return s.fn;
+    if (const Function* f = s.full.load(std::memory_order_acquire)) return *f;
+  }
   if (!look_on_disk) return std::nullopt;
   const std::string source = instantiate_kernel(spec, dtypes, variant);
   if (!DiskCache::global().contains(kernel_entry_key(spec, dtypes, variant, device_info(device).arch(), source).digest))
     return std::nullopt;
+  const FullTierOnly full;  // on disk: the full build, wherever a quick one was loaded first
   return get_function(spec, dtypes, variant, device);
 }
 
@@ -325,9 +411,16 @@ Entry cached_entry(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t v
 }
 
 CacheCounters cache_counters() {
-  return {counters.compiles.load(), counters.memory_hits.load(), counters.disk_hits.load(),
-          static_cast<double>(counters.compile_us.load()) / 1000.0, static_cast<double>(counters.load_us.load()) / 1000.0,
-          counters.cubin_loads.load(), counters.ptx_loads.load(), static_cast<double>(counters.wait_us.load()) / 1000.0};
+  return {counters.compiles.load(),
+          counters.memory_hits.load(),
+          counters.disk_hits.load(),
+          static_cast<double>(counters.compile_us.load()) / 1000.0,
+          static_cast<double>(counters.load_us.load()) / 1000.0,
+          counters.cubin_loads.load(),
+          counters.ptx_loads.load(),
+          static_cast<double>(counters.wait_us.load()) / 1000.0,
+          counters.quick_compiles.load(),
+          counters.upgrades.load()};
 }
 
 void reset_cache_counters() {
@@ -339,6 +432,8 @@ void reset_cache_counters() {
   counters.wait_us = 0;
   counters.cubin_loads = 0;
   counters.ptx_loads = 0;
+  counters.quick_compiles = 0;
+  counters.upgrades = 0;
 }
 
 }  // namespace kiln::rt

@@ -8,12 +8,17 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "check.h"
+#include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
 
 extern char** environ;
@@ -49,6 +54,17 @@ std::optional<std::filesystem::path> find_server() {
 // say); after three, none is started again rather than one per compile.
 std::atomic<int> stillborn_servers{0};
 std::atomic<bool> servers_lowered{true};
+std::atomic<bool> abandoning{false};
+
+// The servers of prefetch threads, which abandon_background_compiles kills.
+struct BackgroundServers {
+  std::mutex mu;
+  std::set<pid_t> pids;
+};
+BackgroundServers& background_servers() {
+  static auto* b = new BackgroundServers;  // leaked: threads may stop their servers at exit
+  return *b;
+}
 constexpr int kStillbornLimit = 3;
 
 void note_stillborn() {
@@ -65,6 +81,7 @@ class Server {
   ~Server() { stop(); }
 
   std::optional<NvrtcOutput> run(const NvrtcRequest& req) {
+    if (abandoning && on_prefetch_thread()) return std::nullopt;  // run_nvrtc says why
     if (pid_ <= 0) {
       if (stillborn_servers >= kStillbornLimit || !nvrtc_server_path()) return std::nullopt;
       if (!start()) {
@@ -77,7 +94,7 @@ class Server {
       answered_ = true;
       return out;
     }
-    if (!answered_) note_stillborn();
+    if (!answered_ && !abandoning) note_stillborn();
     stop();  // the next compile starts a new one
     return std::nullopt;
   }
@@ -104,11 +121,19 @@ class Server {
     }
     pid_ = pid;
     fd_ = sv[0];
+    if (on_prefetch_thread()) {
+      std::lock_guard lock(background_servers().mu);
+      background_servers().pids.insert(pid);
+    }
     return true;
   }
 
   void stop() {
     if (pid_ <= 0) return;
+    {
+      std::lock_guard lock(background_servers().mu);
+      background_servers().pids.erase(pid_);
+    }
     ::close(fd_);  // the server reads end of input and exits
     int status = 0;
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
@@ -152,7 +177,14 @@ std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req) {
 
 NvrtcOutput run_nvrtc(const NvrtcRequest& req) {
   if (std::optional<NvrtcOutput> out = run_nvrtc_in_server(req)) return checked(std::move(*out));
+  if (abandoning && on_prefetch_thread()) throw Error("[nvrtc] compile of " + req.name + " stopped: the process exits");
   return run_nvrtc_in_process(req);
+}
+
+void abandon_background_compiles() {
+  abandoning = true;
+  std::lock_guard lock(background_servers().mu);
+  for (pid_t pid : background_servers().pids) ::kill(pid, SIGKILL);  // each thread reaps its own
 }
 
 }  // namespace kiln::rt

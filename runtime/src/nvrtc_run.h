@@ -22,6 +22,11 @@ NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req);
 // failed, the server died).
 std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req);
 
+// At exit: the compile servers of prefetch threads are killed, so their compiles in flight end
+// at once instead of holding the process until they finish (what they would have stored is
+// compiled again by a later process); a compile that then fails on such a thread throws.
+void abandon_background_compiles();
+
 // The kiln-nvrtc-server this library starts: beside the library in a build tree, in
 // <libexecdir>/kiln once installed; nullopt when neither exists.
 const std::optional<std::filesystem::path>& nvrtc_server_path();

@@ -42,6 +42,23 @@ TEST_CASE("compile emits PTX and CUBIN for sm_80 and sm_90 with the fp16/bf16 he
   }
 }
 
+TEST_CASE("a quick-tier compile adds NVRTC's fast-compile mode and builds the same kernel") {
+  const std::vector<std::string> quick = rt::quick_tier_options();
+  if (rt::nvrtc_version() >= "12.8") CHECK(quick == std::vector<std::string>{"-Ofc=mid"});
+  if (quick.empty()) {
+    CHECK_THROWS_AS(rt::compile({"half_probe", "f16,bf16", kHalfKernel, 90, true}), kiln::ValueError);
+    return;
+  }
+  const rt::CompiledModule full = rt::compile({"half_probe", "f16,bf16", kHalfKernel, 90});
+  const rt::CompiledModule fast = rt::compile({"half_probe", "f16,bf16", kHalfKernel, 90, true});
+  CHECK(fast.cubin.compare(0, 4,
+                           "\x7f"
+                           "ELF") == 0);
+  CHECK(fast.ptx.find(".entry k(") != std::string::npos);
+  CHECK(full.ptx.find(".entry k(") != std::string::npos);
+  for (const std::string& o : rt::nvrtc_options(90)) CHECK(o.rfind("-Ofc", 0) != 0);  // not in the cache key's options
+}
+
 TEST_CASE("nvrtc_options name the exact arch and the include dirs") {
   auto opts = rt::nvrtc_options(90);
   CHECK(std::find(opts.begin(), opts.end(), std::string("-arch=sm_90")) != opts.end());

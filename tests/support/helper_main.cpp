@@ -14,13 +14,20 @@
 //                                                    (sync_bn_check.cpp)
 //   kiln_test_helper dist-rendezvous                 the NCCL-id exchange of kiln::dist from the environment
 //                                                    (rank 0 makes a random id; no GPU): "rank R id HEX"
+//   kiln_test_helper prefetch-exit ARCH              prefetch one slow compile (seconds) for ARCH, print
+//                                                    "server PID" once its compile server runs, then exit
 // The cache directory comes from the environment (KILN_CACHE_DIR).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +38,7 @@
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_bundle.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/version.h"
@@ -176,6 +184,48 @@ int dist_rendezvous() {
   return 0;
 }
 
+// The kiln-nvrtc-server children of this process.
+std::vector<int> compile_servers() {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (line.find("(kiln-nvrtc-ser") == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == ::getpid()) out.push_back(std::stoi(pid));
+  }
+  return out;
+}
+
+// A process that exits while a prefetch thread compiles: the exit must not wait for the compile.
+int prefetch_exit(int arch) {
+  const std::string tag =
+      std::to_string(::getpid()) + "_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  kiln::rt::EntryKey key;
+  key.op = "prefetch_exit_" + tag;
+  key.dtypes = "u8";
+  key.label = "prefetch exit probe";
+  // Hundreds of sines unrolled: seconds of NVRTC on any machine.
+  const std::string source = "// " + tag +
+                             "\nextern \"C\" __global__ void k(float* y, float v) {\n  float a = v;\n#pragma unroll\n"
+                             "  for (int i = 0; i < 500; ++i) a = sinf(a * 1.0001f + i);\n  y[threadIdx.x] = a;\n}\n";
+  kiln::rt::prefetch_sources({{key, source, arch}}, 1);
+  for (int i = 0; i < 1000 && compile_servers().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int pid : compile_servers()) std::printf("server %d\n", pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the request is in the server's hands
+  std::printf("exiting\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +240,7 @@ int main(int argc, char** argv) {
     if (cmd == "dist-rendezvous" && argc == 2) return dist_rendezvous();
     if (cmd == "warm-bundle" && argc == 5) return warm_bundle(argv[2], argv[3], kiln::rt::parse_arch(argv[4]));
     if (cmd == "unary-check" && argc == 3) return unary_check(argv[2]);
+    if (cmd == "prefetch-exit" && argc == 3) return prefetch_exit(kiln::rt::parse_arch(argv[2]));
     if (argc < 4) return usage();
     const kiln::rt::KernelSpec* spec = kiln::rt::find_kernel(argv[2]);
     if (!spec) {

@@ -77,3 +77,26 @@ TEST_CASE("a jitcc warm killed while compiling leaves no compile server running"
   CHECK(left.empty());
   for (pid_t p : left) ::kill(p, SIGKILL);  // not left behind by the test either
 }
+
+TEST_CASE("a process that exits while a prefetch thread compiles does not wait for it, and leaves no server") {
+  ScratchDir dir;
+  kiln_test::EnvOverrides env = child_env(dir.path());
+  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
+  const kiln_test::ProcessResult r = kiln_test::run_process({KILN_TEST_HELPER_PATH, "prefetch-exit", "sm_90"}, env);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(r.out.find("exiting") != std::string::npos);
+  std::vector<pid_t> servers;
+  for (std::size_t at = r.out.find("server "); at != std::string::npos; at = r.out.find("server ", at + 1))
+    servers.push_back(static_cast<pid_t>(std::stol(r.out.substr(at + 7))));
+  REQUIRE(servers.size() == 1);
+  CHECK_FALSE(running(servers[0]));  // killed at the exit and reaped, not left compiling
+  // Seconds of compiling were stopped, not waited for: nothing was stored.
+  for (const auto& e : fs::recursive_directory_iterator(dir.path())) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    CAPTURE(e.path().string());
+    CHECK(bytes.find("prefetch_exit_") == std::string::npos);
+  }
+  CHECK(r.err.find("compile servers failed") == std::string::npos);  // no false alarm
+}

@@ -28,14 +28,18 @@ kiln::KernelPlan two_kernel_plan() {
 TEST_CASE("KernelPlan saves and loads its kernels; a file that is not a plan is a typed error") {
   ScratchDir dir;
   const std::string file = (dir.path() / "run.plan").string();
-  two_kernel_plan().save(file);
+  kiln::KernelPlan plan = two_kernel_plan();
+  plan.kernels[1].late = true;  // a tuner's alternative
+  plan.save(file);
   const kiln::KernelPlan back = kiln::KernelPlan::load(file);
   REQUIRE(back.kernels.size() == 2);
   CHECK(back.kernels[0].op == "relu");
   CHECK(back.kernels[0].dtypes == "f32,f32");
   CHECK(back.kernels[0].label.empty());
+  CHECK_FALSE(back.kernels[0].late);
   CHECK(back.kernels[1].label == kPlanLabel);
   CHECK(back.kernels[1].source == kGeneratedSource);
+  CHECK(back.kernels[1].late);
 
   kiln::KernelPlan merged = two_kernel_plan();
   merged.merge(back);

@@ -60,6 +60,17 @@ TEST_CASE("mnist-train --plan-only plans every model, precision and the speedrun
     if (runs[i][1] == "mlp" || tf32) CHECK(product);
     if (runs[i][1] != "mlp") CHECK(conv);
     CHECK(p.kernels.size() >= 20);
+    // The tuner's alternatives (exact f32's FFMA candidates beside cuBLASLt) come after every
+    // kernel the run certainly launches, so a prefetch compiles those first.
+    bool late = false, ordered = true;
+    for (const kiln::KernelPlan::Kernel& k : p.kernels) {
+      if (k.late)
+        late = true;
+      else if (late)
+        ordered = false;
+    }
+    CHECK(ordered);
+    if (runs[i].size() == 2 && runs[i][1] == "mlp") CHECK(late);
   }
 }
 

@@ -33,6 +33,7 @@
 #include "bench_timing.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/quick_tier.h"
 
 using namespace kiln;
 
@@ -176,6 +177,7 @@ nlohmann::json to_json(const std::vector<Row>& rows, const std::string& device, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::rt::set_quick_tier(false);  // steady-state kernels are timed, never a first use's quick builds
   CLI::App app{"bench_conv: kiln's conv2d, conv2d_grad_input and conv2d_grad_weight, timed on cuda:0"};
   std::vector<std::string> shape_args, precision_args;
   std::string json_path;

@@ -32,6 +32,7 @@
 #include "kiln/dist/grad_reducer.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/quick_tier.h"
 
 using namespace kiln;
 
@@ -200,6 +201,7 @@ std::vector<std::string> expand_all(std::vector<std::string> v, const std::vecto
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::rt::set_quick_tier(false);  // steady-state kernels are timed, never a first use's quick builds
   Settings s;
   CLI::App app{"bench_dist: data-parallel training samples/s of kiln (run under kiln-run -n N, or alone)"};
   app.add_option("--model", s.models, "mlp4096, cnn or all (comma-separated; default all)")

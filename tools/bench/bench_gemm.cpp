@@ -26,6 +26,7 @@
 #include "bench_timing.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/quick_tier.h"
 #include "lt_best.h"
 
 using namespace kiln;
@@ -162,6 +163,7 @@ nlohmann::json to_json(const std::vector<Row>& rows, const std::string& device, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::rt::set_quick_tier(false);  // steady-state kernels are timed, never a first use's quick builds
   CLI::App app{"bench_gemm: kiln's linear-layer and square products beside cuBLASLt's best algorithm, on cuda:0"};
   std::vector<std::string> precision_args;
   std::string json_path, rows_arg = "all";

@@ -26,7 +26,7 @@ one() {
   start=$(date +%s%N)
   # shellcheck disable=SC2086  # a configuration is several arguments
   KILN_CACHE_DIR=$cache "$train" $1 >"$out" 2>&1 || { echo "failed: $train $1" >&2; tail -5 "$out" >&2; exit 1; }
-  echo "$((($(date +%s%N) - start) / 1000000)) ms [$(grep -oE '99% at [0-9.]+ s since' "$out" | head -1)$(grep -oE 'waited [0-9]+ ms' "$out" | head -1); $(grep -oE '[0-9]+ compiled \([0-9]+ ms' "$out" | head -1) of NVRTC)]"
+  echo "$((($(date +%s%N) - start) / 1000000)) ms [$(grep -oE '99% at [0-9.]+ s since' "$out" | head -1)$(grep -oE 'waited [0-9]+ ms' "$out" | head -1); $(grep -oE '[0-9]+ compiled \([0-9]+ ms' "$out" | head -1) of NVRTC$(grep -oE 'quick tier: [0-9]+ of them quick builds that ran first, [0-9]+' "$out" | head -1 | sed -E 's/quick tier: ([0-9]+).*, ([0-9]+)$/; \1 quick, \2 replaced/')]"
   rm -f "$out"
 }
 

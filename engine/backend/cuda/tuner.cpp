@@ -16,6 +16,7 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/log.h"
+#include "kiln/runtime/quick_tier.h"
 
 namespace kiln::kernels {
 
@@ -129,6 +130,7 @@ void compile_all(std::span<const TuneCandidate> candidates) {
     for (const TuneCandidate& c : candidates) c.run();
     requests = pass.requests();
   }
+  for (rt::KernelRequest& r : requests) r.late = true;  // full builds: they are to be timed
   rt::prefetch(std::move(requests));
   rt::wait_for_prefetch();
 }
@@ -240,6 +242,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   if (mode == rt::TuneMode::auto_ && !compile && !measurable_now(key, candidates, check, s)) return run(0, false);
 
   const auto measuring = std::chrono::steady_clock::now();
+  const rt::FullTierOnly full;           // quick builds would time slower than what later runs launch
   if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned
   run(0);
   const DeviceCheck reference = reference_check(check, s);

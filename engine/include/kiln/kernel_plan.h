@@ -19,6 +19,7 @@ struct KernelPlan {
     std::uint32_t variant = 0;
     std::string label;   // a generated kernel's readable name ("fused(mul,relu) f32"); empty for templates
     std::string source;  // the instantiated source: a generated kernel is rebuilt from it
+    bool late = false;   // an alternative the tuner measures, which a run may never launch
   };
   std::vector<Kernel> kernels;
 

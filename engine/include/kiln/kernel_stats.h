@@ -15,6 +15,10 @@ struct KernelStats {
   // Choices among kernels or algorithms measured on the GPU (KILN_TUNE), and the time that took.
   std::uint64_t tuned = 0;
   double tune_ms = 0;
+  // Of `compiled`, quick builds that ran until their full build replaced them (KILN_QUICK_TIER),
+  // and the full builds that did.
+  std::uint64_t quick_compiled = 0;
+  std::uint64_t upgraded = 0;
 };
 KernelStats kernel_stats();
 

@@ -11,6 +11,7 @@ struct CompileRequest {
   std::string dtypes;  // "f32,f16", for errors and logs
   std::string source;  // instantiated CUDA C++
   int arch = 90;       // exact target, e.g. 90 for sm_90
+  bool quick = false;  // the quick tier: quick_tier_options() too (never stored in the disk cache)
 };
 
 struct CompiledModule {
@@ -28,6 +29,10 @@ std::vector<std::string> nvrtc_options(int arch, bool arch_specific = false);
 // Whether `source` asks for the arch-specific target: it defines KILN_ARCH_SPECIFIC on a line
 // of its own. compile() and the cache keys both read it from the source.
 bool wants_arch_specific(std::string_view source);
+// What a quick-tier compile adds: NVRTC's fast-compile mode (-Ofc=mid, NVRTC 12.8+), which
+// optimises less (less unrolling and inlining) for 2-3x less compile time; empty where this
+// NVRTC lacks it, and then there is no quick tier.
+std::vector<std::string> quick_tier_options();
 std::string nvrtc_version();          // "13.0"
 bool nvrtc_can_emit_cubin(int arch);  // from nvrtcGetSupportedArchs
 // Directories NVRTC searches for cuda_fp16.h etc.: KILN_CUDA_INCLUDE (':'-separated),

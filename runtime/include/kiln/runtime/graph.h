@@ -52,6 +52,9 @@ class Graph {
   // next launch on; the function and launch shape stay as captured.
   void set_kernel_args(void* node, void** args);
   GraphCounts counts() const;
+  // Kernel nodes still running a quick build (quick_tier.h): captured so, and not yet swapped for
+  // their full build, which a launch does once that is loaded.
+  std::size_t quick_builds() const;
 
  private:
   struct Impl;

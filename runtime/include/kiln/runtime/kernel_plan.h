@@ -19,6 +19,9 @@ struct KernelRequest {
   DTypes dtypes;
   std::uint32_t variant = 0;
   int device = 0;
+  // Asked for only inside a LateRequests scope: an alternative a run may never launch, which a
+  // prefetch compiles as its full build alone (no quick build first).
+  bool late = false;
 };
 
 // While one lives on this thread, stream work is skipped: launches, copies, fills and library
@@ -63,7 +66,8 @@ bool shape_only();
 void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
 
 // Loads the requests on `threads` background threads (0: background_compile_jobs()), compiling
-// what the disk cache lacks, and returns at once, in the requests' order. A get_function of a kernel still loading
+// what the disk cache lacks, and returns at once; in the requests' order, late ones after
+// everything else queued and as full builds alone (FullTierOnly). A get_function of a kernel still loading
 // waits for that load; one that failed is tried again there, which throws its error.
 void prefetch(std::vector<KernelRequest> requests, int threads = 0);
 // A generated kernel recorded by another process: compiled for `arch` into the disk cache
@@ -74,6 +78,11 @@ struct SourceRequest {
   int arch = 0;
 };
 void prefetch_sources(std::vector<SourceRequest> sources, int threads = 0);
+
+// Runs `job` on the prefetch threads: after the requests queued for a run (kernels it launches),
+// before late ones (alternatives it may never launch); a kernel's full build is such a job.
+// Jobs still queued when the process exits are dropped.
+void run_in_background(std::function<void()> job);
 
 // This thread is one of prefetch's workers (whose waits CacheCounters::wait_ms leaves out).
 bool on_prefetch_thread();

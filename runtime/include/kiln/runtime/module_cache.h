@@ -23,11 +23,12 @@ struct Function {
 };
 
 // The loaded function for (spec, dtypes, variant) on `device`: a memory hit, else a
-// disk hit, else an NVRTC compile. Concurrent first calls of one key compile once.
+// disk hit, else an NVRTC compile (a quick build first, quick_tier.h, where that is on).
+// Concurrent first calls of one key compile once.
 Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
 
-// The function if it is loaded, or loaded from the disk cache when `look_on_disk` and an entry is
-// there; nullopt where it would take a compile (none is started).
+// The function's full build if it is loaded, or loaded from the disk cache when `look_on_disk`
+// and an entry is there; nullopt where it would take a compile (none is started).
 std::optional<Function> function_if_cached(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant,
                                            int device, bool look_on_disk = true);
 
@@ -59,6 +60,8 @@ struct CacheCounters {
   // Time get_function callers spent blocked on a kernel not yet loaded: their own compile or
   // load, or a prefetch of it still running (prefetch threads' own time not counted).
   double wait_ms = 0;
+  std::uint64_t quick_compiles = 0;  // of `compiles`, quick builds (quick_tier.h), never stored
+  std::uint64_t upgrades = 0;        // full builds that replaced a quick one
 };
 CacheCounters cache_counters();
 void reset_cache_counters();
