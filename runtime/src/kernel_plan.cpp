@@ -32,8 +32,13 @@ bool same_request(const KernelRequest& r, const KernelSpec& spec, const DTypes& 
 }
 
 // The order jobs run in: a run's kernels (quick builds where they compile) first, then the full
-// builds that replace quick ones, then alternatives a run may never launch (late requests).
-enum class Urgency { run = 0, full_build = 1, late = 2 };
+// builds that replace quick ones (the ones asked to go first, a step's tile kernels, ahead), then
+// alternatives a run may never launch (late requests).
+enum class Urgency { run = 0, full_build_first = 1, full_build = 2, late = 3 };
+constexpr int kUrgencies = 4;
+bool is_full_build(int urgency) {
+  return urgency == static_cast<int>(Urgency::full_build_first) || urgency == static_cast<int>(Urgency::full_build);
+}
 
 // Worker threads that load requests in order, by urgency. Static, and built after the disk cache
 // and the logger it uses, so it is destroyed (its workers joined) before them at exit.
@@ -43,17 +48,19 @@ class Prefetcher {
     DiskCache::global();
     log();
   }
+  // At exit the full builds of quick ones still run, so the next process loads what this one
+  // used; loads nothing asked for yet are dropped, and their compiles in flight stopped.
   ~Prefetcher() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
-      for (auto& q : queues_) {
-        pending_ -= q.size();
-        q.clear();
+      for (Urgency u : {Urgency::run, Urgency::late}) {
+        pending_ -= queues_[static_cast<int>(u)].size();
+        queues_[static_cast<int>(u)].clear();
       }
     }
     work_.notify_all();
-    abandon_background_compiles();  // compiles in flight end now rather than hold the exit
+    abandon_background_compiles();
     for (std::thread& t : workers_) t.join();
   }
 
@@ -79,12 +86,16 @@ class Prefetcher {
     for (;;) {
       std::unique_lock lock(mu_);
       work_.wait(lock, [this] { return stop_ || queued() > 0; });
-      if (stop_) return;
-      auto& queue = *std::find_if(queues_.begin(), queues_.end(), [](const auto& q) { return !q.empty(); });
+      // After stop only full builds are left queued (the others were dropped).
+      const auto next = std::find_if(queues_.begin(), queues_.end(), [](const auto& q) { return !q.empty(); });
+      if (next == queues_.end()) return;
+      auto& queue = *next;
+      const bool full_build = is_full_build(static_cast<int>(next - queues_.begin()));
       const std::function<void()> job = std::move(queue.front());
       queue.pop_front();
       ++busy_;
       lock.unlock();
+      set_compiles_abandonable(!full_build);
       job();
       lock.lock();
       --busy_;
@@ -101,7 +112,7 @@ class Prefetcher {
     return n;
   }
 
-  std::array<std::deque<std::function<void()>>, 3> queues_;  // by Urgency
+  std::array<std::deque<std::function<void()>>, kUrgencies> queues_;  // by Urgency
   std::vector<std::thread> workers_;
   std::size_t pending_ = 0, busy_ = 0;
   bool stop_ = false;
@@ -199,9 +210,9 @@ void prefetch_sources(std::vector<SourceRequest> sources, int threads) {
   if (!jobs.empty()) prefetcher().add(std::move(jobs), workers);
 }
 
-void run_in_background(std::function<void()> job) {
+void run_in_background(std::function<void()> job, bool ahead) {
   std::vector<std::pair<Urgency, std::function<void()>>> jobs;
-  jobs.emplace_back(Urgency::full_build, std::move(job));
+  jobs.emplace_back(ahead ? Urgency::full_build_first : Urgency::full_build, std::move(job));
   prefetcher().add(std::move(jobs), worker_count(0));
 }
 

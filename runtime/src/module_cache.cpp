@@ -277,16 +277,20 @@ Function current(Slot& s, const KernelSpec& spec, const DTypes& dtypes, std::uin
 }
 
 // The full build of a kernel first loaded as a quick one, on the prefetch threads behind what is
-// queued; a failure leaves the quick build running, and says why.
+// queued; a generated kernel's (a step's conv or GEMM tiles, which the quick build slows most)
+// ahead of kiln's own. A failure leaves the quick build running, and says why.
 void queue_upgrade(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
-  run_in_background([&spec, dtypes, variant, device] {
-    try {
-      upgrade(memory_cache().slot(pack_key(spec, dtypes, variant, device)), spec, dtypes, variant, device);
-    } catch (const std::exception& e) {
-      log().warn("[cache] the full build of {} ({}) failed; its quick build stays: {}", spec.op, dtypes.str(),
-                 e.what());
-    }
-  });
+  const bool generated = generated_template_label(spec.template_name).has_value();
+  run_in_background(
+      [&spec, dtypes, variant, device] {
+        try {
+          upgrade(memory_cache().slot(pack_key(spec, dtypes, variant, device)), spec, dtypes, variant, device);
+        } catch (const std::exception& e) {
+          log().warn("[cache] the full build of {} ({}) failed; its quick build stays: {}", spec.op, dtypes.str(),
+                     e.what());
+        }
+      },
+      generated);
 }
 
 Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcome) {

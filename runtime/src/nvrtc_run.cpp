@@ -11,8 +11,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "check.h"
@@ -56,10 +56,13 @@ std::atomic<int> stillborn_servers{0};
 std::atomic<bool> servers_lowered{true};
 std::atomic<bool> abandoning{false};
 
-// The servers of prefetch threads, which abandon_background_compiles kills.
+thread_local std::atomic<bool> t_abandonable{false};
+
+// The servers of prefetch threads, with their thread's flag: abandon_background_compiles kills
+// those whose compile is abandonable.
 struct BackgroundServers {
   std::mutex mu;
-  std::set<pid_t> pids;
+  std::map<pid_t, const std::atomic<bool>*> abandonable;
 };
 BackgroundServers& background_servers() {
   static auto* b = new BackgroundServers;  // leaked: threads may stop their servers at exit
@@ -81,7 +84,7 @@ class Server {
   ~Server() { stop(); }
 
   std::optional<NvrtcOutput> run(const NvrtcRequest& req) {
-    if (abandoning && on_prefetch_thread()) return std::nullopt;  // run_nvrtc says why
+    if (abandoning && t_abandonable) return std::nullopt;  // run_nvrtc says why
     if (pid_ <= 0) {
       if (stillborn_servers >= kStillbornLimit || !nvrtc_server_path()) return std::nullopt;
       if (!start()) {
@@ -123,7 +126,7 @@ class Server {
     fd_ = sv[0];
     if (on_prefetch_thread()) {
       std::lock_guard lock(background_servers().mu);
-      background_servers().pids.insert(pid);
+      background_servers().abandonable.emplace(pid, &t_abandonable);
     }
     return true;
   }
@@ -132,7 +135,7 @@ class Server {
     if (pid_ <= 0) return;
     {
       std::lock_guard lock(background_servers().mu);
-      background_servers().pids.erase(pid_);
+      background_servers().abandonable.erase(pid_);
     }
     ::close(fd_);  // the server reads end of input and exits
     int status = 0;
@@ -177,14 +180,17 @@ std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req) {
 
 NvrtcOutput run_nvrtc(const NvrtcRequest& req) {
   if (std::optional<NvrtcOutput> out = run_nvrtc_in_server(req)) return checked(std::move(*out));
-  if (abandoning && on_prefetch_thread()) throw Error("[nvrtc] compile of " + req.name + " stopped: the process exits");
+  if (abandoning && t_abandonable) throw Error("[nvrtc] compile of " + req.name + " stopped: the process exits");
   return run_nvrtc_in_process(req);
 }
 
 void abandon_background_compiles() {
   abandoning = true;
   std::lock_guard lock(background_servers().mu);
-  for (pid_t pid : background_servers().pids) ::kill(pid, SIGKILL);  // each thread reaps its own
+  for (const auto& [pid, abandonable] : background_servers().abandonable)
+    if (abandonable->load()) ::kill(pid, SIGKILL);  // each thread reaps its own
 }
+
+void set_compiles_abandonable(bool abandonable) { t_abandonable = abandonable; }
 
 }  // namespace kiln::rt

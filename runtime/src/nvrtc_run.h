@@ -22,10 +22,13 @@ NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req);
 // failed, the server died).
 std::optional<NvrtcOutput> run_nvrtc_in_server(const NvrtcRequest& req);
 
-// At exit: the compile servers of prefetch threads are killed, so their compiles in flight end
-// at once instead of holding the process until they finish (what they would have stored is
-// compiled again by a later process); a compile that then fails on such a thread throws.
+// At exit: the compile servers of prefetch threads whose compiles are abandonable (loads nothing
+// asked for yet) are killed, so those compiles end at once instead of holding the process until
+// they finish (a later process compiles them again); a compile that then fails on such a thread
+// throws. Full builds of quick ones, not abandonable, finish and are stored.
 void abandon_background_compiles();
+// Whether this thread's compiles from now on are abandoned at exit (prefetch threads only).
+void set_compiles_abandonable(bool abandonable);
 
 // The kiln-nvrtc-server this library starts: beside the library in a build tree, in
 // <libexecdir>/kiln once installed; nullopt when neither exists.

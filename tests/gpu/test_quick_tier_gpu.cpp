@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -20,9 +22,11 @@
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/runtime/quick_tier.h"
+#include "process.h"
 
 using namespace kiln;
 using namespace kiln::rt;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -39,7 +43,8 @@ struct QuickTierOn {
 class HoldPrefetch {
  public:
   HoldPrefetch() {
-    for (int i = 0; i < background_compile_jobs(); ++i) run_in_background([f = go_.get_future().share()] { f.wait(); });
+    const std::shared_future<void> go = go_.get_future().share();
+    for (int i = 0; i < background_compile_jobs(); ++i) run_in_background([go] { go.wait(); });
   }
   ~HoldPrefetch() { release(); }
   void release() {
@@ -186,4 +191,24 @@ TEST_CASE("quick tier: FullTierOnly gets the full build where only a quick one i
   CHECK(cache_counters().compiles == before.compiles + 1);
   p.launch_with(f);
   p.check(p.read(), "quick tier off");
+}
+
+TEST_CASE("quick tier: a process that exits right after a first use stores the full build for the next one") {
+  const fs::path dir = fs::temp_directory_path() / ("kiln-quick-exit-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto helper = [&](bool no_compile) {
+    kiln_test::EnvOverrides env{{"KILN_CACHE_DIR", dir.string()}, {"KILN_QUICK_TIER", "on"}};
+    env.emplace_back("KILN_NO_COMPILE", no_compile ? std::optional<std::string>("1") : std::nullopt);
+    const kiln_test::ProcessResult r = kiln_test::run_process({KILN_TEST_HELPER_PATH, "load", "add", "f32,f32"}, env);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json first = helper(false);
+  if (quick_tier_options().empty()) return;
+  CHECK(first.at("quick_compiles") == 1);  // ran its quick build; the full one finished at exit
+  const nlohmann::json second = helper(true);
+  CHECK(second.at("compiles") == 0);
+  CHECK(second.at("disk_hits") == 1);
+  fs::remove_all(dir);
 }

@@ -80,9 +80,9 @@ struct SourceRequest {
 void prefetch_sources(std::vector<SourceRequest> sources, int threads = 0);
 
 // Runs `job` on the prefetch threads: after the requests queued for a run (kernels it launches),
-// before late ones (alternatives it may never launch); a kernel's full build is such a job.
-// Jobs still queued when the process exits are dropped.
-void run_in_background(std::function<void()> job);
+// before late ones (alternatives it may never launch), and with `ahead` before other such jobs.
+// A kernel's full build is such a job, and one still queued at exit runs before the exit.
+void run_in_background(std::function<void()> job, bool ahead = false);
 
 // This thread is one of prefetch's workers (whose waits CacheCounters::wait_ms leaves out).
 bool on_prefetch_thread();
