@@ -228,7 +228,7 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   EntryKey key = kernel_entry_key(spec, dtypes, variant, arch, source);
   std::optional<Entry> entry = DiskCache::global().load(key);
   const bool from_disk = entry.has_value();
-  *quick = !from_disk && quick_tier() && !full_tier_only();
+  *quick = !from_disk && quick_tier() && !quick_tier_options().empty() && !full_tier_only();
   if (from_disk) counters.disk_hits++;
   else
     entry = *quick ? compile_quick(key, source) : compile_entry(key, source);

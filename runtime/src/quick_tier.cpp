@@ -12,7 +12,7 @@ namespace kiln::rt {
 
 namespace {
 
-std::atomic<bool> g_quick{env_switch("KILN_QUICK_TIER", true, "cache")};
+std::atomic<bool> g_quick{env_switch("KILN_QUICK_TIER", false, "cache")};
 thread_local bool t_full_only = false;
 
 struct Builds {
@@ -29,7 +29,7 @@ Builds& builds() {
 
 }  // namespace
 
-bool quick_tier() { return g_quick.load(std::memory_order_relaxed) && !quick_tier_options().empty(); }
+bool quick_tier() { return g_quick.load(std::memory_order_relaxed); }
 void set_quick_tier(bool on) { g_quick.store(on, std::memory_order_relaxed); }
 
 FullTierOnly::FullTierOnly() : was_(t_full_only) { t_full_only = true; }

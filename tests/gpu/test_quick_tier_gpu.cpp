@@ -152,7 +152,7 @@ TEST_CASE("quick tier: a kernel no cache holds runs its quick build, then its fu
   p.launch_with(full);
   const std::vector<float> from_full = p.read();
   p.check(from_full, "full build, called");
-  MESSAGE("quick and full builds give the same bits: " << (from_quick == from_full ? "yes" : "no"));
+  MESSAGE("quick and full builds give the same bits: " << std::string(from_quick == from_full ? "yes" : "no"));
 
   g.launch(p.s);  // swaps the node's function before it launches
   CHECK(g.quick_builds() == 0);

@@ -23,7 +23,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +41,6 @@
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/module_cache.h"
-#include "kiln/runtime/quick_tier.h"
 #include "kiln/version.h"
 
 int sync_bn_check();  // sync_bn_check.cpp
@@ -234,8 +232,6 @@ int prefetch_exit(int arch) {
 int main(int argc, char** argv) {
   // Referencing libkiln loads it, and with it the kernels it registers.
   if (!kiln::version()) return 1;
-  // Cache tests count compiles and loads; the quick tier's tests switch it on themselves.
-  if (!std::getenv("KILN_QUICK_TIER")) kiln::rt::set_quick_tier(false);
   const std::string cmd = argc > 1 ? argv[1] : "";
   try {
     if (cmd == "load-all" && argc == 2) return load_all();

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "kiln/runtime/device.h"
-#include "kiln/runtime/quick_tier.h"
 #include "kiln/runtime/tuning.h"
 #ifdef KILN_GPU_SUITE
 #include "core/registry.h"
@@ -28,9 +27,6 @@ int main(int argc, char** argv) {
   // Suites check the heuristics' kernels against references; the tuning tests switch measuring
   // on themselves (a suite that measured every shape it meets would spend minutes compiling).
   if (!std::getenv("KILN_TUNE")) kiln::rt::set_tune_mode(kiln::rt::TuneMode::cached);
-  // Bit-for-bit checks between a first call and a replay must not meet a quick build in one and
-  // its full build in the other; the quick tier's tests switch it on themselves.
-  if (!std::getenv("KILN_QUICK_TIER")) kiln::rt::set_quick_tier(false);
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

@@ -239,7 +239,8 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   }
   if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
-  if (mode == rt::TuneMode::auto_ && !compile && !measurable_now(key, candidates, check, s)) return run(0, false);
+  if (mode == rt::TuneMode::auto_ && !compile && rt::quick_tier() && !measurable_now(key, candidates, check, s))
+    return run(0, false);
 
   const auto measuring = std::chrono::steady_clock::now();
   const rt::FullTierOnly full;           // quick builds would time slower than what later runs launch

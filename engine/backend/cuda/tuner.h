@@ -44,11 +44,11 @@ struct TuneOutcome {
 
 // Runs the chosen candidate on `s`. Candidate 0 runs when there is a single one, while
 // capturing, with KILN_TUNE=off, or with nothing remembered where the mode does not measure:
-// cached, or auto when the candidates `compile` (kernels generated for them). Under auto it also
-// runs, unsettled, while kernels the measurement needs are not yet compiled: they compile on
-// the prefetch threads and a later call measures. A shape-only pass runs them all, so each
-// kernel is planned, the others' after candidate 0's (callers whose work is not skipped in such
-// a pass, library calls, must not come here in one).
+// cached, or auto when the candidates `compile` (kernels generated for them). Under auto with the
+// quick tier on (quick_tier.h) it also runs, unsettled, while kernels the measurement needs are
+// not yet compiled: they compile on the prefetch threads and a later call measures. A shape-only pass runs them all, so
+// each kernel is planned, the others' after candidate 0's (callers whose work is not skipped in such a pass, library
+// calls, must not come here in one).
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
                       const rt::Stream& s, bool compile = false);
 
