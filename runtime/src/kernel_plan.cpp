@@ -137,35 +137,22 @@ ShapeOnlyPass::ShapeOnlyPass() {
 
 ShapeOnlyPass::~ShapeOnlyPass() { t_pass = nullptr; }
 
-std::vector<KernelRequest> ShapeOnlyPass::requests() const {
-  std::vector<KernelRequest> all = requests_;
-  for (KernelRequest r : late_) {
-    r.late = true;
-    all.push_back(r);
-  }
-  return all;
-}
-
 LateRequests::LateRequests() : was_(t_late) { t_late = true; }
 
 LateRequests::~LateRequests() { t_late = was_; }
 
 bool shape_only() { return t_pass != nullptr; }
 
-// A kernel asked for late and then outside a LateRequests scope moves up to the others.
+// A kernel asked for late and then outside a LateRequests scope is late no more.
 void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device) {
   if (!t_pass) return;
-  auto same = [&](const KernelRequest& r) { return same_request(r, spec, dtypes, variant, device); };
-  auto& now = t_pass->requests_;
-  auto& late = t_pass->late_;
-  if (std::any_of(now.begin(), now.end(), same)) return;
-  const auto was_late = std::find_if(late.begin(), late.end(), same);
-  if (t_late) {
-    if (was_late == late.end()) late.push_back({&spec, dtypes, variant, device});
-    return;
-  }
-  if (was_late != late.end()) late.erase(was_late);
-  now.push_back({&spec, dtypes, variant, device});
+  auto& seen = t_pass->requests_;
+  const auto known = std::find_if(
+      seen.begin(), seen.end(), [&](const KernelRequest& r) { return same_request(r, spec, dtypes, variant, device); });
+  if (known == seen.end())
+    seen.push_back({&spec, dtypes, variant, device, t_late});
+  else
+    known->late = known->late && t_late;
 }
 
 void prefetch(std::vector<KernelRequest> requests, int threads) {
@@ -182,7 +169,8 @@ void prefetch(std::vector<KernelRequest> requests, int threads) {
       if (std::any_of(queued.begin(), queued.end(), same)) continue;
       queued.push_back(r);
     }
-    jobs.emplace_back(r.late ? Urgency::late : Urgency::run, [r] {
+    // Only a run that does not wait for its tuner's alternatives (the quick tier) queues them last.
+    jobs.emplace_back(r.late && quick_tier() ? Urgency::late : Urgency::run, [r] {
       try {
         std::optional<FullTierOnly> full;
         if (r.late) full.emplace();

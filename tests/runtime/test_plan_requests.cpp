@@ -1,6 +1,5 @@
-// A shape-only pass's list of kernels: each once, in the order first asked for, and those asked
-// for only inside a LateRequests scope after the others (the tuner's alternatives to its first
-// pick), unless the run asks for one outside such a scope too.
+// A shape-only pass's list of kernels: each once, in the order first asked for, those asked for
+// only inside a LateRequests scope (the tuner's alternatives to its first pick) marked late.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -21,7 +20,7 @@ std::vector<const KernelSpec*> specs_of(const std::vector<KernelRequest>& reques
 
 }  // namespace
 
-TEST_CASE("a pass lists late requests after the others, and a later plain request moves one up") {
+TEST_CASE("a pass marks late requests, and a later plain request of one unmarks it") {
   KernelSpec a, b, c, d;  // only their addresses name them here
   const DTypes f32{DType::f32};
   ShapeOnlyPass pass;
@@ -40,8 +39,13 @@ TEST_CASE("a pass lists late requests after the others, and a later plain reques
   record_request(c, f32, 0, 0);  // the run needs it after all
   record_request(c, f32, 0, 0);
   const std::vector<KernelRequest> got = pass.requests();
-  CHECK(specs_of(got) == std::vector<const KernelSpec*>{&a, &c, &b, &d, &d});
+  CHECK(specs_of(got) == std::vector<const KernelSpec*>{&a, &b, &c, &d, &d});
   REQUIRE(got.size() == 5);
+  CHECK_FALSE(got[0].late);  // asked for plainly first
+  CHECK(got[1].late);
+  CHECK_FALSE(got[2].late);  // the run needs it after all
+  CHECK(got[3].late);
+  CHECK(got[4].late);
   CHECK(got[3].variant == 0);
   CHECK(got[4].variant == 1);
 }

@@ -20,7 +20,8 @@ struct KernelRequest {
   std::uint32_t variant = 0;
   int device = 0;
   // Asked for only inside a LateRequests scope: an alternative a run may never launch, which a
-  // prefetch compiles as its full build alone (no quick build first).
+  // prefetch compiles as its full build alone (no quick build first), and with the quick tier on
+  // after everything else.
   bool late = false;
 };
 
@@ -37,18 +38,18 @@ class ShapeOnlyPass {
   ShapeOnlyPass(const ShapeOnlyPass&) = delete;
   ShapeOnlyPass& operator=(const ShapeOnlyPass&) = delete;
 
-  // Each kernel once, in the order first asked for; those asked for only inside a LateRequests
-  // scope after all the others.
-  std::vector<KernelRequest> requests() const;
+  // Each kernel once, in the order first asked for; `late` where it was asked for only inside a
+  // LateRequests scope.
+  const std::vector<KernelRequest>& requests() const { return requests_; }
 
  private:
   friend void record_request(const KernelSpec&, const DTypes&, std::uint32_t, int);
-  std::vector<KernelRequest> requests_, late_;
+  std::vector<KernelRequest> requests_;
 };
 
-// While one lives on this thread, a pass lists the kernels asked for after the others: the
-// tuner's alternatives to its first pick, which a run may never choose, so that a prefetch of
-// the list compiles the kernels a run will certainly launch first.
+// While one lives on this thread, a pass marks the kernels asked for late: the tuner's
+// alternatives to its first pick, which a run may never launch. With the quick tier (which lets
+// a run go on without measuring them) a prefetch compiles them after everything else.
 class LateRequests {
  public:
   LateRequests();
@@ -66,9 +67,9 @@ bool shape_only();
 void record_request(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device);
 
 // Loads the requests on `threads` background threads (0: background_compile_jobs()), compiling
-// what the disk cache lacks, and returns at once; in the requests' order, late ones after
-// everything else queued and as full builds alone (FullTierOnly). A get_function of a kernel still loading
-// waits for that load; one that failed is tried again there, which throws its error.
+// what the disk cache lacks, and returns at once; in the requests' order, late ones as full
+// builds alone (FullTierOnly) and, with the quick tier on, after everything else queued. A get_function of a kernel
+// still loading waits for that load; one that failed is tried again there, which throws its error.
 void prefetch(std::vector<KernelRequest> requests, int threads = 0);
 // A generated kernel recorded by another process: compiled for `arch` into the disk cache
 // (warm_source), where the first use of its module finds it.
