@@ -200,8 +200,8 @@ constexpr const char* kWaitsForPriorGridsSymbol = "kiln_kernels_wait_for_prior_g
 
 Entry entry_for_key(const EntryKey& key, std::string source, WarmOutcome* outcome);
 
-// `entry`'s function on `device`; a binary the driver rejects (`rejected` set) is the caller's
-// to compile again.
+// `entry`'s function on `device`, or the driver's error for a module it would not load (a
+// rejected cached binary is the caller's to compile again).
 CUresult load_entry(const Entry& entry, const KernelSpec& spec, int device, Function* out) {
   make_current(device);
   auto start = std::chrono::steady_clock::now();
