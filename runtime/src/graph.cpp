@@ -122,7 +122,7 @@ struct Graph::Impl {
     if (generation == seen_generation) return;
     seen_generation = generation;
     std::erase_if(quick_nodes, [this](CUgraphNode node) {
-      if (kernel_params.count(node)) return true;
+      if (kernel_params.count(node)) return false;
       CUDA_KERNEL_NODE_PARAMS p{};
       KILN_CU(cuGraphKernelNodeGetParams(node, &p));
       const std::optional<Function> full = full_build_of(p.func);
@@ -207,7 +207,13 @@ void Graph::set_kernel_args(void* node, void** args) {
     KILN_CU(cuGraphKernelNodeGetParams(key, &p));
     it = impl_->kernel_params.emplace(key, p).first;
   }
-  if (std::optional<Function> full = full_build_of(it->second.func)) take_full_build(it->second, *full);
+  // Only a node captured with a quick build looks for its full one (none where the tier is off).
+  if (const auto quick = std::find(impl_->quick_nodes.begin(), impl_->quick_nodes.end(), key);
+      quick != impl_->quick_nodes.end())
+    if (std::optional<Function> full = full_build_of(it->second.func)) {
+      take_full_build(it->second, *full);
+      impl_->quick_nodes.erase(quick);
+    }
   CUDA_KERNEL_NODE_PARAMS p = it->second;
   p.kernelParams = args;
   p.extra = nullptr;

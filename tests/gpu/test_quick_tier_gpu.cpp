@@ -23,6 +23,7 @@
 #include "kiln/runtime/memory.h"
 #include "kiln/runtime/quick_tier.h"
 #include "process.h"
+#include "quick_tier_on.h"
 
 using namespace kiln;
 using namespace kiln::rt;
@@ -32,12 +33,6 @@ namespace {
 
 constexpr int kN = 1 << 14;
 constexpr int kTerms = 16;
-
-struct QuickTierOn {
-  bool was = quick_tier();
-  QuickTierOn() { set_quick_tier(true); }
-  ~QuickTierOn() { set_quick_tier(was); }
-};
 
 // Every prefetch thread busy until release(): a full build queued meanwhile waits behind them.
 class HoldPrefetch {
@@ -115,7 +110,7 @@ struct Poly {
 }  // namespace
 
 TEST_CASE("quick tier: a kernel no cache holds runs its quick build, then its full build, in calls and in a graph") {
-  const QuickTierOn on;
+  const kiln_test::QuickTierOn on;
   if (quick_tier_options().empty()) return;  // this NVRTC has no fast-compile mode: no tier
   Poly p;
   const auto module = fresh_poly_module();
@@ -160,7 +155,7 @@ TEST_CASE("quick tier: a kernel no cache holds runs its quick build, then its fu
 }
 
 TEST_CASE("quick tier: FullTierOnly gets the full build where only a quick one is loaded, and off compiles it alone") {
-  const QuickTierOn on;
+  const kiln_test::QuickTierOn on;
   if (quick_tier_options().empty()) return;
   Poly p;
   {

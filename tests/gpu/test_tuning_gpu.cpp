@@ -19,8 +19,8 @@
 #include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/launch.h"
-#include "kiln/runtime/quick_tier.h"
 #include "kiln/runtime/tuning.h"
+#include "quick_tier_on.h"
 
 using namespace kiln;
 
@@ -187,12 +187,7 @@ TEST_CASE("KILN_TUNE=auto measures candidates that need no compile, and not thos
 TEST_CASE(
     "KILN_TUNE=auto with the quick tier measures once a candidate's kernel has compiled, the first runs meanwhile") {
   TuneModeGuard automatic(rt::TuneMode::auto_);
-  const bool tier = rt::quick_tier();
-  rt::set_quick_tier(true);
-  struct Restore {
-    bool was;
-    ~Restore() { rt::set_quick_tier(was); }
-  } restore{tier};
+  const kiln_test::QuickTierOn tier;
   Fills f;
   // A generated kernel no cache holds yet: its source names this process and instant.
   const std::string tag = fresh_problem("deferred kernel");

@@ -53,7 +53,8 @@ class Graph {
   void set_kernel_args(void* node, void** args);
   GraphCounts counts() const;
   // Kernel nodes still running a quick build (quick_tier.h): captured so, and not yet swapped for
-  // their full build, which a launch does once that is loaded.
+  // their full build, which a launch does once that is loaded (set_kernel_args for a node whose
+  // arguments it replaces).
   std::size_t quick_builds() const;
 
  private:
