@@ -5,20 +5,21 @@
 // dilation 1 the KW inputs it needs slide along the row in registers. Block b sums a band of
 // output rows (b % BANDS) of images [g * IPB, (g + 1) * IPB), g = b / BANDS, into column b of
 // an f32 workspace [weight][block]; a second kernel adds each weight's row in block order, so
-// runs and graph replays are bit-identical. Groups = 1.
+// runs and graph replays are bit-identical. Groups = 1. The batch is an argument, so a batch of
+// another size (a short last step) whose bands and images per block are the same shares the module.
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
 typedef ${TD} TD;  // dw's type: T, or f32 for 16-bit operands' sums kept in f32
 
-constexpr int N = ${N}, C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW}, OH = ${OH}, OW = ${OW};
+constexpr int C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW}, OH = ${OH}, OW = ${OW};
 constexpr int SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, IPB = ${IPB};
 // A band of BROWS output rows; GYS: its gy rows per output channel as staged, padded so that
 // the threads of a warp, which read the same pixel of neighbouring channels, hit different banks.
 constexpr int BANDS = ${BANDS}, BROWS = ${BROWS}, GYS = ${GYS};
 constexpr int THREADS = 256, Q = O * C * KH, LANES = Q <= THREADS / 2 ? THREADS / Q : 1;
 constexpr int HP = H + 2 * PH, WP = W + 2 * PW;  // the zero-padded input plane
-constexpr int GY = O * OH * OW, XS = C * HP * WP, TOTAL = Q * KW, BLOCKS = (N + IPB - 1) / IPB * BANDS;
+constexpr int GY = O * OH * OW, XS = C * HP * WP, TOTAL = Q * KW;
 
 // Elements per global load of gy: up to 16 bytes, dividing a row so no load crosses one.
 constexpr int gy_vector() {
@@ -51,7 +52,7 @@ __device__ __forceinline__ void stage_gy(const T* __restrict__ gy_n, T* gys, int
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws) {
+    kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws, int N) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* gys = reinterpret_cast<T*>(smem_raw);  // [O][GYS]: the band's rows
@@ -115,14 +116,14 @@ kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* 
   for (int i = tid; i < TOTAL; i += THREADS) {
     float v = 0.f;
     for (int l = 0; l < LANES; ++l) v += lanes_out[l * TOTAL + i];
-    ws[static_cast<long long>(i) * BLOCKS + blockIdx.x] = v;
+    ws[static_cast<long long>(i) * gridDim.x + blockIdx.x] = v;  // a block per column
   }
 }
 
 // dw[i] = sum over blocks of ws[i][b], a warp per weight reading its row whole: lane l takes
 // blocks l, l + 32, ... in order, then a fixed butterfly adds the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS)
-kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw) {
+    kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw, int BLOCKS) {
   kiln::wait_prior_grids();
   const int lane = threadIdx.x & 31;
   const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);

@@ -140,6 +140,15 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
                   false));
   CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1),
                         DType::f32, false));
+  // The batch is the kernel's argument: the cnn's conv1 at 128 and its epoch's last step of 96
+  // (three bands an image both) share one module; 600 images, two a block, do not.
+  const std::string conv1 =
+      source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16);
+  CHECK_FALSE(conv1.empty());
+  CHECK(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(96, 1, 28, 28, 32, 5, 1, 2, 1, 1),
+                  DType::bf16) == conv1);
+  CHECK(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(600, 1, 28, 28, 32, 5, 1, 2, 1, 1),
+                  DType::bf16) != conv1);
   CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1), DType::f32));
   // Over 256 kernel rows, or grouped: the tensor-core kernels take them.
   CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(4, 3, 8, 8, 128, 3, 1, 1, 1, 1), DType::bf16));

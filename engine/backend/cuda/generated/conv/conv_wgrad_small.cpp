@@ -28,8 +28,8 @@ constexpr std::int64_t kThreads = 256;
 std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath math,
                                                const ConvTarget& target) {
   const std::int64_t q = s.o * s.c * s.kh;
-  if (pass != ConvPass::grad_weight || s.groups != 1 || q > kThreads || q == 0 || s.kw > 8 ||
-      s.oh * s.ow <= 0 || s.n == 0)
+  if (pass != ConvPass::grad_weight || s.groups != 1 || q > kThreads || q == 0 || s.kw > 8 || s.oh * s.ow <= 0 ||
+      s.n == 0 || s.n > INT_MAX)
     return std::nullopt;
   SmallWgradPlan p;
   const std::int64_t want = 2 * static_cast<std::int64_t>(std::max(1, target.sm_count));
@@ -54,7 +54,7 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
 
 std::string wgrad_small_source(const ConvLaunch& l) {
   const auto& p = std::get<SmallWgradPlan>(l.plan);
-  rt::Bindings b = size_bindings(l.g, {"G"});
+  rt::Bindings b = size_bindings(l.g, {"G", "N"});  // the batch is an argument
   b.push_back({"PRELUDE", rt::device_prelude(DTypes{l.dtype})});
   b.push_back({"T", std::string(cuda_storage_type(l.dtype))});
   b.push_back({"TD", p.f32_out ? std::string("float") : std::string(cuda_storage_type(l.dtype))});
@@ -76,11 +76,11 @@ void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m) 
   cfg.grid = {static_cast<unsigned>(p.blocks), 1, 1};
   cfg.block = {static_cast<unsigned>(kThreads), 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  rt::launch(fn, cfg, st, ops.a, ops.b, ws.ptr());
+  rt::launch(fn, cfg, st, ops.a, ops.b, ws.ptr(), static_cast<int>(l.g.n));
   rt::LaunchConfig red;
   red.grid = {static_cast<unsigned>(ceil_div(weights * 32, kThreads)), 1, 1};  // a warp per weight
   red.block = {static_cast<unsigned>(kThreads), 1, 1};
-  rt::launch(reduce, red, st, ws.ptr(), ops.out);
+  rt::launch(reduce, red, st, ws.ptr(), ops.out, static_cast<int>(p.blocks));
 }
 
 }  // namespace kiln::kernels::conv_kinds
