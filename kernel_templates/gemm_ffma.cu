@@ -205,6 +205,8 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
     for (int j = 0; j < 4; ++j) {
       const long long at = tile * tile_floats + OperandA::row(ty, i) * kBN + OperandB::row(tx, j);
       float sum = __ldcg(parts + at);
+      // Not unrolled: for a count known only at run time that doubled the code and its compile.
+#pragma unroll 1
       for (int s = 1; s < p.splits; ++s) sum += __ldcg(parts + s * stride + at);
       store(d, bias, p, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), sum);
     }
