@@ -1,4 +1,4 @@
-// GEMM on the CUDA cores (FFMA), generated per tile, layout and dtype, for the small products where the
+// GEMM on the CUDA cores (FFMA), generated per exact shape, for the small products where the
 // tensor cores' tiles cost more than they save: exact f32 (whose tensor-core form splits every
 // operand into three TF32 products), and 16-bit inputs whose k is short or whose rows are odd
 // (which TMA cannot read). D (M x N, rows LDD apart) = A (M x K) @ B (N x K)^T with f32 sums,
@@ -12,38 +12,24 @@
 // an MN-major tile, 4 side by side, read as one vector. With SPLITK > 1 the k tiles are split
 // among blocks: each parks its partial tile in f32, and the last of a tile's blocks adds them
 // in split order (the same bits every run) and applies the epilogue, so the product is one
-// kernel. The shape arrives as an argument, so one module serves every product of its tile,
-// layout and dtype (the batch's last, shorter step too): fixed constants would only shorten
-// index math, and the sums' order is the same either way. (clang-format would join the
-// placeholders' lines.)
+// kernel. (clang-format would join the placeholders' lines.)
 // clang-format off
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 namespace {
 
 using In = ${IN};
-constexpr int kBM = ${BM}, kBN = ${BN}, kEpilogue = ${EPILOGUE};  // 1 + bias, 2 ReLU after
+constexpr int kBM = ${BM}, kBN = ${BN}, kSplitK = ${SPLITK}, kEpilogue = ${EPILOGUE};  // 1 + bias, 2 ReLU after
+constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLda = ${LDA}, kLdb = ${LDB}, kLdd = ${LDD};
 constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
 constexpr int kVecA = ${VEC_A}, kVecB = ${VEC_B};  // elements a copy moves: 4 or 1
 constexpr int kBK = 16, kStages = 4;
 constexpr int kThreadsM = kBM / 4, kThreadsN = kBN / 4, kThreads = kThreadsM * kThreadsN;
+constexpr int kKTiles = static_cast<int>((kK + kBK - 1) / kBK);
+constexpr int kTilesPerSplit = (kKTiles + kSplitK - 1) / kSplitK;
 static_assert(kThreads >= 32 && kThreads <= 256 && kThreads % 32 == 0, "tile needs whole warps");
 
-// Per tile of a split product: splits parked (reset by the last). Each shape of split product
-// has its own range, from `counters` on (the host hands them out, as a module per shape had its
-// own array).
-__device__ unsigned int kiln_gemm_ffma_done[${COUNTERS}];
-
-}  // namespace
-
-// The product, laid out as the host's FfmaShape.
-struct FfmaShape {
-  long long m, n, k, lda, ldb, ldd;
-  int splits, tiles_per_split;  // k tiles a split (the last may have fewer)
-  unsigned counters;            // the first of this shape's tile counters
-};
-
-namespace {
+__device__ unsigned int kiln_gemm_ffma_done[${TILES}];  // per tile: splits parked (reset by the last)
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -78,15 +64,14 @@ __device__ __forceinline__ void read4(const In* p, float& a, float& b, float& c,
 
 // One operand: kR rows (m or n) of a kBK tile, stored as the matrix is (K-major: kR rows of kBK
 // k; MN-major: kBK rows of kR), rows padded by 4 elements.
-template <int kR, bool kMn, int kVec>
+template <int kR, bool kMn, int kVec, long long kRows, long long kLd>
 struct Operand {
   static constexpr int kLds = (kMn ? kR : kBK) + 4;
   static constexpr int kElements = (kMn ? kBK : kR) * kLds;  // of a stage
   static constexpr int kCopies = kR * kBK / kVec;
 
-  // Queues k tile kt's copies into stage s from x (rows x K, rows ld apart as stored).
-  __device__ __forceinline__ static void copy(In* s, const In* __restrict__ x, long long rows, long long K, long long ld,
-                                              long long r0, int kt, int tid) {
+  // Queues k tile kt's copies into stage s.
+  __device__ __forceinline__ static void copy(In* s, const In* __restrict__ x, long long r0, int kt, int tid) {
     const long long k0 = static_cast<long long>(kt) * kBK;
     for (int idx = tid; idx < kCopies; idx += kThreads) {
       int r, k;
@@ -96,8 +81,8 @@ struct Operand {
         r = idx / (kBK / kVec), k = idx % (kBK / kVec) * kVec;
       }
       const long long row = r0 + r, kk = k0 + k;
-      const bool in = row < rows && kk < K;
-      const In* src = in ? x + (kMn ? kk * ld + row : row * ld + kk) : x;
+      const bool in = row < kRows && kk < kK;
+      const In* src = in ? x + (kMn ? kk * kLd + row : row * kLd + kk) : x;
       copy_async<kVec>(s + (kMn ? k * kLds + r : r * kLds + k), src, in);
     }
   }
@@ -117,29 +102,28 @@ struct Operand {
   __device__ __forceinline__ static int row(int t, int i) { return kMn ? t * 4 + i : t + i * (kR / 4); }
 };
 
-using OperandA = Operand<kBM, kAMn, kVecA>;
-using OperandB = Operand<kBN, kBMn, kVecB>;
+using OperandA = Operand<kBM, kAMn, kVecA, kM, kLda>;
+using OperandB = Operand<kBN, kBMn, kVecB, kN, kLdb>;
 
-__device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__ bias, const FfmaShape& p, long long m,
-                                      long long n, float v) {
-  if (m >= p.m || n >= p.n) return;
+__device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__ bias, long long m, long long n, float v) {
+  if (m >= kM || n >= kN) return;
   if (kEpilogue >= 1) v += kiln::cvt<float>(bias[n]);
   if (kEpilogue == 2) v = kiln::math::relu(v);
-  kiln::store(d + m * p.ldd + n, v);
+  kiln::store(d + m * kLdd + n, v);
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads)
 kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restrict__ d, const In* __restrict__ bias,
-               float* __restrict__ parts, const FfmaShape p) {
+               float* __restrict__ parts) {
   kiln::wait_prior_grids();
   __shared__ __align__(16) In as[kStages][OperandA::kElements];
   __shared__ __align__(16) In bs[kStages][OperandB::kElements];
   const int tid = threadIdx.x, ty = tid / kThreadsN, tx = tid % kThreadsN;
   const long long m0 = static_cast<long long>(blockIdx.y) * kBM, n0 = static_cast<long long>(blockIdx.x) * kBN;
-  const int split = blockIdx.z, k_tiles = static_cast<int>((p.k + kBK - 1) / kBK);
-  const int kt0 = split * p.tiles_per_split, kt1 = kt0 + p.tiles_per_split < k_tiles ? kt0 + p.tiles_per_split : k_tiles;
+  const int split = blockIdx.z;
+  const int kt0 = split * kTilesPerSplit, kt1 = kt0 + kTilesPerSplit < kKTiles ? kt0 + kTilesPerSplit : kKTiles;
 
   float acc[4][4];
 #pragma unroll
@@ -151,8 +135,8 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (kt0 + s < kt1) {
-      OperandA::copy(as[s], a, p.m, p.k, p.lda, m0, kt0 + s, tid);
-      OperandB::copy(bs[s], b, p.n, p.k, p.ldb, n0, kt0 + s, tid);
+      OperandA::copy(as[s], a, m0, kt0 + s, tid);
+      OperandB::copy(bs[s], b, n0, kt0 + s, tid);
     }
     asm volatile("cp.async.commit_group;");
   }
@@ -161,8 +145,8 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
     __syncthreads();  // tile kt landed for every thread; the stage refilled below was read by all
     const int ahead = kt + kStages - 1, slot = (ahead - kt0) % kStages;
     if (ahead < kt1) {
-      OperandA::copy(as[slot], a, p.m, p.k, p.lda, m0, ahead, tid);
-      OperandB::copy(bs[slot], b, p.n, p.k, p.ldb, n0, ahead, tid);
+      OperandA::copy(as[slot], a, m0, ahead, tid);
+      OperandB::copy(bs[slot], b, n0, ahead, tid);
     }
     asm volatile("cp.async.commit_group;");
     const In* sa = as[(kt - kt0) % kStages];
@@ -182,11 +166,11 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
   }
   asm volatile("cp.async.wait_group 0;");
 
-  if (p.splits == 1) {
+  if (kSplitK == 1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) store(d, bias, p, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), acc[i][j]);
+      for (int j = 0; j < 4; ++j) store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), acc[i][j]);
     return;
   }
   // Each split parks its tile; the last to finish adds all of them in split order.
@@ -197,7 +181,7 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) mine[OperandA::row(ty, i) * kBN + OperandB::row(tx, j)] = acc[i][j];
-  if (!kiln::block::last_of(&kiln_gemm_ffma_done[p.counters + tile], p.splits)) return;
+  if (!kiln::block::last_of(&kiln_gemm_ffma_done[tile], kSplitK)) return;
   kiln::launch_dependents();
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -205,10 +189,8 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
     for (int j = 0; j < 4; ++j) {
       const long long at = tile * tile_floats + OperandA::row(ty, i) * kBN + OperandB::row(tx, j);
       float sum = __ldcg(parts + at);
-      // Not unrolled: for a count known only at run time that doubled the code and its compile.
-#pragma unroll 1
-      for (int s = 1; s < p.splits; ++s) sum += __ldcg(parts + s * stride + at);
-      store(d, bias, p, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), sum);
+      for (int s = 1; s < kSplitK; ++s) sum += __ldcg(parts + s * stride + at);
+      store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), sum);
     }
 }
 // clang-format on

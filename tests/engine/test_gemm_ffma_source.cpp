@@ -7,7 +7,6 @@
 #include <array>
 #include <string>
 
-#include "backend/cuda/generated/gemm/gemm_internal.h"
 #include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "gemm_plain_sources.h"
 
@@ -108,38 +107,4 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
   REQUIRE(odd_half);
   CHECK(kernels::operands_fit(*odd_half, {4098, 8194, 12290, 16386}));
   CHECK_FALSE(kernels::operands_fit(*odd_half, {4098, 8194, 12290, 16385}));
-}
-
-TEST_CASE("FFMA GEMM modules serve every shape of their tile, layout, row copies, epilogue and dtype") {
-  // The mlp's forward at batch 128 and the epoch's last step of 96, and another k: one source.
-  const GemmTile tile{32, 64, 4};
-  auto source_of = [&](std::int64_t m, std::int64_t n, std::int64_t k, GemmMath math) {
-    const auto l = kernels::plan(GemmKernel::ffma, packed_product(m, n, k, math, false, false, GemmEpilogue::relu_bias),
-                                 kFfmaTarget, tile);
-    REQUIRE(l);
-    return kernels::source(*l);
-  };
-  const std::string full = source_of(128, 512, 784, GemmMath::f32);
-  CHECK(source_of(96, 512, 784, GemmMath::f32) == full);
-  CHECK(source_of(96, 256, 512, GemmMath::f32) == full);
-  CHECK(source_of(96, 256, 509, GemmMath::f32) != full);  // rows of odd length: copied one element at a time
-  CHECK(source_of(128, 512, 784, GemmMath::bf16) != full);
-  // A split product takes a range of tile counters: at most 512 tiles (here 1024).
-  CHECK(kernels::plan(GemmKernel::ffma, packed_product(2048, 2048, 4096, GemmMath::f32), kFfmaTarget,
-                      GemmTile{64, 64, 1}));
-  CHECK_FALSE(kernels::plan(GemmKernel::ffma, packed_product(2048, 2048, 4096, GemmMath::f32), kFfmaTarget,
-                            GemmTile{64, 64, 2}));
-}
-
-TEST_CASE("split products' tile counters: a range per module and shape, kept, and a typed error when none is left") {
-  kernels::CounterRanges ranges(16);
-  int a = 0, b = 0;
-  CHECK(ranges.take(&a, "128x512", 6) == 0);
-  CHECK(ranges.take(&a, "96x512", 6) == 6);
-  CHECK(ranges.take(&a, "128x512", 6) == 0);  // the same shape keeps its range
-  CHECK(ranges.take(&b, "128x512", 6) == 0);  // another module has its own counters
-  CHECK(ranges.take(&a, "64x64", 4) == 12);
-  CHECK_THROWS_WITH_AS(ranges.take(&a, "ffma 32x64 s4", 1),
-                       doctest::Contains("[gemm] ffma 32x64 s4: the module's 16 tile counters are taken"), ValueError);
-  CHECK(ranges.take(&a, "96x512", 6) == 6);  // a failed request took nothing
 }

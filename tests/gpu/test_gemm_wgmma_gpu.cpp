@@ -259,28 +259,6 @@ TEST_CASE("FFMA GEMMs match a double-precision product in every dtype, layout, t
   CHECK(check_launch(*l, 7) == check_launch(*l, 7));
 }
 
-// One FFMA module serves products of every shape: the mlp's forward at batch 128 and its epoch's
-// last step of 96 alternate, each split product on its own tile counters, each as exact as alone
-// and the same bits every time.
-TEST_CASE("FFMA GEMMs of two shapes share a module and each keeps its results") {
-  const kernels::GemmTarget tgt = kernels::gemm_target(0);
-  const GemmGeometry full{128, 512, 784, 784, 784, 512, GemmMath::f32, GemmEpilogue::relu_bias};
-  GemmGeometry last = full;
-  last.m = 96;
-  const auto a = kernels::plan(kernels::GemmKernel::ffma, full, tgt, {32, 64, 4});
-  const auto b = kernels::plan(kernels::GemmKernel::ffma, last, tgt, {32, 64, 4});
-  REQUIRE((a && b));
-  REQUIRE(kernels::source(*a) == kernels::source(*b));
-  REQUIRE((a->splits > 1 && b->splits > 1));
-  const double first_a = check_launch(*a, 21), first_b = check_launch(*b, 22);
-  CHECK(first_a <= tolerance(GemmMath::f32));
-  CHECK(first_b <= tolerance(GemmMath::f32));
-  for (int i = 0; i < 3; ++i) {
-    CHECK(check_launch(*b, 22) == first_b);
-    CHECK(check_launch(*a, 21) == first_a);
-  }
-}
-
 TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems") {
   const kernels::GemmTarget tgt = kernels::gemm_target(0);
   if (!on_hopper(tgt)) return;

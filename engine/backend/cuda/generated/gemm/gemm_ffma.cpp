@@ -4,7 +4,6 @@
 // kernel). Its plan, tile alternatives, source, operand check and launch.
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "backend/cuda/launch_common.h"
 #include "gemm_internal.h"
@@ -17,10 +16,6 @@ namespace {
 
 constexpr int kFfmaBK = 16;  // k per staged tile, as the template's kBK
 constexpr int kMostSplits = 16;
-// A module's tile counters (the template's COUNTERS), and the most tiles a split product takes
-// of them: 64 shapes of split products a module at least.
-constexpr unsigned kCounters = 32768;
-constexpr std::int64_t kMostSplitTiles = 512;
 
 // Whether an operand's rows are copied 4 elements at a time: the contiguous dimension and the row
 // stride multiples of 4 (the base's alignment is operands_fit's).
@@ -68,7 +63,6 @@ std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& tar
   const std::int64_t want = tile.splits > 0 ? tile.splits : filling_splits(tiles, k_tiles, target);
   if (want < 1 || want > 64) return std::nullopt;
   l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, want)));  // every split has k tiles
-  if (l.splits > 1 && tiles > kMostSplitTiles) return std::nullopt;
   l.stages = 4;                                                             // the template's kStages
   l.grid = static_cast<int>(tiles * l.splits);
   return l;
@@ -93,23 +87,18 @@ std::vector<GemmTile> ffma_alternatives(const GemmLaunch& h, const GemmTarget& t
   return out;
 }
 
-// The shape is the kernel's argument: only the tile, the layouts, the row copies' width, the
-// epilogue and the dtype make the source, so products of other sizes share the module.
 std::string ffma_source(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
   auto num = [](std::int64_t v) { return std::to_string(v); };
   const bool vec_a = vectors_fit(g.a_mn, g.m, g.k, g.lda), vec_b = vectors_fit(g.b_mn, g.n, g.k, g.ldb);
+  rt::Bindings b = plain_product_bindings(l);
   const DType t = input_dtype(g.math);
-  const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{t})},
-                       {"IN", std::string(cuda_storage_type(t))},
-                       {"BM", num(l.bm)},
-                       {"BN", num(l.bn)},
-                       {"EPILOGUE", num(static_cast<int>(g.epilogue))},
-                       {"A_MN", g.a_mn ? "true" : "false"},
-                       {"B_MN", g.b_mn ? "true" : "false"},
-                       {"VEC_A", vec_a ? "4" : "1"},
-                       {"VEC_B", vec_b ? "4" : "1"},
-                       {"COUNTERS", num(kCounters)}};
+  b.insert(b.end(), {{"PRELUDE", rt::device_prelude(DTypes{t})},
+                     {"IN", std::string(cuda_storage_type(t))},
+                     {"SPLITK", num(l.splits)},
+                     {"VEC_A", vec_a ? "4" : "1"},
+                     {"VEC_B", vec_b ? "4" : "1"},
+                     {"TILES", num(std::max<std::int64_t>(1, tiles_of(g, l.bm, l.bn)))}});
   return rt::instantiate("gemm_ffma", rt::template_source("gemm_ffma"), b);
 }
 
@@ -122,46 +111,7 @@ bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
          aligned(ops.d, false) && (g.epilogue == GemmEpilogue::none || aligned(ops.bias, false));
 }
 
-namespace {
-
-// The kernel's FfmaShape argument.
-struct FfmaShape {
-  std::int64_t m, n, k, lda, ldb, ldd;
-  int splits, tiles_per_split;
-  unsigned counters;
-};
-static_assert(sizeof(FfmaShape) == 64, "laid out as the template's FfmaShape");
-
-}  // namespace
-
-unsigned CounterRanges::take(const void* module, const std::string& shape, unsigned count) {
-  std::lock_guard lock(mu_);
-  const auto found = given_.find({module, shape});
-  if (found != given_.end()) return found->second;
-  unsigned& used = used_[module];
-  if (count > capacity_ - used)
-    throw ValueError("[gemm] " + shape + ": the module's " + std::to_string(capacity_) +
-                     " tile counters are taken by other split products of this process");
-  given_.emplace(std::pair{module, shape}, used);
-  used += count;
-  return used - count;
-}
-
-void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module) {
-  const rt::Function fn = rt::generated_function(module, "kiln_gemm_ffma", ops.stream->device());
-  const std::int64_t k_tiles = ceil_div(l.g.k, kFfmaBK);
-  static CounterRanges counters(kCounters);
-  const FfmaShape shape{l.g.m,
-                        l.g.n,
-                        l.g.k,
-                        l.g.lda,
-                        l.g.ldb,
-                        l.g.ldd,
-                        l.splits,
-                        static_cast<int>(ceil_div(k_tiles, l.splits)),
-                        l.splits > 1 ? counters.take(module.front(), l.text() + " " + l.g.text(),
-                                                     static_cast<unsigned>(tiles_of(l.g, l.bm, l.bn)))
-                                     : 0u};
+void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn) {
   rt::LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(ceil_div(l.g.n, l.bn)), static_cast<unsigned>(ceil_div(l.g.m, l.bm)),
               static_cast<unsigned>(l.splits)};
@@ -170,7 +120,7 @@ void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, std::span<const r
   rt::DeviceBuffer parts;
   if (l.splits > 1)
     parts = rt::DeviceBuffer(static_cast<std::size_t>(l.grid) * static_cast<std::size_t>(l.bm * l.bn) * 4, *ops.stream);
-  rt::launch(fn, cfg, *ops.stream, ops.a, ops.b, ops.d, ops.bias, parts.ptr(), shape);
+  rt::launch(fn, cfg, *ops.stream, ops.a, ops.b, ops.d, ops.bias, parts.ptr());
 }
 
 }  // namespace kiln::kernels

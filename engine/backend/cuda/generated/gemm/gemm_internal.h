@@ -3,13 +3,10 @@
 // and the convolution modes' host side (gemm_conv.cpp): whether a geometry fits, the weight
 // gradient's plan, and each launch's staged operands and tensor maps.
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "gemm_plan.h"
@@ -70,26 +67,12 @@ std::vector<GemmTile> mma_alternatives(const GemmLaunch& h);
 std::string mma_source(const GemmLaunch& l);
 bool mma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 void launch_mma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
-// Tile counters of split products in a module that serves products of every shape: a range per
-// module and shape, kept for the process, as a module per shape had its own counters (launches
-// of one shape run in stream order). ValueError when the module's `capacity` counters are taken.
-class CounterRanges {
- public:
-  explicit CounterRanges(unsigned capacity) : capacity_(capacity) {}
-  unsigned take(const void* module, const std::string& shape, unsigned count);  // the range's first
-
- private:
-  const unsigned capacity_;
-  std::mutex mu_;
-  std::map<std::pair<const void*, std::string>, unsigned> given_;
-  std::map<const void*, unsigned> used_;
-};
 // The FFMA kind (gemm_ffma.cpp), likewise.
 std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
 std::vector<GemmTile> ffma_alternatives(const GemmLaunch& h, const GemmTarget& target);
 std::string ffma_source(const GemmLaunch& l);
 bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
-void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, std::span<const rt::KernelSpec* const> module);
+void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
 
 // The staging kernels (gemm_staging.cpp, kernel_templates/gemm_staging.cu), compiled apart
 // from the per-shape tile kernel: `kind` over inputs of dtype `in`, written as `slices` TF32

@@ -384,7 +384,8 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
                      "the statistics given");
   if (l.kernel == GemmKernel::mma_sync)
     return launch_mma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_mma", ops.stream->device()));
-  if (l.kernel == GemmKernel::ffma) return launch_ffma(l, ops, module_of(l));
+  if (l.kernel == GemmKernel::ffma)
+    return launch_ffma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_ffma", ops.stream->device()));
   const DType t = input_dtype(l.g.math);
   const int box_k = static_cast<int>(128 / dtype_size(t));
   // A K-major operand in boxes of (tile rows) x (k of one stage); an MN-major one in atoms of
