@@ -137,9 +137,7 @@ ShapeOnlyPass::ShapeOnlyPass() {
 
 ShapeOnlyPass::~ShapeOnlyPass() { t_pass = nullptr; }
 
-LateRequests::LateRequests() : was_(t_late) { t_late = true; }
-
-LateRequests::~LateRequests() { t_late = was_; }
+LateRequests::LateRequests() : ScopedFlag(t_late) {}
 
 bool shape_only() { return t_pass != nullptr; }
 

@@ -32,8 +32,7 @@ Builds& builds() {
 bool quick_tier() { return g_quick.load(std::memory_order_relaxed); }
 void set_quick_tier(bool on) { g_quick.store(on, std::memory_order_relaxed); }
 
-FullTierOnly::FullTierOnly() : was_(t_full_only) { t_full_only = true; }
-FullTierOnly::~FullTierOnly() { t_full_only = was_; }
+FullTierOnly::FullTierOnly() : ScopedFlag(t_full_only) {}
 bool full_tier_only() { return t_full_only; }
 
 bool is_quick_build(const Function& f) { return is_quick_handle(f.handle); }

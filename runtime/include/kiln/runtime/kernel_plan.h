@@ -8,6 +8,7 @@
 
 #include "kiln/dtype.h"
 #include "kiln/runtime/disk_cache.h"
+#include "kiln/runtime/scoped_flag.h"
 
 namespace kiln::rt {
 
@@ -50,15 +51,9 @@ class ShapeOnlyPass {
 // While one lives on this thread, a pass marks the kernels asked for late: the tuner's
 // alternatives to its first pick, which a run may never launch. With the quick tier (which lets
 // a run go on without measuring them) a prefetch compiles them after everything else.
-class LateRequests {
+class LateRequests : ScopedFlag {
  public:
   LateRequests();
-  ~LateRequests();
-  LateRequests(const LateRequests&) = delete;
-  LateRequests& operator=(const LateRequests&) = delete;
-
- private:
-  bool was_;
 };
 
 // This thread is inside a ShapeOnlyPass.

@@ -11,6 +11,8 @@
 // with the tier is not bit for bit a warm run, which kiln otherwise guarantees.
 #include <cstdint>
 
+#include "kiln/runtime/scoped_flag.h"
+
 namespace kiln::rt {
 
 struct Function;
@@ -22,15 +24,9 @@ void set_quick_tier(bool on);
 
 // While one lives on this thread, its calls get full-tier kernels only, compiling or waiting for
 // one where a quick build is loaded: measurements of kernels' speed (KILN_TUNE) need them.
-class FullTierOnly {
+class FullTierOnly : ScopedFlag {
  public:
   FullTierOnly();
-  ~FullTierOnly();
-  FullTierOnly(const FullTierOnly&) = delete;
-  FullTierOnly& operator=(const FullTierOnly&) = delete;
-
- private:
-  bool was_;
 };
 bool full_tier_only();
 
