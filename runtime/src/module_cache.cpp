@@ -220,6 +220,20 @@ CUresult load_entry(const Entry& entry, const KernelSpec& spec, int device, Func
   return CUDA_SUCCESS;
 }
 
+// `entry`'s function on `device`; a cached binary the driver rejects (`cached`: the entry came
+// from the disk cache) is compiled again, stored and loaded.
+Function load_or_recompile(const Entry& entry, bool cached, const KernelSpec& spec, int device) {
+  Function f;
+  CUresult r = load_entry(entry, spec, device, &f);
+  if (r != CUDA_SUCCESS && retryable(r) && cached) {
+    log().warn("{} ({}): cached binaries for sm_{} rejected by the driver; recompiling", entry.key.op, entry.key.dtypes,
+               entry.key.arch);
+    r = load_entry(compile_entry(entry.key, entry.source, /*recheck=*/false), spec, device, &f);
+  }
+  if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
+  return f;
+}
+
 // A disk hit, else (`*quick` set) a quick build where this call may take one, else a compile
 // stored in the disk cache.
 Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_t variant, int device, bool* quick) {
@@ -233,14 +247,7 @@ Function load_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32
   else
     entry = *quick ? compile_quick(key, source) : compile_entry(key, source);
 
-  Function f;
-  CUresult r = load_entry(*entry, spec, device, &f);
-  if (r != CUDA_SUCCESS && retryable(r) && from_disk) {
-    log().warn("{} ({}): cached binaries for sm_{} rejected by the driver; recompiling", key.op, key.dtypes, arch);
-    entry = compile_entry(key, source, /*recheck=*/false);
-    r = load_entry(*entry, spec, device, &f);
-  }
-  if (r != CUDA_SUCCESS) detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
+  const Function f = load_or_recompile(*entry, from_disk, spec, device);
   if (*quick) note_quick_build(f.handle);
   return f;
 }
@@ -251,12 +258,9 @@ const Function& upgrade(Slot& s, const KernelSpec& spec, const DTypes& dtypes, s
   if (const Function* done = s.full.load(std::memory_order_acquire)) return *done;
   std::string source = instantiate_kernel(spec, dtypes, variant);
   const EntryKey key = kernel_entry_key(spec, dtypes, variant, device_info(device).arch(), source);
-  const Entry entry = entry_for_key(key, std::move(source), nullptr);
-  auto* f = new Function;
-  if (const CUresult r = load_entry(entry, spec, device, f); r != CUDA_SUCCESS) {
-    delete f;
-    detail::throw_cu(r, "cuModuleLoadData", __FILE__, __LINE__);
-  }
+  WarmOutcome outcome{};
+  const Entry entry = entry_for_key(key, std::move(source), &outcome);
+  auto* f = new Function(load_or_recompile(entry, outcome == WarmOutcome::cached, spec, device));
   const Function* expected = nullptr;
   if (!s.full.compare_exchange_strong(expected, f, std::memory_order_acq_rel)) {
     delete f;  // another thread published first; its module serves

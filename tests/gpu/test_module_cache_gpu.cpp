@@ -1,5 +1,6 @@
 // The module cache on a GPU: memory hits, a warm disk cache that loads CUBIN with
-// zero NVRTC calls, concurrent first use compiling once, and the PTX fallback.
+// zero NVRTC calls, concurrent first use compiling once, the PTX fallback, and the recompile
+// of an entry the driver rejects altogether.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -89,6 +90,30 @@ TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
   CHECK(r.at("compiles") == 0);
   CHECK(r.at("cubin_loads") == 0);
   CHECK(r.at("ptx_loads") == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a cached entry whose CUBIN and PTX the driver both reject is compiled again and replaced") {
+  fs::path dir = fresh_dir("rejected");
+  const std::string arch = "sm_" + std::to_string(rt::device_info(0).arch());
+  helper({"warm", "sub", "f32,f32", arch}, dir);
+  {
+    rt::DiskCache cache(dir, rt::CacheMode::read_write, 0);
+    auto entries = cache.list();
+    REQUIRE(entries.size() == 1);
+    auto entry = cache.read(entries[0].path);
+    REQUIRE(entry);
+    entry->cubin = "this is not an ELF image";  // valid checksums: only the driver objects
+    entry->ptx = "this is not PTX";
+    cache.store(*entry);
+  }
+  auto r = helper({"load", "sub", "f32,f32"}, dir);
+  CHECK(r.at("outcome") == "loaded");
+  CHECK(r.at("compiles") == 1);
+  // The recompile went into the cache: the next process loads its CUBIN and compiles nothing.
+  auto again = helper({"load", "sub", "f32,f32"}, dir, /*no_compile=*/true);
+  CHECK(again.at("compiles") == 0);
+  CHECK(again.at("cubin_loads") == 1);
   fs::remove_all(dir);
 }
 
