@@ -14,12 +14,14 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "check.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
+#include "server_environment.h"
 
 extern char** environ;
 
@@ -113,8 +115,12 @@ class Server {
     posix_spawn_file_actions_adddup2(&actions, sv[1], STDOUT_FILENO);
     std::string exe = nvrtc_server_path()->string(), protocol = kNvrtcServerProtocol, lowered = kNvrtcServerLowered;
     char* argv[] = {exe.data(), protocol.data(), compile_servers_lowered() ? lowered.data() : nullptr, nullptr};
+    std::vector<std::string> env = compile_server_environment(environ);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_t pid = -1;
-    const int err = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
+    const int err = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data());
     posix_spawn_file_actions_destroy(&actions);
     ::close(sv[1]);
     if (err != 0) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 23's data-parallel table on a machine with 2 GPUs, kiln beside PyTorch DDP in one go
-# (about 3 minutes with a warm kernel cache): bench_dist alone (1 GPU, no DDP; it also warms the
-# kernel cache), under kiln-run -n 1 and -n 2, then bench_dist_torch.py under torchrun with 1 and 2
-# processes. The launched runs add each bf16 row with gradients all-reduced in bf16 on both sides
+# The data-parallel table on a machine with 2 or more GPUs, kiln beside PyTorch DDP in one go
+# (about 3 minutes for 1 and 2 GPUs with a warm kernel cache): bench_dist alone (1 GPU, no DDP; it
+# also warms the kernel cache), under kiln-run -n W for each world size W, then bench_dist_torch.py
+# under torchrun with W processes. The worlds are BENCH_DIST_WORLDS, by default "1 2", and "1 2 4"
+# on a machine with 4 GPUs or more. The launched runs add each bf16 row with gradients all-reduced in bf16 on both sides
 # (BENCH_DIST_COMPRESS=0 leaves them out); BENCH_DIST_TORCH_SINGLE=1 adds PyTorch without DDP, and
 # BENCH_DIST_DIAG=1 kiln on 2 GPUs without the all-reduce (the compute-only bound of the scaling).
 # Prints a markdown table; the 1-GPU columns (the scaling's denominator) are the runs through the
@@ -41,20 +42,24 @@ common=(--steps "$steps" --json "$out/kiln.jsonl")
 extra=()
 [ "${BENCH_DIST_COMPRESS:-1}" = 1 ] && extra=(--bf16-grads-row)
 run kiln_alone "$bench" "${common[@]}"
-run kiln_n1 "$launch" -n 1 -- "$bench" "${common[@]}" "${extra[@]}"
-run kiln_n2 "$launch" -n 2 -- "$bench" "${common[@]}" "${extra[@]}"
+default_worlds="1 2"
+[ "$gpus" -ge 4 ] && default_worlds="1 2 4"
+read -r -a worlds <<<"${BENCH_DIST_WORLDS:-$default_worlds}"
+for w in "${worlds[@]}"; do
+  if [ "$w" -gt "$gpus" ]; then echo "bench_dist: a world of $w needs $w GPUs, found $gpus"; exit 1; fi
+done
+for w in "${worlds[@]}"; do run "kiln_n$w" "$launch" -n "$w" -- "$bench" "${common[@]}" "${extra[@]}"; done
 torchrun=(python3 -m torch.distributed.run --standalone)
 tcommon=(tools/bench/bench_dist_torch.py --steps "$steps" --json "$out/torch.jsonl")
 if [ $torch_ok = 1 ]; then
-  run torch_n1 "${torchrun[@]}" --nproc-per-node 1 "${tcommon[@]}" "${extra[@]}"
-  run torch_n2 "${torchrun[@]}" --nproc-per-node 2 "${tcommon[@]}" "${extra[@]}"
+  for w in "${worlds[@]}"; do run "torch_n$w" "${torchrun[@]}" --nproc-per-node "$w" "${tcommon[@]}" "${extra[@]}"; done
   [ "${BENCH_DIST_TORCH_SINGLE:-0}" = 1 ] && run torch_alone python3 "${tcommon[@]}"
 fi
 if [ "${BENCH_DIST_DIAG:-0}" = 1 ]; then
   run kiln_n2_no_reducer "$launch" -n 2 -- "$bench" "${common[@]}" --no-reducer
 fi
 
-python3 - "$out" <<'PY'
+python3 - "$out" "${worlds[@]}" <<'PY'
 import json, os, sys
 d = sys.argv[1]
 rows = []
@@ -86,20 +91,27 @@ for r in rows:
     k = (r["model"], r["precision"], r["grad_wire"])
     if k not in keys:
         keys.append(k)
-print("\n| model | precision | kiln 1 GPU | kiln 2 GPUs | scaling | DDP 1 GPU | DDP 2 GPUs | DDP scaling "
-      "| kiln/DDP at 2 GPUs |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+worlds = [int(w) for w in sys.argv[2:]]
+multi = [w for w in worlds if w > 1]
+head = ["model", "precision"] + [f"kiln {w} GPU{'s' if w > 1 else ''}" for w in worlds]
+head += [f"scaling {w}" for w in multi] + [f"DDP {w} GPU{'s' if w > 1 else ''}" for w in worlds]
+head += [f"DDP scaling {w}" for w in multi] + [f"kiln/DDP at {w} GPUs" for w in multi]
+print("\n| " + " | ".join(head) + " |")
+print("|" + " --- |" * len(head))
 met = total = 0
 for model, prec, wire in keys:
-    k1, k2 = get("kiln", model, prec, wire, 1), get("kiln", model, prec, wire, 2)
-    t1, t2 = get("torch", model, prec, wire, 1), get("torch", model, prec, wire, 2)
+    k = {w: get("kiln", model, prec, wire, w) for w in worlds}
+    t = {w: get("torch", model, prec, wire, w) for w in worlds}
     label = prec + (", bf16 gradients" if wire == "bf16" else "")
-    print(f"| {model} | {label} | {rate(k1)} | {rate(k2)} | {ratio(k2, k1)} | {rate(t1)} | {rate(t2)} | "
-          f"{ratio(t2, t1)} | {ratio(k2, t2)} |")
-    if wire == "f32" and k1 and k2:
-        total += 1
-        faster = t2 is None or k2["samples_per_s"] > t2["samples_per_s"]
-        met += k2["samples_per_s"] >= 1.95 * k1["samples_per_s"] and faster
+    cells = [model, label] + [rate(k[w]) for w in worlds] + [ratio(k[w], k.get(1)) for w in multi]
+    cells += [rate(t[w]) for w in worlds] + [ratio(t[w], t.get(1)) for w in multi] + [ratio(k[w], t[w]) for w in multi]
+    print("| " + " | ".join(cells) + " |")
+    for w in multi:
+        if wire == "f32" and k.get(1) and k[w]:
+            total += 1
+            faster = t[w] is None or k[w]["samples_per_s"] > t[w]["samples_per_s"]
+            need = 1.95 if w == 2 else 0.95 * w
+            met += k[w]["samples_per_s"] >= need * k[1]["samples_per_s"] and faster
 print("\n1 GPU: kiln-run -n 1 / torchrun --nproc-per-node 1 (NCCL in a world of 1, the code path of 2 GPUs); "
       "batch 1024 per GPU; Adam; median of 3 windows.")
 apart = [r for r in rows if r["ddp"] and not r.get("reducer", True)]
@@ -116,5 +128,6 @@ if modes:
     print("PyTorch steps: " + "; ".join(modes))
 devices = sorted({r["device"] for r in rows})
 print(f"Devices: {', '.join(devices)}. "
-      f"Rows with scaling >= 1.95x and more samples/s than DDP at 2 GPUs: {met} of {total}.")
+      f"Rows and worlds with scaling >= 1.95x (2 GPUs) or 0.95x the GPUs (4 and more) and more samples/s "
+      f"than DDP: {met} of {total}.")
 PY
