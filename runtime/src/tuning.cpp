@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "compile_lock.h"
 #include "kiln/runtime/log.h"
 
 namespace kiln::rt {
@@ -95,6 +96,29 @@ std::optional<TuneChoice> find_choice(const TuneKey& key) {
   std::lock_guard lock(m.mu);
   return m.choices.emplace(mem_key(key), c).first->second;  // a store since the read wins
 }
+
+std::optional<TuneChoice> find_stored_choice(const TuneKey& key) {
+  if (tune_mode() == TuneMode::off) return std::nullopt;
+  std::optional<Entry> e = DiskCache::global().load(tune_entry_key(key));
+  std::optional<TuneChoice> c = e ? tune_entry_choice(*e) : std::nullopt;
+  if (c) {
+    Memory& m = memory();
+    std::lock_guard lock(m.mu);
+    m.choices.insert_or_assign(mem_key(key), c);
+  }
+  return c;
+}
+
+struct TuneMeasureLock::Held {
+  CompileLock lock;
+};
+
+TuneMeasureLock::TuneMeasureLock(const TuneKey& key) {
+  if (std::optional<CompileLock> l = CompileLock::acquire(DiskCache::global(), tune_entry_key(key).digest))
+    held_ = std::make_unique<Held>(Held{std::move(*l)});
+}
+
+TuneMeasureLock::~TuneMeasureLock() = default;
 
 void store_choice(const TuneKey& key, const TuneChoice& choice) {
   {

@@ -2,10 +2,12 @@
 // cache, read back after the memory is forgotten; what makes two questions different; the
 // KILN_TUNE spellings. No GPU: the store is plain files.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
-#include <unistd.h>
+#include <thread>
 
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/tuning.h"
@@ -15,6 +17,12 @@ using namespace kiln::rt;
 namespace {
 
 TuneKey key_for(const std::string& problem) { return {"test", problem, "bf16", 90, "lib 1"}; }
+
+// A problem no other test or process asks about.
+TuneKey unique_key(const std::string& what) {
+  return key_for(what + " pid " + std::to_string(::getpid()) + " " +
+                 std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+}
 
 }  // namespace
 
@@ -39,8 +47,7 @@ TEST_CASE("a tune entry carries its question and answer, and its digest names ev
 }
 
 TEST_CASE("a stored choice is found again from the disk cache once the memory forgets it") {
-  const TuneKey k = key_for("store pid " + std::to_string(::getpid()) + " " +
-                            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const TuneKey k = unique_key("store");
   const TuneMode was = tune_mode();
   set_tune_mode(TuneMode::on);
   CHECK_FALSE(find_choice(k));
@@ -55,6 +62,55 @@ TEST_CASE("a stored choice is found again from the disk cache once the memory fo
   set_tune_mode(TuneMode::off);
   CHECK_FALSE(find_choice(k));  // off: every site takes its heuristic
   set_tune_mode(was);
+}
+
+TEST_CASE("a choice another process stored after this one's lookup missed is found under the measuring lock") {
+  if (DiskCache::global().mode() != CacheMode::read_write) {
+    MESSAGE("the disk cache is not read-write here: nothing is stored or locked");
+    return;
+  }
+  const TuneKey k = unique_key("ranks");
+  const TuneMode was = tune_mode();
+  set_tune_mode(TuneMode::on);
+  CHECK_FALSE(find_choice(k));                                             // a miss, remembered
+  DiskCache::global().store(tune_entry(k, {"algo 3", "algo 3: 2 us\n"}));  // the other rank measured first
+  CHECK_FALSE(find_choice(k));
+  const auto stored = find_stored_choice(k);
+  REQUIRE(stored);
+  CHECK(stored->variant == "algo 3");
+  const auto remembered = find_choice(k);
+  REQUIRE(remembered);
+  CHECK(remembered->variant == "algo 3");
+  CHECK_FALSE(find_stored_choice(unique_key("never stored")));
+  set_tune_mode(was);
+}
+
+TEST_CASE("while one process measures a problem, another waits for it; other problems do not") {
+  if (DiskCache::global().mode() != CacheMode::read_write) {
+    MESSAGE("the disk cache is not read-write here: nothing is stored or locked");
+    return;
+  }
+  const TuneKey k = unique_key("lock");
+  auto first = std::make_unique<TuneMeasureLock>(k);
+  REQUIRE(first->held());
+  {
+    const TuneMeasureLock other_problem(unique_key("lock, another problem"));
+    CHECK(other_problem.held());
+  }
+  // Threads stand in for processes: the lock is a flock, which excludes each open of its file.
+  std::chrono::steady_clock::time_point got;
+  bool held = false;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread waiter([&] {
+    const TuneMeasureLock second(k);
+    got = std::chrono::steady_clock::now();
+    held = second.held();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  first.reset();
+  waiter.join();
+  CHECK(held);
+  CHECK(got - start >= std::chrono::milliseconds(150));
 }
 
 TEST_CASE("KILN_TUNE spellings") {

@@ -225,10 +225,12 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
     return TuneOutcome{i, settled};
   };
   if (candidates.size() == 1) return run(0);
-  if (std::optional<rt::TuneChoice> c = rt::find_choice(key)) {
-    for (std::size_t i = 0; i < candidates.size(); ++i)
+  auto run_choice = [&](const std::optional<rt::TuneChoice>& c) -> std::optional<TuneOutcome> {
+    for (std::size_t i = 0; c && i < candidates.size(); ++i)
       if (candidates[i].name == c->variant) return run(i);
-  }
+    return std::nullopt;
+  };
+  if (std::optional<TuneOutcome> remembered = run_choice(rt::find_choice(key))) return *remembered;
   const rt::TuneMode mode = rt::tune_mode();
   const bool measure = mode == rt::TuneMode::on || (mode == rt::TuneMode::auto_ && !compile);
   if (rt::shape_only()) {
@@ -242,6 +244,8 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   if (mode == rt::TuneMode::auto_ && !compile && rt::quick_tier() && !measurable_now(key, candidates, check, s))
     return run(0, false);
 
+  const rt::TuneMeasureLock measuring_here(key);  // a node's ranks measure a problem once and agree
+  if (std::optional<TuneOutcome> stored = run_choice(rt::find_stored_choice(key))) return *stored;
   const auto measuring = std::chrono::steady_clock::now();
   const rt::FullTierOnly full;           // quick builds would time slower than what later runs launch
   if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned

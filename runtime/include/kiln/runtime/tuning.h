@@ -7,6 +7,7 @@
 // alternative; cached uses remembered choices and each site's heuristic otherwise; off always
 // takes the heuristic.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -40,6 +41,27 @@ std::optional<TuneChoice> find_choice(const TuneKey& key);
 void store_choice(const TuneKey& key, const TuneChoice& choice);
 // Forgets the in-memory choices (tests: the next lookup reads the disk cache).
 void forget_choices_in_memory();
+// The choice the disk cache holds for `key` now, read past a miss find_choice remembered (another
+// process may have stored one since), and remembered in memory; nullopt when none or tuning is off.
+std::optional<TuneChoice> find_stored_choice(const TuneKey& key);
+
+// Held while a process measures `key`, so the processes sharing its disk cache (the ranks of a
+// node under kiln-run) measure a problem once: the others wait, then run the stored choice
+// (find_stored_choice). Ranks that measured apart could pick different kernels, and a later
+// process, reading the one stored, would not compute what one of them did. Holds nothing where
+// the cache is not writable, nor after 60 s of another holder.
+class TuneMeasureLock {
+ public:
+  explicit TuneMeasureLock(const TuneKey& key);
+  ~TuneMeasureLock();
+  TuneMeasureLock(const TuneMeasureLock&) = delete;
+  TuneMeasureLock& operator=(const TuneMeasureLock&) = delete;
+  bool held() const { return held_ != nullptr; }
+
+ private:
+  struct Held;
+  std::unique_ptr<Held> held_;
+};
 
 // The choices this process measured and the milliseconds their measuring took (a cold run's
 // cost that a warm one, reading the stored choices, does not pay).
