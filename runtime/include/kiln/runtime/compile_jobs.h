@@ -4,9 +4,10 @@
 
 namespace kiln::rt {
 
-// Past this many on one node, more compile servers made a full `jitcc warm` slower, not
-// faster: on a 64-core host 6.0 s with 16 jobs against 12.7 s with 64; on a 16-core host 16
-// were the best.
+// Past this many on one node, more compile servers made a full `jitcc warm` little faster or
+// slower: on the 64-core 4-GPU H200 host 10.6 s cold with 16 jobs, 8.9 with 32, 10.6 with 64,
+// and with NVRTC's cache answering 2.5, 4.0 and 7.8 s (2.2 with 8); on a 16-core host 16 were
+// the best.
 inline constexpr int kCompileJobsCap = 16;
 
 // The CPUs this process may run on: its affinity mask's count (a container, taskset or batch
