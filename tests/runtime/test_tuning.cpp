@@ -18,6 +18,13 @@ namespace {
 
 TuneKey key_for(const std::string& problem) { return {"test", problem, "bf16", 90, "lib 1"}; }
 
+// Whether the disk cache stores choices and locks problems here; a message when not.
+bool stores_here() {
+  const bool rw = DiskCache::global().mode() == CacheMode::read_write;
+  if (!rw) MESSAGE("the disk cache is not read-write here: nothing is stored or locked");
+  return rw;
+}
+
 // A problem no other test or process asks about.
 TuneKey unique_key(const std::string& what) {
   return key_for(what + " pid " + std::to_string(::getpid()) + " " +
@@ -65,10 +72,7 @@ TEST_CASE("a stored choice is found again from the disk cache once the memory fo
 }
 
 TEST_CASE("a choice another process stored after this one's lookup missed is found under the measuring lock") {
-  if (DiskCache::global().mode() != CacheMode::read_write) {
-    MESSAGE("the disk cache is not read-write here: nothing is stored or locked");
-    return;
-  }
+  if (!stores_here()) return;
   const TuneKey k = unique_key("ranks");
   const TuneMode was = tune_mode();
   set_tune_mode(TuneMode::on);
@@ -86,10 +90,7 @@ TEST_CASE("a choice another process stored after this one's lookup missed is fou
 }
 
 TEST_CASE("while one process measures a problem, another waits for it; other problems do not") {
-  if (DiskCache::global().mode() != CacheMode::read_write) {
-    MESSAGE("the disk cache is not read-write here: nothing is stored or locked");
-    return;
-  }
+  if (!stores_here()) return;
   const TuneKey k = unique_key("lock");
   auto first = std::make_unique<TuneMeasureLock>(k);
   REQUIRE(first->held());
