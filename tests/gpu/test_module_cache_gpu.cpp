@@ -74,18 +74,27 @@ TEST_CASE("16 threads asking for one uncached kernel at once compile it once") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
-  fs::path dir = fresh_dir("fallback");
-  const std::string arch = "sm_" + std::to_string(rt::device_info(0).arch());
-  helper({"warm", "sub", "f32,f32", arch}, dir);
+namespace {
+
+// Warms sub f32 into `dir`, then stores its entry again with a CUBIN the driver rejects and, with
+// `reject_ptx`, a PTX it rejects too: valid checksums, so only the driver objects.
+void store_rejected_sub(const fs::path& dir, bool reject_ptx) {
+  helper({"warm", "sub", "f32,f32", "sm_" + std::to_string(rt::device_info(0).arch())}, dir);
   rt::DiskCache cache(dir, rt::CacheMode::read_write, 0);
   auto entries = cache.list();
   REQUIRE(entries.size() == 1);
   auto entry = cache.read(entries[0].path);
   REQUIRE(entry);
-  entry->cubin = "this is not an ELF image";  // stored with a valid checksum: only the driver objects
+  entry->cubin = "this is not an ELF image";
+  if (reject_ptx) entry->ptx = "this is not PTX";
   cache.store(*entry);
+}
 
+}  // namespace
+
+TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
+  fs::path dir = fresh_dir("fallback");
+  store_rejected_sub(dir, /*reject_ptx=*/false);
   auto r = helper({"load", "sub", "f32,f32"}, dir, /*no_compile=*/true);
   CHECK(r.at("compiles") == 0);
   CHECK(r.at("cubin_loads") == 0);
@@ -95,18 +104,7 @@ TEST_CASE("a CUBIN the driver rejects falls back to the entry's PTX") {
 
 TEST_CASE("a cached entry whose CUBIN and PTX the driver both reject is compiled again and replaced") {
   fs::path dir = fresh_dir("rejected");
-  const std::string arch = "sm_" + std::to_string(rt::device_info(0).arch());
-  helper({"warm", "sub", "f32,f32", arch}, dir);
-  {
-    rt::DiskCache cache(dir, rt::CacheMode::read_write, 0);
-    auto entries = cache.list();
-    REQUIRE(entries.size() == 1);
-    auto entry = cache.read(entries[0].path);
-    REQUIRE(entry);
-    entry->cubin = "this is not an ELF image";  // valid checksums: only the driver objects
-    entry->ptx = "this is not PTX";
-    cache.store(*entry);
-  }
+  store_rejected_sub(dir, /*reject_ptx=*/true);
   auto r = helper({"load", "sub", "f32,f32"}, dir);
   CHECK(r.at("outcome") == "loaded");
   CHECK(r.at("compiles") == 1);
