@@ -84,6 +84,15 @@ std::optional<TuneChoice> tune_entry_choice(const Entry& e) {
   return c;
 }
 
+namespace {
+
+std::optional<TuneChoice> disk_choice(const TuneKey& key) {
+  std::optional<Entry> e = DiskCache::global().load(tune_entry_key(key));
+  return e ? tune_entry_choice(*e) : std::nullopt;
+}
+
+}  // namespace
+
 std::optional<TuneChoice> find_choice(const TuneKey& key) {
   if (tune_mode() == TuneMode::off) return std::nullopt;
   Memory& m = memory();
@@ -91,16 +100,14 @@ std::optional<TuneChoice> find_choice(const TuneKey& key) {
     std::lock_guard lock(m.mu);
     if (auto it = m.choices.find(mem_key(key)); it != m.choices.end()) return it->second;
   }
-  std::optional<Entry> e = DiskCache::global().load(tune_entry_key(key));
-  std::optional<TuneChoice> c = e ? tune_entry_choice(*e) : std::nullopt;
+  std::optional<TuneChoice> c = disk_choice(key);
   std::lock_guard lock(m.mu);
   return m.choices.emplace(mem_key(key), c).first->second;  // a store since the read wins
 }
 
 std::optional<TuneChoice> find_stored_choice(const TuneKey& key) {
   if (tune_mode() == TuneMode::off) return std::nullopt;
-  std::optional<Entry> e = DiskCache::global().load(tune_entry_key(key));
-  std::optional<TuneChoice> c = e ? tune_entry_choice(*e) : std::nullopt;
+  std::optional<TuneChoice> c = disk_choice(key);
   if (c) {
     Memory& m = memory();
     std::lock_guard lock(m.mu);
