@@ -64,8 +64,12 @@ TEST_CASE("a started compile server runs with that environment") {
     MESSAGE("no compile server runs here: nothing to check");
     return;
   }
-  for (const auto& [cache_disable, expected] :
-       {std::pair<const char*, const char*>{"0", "CUDA_VISIBLE_DEVICES=7"}, {"1", "CUDA_VISIBLE_DEVICES="}}) {
+  struct Case {
+    const char* cache_disable;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"0", "CUDA_VISIBLE_DEVICES=7"}, Case{"1", "CUDA_VISIBLE_DEVICES="}}) {
+    const std::string cache_disable = c.cache_disable, expected = c.expected;
     CAPTURE(cache_disable);
     kiln_test::ScopedEnv env({{"CUDA_VISIBLE_DEVICES", "7,6"}, {"CUDA_CACHE_DISABLE", cache_disable}});
     std::optional<std::vector<std::string>> seen;
