@@ -73,6 +73,7 @@ class Prefetcher {
       t_prefetch_worker = true;
       run();
     });
+    log().debug("[plan] {} loads queued for the prefetch threads, {} of them running", jobs.size(), workers_.size());
     work_.notify_all();
   }
 

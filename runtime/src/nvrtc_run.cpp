@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +97,10 @@ class Server {
     }
     std::optional<NvrtcOutput> out;
     if (send_request(fd_, req) && (out = receive_output(fd_))) {
+      if (!answered_)  // a cold run's first waits are mostly its servers' first compiles
+        log().debug("[nvrtc] compile server {} answered its first compile ({}) {:.1f} ms after its start", pid_,
+                    req.name,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_).count());
       answered_ = true;
       return out;
     }
@@ -130,6 +135,7 @@ class Server {
     }
     pid_ = pid;
     fd_ = sv[0];
+    started_ = std::chrono::steady_clock::now();
     if (on_prefetch_thread()) {
       std::lock_guard lock(background_servers().mu);
       background_servers().abandonable.emplace(pid, &t_abandonable);
@@ -154,6 +160,7 @@ class Server {
   pid_t pid_ = -1;
   int fd_ = -1;
   bool answered_ = false;
+  std::chrono::steady_clock::time_point started_;
 };
 
 // Throws CudaError for an NVRTC call other than the compile that failed, wherever it ran.
