@@ -209,14 +209,17 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   return name;
 }
 
-// Products small enough that the generated FFMA kernel (one launch, its split-K sums in the
-// kernel) is timed beside cuBLASLt's algorithms even where generated kernels are not
-// (KILN_TUNE=auto), its heuristic tile alone, one compile of about 0.1 s: exact f32 up to 2^27
-// multiply-adds, where cuBLASLt's picks are often split in two launches; 16-bit up to 2^24, the
-// narrow products (an output layer's, k of a few columns) that TMA's tiles pad most.
+// Shallow products (k of a few columns: an output layer's input gradient, where TMA's tiles pad
+// most) get the generated FFMA kernel (one launch, its split-K sums in the kernel) timed beside
+// cuBLASLt's algorithms even where generated kernels are not (KILN_TUNE=auto): its heuristic tile
+// alone, one compile. Exact f32 up to 2^27 multiply-adds, 16-bit up to 2^24. On an H200 it won
+// every such product of the mlp, cnn and speedrun (k = 10) and lost every deeper one (k >= 96, by
+// 1.2-2.5x), whose compiles were about 40% of a cold cnn's.
+constexpr std::int64_t kFfmaMeasuredMaxK = 32;
+
 bool ffma_measured(const LtMatmul& g) {
   const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  if (out_dtype(g) != g.dtype) return false;
+  if (out_dtype(g) != g.dtype || g.k > kFfmaMeasuredMaxK) return false;
   if (g.dtype == DType::f32) return !allow_tf32() && macs <= 1 << 27;
   return (g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24;
 }
