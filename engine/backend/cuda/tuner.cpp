@@ -271,8 +271,10 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
                                                    : ": " + std::to_string(ms[i] * 1e3) + " us\n");
   run(best);  // the output is the chosen candidate's, as in every later call
   rt::store_choice(key, {candidates[best].name, detail});
-  rt::count_measured_choice(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - measuring).count());
+  const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - measuring).count();
+  rt::count_measured_choice(spent);
+  rt::log().debug("[tune] {} {} ({}): {} candidates measured in {:.1f} ms, '{}' runs", key.site, key.problem,
+                  key.dtypes, candidates.size(), spent, candidates[best].name);
   return {best, true};
 }
 

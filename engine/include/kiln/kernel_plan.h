@@ -60,7 +60,7 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
 
 // Compiles and loads the plan's kernels for `device` on `threads` background threads (0:
 // KILN_COMPILE_JOBS, else the usable CPUs but one, so the run keeps a core, up to 16 a node
-// shared among its ranks, and at most one per 6 of the plan's kernels, as servers starting
+// shared among its ranks, and at most one per 2 of the plan's kernels, as servers starting
 // together slow each other) and returns at once; a first use of one still loading waits for it.
 // Generated kernels this process has not made yet are compiled into the disk cache, where
 // their first use finds them.

@@ -32,11 +32,11 @@ int compile_jobs();
 int background_compile_jobs();
 
 // A run's plan gets a compile server per this many kernels at most. Each server's first compile
-// pays its start, and servers starting together slow each other: on a 32-core H200 host 16 at
-// once took 0.57-0.86 s for their first compiles (one alone 0.09 s), and a cold bf16 cnn run's
-// 48 kernels were ready sooner on 8 servers than on 16 (the whole process 1.84 s against
-// 2.00-3.17 s, 9.5-18.3 s of NVRTC time against 3.7 s).
-inline constexpr int kKernelsPerServer = 6;
+// pays its start, and servers starting together slow each other, but since servers no longer
+// open every GPU (server_environment.h) more of them win: on the 16-core H200 host a cold cnn
+// (44 kernels) ran 2.76-2.86 s with 6 servers, 2.41-2.58 with 8 and 2.04-2.20 with 12 or 15;
+// a cold mlp (24) 1.90-2.08 s with 4 and 1.44-1.70 with 12 or 15.
+inline constexpr int kKernelsPerServer = 2;
 
 // `env` (KILN_COMPILE_JOBS) if given, else `background` but at most a server per
 // kKernelsPerServer of the `kernels` to compile, at least 1. ValueError as compile_jobs_for.
