@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <unordered_map>
 
 #include "kiln/autograd.h"
 #include "kiln/creation.h"
 #include "kiln/error.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/runtime/device.h"
 #include "kiln/shape_ops.h"
 
@@ -90,7 +92,8 @@ struct GradReducer::Impl {
     b.started = true;
   }
 
-  void finish() {
+  // Throws (and resets) unless every bucket's all-reduce started in this backward.
+  void check_all_started() {
     std::vector<std::size_t> without;
     for (const Bucket& b : buckets)
       for (std::size_t p : b.params)
@@ -105,21 +108,47 @@ struct GradReducer::Impl {
                          (missing.empty() ? std::string("of an incomplete bucket") : missing) +
                          " got no gradient in this backward; every parameter must get one on every rank");
       }
+  }
+
+  // kiln's stream waits for the bucket's all-reduce; the averages go into .grad().
+  void land(Bucket& b) {
     NoGradGuard no_grad;
-    for (Bucket& b : buckets) {
-      compute().wait(b.done);
-      if (b.wire.defined()) b.flat.copy_(b.wire);
-      for (std::size_t k = 0; k < b.params.size(); ++k) {
-        Tensor& p = params[b.params[k]];
-        Tensor g = p.grad();
-        if (is_view(g, b.views[k])) continue;
-        if (options.grad_as_bucket_view)
-          p.set_grad(b.views[k]);
-        else
-          g.copy_(b.views[k]);
-      }
+    compute().wait(b.done);
+    if (b.wire.defined()) b.flat.copy_(b.wire);
+    for (std::size_t k = 0; k < b.params.size(); ++k) {
+      Tensor& p = params[b.params[k]];
+      Tensor g = p.grad();
+      if (is_view(g, b.views[k])) continue;
+      if (options.grad_as_bucket_view)
+        p.set_grad(b.views[k]);
+      else
+        g.copy_(b.views[k]);
     }
+  }
+
+  void finish() {
+    check_all_started();
+    for (Bucket& b : buckets) land(b);
     reset();
+  }
+
+  // Each bucket's parameters that `opt` updates, as indices into opt.params(); the
+  // optimizer updates each bucket's right after land() (step_in_parts).
+  void finish(optim::Optimizer& opt) {
+    check_all_started();
+    std::unordered_map<const void*, std::size_t> in_opt;
+    for (std::size_t i = 0; i < opt.params().size(); ++i) in_opt.emplace(opt.params()[i].impl(), i);
+    std::vector<std::vector<std::size_t>> parts;
+    for (const Bucket& b : buckets) {
+      std::vector<std::size_t>& part = parts.emplace_back();
+      for (std::size_t p : b.params)
+        if (auto it = in_opt.find(params[p].impl()); it != in_opt.end()) part.push_back(it->second);
+    }
+    struct Reset {
+      Impl& m;
+      ~Reset() { m.reset(); }
+    } reset_after{*this};
+    opt.step_in_parts(parts, [this](std::size_t k) { land(buckets[k]); });
   }
 
   void reset() {
@@ -184,6 +213,8 @@ GradReducer::~GradReducer() {
 }
 
 void GradReducer::finish() { impl_->finish(); }
+
+void GradReducer::finish(optim::Optimizer& opt) { impl_->finish(opt); }
 
 std::vector<std::vector<std::size_t>> GradReducer::buckets() const {
   std::vector<std::vector<std::size_t>> out;

@@ -116,8 +116,24 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
-void Optimizer::step() {
+void Optimizer::step() { step_in_parts({}, {}); }
+
+void Optimizer::step_in_parts(const std::vector<std::vector<std::size_t>>& parts,
+                              const std::function<void(std::size_t)>& before) {
   NoGradGuard no_grad;
+  // The parts' indices first: a bad one leaves every parameter untouched.
+  std::vector<std::size_t> part_of(params_.size(), parts.size());  // parts.size(): in no part, updated last
+  for (std::size_t k = 0; k < parts.size(); ++k)
+    for (std::size_t i : parts[k]) {
+      auto which = [&] {
+        return std::string("[").append(name()).append("] step_in_parts: parameter ") + std::to_string(i);
+      };
+      if (i >= params_.size())
+        throw ValueError(which() + " is out of range (" + std::to_string(params_.size()) + " parameters)");
+      if (part_of[i] != parts.size())
+        throw ValueError(which() + " is in parts " + std::to_string(part_of[i]) + " and " + std::to_string(k));
+      part_of[i] = k;
+    }
   // Every gradient is checked before any parameter changes, so a bad one leaves all untouched.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -136,9 +152,20 @@ void Optimizer::step() {
   // A replay of a captured step redoes the host's part of the step before the graph runs.
   step::on_replay([this] { advance(); });
   write_step_values();
-  // CUDA parameters go in groups of one device and dtype, up to 32 per launch, in order.
+  for (std::size_t k = 0; k <= parts.size(); ++k) {
+    if (k < parts.size() && before) before(k);
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (part_of[i] == k) members.push_back(i);
+    update_all(members);
+  }
+}
+
+// The updates of `members` (in order): CUDA parameters in groups of one device and dtype, up to
+// 32 per launch; .grad() is read here, after the part's `before` may have replaced it.
+void Optimizer::update_all(const std::vector<std::size_t>& members) {
   std::vector<std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
+  for (std::size_t i : members) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     if (!p.device().is_cuda()) {

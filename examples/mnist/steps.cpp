@@ -46,8 +46,10 @@ Step train_step(nn::Module& model, optim::Optimizer& opt, optim::LrScheduler* sc
       scaler->update();
     } else {
       loss.backward();
-      if (reducer) reducer->finish();
-      opt.step();
+      if (reducer)
+        reducer->finish(opt);  // each bucket's parameters updated as soon as its all-reduce completes
+      else
+        opt.step();
     }
     if (schedule) schedule->step();
     return std::vector<Tensor>{loss.detach()};

@@ -1,6 +1,7 @@
 // bench_dist without a GPU: --help, bad arguments exit 2 with a "bench_dist:" message before
 // anything is measured, and --device cpu runs the rows' code path and writes their JSON lines (the
-// timing itself needs two GPUs: tools/bench/bench_dist.sh).
+// timing itself needs two GPUs: tools/bench/bench_dist.sh). On two GPUs: the per-bucket optimizer
+// steps train the weights of the optimizer after the last all-reduce, bit for bit.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -8,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dist.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
 #include "process.h"
 #include "temp_dir.h"
 
@@ -83,4 +87,44 @@ TEST_CASE("bench_dist --device cpu: one JSON line per (model, precision), append
       run_process({KILN_BENCH_DIST_PATH, "--device", "cpu"}, {{"RANK", "1"}, {"WORLD_SIZE", "2"}});
   CHECK(launched.exit_code == 2);
   CHECK(launched.err.find("bench_dist: --device cpu runs without a launcher") == 0);
+}
+
+// GradReducer::finish(opt) updates each bucket's parameters as its all-reduce completes; the
+// weights after a few compiled steps must be those of finish() then step() on every rank.
+TEST_CASE("bench_dist on two GPUs: per-bucket optimizer steps give the weights of a step after the last bucket") {
+  std::string why;
+  if (!kiln::rt::gpu_available(&why) || !kiln::dist::nccl_available(&why) || kiln::cuda_device_count() < 2) {
+    MESSAGE("skipped: needs two GPUs and NCCL");
+    return;
+  }
+  kiln_test::TempDir tmp;
+  const std::string json = tmp.file("rows.jsonl");
+  for (const bool after_all : {false, true}) {
+    std::vector<std::string> args{KILN_RUN_PATH, "-n",      "2",           "--",        KILN_BENCH_DIST_PATH,
+                                  "--model",     "mlp4096", "--batch",     "64",        "--precision",
+                                  "f32,bf16",    "--steps", "3",           "--repeats", "1",
+                                  "--warmup",    "1",       "--bucket-mb", "8",         "--json",
+                                  json};
+    if (after_all) args.push_back("--step-after-all");
+    const ProcessResult r = run_process(args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  std::ifstream in(json);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  REQUIRE(rows.size() == 4);  // f32 and bf16, per bucket then after all
+  for (std::size_t i = 0; i < 2; ++i) {
+    const nlohmann::json &per_bucket = rows[i], &after_all = rows[i + 2];
+    CAPTURE(per_bucket.dump());
+    CHECK(per_bucket["world"] == 2);
+    CHECK(per_bucket["buckets"].get<int>() >= 2);
+    CHECK(per_bucket["bucket_step"] == true);
+    CHECK(after_all["bucket_step"] == false);
+    CHECK(per_bucket["weights_agree"] == true);
+    CHECK(after_all["weights_agree"] == true);
+    CHECK(per_bucket["precision"] == after_all["precision"]);
+    CHECK(per_bucket["loss"] == after_all["loss"]);
+    CHECK(per_bucket["weights_digest"] == after_all["weights_digest"]);
+  }
 }

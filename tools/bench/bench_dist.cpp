@@ -6,7 +6,8 @@
 // Models: mlp4096 (784-4096-4096-10) and the trainer's cnn, at --batch (1024) per GPU, Adam
 // (lr 1e-3), random images and labels made on the device once. For each (model, precision): a
 // compiled step (kiln::compile) whose dist::GradReducer averages the gradients during the
-// backward; warm-up (the eager call, the capture, --warmup replays), then --repeats windows of
+// backward and updates each bucket's parameters as its all-reduce completes (--step-after-all:
+// after the last); warm-up (the eager call, the capture, --warmup replays), then --repeats windows of
 // --steps replays, each between device synchronisations. samples/s = world x batch x steps /
 // seconds (the slowest rank's); the median window is reported.
 // Started without a launcher it trains on cuda:0 with no process group and no reducer ("1 GPU,
@@ -44,7 +45,7 @@ struct Settings {
   int steps = 100, repeats = 3, warmup = 10;
   std::uint64_t seed = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
-  bool grad_bf16 = false, bf16_grads_row = false, no_grad_view = false, no_reducer = false;
+  bool grad_bf16 = false, bf16_grads_row = false, no_grad_view = false, no_reducer = false, step_after_all = false;
   std::string json_path, device = "cuda";
 };
 
@@ -96,6 +97,20 @@ double reduce_value(dist::ProcessGroup* group, Device dev, double value, dist::R
   return t.item<double>();
 }
 
+// FNV-1a over every parameter's bytes, in hex: two runs trained the same weights bit for bit
+// when their digests match (--step-after-all against the per-bucket steps).
+std::string weights_digest(const nn::Module& net) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const Tensor& p : net.parameters()) {
+    const Tensor host = p.detach().to(Device::cpu()).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
+    for (std::size_t i = 0; i < host.numel() * host.element_size(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
 // Whether every rank holds the same weights (the sum of all parameters, compared exactly).
 bool weights_agree(dist::ProcessGroup* group, Device dev, const nn::Module& net) {
   if (!group) return true;
@@ -143,8 +158,14 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
       loss = cross_entropy((*net)(in[0]), in[1]);
     }
     loss.backward();
-    if (reducer) reducer->finish();
-    opt.step();
+    if (!reducer) {
+      opt.step();
+    } else if (s.step_after_all) {
+      reducer->finish();
+      opt.step();
+    } else {
+      reducer->finish(opt);  // each bucket's parameters updated as soon as its all-reduce completes
+    }
     return std::vector<Tensor>{loss.detach()};
   };
   CompiledFunction step = compile(fn);
@@ -189,6 +210,8 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
                         {"grad_wire", s.grad_bf16 ? "bf16" : "f32"},
                         {"grad_view", !s.no_grad_view},
                         {"buckets", reducer ? reducer->buckets().size() : 0},
+                        {"bucket_step", reducer.has_value() && !s.step_after_all},
+                        {"weights_digest", weights_digest(*net)},
                         {"kernels_per_graph", stats.kernels_per_graph.empty() ? 0 : stats.kernels_per_graph.front()}};
   return row;
 }
@@ -224,6 +247,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-grad-view", s.no_grad_view, "Copy averaged gradients into .grad() instead of bucket views");
   app.add_flag("--no-reducer", s.no_reducer,
                "Under a launcher, no gradient all-reduce (ranks train apart): the compute-only bound of the scaling");
+  app.add_flag("--step-after-all", s.step_after_all,
+               "Under a launcher, the optimizer after every bucket's all-reduce (finish() then step()) instead of "
+               "each bucket's parameters as soon as its all-reduce completes (finish(opt))");
   app.add_option("--device", s.device, "cuda, or cpu to check the code path without a GPU (no launcher)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--json", s.json_path, "Append one JSON line per row to this file (rank 0)");
@@ -286,13 +312,14 @@ int main(int argc, char** argv) {
           row["launch"] = launch;
           row["device"] = device_name;
           if (!leader) continue;
-          std::printf("%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets%s, loss %s%s\n",
-                      model.c_str(), precision.c_str(), row["world"].get<int>(),
-                      row["world"].get<int>() > 1 ? "s" : " ", group ? launch.c_str() : "(no DDP)",
-                      row["samples_per_s"].get<double>(), row["ms_per_step"].get<double>(),
-                      row["mode"].get<std::string>().c_str(), row["buckets"].get<std::size_t>(),
-                      v.grad_bf16 ? " (bf16 on the wire)" : "", row["loss"].dump().c_str(),
-                      row["weights_agree"].get<bool>() ? "" : "  WEIGHTS DIFFER BETWEEN RANKS");
+          std::printf(
+              "%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets%s%s, loss %s%s\n", model.c_str(),
+              precision.c_str(), row["world"].get<int>(), row["world"].get<int>() > 1 ? "s" : " ",
+              group ? launch.c_str() : "(no DDP)", row["samples_per_s"].get<double>(), row["ms_per_step"].get<double>(),
+              row["mode"].get<std::string>().c_str(), row["buckets"].get<std::size_t>(),
+              v.grad_bf16 ? " (bf16 on the wire)" : "",
+              row["reducer"].get<bool>() && v.step_after_all ? ", optimizer after the last" : "",
+              row["loss"].dump().c_str(), row["weights_agree"].get<bool>() ? "" : "  WEIGHTS DIFFER BETWEEN RANKS");
           std::fflush(stdout);
           if (json_out.is_open()) json_out << row.dump() << "\n" << std::flush;
         }

@@ -7,6 +7,7 @@
 //   dist::ProcessGroup group = dist::ProcessGroup::init();
 //   dist::GradReducer reducer(group, net.parameters());
 //   loss.backward(); reducer.finish(); opt.step();
+//   loss.backward(); reducer.finish(opt);   // the same, each bucket updated once it is averaged
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -14,6 +15,10 @@
 
 #include "kiln/dist.h"
 #include "kiln/tensor.h"
+
+namespace kiln::optim {
+class Optimizer;
+}
 
 namespace kiln::dist {
 
@@ -52,6 +57,12 @@ class GradReducer {
   // all-reduce, then the averaged gradients are in .grad(). ValueError naming the
   // parameters that got no gradient in this backward (every rank must reduce every bucket).
   void finish();
+  // finish() and opt.step() in one, with each bucket's parameters updated as soon as its
+  // all-reduce completes, while later buckets' all-reduces run (Optimizer::step_in_parts): the
+  // same results as finish(); opt.step(), bit for bit. Parameters of opt outside the reducer
+  // are updated last. Not for a step that looks at every gradient before updating any (a
+  // GradScaler's inf check, clipping by the global norm): those call finish() first.
+  void finish(optim::Optimizer& opt);
 
   // Parameter indices per bucket, in the order their all-reduces start.
   std::vector<std::vector<std::size_t>> buckets() const;

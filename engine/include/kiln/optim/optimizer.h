@@ -5,6 +5,7 @@
 //   optim::Adam opt(net.parameters(), {.lr = 1e-3});
 //   loss.backward(); opt.step(); opt.zero_grad();
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   void step();       // one update of every parameter that has a gradient
+  // step() in parts: before(k) runs before the parameters parts[k] lists (indices into params())
+  // are updated, e.g. a wait for the all-reduce that averaged their gradients, so a part's
+  // updates start as soon as its gradients are ready (dist::GradReducer::finish(opt)); the
+  // parameters in no part are updated last. Each parameter's update is step()'s, bit for bit.
+  // ValueError for an index out of range or in two parts, before anything changes.
+  void step_in_parts(const std::vector<std::vector<std::size_t>>& parts,
+                     const std::function<void(std::size_t)>& before);
   // step() unless `found_inf` (an f32 scalar, GradScaler's) is nonzero; every parameter with a
   // gradient lives on its device (else DeviceError). On a GPU the update kernels read the flag,
   // so a captured step skips with no host read, but the step count advances either way (Adam's
@@ -75,6 +83,7 @@ class Optimizer {
 
  private:
   void advance();                 // checks the limit and counts one step
+  void update_all(const std::vector<std::size_t>& members);
   void write_step_values();       // to every CUDA device a parameter with a gradient lives on
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> slots_;

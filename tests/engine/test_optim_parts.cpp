@@ -1,0 +1,115 @@
+// Optimizer::step_in_parts on the CPU: each part's hook runs before its parameters are updated,
+// in order, the parameters in no part last, and the updates are step()'s bit for bit; bad parts
+// are errors that change nothing.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "error_message.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+using kiln_test::message_of;
+
+namespace {
+
+// Four f32 parameters of different sizes, the same values in every call.
+std::vector<Tensor> make_params() {
+  Generator g(21);
+  std::vector<Tensor> ps;
+  for (std::int64_t n : {5, 3, 8, 2}) {
+    Tensor p = randn({n}, {}, &g);
+    p.requires_grad_();
+    ps.push_back(p);
+  }
+  return ps;
+}
+
+// Gradients that differ from step to step and parameter to parameter.
+void set_grads(std::vector<Tensor>& ps, int step) {
+  Generator g(100 + static_cast<std::uint64_t>(step));
+  for (Tensor& p : ps) p.set_grad(randn(p.shape(), {}, &g));
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+
+}  // namespace
+
+TEST_CASE("optim: step_in_parts updates part by part after each hook, bit for bit as step()") {
+  const std::vector<std::pair<std::string, MakeOpt>> kinds = {
+      {"SGD",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+       }},
+      {"Adam", [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(std::move(p)); }},
+      {"AdamW", [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(std::move(p)); }}};
+  for (const auto& kind : kinds) {
+    CAPTURE(kind.first);
+    std::vector<Tensor> whole = make_params(), parted = make_params();
+    std::unique_ptr<optim::Optimizer> a = kind.second(whole), b = kind.second(parted);
+    for (int step = 0; step < 3; ++step) {
+      set_grads(whole, step);
+      set_grads(parted, step);
+      a->step();
+      // Parameter 1 is in no part: it is updated after the hooks of both parts.
+      std::vector<std::string> events;
+      const std::vector<Tensor> before = {parted[0].clone(), parted[1].clone(), parted[2].clone(), parted[3].clone()};
+      b->step_in_parts({{2, 0}, {3}}, [&](std::size_t k) {
+        // When part k's hook runs, part k's parameters and the one in no part are not updated yet.
+        events.push_back("hook " + std::to_string(k));
+        CHECK(same_bits(parted[1], before[1]));
+        if (k == 0) CHECK(same_bits(parted[0], before[0]));
+        if (k == 1) {
+          CHECK(!same_bits(parted[0], before[0]));  // part 0 was updated before part 1's hook
+          CHECK(same_bits(parted[3], before[3]));
+        }
+      });
+      CHECK(events == std::vector<std::string>{"hook 0", "hook 1"});
+      for (std::size_t i = 0; i < whole.size(); ++i) {
+        CAPTURE(i);
+        CHECK(same_bits(parted[i], whole[i]));
+      }
+      CHECK(b->steps() == a->steps());
+    }
+    // The state, moments included, is step()'s too.
+    const nn::NamedTensors sa = a->state(), sb = b->state();
+    REQUIRE(sa.size() == sb.size());
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      CAPTURE(sa[i].first);
+      CHECK(sa[i].first == sb[i].first);
+      if (sa[i].second.dtype() == DType::f32) CHECK(same_bits(sa[i].second, sb[i].second));
+    }
+  }
+}
+
+TEST_CASE("optim: step_in_parts refuses an index out of range or in two parts, changing nothing") {
+  std::vector<Tensor> ps = make_params();
+  optim::Adam opt(ps);
+  set_grads(ps, 0);
+  const Tensor p0 = ps[0].clone();
+  int hooks = 0;
+  auto count = [&](std::size_t) { ++hooks; };
+  CHECK(message_of<ValueError>([&] {
+          opt.step_in_parts({{0}, {4}}, count);
+        }) == "[optim.Adam] step_in_parts: parameter 4 is out of range (4 parameters)");
+  CHECK(message_of<ValueError>([&] {
+          opt.step_in_parts({{0, 1}, {2, 1}}, count);
+        }) == "[optim.Adam] step_in_parts: parameter 1 is in parts 0 and 1");
+  CHECK(hooks == 0);
+  CHECK(opt.steps() == 0);
+  CHECK(same_bits(ps[0], p0));
+  // Empty parts and no hook: step().
+  set_grads(ps, 0);
+  opt.step_in_parts({{}, {}}, nullptr);
+  CHECK(opt.steps() == 1);
+  CHECK(!same_bits(ps[0], p0));
+}
