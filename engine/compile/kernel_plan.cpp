@@ -3,6 +3,8 @@
 // what it found.
 #include "kiln/kernel_plan.h"
 
+#include "backend/cuda/gemm_lt_ahead.h"
+#include "backend/cuda/tuner.h"
 #include "kiln/error.h"
 #include "kiln/random.h"
 #include "kiln/runtime/compile_jobs.h"
@@ -42,6 +44,7 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
   {
     rt::ShapeOnlyPass pass;
     compile_detail::PlanSteps planned;
+    (void)kernels::take_planned_measurements();  // a pass of this thread before, not planned
     fn();
     requests = pass.requests();
     steps = planned.take();
@@ -63,6 +66,8 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device) {
     plan.kernels.push_back(std::move(k));
   }
   plan.steps = std::move(steps);
+  for (kernels::PlannedMeasurement& m : kernels::take_planned_measurements())
+    plan.measurements.push_back({std::move(m.site), std::move(m.problem), std::move(m.dtypes)});
   return plan;
 }
 
@@ -96,6 +101,10 @@ void prefetch_kernels(const KernelPlan& plan, Device device, int threads) {
   if (threads == 0) threads = rt::prefetch_jobs(plan.kernels.size());
   rt::prefetch(std::move(known), threads);
   rt::prefetch_sources(std::move(generated), threads);
+  std::vector<std::pair<std::string, std::string>> products;
+  for (const KernelPlan::Measurement& m : plan.measurements)
+    if (m.site == "cublaslt") products.emplace_back(m.problem, m.dtypes);
+  kernels::measure_products_ahead(std::move(products), device.index());
 }
 
 }  // namespace kiln

@@ -8,8 +8,8 @@ namespace kiln {
 KernelStats kernel_stats() {
   const rt::CacheCounters c = rt::cache_counters();
   const rt::TuneCounters t = rt::tune_counters();
-  return {c.compiles, c.disk_hits, c.memory_hits,    c.compile_ms, c.wait_ms,
-          t.measured, t.ms,        c.quick_compiles, c.upgrades};
+  return {c.compiles, c.disk_hits,      c.memory_hits, c.compile_ms,     c.wait_ms, t.measured,
+          t.ms,       c.quick_compiles, c.upgrades,    t.measured_ahead, t.ahead_ms};
 }
 
 }  // namespace kiln

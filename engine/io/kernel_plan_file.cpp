@@ -1,4 +1,5 @@
 // KernelPlan's file: JSON, so a plan can be read and edited by hand; written atomically.
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -58,6 +59,26 @@ std::vector<KernelPlan::Step> steps_of(const nlohmann::json& j, const std::strin
   return out;
 }
 
+// The tuner's measurements; a plan written before they were recorded has none.
+std::vector<KernelPlan::Measurement> measurements_of(const nlohmann::json& j, const std::string& path) {
+  std::vector<KernelPlan::Measurement> out;
+  const auto list = j.find("measurements");
+  if (list == j.end()) return out;
+  const std::string who = "[kernel plan] " + path + ": ";
+  if (!list->is_array()) throw ValueError(who + "\"measurements\" is not a list");
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    try {
+      const nlohmann::json& m = (*list)[i];
+      out.push_back(
+          {m.at("site").get<std::string>(), m.at("problem").get<std::string>(), m.at("dtypes").get<std::string>()});
+    } catch (const nlohmann::json::exception& e) {
+      throw ValueError(who + "measurement " + std::to_string(i) +
+                       " needs site, problem and dtypes (strings): " + e.what());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void KernelPlan::merge(const KernelPlan& other) {
@@ -68,6 +89,8 @@ void KernelPlan::merge(const KernelPlan& other) {
     if (!known) kernels.push_back(k);
   }
   steps.insert(steps.end(), other.steps.begin(), other.steps.end());
+  for (const Measurement& m : other.measurements)
+    if (std::find(measurements.begin(), measurements.end(), m) == measurements.end()) measurements.push_back(m);
 }
 
 void KernelPlan::save(const std::string& path) const {
@@ -89,8 +112,15 @@ void KernelPlan::save(const std::string& path) const {
     }
     step_list.push_back({{"signature", s.signature}, {"groups", std::move(groups)}});
   }
+  nlohmann::json measured = nlohmann::json::array();
+  for (const Measurement& m : measurements)
+    measured.push_back({{"site", m.site}, {"problem", m.problem}, {"dtypes", m.dtypes}});
   io::write_file_atomically(
-      path, nlohmann::json{{"kiln_kernel_plan", kPlanFormat}, {"kernels", list}, {"steps", step_list}}.dump(1) + "\n");
+      path,
+      nlohmann::json{
+          {"kiln_kernel_plan", kPlanFormat}, {"kernels", list}, {"steps", step_list}, {"measurements", measured}}
+              .dump(1) +
+          "\n");
 }
 
 KernelPlan KernelPlan::load(const std::string& path) {
@@ -113,6 +143,7 @@ KernelPlan KernelPlan::load(const std::string& path) {
   KernelPlan plan;
   for (std::size_t i = 0; i < list->size(); ++i) plan.kernels.push_back(kernel_of((*list)[i], path, i));
   plan.steps = steps_of(j, path);
+  plan.measurements = measurements_of(j, path);
   return plan;
 }
 

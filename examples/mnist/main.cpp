@@ -86,8 +86,12 @@ void print_kernels(const std::string& more) {
     std::printf("quick tier: %llu of them quick builds that ran first, %llu replaced by their full builds since\n",
                 static_cast<unsigned long long>(k.quick_compiled), static_cast<unsigned long long>(k.upgraded));
   if (k.tuned > 0)  // a warm run reads the choices instead
-    std::printf("tuning: %llu choices measured on the GPU in %.0f ms (KILN_TUNE)\n",
-                static_cast<unsigned long long>(k.tuned), k.tune_ms);
+    std::printf("tuning: %llu choices measured on the GPU in %.0f ms (KILN_TUNE)%s\n",
+                static_cast<unsigned long long>(k.tuned), k.tune_ms,
+                k.tuned_ahead == 0 ? ""
+                                   : (", " + std::to_string(k.tuned_ahead) + " of them in " +
+                                      std::to_string(std::lround(k.tune_ahead_ms)) + " ms ahead of the run")
+                                         .c_str());
 }
 
 void print_summary(const mnist::RunResult& r) {

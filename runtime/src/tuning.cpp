@@ -144,17 +144,22 @@ void forget_choices_in_memory() {
 }
 
 namespace {
-std::atomic<std::uint64_t> g_measured{0}, g_measured_us{0};
+std::atomic<std::uint64_t> g_measured{0}, g_measured_us{0}, g_measured_ahead{0}, g_ahead_us{0};
 }  // namespace
 
-void count_measured_choice(double ms) {
+void count_measured_choice(double ms, bool ahead) {
   g_measured.fetch_add(1, std::memory_order_relaxed);
   g_measured_us.fetch_add(static_cast<std::uint64_t>(ms * 1000), std::memory_order_relaxed);
+  if (!ahead) return;
+  g_measured_ahead.fetch_add(1, std::memory_order_relaxed);
+  g_ahead_us.fetch_add(static_cast<std::uint64_t>(ms * 1000), std::memory_order_relaxed);
 }
 
 TuneCounters tune_counters() {
   return {g_measured.load(std::memory_order_relaxed),
-          static_cast<double>(g_measured_us.load(std::memory_order_relaxed)) / 1000.0};
+          static_cast<double>(g_measured_us.load(std::memory_order_relaxed)) / 1000.0,
+          g_measured_ahead.load(std::memory_order_relaxed),
+          static_cast<double>(g_ahead_us.load(std::memory_order_relaxed)) / 1000.0};
 }
 
 }  // namespace kiln::rt

@@ -30,6 +30,9 @@ TEST_CASE("KernelPlan saves and loads its kernels; a file that is not a plan is 
   const std::string file = (dir.path() / "run.plan").string();
   kiln::KernelPlan plan = two_kernel_plan();
   plan.kernels[1].late = true;  // a tuner's alternative
+  const kiln::KernelPlan::Measurement product{
+      "cublaslt", "m10 n128 k512 lda512 ldb512 ldd10 At B epilogue bias align 256 256 256 256", "f32/tf32"};
+  plan.measurements.push_back(product);
   plan.save(file);
   const kiln::KernelPlan back = kiln::KernelPlan::load(file);
   REQUIRE(back.kernels.size() == 2);
@@ -41,9 +44,17 @@ TEST_CASE("KernelPlan saves and loads its kernels; a file that is not a plan is 
   CHECK(back.kernels[1].source == kGeneratedSource);
   CHECK(back.kernels[1].late);
 
+  CHECK(back.measurements == std::vector<kiln::KernelPlan::Measurement>{product});
+
   kiln::KernelPlan merged = two_kernel_plan();
   merged.merge(back);
+  merged.merge(back);
   CHECK(merged.kernels.size() == 2);
+  CHECK(merged.measurements.size() == 1);
+  std::ofstream(dir.path() / "badmeasure.json")
+      << R"({"kiln_kernel_plan": 1, "kernels": [], "measurements": [{"site": "cublaslt"}]})";
+  CHECK_THROWS_WITH_AS(kiln::KernelPlan::load((dir.path() / "badmeasure.json").string()),
+                       doctest::Contains("measurement 0 needs site, problem and dtypes"), kiln::ValueError);
 
   std::ofstream(dir.path() / "not.json") << "kernels: relu";
   CHECK_THROWS_AS(kiln::KernelPlan::load((dir.path() / "not.json").string()), kiln::ValueError);

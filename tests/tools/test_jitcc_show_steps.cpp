@@ -51,10 +51,13 @@ TEST_CASE("KernelPlan keeps its steps' groups; one without steps loads with none
                        kiln::ValueError);
 }
 
-TEST_CASE("jitcc show --plan prints each step's groups, as a table and as JSON") {
+TEST_CASE("jitcc show --plan prints each step's groups and the choices to measure, as a table and as JSON") {
   ScratchDir dir;
   const std::string file = (dir.path() / "run.plan").string();
-  plan_with_a_step().save(file);
+  kiln::KernelPlan plan = plan_with_a_step();
+  const std::string problem = "m10 n128 k512 lda512 ldb512 ldd10 At B epilogue bias align 256 256 256 256";
+  plan.measurements.push_back({"cublaslt", problem, "bf16"});
+  plan.save(file);
   const ProcessResult text = jitcc({"show", "--plan", file});
   INFO(text.out << text.err);
   REQUIRE(text.exit_code == 0);
@@ -65,12 +68,17 @@ TEST_CASE("jitcc show --plan prints each step's groups, as a table and as JSON")
   // In the order they run: the product, the group, the sum.
   CHECK(text.out.find("matmul") < text.out.find("mul, add, relu"));
   CHECK(text.out.find("mul, add, relu") < text.out.find("sum"));
+  CHECK(text.out.find("1 choice the tuner will measure at a first call") != std::string::npos);
+  CHECK(text.out.find(problem) != std::string::npos);
 
   const nlohmann::json j = jitcc_json({"show", "--plan", file});
   REQUIRE(j.at("steps").size() == 1);
   REQUIRE(j.at("steps")[0].at("groups").size() == 3);
   CHECK(j.at("steps")[0].at("groups")[1].at("ops") == nlohmann::json{"mul", "add", "relu"});
   CHECK(j.at("steps")[0].at("groups")[1].at("result") == "one kernel writing 1 of 3 results");
+  REQUIRE(j.at("measurements").size() == 1);
+  CHECK(j.at("measurements")[0].at("problem") == problem);
+  CHECK(j.at("measurements")[0].at("dtypes") == "bf16");
 }
 
 TEST_CASE("jitcc show --plan: a plan without steps, an op beside --plan and neither are usage errors") {

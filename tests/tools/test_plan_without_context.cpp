@@ -68,6 +68,14 @@ TEST_CASE("mnist-train --plan-only plans every model, precision and the speedrun
       if (k.late) CHECK((k.label.rfind("gemm ", 0) == 0 || k.op == "tune_scale" || k.op == "tune_compare"));
     }
     if (runs[i].size() == 2 && runs[i][1] == "mlp") CHECK(late);
+    // The products the tuner will measure at their first call, for prefetch_kernels to measure
+    // ahead: a linear layer's forward at least, named as the tuner's keys name them.
+    bool forward = false;
+    for (const kiln::KernelPlan::Measurement& m : p.measurements) {
+      CHECK(m.site == "cublaslt");
+      forward = forward || m.problem.find("epilogue relu_bias") != std::string::npos;
+    }
+    CHECK(forward);
   }
 }
 

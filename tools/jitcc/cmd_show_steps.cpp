@@ -1,6 +1,7 @@
 // jitcc show --plan FILE: the compiled steps a kernel plan recorded, group by group, as the
 // step compiler ran them in the plan's pass: each fused pointwise group with its ops, shape,
-// what it writes and why it ended, and each op that runs its own kernel.
+// what it writes and why it ended, and each op that runs its own kernel; then the choices the
+// tuner will measure at the run's first calls (prefetch_kernels measures the products ahead).
 #include <string>
 
 #include "cli.h"
@@ -46,7 +47,15 @@ int show_plan_steps(const std::string& file, const Common& common) {
     text += "step " + s.signature + ": " + std::to_string(s.groups.size()) + " groups, " + std::to_string(fused) +
             " of them fused\n" + table(rows) + "\n";
   }
-  emit(common, Json{{"plan", file}, {"steps", std::move(steps)}}, text);
+  Json measurements = Json::array();
+  std::vector<std::vector<std::string>> rows{{"site", "problem", "dtypes"}};
+  for (const kiln::KernelPlan::Measurement& m : plan.measurements) {
+    measurements.push_back(Json{{"site", m.site}, {"problem", m.problem}, {"dtypes", m.dtypes}});
+    rows.push_back({m.site, m.problem, m.dtypes});
+  }
+  text += std::to_string(plan.measurements.size()) + (plan.measurements.size() == 1 ? " choice" : " choices") +
+          " the tuner will measure at a first call" + (plan.measurements.empty() ? "\n" : ":\n" + table(rows));
+  emit(common, Json{{"plan", file}, {"steps", std::move(steps)}, {"measurements", std::move(measurements)}}, text);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "gemm_lt.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "check.h"
 #include "cublas_loader.h"
 #include "gemm.h"
+#include "gemm_lt_ahead.h"
 #include "kiln/error.h"
 #include "kiln/runtime/cublas.h"
 #include "kiln/runtime/graph.h"
@@ -225,20 +227,10 @@ bool ffma_measured(const LtMatmul& g) {
 }
 
 rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
-  static const char* epilogues[] = {"none", "bias", "relu_bias", "bgrad_b"};
-  std::string problem;
-  for (auto [label, v] :
-       {std::pair{"m", g.m}, {" n", g.n}, {" k", g.k}, {" lda", g.lda}, {" ldb", g.ldb}, {" ldd", g.ldd}})
-    problem.append(label).append(std::to_string(v));
-  problem.append(g.trans_a ? " At" : " A").append(g.trans_b ? " Bt" : " B");
-  problem.append(" epilogue ").append(epilogues[static_cast<int>(g.epilogue)]).append(" align");
-  for (std::uint32_t a :
-       {std::get<kAlignA>(key), std::get<kAlignB>(key), std::get<kAlignD>(key), std::get<kAlignBias>(key)})
-    problem.append(" ").append(std::to_string(a));
-  std::string dtypes = std::string(dtype_name(g.dtype)) + (g.dtype == DType::f32 && allow_tf32() ? "/tf32" : "");
-  if (out_dtype(g) != g.dtype) dtypes.append("->").append(dtype_name(out_dtype(g)));
+  const std::array<std::uint32_t, 4> align{std::get<kAlignA>(key), std::get<kAlignB>(key), std::get<kAlignD>(key),
+                                           std::get<kAlignBias>(key)};
   // Choices made before the FFMA kernel was measured beside the library do not stand for these.
-  return {"cublaslt", problem, dtypes, rt::device_info(device).arch(),
+  return {"cublaslt", lt_problem_text(g, align), lt_dtypes_text(g, allow_tf32()), rt::device_info(device).arch(),
           "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion()) + (ffma_measured(g) ? " ffma" : "")};
 }
 
@@ -378,6 +370,7 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
                 g.bias ? alignment(g.bias) : 256u,
                 t.compute};
   if (rt::shape_only()) return plan_product(key, g, s);
+  run_reaches_products();
   const rt::GemmWorkspace ws = rt::cublas_workspace(s);
   Plans& ps = plans();
   std::lock_guard lock(ps.mu);

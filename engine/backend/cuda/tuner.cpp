@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 
+#include "backend/cuda/gemm_lt_ahead.h"
 #include "backend/cuda/launch_common.h"
 #include "kiln/error.h"
 #include "kiln/runtime/graph.h"
@@ -180,7 +181,17 @@ bool measurable_now(const rt::TuneKey& key, std::span<const TuneCandidate> candi
   return false;
 }
 
+thread_local std::vector<PlannedMeasurement> t_planned;
+
+void note_planned(const rt::TuneKey& key) {
+  for (const PlannedMeasurement& m : t_planned)
+    if (m.site == key.site && m.problem == key.problem && m.dtypes == key.dtypes) return;
+  t_planned.push_back({key.site, key.problem, key.dtypes});
+}
+
 }  // namespace
+
+std::vector<PlannedMeasurement> take_planned_measurements() { return std::exchange(t_planned, {}); }
 
 bool outputs_agree(std::span<const double> want, std::span<const double> got, double tolerance) {
   if (want.size() != got.size()) return false;
@@ -237,8 +248,10 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
     if (!measure) return run(0);
     run(0);
     plan_measuring(candidates, check, s);  // planned after what the run certainly launches
+    note_planned(key);
     return {0, false};
   }
+  run_reaches_products();  // whatever is measured ahead stops: this thread's work is on the GPU now
   if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
   if (mode == rt::TuneMode::auto_ && !compile && rt::quick_tier() && !measurable_now(key, candidates, check, s))
@@ -272,7 +285,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   run(best);  // the output is the chosen candidate's, as in every later call
   rt::store_choice(key, {candidates[best].name, detail});
   const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - measuring).count();
-  rt::count_measured_choice(spent);
+  rt::count_measured_choice(spent, measuring_ahead());
   rt::log().debug("[tune] {} {} ({}): {} candidates measured in {:.1f} ms, '{}' runs", key.site, key.problem,
                   key.dtypes, candidates.size(), spent, candidates[best].name);
   return {best, true};

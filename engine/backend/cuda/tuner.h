@@ -52,6 +52,14 @@ struct TuneOutcome {
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
                       const rt::Stream& s, bool compile = false);
 
+// The problems a shape-only pass on this thread found the tuner will measure at their first
+// call (no choice remembered), in order, each once; returned and forgotten. plan_kernels puts
+// them in its plan, and prefetch_kernels measures the cuBLASLt ones ahead of the run.
+struct PlannedMeasurement {
+  std::string site, problem, dtypes;
+};
+std::vector<PlannedMeasurement> take_planned_measurements();
+
 // The candidate to run, from each one's survey time in ms (infinity: rejected). A survey times
 // a short span, so when several lie within 25% of the fastest, each of those is timed again by
 // `again` over a longer span, its time in ms replaced, and the fastest second timing wins: the

@@ -37,8 +37,16 @@ struct KernelPlan {
     std::vector<Group> groups;
   };
   std::vector<Step> steps;
+  // A choice the tuner will make by measuring at the run's first call (none is remembered): the
+  // tune key's site ("cublaslt" for a product through cuBLASLt), problem and dtypes, as
+  // `jitcc show --tune` prints them. prefetch_kernels measures the products ahead of the run.
+  struct Measurement {
+    std::string site, problem, dtypes;
+    bool operator==(const Measurement&) const = default;
+  };
+  std::vector<Measurement> measurements;
 
-  // Adds other's kernels that this plan lacks, and its steps.
+  // Adds other's kernels and measurements that this plan lacks, and its steps.
   void merge(const KernelPlan& other);
   // A JSON file ({"kiln_kernel_plan": 1, "kernels": [...]}), written atomically.
   void save(const std::string& path) const;
@@ -63,7 +71,9 @@ KernelPlan plan_kernels(const std::function<void()>& fn, Device device);
 // shared among its ranks, and at most one per 2 of the plan's kernels, as servers starting
 // together slow each other) and returns at once; a first use of one still loading waits for it.
 // Generated kernels this process has not made yet are compiled into the disk cache, where
-// their first use finds them.
+// their first use finds them. The plan's cuBLASLt measurements run on another background
+// thread once the device's context is open, on scratch operands, and stop when the run
+// launches its first product (so none shares the GPU with training); the run measures the rest.
 void prefetch_kernels(const KernelPlan& plan, Device device, int threads = 0);
 
 }  // namespace kiln

@@ -19,6 +19,10 @@ struct KernelStats {
   // and the full builds that did.
   std::uint64_t quick_compiled = 0;
   std::uint64_t upgraded = 0;
+  // Of `tuned`, the cuBLASLt products prefetch_kernels measured ahead of the run, on its own
+  // thread, and the time that took there (off the run's path).
+  std::uint64_t tuned_ahead = 0;
+  double tune_ahead_ms = 0;
 };
 KernelStats kernel_stats();
 

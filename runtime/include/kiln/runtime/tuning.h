@@ -68,8 +68,10 @@ class TuneMeasureLock {
 struct TuneCounters {
   std::uint64_t measured = 0;
   double ms = 0;
+  std::uint64_t measured_ahead = 0;  // of those, measured ahead of the run, off its path
+  double ahead_ms = 0;
 };
-void count_measured_choice(double ms);
+void count_measured_choice(double ms, bool ahead = false);
 TuneCounters tune_counters();
 
 // The disk cache entry of a choice (kind "tune": its source is the question, its ptx field the
