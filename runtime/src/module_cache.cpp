@@ -30,6 +30,8 @@ namespace kiln::rt {
 
 namespace {
 
+thread_local bool t_waits_uncounted = false;
+
 struct Counters {
   std::atomic<std::uint64_t> compiles{0}, memory_hits{0}, disk_hits{0}, quick_compiles{0}, upgrades{0};
   std::atomic<std::uint64_t> compile_us{0}, load_us{0}, wait_us{0};
@@ -377,7 +379,7 @@ Function get_function(const KernelSpec& spec, const DTypes& dtypes, std::uint32_
     s.ready.store(true, std::memory_order_release);
     if (quick) queue_upgrade(spec, dtypes, variant, device);
   });
-  if (!on_prefetch_thread()) {
+  if (!on_prefetch_thread() && !t_waits_uncounted) {
     const double waited = ms_since(start);
     counters.wait_us += static_cast<std::uint64_t>(waited * 1000);
     if (waited >= 1) log().debug("[cache] waited {:.1f} ms for {} ({})", waited, spec.op, dtypes.str());
@@ -443,5 +445,7 @@ void reset_cache_counters() {
   counters.quick_compiles = 0;
   counters.upgrades = 0;
 }
+
+UncountedWaits::UncountedWaits() : ScopedFlag(t_waits_uncounted) {}
 
 }  // namespace kiln::rt

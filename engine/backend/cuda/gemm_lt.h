@@ -34,4 +34,8 @@ struct LtMatmul {
 // it (the caller then takes another path); DTypeError for a dtype it never handles.
 [[nodiscard]] bool lt_matmul(const LtMatmul& g, const rt::Stream& s);
 
+// Whether measuring the product's choice (KILN_TUNE=auto) times a generated kernel beside
+// cuBLASLt's algorithms, one that must compile first: a shallow product's FFMA kernel.
+bool lt_measures_generated(const LtMatmul& g);
+
 }  // namespace kiln::kernels

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/dtype.h"
+#include "kiln/runtime/scoped_flag.h"
 
 namespace kiln::rt {
 
@@ -65,5 +66,13 @@ struct CacheCounters {
 };
 CacheCounters cache_counters();
 void reset_cache_counters();
+
+// While one lives on this thread, its kernel waits are left out of CacheCounters::wait_ms, as
+// the prefetch threads' are: the thread works beside the run (measuring ahead of it), so its
+// waits are not the run's.
+class UncountedWaits : ScopedFlag {
+ public:
+  UncountedWaits();
+};
 
 }  // namespace kiln::rt
