@@ -11,8 +11,7 @@
 #include "kiln/dist.h"
 #include "kiln/kiln.h"
 #include "nccl_or_skip.h"
-#include "scoped_env.h"
-#include "temp_dir.h"
+#include "world_of_one.h"
 
 using namespace kiln;
 using namespace kiln::dist;
@@ -26,18 +25,12 @@ const std::vector<float> kValues{1.5f, -2.f, 3.25f, 4.f, 0.f, -0.5f};  // exact 
 
 TEST_CASE("dist (world of 1): all_reduce sum/avg/max, broadcast and all_gather on f32 and bf16 keep the values") {
   if (!kiln_test::nccl_or_skip()) return;
-  kiln_test::TempDir tmp;
-  kiln_test::ScopedEnv env{{"RANK", "0"},
-                           {"WORLD_SIZE", "1"},
-                           {"LOCAL_RANK", "0"},
-                           {"KILN_DIST_ID_FILE", tmp.file("nccl-id")},
-                           {"MASTER_ADDR", std::nullopt},
-                           {"MASTER_PORT", std::nullopt}};
-  ProcessGroup pg = ProcessGroup::init();
+  kiln_test::WorldOfOne world;
+  ProcessGroup& pg = world.group;
   CHECK(pg.rank() == 0);
   CHECK(pg.world_size() == 1);
   CHECK(pg.device() == Device::cuda(0));
-  CHECK_FALSE(std::filesystem::exists(tmp.file("nccl-id")));  // written by rank 0, removed once all joined
+  CHECK_FALSE(std::filesystem::exists(world.tmp.file("nccl-id")));  // written by rank 0, removed once all joined
   MESSAGE("NCCL " << nccl_version());
   const Device dev = pg.device();
 

@@ -12,8 +12,8 @@
 #include "kiln/dist.h"
 #include "kiln/dist/grad_reducer.h"
 #include "kiln/kiln.h"
-#include "scoped_env.h"
-#include "temp_dir.h"
+#include "nccl_or_skip.h"
+#include "world_of_one.h"
 
 using namespace kiln;
 using kiln_test::message_of;
@@ -39,16 +39,9 @@ std::vector<std::vector<float>> module_grads(const nn::Module& m) {
 }  // namespace
 
 TEST_CASE("GradReducer (world of 1): buckets, gradients equal to a plain backward, eager and compiled") {
-  std::string why;
-  if (!dist::nccl_available(&why)) {
-    MESSAGE("skipped: NCCL does not load: " << why);
-    return;
-  }
-  kiln_test::TempDir tmp;
-  kiln_test::ScopedEnv env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"},
-                           {"KILN_DIST_ID_FILE", tmp.file("nccl-id")}, {"MASTER_ADDR", std::nullopt},
-                           {"MASTER_PORT", std::nullopt}};
-  dist::ProcessGroup pg = dist::ProcessGroup::init();
+  if (!kiln_test::nccl_or_skip()) return;
+  kiln_test::WorldOfOne world;
+  dist::ProcessGroup& pg = world.group;
   const Device dev = pg.device();
   Generator g(9);
   const Tensor x = randn({16, 64}, {}, &g).to(dev), y = randint(0, 10, {16}, {}, &g).to(dev);

@@ -12,8 +12,8 @@
 #include "kiln/dist.h"
 #include "kiln/dist/grad_reducer.h"
 #include "kiln/kiln.h"
-#include "scoped_env.h"
-#include "temp_dir.h"
+#include "nccl_or_skip.h"
+#include "world_of_one.h"
 
 using namespace kiln;
 
@@ -45,19 +45,9 @@ bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::
 }  // namespace
 
 TEST_CASE("GradReducer::finish(opt) (world of 1): per-bucket updates equal finish() then step(), bit for bit") {
-  std::string why;
-  if (!dist::nccl_available(&why)) {
-    MESSAGE("skipped: NCCL does not load: " << why);
-    return;
-  }
-  kiln_test::TempDir tmp;
-  kiln_test::ScopedEnv env{{"RANK", "0"},
-                           {"WORLD_SIZE", "1"},
-                           {"LOCAL_RANK", "0"},
-                           {"KILN_DIST_ID_FILE", tmp.file("nccl-id")},
-                           {"MASTER_ADDR", std::nullopt},
-                           {"MASTER_PORT", std::nullopt}};
-  dist::ProcessGroup pg = dist::ProcessGroup::init();
+  if (!kiln_test::nccl_or_skip()) return;
+  kiln_test::WorldOfOne world;
+  dist::ProcessGroup& pg = world.group;
   const Device dev = pg.device();
   Generator g(3);
   const Tensor x = randn({32, 64}, {}, &g).to(dev), y = randint(0, 10, {32}, {}, &g).to(dev);
