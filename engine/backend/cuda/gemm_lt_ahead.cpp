@@ -33,6 +33,15 @@ thread_local bool t_measuring_ahead = false;
 
 std::size_t element_bytes(DType d) { return d == DType::f64 ? 8 : d == DType::f32 ? 4 : 2; }
 
+// The bytes of A, B, D and the bias (none without an epilogue) that a product reads and writes.
+std::array<std::size_t, 4> operand_sizes(const LtMatmul& g) {
+  const std::size_t in = element_bytes(g.dtype), out = element_bytes(g.out.value_or(g.dtype));
+  const std::int64_t a_cols = g.trans_a ? g.m : g.k, b_cols = g.trans_b ? g.k : g.n;
+  const std::int64_t bias_len = g.epilogue == LtEpilogue::none ? 0 : g.epilogue == LtEpilogue::bgrad_b ? g.n : g.m;
+  return {static_cast<std::size_t>(g.lda * a_cols) * in, static_cast<std::size_t>(g.ldb * b_cols) * in,
+          static_cast<std::size_t>(g.ldd * g.n) * out, static_cast<std::size_t>(bias_len) * out};
+}
+
 // Scratch operands of one product, filled with values in [-1, 1) so that the tuner's check of
 // each candidate against the first compares real sums.
 class Operands {
@@ -40,13 +49,11 @@ class Operands {
   Operands(const LtProblem& p, const rt::Stream& s) : s_(s) {
     const LtMatmul& g = p.g;
     const DType out = g.out.value_or(g.dtype);
-    const std::int64_t a_cols = g.trans_a ? g.m : g.k, b_cols = g.trans_b ? g.k : g.n;
-    const std::int64_t bias_len = g.epilogue == LtEpilogue::bgrad_b ? g.n : g.m;
-    a_ = take(static_cast<std::size_t>(g.lda * a_cols) * element_bytes(g.dtype), p.align[0], g.dtype);
-    b_ = take(static_cast<std::size_t>(g.ldb * b_cols) * element_bytes(g.dtype), p.align[1], g.dtype);
-    d_ = take(static_cast<std::size_t>(g.ldd * g.n) * element_bytes(out), p.align[2], out);
-    if (g.epilogue != LtEpilogue::none)
-      bias_ = take(static_cast<std::size_t>(bias_len) * element_bytes(out), p.align[3], out);
+    const std::array<std::size_t, 4> bytes = operand_sizes(g);
+    a_ = take(bytes[0], p.align[0], g.dtype);
+    b_ = take(bytes[1], p.align[1], g.dtype);
+    d_ = take(bytes[2], p.align[2], out);
+    if (bytes[3] > 0) bias_ = take(bytes[3], p.align[3], out);
   }
   ~Operands() {
     for (rt::DevicePtr base : bases_) rt::device_free(base, s_);
@@ -94,10 +101,8 @@ class Operands {
 };
 
 std::size_t operand_bytes(const LtProblem& p) {
-  const LtMatmul& g = p.g;
-  const std::int64_t a_cols = g.trans_a ? g.m : g.k, b_cols = g.trans_b ? g.k : g.n;
-  return static_cast<std::size_t>(g.lda * a_cols + g.ldb * b_cols) * element_bytes(g.dtype) +
-         static_cast<std::size_t>(g.ldd * g.n) * element_bytes(g.out.value_or(g.dtype));
+  const std::array<std::size_t, 4> bytes = operand_sizes(p.g);
+  return bytes[0] + bytes[1] + bytes[2] + bytes[3];
 }
 
 // The measuring thread's stream on `device`, kept for the process as the cuBLAS handle and

@@ -39,8 +39,8 @@ std::optional<LtProblem> parse_lt_problem(const std::string& problem, const std:
 void measure_products_ahead(std::vector<std::pair<std::string, std::string>> products, int device);
 // Whether this thread is the one measuring ahead.
 bool measuring_ahead();
-// Called by every product a thread other than that one launches: the measuring ahead stops
-// after the product it is on.
+// Called by every product and every tuned call that a thread other than that one makes: the
+// measuring ahead stops after the product it is on.
 void run_reaches_products();
 // Waits for the thread to end; returns how many products it measured (tests).
 std::size_t wait_for_products_ahead();
