@@ -33,6 +33,7 @@
 #include "kiln/dist/grad_reducer.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/quick_tier.h"
 
 using namespace kiln;
@@ -100,11 +101,10 @@ double reduce_value(dist::ProcessGroup* group, Device dev, double value, dist::R
 // FNV-1a over every parameter's bytes, in hex: two runs trained the same weights bit for bit
 // when their digests match (--step-after-all against the per-bucket steps).
 std::string weights_digest(const nn::Module& net) {
-  std::uint64_t h = 1469598103934665603ULL;
+  std::uint64_t h = rt::kFnvOffset;
   for (const Tensor& p : net.parameters()) {
     const Tensor host = p.detach().to(Device::cpu()).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(host.data_ptr());
-    for (std::size_t i = 0; i < host.numel() * host.element_size(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+    h = rt::fnv1a64({static_cast<const char*>(host.data_ptr()), host.numel() * host.element_size()}, h);
   }
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));

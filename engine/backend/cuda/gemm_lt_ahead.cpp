@@ -31,11 +31,9 @@ constexpr std::size_t kMaxOperandBytes = std::size_t{256} << 20;
 
 thread_local bool t_measuring_ahead = false;
 
-std::size_t element_bytes(DType d) { return d == DType::f64 ? 8 : d == DType::f32 ? 4 : 2; }
-
 // The bytes of A, B, D and the bias (none without an epilogue) that a product reads and writes.
 std::array<std::size_t, 4> operand_sizes(const LtMatmul& g) {
-  const std::size_t in = element_bytes(g.dtype), out = element_bytes(g.out.value_or(g.dtype));
+  const std::size_t in = dtype_size(g.dtype), out = dtype_size(g.out.value_or(g.dtype));
   const std::int64_t a_cols = g.trans_a ? g.m : g.k, b_cols = g.trans_b ? g.k : g.n;
   const std::int64_t bias_len = g.epilogue == LtEpilogue::none ? 0 : g.epilogue == LtEpilogue::bgrad_b ? g.n : g.m;
   return {static_cast<std::size_t>(g.lda * a_cols) * in, static_cast<std::size_t>(g.ldb * b_cols) * in,
@@ -75,7 +73,7 @@ class Operands {
     const rt::DevicePtr base = rt::device_alloc(bytes + offset, s_);
     bases_.push_back(base);
     const rt::DevicePtr p = base + offset;
-    const std::size_t n = bytes / element_bytes(dtype);
+    const std::size_t n = bytes / dtype_size(dtype);
     std::vector<unsigned char> host(bytes);
     std::uint32_t x = 12345;
     for (std::size_t i = 0; i < n; ++i) {
