@@ -79,39 +79,41 @@ std::vector<double> Adam::step_values() const {
   return {lr(), 1.0 - std::pow(o_.beta1, t), 1.0 - std::pow(o_.beta2, t)};
 }
 
-void Adam::update(std::size_t i, const Tensor& grad) {
-  const Tensor& p = params()[i];
-  const Tensor m = slot(i, 0), v = slot(i, 1);
+void Adam::update(const ParamSpan& span, const Tensor& grad) {
+  const Tensor& p = params()[span.index];
+  const Tensor m = slot(span.index, 0), v = slot(span.index, 1);
+  const std::int64_t b = span.begin;
   const std::vector<double> sv = step_values();
   const AdamScalars a{sv[0], o_.beta1, o_.beta2, o_.eps, o_.weight_decay, sv[1], sv[2], decoupled()};
   detail::visit_floating(p.dtype(), [&]<class T>() {
     using S = cpu::compute_t<T>;
-    adam_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()), static_cast<S*>(m.data_ptr()),
-                static_cast<S*>(v.data_ptr()), p.numel(), a);
+    adam_cpu<T>(static_cast<T*>(p.data_ptr()) + b, static_cast<const T*>(grad.data_ptr()) + b,
+                static_cast<S*>(m.data_ptr()) + b, static_cast<S*>(v.data_ptr()) + b, span.count, a);
   });
   bump_version(p);
   bump_version(m);
   bump_version(v);
 }
 
-void Adam::update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) {
+void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) {
   kernels::OptimTensors ts;
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    const Tensor& p = this->params()[params[k]];
-    const Tensor m = slot(params[k], 0), v = slot(params[k], 1);
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    const Tensor& p = this->params()[spans[k].index];
+    const Tensor m = slot(spans[k].index, 0), v = slot(spans[k].index, 1);
     ts.p[k] = device_address(p);
     ts.g[k] = device_address(grads[k]);
     ts.s0[k] = device_address(m);
     ts.s1[k] = device_address(v);
     ts.n[k] = p.numel();
     LowPrecisionCopy* lp = detail::low_precision_target(p, ts, static_cast<int>(k));
+    detail::narrow_to_span(ts, static_cast<int>(k), p, spans[k]);
     bump_version(p);
     detail::low_precision_written(p, lp);
     bump_version(m);
     bump_version(v);
   }
-  ts.count = static_cast<int>(params.size());
-  const Tensor& p0 = this->params()[params.front()];
+  ts.count = static_cast<int>(spans.size());
+  const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.beta1, o_.beta2, o_.eps,
                             o_.weight_decay, decoupled(), stream_of(p0.device()));
 }

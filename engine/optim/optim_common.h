@@ -7,12 +7,13 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cuda/generated/optim/optim_kernels.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/half.h"
+#include "kiln/optim/optimizer.h"
 #include "kiln/runtime/memory.h"
 #include "kiln/tensor.h"
-#include "backend/cuda/generated/optim/optim_kernels.h"
 
 namespace kiln::optim::detail {
 
@@ -56,5 +57,7 @@ namespace kiln::optim::detail {
 // after p's version was bumped.
 LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& ts, int k);
 void low_precision_written(const Tensor& p, LowPrecisionCopy* lp);
+// Moves entry k of ts, filled for the whole of p, to the span s of it (state in state_dtype).
+void narrow_to_span(kernels::OptimTensors& ts, int k, const Tensor& p, const ParamSpan& s);
 
 }  // namespace kiln::optim::detail

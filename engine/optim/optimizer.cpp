@@ -78,6 +78,19 @@ void low_precision_written(const Tensor& p, LowPrecisionCopy* lp) {
   if (lp) lp->written_from(*p.impl());
 }
 
+void narrow_to_span(kernels::OptimTensors& ts, int k, const Tensor& p, const ParamSpan& s) {
+  const auto at = [&](rt::DevicePtr base, std::size_t element) {
+    return base ? base + static_cast<rt::DevicePtr>(s.begin) * element : base;
+  };
+  const std::size_t param = dtype_size(p.dtype()), state = dtype_size(state_dtype(p.dtype()));
+  ts.p[k] = at(ts.p[k], param);
+  ts.g[k] = at(ts.g[k], param);
+  ts.s0[k] = at(ts.s0[k], state);
+  ts.s1[k] = at(ts.s1[k], state);
+  ts.lp[k] = at(ts.lp[k], 2);  // f16 or bf16
+  ts.n[k] = s.count;
+}
+
 }  // namespace detail
 
 namespace {
@@ -120,20 +133,74 @@ void Optimizer::step() { step_in_parts({}, {}); }
 
 void Optimizer::step_in_parts(const std::vector<std::vector<std::size_t>>& parts,
                               const std::function<void(std::size_t)>& before) {
-  NoGradGuard no_grad;
-  // The parts' indices first: a bad one leaves every parameter untouched.
-  std::vector<std::size_t> part_of(params_.size(), parts.size());  // parts.size(): in no part, updated last
+  std::vector<std::vector<ParamSpan>> spans;
+  for (const std::vector<std::size_t>& part : parts) {
+    std::vector<ParamSpan>& out = spans.emplace_back();
+    for (std::size_t i : part) out.push_back({.index = i});
+  }
+  run_parts(resolved(spans, "step_in_parts"), before);
+}
+
+void Optimizer::step_in_spans(const std::vector<std::vector<ParamSpan>>& parts,
+                              const std::function<void(std::size_t)>& before) {
+  run_parts(resolved(parts, "step_in_spans"), before);
+}
+
+std::vector<std::vector<ParamSpan>> Optimizer::resolved(const std::vector<std::vector<ParamSpan>>& parts,
+                                                        const std::string& who) const {
+  auto tag = [&](std::size_t i) {
+    return std::string("[").append(name()).append("] ").append(who).append(": parameter ") + std::to_string(i);
+  };
+  auto range = [](std::int64_t b, std::int64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; };
+  struct Placed {
+    std::int64_t begin, end;
+    std::size_t part;
+  };
+  std::vector<std::vector<Placed>> placed(params_.size());
+  std::vector<std::vector<ParamSpan>> out(parts.size() + 1);
   for (std::size_t k = 0; k < parts.size(); ++k)
-    for (std::size_t i : parts[k]) {
-      auto which = [&] {
-        return std::string("[").append(name()).append("] step_in_parts: parameter ") + std::to_string(i);
-      };
-      if (i >= params_.size())
-        throw ValueError(which() + " is out of range (" + std::to_string(params_.size()) + " parameters)");
-      if (part_of[i] != parts.size())
-        throw ValueError(which() + " is in parts " + std::to_string(part_of[i]) + " and " + std::to_string(k));
-      part_of[i] = k;
+    for (ParamSpan s : parts[k]) {
+      if (s.index >= params_.size())
+        throw ValueError(tag(s.index) + " is out of range (" + std::to_string(params_.size()) + " parameters)");
+      const std::int64_t n = params_[s.index].numel();
+      if (s.count == -1) s.count = n - s.begin;
+      if (s.begin < 0 || s.count < 0 || s.begin > n || s.count > n - s.begin || (s.count == 0 && n > 0))
+        throw ValueError(tag(s.index) + ": elements " + range(s.begin, s.begin + s.count) + " are not a span of its " +
+                         std::to_string(n) + " elements");
+      placed[s.index].push_back({s.begin, s.begin + s.count, k});
+      out[k].push_back(s);
     }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::vector<Placed>& ps = placed[i];
+    const std::int64_t n = params_[i].numel();
+    if (ps.empty()) {
+      out.back().push_back({.index = i, .begin = 0, .count = n});
+      continue;
+    }
+    std::sort(ps.begin(), ps.end(), [](const Placed& a, const Placed& b) { return a.begin < b.begin; });
+    std::int64_t covered = 0;
+    for (std::size_t j = 0; j < ps.size(); ++j) {
+      if (j > 0 && ps[j].begin < ps[j - 1].end) {
+        const bool whole = ps[j].begin == 0 && ps[j - 1].end == n && ps[j].end == n;
+        throw ValueError(
+            tag(i) + (whole ? " is" : ": elements " + range(ps[j].begin, std::min(ps[j].end, ps[j - 1].end)) + " are") +
+            " in parts " + std::to_string(ps[j - 1].part) + " and " + std::to_string(ps[j].part));
+      }
+      if (ps[j].begin > covered)
+        throw ValueError(tag(i) + ": elements " + range(covered, ps[j].begin) +
+                         " are in no part; a parameter in a part is covered whole");
+      covered = ps[j].end;
+    }
+    if (covered < n)
+      throw ValueError(tag(i) + ": elements " + range(covered, n) +
+                       " are in no part; a parameter in a part is covered whole");
+  }
+  return out;
+}
+
+void Optimizer::run_parts(const std::vector<std::vector<ParamSpan>>& parts,
+                          const std::function<void(std::size_t)>& before) {
+  NoGradGuard no_grad;
   // Every gradient is checked before any parameter changes, so a bad one leaves all untouched.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -152,37 +219,37 @@ void Optimizer::step_in_parts(const std::vector<std::vector<std::size_t>>& parts
   // A replay of a captured step redoes the host's part of the step before the graph runs.
   step::on_replay([this] { advance(); });
   write_step_values();
-  for (std::size_t k = 0; k <= parts.size(); ++k) {
-    if (k < parts.size() && before) before(k);
-    std::vector<std::size_t> members;
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      if (part_of[i] == k) members.push_back(i);
-    update_all(members);
+  begin_step();
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (k + 1 < parts.size() && before) before(k);
+    update_all(parts[k]);
   }
 }
 
-// The updates of `members` (in order): CUDA parameters in groups of one device and dtype, up to
+// The updates of `spans` (in order): CUDA parameters in groups of one device and dtype, up to
 // 32 per launch; .grad() is read here, after the part's `before` may have replaced it.
-void Optimizer::update_all(const std::vector<std::size_t>& members) {
-  std::vector<std::vector<std::size_t>> groups;
-  for (std::size_t i : members) {
-    const Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
+void Optimizer::update_all(const std::vector<ParamSpan>& spans) {
+  std::vector<std::vector<ParamSpan>> groups;
+  for (const ParamSpan& s : spans) {
+    const Tensor& p = params_[s.index];
+    if (!p.grad().defined() || s.count == 0) continue;
     if (!p.device().is_cuda()) {
-      update(i, p.grad().contiguous());
+      update(s, p.grad().contiguous());
       continue;
     }
-    auto same = [&](const std::vector<std::size_t>& g) {
-      const Tensor& q = params_[g.front()];
+    auto same = [&](const std::vector<ParamSpan>& g) {
+      const Tensor& q = params_[g.front().index];
       return q.device() == p.device() && q.dtype() == p.dtype() && g.size() < 32;
     };
     auto it = std::find_if(groups.begin(), groups.end(), same);
-    if (it == groups.end()) groups.emplace_back(std::vector<std::size_t>{i});
-    else it->push_back(i);
+    if (it == groups.end())
+      groups.emplace_back(std::vector<ParamSpan>{s});
+    else
+      it->push_back(s);
   }
-  for (const std::vector<std::size_t>& g : groups) {
+  for (const std::vector<ParamSpan>& g : groups) {
     std::vector<Tensor> grads;
-    for (std::size_t i : g) grads.push_back(params_[i].grad().contiguous());
+    for (const ParamSpan& s : g) grads.push_back(params_[s.index].grad().contiguous());
     update_gpu(g, grads);
   }
 }

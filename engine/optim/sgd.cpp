@@ -59,39 +59,51 @@ void SGD::check_resettable() const {
                      "build a new optimizer instead");
 }
 
-void SGD::update(std::size_t i, const Tensor& grad) {
-  const Tensor& p = params()[i];
+void SGD::begin_step() { made_this_step_.assign(params().size(), false); }
+
+// PyTorch starts the buffer as a copy of the first gradient, not from zeros.
+bool SGD::first_use(std::size_t param) {
+  if (o_.momentum == 0) return false;
+  if (made_this_step_.size() < params().size()) made_this_step_.resize(params().size(), false);
+  if (!has_slot(param, 0)) made_this_step_[param] = true;
+  return made_this_step_[param];
+}
+
+void SGD::update(const ParamSpan& span, const Tensor& grad) {
+  const Tensor& p = params()[span.index];
   const bool momentum = o_.momentum != 0;
-  // PyTorch starts the buffer as a copy of the first gradient, not from zeros.
-  const bool first = momentum && !has_slot(i, 0);
-  const Tensor buf = momentum ? slot(i, 0) : Tensor();
+  const bool first = first_use(span.index);
+  const Tensor buf = momentum ? slot(span.index, 0) : Tensor();
+  const std::int64_t b = span.begin;
   detail::visit_floating(p.dtype(), [&]<class T>() {
-    sgd_cpu<T>(static_cast<T*>(p.data_ptr()), static_cast<const T*>(grad.data_ptr()),
-               buf.defined() ? static_cast<cpu::compute_t<T>*>(buf.data_ptr()) : nullptr, p.numel(), o_, lr(), first);
+    sgd_cpu<T>(static_cast<T*>(p.data_ptr()) + b, static_cast<const T*>(grad.data_ptr()) + b,
+               buf.defined() ? static_cast<cpu::compute_t<T>*>(buf.data_ptr()) + b : nullptr, span.count, o_, lr(),
+               first);
   });
   bump_version(p);
   if (buf.defined()) bump_version(buf);
 }
 
-void SGD::update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) {
+void SGD::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) {
   const bool momentum = o_.momentum != 0;
   kernels::OptimTensors ts;
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    const Tensor& p = this->params()[params[k]];
-    const bool first = momentum && !has_slot(params[k], 0);
-    const Tensor buf = momentum ? slot(params[k], 0) : Tensor();
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    const Tensor& p = this->params()[spans[k].index];
+    const bool first = first_use(spans[k].index);
+    const Tensor buf = momentum ? slot(spans[k].index, 0) : Tensor();
     ts.p[k] = device_address(p);
     ts.g[k] = device_address(grads[k]);
     ts.s0[k] = buf.defined() ? device_address(buf) : 0;
     ts.n[k] = p.numel();
     ts.flags[k] = first ? 1 : 0;
     LowPrecisionCopy* lp = detail::low_precision_target(p, ts, static_cast<int>(k));
+    detail::narrow_to_span(ts, static_cast<int>(k), p, spans[k]);
     bump_version(p);
     detail::low_precision_written(p, lp);
     if (buf.defined()) bump_version(buf);
   }
-  ts.count = static_cast<int>(params.size());
-  const Tensor& p0 = this->params()[params.front()];
+  ts.count = static_cast<int>(spans.size());
+  const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_sgd_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.momentum, o_.dampening,
                            o_.weight_decay, o_.nesterov, stream_of(p0.device()));
 }

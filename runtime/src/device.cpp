@@ -179,14 +179,28 @@ void make_current(int ordinal) {
 
 // ---- Stream ----
 
-Stream Stream::create(int device) {
+Stream Stream::create(int device, bool high_priority) {
   make_current(device);
   CUstream h = nullptr;
-  KILN_CU(cuStreamCreate(&h, CU_STREAM_NON_BLOCKING));
+  if (high_priority) {
+    int least = 0, greatest = 0;
+    KILN_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+    KILN_CU(cuStreamCreateWithPriority(&h, CU_STREAM_NON_BLOCKING, greatest));
+  } else {
+    KILN_CU(cuStreamCreate(&h, CU_STREAM_NON_BLOCKING));
+  }
   Stream s;
   s.handle_ = h;
   s.device_ = device;
   return s;
+}
+
+int Stream::priority() const {
+  if (!handle_ || unbacked_) return 0;
+  make_current(device_);
+  int p = 0;
+  KILN_CU(cuStreamGetPriority(static_cast<CUstream>(handle_), &p));
+  return p;
 }
 
 Stream::~Stream() {

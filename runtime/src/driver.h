@@ -24,6 +24,9 @@ namespace kiln::rt {
   X(cuCtxGetCurrent)                   \
   X(cuCtxSynchronize)                  \
   X(cuStreamCreate)                    \
+  X(cuStreamCreateWithPriority)        \
+  X(cuCtxGetStreamPriorityRange)       \
+  X(cuStreamGetPriority)               \
   X(cuStreamDestroy)                   \
   X(cuStreamSynchronize)               \
   X(cuStreamWaitEvent)                 \

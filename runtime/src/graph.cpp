@@ -182,7 +182,9 @@ Graph Graph::end_capture(const Stream& s) {
   for (std::size_t i = 0; i < edges; ++i)
     g.counts.programmatic_edges += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
   g.counts.longest_kernel_chain = longest_kernel_chain(nodes, from, to);
-  KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
+  // Nodes keep the priority of the stream they were captured on (a high-priority stream's
+  // all-reduces), instead of all taking the launching stream's.
+  KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
   KILN_CU(cuGraphUpload(g.exec, stream));
   return out;
 }

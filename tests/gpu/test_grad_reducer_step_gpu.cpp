@@ -1,8 +1,10 @@
-// dist::GradReducer::finish(opt) through NCCL in a world of 1: each bucket's parameters updated
-// as soon as its all-reduce completes gives the weights of finish() then opt.step(), bit for bit,
-// eager and inside a compiled step, with a parameter outside the reducer updated last.
+// dist::GradReducer::finish(opt) through NCCL in a world of 1: each piece's parameters (or spans
+// of them) updated as soon as its all-reduce completes gives the weights of whole buckets'
+// finish() then opt.step(), bit for bit, eager and inside a compiled step, with a parameter
+// outside the reducer updated last; with gradients as bucket views or copied, and a bf16 wire.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -44,7 +46,7 @@ bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::
 
 }  // namespace
 
-TEST_CASE("GradReducer::finish(opt) (world of 1): per-bucket updates equal finish() then step(), bit for bit") {
+TEST_CASE("GradReducer::finish(opt) (world of 1): per-piece updates equal finish() then step(), bit for bit") {
   if (!kiln_test::nccl_or_skip()) return;
   kiln_test::WorldOfOne world;
   dist::ProcessGroup& pg = world.group;
@@ -52,47 +54,62 @@ TEST_CASE("GradReducer::finish(opt) (world of 1): per-bucket updates equal finis
   Generator g(3);
   const Tensor x = randn({32, 64}, {}, &g).to(dev), y = randint(0, 10, {32}, {}, &g).to(dev);
 
-  for (bool compiled : {false, true}) {
-    CAPTURE(compiled);
-    auto ref_net = three_layers(dev), net = three_layers(dev);
-    // The first layer's bias stays out of the reducers: the optimizer updates it after the buckets.
-    auto reduced = [](const nn::Module& m) {
-      std::vector<Tensor> p = m.parameters();
-      p.erase(p.begin() + 1);
-      return p;
-    };
-    const dist::ReducerOptions small{.bucket_bytes = 4096, .first_bucket_bytes = 0};
-    dist::GradReducer ref_reducer(pg, reduced(*ref_net), small), reducer(pg, reduced(*net), small);
-    REQUIRE(reducer.buckets().size() >= 3);
-    optim::Adam ref_opt(ref_net->parameters(), {.lr = 1e-2}), opt(net->parameters(), {.lr = 1e-2});
-    auto step = [&x, &y](nn::Module& m, optim::Optimizer& o, dist::GradReducer& r, bool per_bucket) {
-      return [&m, &o, &r, per_bucket, &x, &y](const std::vector<Tensor>&) {
-        o.zero_grad();
-        Tensor loss = cross_entropy(m(x), y);
-        loss.backward();
-        if (per_bucket) {
-          r.finish(o);
-        } else {
-          r.finish();
-          o.step();
-        }
-        return std::vector<Tensor>{loss.detach()};
+  const dist::ReducerOptions whole{.bucket_bytes = 4096, .first_bucket_bytes = 0, .piece_bytes = 0};
+  dist::ReducerOptions pieces = whole, copied, bf16_wire;
+  pieces.piece_bytes = 1024;  // the 48x64 layer's 12 KiB in 12 pieces, the others in several
+  copied = pieces;
+  copied.grad_as_bucket_view = false;
+  bf16_wire = pieces;
+  bf16_wire.wire_dtype = DType::bf16;
+  const std::vector<std::pair<std::string, dist::ReducerOptions>> settings = {
+      {"whole buckets", whole}, {"pieces", pieces}, {"pieces, copied", copied}, {"pieces, bf16 wire", bf16_wire}};
+  for (const auto& [setting, options] : settings)
+    for (bool compiled : {false, true}) {
+      CAPTURE(setting);
+      CAPTURE(compiled);
+      auto ref_net = three_layers(dev), net = three_layers(dev);
+      // The first layer's bias stays out of the reducers: the optimizer updates it after the buckets.
+      auto reduced = [](const nn::Module& m) {
+        std::vector<Tensor> p = m.parameters();
+        p.erase(p.begin() + 1);
+        return p;
       };
-    };
-    StepFunction a = step(*ref_net, ref_opt, ref_reducer, false), b = step(*net, opt, reducer, true);
-    std::optional<CompiledFunction> ca, cb;
-    if (compiled) {
-      ca.emplace(compile(a, {.device = dev}));
-      cb.emplace(compile(b, {.device = dev}));
+      dist::ReducerOptions ref_options = options;
+      ref_options.piece_bytes = 0;
+      dist::GradReducer ref_reducer(pg, reduced(*ref_net), ref_options), reducer(pg, reduced(*net), options);
+      REQUIRE(reducer.buckets().size() >= 3);
+      CHECK(ref_reducer.pieces() == std::vector<std::size_t>(reducer.buckets().size(), 1));
+      const std::vector<std::size_t> cut = reducer.pieces();
+      if (options.piece_bytes > 0) CHECK(*std::max_element(cut.begin(), cut.end()) > 1);
+      optim::Adam ref_opt(ref_net->parameters(), {.lr = 1e-2}), opt(net->parameters(), {.lr = 1e-2});
+      auto step = [&x, &y](nn::Module& m, optim::Optimizer& o, dist::GradReducer& r, bool per_bucket) {
+        return [&m, &o, &r, per_bucket, &x, &y](const std::vector<Tensor>&) {
+          o.zero_grad();
+          Tensor loss = cross_entropy(m(x), y);
+          loss.backward();
+          if (per_bucket) {
+            r.finish(o);
+          } else {
+            r.finish();
+            o.step();
+          }
+          return std::vector<Tensor>{loss.detach()};
+        };
+      };
+      StepFunction a = step(*ref_net, ref_opt, ref_reducer, false), b = step(*net, opt, reducer, true);
+      std::optional<CompiledFunction> ca, cb;
+      if (compiled) {
+        ca.emplace(compile(a, {.device = dev}));
+        cb.emplace(compile(b, {.device = dev}));
+      }
+      for (int i = 0; i < 5; ++i) {
+        CAPTURE(i);
+        const float la = (ca ? (*ca)({}) : a({}))[0].item<float>(), lb = (cb ? (*cb)({}) : b({}))[0].item<float>();
+        CHECK(std::memcmp(&la, &lb, sizeof la) == 0);
+        CHECK(same_bits(weights(*net), weights(*ref_net)));
+      }
+      CHECK(opt.steps() == ref_opt.steps());
+      if (cb) CHECK(cb->stats().captures == 1);
+      CHECK(!same_bits(weights(*net), weights(*three_layers(dev))));  // the steps did train
     }
-    for (int i = 0; i < 5; ++i) {
-      CAPTURE(i);
-      const float la = (ca ? (*ca)({}) : a({}))[0].item<float>(), lb = (cb ? (*cb)({}) : b({}))[0].item<float>();
-      CHECK(std::memcmp(&la, &lb, sizeof la) == 0);
-      CHECK(same_bits(weights(*net), weights(*ref_net)));
-    }
-    CHECK(opt.steps() == ref_opt.steps());
-    if (cb) CHECK(cb->stats().captures == 1);
-    CHECK(!same_bits(weights(*net), weights(*three_layers(dev))));  // the steps did train
-  }
 }

@@ -1,5 +1,5 @@
 // dist::GradReducer's options through NCCL in a world of 1: after finish() the gradients are
-// views into their bucket, laid end to end last layer first (or private copies with
+// views into their bucket, 256-byte aligned, last layer first (or private copies with
 // grad_as_bucket_view off), and a bf16 wire leaves each gradient rounded to bf16.
 #include <doctest/doctest.h>
 
@@ -50,7 +50,8 @@ TEST_CASE("GradReducer (world of 1): gradients as bucket views, private copies, 
   auto plain = small_net(dev);
   cross_entropy((*plain)(x), y).backward();
 
-  // Defaults: all 4 parameters (under 1 MiB) in the first bucket, views end to end in it.
+  // Defaults: all 4 parameters (under 1 MiB) in the first bucket, in order, each view 256-byte
+  // aligned.
   auto viewed = small_net(dev);
   dist::GradReducer by_view(pg, viewed->parameters());
   CHECK(by_view.buckets() == std::vector<std::vector<std::size_t>>{{3, 2, 1, 0}});
@@ -58,9 +59,11 @@ TEST_CASE("GradReducer (world of 1): gradients as bucket views, private copies, 
   by_view.finish();
   CHECK(module_grads_rounded(*viewed) == module_grads_rounded(*plain));
   const std::vector<Tensor> p = viewed->parameters();
+  CHECK(address(p[3].grad()) % 256 == 0);
   for (std::size_t k = 3; k > 0; --k) {
     CAPTURE(k);
-    CHECK(address(p[k - 1].grad()) == address(p[k].grad()) + p[k].numel() * sizeof(float));
+    CHECK(address(p[k - 1].grad()) % 256 == 0);
+    CHECK(address(p[k - 1].grad()) == (address(p[k].grad()) + p[k].numel() * sizeof(float) + 255) / 256 * 256);
   }
   // The next eager backward makes new gradients; finish() points .grad() at the views again.
   for (Tensor t : viewed->parameters()) t.zero_grad();

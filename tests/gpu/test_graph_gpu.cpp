@@ -124,3 +124,19 @@ TEST_CASE("a captured graph of copies replays on new data; capture refuses host 
     CHECK(back == std::vector<std::uint8_t>(n, 0));
   }
 }
+
+TEST_CASE("a high-priority stream has the device's greatest priority, and its captured graph replays") {
+  Stream normal = Stream::create(0), high = Stream::create(0, /*high_priority=*/true);
+  CHECK(normal.priority() == 0);
+  CHECK(high.priority() < 0);  // every GPU kiln supports has priorities below the default
+  const std::size_t n = 4096;
+  DeviceBuffer src(n, high), dst(n, high);
+  std::vector<std::uint8_t> host(n, 5), back(n);
+  begin_capture(high);
+  copy_device(dst.ptr(), src.ptr(), n, high);
+  Graph g = Graph::end_capture(high);
+  copy_to_device(src.ptr(), host.data(), n, high);
+  g.launch(high);
+  copy_to_host(back.data(), dst.ptr(), n, high);
+  CHECK(back == host);
+}

@@ -119,6 +119,7 @@ TEST_CASE("bench_dist on two GPUs: per-bucket optimizer steps give the weights o
     CAPTURE(per_bucket.dump());
     CHECK(per_bucket["world"] == 2);
     CHECK(per_bucket["buckets"].get<int>() >= 2);
+    CHECK(per_bucket["all_reduces"] == per_bucket["buckets"]);  // one per bucket by default
     CHECK(per_bucket["bucket_step"] == true);
     CHECK(after_all["bucket_step"] == false);
     CHECK(per_bucket["weights_agree"] == true);

@@ -6,8 +6,9 @@
 // Models: mlp4096 (784-4096-4096-10) and the trainer's cnn, at --batch (1024) per GPU, Adam
 // (lr 1e-3), random images and labels made on the device once. For each (model, precision): a
 // compiled step (kiln::compile) whose dist::GradReducer averages the gradients during the
-// backward and updates each bucket's parameters as its all-reduce completes (--step-after-all:
-// after the last); warm-up (the eager call, the capture, --warmup replays), then --repeats windows of
+// backward in pieces (--piece-mb) and updates each piece's parameters as its all-reduce completes
+// (--step-after-all: after the last); warm-up (the eager call, the capture, --warmup replays), then --repeats windows
+// of
 // --steps replays, each between device synchronisations. samples/s = world x batch x steps /
 // seconds (the slowest rank's); the median window is reported.
 // Started without a launcher it trains on cuda:0 with no process group and no reducer ("1 GPU,
@@ -45,7 +46,7 @@ struct Settings {
   std::int64_t batch = 1024;
   int steps = 100, repeats = 3, warmup = 10;
   std::uint64_t seed = 0;
-  double bucket_mb = 25, first_bucket_mb = 1;
+  double bucket_mb = 25, first_bucket_mb = 1, piece_mb = 0;
   bool grad_bf16 = false, bf16_grads_row = false, no_grad_view = false, no_reducer = false, step_after_all = false;
   std::string json_path, device = "cuda";
 };
@@ -146,6 +147,7 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
     dist::ReducerOptions ro;
     ro.bucket_bytes = static_cast<std::size_t>(s.bucket_mb * (1 << 20));
     ro.first_bucket_bytes = static_cast<std::size_t>(s.first_bucket_mb * (1 << 20));
+    ro.piece_bytes = static_cast<std::size_t>(s.piece_mb * (1 << 20));
     ro.grad_as_bucket_view = !s.no_grad_view;
     if (s.grad_bf16) ro.wire_dtype = DType::bf16;
     reducer.emplace(*group, net->parameters(), ro);
@@ -192,6 +194,9 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
   const double rate = sorted[sorted.size() / 2];
   const float loss = step({x, y})[0].item<float>();
   const CompileStats stats = step.stats();
+  std::size_t all_reduces = 0;
+  if (reducer)
+    for (std::size_t n : reducer->pieces()) all_reduces += n;
   nlohmann::json row = {{"bench", "kiln"},
                         {"model", model},
                         {"precision", precision},
@@ -210,6 +215,7 @@ nlohmann::json bench_row(const Settings& s, const std::string& model, const std:
                         {"grad_wire", s.grad_bf16 ? "bf16" : "f32"},
                         {"grad_view", !s.no_grad_view},
                         {"buckets", reducer ? reducer->buckets().size() : 0},
+                        {"all_reduces", all_reduces},
                         {"bucket_step", reducer.has_value() && !s.step_after_all},
                         {"weights_digest", weights_digest(*net)},
                         {"kernels_per_graph", stats.kernels_per_graph.empty() ? 0 : stats.kernels_per_graph.front()}};
@@ -239,6 +245,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", s.batch, "Batch per GPU")->check(CLI::Range(1, 1 << 20));
   app.add_option("--seed", s.seed, "Weights and data seed");
   app.add_option("--bucket-mb", s.bucket_mb, "GradReducer bucket cap in MiB")->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--piece-mb", s.piece_mb, "GradReducer all-reduce pieces in MiB (0: one per bucket)")
+      ->check(CLI::Range(0.0, 4096.0));
   app.add_option("--first-bucket-mb", s.first_bucket_mb, "GradReducer first bucket in MiB (0: like the others)")
       ->check(CLI::Range(0.0, 4096.0));
   app.add_flag("--grad-bf16", s.grad_bf16, "All-reduce f32 gradients in bf16 (DDP's bf16_compress_hook)");
@@ -313,11 +321,12 @@ int main(int argc, char** argv) {
           row["device"] = device_name;
           if (!leader) continue;
           std::printf(
-              "%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets%s%s, loss %s%s\n", model.c_str(),
-              precision.c_str(), row["world"].get<int>(), row["world"].get<int>() > 1 ? "s" : " ",
+              "%-8s %-5s %d GPU%s %-9s %12.0f samples/s %8.3f ms/step  %s, %zu buckets in %zu all-reduces%s%s, loss "
+              "%s%s\n",
+              model.c_str(), precision.c_str(), row["world"].get<int>(), row["world"].get<int>() > 1 ? "s" : " ",
               group ? launch.c_str() : "(no DDP)", row["samples_per_s"].get<double>(), row["ms_per_step"].get<double>(),
               row["mode"].get<std::string>().c_str(), row["buckets"].get<std::size_t>(),
-              v.grad_bf16 ? " (bf16 on the wire)" : "",
+              row["all_reduces"].get<std::size_t>(), v.grad_bf16 ? " (bf16 on the wire)" : "",
               row["reducer"].get<bool>() && v.step_after_all ? ", optimizer after the last" : "",
               row["loss"].dump().c_str(), row["weights_agree"].get<bool>() ? "" : "  WEIGHTS DIFFER BETWEEN RANKS");
           std::fflush(stdout);

@@ -14,6 +14,12 @@
 
 namespace kiln::optim {
 
+// Elements [begin, begin + count) of parameter `index`, flattened; count -1: to its end.
+struct ParamSpan {
+  std::size_t index = 0;
+  std::int64_t begin = 0, count = -1;
+};
+
 class Optimizer {
  public:
   // ValueError for an empty list, a parameter that is not a floating leaf requiring grad,
@@ -34,6 +40,10 @@ class Optimizer {
   // ValueError for an index out of range or in two parts, before anything changes.
   void step_in_parts(const std::vector<std::vector<std::size_t>>& parts,
                      const std::function<void(std::size_t)>& before);
+  // step_in_parts with parts of parameters' element spans, so one large parameter can be updated
+  // piece by piece as its gradient's pieces are ready. A parameter in a part is covered whole by
+  // its spans, with none overlapping; ValueError otherwise, before anything changes.
+  void step_in_spans(const std::vector<std::vector<ParamSpan>>& parts, const std::function<void(std::size_t)>& before);
   // step() unless `found_inf` (an f32 scalar, GradScaler's) is nonzero; every parameter with a
   // gradient lives on its device (else DeviceError). On a GPU the update kernels read the flag,
   // so a captured step skips with no host read, but the step count advances either way (Adam's
@@ -58,11 +68,14 @@ class Optimizer {
   void load_state(const nn::NamedTensors& state);
 
  protected:
-  // Updates params_[i], a CPU tensor, from its gradient; steps_ already counts this step.
-  virtual void update(std::size_t i, const Tensor& grad) = 0;
-  // Updates params_[i] for every i in `params` (at most 32, one CUDA device and dtype) from
-  // grads (contiguous, in the same order) with one launch.
-  virtual void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) = 0;
+  // Updates a span of a CPU parameter (count resolved) from its whole gradient (contiguous);
+  // steps_ already counts this step.
+  virtual void update(const ParamSpan& span, const Tensor& grad) = 0;
+  // Updates every span (at most 32, of parameters on one CUDA device with one dtype; counts
+  // resolved) from the whole gradients (contiguous, in the same order) with one launch.
+  virtual void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) = 0;
+  // Called once per step before any update: a step may update a parameter in several spans.
+  virtual void begin_step() {}
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
   virtual std::vector<std::string> slot_names() const = 0;
   // What changes from step to step, as the GPU kernels read it (lr first); the base class
@@ -83,7 +96,12 @@ class Optimizer {
 
  private:
   void advance();                 // checks the limit and counts one step
-  void update_all(const std::vector<std::size_t>& members);
+  void update_all(const std::vector<ParamSpan>& spans);
+  // The step itself: parts[k] after before(k), the last part (the rest) last.
+  void run_parts(const std::vector<std::vector<ParamSpan>>& parts, const std::function<void(std::size_t)>& before);
+  // The spans checked and resolved (counts set) per part, then the parameters in no part whole.
+  std::vector<std::vector<ParamSpan>> resolved(const std::vector<std::vector<ParamSpan>>& parts,
+                                               const std::string& who) const;
   void write_step_values();       // to every CUDA device a parameter with a gradient lives on
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> slots_;
@@ -108,14 +126,18 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SgdOptions options = {});
 
  protected:
-  void update(std::size_t i, const Tensor& grad) override;
-  void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) override;
+  void update(const ParamSpan& span, const Tensor& grad) override;
+  void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) override;
   std::vector<std::string> slot_names() const override;
   std::string name() const override { return "optim.SGD"; }
   void check_resettable() const override;
+  void begin_step() override;
 
  private:
+  // Whether this step made the parameter's momentum buffer: its later spans are first too.
+  bool first_use(std::size_t param);
   SgdOptions o_;
+  std::vector<bool> made_this_step_;
 };
 
 struct AdamOptions {
@@ -133,8 +155,8 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
 
  protected:
-  void update(std::size_t i, const Tensor& grad) override;
-  void update_gpu(const std::vector<std::size_t>& params, const std::vector<Tensor>& grads) override;
+  void update(const ParamSpan& span, const Tensor& grad) override;
+  void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) override;
   std::vector<std::string> slot_names() const override;
   std::vector<double> step_values() const override;  // lr, 1 - beta1^t, 1 - beta2^t
   bool slot_nonnegative(std::size_t slot) const override { return slot == 1; }  // exp_avg_sq

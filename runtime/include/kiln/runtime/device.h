@@ -38,7 +38,9 @@ class Event;
 class Stream {
  public:
   Stream() = default;  // empty: no stream
-  static Stream create(int device);  // a non-blocking stream on `device`
+  // A non-blocking stream on `device`; with high_priority, the device's highest stream priority,
+  // so its kernels take SMs ahead of other streams' (communication beside compute).
+  static Stream create(int device, bool high_priority = false);
   ~Stream();
   Stream(Stream&& o) noexcept;
   Stream& operator=(Stream&& o) noexcept;
@@ -48,6 +50,7 @@ class Stream {
   void synchronize() const;
   void wait(const Event& e) const;  // later work on this stream waits for e
   void* handle() const { return handle_; }  // CUstream
+  int priority() const;                     // the driver's priority: 0 normal, lower numbers higher
   int device() const { return device_; }
   explicit operator bool() const { return handle_ != nullptr; }
   // A shape-only pass's stream: no driver stream behind it, so it needs no context; nothing
