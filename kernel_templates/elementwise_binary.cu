@@ -1,7 +1,9 @@
 // y = OP(a, b) for one (input, output) dtype pair; a and b are both inputs in their
-// compute type and p0, p1 carry op parameters (user pointwise ops). Variant 0: contiguous; 1: strided/broadcast (up to 8 dims); 2: one
-// operand is a host scalar (s as double, si exact for integers), first when
-// scalar_first != 0, and the tensor operand is contiguous (L.ndim == 0) or strided.
+// compute type and p0, p1 carry op parameters (user pointwise ops). Variant 0: contiguous; 1: strided/broadcast (up to
+// 8 dims); 2: one operand is a host scalar (s as double, si exact for integers), first when scalar_first != 0, and the
+// tensor operand is contiguous (L.ndim == 0) or strided. Loops over memory: built at NVRTC's lightest fast-compile
+// level (-Ofc=min), in about half the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}

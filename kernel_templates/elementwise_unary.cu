@@ -1,6 +1,9 @@
 // y = OP(x) for one (input, output) dtype pair; x is the input in its compute type and
 // p0, p1 carry op parameters (leaky_relu slope, clamp bounds), so every unary op shares
 // one signature. Cast is the op "x". Variant 0: contiguous; 1: strided (up to 8 dims).
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}

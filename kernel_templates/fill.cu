@@ -1,5 +1,8 @@
 // y = value for every element of one dtype. The value arrives as a double plus an exact
 // long long (used for integer dtypes). Variant 0: contiguous; 1: strided output view.
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}

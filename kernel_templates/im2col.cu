@@ -1,6 +1,9 @@
 // im2col / col2im for conv2d on NCHW, one module per dtype. cols is (C*kh*kw, n*L) with
 // L = oh*ow: row (c, ki, kj), column (b, oy, ox); conv2d's GEMMs read it per group.
 // KIND selects the entry (0: im2col, 1: col2im); f16/bf16 accumulate in f32.
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;

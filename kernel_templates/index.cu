@@ -4,6 +4,9 @@
 // drops the element and one_hot leaves the row zero (PyTorch asserts on the device instead).
 // KIND: 0 gather, 1 scatter_add, 2 one_hot. T: value storage; ACC: scatter accumulator
 // (float for f16/bf16, which the launcher accumulates in an f32 scratch tensor).
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;

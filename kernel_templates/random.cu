@@ -2,6 +2,9 @@
 // arithmetic repeats engine/ops/random.cpp operation for operation; doubles go through
 // explicitly rounded intrinsics so no FMA contraction can make the two devices differ.
 // DIST: 0 uniform, 1 normal, 2 randint, 3 bernoulli (scalar p), 4 bernoulli (tensor p).
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;

@@ -4,6 +4,9 @@
 // same infinities). An output is `lines` runs of `length` elements, `stride` apart. Only one
 // word comes back to the host, not the outputs: reading back and converting a 51M-element
 // output took about 0.7 s per candidate.
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;

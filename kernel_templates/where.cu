@@ -1,5 +1,8 @@
 // y = cond ? a : b for one value dtype; cond is bool. Variant 0: contiguous;
 // 1: strided/broadcast (up to 8 dims).
+// Loops over memory: built at NVRTC's lightest fast-compile level (-Ofc=min), in about half
+// the compile time (runtime/compiler.h).
+#define KILN_FAST_COMPILE 1
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 #define KILN_VARIANT ${VARIANT}

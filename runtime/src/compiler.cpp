@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -117,9 +118,25 @@ std::vector<std::string> cuda_include_dirs() {
   return dirs;
 }
 
-bool wants_arch_specific(std::string_view source) {
-  constexpr std::string_view kLine = "#define KILN_ARCH_SPECIFIC 1\n";
-  return source.starts_with(kLine) || source.find("\n" + std::string(kLine)) != std::string_view::npos;
+namespace {
+
+bool has_line(std::string_view source, std::string_view line) {
+  return source.starts_with(line) || source.find("\n" + std::string(line)) != std::string_view::npos;
+}
+
+}  // namespace
+
+bool wants_arch_specific(std::string_view source) { return has_line(source, "#define KILN_ARCH_SPECIFIC 1\n"); }
+
+bool fast_compile_allowed() {
+  const char* v = std::getenv("KILN_FAST_COMPILE");
+  if (!v || !*v || std::string_view(v) == "on") return true;
+  if (std::string_view(v) == "off") return false;
+  throw ValueError(std::string("[nvrtc] KILN_FAST_COMPILE='") + v + "' must be on or off");
+}
+
+bool wants_fast_compile(std::string_view source) {
+  return has_line(source, "#define KILN_FAST_COMPILE 1\n") && fast_compile_allowed();
 }
 
 // NVRTC 12.4+ leaves out what kiln's kernels never use (texture and surface functions, the device
@@ -141,7 +158,7 @@ std::vector<std::string> quick_tier_options() {
   return options;
 }
 
-std::vector<std::string> nvrtc_options(int arch, bool arch_specific) {
+std::vector<std::string> nvrtc_options(int arch, bool arch_specific, bool fast_compile) {
   std::vector<std::string> opts{"-std=c++17", "-default-device", "-DKILN_NVRTC=1"};
   static const bool minimal = nvrtc_has_minimal();
   if (minimal) opts.push_back("-minimal");
@@ -160,12 +177,15 @@ std::vector<std::string> nvrtc_options(int arch, bool arch_specific) {
     opts.push_back("-arch=compute_" + std::to_string(best));
   }
   for (const auto& d : cuda_include_dirs()) opts.push_back("-I" + d);
+  static const bool has_fast_compile = !quick_tier_options().empty();
+  if (fast_compile && has_fast_compile) opts.push_back("-Ofc=min");
   return opts;
 }
 
 CompiledModule compile(const CompileRequest& req) {
   auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> options = nvrtc_options(req.arch, wants_arch_specific(req.source));
+  std::vector<std::string> options =
+      nvrtc_options(req.arch, wants_arch_specific(req.source), wants_fast_compile(req.source) && !req.quick);
   if (req.quick) {
     const std::vector<std::string> quick = quick_tier_options();
     if (quick.empty()) throw ValueError("[nvrtc] NVRTC " + nvrtc_version() + " has no fast-compile mode (12.8+)");

@@ -326,7 +326,7 @@ EntryKey entry_key_for_arch(EntryKey named, int arch, const std::string& source)
   k.options.clear();
   k.kind = nvrtc_can_emit_cubin(arch) ? "cubin" : "ptx";
   k.nvrtc_version = nvrtc_version();
-  for (const auto& o : nvrtc_options(arch, wants_arch_specific(source)))
+  for (const auto& o : nvrtc_options(arch, wants_arch_specific(source), wants_fast_compile(source)))
     k.options += (k.options.empty() ? "" : " ") + o;
   k.digest = entry_digest(k, source);
   return k;

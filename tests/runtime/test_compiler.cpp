@@ -7,10 +7,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
+#include "kiln/runtime/kernel_registry.h"
+#include "scoped_env.h"
 
 namespace rt = kiln::rt;
 
@@ -140,4 +145,37 @@ TEST_CASE("KILN_CUDA_INCLUDE overrides where NVRTC looks for cuda_fp16.h") {
                        kiln::CompileError);
   unsetenv("KILN_CUDA_INCLUDE");
   CHECK(rt::cuda_include_dirs() != dirs);
+}
+
+TEST_CASE("fast compiles: the templates that ask build at -Ofc=min, unless KILN_FAST_COMPILE=off") {
+  CHECK(rt::wants_fast_compile("// header\n#define KILN_FAST_COMPILE 1\nint x;"));
+  CHECK_FALSE(rt::wants_fast_compile("// #define KILN_FAST_COMPILE 1\nint x;"));
+  const std::vector<std::string> plain = rt::nvrtc_options(90), fast = rt::nvrtc_options(90, false, true);
+  CHECK(std::find(plain.begin(), plain.end(), "-Ofc=min") == plain.end());
+  if (!rt::quick_tier_options().empty()) CHECK(std::find(fast.begin(), fast.end(), "-Ofc=min") != fast.end());
+
+  // The simple loops ask; the training steps' own kernels (norm, reduce, softmax, optim, pool) do not.
+  const std::set<std::string> asking = {
+      "elementwise_unary", "elementwise_binary", "fill", "index", "where", "random", "im2col", "tune_check"};
+  std::set<std::string> seen;
+  for (const rt::KernelSpec* spec : rt::registered_kernels()) {
+    CAPTURE(spec->op);
+    const std::string source = rt::instantiate_kernel(*spec, spec->dtypes.front(), spec->variants.front());
+    CHECK(rt::wants_fast_compile(source) == (asking.count(spec->template_name) == 1));
+    seen.insert(spec->template_name);
+  }
+  for (const std::string& t : asking) CHECK(seen.count(t) == 1);
+
+  const char* marked = "#define KILN_FAST_COMPILE 1\nextern \"C\" __global__ void k(float* x) { x[0] = 1.f; }\n";
+  const rt::CompiledModule m = rt::compile({"fast_probe", "f32", marked, 90});
+  CHECK(m.cubin.compare(0, 4,
+                        "\x7f"
+                        "ELF") == 0);
+  {
+    kiln_test::ScopedEnv off{{"KILN_FAST_COMPILE", "off"}};
+    CHECK_FALSE(rt::wants_fast_compile(marked));
+  }
+  kiln_test::ScopedEnv bad{{"KILN_FAST_COMPILE", "maybe"}};
+  CHECK_THROWS_WITH_AS(rt::wants_fast_compile(marked), "[nvrtc] KILN_FAST_COMPILE='maybe' must be on or off",
+                       kiln::ValueError);
 }

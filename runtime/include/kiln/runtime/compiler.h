@@ -25,10 +25,17 @@ CompiledModule compile(const CompileRequest& req);
 // Every NVRTC option `compile` passes for `arch` (part of the disk cache key). `arch_specific`
 // targets sm_XXa, whose features (wgmma, setmaxnreg) run on that arch alone; ValueError when
 // this NVRTC cannot emit CUBIN for it.
-std::vector<std::string> nvrtc_options(int arch, bool arch_specific = false);
+// `fast_compile` adds NVRTC's lightest fast-compile level (-Ofc=min, NVRTC 12.8+; nothing before).
+std::vector<std::string> nvrtc_options(int arch, bool arch_specific = false, bool fast_compile = false);
 // Whether `source` asks for the arch-specific target: it defines KILN_ARCH_SPECIFIC on a line
 // of its own. compile() and the cache keys both read it from the source.
 bool wants_arch_specific(std::string_view source);
+// Whether `source` asks for fast compiles (it defines KILN_FAST_COMPILE on a line of its own) and
+// KILN_FAST_COMPILE is not off (ValueError unless on or off). The elementwise, fill, index, where,
+// random and im2col templates ask: their loops compile in about half the time at -Ofc=min and run
+// as fast; the templates of the training steps' own kernels (norm, reduce, softmax, optimizers,
+// pooling) do not, since they ran 1-6% slower built so.
+bool wants_fast_compile(std::string_view source);
 // What a quick-tier compile adds: NVRTC's fast-compile mode (-Ofc=mid, NVRTC 12.8+), which
 // optimises less (less unrolling and inlining) for 2-3x less compile time; empty where this
 // NVRTC lacks it, and then there is no quick tier.
