@@ -72,62 +72,60 @@ void check_same(const optim::Optimizer& a, const std::vector<Tensor>& pa, const 
   }
 }
 
-TEST_CASE("optim: step_in_parts updates part by part after each hook, bit for bit as step()") {
+// For each optimizer kind, three steps: step() on one set of parameters, `parted_step` on an
+// equal set, then both compared bit for bit, parameters and state (moments included).
+void compare_steps(const std::function<void(optim::Optimizer&, std::vector<Tensor>&)>& parted_step) {
   for (const auto& kind : optimizer_kinds()) {
     CAPTURE(kind.first);
     std::vector<Tensor> whole = make_params(), parted = make_params();
     std::unique_ptr<optim::Optimizer> a = kind.second(whole), b = kind.second(parted);
-    for (int step = 0; step < 3; ++step) {
+    for (int step = 0; step < 3; ++step) {  // the first makes SGD's momentum buffers
       set_grads(whole, step);
       set_grads(parted, step);
       a->step();
-      // Parameter 1 is in no part: it is updated after the hooks of both parts.
-      std::vector<std::string> events;
-      const std::vector<Tensor> before = {parted[0].clone(), parted[1].clone(), parted[2].clone(), parted[3].clone()};
-      b->step_in_parts({{2, 0}, {3}}, [&](std::size_t k) {
-        // When part k's hook runs, part k's parameters and the one in no part are not updated yet.
-        events.push_back("hook " + std::to_string(k));
-        CHECK(same_bits(parted[1], before[1]));
-        if (k == 0) CHECK(same_bits(parted[0], before[0]));
-        if (k == 1) {
-          CHECK(!same_bits(parted[0], before[0]));  // part 0 was updated before part 1's hook
-          CHECK(same_bits(parted[3], before[3]));
-        }
-      });
-      CHECK(events == std::vector<std::string>{"hook 0", "hook 1"});
-      // The state, moments included, is step()'s too.
+      parted_step(*b, parted);
       check_same(*a, whole, *b, parted);
     }
   }
 }
 
+TEST_CASE("optim: step_in_parts updates part by part after each hook, bit for bit as step()") {
+  compare_steps([](optim::Optimizer& opt, std::vector<Tensor>& parted) {
+    // Parameter 1 is in no part: it is updated after the hooks of both parts.
+    std::vector<std::string> events;
+    const std::vector<Tensor> before = {parted[0].clone(), parted[1].clone(), parted[2].clone(), parted[3].clone()};
+    opt.step_in_parts({{2, 0}, {3}}, [&](std::size_t k) {
+      // When part k's hook runs, part k's parameters and the one in no part are not updated yet.
+      events.push_back("hook " + std::to_string(k));
+      CHECK(same_bits(parted[1], before[1]));
+      if (k == 0) CHECK(same_bits(parted[0], before[0]));
+      if (k == 1) {
+        CHECK(!same_bits(parted[0], before[0]));  // part 0 was updated before part 1's hook
+        CHECK(same_bits(parted[3], before[3]));
+      }
+    });
+    CHECK(events == std::vector<std::string>{"hook 0", "hook 1"});
+  });
+}
+
 TEST_CASE("optim: step_in_spans updates a parameter piece by piece, bit for bit as step()") {
-  for (const auto& kind : optimizer_kinds()) {
-    CAPTURE(kind.first);
-    std::vector<Tensor> whole = make_params(), parted = make_params();
-    std::unique_ptr<optim::Optimizer> a = kind.second(whole), b = kind.second(parted);
-    // The first step makes SGD's momentum buffers: every span of a parameter is a first use.
-    for (int step = 0; step < 3; ++step) {
-      set_grads(whole, step);
-      set_grads(parted, step);
-      a->step();
-      const Tensor p2 = parted[2].clone();
-      std::vector<std::size_t> hooks;
-      // Parameter 2 (8 elements) in three spans over two parts; 1 and 3 in no part.
-      b->step_in_spans({{{.index = 2, .begin = 5}, {.index = 0}},
-                        {{.index = 2, .begin = 0, .count = 2}, {.index = 2, .begin = 2, .count = 3}}},
-                       [&](std::size_t k) {
-                         hooks.push_back(k);
-                         const std::vector<float> now = parted[2].to_vector<float>(), was = p2.to_vector<float>();
-                         // Before part 1's hook only elements 5-7 have changed.
-                         if (k == 1)
-                           for (std::size_t e = 0; e < 8; ++e) CHECK((now[e] != was[e]) == (e >= 5));
-                         if (k == 0) CHECK(now == was);
-                       });
-      CHECK(hooks == std::vector<std::size_t>{0, 1});
-      check_same(*a, whole, *b, parted);
-    }
-  }
+  compare_steps([](optim::Optimizer& opt, std::vector<Tensor>& parted) {
+    const Tensor p2 = parted[2].clone();
+    std::vector<std::size_t> hooks;
+    // Parameter 2 (8 elements) in three spans over two parts; 1 and 3 in no part. An SGD
+    // momentum buffer made in this step is new for each of its spans.
+    opt.step_in_spans({{{.index = 2, .begin = 5}, {.index = 0}},
+                       {{.index = 2, .begin = 0, .count = 2}, {.index = 2, .begin = 2, .count = 3}}},
+                      [&](std::size_t k) {
+                        hooks.push_back(k);
+                        const std::vector<float> now = parted[2].to_vector<float>(), was = p2.to_vector<float>();
+                        // Before part 1's hook only elements 5-7 have changed.
+                        if (k == 1)
+                          for (std::size_t e = 0; e < 8; ++e) CHECK((now[e] != was[e]) == (e >= 5));
+                        if (k == 0) CHECK(now == was);
+                      });
+    CHECK(hooks == std::vector<std::size_t>{0, 1});
+  });
 }
 
 TEST_CASE("optim: step_in_spans refuses spans that overlap, leave a gap or fall outside, changing nothing") {
