@@ -64,7 +64,6 @@ void SGD::begin_step() { made_this_step_.assign(params().size(), false); }
 // PyTorch starts the buffer as a copy of the first gradient, not from zeros.
 bool SGD::first_use(std::size_t param) {
   if (o_.momentum == 0) return false;
-  if (made_this_step_.size() < params().size()) made_this_step_.resize(params().size(), false);
   if (!has_slot(param, 0)) made_this_step_[param] = true;
   return made_this_step_[param];
 }

@@ -124,16 +124,16 @@ bool has_line(std::string_view source, std::string_view line) {
   return source.starts_with(line) || source.find("\n" + std::string(line)) != std::string_view::npos;
 }
 
-}  // namespace
-
-bool wants_arch_specific(std::string_view source) { return has_line(source, "#define KILN_ARCH_SPECIFIC 1\n"); }
-
 bool fast_compile_allowed() {
   const char* v = std::getenv("KILN_FAST_COMPILE");
   if (!v || !*v || std::string_view(v) == "on") return true;
   if (std::string_view(v) == "off") return false;
   throw ValueError(std::string("[nvrtc] KILN_FAST_COMPILE='") + v + "' must be on or off");
 }
+
+}  // namespace
+
+bool wants_arch_specific(std::string_view source) { return has_line(source, "#define KILN_ARCH_SPECIFIC 1\n"); }
 
 bool wants_fast_compile(std::string_view source) {
   return has_line(source, "#define KILN_FAST_COMPILE 1\n") && fast_compile_allowed();

@@ -7,10 +7,9 @@
 // (lr 1e-3), random images and labels made on the device once. For each (model, precision): a
 // compiled step (kiln::compile) whose dist::GradReducer averages the gradients during the
 // backward in pieces (--piece-mb) and updates each piece's parameters as its all-reduce completes
-// (--step-after-all: after the last); warm-up (the eager call, the capture, --warmup replays), then --repeats windows
-// of
-// --steps replays, each between device synchronisations. samples/s = world x batch x steps /
-// seconds (the slowest rank's); the median window is reported.
+// (--step-after-all: after the last); warm-up (the eager call, the capture, --warmup replays),
+// then --repeats windows of --steps replays, each between device synchronisations. samples/s =
+// world x batch x steps / seconds (the slowest rank's); the median window is reported.
 // Started without a launcher it trains on cuda:0 with no process group and no reducer ("1 GPU,
 // no DDP"); under kiln-run -n 1 the code path of -n 2 runs through NCCL in a world of 1: that
 // run is the denominator of the scaling. Precisions as mnist-train --precision: f32 (TF32 off
