@@ -15,6 +15,7 @@
 #include "core/tensor/dispatch.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/generated_kernels.h"
 #include "kiln/runtime/kernel_plan.h"
@@ -59,6 +60,15 @@ struct Fills {
   }
   kernels::TuneCheck check() const { return {{{device_address(y), DType::f32, 1, y.numel(), y.numel()}}, 1e-6}; }
 };
+
+// The disk cache's choice for a cuBLASLt product whose tune label contains `part`.
+std::optional<rt::TuneChoice> stored_product_choice(const std::string& part) {
+  for (const rt::EntryInfo& info : rt::DiskCache::global().list())
+    if (info.key.kind == rt::kTuneKind && info.key.op == "tune/cublaslt" &&
+        info.key.label.find(part) != std::string::npos)
+      if (const std::optional<rt::Entry> e = rt::DiskCache::global().read(info.path)) return rt::tune_entry_choice(*e);
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -176,11 +186,11 @@ TEST_CASE("KILN_TUNE=auto measures candidates that need no compile, and not thos
   TuneModeGuard automatic(rt::TuneMode::auto_);
   const rt::TuneKey compiled{"test", fresh_problem("auto compiled"), "f32", 90, "test 1"};
   auto c = f.make({{1.0, 20}, {1.0, 1}});
-  CHECK(kernels::run_tuned(compiled, c, f.check(), rt::default_stream(0), true).index == 0);
+  CHECK(kernels::run_tuned(compiled, c, f.check(), rt::default_stream(0), kernels::TuneCompiles::under_on).index == 0);
   CHECK_FALSE(rt::find_choice(compiled));
   const rt::TuneKey free{"test", fresh_problem("auto free"), "f32", 90, "test 1"};
   c = f.make({{1.0, 20}, {1.0, 1}});
-  CHECK(kernels::run_tuned(free, c, f.check(), rt::default_stream(0), false).index == 1);
+  CHECK(kernels::run_tuned(free, c, f.check(), rt::default_stream(0), kernels::TuneCompiles::none).index == 1);
   CHECK(rt::find_choice(free));
 }
 
@@ -229,18 +239,35 @@ TEST_CASE("tuned cuBLASLt algorithms for linear match the CPU reference, and the
   const Tensor y = linear(x, w, b, Activation::relu);
   const Tensor ref = linear(x.to(Device::cpu()), w.to(Device::cpu()), b.to(Device::cpu()), Activation::relu);
   kiln_test::check_match(ref, y, 2e-4, "tuned linear");
-  bool found = false;
-  for (const rt::EntryInfo& info : rt::DiskCache::global().list())
-    if (info.key.kind == rt::kTuneKind && info.key.op == "tune/cublaslt" &&
-        info.key.label.find("k781") != std::string::npos) {
-      const std::optional<rt::Entry> e = rt::DiskCache::global().read(info.path);
-      REQUIRE(e);
-      const auto choice = rt::tune_entry_choice(*e);
-      REQUIRE(choice);
-      CHECK(choice->variant.find("algo") == 0);
-      found = true;
-    }
-  CHECK(found);
+  const std::optional<rt::TuneChoice> choice = stored_product_choice("k781");
+  REQUIRE(choice);
+  // Under `on` the generated kinds are timed too: the choice is one of the candidates listed.
+  CHECK(choice->detail.find(choice->variant) != std::string::npos);
+  CHECK(choice->detail.find("algo") != std::string::npos);
+  CHECK(choice->detail.find("ffma ") != std::string::npos);
+}
+
+TEST_CASE("KILN_TUNE=auto times a large exact-f32 product on the tile engine's three TF32 products too") {
+  TuneModeGuard automatic(rt::TuneMode::auto_);
+  Generator gen(12);
+  // 1024 x 1024 x 1040 multiply-adds, past 2^30; k = 1040 is this test's own (rows of 16-byte
+  // multiples, as the tile engine's tensor maps need).
+  const Tensor x = randn({1024, 1040}, {.device = kGpu}, &gen), w = randn({1024, 1040}, {.device = kGpu}, &gen),
+               b = randn({1024}, {.device = kGpu}, &gen);
+  const Tensor y = linear(x, w, b);
+  const Tensor ref = linear(x.to(Device::cpu()), w.to(Device::cpu()), b.to(Device::cpu()));
+  kiln_test::check_match(ref, y, 1e-4, "large exact-f32 linear");  // one TF32 product: ~5x past it
+  const std::optional<rt::TuneChoice> choice = stored_product_choice("k1040");
+  REQUIRE(choice);
+  CHECK(choice->detail.find(choice->variant) != std::string::npos);
+  if (rt::device_info(0).arch() >= 90) {
+    MESSAGE("large exact-f32 product: '" << choice->variant << "' runs");
+    CHECK(choice->detail.find("wgmma ") != std::string::npos);  // every tile of the kind
+    CHECK(choice->detail.find("wgmma ") != choice->detail.rfind("wgmma "));
+    CHECK(choice->detail.find("ffma ") == std::string::npos);  // the FFMA kernel is for shallow products
+  }
+  // Every later call runs the choice: the same bits.
+  CHECK(kiln_test::f32_bits(linear(x, w, b)) == kiln_test::f32_bits(y));
 }
 
 TEST_CASE("tuned convolutions (bf16, TF32; forward, input and weight gradients) match the CPU reference") {

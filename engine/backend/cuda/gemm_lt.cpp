@@ -211,27 +211,44 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
   return name;
 }
 
-// Shallow products (k of a few columns: an output layer's input gradient, where TMA's tiles pad
-// most) get the generated FFMA kernel (one launch, its split-K sums in the kernel) timed beside
-// cuBLASLt's algorithms even where generated kernels are not (KILN_TUNE=auto): its heuristic tile
-// alone, one compile. Exact f32 up to 2^27 multiply-adds, 16-bit up to 2^24. On an H200 it won
-// every such product of the mlp, cnn and speedrun (k = 10) and lost every deeper one (k >= 96, by
-// 1.2-2.5x), whose compiles were about 40% of a cold cnn's.
+// Some products get a generated kind timed beside cuBLASLt's algorithms even where generated
+// kernels are not (KILN_TUNE=auto):
+// - Shallow products (k of a few columns: an output layer's input gradient, where TMA's tiles pad
+//   most): the FFMA kernel (one launch, its split-K sums in the kernel), its heuristic tile
+//   alone. Exact f32 up to 2^27 multiply-adds, 16-bit up to 2^24. On an H200 it won every such
+//   product of the mlp, cnn and speedrun (k = 10) and lost every deeper one (k >= 96, by
+//   1.2-2.5x), whose compiles were about 40% of a cold cnn's.
+// - Large exact-f32 products on sm_90: the tile engine's three TF32 products of split operands,
+//   every tile (a few compiles, against a product of 0.1 ms or more). Timed with every tile on
+//   an H200, it ran the wide MLP's 1024 x 4096 x 4096 products in 0.51-0.53 ms against
+//   cuBLASLt's 0.67-0.68 (FFMA), and tied or lost below 2^30 multiply-adds.
 constexpr std::int64_t kFfmaMeasuredMaxK = 32;
+constexpr double kWgmmaF32MeasuredMinMacs = 1 << 30;
 
-bool ffma_measured(const LtMatmul& g) {
+std::optional<GemmKernel> measured_kind_on(const LtMatmul& g, int arch) {
   const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  if (out_dtype(g) != g.dtype || g.k > kFfmaMeasuredMaxK) return false;
-  if (g.dtype == DType::f32) return !allow_tf32() && macs <= 1 << 27;
-  return (g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24;
+  if (out_dtype(g) != g.dtype) return std::nullopt;
+  const bool exact_f32 = g.dtype == DType::f32 && !allow_tf32();
+  if (g.k <= kFfmaMeasuredMaxK) {
+    if (exact_f32 && macs <= 1 << 27) return GemmKernel::ffma;
+    if ((g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24) return GemmKernel::ffma;
+  }
+  if (exact_f32 && arch >= 90 && macs >= kWgmmaF32MeasuredMinMacs) return GemmKernel::wgmma;
+  return std::nullopt;
+}
+
+std::optional<GemmKernel> measured_kind(const LtMatmul& g, int device) {
+  return measured_kind_on(g, gemm_target(device).arch);
 }
 
 rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
   const std::array<std::uint32_t, 4> align{std::get<kAlignA>(key), std::get<kAlignB>(key), std::get<kAlignD>(key),
                                            std::get<kAlignBias>(key)};
-  // Choices made before the FFMA kernel was measured beside the library do not stand for these.
+  // Choices made before a generated kernel was measured beside the library do not stand for these.
+  const std::optional<GemmKernel> measured = measured_kind(g, device);
   return {"cublaslt", lt_problem_text(g, align), lt_dtypes_text(g, allow_tf32()), rt::device_info(device).arch(),
-          "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion()) + (ffma_measured(g) ? " ffma" : "")};
+          "cublasLt " + std::to_string(rt::cublas().cublasLtGetVersion()) +
+              (measured ? std::string(" ") + kernel_name(*measured) : std::string())};
 }
 
 // The generated GEMM's view of the product: row-major D^T (n x m) = op(B)^T @ op(A)^T, where
@@ -255,27 +272,29 @@ std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
 
 // The generated launches worth timing beside cuBLASLt's: under KILN_TUNE=on every tile of every
 // kind that applies (they compile first); otherwise the tiles of a kind a stored choice names,
-// or ffma_measured's one. Exact f32 runs on the CUDA cores; 16-bit and TF32 on the tensor cores
-// (sm_90: the warpgroup kernels; sm_80 to sm_89: the mma.sync ones), small 16-bit products on
-// the CUDA cores too.
+// or measured_kind's one. Exact f32 runs on the CUDA cores, and on sm_90's tensor cores as three
+// TF32 products; 16-bit and TF32 on the tensor cores (sm_90: the warpgroup kernels; sm_80 to
+// sm_89: the mma.sync ones), small 16-bit products on the CUDA cores too.
 std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey& key, int device) {
   const std::optional<GemmGeometry> geo = generated_geometry(g);
   const rt::TuneMode mode = rt::tune_mode();
   if (!geo || mode == rt::TuneMode::off) return {};
   const GemmTarget target = gemm_target(device);
+  const std::optional<GemmKernel> measured = measured_kind_on(g, target.arch);
   std::vector<GemmKernel> kinds;
-  if (geo->math != GemmMath::f32) kinds.push_back(target.arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync);
-  if (ffma_measured(g) || geo->math == GemmMath::f32) kinds.push_back(GemmKernel::ffma);
+  if (geo->math != GemmMath::f32 || target.arch >= 90)
+    kinds.push_back(target.arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync);
+  if (measured == GemmKernel::ffma || geo->math == GemmMath::f32) kinds.push_back(GemmKernel::ffma);
   const std::optional<rt::TuneChoice> c = mode == rt::TuneMode::on ? std::nullopt : rt::find_choice(key);
   std::vector<GemmLaunch> out;
   for (GemmKernel kind : kinds) {
     const bool named = c && c->variant.rfind(std::string(kernel_name(kind)) + " ", 0) == 0;
-    const bool heuristic_alone = kind == GemmKernel::ffma && ffma_measured(g);
-    if (mode != rt::TuneMode::on && !named && !heuristic_alone) continue;
+    const bool auto_measured = kind == measured;
+    if (mode != rt::TuneMode::on && !named && !auto_measured) continue;
     const std::optional<GemmLaunch> h = plan(kind, *geo, target);
     if (!h) continue;
     out.push_back(*h);
-    if (mode == rt::TuneMode::on || named)
+    if (mode == rt::TuneMode::on || named || (auto_measured && kind == GemmKernel::wgmma))
       for (GemmTile tile : alternatives(*h, target))
         if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
   }
@@ -298,8 +317,10 @@ TuneOutcome run_candidates(std::vector<TuneCandidate> cands, const std::vector<G
   if (g.epilogue == LtEpilogue::bgrad_b) check.outputs.push_back({g.bias, out_dtype(g), 1, g.n, g.n});
   // Split-K and reduction orders round differently; a wrong kernel is far off.
   check.tolerance = g.dtype == DType::f64 ? 1e-10 : g.dtype == DType::f32 && !allow_tf32() ? 1e-4 : 2e-2;
-  // KILN_TUNE=auto measures ffma_measured's one kernel as it measures the library's algorithms.
-  const bool compiles = !generated.empty() && !(rt::tune_mode() == rt::TuneMode::auto_ && ffma_measured(g));
+  // KILN_TUNE=auto measures measured_kind's kernels as it measures the library's algorithms.
+  const TuneCompiles compiles = generated.empty()              ? TuneCompiles::none
+                                : measured_kind(g, s.device()) ? TuneCompiles::under_auto
+                                                               : TuneCompiles::under_on;
   return run_tuned(tkey, cands, check, s, compiles);
 }
 
@@ -348,7 +369,7 @@ bool plan_product(const Key& key, const LtMatmul& g, const rt::Stream& s) {
 
 }  // namespace
 
-bool lt_measures_generated(const LtMatmul& g) { return ffma_measured(g); }
+bool lt_measures_generated(const LtMatmul& g, int device) { return measured_kind(g, device).has_value(); }
 
 bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   const LtTypes t = lt_types(g);

@@ -35,7 +35,8 @@ struct LtMatmul {
 [[nodiscard]] bool lt_matmul(const LtMatmul& g, const rt::Stream& s);
 
 // Whether measuring the product's choice (KILN_TUNE=auto) times a generated kernel beside
-// cuBLASLt's algorithms, one that must compile first: a shallow product's FFMA kernel.
-bool lt_measures_generated(const LtMatmul& g);
+// cuBLASLt's algorithms on the device, one that must compile first: a shallow product's FFMA
+// kernel, or a large exact-f32 product's three-TF32 tile kernel on sm_90.
+bool lt_measures_generated(const LtMatmul& g, int device);
 
 }  // namespace kiln::kernels

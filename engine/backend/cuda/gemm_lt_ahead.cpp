@@ -155,7 +155,8 @@ class Ahead {
         if (p && p->tf32 == allow_tf32() && operand_bytes(*p) <= kMaxOperandBytes) todo.push_back(*p);
       }
       // Those that time only the library's algorithms first: the others wait for a compile.
-      std::stable_partition(todo.begin(), todo.end(), [](const LtProblem& p) { return !lt_measures_generated(p.g); });
+      std::stable_partition(todo.begin(), todo.end(),
+                            [device](const LtProblem& p) { return !lt_measures_generated(p.g, device); });
       const rt::Stream& s = stream_for(device);  // waits for the context open_device_async makes
       for (const LtProblem& p : todo) {
         if (stop_) break;

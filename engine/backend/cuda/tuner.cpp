@@ -229,7 +229,7 @@ std::size_t fastest(std::vector<double>& ms, const std::function<double(std::siz
 }
 
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
-                      const rt::Stream& s, bool compile) {
+                      const rt::Stream& s, TuneCompiles compiles) {
   if (candidates.empty()) throw ValueError("[tune] " + key.site + ": no candidates for " + key.problem);
   auto run = [&](std::size_t i, bool settled = true) {
     candidates[i].run();
@@ -243,7 +243,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   };
   if (std::optional<TuneOutcome> remembered = run_choice(rt::find_choice(key))) return *remembered;
   const rt::TuneMode mode = rt::tune_mode();
-  const bool measure = mode == rt::TuneMode::on || (mode == rt::TuneMode::auto_ && !compile);
+  const bool measure = mode == rt::TuneMode::on || (mode == rt::TuneMode::auto_ && compiles != TuneCompiles::under_on);
   if (rt::shape_only()) {
     if (!measure) return run(0);
     run(0);
@@ -254,14 +254,14 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   run_reaches_products();  // whatever is measured ahead stops: this thread's work is on the GPU now
   if (!measure) return run(0);
   if (rt::thread_capturing()) return run(0, false);
-  if (mode == rt::TuneMode::auto_ && !compile && rt::quick_tier() && !measurable_now(key, candidates, check, s))
+  if (mode == rt::TuneMode::auto_ && rt::quick_tier() && !measurable_now(key, candidates, check, s))
     return run(0, false);
 
   const rt::TuneMeasureLock measuring_here(key);  // a node's ranks measure a problem once and agree
   if (std::optional<TuneOutcome> stored = run_choice(rt::find_stored_choice(key))) return *stored;
   const auto measuring = std::chrono::steady_clock::now();
   const rt::FullTierOnly full;           // quick builds would time slower than what later runs launch
-  if (compile) compile_all(candidates);  // library candidates would run in the pass, not be planned
+  if (compiles != TuneCompiles::none) compile_all(candidates);  // library candidates run in the pass, unplanned
   run(0);
   const DeviceCheck reference = reference_check(check, s);
   const double unset = std::numeric_limits<double>::infinity();

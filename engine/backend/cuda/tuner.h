@@ -42,15 +42,20 @@ struct TuneOutcome {
   bool settled = true;    // false: a capture or shape-only pass ran the heuristic's pick, not yet measured
 };
 
+// What measuring the candidates compiles first (kernels generated for them), all at once on the
+// prefetch threads: nothing, kernels measured only under KILN_TUNE=on, or kernels measured under
+// auto too (a few, where they are likely to win).
+enum class TuneCompiles { none, under_on, under_auto };
+
 // Runs the chosen candidate on `s`. Candidate 0 runs when there is a single one, while
 // capturing, with KILN_TUNE=off, or with nothing remembered where the mode does not measure:
-// cached, or auto when the candidates `compile` (kernels generated for them). Under auto with the
-// quick tier on (quick_tier.h) it also runs, unsettled, while kernels the measurement needs are
-// not yet compiled: they compile on the prefetch threads and a later call measures. A shape-only pass runs them all, so
-// each kernel is planned, the others' after candidate 0's (callers whose work is not skipped in such a pass, library
-// calls, must not come here in one).
+// cached, or auto when the candidates compile only under on. Under auto with the quick tier on
+// (quick_tier.h) it also runs, unsettled, while kernels the measurement needs are not yet
+// compiled: they compile on the prefetch threads and a later call measures. A shape-only pass
+// runs them all, so each kernel is planned, the others' after candidate 0's (callers whose work
+// is not skipped in such a pass, library calls, must not come here in one).
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
-                      const rt::Stream& s, bool compile = false);
+                      const rt::Stream& s, TuneCompiles compiles = TuneCompiles::none);
 
 // The problems a shape-only pass on this thread found the tuner will measure at their first
 // call (no choice remembered), in order, each once; returned and forgotten. plan_kernels puts

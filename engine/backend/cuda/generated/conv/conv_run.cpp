@@ -310,7 +310,7 @@ ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOpera
   check.outputs.push_back({ops.out, ops.f32_out ? DType::f32 : ops.dtype, 1, sizes[2], sizes[2]});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.
   check.tolerance = ops.dtype == DType::bf16 ? 4e-2 : *math == ConvMath::f32 ? 1e-4 : 1e-2;
-  run_tuned(key, c, check, *ops.stream, true);  // alternatives cost compiles
+  run_tuned(key, c, check, *ops.stream, TuneCompiles::under_on);  // alternatives cost compiles
   return totals ? ConvRan::with_totals : ConvRan::yes;
 }
 
