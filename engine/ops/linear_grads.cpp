@@ -184,6 +184,8 @@ void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .b = device_address(gp),
                       .d = device_address(out[0]),
                       .bias = device_address(out[1])};
+  // The tile engine may win such a product by far more than the sums cost apart (a few us).
+  if (kernels::lt_times_tile_engine(g, a.device.index())) return grad_wb_split_gpu(a, out);
   if (kernels::lt_matmul(g, weight_product_stream(gp, x, {gp, x, out[0], out[1]}, stream_of(a.device)))) return;
   // No bias-gradient epilogue writing f32 from these inputs: the product and the sum apart.
   if (out[0].dtype() != gp.dtype()) return grad_wb_split_gpu(a, out);

@@ -358,11 +358,15 @@ TEST_CASE("GEMM plans: tiles follow the shape; what TMA or the arch cannot take 
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), {80, 108, 163 * 1024}));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 0, GemmMath::bf16), kHopper));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma, gemm_of(128, 64, 64, GemmMath::bf16), kHopper, GemmTile{96, 64}));
-  // TF32 MMAs read K-major tiles only from shared memory: an MN-major A of one problem is
-  // declined (a batch sharing it has it staged), an MN-major B taken in tiles of D^T with B's
-  // rows read into registers (no hooks there, no other tiles).
+  // TF32 MMAs read K-major tiles only from shared memory: an MN-major A is staged K-major where
+  // it is dense (rows of m), declined where it is not; an MN-major B is taken in tiles of D^T
+  // with B's rows read into registers (no hooks there, no other tiles).
+  const auto tf32_at = kernels::plan(
+      GemmKernel::wgmma, {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true, false}, kHopper);
+  REQUIRE(tf32_at);
+  CHECK(kernels::stage_a_transposed(tf32_at->g));
   CHECK_FALSE(kernels::plan(GemmKernel::wgmma,
-                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true, false}, kHopper));
+                            {64, 64, 64, 72, 64, 64, GemmMath::tf32, GemmEpilogue::none, true, false}, kHopper));
   const auto tf32_bt =
       kernels::plan(GemmKernel::wgmma, {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, false, true}, kHopper);
   REQUIRE(tf32_bt);

@@ -194,6 +194,31 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
   MESSAGE(runs << " launches checked");
 }
 
+// An MN-major A in TF32 and exact f32, staged K-major per launch: with B K-major, and with B
+// MN-major too (read into registers), a weight gradient's layout. A tail in every dimension, and
+// the mlp's first dW.
+TEST_CASE("generated TF32 and exact-f32 GEMMs with A MN-major match a double-precision product") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  if (!on_hopper(tgt)) return;
+  std::vector<GemmGeometry> problems;
+  for (GemmMath math : {GemmMath::tf32, GemmMath::f32}) {
+    problems.push_back({200, 136, 264, 200, 264, 139, math, GemmEpilogue::bias, true, false});
+    problems.push_back({200, 136, 264, 200, 136, 139, math, GemmEpilogue::none, true, true});
+    problems.push_back({512, 784, 128, 512, 784, 784, math, GemmEpilogue::none, true, true});
+  }
+  std::vector<kernels::GemmLaunch> every;
+  for (const GemmGeometry& g : problems) {
+    const std::vector<kernels::GemmLaunch> ls = launches_of(g, tgt);
+    CHECK(ls.size() >= 2);  // the heuristic's tile and others
+    every.insert(every.end(), ls.begin(), ls.end());
+  }
+  prefetch(every);
+  int runs = 0;
+  for (const GemmGeometry& g : problems) check_launches(g, tgt, 900, runs);
+  CHECK(runs == static_cast<int>(every.size()));
+  MESSAGE(runs << " launches checked");
+}
+
 // The mma.sync kind (sm_80's path) runs on any GPU from sm_80 on, so it is checked here too:
 // every arithmetic it takes, layout, tile and epilogue; tails in m, n and k (a part of a k tile);
 // padded rows; a batch sharing A.

@@ -6,9 +6,11 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/tuner.h"
@@ -61,12 +63,14 @@ struct Fills {
   kernels::TuneCheck check() const { return {{{device_address(y), DType::f32, 1, y.numel(), y.numel()}}, 1e-6}; }
 };
 
-// The disk cache's choice for a cuBLASLt product whose tune label contains `part`.
-std::optional<rt::TuneChoice> stored_product_choice(const std::string& part) {
-  for (const rt::EntryInfo& info : rt::DiskCache::global().list())
-    if (info.key.kind == rt::kTuneKind && info.key.op == "tune/cublaslt" &&
-        info.key.label.find(part) != std::string::npos)
+// The disk cache's choice for a cuBLASLt product whose tune label contains every one of `parts`.
+std::optional<rt::TuneChoice> stored_product_choice(std::initializer_list<std::string_view> parts) {
+  for (const rt::EntryInfo& info : rt::DiskCache::global().list()) {
+    if (info.key.kind != rt::kTuneKind || info.key.op != "tune/cublaslt") continue;
+    if (std::all_of(parts.begin(), parts.end(),
+                    [&](std::string_view p) { return info.key.label.find(p) != std::string::npos; }))
       if (const std::optional<rt::Entry> e = rt::DiskCache::global().read(info.path)) return rt::tune_entry_choice(*e);
+  }
   return std::nullopt;
 }
 
@@ -239,7 +243,7 @@ TEST_CASE("tuned cuBLASLt algorithms for linear match the CPU reference, and the
   const Tensor y = linear(x, w, b, Activation::relu);
   const Tensor ref = linear(x.to(Device::cpu()), w.to(Device::cpu()), b.to(Device::cpu()), Activation::relu);
   kiln_test::check_match(ref, y, 2e-4, "tuned linear");
-  const std::optional<rt::TuneChoice> choice = stored_product_choice("k781");
+  const std::optional<rt::TuneChoice> choice = stored_product_choice({"k781"});
   REQUIRE(choice);
   // Under `on` the generated kinds are timed too: the choice is one of the candidates listed.
   CHECK(choice->detail.find(choice->variant) != std::string::npos);
@@ -257,7 +261,7 @@ TEST_CASE("KILN_TUNE=auto times a large exact-f32 product on the tile engine's t
   const Tensor y = linear(x, w, b);
   const Tensor ref = linear(x.to(Device::cpu()), w.to(Device::cpu()), b.to(Device::cpu()));
   kiln_test::check_match(ref, y, 1e-4, "large exact-f32 linear");  // one TF32 product: ~5x past it
-  const std::optional<rt::TuneChoice> choice = stored_product_choice("k1040");
+  const std::optional<rt::TuneChoice> choice = stored_product_choice({"k1040"});
   REQUIRE(choice);
   CHECK(choice->detail.find(choice->variant) != std::string::npos);
   if (rt::device_info(0).arch() >= 90) {
@@ -268,6 +272,16 @@ TEST_CASE("KILN_TUNE=auto times a large exact-f32 product on the tile engine's t
   }
   // Every later call runs the choice: the same bits.
   CHECK(kiln_test::f32_bits(linear(x, w, b)) == kiln_test::f32_bits(y));
+  // A weight gradient of that size sums its bias gradient apart, so that its product (k = 1044,
+  // both operands MN-major) is timed on the tile engine too, which sums no bias gradient.
+  const Tensor gp = randn({1044, 1024}, {.device = kGpu}, &gen), xs = randn({1044, 1024}, {.device = kGpu}, &gen);
+  const LinearGrads got = linear_grads(gp, xs), want = linear_grads(gp.to(Device::cpu()), xs.to(Device::cpu()));
+  kiln_test::check_match(want.weight, got.weight, 1e-4, "large exact-f32 weight gradient");
+  kiln_test::check_match(want.bias, got.bias, 1e-5, "its bias gradient");
+  CHECK_FALSE(stored_product_choice({"k1044", "bgrad_b"}));
+  const std::optional<rt::TuneChoice> wgrad = stored_product_choice({"k1044", "epilogue none"});
+  REQUIRE(wgrad);
+  if (rt::device_info(0).arch() >= 90) CHECK(wgrad->detail.find("wgmma ") != std::string::npos);
 }
 
 TEST_CASE("tuned convolutions (bf16, TF32; forward, input and weight gradients) match the CPU reference") {

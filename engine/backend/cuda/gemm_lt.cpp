@@ -371,6 +371,10 @@ bool plan_product(const Key& key, const LtMatmul& g, const rt::Stream& s) {
 
 bool lt_measures_generated(const LtMatmul& g, int device) { return measured_kind(g, device).has_value(); }
 
+bool lt_times_tile_engine(const LtMatmul& g, int device) {
+  return rt::tune_mode() != rt::TuneMode::off && measured_kind(g, device) == GemmKernel::wgmma;
+}
+
 bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   const LtTypes t = lt_types(g);
   if (g.m == 0 || g.n == 0) return true;

@@ -39,4 +39,9 @@ struct LtMatmul {
 // kernel, or a large exact-f32 product's three-TF32 tile kernel on sm_90.
 bool lt_measures_generated(const LtMatmul& g, int device);
 
+// Whether the tuner times the tile engine's kernels beside cuBLASLt's for the product under the
+// current KILN_TUNE (a large exact-f32 one on sm_90). They sum no bias gradient, so a weight
+// gradient's product is then run apart from its bias gradient's column sums.
+bool lt_times_tile_engine(const LtMatmul& g, int device);
+
 }  // namespace kiln::kernels

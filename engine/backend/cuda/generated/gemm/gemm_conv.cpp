@@ -233,7 +233,7 @@ bool split_in_kernel(const GemmGeometry& g) {
 }
 
 bool stage_a_transposed(const GemmGeometry& g) {
-  return tf32_mma(g.math) && g.a_mn && !g.conv && g.batch > 1 && g.batch_a == 0 && g.lda == g.m && g.k % 4 == 0;
+  return tf32_mma(g.math) && g.a_mn && !g.conv && (g.batch == 1 || g.batch_a == 0) && g.lda == g.m && g.k % 4 == 0;
 }
 
 rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops) {

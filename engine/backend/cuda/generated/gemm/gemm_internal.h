@@ -36,9 +36,9 @@ bool split_in_kernel(const GemmGeometry& g);
 bool reg_a(const GemmLaunch& l);
 // Convolution mode's channels as staged: c, or f32 math's slices of c.
 std::int64_t staged_channels(const GemmGeometry& g);
-// TF32 (and exact f32) with A MN-major and dense (k rows of m, k a multiple of 4), which a batch
-// shares (a 1x1 convolution's weights): A is staged K-major per launch (by kiln_nchw_to_nhwc,
-// as one image of k channels by m pixels).
+// TF32 (and exact f32) with A MN-major and dense (k rows of m, k a multiple of 4), in a single
+// product (a weight gradient's) or shared by a batch (a 1x1 convolution's weights): A is staged
+// K-major per launch (by kiln_nchw_to_nhwc, as one image of k channels by m pixels).
 bool stage_a_transposed(const GemmGeometry& g);
 rt::DeviceBuffer transpose_a(const GemmLaunch& l, const GemmOperands& ops);
 // Whether a convolution-mode geometry fits the kernel; ValueError where it contradicts its window.
