@@ -322,9 +322,11 @@ TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems
                    200, runs);
   }
   MESSAGE(runs << " launches checked");
-  // TF32 reads K-major tiles only.
+  // TF32 reads K-major tiles only: an MN-major A is staged K-major where its rows are dense.
+  CHECK(kernels::plan(kernels::GemmKernel::wgmma, {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true},
+                      tgt));
   CHECK_FALSE(kernels::plan(kernels::GemmKernel::wgmma,
-                            {64, 64, 64, 64, 64, 64, GemmMath::tf32, GemmEpilogue::none, true}, tgt));
+                            {64, 64, 64, 72, 64, 64, GemmMath::tf32, GemmEpilogue::none, true}, tgt));
 }
 
 // In both kinds where they plan (mma.sync: K-major only).
