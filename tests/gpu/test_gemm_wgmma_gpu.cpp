@@ -167,6 +167,23 @@ void check_launches(const GemmGeometry& g, const kernels::GemmTarget& tgt, std::
   }
 }
 
+// check_launches for each problem, every launch compiled at once first; each problem has at
+// least `min_launches`.
+void check_problems(const std::vector<GemmGeometry>& problems, const kernels::GemmTarget& tgt, std::uint32_t seed0,
+                    kernels::GemmKernel k = kernels::GemmKernel::wgmma, std::size_t min_launches = 1) {
+  std::vector<kernels::GemmLaunch> every;
+  for (const GemmGeometry& g : problems) {
+    const std::vector<kernels::GemmLaunch> ls = launches_of(g, tgt, k);
+    CHECK(ls.size() >= min_launches);
+    every.insert(every.end(), ls.begin(), ls.end());
+  }
+  prefetch(every);
+  int runs = 0;
+  for (const GemmGeometry& g : problems) check_launches(g, tgt, seed0, runs, k);
+  CHECK(runs == static_cast<int>(every.size()));
+  MESSAGE(runs << " launches checked");
+}
+
 }  // namespace
 
 TEST_CASE("generated GEMMs match a double-precision product in every arithmetic, tile and epilogue") {
@@ -184,14 +201,7 @@ TEST_CASE("generated GEMMs match a double-precision product in every arithmetic,
     for (const Shape& sh : shapes)
       for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::relu_bias})
         problems.push_back({sh.m, sh.n, sh.k, sh.k + sh.pad_a, sh.k, sh.n + sh.pad_d, math, e});
-  std::vector<kernels::GemmLaunch> every;  // all compiled at once first
-  for (const GemmGeometry& g : problems)
-    for (const kernels::GemmLaunch& l : launches_of(g, tgt)) every.push_back(l);
-  prefetch(every);
-  int runs = 0;
-  for (const GemmGeometry& g : problems) check_launches(g, tgt, 0, runs);
-  CHECK(runs == static_cast<int>(every.size()));
-  MESSAGE(runs << " launches checked");
+  check_problems(problems, tgt, 0);
 }
 
 // An MN-major A in TF32 and exact f32, staged K-major per launch: with B K-major, and with B
@@ -206,17 +216,7 @@ TEST_CASE("generated TF32 and exact-f32 GEMMs with A MN-major match a double-pre
     problems.push_back({200, 136, 264, 200, 136, 139, math, GemmEpilogue::none, true, true});
     problems.push_back({512, 784, 128, 512, 784, 784, math, GemmEpilogue::none, true, true});
   }
-  std::vector<kernels::GemmLaunch> every;
-  for (const GemmGeometry& g : problems) {
-    const std::vector<kernels::GemmLaunch> ls = launches_of(g, tgt);
-    CHECK(ls.size() >= 2);  // the heuristic's tile and others
-    every.insert(every.end(), ls.begin(), ls.end());
-  }
-  prefetch(every);
-  int runs = 0;
-  for (const GemmGeometry& g : problems) check_launches(g, tgt, 900, runs);
-  CHECK(runs == static_cast<int>(every.size()));
-  MESSAGE(runs << " launches checked");
+  check_problems(problems, tgt, 900, kernels::GemmKernel::wgmma, 2);  // the heuristic's tile and others
 }
 
 // The mma.sync kind (sm_80's path) runs on any GPU from sm_80 on, so it is checked here too:
@@ -270,14 +270,7 @@ TEST_CASE("FFMA GEMMs match a double-precision product in every dtype, layout, t
   problems.push_back({128, 512, 784, 784, 784, 512, GemmMath::f32, GemmEpilogue::relu_bias});  // the mlp's forward
   problems.push_back({128, 512, 10, 10, 512, 512, GemmMath::f32, GemmEpilogue::none, false, true});   // its head's dx
   problems.push_back({512, 784, 128, 512, 784, 784, GemmMath::f32, GemmEpilogue::none, true, true});  // a dW
-  std::vector<kernels::GemmLaunch> every;
-  for (const GemmGeometry& g : problems)
-    for (const kernels::GemmLaunch& l : launches_of(g, tgt, kernels::GemmKernel::ffma)) every.push_back(l);
-  prefetch(every);
-  int runs = 0;
-  for (const GemmGeometry& g : problems) check_launches(g, tgt, 500, runs, kernels::GemmKernel::ffma);
-  CHECK(runs == static_cast<int>(every.size()));
-  MESSAGE(runs << " launches checked");
+  check_problems(problems, tgt, 500, kernels::GemmKernel::ffma);
   // Launched again, each split product gives the same bits: its tiles' counters were reset.
   const auto l = kernels::plan(kernels::GemmKernel::ffma, problems.back(), tgt, {32, 64, 4});
   REQUIRE(l);
