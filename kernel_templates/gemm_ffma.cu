@@ -12,7 +12,9 @@
 // an MN-major tile, 4 side by side, read as one vector. With SPLITK > 1 the k tiles are split
 // among blocks: each parks its partial tile in f32, and the last of a tile's blocks adds them
 // in split order (the same bits every run) and applies the epilogue, so the product is one
-// kernel. (clang-format would join the placeholders' lines.)
+// kernel. An epilogue hook (gemm_hooks.h: a pointwise expression of the sum and its extra
+// operands, such as a ReLU's mask) may stand in for the built-in epilogue. (clang-format would
+// join the placeholders' lines.)
 // clang-format off
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
@@ -29,7 +31,20 @@ constexpr int kKTiles = static_cast<int>((kK + kBK - 1) / kBK);
 constexpr int kTilesPerSplit = (kKTiles + kSplitK - 1) / kSplitK;
 static_assert(kThreads >= 32 && kThreads <= 256 && kThreads % 32 == 0, "tile needs whole warps");
 
-__device__ unsigned int kiln_gemm_ffma_done[${TILES}];  // per tile: splits parked (reset by the last)
+__device__ unsigned int kiln_gemm_ffma_done[${TILES}];
+
+// The epilogue hook's operands, as the host lays them out.
+struct HookPointers {
+  const void* epi[6];
+  const void* pro[6];
+};
+
+template <class T>
+__device__ __forceinline__ float hook_load(const void* p, long long i) {
+  return kiln::cvt<float>(static_cast<const T*>(p)[i]);
+}
+
+${HOOK_FUNCTIONS}  // per tile: splits parked (reset by the last)
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -105,10 +120,12 @@ struct Operand {
 using OperandA = Operand<kBM, kAMn, kVecA, kM, kLda>;
 using OperandB = Operand<kBN, kBMn, kVecB, kN, kLdb>;
 
-__device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__ bias, long long m, long long n, float v) {
+__device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__ bias, long long m, long long n, float v,
+                                      const HookPointers& hp) {
   if (m >= kM || n >= kN) return;
   if (kEpilogue >= 1) v += kiln::cvt<float>(bias[n]);
   if (kEpilogue == 2) v = kiln::math::relu(v);
+  v = epilogue(v, m, n, 0, hp);  // the hook's value, or v without one
   kiln::store(d + m * kLdd + n, v);
 }
 
@@ -116,7 +133,7 @@ __device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__
 
 extern "C" __global__ void __launch_bounds__(kThreads)
 kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restrict__ d, const In* __restrict__ bias,
-               float* __restrict__ parts) {
+               float* __restrict__ parts, const __grid_constant__ HookPointers hp) {
   kiln::wait_prior_grids();
   __shared__ __align__(16) In as[kStages][OperandA::kElements];
   __shared__ __align__(16) In bs[kStages][OperandB::kElements];
@@ -170,7 +187,7 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), acc[i][j]);
+      for (int j = 0; j < 4; ++j) store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), acc[i][j], hp);
     return;
   }
   // Each split parks its tile; the last to finish adds all of them in split order.
@@ -190,7 +207,7 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
       const long long at = tile * tile_floats + OperandA::row(ty, i) * kBN + OperandB::row(tx, j);
       float sum = __ldcg(parts + at);
       for (int s = 1; s < kSplitK; ++s) sum += __ldcg(parts + s * stride + at);
-      store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), sum);
+      store(d, bias, m0 + OperandA::row(ty, i), n0 + OperandB::row(tx, j), sum, hp);
     }
 }
 // clang-format on

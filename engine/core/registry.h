@@ -86,11 +86,18 @@ using ShapeRule = std::function<std::vector<Shape>(const OpArgs&)>;
 using Impl = std::function<void(const OpArgs&, std::span<Tensor> outputs)>;
 
 // What a vjp sees: the call's attrs, input/output metadata and the saved tensors.
+// ReLU masks handed from one vjp to the next (OpDef::relu_masked_gradient), filled by the engine.
+struct GradientMasks {
+  std::vector<bool> may_mask;  // by input: its gradient may be returned masked
+  std::vector<bool> masked;    // by input: the vjp returned it masked
+  std::vector<bool> incoming;  // by output: its gradient arrived masked
+};
+
 class VjpContext {
  public:
   VjpContext(const Node& node, const std::vector<bool>& needs, const std::vector<Tensor>* sinks = nullptr,
-             const std::vector<bool>* unit = nullptr)
-      : node_(node), needs_(needs), sinks_(sinks), unit_(unit) {}
+             const std::vector<bool>* unit = nullptr, GradientMasks* masks = nullptr)
+      : node_(node), needs_(needs), sinks_(sinks), unit_(unit), masks_(masks) {}
   const Attrs& attrs() const;
   const TensorMeta& input(int i) const;   // as the caller passed it (before casts)
   const TensorMeta& output(int i) const;
@@ -116,12 +123,23 @@ class VjpContext {
   bool unit_gradient(int i) const {
     return unit_ && static_cast<std::size_t>(i) < unit_->size() && (*unit_)[static_cast<std::size_t>(i)];
   }
+  // Input i is the output of a ReLU (an op whose OpDef::relu_masked_gradient holds) read by this
+  // op alone: its gradient may be returned already zero where the input is not > 0, the ReLU's
+  // own mask, which the ReLU's vjp then skips. A vjp that does so calls masked_input_gradient(i).
+  bool may_mask_input_gradient(int i) const { return flag(masks_ ? &masks_->may_mask : nullptr, i); }
+  void masked_input_gradient(int i) const;
+  // Output k's incoming gradient is already zero wherever output k is not > 0.
+  bool gradient_masked(int k) const { return flag(masks_ ? &masks_->incoming : nullptr, k); }
 
  private:
+  static bool flag(const std::vector<bool>* v, int i) {
+    return v && static_cast<std::size_t>(i) < v->size() && (*v)[static_cast<std::size_t>(i)];
+  }
   const Node& node_;
   const std::vector<bool>& needs_;
   const std::vector<Tensor>* sinks_;
   const std::vector<bool>* unit_;
+  GradientMasks* masks_;
 };
 
 // One gradient per input (undefined where none flows); one incoming gradient per output.
@@ -201,6 +219,10 @@ struct OpDef {
   // gradient in the input's dtype already (VjpContext::grad_dtype), and the engine converts it
   // nowhere on the way, so a 16-bit product's gradient reaches an f32 .grad() with no cast.
   bool gradient_in_input_dtype = false;
+  // Set where, for these attrs, the vjp first zeroes output 0's gradient wherever output 0 is not
+  // > 0 (a ReLU), and skips that when VjpContext::gradient_masked(0) says the op reading the
+  // output did it already (VjpContext::may_mask_input_gradient).
+  std::function<bool(const Attrs&)> relu_masked_gradient{};
   SavePolicy save{};
   TestHints test{};
 };

@@ -60,7 +60,11 @@ const OpRef kRelu = [] () -> const OpDef& {
         return (x != x || x > C(0)) ? x : C(0);
       },
       {.expr = "kiln::math::relu(x)", .domain = elementwise_defs::PointwiseDomain::numeric});
-  d.vjp = [](const VjpContext& c, G g) -> V { return {relu_backward(g[0], c.saved_output(0))}; };
+  // The op reading y may have masked its gradient already (VjpContext::gradient_masked).
+  d.vjp = [](const VjpContext& c, G g) -> V {
+    return {c.gradient_masked(0) ? g[0] : relu_backward(g[0], c.saved_output(0))};
+  };
+  d.relu_masked_gradient = [](const Attrs&) { return true; };
   d.save = {.outputs = {0}};
   return register_op(std::move(d));
 }();

@@ -121,6 +121,7 @@ const OpRef kLinear = register_op({
     .cpu = linear_cpu,
     .gpu = linear_gpu,
     .vjp = [](const VjpContext& c, std::span<const Tensor> g) { return linear_vjp(c, g[0], relu_of(c.attrs())); },
+    .relu_masked_gradient = relu_of,
     .save = {.inputs = {0, 1}, .outputs = {0}},
     .test = {.attrs = {Attrs{}, Attrs{{"activation", std::int64_t{1}}}},
              .tolerance_scale = 4,

@@ -1,6 +1,8 @@
 // linear's backward. On the GPU a ReLU layer's gradient is masked and its bias gradient summed
 // in one kernel (relu_backward_bias_grad), then the weight gradient is a plain product; a layer
-// without ReLU sums its bias gradient in the weight product's cuBLASLt epilogue. Gradients of
+// without ReLU sums its bias gradient in the weight product's cuBLASLt epilogue. Where a layer's
+// input is a ReLU's output that it alone reads, its input gradient comes masked from its product
+// (relu_masked_input_grad), and the ReLU layer below takes it as a plain layer's. Gradients of
 // 16-bit copies of f32 parameters (autocast) are f32, written into .grad() when the step
 // offers it (grad sinks). The CPU references are plain loops.
 #include "linear_grads.h"
@@ -263,6 +265,87 @@ const OpRef kReluBackwardBiasGrad = register_op({
              .shapes = {{{6, 5}, {6, 5}}, {{1, 4}, {1, 4}}, {{300, 40}, {300, 40}}, {{0, 3}, {0, 3}}}},
 });
 
+// dx (m, k) = gp (m, n) @ w (n, k), zeroed where y (m, k) is not > 0.
+void masked_input_grad_cpu(const OpArgs& a, std::span<Tensor> out) {
+  const Tensor &gp = a.inputs[0], &w = a.inputs[1], &y = a.inputs[2], &dx = out[0];
+  const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = w.shape()[1];
+  cpu::gemm(dx.dtype(), {1, m, k, n}, 1.0, {gp.data_ptr(), 0, gp.strides()[0], gp.strides()[1]},
+            {w.data_ptr(), 0, w.strides()[0], w.strides()[1]}, 0.0, {dx.data_ptr(), 0, k, 1});
+  const Tensor yc = y.is_contiguous() ? y : y.contiguous();
+  cpu::visit(dx.dtype(), [&]<class T>() {
+    const T* py = cpu::ptr<T>(yc);
+    T* pd = cpu::ptr<T>(dx);
+    for (std::int64_t i = 0; i < m * k; ++i)
+      if (!(cpu::load(py[i]) > 0)) pd[i] = cpu::store<T>(cpu::compute_t<T>(0));
+  });
+}
+
+// Column-major, as cuBLASLt sees it: dx^T (k x m) = w^T (k x n) @ gp^T (n x m), masked by y^T.
+void masked_input_grad_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const Tensor gp = lt_ready(a.inputs[0]), w = lt_ready(a.inputs[1]), y = gpu::contiguous(a.inputs[2]);
+  const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = w.shape()[1];
+  const rt::Stream& s = stream_of(a.device);
+  if (m == 0 || k == 0) return;
+  if (n == 0) {
+    rt::memset_device(device_address(out[0]), 0, static_cast<std::size_t>(m * k) * out[0].element_size(), s);
+    return;
+  }
+  const LtOperand lw = lt_operand(w), lg = lt_operand(gp);
+  const bool ok = kernels::lt_matmul({.dtype = gp.dtype(),
+                                      .m = k,
+                                      .n = m,
+                                      .k = n,
+                                      .trans_a = lw.trans,
+                                      .trans_b = lg.trans,
+                                      .lda = lw.ld,
+                                      .ldb = lg.ld,
+                                      .ldd = k,
+                                      .epilogue = kernels::LtEpilogue::relu_mask,
+                                      .a = device_address(w),
+                                      .b = device_address(gp),
+                                      .d = device_address(out[0]),
+                                      .bias = device_address(y)},
+                                     s);
+  if (!ok) throw Error("[relu_masked_input_grad] cuBLAS refused the layout of the inputs");
+}
+
+const OpRef kReluMaskedInputGrad = register_op({
+    .name = "relu_masked_input_grad",
+    .num_inputs = 3,
+    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .shape_rule =
+        [](const OpArgs& a) {
+          const Shape &g = a.inputs[0].shape(), &w = a.inputs[1].shape(), &y = a.inputs[2].shape();
+          if (g.size() != 2 || w.size() != 2 || g[1] != w[0] || y != Shape{g[0], w[1]})
+            throw ShapeError(
+                "[relu_masked_input_grad] needs gradients (m, n), weights (n, k) and the ReLU's output "
+                "(m, k); got " +
+                shape_str(g) + ", " + shape_str(w) + " and " + shape_str(y));
+          return std::vector<Shape>{y};
+        },
+    .cpu = masked_input_grad_cpu,
+    .gpu = masked_input_grad_gpu,
+    .test = {.gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{6, 5}, {5, 3}, {6, 3}}, {{1, 4}, {4, 7}, {1, 7}}, {{40, 10}, {10, 24}, {40, 24}}}},
+});
+
+// dx = gp @ w; masked where the layer's input is a ReLU's output only it reads (the ReLU's vjp
+// then skips its mask), on the GPU in the product's epilogue or one pass after a library's.
+Tensor input_grad(const VjpContext& c, const Tensor& gp) {
+  const Tensor w = c.saved_input(1);
+  if (c.may_mask_input_gradient(0) && gp.device().is_cuda()) {
+    const Tensor y = c.saved_input(0);  // the ReLU's output, unless the dtype plan cast it
+    if (y.dtype() == c.input(0).dtype && y.dtype() == gp.dtype() && w.dtype() == gp.dtype() &&
+        gp.dtype() != DType::f64) {
+      c.masked_input_gradient(0);
+      const Tensor in[] = {gp, w, y};
+      return dispatch(kReluMaskedInputGrad, in)[0];
+    }
+  }
+  return matmul(gp, w);
+}
+
 bool f32_grad_of(const VjpContext& c, int input, const Tensor& g) {
   return is_16bit(g.dtype()) && c.grad_dtype(input) == DType::f32;
 }
@@ -290,6 +373,7 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
   const Tensor x = c.saved_input(0);
   std::vector<Tensor> r(3);
   Tensor gp = g;
+  relu = relu && !c.gradient_masked(0);  // masked by the layer reading y (input_grad)
   if (relu && c.needs_grad(2) && g.device().is_cuda()) {
     const Tensor in[] = {g, c.saved_output(0)}, into[] = {Tensor(), c.grad_sink(2)};
     std::vector<Tensor> masked = dispatch(kReluBackwardBiasGrad, in, f32_grads_attrs(f32_grad_of(c, 2, g)), into);
@@ -302,14 +386,14 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
       const grad_stream::Allow beside(w_into[0].defined());
       r[1] = dispatch(kLinearGradW, w_in, f32_grads_attrs(f32_grad_of(c, 1, gp)), w_into)[0];
     }
-    if (c.needs_grad(0)) r[0] = matmul(gp, c.saved_input(1));
+    if (c.needs_grad(0)) r[0] = input_grad(c, gp);
     return r;
   }
   if (relu) gp = relu_backward(g, c.saved_output(0));
   std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x);
   r[1] = std::move(wb[0]);
   r[2] = std::move(wb[1]);
-  if (c.needs_grad(0)) r[0] = matmul(gp, c.saved_input(1));
+  if (c.needs_grad(0)) r[0] = input_grad(c, gp);
   return r;
 }
 

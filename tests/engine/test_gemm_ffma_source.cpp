@@ -22,6 +22,10 @@ namespace {
 
 const kernels::GemmTarget kFfmaTarget{90, 132, 227 * 1024};
 
+kernels::GemmEpilogueHook relu_mask_hook(DType t, std::int64_t ld) {
+  return {.expr = "mask > 0.f ? acc : 0.f", .inputs = {{"mask", t, kernels::HookIndex::element, ld}}};
+}
+
 }  // namespace
 
 TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every dtype, tile, layout, epilogue and split") {
@@ -42,6 +46,13 @@ TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every dtype, tile, l
               90);
       }
   add(kernels::plan(GemmKernel::ffma, packed_product(128, 512, 784, GemmMath::f32), {80, 108, 163 * 1024}), 80);
+  // A ReLU's mask as an epilogue hook (an input gradient masked as it is stored), split or not.
+  for (GemmMath math : {GemmMath::f32, GemmMath::bf16})
+    for (GemmTile tile : {GemmTile{64, 16, 1}, GemmTile{32, 64, 4}}) {
+      GemmGeometry g = packed_product(128, 512, 10, math, false, true);
+      g.hooks.epilogue = relu_mask_hook(input_dtype(math), 512);
+      add(kernels::plan(GemmKernel::ffma, g, kFfmaTarget, tile), 90);
+    }
   kiln_test::check_launch_jobs(jobs, GemmKernel::ffma, {"fma.rn.f32", "cp.async"});
 }
 
@@ -80,9 +91,26 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
   GemmGeometry batched = packed_product(128, 512, 784, GemmMath::f32);
   batched.batch = 2, batched.batch_a = 128 * 784, batched.batch_b = 0, batched.batch_d = 128 * 512;
   CHECK_FALSE(kernels::plan(GemmKernel::ffma, batched, kFfmaTarget));
+  // Epilogue hooks that are pointwise expressions; not statistics, accumulation, another
+  // output dtype or a prologue.
   GemmGeometry hooked = packed_product(128, 512, 784, GemmMath::f32);
-  hooked.hooks.epilogue = kernels::GemmEpilogueHook{"acc * 2.0f"};
-  CHECK_FALSE(kernels::plan(GemmKernel::ffma, hooked, kFfmaTarget));
+  hooked.hooks.epilogue = relu_mask_hook(DType::f32, 512);
+  const auto masked = kernels::plan(GemmKernel::ffma, hooked, kFfmaTarget);
+  REQUIRE(masked);
+  CHECK(kernels::operands_fit(*masked, {4096, 8192, 12288, 0, nullptr, {20480}}));
+  CHECK_FALSE(kernels::operands_fit(*masked, {4096, 8192, 12288, 0}));  // the mask not given
+  CHECK_FALSE(kernels::operands_fit(*masked, {4096, 8192, 12288, 0, nullptr, {20482}}));
+  CHECK(masked->g.text().find(" hooks:") != std::string::npos);  // a tuning problem of its own
+  for (auto change : {+[](kernels::GemmEpilogueHook& e) { e.stats = kernels::HookStats::columns; },
+                      +[](kernels::GemmEpilogueHook& e) { e.accumulate = true; },
+                      +[](kernels::GemmEpilogueHook& e) { e.out = DType::bf16; }}) {
+    GemmGeometry g = hooked;
+    change(*g.hooks.epilogue);
+    CHECK_FALSE(kernels::plan(GemmKernel::ffma, g, kFfmaTarget));
+  }
+  GemmGeometry prologued = packed_product(128, 512, 784, GemmMath::f32);
+  prologued.hooks.prologue = kernels::GemmPrologueHook{"a * 2.0f"};
+  CHECK_FALSE(kernels::plan(GemmKernel::ffma, prologued, kFfmaTarget));
   CHECK_FALSE(
       kernels::plan(GemmKernel::ffma, packed_product(128, 512, 784, GemmMath::f32), kFfmaTarget, GemmTile{16, 16}));
   CHECK_FALSE(

@@ -45,6 +45,15 @@ TEST_CASE("cuBLASLt problem text: every field round-trips, and foreign text is r
                 .ldd = 512,
                 .epilogue = LtEpilogue::relu_bias};
   problems.push_back({relu, {256, 256, 256, 256}, false});
+  LtMatmul masked{.dtype = DType::f32,  // an input gradient masked by the ReLU below
+                  .m = 512,
+                  .n = 128,
+                  .k = 10,
+                  .lda = 512,
+                  .ldb = 10,
+                  .ldd = 512,
+                  .epilogue = LtEpilogue::relu_mask};
+  problems.push_back({masked, {256, 256, 256, 256}, false});
   for (const kernels::LtProblem& p : problems) {
     const std::string problem = kernels::lt_problem_text(p.g, p.align), dtypes = kernels::lt_dtypes_text(p.g, p.tf32);
     CAPTURE(problem);

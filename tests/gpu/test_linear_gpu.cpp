@@ -1,14 +1,17 @@
 // linear with its fused epilogues on cuda:0 against the CPU's plain GEMM and loops: bias and
-// ReLU in the product's epilogue, the bias gradient in the weight gradient's epilogue, every
-// float dtype, folded and non-contiguous inputs, NaN propagation, autotuned algorithms, and
-// the .grad() buffers written in place inside a compiled step.
+// ReLU in the product's epilogue, the bias gradient in the weight gradient's epilogue, input
+// gradients masked for the ReLU layer below, every float dtype, folded and non-contiguous
+// inputs, NaN propagation, autotuned algorithms, and the .grad() buffers written in place inside
+// a compiled step.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "core/registry.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
 #include "test_values.h"
@@ -193,4 +196,107 @@ TEST_CASE(
       kiln_test::check_match(cpu.weight, gpu.weight, linear_tolerance(t), "weight");
       kiln_test::check_match(cpu.bias, gpu.bias, linear_tolerance(t), "bias");
     }
+}
+
+namespace {
+
+struct MlpGrads {
+  std::vector<Tensor> grads;  // x's, then each layer's weight and bias
+};
+
+// Three layers, the first two with ReLU: each upper layer's input gradient may come masked for
+// the ReLU layer below (relu_masked_input_grad). With `reread`, the first ReLU's output is also
+// read by the loss, so its gradient is a sum and comes unmasked.
+MlpGrads run_mlp(const std::vector<Tensor>& params, const Tensor& x_in, const Tensor& up, Device d, bool reread) {
+  std::vector<Tensor> p;
+  for (const Tensor& t : params) p.push_back(t.to(d).detach().requires_grad_());
+  const Tensor x = x_in.to(d).detach().requires_grad_();
+  const Tensor h1 = linear(x, p[0], p[1], Activation::relu);
+  const Tensor h2 = linear(h1, p[2], p[3], Activation::relu);
+  Tensor loss = sum(mul(linear(h2, p[4], p[5]), up.to(d)));
+  if (reread) loss = add(loss, sum(h1));
+  loss.backward();
+  MlpGrads g{{x.grad()}};
+  for (const Tensor& t : p) g.grads.push_back(t.grad());
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("a layer's input gradient comes masked for the ReLU layer below it, with the CPU's gradients") {
+  Generator gen(23);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (std::int64_t m : {128, 33})
+      for (bool reread : {false, true}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(m);
+        CAPTURE(reread);
+        const std::int64_t widths[] = {48, 64, 40, 10};
+        std::vector<Tensor> params;
+        for (int l = 0; l < 3; ++l) {
+          params.push_back(mul(randn({widths[l + 1], widths[l]}, {}, &gen), 0.3).to(dt));
+          params.push_back(mul(randn({widths[l + 1]}, {}, &gen), 0.3).to(dt));
+        }
+        const Tensor x = randn({m, widths[0]}, {}, &gen).to(dt), up = randn({m, 10}, {}, &gen).to(dt);
+        const MlpGrads cpu = run_mlp(params, x, up, Device::cpu(), reread);
+        const MlpGrads gpu = run_mlp(params, x, up, kGpu, reread);
+        for (std::size_t i = 0; i < cpu.grads.size(); ++i)
+          kiln_test::check_match(cpu.grads[i], gpu.grads[i], dt == DType::f32 ? 1e-4 : 3e-2,
+                                 "grad " + std::to_string(i));
+      }
+}
+
+TEST_CASE("relu_masked_input_grad: the product's bits where the ReLU's output is > 0, zeros elsewhere") {
+  Generator gen(29);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const std::array<std::int64_t, 3>& mnk :
+         {std::array<std::int64_t, 3>{128, 10, 512}, {128, 512, 784}, {96, 10, 40}}) {
+      const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+      CAPTURE(dtype_name(dt));
+      CAPTURE(n);
+      const Tensor gp = randn({m, n}, {}, &gen).to(dt).to(kGpu), w = randn({n, k}, {}, &gen).to(dt).to(kGpu);
+      const Tensor y = randn({m, k}, {}, &gen).to(dt).to(kGpu);
+      const Tensor in[] = {gp, w, y};
+      const Tensor masked = dispatch(*find_op("relu_masked_input_grad"), in)[0];
+      const Tensor want = relu_backward(matmul(gp, w), y);
+      // The masked product may run another algorithm than the plain one: their sums may round apart.
+      kiln_test::check_match(want, masked, dt == DType::f32 ? 1e-5 : 2e-2, "masked");
+      const std::vector<double> got = masked.to(Device::cpu()).to_vector<double>(),
+                                ys = y.to(Device::cpu()).to_vector<double>();
+      std::size_t zeros_where_masked = 0, masked_count = 0;
+      for (std::size_t i = 0; i < ys.size(); ++i)
+        if (!(ys[i] > 0)) ++masked_count, zeros_where_masked += got[i] == 0.0;
+      CHECK(masked_count > 0);
+      CHECK(zeros_where_masked == masked_count);
+    }
+}
+
+TEST_CASE("a compiled mlp step masks input gradients in their products: no ReLU layer runs its own mask") {
+  Generator gen(31);
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(nn::Linear(48, 64, true, &gen));
+  model->push_back(nn::ReLU());
+  model->push_back(nn::Linear(64, 40, true, &gen));
+  model->push_back(nn::ReLU());
+  model->push_back(nn::Linear(40, 10, true, &gen));
+  model->to(kGpu);
+  optim::SGD opt(model->parameters(), optim::SgdOptions{.lr = 1e-2});
+  CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*model)(in[0]), in[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  const Tensor x = randn({128, 48}, {.device = kGpu}, &gen), labels = randint(0, 10, {128}, {.device = kGpu}, &gen);
+  const KernelPlan plan = plan_kernels([&] { step({x, labels}); }, kGpu);
+  REQUIRE(plan.steps.size() == 1);
+  int masked = 0, relu_masks = 0;
+  for (const KernelPlan::Group& g : plan.steps[0].groups)
+    for (const std::string& op : g.ops) {
+      masked += op == "relu_masked_input_grad";
+      relu_masks += op == "relu_backward_bias_grad" || op == "relu_backward";
+    }
+  CHECK(masked == 2);  // the second and third layers' input gradients
+  CHECK(relu_masks == 0);
 }

@@ -17,6 +17,7 @@
 #include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "check.h"
 #include "cublas_loader.h"
+#include "elementwise_kernels.h"
 #include "gemm.h"
 #include "gemm_lt_ahead.h"
 #include "kiln/error.h"
@@ -74,6 +75,7 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
     case LtEpilogue::bgrad_b:
       return CUBLASLT_EPILOGUE_BGRADB;
     case LtEpilogue::none:
+    case LtEpilogue::relu_mask:  // kiln's pass after the library's product (mask_output)
       break;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
@@ -176,9 +178,20 @@ struct Scale {
 
 void* vp(rt::DevicePtr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }
 
+// relu_mask after a library product: D = D where the mask is > 0, else 0, in place (one
+// elementwise pass of relu_backward's kernel over D's columns).
+void mask_output(const LtMatmul& g, const rt::Stream& s) {
+  static const rt::KernelSpec& relu_backward = kernel("relu_backward");
+  Operand d{g.d, {}}, mask{g.bias, {}};
+  d.strides[0] = mask.strides[0] = g.ldd;
+  d.strides[1] = mask.strides[1] = 1;
+  const std::int64_t shape[] = {g.n, g.m};
+  launch_binary(relu_backward, g.dtype, g.dtype, d, mask, d, shape, s);
+}
+
 void launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const LtMatmul& g, const LtTypes& t,
             const rt::GemmWorkspace& ws, const rt::Stream& s) {
-  if (g.epilogue != LtEpilogue::none) {
+  if (g.epilogue != LtEpilogue::none && g.epilogue != LtEpilogue::relu_mask) {
     void* bias = vp(g.bias);
     set_attr(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   }
@@ -186,6 +199,7 @@ void launch(const Plan& p, const cublasLtMatmulAlgo_t& algo, const LtMatmul& g, 
   KILN_CUBLAS(cublasLtMatmul(static_cast<cublasLtHandle_t>(rt::cublaslt_handle(s.device())), p.op, one.ptr(t), vp(g.a),
                              p.a, vp(g.b), p.b, zero.ptr(t), vp(g.d), p.d, vp(g.d), p.d, &algo, vp(ws.ptr), ws.bytes,
                              static_cast<cudaStream_t>(s.handle())));
+  if (g.epilogue == LtEpilogue::relu_mask) mask_output(g, s);
 }
 
 // An algorithm's configuration as text: what the tuning store remembers it by.
@@ -254,7 +268,8 @@ rt::TuneKey tune_key(const Key& key, const LtMatmul& g, int device) {
 // The generated GEMM's view of the product: row-major D^T (n x m) = op(B)^T @ op(A)^T, where
 // op(B)^T is K-major unless B is transposed and op(A) K-major when A is; TF32 needs op(B)^T
 // K-major (plan() takes an MN-major op(A) transposed, into registers, and declines the rest).
-// None for the bias gradient, which it does not sum.
+// None for the bias gradient, which it does not sum. relu_mask is an epilogue hook over the
+// mask, element (row, col) of D^T at col-major D's (col, row).
 std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
   if (g.epilogue == LtEpilogue::bgrad_b || out_dtype(g) != g.dtype) return std::nullopt;
   if (g.dtype != DType::bf16 && g.dtype != DType::f16 && g.dtype != DType::f32) return std::nullopt;
@@ -267,7 +282,17 @@ std::optional<GemmGeometry> generated_geometry(const LtMatmul& g) {
   GemmGeometry geo{g.n, g.m, g.k, g.ldb, g.lda, g.ldd, math, e};
   geo.a_mn = g.trans_b;
   geo.b_mn = !g.trans_a;
+  if (g.epilogue == LtEpilogue::relu_mask)
+    geo.hooks.epilogue = GemmEpilogueHook{.expr = "mask > 0.f ? acc : 0.f",
+                                          .inputs = {HookInput{"mask", g.dtype, HookIndex::element, g.ldd}}};
   return geo;
+}
+
+// The generated kernels' operands (A and B swapped, as generated_geometry views the product).
+GemmOperands generated_operands(const LtMatmul& g, const rt::Stream* s) {
+  GemmOperands ops{g.b, g.a, g.d, g.bias, s};
+  if (g.epilogue == LtEpilogue::relu_mask) ops.bias = 0, ops.epilogue_inputs[0] = g.bias;
+  return ops;
 }
 
 // The generated launches worth timing beside cuBLASLt's: under KILN_TUNE=on every tile of every
@@ -298,13 +323,13 @@ std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey&
       for (GemmTile tile : alternatives(*h, target))
         if (std::optional<GemmLaunch> l = plan(kind, *geo, target, tile)) out.push_back(*l);
   }
-  const GemmOperands ops{g.b, g.a, g.d, g.bias};
+  const GemmOperands ops = generated_operands(g, nullptr);
   std::erase_if(out, [&](const GemmLaunch& l) { return !operands_fit(l, ops); });
   return out;
 }
 
 void launch_generated(const GemmLaunch& l, const LtMatmul& g, const rt::Stream& s) {
-  launch(l, GemmOperands{g.b, g.a, g.d, g.bias, &s});
+  launch(l, generated_operands(g, &s));
 }
 
 // The library's candidates and the generated ones, each writing D (and the bias gradient);
@@ -353,7 +378,10 @@ bool plan_product(const Key& key, const LtMatmul& g, const rt::Stream& s) {
     std::lock_guard lock(ps.mu);
     auto it = ps.by_key.find(key);
     if (it != ps.by_key.end() && (it->second.settled || !it->second.found)) {
-      if (it->second.generated) launch_generated(*it->second.generated, g, s);
+      if (it->second.generated)
+        launch_generated(*it->second.generated, g, s);
+      else if (it->second.found && g.epilogue == LtEpilogue::relu_mask)
+        mask_output(g, s);
       return it->second.found;
     }
   }
@@ -363,7 +391,11 @@ bool plan_product(const Key& key, const LtMatmul& g, const rt::Stream& s) {
   const bool stored_generated = stored && std::any_of(generated.begin(), generated.end(),
                                                       [&](const GemmLaunch& l) { return l.text() == stored->variant; });
   const std::string library = stored && !stored_generated ? stored->variant : "cuBLASLt";
-  run_candidates({{library, [] {}}, {library, [] {}}}, generated, tkey, g, s);
+  // The library's candidates plan their mask pass.
+  const auto library_plan = [&g, &s] {
+    if (g.epilogue == LtEpilogue::relu_mask) mask_output(g, s);
+  };
+  run_candidates({{library, library_plan}, {library, library_plan}}, generated, tkey, g, s);
   return true;
 }
 
@@ -377,6 +409,8 @@ bool lt_times_tile_engine(const LtMatmul& g, int device) {
 
 bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
   const LtTypes t = lt_types(g);
+  if (g.epilogue == LtEpilogue::relu_mask && (g.bias == 0 || out_dtype(g) != g.dtype || g.dtype == DType::f64))
+    throw ValueError("[linear] a ReLU-masked product needs its mask, and D in the f32, f16 or bf16 inputs' dtype");
   if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
   const Key key{s.device(),

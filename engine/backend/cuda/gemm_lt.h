@@ -4,6 +4,7 @@
 // sum over the product's k dimension. Column-major, as cuBLASLt sees it:
 //   D (m x n) = op(A) (m x k) @ op(B) (k x n)           [+ bias (m), then ReLU]
 //   bias_grad (n) = sum over k of op(B)                    (bgrad_b)
+//   D zeroed where mask (m x n, D's layout) is not > 0     (relu_mask: a ReLU's mask on a gradient)
 // The algorithm is chosen per (device, dtype, sizes, layouts, epilogue, alignment): cuBLASLt's
 // first 16 candidates timed once (tuner.h), and the choice kept in the disk cache.
 #include <cstdint>
@@ -15,7 +16,9 @@
 
 namespace kiln::kernels {
 
-enum class LtEpilogue { none, bias, relu_bias, bgrad_b };
+// relu_mask is kiln's: cuBLASLt's algorithms store D and one elementwise pass masks it, the
+// generated kernels mask each sum as they store it.
+enum class LtEpilogue { none, bias, relu_bias, bgrad_b, relu_mask };
 
 struct LtMatmul {
   DType dtype = DType::f32;  // A, B, D and the bias; f16/bf16 accumulate in f32
@@ -27,7 +30,9 @@ struct LtMatmul {
   std::int64_t lda = 0, ldb = 0, ldd = 0;
   LtEpilogue epilogue = LtEpilogue::none;
   rt::DevicePtr a = 0, b = 0, d = 0;
-  rt::DevicePtr bias = 0;  // read (bias, relu_bias: m values) or written (bgrad_b: n values)
+  // Read (bias, relu_bias: m values; relu_mask: the mask, m x n in D's dtype and layout) or written
+  // (bgrad_b: n values).
+  rt::DevicePtr bias = 0;
 };
 
 // Enqueues the product on `s`. false, enqueuing nothing, when cuBLASLt has no algorithm for

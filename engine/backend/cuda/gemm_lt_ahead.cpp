@@ -24,7 +24,8 @@ namespace kiln::kernels {
 
 namespace {
 
-constexpr const char* kEpilogues[] = {"none", "bias", "relu_bias", "bgrad_b"};
+constexpr const char* kEpilogues[] = {"none", "bias", "relu_bias", "bgrad_b", "relu_mask"};
+constexpr int kEpilogueCount = 5;
 
 // Operands past this many bytes are not allocated to measure ahead: the run measures them.
 constexpr std::size_t kMaxOperandBytes = std::size_t{256} << 20;
@@ -35,7 +36,10 @@ thread_local bool t_measuring_ahead = false;
 std::array<std::size_t, 4> operand_sizes(const LtMatmul& g) {
   const std::size_t in = dtype_size(g.dtype), out = dtype_size(g.out.value_or(g.dtype));
   const std::int64_t a_cols = g.trans_a ? g.m : g.k, b_cols = g.trans_b ? g.k : g.n;
-  const std::int64_t bias_len = g.epilogue == LtEpilogue::none ? 0 : g.epilogue == LtEpilogue::bgrad_b ? g.n : g.m;
+  const std::int64_t bias_len = g.epilogue == LtEpilogue::none        ? 0
+                                : g.epilogue == LtEpilogue::bgrad_b   ? g.n
+                                : g.epilogue == LtEpilogue::relu_mask ? g.ldd * g.n
+                                                                      : g.m;
   return {static_cast<std::size_t>(g.lda * a_cols) * in, static_cast<std::size_t>(g.ldb * b_cols) * in,
           static_cast<std::size_t>(g.ldd * g.n) * out, static_cast<std::size_t>(bias_len) * out};
 }
@@ -240,8 +244,8 @@ std::optional<LtProblem> parse_lt_problem(const std::string& problem, const std:
   g.trans_a = ta == "At";
   g.trans_b = tb == "Bt";
   int e = 0;
-  while (e < 4 && epi != kEpilogues[e]) ++e;
-  if (e == 4) return std::nullopt;
+  while (e < kEpilogueCount && epi != kEpilogues[e]) ++e;
+  if (e == kEpilogueCount) return std::nullopt;
   g.epilogue = static_cast<LtEpilogue>(e);
   if (!(in >> word) || word != "align") return std::nullopt;
   for (std::uint32_t& a : p.align) {

@@ -72,6 +72,7 @@ class BackwardEngine {
     if (add_grad(r.grad_fn.get(), r.output_nr, std::move(grad)) && implicit)
       unit_seeds_.insert({r.grad_fn.get(), r.output_nr});
     roots_.push_back(r.grad_fn);
+    seeded_.insert(r.grad_fn.get());
   }
 
   void run() {
@@ -176,8 +177,11 @@ class BackwardEngine {
       unit.resize(n.outputs_.size());
       for (std::size_t k = 0; k < unit.size(); ++k) unit[k] = unit_seeds_.count({&n, static_cast<int>(k)}) > 0;
     }
-    const VjpContext context(n, needs, &sinks, &unit);
+    GradientMasks masks = gradient_masks(n, needs);
+    const VjpContext context(n, needs, &sinks, &unit, &masks);
     std::vector<Tensor> out = n.op_->vjp(context, grads);
+    for (std::size_t i = 0; i < masks.masked.size(); ++i)
+      if (masks.masked[i]) masked_outputs_.insert(n.next_[i].node.get());
     if (out.size() != n.inputs_.size())
       throw Error("[autograd] the vjp of " + name + " returned " + std::to_string(out.size()) + " gradients for " +
                   std::to_string(n.inputs_.size()) + " inputs");
@@ -195,6 +199,26 @@ class BackwardEngine {
         out[i] = convert(out[i], m.dtype);
     }
     return out;
+  }
+
+  // Which inputs' gradients n's vjp may return ReLU-masked: output 0 of a ReLU (of one output, not
+  // a root) that n reads once and nothing else on the way to the roots reads, so that this is its
+  // whole gradient; and whether n's own gradient came so.
+  GradientMasks gradient_masks(const Node& n, const std::vector<bool>& needs) {
+    GradientMasks m;
+    m.may_mask.resize(needs.size());
+    m.masked.resize(needs.size());
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+      const Node::Edge& e = n.next_[i];
+      if (!needs[i] || !e.node || e.output_nr != 0) continue;
+      const Node& p = *e.node;
+      m.may_mask[i] = p.op_->relu_masked_gradient && p.outputs_.size() == 1 && consumers_[&p] == 1 &&
+                      seeded_.count(&p) == 0 && p.outputs_[0].dtype == n.inputs_[i].dtype &&
+                      p.op_->relu_masked_gradient(p.attrs_);
+    }
+    m.incoming.assign(n.outputs_.size(), false);
+    if (!m.incoming.empty()) m.incoming[0] = masked_outputs_.count(&n) > 0;
+    return m;
   }
 
   // In a compiled step, the .grad() buffers of leaf inputs whose gradient zero_grad left
@@ -281,6 +305,8 @@ class BackwardEngine {
   std::unordered_map<const Node*, int> consumers_;  // edges into each node (deps_ before the walk)
   std::unordered_map<Node*, bool> seen_, processed_;
   std::set<std::pair<const Node*, int>> unit_seeds_;  // outputs whose gradient is backward()'s implicit 1
+  std::unordered_set<const Node*> seeded_;            // nodes a root's gradient reaches directly
+  std::unordered_set<const Node*> masked_outputs_;    // ReLUs whose output 0's gradient came masked
 };
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients, bool retain_graph) {

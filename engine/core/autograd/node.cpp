@@ -82,6 +82,13 @@ void record_node(const OpDef& op, const Attrs& attrs, std::span<const Tensor> in
 }
 
 const Attrs& VjpContext::attrs() const { return node_.attrs(); }
+
+void VjpContext::masked_input_gradient(int i) const {
+  if (!may_mask_input_gradient(i))
+    throw Error("[autograd] the vjp of " + node_.name() + " masked the gradient of input " + std::to_string(i) +
+                ", which is not a ReLU's output read by it alone");
+  masks_->masked[static_cast<std::size_t>(i)] = true;
+}
 const TensorMeta& VjpContext::input(int i) const { return node_.inputs().at(static_cast<std::size_t>(i)); }
 const TensorMeta& VjpContext::output(int i) const { return node_.outputs().at(static_cast<std::size_t>(i)); }
 const std::string& VjpContext::name() const { return node_.name(); }

@@ -1,7 +1,8 @@
 // The GEMM family's FFMA kind (kernel_templates/gemm_ffma.cu): plain products on the CUDA cores
 // with f32 sums (exact f32, or bf16/f16 inputs), any arch, A and B K-major or MN-major, the
-// built-in epilogues, k split among blocks whose partials the last of a tile adds in order (one
-// kernel). Its plan, tile alternatives, source, operand check and launch.
+// built-in epilogues or a pointwise epilogue hook, k split among blocks whose partials the last
+// of a tile adds in order (one kernel). Its plan, tile alternatives, source, operand check and
+// launch.
 #include <algorithm>
 #include <string>
 
@@ -23,6 +24,20 @@ bool vectors_fit(bool mn, std::int64_t rows, std::int64_t k, std::int64_t ld) {
   return (mn ? rows : k) % 4 == 0 && ld % 4 == 0;
 }
 
+// An epilogue hook the kind runs: a pointwise expression in the inputs' dtype, without
+// statistics or accumulation; no prologue.
+bool hooks_fit(const GemmHooks& h) {
+  if (h.prologue) return false;
+  if (!h.epilogue) return true;
+  const GemmEpilogueHook& e = *h.epilogue;
+  return e.stats == HookStats::none && !e.accumulate && !e.out;
+}
+
+// The hook's operands as the kernel's HookPointers lays them out.
+struct FfmaHookPointers {
+  rt::DevicePtr epi[kMaxHookInputs], pro[kMaxHookInputs];
+};
+
 bool tile_fits(int bm, int bn) {
   const int threads = (bm / 4) * (bn / 4);
   return bm >= 16 && bn >= 16 && bm <= 64 && bn <= 64 && (bm & (bm - 1)) == 0 && (bn & (bn - 1)) == 0 && threads >= 64;
@@ -42,8 +57,7 @@ std::int64_t filling_splits(std::int64_t tiles, std::int64_t k_tiles, const Gemm
 // half the SMs idle; k split so that the blocks fill the SMs once, each split keeping two or
 // more k tiles.
 std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
-  if (g.math == GemmMath::tf32 || g.conv || g.hooks.epilogue || g.hooks.prologue || g.batch != 1 || tile.transposed)
-    return std::nullopt;
+  if (g.math == GemmMath::tf32 || g.conv || !hooks_fit(g.hooks) || g.batch != 1 || tile.transposed) return std::nullopt;
   if (g.m < 1 || g.n < 1 || g.k < 1 || g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n)
     return std::nullopt;
   GemmLaunch l;
@@ -93,7 +107,8 @@ std::string ffma_source(const GemmLaunch& l) {
   const bool vec_a = vectors_fit(g.a_mn, g.m, g.k, g.lda), vec_b = vectors_fit(g.b_mn, g.n, g.k, g.ldb);
   rt::Bindings b = plain_product_bindings(l);
   const DType t = input_dtype(g.math);
-  b.insert(b.end(), {{"PRELUDE", rt::device_prelude(DTypes{t})},
+  b.insert(b.end(), {{"PRELUDE", prelude_for(g, g.hooks)},
+                     {"HOOK_FUNCTIONS", hook_source(g.hooks).functions},
                      {"IN", std::string(cuda_storage_type(t))},
                      {"SPLITK", num(l.splits)},
                      {"VEC_A", vec_a ? "4" : "1"},
@@ -107,6 +122,10 @@ bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const GemmGeometry& g = l.g;
   const std::uint64_t size = dtype_size(input_dtype(g.math));
   auto aligned = [size](rt::DevicePtr p, bool vec) { return p != 0 && p % ((vec ? 4 : 1) * size) == 0; };
+  const std::vector<HookInput> none;
+  const std::vector<HookInput>& inputs = g.hooks.epilogue ? g.hooks.epilogue->inputs : none;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (ops.epilogue_inputs[i] == 0 || ops.epilogue_inputs[i] % dtype_size(inputs[i].dtype) != 0) return false;
   return aligned(ops.a, vectors_fit(g.a_mn, g.m, g.k, g.lda)) && aligned(ops.b, vectors_fit(g.b_mn, g.n, g.k, g.ldb)) &&
          aligned(ops.d, false) && (g.epilogue == GemmEpilogue::none || aligned(ops.bias, false));
 }
@@ -120,7 +139,9 @@ void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, const rt::Functio
   rt::DeviceBuffer parts;
   if (l.splits > 1)
     parts = rt::DeviceBuffer(static_cast<std::size_t>(l.grid) * static_cast<std::size_t>(l.bm * l.bn) * 4, *ops.stream);
-  rt::launch(fn, cfg, *ops.stream, ops.a, ops.b, ops.d, ops.bias, parts.ptr());
+  FfmaHookPointers hp{};
+  for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = ops.epilogue_inputs[static_cast<std::size_t>(i)];
+  rt::launch(fn, cfg, *ops.stream, ops.a, ops.b, ops.d, ops.bias, parts.ptr(), hp);
 }
 
 }  // namespace kiln::kernels

@@ -61,6 +61,8 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops);
 // What the plain-product kinds' templates share: the tile (BM, BN), the sizes and row strides,
 // the layouts (A_MN, B_MN) and the built-in epilogue.
 rt::Bindings plain_product_bindings(const GemmLaunch& l);
+// The device prelude with the headers of every dtype the kernel reads or writes.
+std::string prelude_for(const GemmGeometry& g, const GemmHooks& h);
 // The mma.sync kind (gemm_mma.cpp): its plan, other tiles, source, operand check and launch.
 std::optional<GemmLaunch> plan_mma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
 std::vector<GemmTile> mma_alternatives(const GemmLaunch& h);

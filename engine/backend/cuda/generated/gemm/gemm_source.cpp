@@ -44,7 +44,8 @@ std::string mma_function(int bn, GemmMath math, bool a_mn, bool b_mn) {
          "\"r\"(static_cast<int>(accumulate)));\n}";
 }
 
-// The prelude with the headers of every dtype the kernel reads or writes.
+}  // namespace
+
 std::string prelude_for(const GemmGeometry& g, const GemmHooks& h) {
   bool f16 = false, bf16 = false;
   auto note = [&](DType t) {
@@ -63,8 +64,6 @@ std::string prelude_for(const GemmGeometry& g, const GemmHooks& h) {
     d = DTypes{DType::bf16};
   return rt::device_prelude(d);
 }
-
-}  // namespace
 
 rt::Bindings plain_product_bindings(const GemmLaunch& l) {
   const GemmGeometry& g = l.g;
