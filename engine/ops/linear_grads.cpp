@@ -109,17 +109,20 @@ void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, 
 }
 
 // db (n) = the column sums of g (m, n); with y, g masked as relu_backward does and written to gp.
-void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, const Tensor& db, Device device) {
+// Unmasked and `beside`, beside the backward's chain where one block a column can sum it.
+void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, const Tensor& db, Device device,
+                   bool beside = true) {
   const Tensor g = gpu::contiguous(g_in), y = y_in.defined() ? gpu::contiguous(y_in) : Tensor();
   const std::int64_t m = g.shape()[0], n = g.shape()[1];
-  // Unmasked, in one block a column where the rows allow: then it can leave the chain.
-  const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index(), !y.defined());
+  beside = beside && !y.defined();
+  // In one block a column where the rows allow: then it can leave the chain.
+  const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index(), beside);
   const Tensor parts =
       empty({split.scratch}, {.dtype = g.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = device});
   // Beside the backward's chain only in one split: a merge's counter is the module's, which
   // another launch of it on the device's stream could meet.
   const rt::Stream& s =
-      split.splits == 1 && !y.defined() ? grad_stream::fork(stream_of(device), {g, db, parts}) : stream_of(device);
+      beside && split.splits == 1 ? grad_stream::fork(stream_of(device), {g, db, parts}) : stream_of(device);
   kernels::launch_bias_grad({.t = g.dtype(),
                              .p = db.dtype(),
                              .g = device_address(g),
@@ -156,16 +159,21 @@ void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
+// attr `bias_on_chain`: the layer has no input gradient to compute, so its bias gradient is summed
+// on the backward's own stream while the weight product runs beside it.
+bool bias_on_chain(const OpArgs& a) { return a.attrs.get_or("bias_on_chain", false); }
+
 // The product and the column sums apart: cuBLASLt's bias-gradient epilogue runs bf16 products
 // of fewer than 16 columns at a fifth of that pace (1024x512 -> 10: 44 us against 9 on an H200).
 void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
   const rt::Stream& s = stream_of(a.device);
   weight_grad_gpu(a.inputs[0], a.inputs[1], out[0], s);
-  bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device);
+  bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device, !bias_on_chain(a));
 }
 
 void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
-  if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16))
+  if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) ||
+      bias_on_chain(a))
     return grad_wb_split_gpu(a, out);
   const Tensor gp = lt_ready(a.inputs[0]), x = lt_ready(a.inputs[1]);
   const LtOperand lg = lt_operand(gp), lx = lt_operand(x);
@@ -205,7 +213,7 @@ const OpRef kLinearGradWb = register_op({
     .shape_rule = [](const OpArgs& a) { return grad_shapes("linear_grad_wb", a); },
     .cpu = grad_wb_cpu,
     .gpu = grad_wb_gpu,
-    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}, Attrs{{"bias_on_chain", true}}},
              .gradcheck = false,
              .tolerance_scale = 4,
              .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
@@ -351,13 +359,16 @@ bool f32_grad_of(const VjpContext& c, int input, const Tensor& g) {
 }
 
 // dW and db together when a GPU epilogue can sum db, written into the parameters' .grad()
-// buffers when the step offers them (grad sinks).
-std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x) {
+// buffers when the step offers them (grad sinks). `bias_on_chain`: as grad_wb_split_gpu says.
+std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x,
+                                          bool bias_on_chain = false) {
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
   if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
     const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
     const grad_stream::Allow beside(into[0].defined() && into[1].defined());
-    return dispatch(kLinearGradWb, in, f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp)), into);
+    Attrs attrs = f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp));
+    if (bias_on_chain) attrs.set("bias_on_chain", true);
+    return dispatch(kLinearGradWb, in, attrs, into);
   }
   std::vector<Tensor> r(2);
   if (need_w) r[0] = matmul(transpose(gp, 0, 1), x);
@@ -373,7 +384,10 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
   const Tensor x = c.saved_input(0);
   std::vector<Tensor> r(3);
   Tensor gp = g;
-  relu = relu && !c.gradient_masked(0);  // masked by the layer reading y (input_grad)
+  // Masked by the layer reading y (input_grad): then a plain layer's, but for a first layer (no
+  // input gradient) the bias gradient stays on the chain, as its mask's kernel summed it there.
+  const bool masked = relu && c.gradient_masked(0);
+  relu = relu && !masked;
   if (relu && c.needs_grad(2) && g.device().is_cuda()) {
     const Tensor in[] = {g, c.saved_output(0)}, into[] = {Tensor(), c.grad_sink(2)};
     std::vector<Tensor> masked = dispatch(kReluBackwardBiasGrad, in, f32_grads_attrs(f32_grad_of(c, 2, g)), into);
@@ -390,7 +404,7 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
     return r;
   }
   if (relu) gp = relu_backward(g, c.saved_output(0));
-  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x);
+  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x, masked && !c.needs_grad(0));
   r[1] = std::move(wb[0]);
   r[2] = std::move(wb[1]);
   if (c.needs_grad(0)) r[0] = input_grad(c, gp);
