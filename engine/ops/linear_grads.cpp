@@ -143,13 +143,13 @@ std::vector<Shape> grad_shapes(const char* op, const OpArgs& a) {
 
 // dW = gp^T @ x (n, k) and db = the column sums of gp (n), from gp = dL/d(pre-activation) (m, n)
 // and x (m, k).
-// db (n) = the column sums of gp (m, n), in f64, in db's dtype.
-void column_sums_cpu(const Tensor& gp_in, const Tensor& db) {
-  const Tensor gp = convert(gp_in, db.dtype());
+void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
+  weight_grad_cpu(a.inputs[0], a.inputs[1], out[0]);
+  const Tensor gp = convert(a.inputs[0], out[1].dtype());
   const std::int64_t m = gp.shape()[0], n = gp.shape()[1];
   cpu::visit(gp.dtype(), [&]<class T>() {
     const T* pg = cpu::ptr<T>(gp);
-    T* pdb = cpu::ptr<T>(db);
+    T* pdb = cpu::ptr<T>(out[1]);
     for (std::int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (std::int64_t i = 0; i < m; ++i)
@@ -159,21 +159,21 @@ void column_sums_cpu(const Tensor& gp_in, const Tensor& db) {
   });
 }
 
-void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
-  weight_grad_cpu(a.inputs[0], a.inputs[1], out[0]);
-  column_sums_cpu(a.inputs[0], out[1]);
-}
+// attr `bias_on_chain`: the layer has no input gradient to compute, so its bias gradient is summed
+// on the backward's own stream while the weight product runs beside it.
+bool bias_on_chain(const OpArgs& a) { return a.attrs.get_or("bias_on_chain", false); }
 
 // The product and the column sums apart: cuBLASLt's bias-gradient epilogue runs bf16 products
 // of fewer than 16 columns at a fifth of that pace (1024x512 -> 10: 44 us against 9 on an H200).
 void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
   const rt::Stream& s = stream_of(a.device);
   weight_grad_gpu(a.inputs[0], a.inputs[1], out[0], s);
-  bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device);
+  bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device, !bias_on_chain(a));
 }
 
 void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
-  if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16))
+  if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) ||
+      bias_on_chain(a))
     return grad_wb_split_gpu(a, out);
   const Tensor gp = lt_ready(a.inputs[0]), x = lt_ready(a.inputs[1]);
   const LtOperand lg = lt_operand(gp), lx = lt_operand(x);
@@ -213,7 +213,7 @@ const OpRef kLinearGradWb = register_op({
     .shape_rule = [](const OpArgs& a) { return grad_shapes("linear_grad_wb", a); },
     .cpu = grad_wb_cpu,
     .gpu = grad_wb_gpu,
-    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}, Attrs{{"bias_on_chain", true}}},
              .gradcheck = false,
              .tolerance_scale = 4,
              .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
@@ -233,27 +233,6 @@ const OpRef kLinearGradW = register_op({
              .gradcheck = false,
              .tolerance_scale = 4,
              .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
-});
-
-// db alone: the column sums of gp (m, n), on the backward's chain (a layer whose gradient came
-// masked sums it after its input gradient, while its weight product runs beside).
-const OpRef kLinearGradB = register_op({
-    .name = "linear_grad_b",
-    .dtypes = dtype_sets::floating,
-    .dtype_rule = [](const OpArgs& a) { return f32_grads_from(a, 0); },
-    .shape_rule =
-        [](const OpArgs& a) {
-          const Shape& g = a.inputs[0].shape();
-          if (g.size() != 2) throw ShapeError("[linear_grad_b] needs gradients (m, n); got " + shape_str(g));
-          return std::vector<Shape>{{g[1]}};
-        },
-    .cpu = [](const OpArgs& a, std::span<Tensor> out) { column_sums_cpu(a.inputs[0], out[0]); },
-    .gpu = [](const OpArgs& a,
-              std::span<Tensor> out) { bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[0], a.device, false); },
-    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
-             .gradcheck = false,
-             .tolerance_scale = 4,
-             .shapes = {{{6, 5}}, {{1, 4}}, {{300, 40}}, {{0, 3}}}},
 });
 
 // gp = relu_backward(g, y) (g where y > 0, else 0) and db = the column sums of gp, from g and
@@ -380,13 +359,16 @@ bool f32_grad_of(const VjpContext& c, int input, const Tensor& g) {
 }
 
 // dW and db together when a GPU epilogue can sum db, written into the parameters' .grad()
-// buffers when the step offers them (grad sinks).
-std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x) {
+// buffers when the step offers them (grad sinks). `bias_on_chain`: as grad_wb_split_gpu says.
+std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x,
+                                          bool bias_on_chain = false) {
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
   if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
     const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
     const grad_stream::Allow beside(into[0].defined() && into[1].defined());
-    return dispatch(kLinearGradWb, in, f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp)), into);
+    Attrs attrs = f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp));
+    if (bias_on_chain) attrs.set("bias_on_chain", true);
+    return dispatch(kLinearGradWb, in, attrs, into);
   }
   std::vector<Tensor> r(2);
   if (need_w) r[0] = matmul(transpose(gp, 0, 1), x);
@@ -402,21 +384,10 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
   const Tensor x = c.saved_input(0);
   std::vector<Tensor> r(3);
   Tensor gp = g;
-  // Masked by the layer reading y (input_grad): the weight product beside the chain, then the
-  // input gradient, then the bias gradient's column sums after it on the chain (cuBLASLt's f32
-  // bias-gradient epilogue is a kernel of its own, which would queue beside the chain too).
-  if (relu && c.gradient_masked(0) && g.device().is_cuda() && c.needs_grad(1) && c.needs_grad(2)) {
-    const Tensor w_in[] = {g, x}, w_into[] = {c.grad_sink(1)}, b_into[] = {c.grad_sink(2)};
-    {
-      const grad_stream::Allow beside(w_into[0].defined());
-      r[1] = dispatch(kLinearGradW, w_in, f32_grads_attrs(f32_grad_of(c, 1, g)), w_into)[0];
-    }
-    if (c.needs_grad(0)) r[0] = input_grad(c, g);
-    const Tensor b_in[] = {g};
-    r[2] = dispatch(kLinearGradB, b_in, f32_grads_attrs(f32_grad_of(c, 2, g)), b_into)[0];
-    return r;
-  }
-  relu = relu && !c.gradient_masked(0);
+  // Masked by the layer reading y (input_grad): then a plain layer's, but for a first layer (no
+  // input gradient) the bias gradient stays on the chain, as its mask's kernel summed it there.
+  const bool masked = relu && c.gradient_masked(0);
+  relu = relu && !masked;
   if (relu && c.needs_grad(2) && g.device().is_cuda()) {
     const Tensor in[] = {g, c.saved_output(0)}, into[] = {Tensor(), c.grad_sink(2)};
     std::vector<Tensor> masked = dispatch(kReluBackwardBiasGrad, in, f32_grads_attrs(f32_grad_of(c, 2, g)), into);
@@ -433,7 +404,7 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
     return r;
   }
   if (relu) gp = relu_backward(g, c.saved_output(0));
-  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x);
+  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x, masked && !c.needs_grad(0));
   r[1] = std::move(wb[0]);
   r[2] = std::move(wb[1]);
   if (c.needs_grad(0)) r[0] = input_grad(c, gp);
