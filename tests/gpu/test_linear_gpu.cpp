@@ -228,10 +228,14 @@ MlpGrads run_mlp(const std::vector<Tensor>& params, const Tensor& x_in, const Te
 
 TEST_CASE("a layer's input gradient comes masked for the ReLU layer below it, with the unmasked gradients") {
   Generator gen(23);
-  for (DType dt : {DType::f32, DType::bf16})
+  // f32 twice: exact (not masked) and on TF32 (masked).
+  for (int config = 0; config < 3; ++config)
     for (std::int64_t m : {128, 33})
       for (bool reread : {false, true}) {
-        CAPTURE(dtype_name(dt));
+        const DType dt = config == 2 ? DType::bf16 : DType::f32;
+        const bool tf32 = config == 1;
+        set_allow_tf32(tf32);
+        CAPTURE(config);
         CAPTURE(m);
         CAPTURE(reread);
         const std::int64_t widths[] = {48, 64, 40, 10};
@@ -245,10 +249,11 @@ TEST_CASE("a layer's input gradient comes masked for the ReLU layer below it, wi
         // The GPU's own unfused backward of the same forward: the masks are the same bits. bf16's
         // rounding of each layer's values moves the CPU's masks near zero, so f32 alone meets it.
         const MlpGrads plain = run_mlp(params, x, up, kGpu, reread, true);
+        set_allow_tf32(false);
         for (std::size_t i = 0; i < gpu.grads.size(); ++i)
           kiln_test::check_match(plain.grads[i].to(Device::cpu()), gpu.grads[i], dt == DType::f32 ? 1e-5 : 2e-2,
                                  "unfused grad " + std::to_string(i));
-        if (dt != DType::f32) continue;
+        if (dt != DType::f32 || tf32) continue;
         const MlpGrads cpu = run_mlp(params, x, up, Device::cpu(), reread);
         for (std::size_t i = 0; i < cpu.grads.size(); ++i)
           kiln_test::check_match(cpu.grads[i], gpu.grads[i], 1e-4, "grad " + std::to_string(i));
@@ -294,7 +299,11 @@ TEST_CASE("a compiled mlp step masks input gradients in their products: no ReLU 
   optim::SGD opt(model->parameters(), optim::SgdOptions{.lr = 1e-2});
   CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
     opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(in[0]), in[1]);
+    Tensor loss;
+    {
+      const AutocastGuard amp(DType::bf16);  // exact f32 is not masked (input_grad)
+      loss = cross_entropy((*model)(in[0]), in[1]);
+    }
     loss.backward();
     opt.step();
     return std::vector<Tensor>{loss.detach()};
