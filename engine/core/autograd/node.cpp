@@ -89,6 +89,7 @@ void VjpContext::masked_input_gradient(int i) const {
                 ", which is not a ReLU's output read by it alone");
   masks_->masked[static_cast<std::size_t>(i)] = true;
 }
+
 const TensorMeta& VjpContext::input(int i) const { return node_.inputs().at(static_cast<std::size_t>(i)); }
 const TensorMeta& VjpContext::output(int i) const { return node_.outputs().at(static_cast<std::size_t>(i)); }
 const std::string& VjpContext::name() const { return node_.name(); }
