@@ -122,10 +122,7 @@ bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   const GemmGeometry& g = l.g;
   const std::uint64_t size = dtype_size(input_dtype(g.math));
   auto aligned = [size](rt::DevicePtr p, bool vec) { return p != 0 && p % ((vec ? 4 : 1) * size) == 0; };
-  const std::vector<HookInput> none;
-  const std::vector<HookInput>& inputs = g.hooks.epilogue ? g.hooks.epilogue->inputs : none;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (ops.epilogue_inputs[i] == 0 || ops.epilogue_inputs[i] % dtype_size(inputs[i].dtype) != 0) return false;
+  if (g.hooks.epilogue && !hook_inputs_given(g.hooks.epilogue->inputs, ops.epilogue_inputs)) return false;
   return aligned(ops.a, vectors_fit(g.a_mn, g.m, g.k, g.lda)) && aligned(ops.b, vectors_fit(g.b_mn, g.n, g.k, g.ldb)) &&
          aligned(ops.d, false) && (g.epilogue == GemmEpilogue::none || aligned(ops.bias, false));
 }

@@ -2,6 +2,7 @@
 // What the GEMM family's sources share inside the family: the shared-memory budget of a tile
 // and the convolution modes' host side (gemm_conv.cpp): whether a geometry fits, the weight
 // gradient's plan, and each launch's staged operands and tensor maps.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -61,6 +62,8 @@ ConvStaging stage_conv(const GemmLaunch& l, const GemmOperands& ops);
 // What the plain-product kinds' templates share: the tile (BM, BN), the sizes and row strides,
 // the layouts (A_MN, B_MN) and the built-in epilogue.
 rt::Bindings plain_product_bindings(const GemmLaunch& l);
+// Whether each hook input has its pointer, aligned to its dtype.
+bool hook_inputs_given(const std::vector<HookInput>& inputs, const std::array<rt::DevicePtr, kMaxHookInputs>& pointers);
 // The device prelude with the headers of every dtype the kernel reads or writes.
 std::string prelude_for(const GemmGeometry& g, const GemmHooks& h);
 // The mma.sync kind (gemm_mma.cpp): its plan, other tiles, source, operand check and launch.

@@ -350,6 +350,13 @@ GemmStatsShape stats_shape(const GemmLaunch& l) {
   return {};
 }
 
+bool hook_inputs_given(const std::vector<HookInput>& inputs,
+                       const std::array<rt::DevicePtr, kMaxHookInputs>& pointers) {
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (pointers[i] == 0 || pointers[i] % dtype_size(inputs[i].dtype) != 0) return false;
+  return true;
+}
+
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   if (l.kernel == GemmKernel::mma_sync) return mma_operands_fit(l, ops);
   if (l.kernel == GemmKernel::ffma) return ffma_operands_fit(l, ops);
@@ -361,14 +368,9 @@ bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
                : ops.a == 0 || !a_fits || !rt::tensor_map_fits(ops.b, t, l.g.ldb))
     return false;
   if (ops.d % 16 != 0) return false;
-  auto given = [](const std::vector<HookInput>& inputs, const auto& ptrs) {
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (ptrs[i] == 0 || ptrs[i] % dtype_size(inputs[i].dtype) != 0) return false;
-    return true;
-  };
   const GemmHooks h = hooks_of(l.g);
-  return (!h.epilogue || given(h.epilogue->inputs, epilogue_pointers(l, ops))) &&
-         (!h.prologue || given(h.prologue->inputs, ops.prologue_inputs)) &&
+  return (!h.epilogue || hook_inputs_given(h.epilogue->inputs, epilogue_pointers(l, ops))) &&
+         (!h.prologue || hook_inputs_given(h.prologue->inputs, ops.prologue_inputs)) &&
          (stats_of(l.g) == HookStats::none || (ops.stats != 0 && ops.stats % 4 == 0 && ops.totals % 8 == 0));
 }
 
