@@ -94,7 +94,7 @@ extern "C" __global__ void kiln_nll_backward(const T* __restrict__ g, const long
 // device's kernels on one stream, so launches never overlap.
 __device__ unsigned int kiln_ce_blocks_done;
 
-#ifdef KILN_ENTRY_kiln_softmax_cross_entropy
+#if defined(KILN_ENTRY_kiln_softmax_cross_entropy) || defined(KILN_CROSS_ENTROPY_ROWS)
 // Fused softmax cross-entropy over contiguous logits x (N, C) and labels (N). Per row r:
 // stats[r] = lse = m + log s (m the max, s = sum exp(x - m)) and, for label y,
 // loss = (1 - eps) * ((m - x[y]) + log s) + eps * ((m - mean x) + log s): 0 where y is
@@ -104,14 +104,16 @@ __device__ unsigned int kiln_ce_blocks_done;
 // of rows not ignored. Rows as kiln_softmax (width 32: a warp per row, 256: a block per row).
 // unit_dx, when given (reduction sum, or mean with no label ignored), gets the gradient for a
 // loss gradient of 1, as kiln_softmax_cross_entropy_backward writes it (the same bits).
-extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
-                                                      Loss* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
-                                                      T* __restrict__ unit_dx, long long N, long long C, int width,
-                                                      int reduction, double smoothing, long long ignore,
-                                                      int has_ignore) {
-  kiln::wait_prior_grids();
+// Every lane of a row's group calls before_row(r, live, lane) first: a kernel that computes
+// the logits itself writes row r there (gemm_rowdot.cu), so x is not __restrict__.
+template <class BeforeRow>
+__device__ void cross_entropy_rows(const T* x, const long long* __restrict__ labels, Loss* __restrict__ out, Acc* rows,
+                                   Acc* __restrict__ stats, T* __restrict__ unit_dx, long long N, long long C,
+                                   int width, int reduction, double smoothing, long long ignore, int has_ignore,
+                                   BeforeRow before_row) {
   const Acc eps = static_cast<Acc>(smoothing);
   kiln::rows::for_each<kBlock>(N, width, [&](long long r, bool live, int lane) {
+    before_row(r, live, lane);
     const T* xr = x + (live ? r : 0) * C;
     Acc m, s, sx = 0;
     row_stats(xr, C, lane, width, live, m, s);
@@ -135,14 +137,18 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
     if (lane != 0) return;
     stats[r] = lse;
     Acc l = 0;
-    if (has_ignore && y == ignore) l = 0;
-    else if (y < 0 || y >= C) l = kiln::Lim<Acc>::nan();
+    if (has_ignore && y == ignore)
+      l = 0;
+    else if (y < 0 || y >= C)
+      l = kiln::Lim<Acc>::nan();
     else {
       l = (m - kiln::cvt<Acc>(xr[y])) + log_s;
       if (eps != Acc(0)) l = (Acc(1) - eps) * l + eps * ((m - sx / static_cast<Acc>(C)) + log_s);
     }
-    if (reduction == 0) kiln::store(out + r, l);
-    else rows[r] = l;
+    if (reduction == 0)
+      kiln::store(out + r, l);
+    else
+      rows[r] = l;
   });
   if (!kiln::block::last_to_finish(&kiln_ce_blocks_done)) return;
   const volatile Acc* parked = rows;  // written by other blocks: skip this SM's L1
@@ -157,6 +163,18 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
   stats[N] = valid;
   if (reduction == 1) kiln::store(out, total);
   if (reduction == 2) kiln::store(out, total / valid);
+}
+#endif
+
+#ifdef KILN_ENTRY_kiln_softmax_cross_entropy
+extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, const long long* __restrict__ labels,
+                                                      Loss* __restrict__ out, Acc* rows, Acc* __restrict__ stats,
+                                                      T* __restrict__ unit_dx, long long N, long long C, int width,
+                                                      int reduction, double smoothing, long long ignore,
+                                                      int has_ignore) {
+  kiln::wait_prior_grids();
+  cross_entropy_rows(x, labels, out, rows, stats, unit_dx, N, C, width, reduction, smoothing, ignore, has_ignore,
+                     [](long long, bool, int) {});
 }
 #endif
 

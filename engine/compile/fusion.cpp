@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,7 @@ struct Fusion {
   std::vector<Pending> ops;
   std::vector<const void*> storages;  // of every pending input and output
   int running_alone = 0;              // ops declined and not yet run: an op run inside another is not a group
+  std::optional<step::HeldProduct> held{};
 };
 
 thread_local Fusion* t_fusion = nullptr;
@@ -126,11 +129,31 @@ void flush_group(const char* why) {
   run(std::move(ops), why);
 }
 
+// Launches the held product alone (taken out first: its launch takes no addresses, but must not
+// find itself held).
+void run_held(Fusion& f) {
+  if (!f.held) return;
+  const std::function<void()> run = std::move(f.held->run);
+  f.held.reset();
+  run();
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.impl()->storage.get() == b.impl()->storage.get() && a.offset() == b.offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+bool reads(std::span<const Tensor> inputs, const Tensor& t) {
+  return std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& in) { return same_view(in, t); });
+}
+
 }  // namespace
 
 bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) {
   Fusion* f = t_fusion;
   if (!f) return false;
+  // A held product waits only for the op right after it, and only if that op reads it.
+  if (f->held && !reads(args.inputs, f->held->output)) run_held(*f);
   const PointwiseExpr* expr = expression_of(op);
   if (!expr || !eligible(*f, op, args, outputs)) {
     if (!op.makes_outputs) ++f->running_alone;  // ran_alone follows, once the op has run
@@ -169,9 +192,30 @@ void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) 
 
 void before_use(const Tensor& t) {
   Fusion* f = t_fusion;
+  if (f && f->held) run_held(*f);
   if (!f || f->ops.empty() || !t.defined()) return;
   if (std::find(f->storages.begin(), f->storages.end(), storage_of(t)) != f->storages.end())
     flush_group("other work reads or writes a value it holds");
+}
+
+bool hold_product(step::HeldProduct p) {
+  Fusion* f = t_fusion;
+  if (!f || !p.output.defined() || p.output.device() != f->device) return false;
+  run_held(*f);
+  f->held = std::move(p);
+  return true;
+}
+
+std::optional<step::HeldProduct> take_held(const Tensor& t) {
+  Fusion* f = t_fusion;
+  if (!f || !f->held) return std::nullopt;
+  if (!same_view(f->held->output, t)) {
+    run_held(*f);
+    return std::nullopt;
+  }
+  std::optional<step::HeldProduct> p = std::move(f->held);
+  f->held.reset();
+  return p;
 }
 
 FusionScope::FusionScope(Device device) {
@@ -189,7 +233,9 @@ FusionScope::~FusionScope() {
 }
 
 void FusionScope::finish() {
-  if (own_) flush_group("the compiled call ended");
+  if (!own_) return;
+  run_held(*own_);
+  flush_group("the compiled call ended");
 }
 
 }  // namespace kiln::compile_detail

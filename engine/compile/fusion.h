@@ -3,8 +3,10 @@
 // shape (any dtypes, casts and tensor-scalar ops included) are held back and run as one
 // generated kernel when something needs their values. Values nothing else holds are never
 // written.
+#include <optional>
 #include <span>
 
+#include "core/step/step_state.h"
 #include "kiln/device.h"
 #include "kiln/tensor.h"
 
@@ -24,8 +26,13 @@ bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outp
 // op, which defer_pointwise declined, has run (`finished`) or thrown: logged, and listed in a
 // kernel plan's step unless it ran inside another op.
 void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept;
-// t is about to be read or written by other work: run the pending group if it involves t.
+// t is about to be read or written by other work: run the pending group if it involves t, and
+// a held product whatever t is.
 void before_use(const Tensor& t);
+// step::StepCompiler's hold_product and take_held: one product at a time, held until the next
+// op's dispatch (kept for an op that reads its output), an address taken or the call's end.
+bool hold_product(step::HeldProduct p);
+std::optional<step::HeldProduct> take_held(const Tensor& t);
 
 // Turns fusion on for the calling thread while alive (nested scopes are no-ops).
 class FusionScope {

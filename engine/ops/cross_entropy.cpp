@@ -10,9 +10,13 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/softmax_kernels.h"
 #include "core/dtype_sets.h"
+#include "core/step/step_state.h"
 #include "kiln/autograd.h"
+#include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/log.h"
 #include "loss_common.h"
 
 namespace kiln {
@@ -250,6 +254,25 @@ const OpRef kCrossEntropyBackward = register_op({
                         {{}, {3, 1100}, {3}, {4}}}},
 });
 
+// The logits' held product and this cross-entropy as one kernel, where the product runs the row
+// kind over exactly these logits (the same bits as the two kernels). Otherwise the product runs
+// now, alone, and false. A shape-only pass plans both ways and returns false.
+bool with_product(step::HeldProduct& held, const Tensor& x, const kernels::RowCrossEntropy& ce) {
+  const auto* row = std::any_cast<kernels::RowProduct>(&held.fused);
+  const bool fits = row && kernels::rowdot_cross_entropy_fits(row->launch) && row->launch.g.m == x.shape()[0] &&
+                    row->launch.g.n == x.shape()[1] && row->operands.d == device_address(x);
+  if (!fits) {
+    held.run();
+    return false;
+  }
+  rt::log().debug("[fuse] linear's row product and softmax_cross_entropy over {} run as one kernel",
+                  shape_str(x.shape()));
+  kernels::launch_rowdot_cross_entropy(row->launch, row->operands, ce);
+  if (!rt::shape_only()) return true;
+  held.run();
+  return false;
+}
+
 const OpRef kCrossEntropy = register_op({
     .name = "softmax_cross_entropy",
     .num_inputs = 2,
@@ -279,14 +302,25 @@ const OpRef kCrossEntropy = register_op({
     .gpu =
         [](const OpArgs& a, std::span<Tensor> out) {
           const Params p = params_of(a);
+          // First, before any address is taken: the logits' product, where it was held for this op.
+          std::optional<step::HeldProduct> held = step::take_held(a.inputs[0]);
           const Tensor x = gpu::contiguous(a.inputs[0]), labels = gpu::contiguous(a.inputs[1]);
           const std::int64_t n = x.shape()[0];
           // Row losses wait here for the last block's ordered sum; none writes them to out[0].
           const Tensor rows = p.reduction == 0 ? Tensor() : empty({n}, {.dtype = out[1].dtype(), .device = a.device});
-          kernels::launch_cross_entropy(x.dtype(), out[0].dtype(), device_address(x), device_address(labels),
-                                        device_address(out[0]), rows.defined() ? device_address(rows) : 0,
-                                        device_address(out[1]), p.unit_grad ? device_address(out[2]) : 0, n,
-                                        x.shape()[1], p.reduction, p.eps, p.ignore.index, p.ignore.on,
+          const kernels::RowCrossEntropy ce{out[0].dtype(),
+                                            device_address(labels),
+                                            device_address(out[0]),
+                                            rows.defined() ? device_address(rows) : 0,
+                                            device_address(out[1]),
+                                            p.unit_grad ? device_address(out[2]) : 0,
+                                            p.reduction,
+                                            p.eps,
+                                            p.ignore.index,
+                                            p.ignore.on};
+          if (held && with_product(*held, x, ce)) return;
+          kernels::launch_cross_entropy(x.dtype(), ce.loss, device_address(x), ce.labels, ce.out, ce.rows, ce.stats,
+                                        ce.unit_dx, n, x.shape()[1], p.reduction, p.eps, p.ignore.index, p.ignore.on,
                                         stream_of(a.device));
         },
     // Only the loss carries a gradient: stats is state saved for the backward. A gradient of 1

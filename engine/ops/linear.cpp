@@ -9,11 +9,13 @@
 #include "core/cpu/loops.h"
 #include "core/dtype_sets.h"
 #include "core/registry.h"
+#include "core/step/step_state.h"
 #include "core/tensor/copy.h"
 #include "kiln/amp.h"
 #include "kiln/elementwise.h"
 #include "kiln/linalg.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/shape_ops.h"
 #include "linear_grads.h"
 
@@ -78,6 +80,21 @@ void linear_gpu_fallback(const OpArgs& a, const Tensor& x, const Tensor& w, cons
   if (relu_of(a.attrs)) relu_in_place(y, s);
 }
 
+// Inside a compiled call, a product that runs the row kind (an output layer's logits, a warp a
+// row) is held for the next op: a cross-entropy over its rows then computes them in its own
+// kernel (cross_entropy.cpp). A shape-only pass plans the product's candidates as well.
+bool held_for_next_op(const kernels::LtMatmul& g, const Tensor& y, const rt::Stream& s) {
+  if (g.epilogue != kernels::LtEpilogue::bias || !step::fusing()) return false;
+  const std::optional<kernels::RowProduct> row = kernels::lt_row_product(g, s);
+  if (!row) return false;
+  const bool planning = rt::shape_only();
+  std::function<void()> run = [] {};
+  if (!planning) run = [g, &s] { (void)kernels::lt_matmul(g, s); };
+  if (!step::hold_product({y, std::move(run), *row})) return false;
+  if (planning) (void)kernels::lt_matmul(g, s);
+  return true;
+}
+
 void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor x = lt_ready(a.inputs[0]), w = lt_ready(a.inputs[1]), b = gpu::contiguous(a.inputs[2]);
   const Tensor& y = out[0];
@@ -101,6 +118,7 @@ void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .d = device_address(y),
                       .bias = device_address(b)};
   const rt::Stream& s = stream_of(a.device);
+  if (held_for_next_op(g, y, s)) return;
   if (!kernels::lt_matmul(g, s)) return linear_gpu_fallback(a, x, w, y);
   if (relu && !epilogue_relu) relu_in_place(y, s);
 }

@@ -1,7 +1,7 @@
 // The generated GEMM kernels (backend/cuda/generated/gemm: wgmma, mma.sync on any GPU from
-// sm_80, and the exact-f32 FFMA kind anywhere) against a double-precision product of the same stored inputs, computed
-// here: every arithmetic, every tile the tuner may pick, every epilogue, shapes with tails in m, n and k, a 10-wide
-// output and padded row strides.
+// sm_80, the exact-f32 FFMA kind and the row kind anywhere) against a double-precision product of the same stored
+// inputs, computed here: every arithmetic, every tile the tuner may pick, every epilogue, shapes with tails in m, n and
+// k, a 10-wide output and padded row strides.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -275,6 +275,23 @@ TEST_CASE("FFMA GEMMs match a double-precision product in every dtype, layout, t
   const auto l = kernels::plan(kernels::GemmKernel::ffma, problems.back(), tgt, {32, 64, 4});
   REQUIRE(l);
   CHECK(check_launch(*l, 7) == check_launch(*l, 7));
+}
+
+// The row kind (a warp per row of D, D of at most 32 columns): every input dtype and epilogue,
+// 1, 10 and 32 columns, k of whole 16-byte loads and odd k (one element a load), padded rows and
+// the output layers' products of the mlp (512 -> 10) and the cnn (128 -> 10); every block size.
+TEST_CASE("row GEMMs match a double-precision product in every dtype, width, epilogue and block size") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  std::vector<GemmGeometry> problems;
+  int e = 0;
+  for (GemmMath math : {GemmMath::f32, GemmMath::tf32, GemmMath::bf16, GemmMath::f16}) {
+    const auto epilogue = [&] { return static_cast<GemmEpilogue>(e++ % 3); };
+    problems.push_back({128, 10, 512, 512, 512, 10, math, epilogue()});
+    problems.push_back({127, 32, 509, 520, 512, 33, math, epilogue()});
+    problems.push_back({300, 1, 784, 784, 784, 1, math, epilogue()});
+    problems.push_back({1024, 10, 128, 136, 128, 10, math, epilogue()});
+  }
+  check_problems(problems, tgt, 900, kernels::GemmKernel::rowdot, 4);
 }
 
 TEST_CASE("generated 16-bit GEMMs read MN-major operands and batches of problems") {

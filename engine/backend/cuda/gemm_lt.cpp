@@ -236,13 +236,21 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 //   every tile (a few compiles, against a product of 0.1 ms or more). Timed with every tile on
 //   an H200, it ran the wide MLP's 1024 x 4096 x 4096 products in 0.51-0.53 ms against
 //   cuBLASLt's 0.67-0.68 (FFMA), and tied or lost below 2^30 multiply-adds.
+// - Products of at most 32 output columns read K-major (an output layer's forward: 10 logits):
+//   the row kind, a warp per row summing all of k in one kernel, where cuBLASLt splits k and adds
+//   the splits in a second kernel (512 -> 10 at batch 128, exact f32: 5.3 + 4.0 us under ncu).
 constexpr std::int64_t kFfmaMeasuredMaxK = 32;
+constexpr std::int64_t kRowdotMeasuredMaxColumns = 32;
 constexpr double kWgmmaF32MeasuredMinMacs = 1 << 30;
 
 std::optional<GemmKernel> measured_kind_on(const LtMatmul& g, int arch) {
   const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   if (out_dtype(g) != g.dtype) return std::nullopt;
   const bool exact_f32 = g.dtype == DType::f32 && !allow_tf32();
+  const bool plain =
+      g.epilogue == LtEpilogue::none || g.epilogue == LtEpilogue::bias || g.epilogue == LtEpilogue::relu_bias;
+  if (plain && g.m <= kRowdotMeasuredMaxColumns && g.trans_a && !g.trans_b && g.dtype != DType::f64)
+    return GemmKernel::rowdot;
   if (g.k <= kFfmaMeasuredMaxK) {
     if (exact_f32 && macs <= 1 << 27) return GemmKernel::ffma;
     if ((g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24) return GemmKernel::ffma;
@@ -310,6 +318,7 @@ std::vector<GemmLaunch> generated_launches(const LtMatmul& g, const rt::TuneKey&
   if (geo->math != GemmMath::f32 || target.arch >= 90)
     kinds.push_back(target.arch >= 90 ? GemmKernel::wgmma : GemmKernel::mma_sync);
   if (measured == GemmKernel::ffma || geo->math == GemmMath::f32) kinds.push_back(GemmKernel::ffma);
+  if (measured == GemmKernel::rowdot || mode == rt::TuneMode::on) kinds.push_back(GemmKernel::rowdot);
   const std::optional<rt::TuneChoice> c = mode == rt::TuneMode::on ? std::nullopt : rt::find_choice(key);
   std::vector<GemmLaunch> out;
   for (GemmKernel kind : kinds) {
@@ -399,9 +408,50 @@ bool plan_product(const Key& key, const LtMatmul& g, const rt::Stream& s) {
   return true;
 }
 
+Key key_of(const LtMatmul& g, const LtTypes& t, int device) {
+  return {device,
+          g.dtype,
+          out_dtype(g),
+          g.m,
+          g.n,
+          g.k,
+          g.trans_a,
+          g.trans_b,
+          g.lda,
+          g.ldb,
+          g.ldd,
+          g.epilogue,
+          alignment(g.a),
+          alignment(g.b),
+          alignment(g.d),
+          g.bias ? alignment(g.bias) : 256u,
+          t.compute};
+}
+
 }  // namespace
 
 bool lt_measures_generated(const LtMatmul& g, int device) { return measured_kind(g, device).has_value(); }
+
+rt::TuneKey lt_tune_key(const LtMatmul& g, int device) { return tune_key(key_of(g, lt_types(g), device), g, device); }
+
+std::optional<RowProduct> lt_row_product(const LtMatmul& g, const rt::Stream& s) {
+  if (g.m == 0 || g.n == 0 || g.k == 0 || measured_kind(g, s.device()) != GemmKernel::rowdot) return std::nullopt;
+  const Key key = key_of(g, lt_types(g), s.device());
+  std::optional<GemmLaunch> l;
+  if (rt::shape_only()) {
+    for (const GemmLaunch& c : generated_launches(g, tune_key(key, g, s.device()), s.device()))
+      if (c.kernel == GemmKernel::rowdot) l = c;
+  } else {
+    Plans& ps = plans();
+    std::lock_guard lock(ps.mu);
+    auto it = ps.by_key.find(key);
+    if (it != ps.by_key.end() && it->second.settled && it->second.generated &&
+        it->second.generated->kernel == GemmKernel::rowdot)
+      l = it->second.generated;
+  }
+  if (!l) return std::nullopt;
+  return RowProduct{*l, generated_operands(g, &s)};
+}
 
 bool lt_times_tile_engine(const LtMatmul& g, int device) {
   return rt::tune_mode() != rt::TuneMode::off && measured_kind(g, device) == GemmKernel::wgmma;
@@ -413,23 +463,7 @@ bool lt_matmul(const LtMatmul& g, const rt::Stream& s) {
     throw ValueError("[linear] a ReLU-masked product needs its mask, and D in the f32, f16 or bf16 inputs' dtype");
   if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0) return false;  // cuBLASLt wants k >= 1; the caller's general path handles it
-  const Key key{s.device(),
-                g.dtype,
-                out_dtype(g),
-                g.m,
-                g.n,
-                g.k,
-                g.trans_a,
-                g.trans_b,
-                g.lda,
-                g.ldb,
-                g.ldd,
-                g.epilogue,
-                alignment(g.a),
-                alignment(g.b),
-                alignment(g.d),
-                g.bias ? alignment(g.bias) : 256u,
-                t.compute};
+  const Key key = key_of(g, t, s.device());
   if (rt::shape_only()) return plan_product(key, g, s);
   run_reaches_products();
   const rt::GemmWorkspace ws = rt::cublas_workspace(s);

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <optional>
 
+#include "backend/cuda/generated/gemm/gemm_plan.h"
 #include "kiln/dtype.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/memory.h"
+#include "kiln/runtime/tuning.h"
 
 namespace kiln::kernels {
 
@@ -48,5 +50,19 @@ bool lt_measures_generated(const LtMatmul& g, int device);
 // current KILN_TUNE (a large exact-f32 one on sm_90). They sum no bias gradient, so a weight
 // gradient's product is then run apart from its bias gradient's column sums.
 bool lt_times_tile_engine(const LtMatmul& g, int device);
+
+// What the tuner remembers the product's choice by (its operands' addresses count only by their
+// alignment): tests store a choice under it.
+rt::TuneKey lt_tune_key(const LtMatmul& g, int device);
+
+// A product that runs the GEMM family's row kind (kernels::GemmKernel::rowdot): its launch and
+// operands as the kind sees them (D^T's rows: the product's n, one warp each).
+struct RowProduct {
+  GemmLaunch launch;
+  GemmOperands operands;
+};
+// The row kind's launch where it is the product's settled choice; in a shape-only pass, its
+// candidate where the first call will time it. Else none.
+std::optional<RowProduct> lt_row_product(const LtMatmul& g, const rt::Stream& s);
 
 }  // namespace kiln::kernels

@@ -3,6 +3,7 @@
 // CUDA graph or fuses pointwise chains, and what ops, optimizers and generators do differently
 // then. engine/compile implements StepCompiler and installs it when the library loads; core
 // only asks and forwards, so nothing here includes engine/compile.
+#include <any>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -33,6 +34,15 @@ struct RngState {
   std::uint64_t base = 0;
 };
 
+// A product an op held back for the op after it to fuse with: `output` is what it writes, run()
+// launches it alone, and `fused` describes it to a consumer that knows the type (an output
+// layer's product, kernels::RowProduct, to the cross-entropy over its rows).
+struct HeldProduct {
+  Tensor output;
+  std::function<void()> run;
+  std::any fused;
+};
+
 // What engine/compile does for the layers below it.
 class StepCompiler {
  public:
@@ -55,8 +65,15 @@ class StepCompiler {
   virtual bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) = 0;
   // op, which defer_pointwise declined, has run (`finished`) or thrown.
   virtual void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept = 0;
-  // t is about to be read or written by other work: run the pending group if it involves t.
+  // t is about to be read or written by other work: run the pending group if it involves t, and
+  // a held product whatever t is.
   virtual void before_use(const Tensor& t) = 0;
+  // Holds p until the next op dispatched (which may take it) or any other work; false where this
+  // thread fuses nothing, or on another device: the caller runs it.
+  virtual bool hold_product(HeldProduct p) = 0;
+  // The held product when it writes exactly t (same storage, offset, shape and strides): taken,
+  // so the caller runs it or its fused form. Else the held product runs, and nullopt.
+  virtual std::optional<HeldProduct> take_held(const Tensor& t) = 0;
   // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: the
   // cast as the graph's input copy writes it (an eager call notes it and makes it with the
   // same kernel); nullopt where the step's own cast runs.
@@ -97,6 +114,10 @@ inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tenso
 }
 inline void before_use(const Tensor& t) {
   if (fusing()) compiler().before_use(t);
+}
+inline bool hold_product(HeldProduct p) { return fusing() && compiler().hold_product(std::move(p)); }
+inline std::optional<HeldProduct> take_held(const Tensor& t) {
+  return fusing() ? compiler().take_held(t) : std::nullopt;
 }
 // Around an op defer_pointwise declined: tells the compiler once it has run, thrown or not.
 class RunAlone {

@@ -78,6 +78,12 @@ std::vector<GemmTile> ffma_alternatives(const GemmLaunch& h, const GemmTarget& t
 std::string ffma_source(const GemmLaunch& l);
 bool ffma_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
 void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
+// The row kind (gemm_rowdot.cpp), likewise.
+std::optional<GemmLaunch> plan_rowdot(const GemmGeometry& g, const GemmTarget& target, GemmTile tile);
+std::vector<GemmTile> rowdot_alternatives(const GemmLaunch& h);
+std::string rowdot_source(const GemmLaunch& l);
+bool rowdot_operands_fit(const GemmLaunch& l, const GemmOperands& ops);
+void launch_rowdot(const GemmLaunch& l, const GemmOperands& ops, const rt::Function& fn);
 
 // The staging kernels (gemm_staging.cpp, kernel_templates/gemm_staging.cu), compiled apart
 // from the per-shape tile kernel: `kind` over inputs of dtype `in`, written as `slices` TF32

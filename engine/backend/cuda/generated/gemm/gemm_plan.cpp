@@ -64,7 +64,7 @@ bool operands_apply(const GemmGeometry& g) {
 
 // The module's kind, "gemm_" and the kernel's name: static text, as GeneratedKey keeps a view of it.
 const char* module_kind(GemmKernel k) {
-  static const char* kinds[] = {"gemm_wgmma", "gemm_mma", "gemm_ffma"};  // by GemmKernel's value
+  static const char* kinds[] = {"gemm_wgmma", "gemm_mma", "gemm_ffma", "gemm_rowdot"};  // by GemmKernel's value
   return kinds[static_cast<int>(k)];
 }
 
@@ -161,6 +161,8 @@ const char* kernel_name(GemmKernel k) {
       return "mma";
     case GemmKernel::ffma:
       return "ffma";
+    case GemmKernel::rowdot:
+      return "rowdot";
     case GemmKernel::wgmma:
       break;
   }
@@ -236,6 +238,7 @@ std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTa
   check_hooks(g);
   if (k == GemmKernel::mma_sync) return plan_mma(g, target, tile);
   if (k == GemmKernel::ffma) return plan_ffma(g, target, tile);
+  if (k == GemmKernel::rowdot) return plan_rowdot(g, target, tile);
   if (target.arch != 90 || g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return std::nullopt;
   if (g.conv ? !conv_fits(g) : !operands_apply(g)) return std::nullopt;
   if (g.conv && g.conv->f32_out && (!g.conv->weight_grad || tf32_mma(g.math))) return std::nullopt;
@@ -299,6 +302,7 @@ std::optional<GemmLaunch> plan(GemmKernel k, const GemmGeometry& g, const GemmTa
 std::vector<GemmTile> alternatives(const GemmLaunch& h, const GemmTarget& target) {
   if (h.kernel == GemmKernel::mma_sync) return mma_alternatives(h);
   if (h.kernel == GemmKernel::ffma) return ffma_alternatives(h, target);
+  if (h.kernel == GemmKernel::rowdot) return rowdot_alternatives(h);
   std::vector<GemmTile> out;
   if (h.g.conv) {  // both heights of tile by boxes of at most 128 or 256 pixels (wgrad: columns)
     // K-major weight gradients: this width, and one tap (or one tile of a tap) a tile.
@@ -360,6 +364,7 @@ bool hook_inputs_given(const std::vector<HookInput>& inputs,
 bool operands_fit(const GemmLaunch& l, const GemmOperands& ops) {
   if (l.kernel == GemmKernel::mma_sync) return mma_operands_fit(l, ops);
   if (l.kernel == GemmKernel::ffma) return ffma_operands_fit(l, ops);
+  if (l.kernel == GemmKernel::rowdot) return rowdot_operands_fit(l, ops);
   const DType t = input_dtype(l.g.math);
   const WgradLayout w = wgrad_layout(l.g);
   const bool a_fits = stage_a_transposed(l.g) ? ops.a % dtype_size(t) == 0 : rt::tensor_map_fits(ops.a, t, l.g.lda);
@@ -388,6 +393,8 @@ void launch(const GemmLaunch& l, const GemmOperands& ops) {
     return launch_mma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_mma", ops.stream->device()));
   if (l.kernel == GemmKernel::ffma)
     return launch_ffma(l, ops, rt::generated_function(module_of(l), "kiln_gemm_ffma", ops.stream->device()));
+  if (l.kernel == GemmKernel::rowdot)
+    return launch_rowdot(l, ops, rt::generated_function(module_of(l), "kiln_gemm_rowdot", ops.stream->device()));
   const DType t = input_dtype(l.g.math);
   const int box_k = static_cast<int>(128 / dtype_size(t));
   // A K-major operand in boxes of (tile rows) x (k of one stage); an MN-major one in atoms of

@@ -114,8 +114,9 @@ enum class GemmKernel {
   wgmma = 0,     // sm_90a: TMA loads, warpgroup MMA, producer/consumer warpgroups, persistent (gemm_wgmma.cu)
   mma_sync = 1,  // sm_80+: multistage cp.async, ldmatrix fragments, mma.sync; plain products only (gemm_mma.cu)
   ffma = 2,      // any arch: CUDA cores (exact f32, 16-bit), k split with the sums in the kernel (gemm_ffma.cu)
+  rowdot = 3,    // any arch: D of at most 32 columns, a warp per row summing all of k (gemm_rowdot.cu)
 };
-const char* kernel_name(GemmKernel k);  // "wgmma", "mma", "ffma"
+const char* kernel_name(GemmKernel k);  // "wgmma", "mma", "ffma", "rowdot"
 
 // What the tuner varies beside the heuristic's choice (0: the heuristic's). In convolution
 // mode bn bounds the output pixels of a tile (the plan rounds the box up to 16 columns).
@@ -195,5 +196,25 @@ struct WgradLayout {
 WgradLayout wgrad_layout(const GemmGeometry& g);
 // Enqueues the launch on ops.stream. ValueError when operands_fit is false.
 void launch(const GemmLaunch& l, const GemmOperands& ops);
+
+// The softmax cross-entropy over the rows of a row-kind product's D (the logits), as
+// kernels::launch_cross_entropy takes it: labels (i64, one a row), the loss `out` in `loss`,
+// `rows` scratch for sum and mean, stats (each row's lse, then the count) and, when given,
+// unit_dx (the logits' gradient for a loss gradient of 1).
+struct RowCrossEntropy {
+  DType loss = DType::f32;
+  rt::DevicePtr labels = 0, out = 0, rows = 0, stats = 0, unit_dx = 0;
+  int reduction = 2;  // 0 none, 1 sum, 2 mean
+  double smoothing = 0;
+  std::int64_t ignore = 0;
+  bool has_ignore = false;
+};
+// Whether launch_rowdot_cross_entropy takes l: the row kind with dense D (rows of n) and no ReLU.
+bool rowdot_cross_entropy_fits(const GemmLaunch& l);
+// l's product and the cross-entropy of D's rows in one kernel, the same bits as the product's
+// kernel and then launch_cross_entropy (at a warp a row). ValueError where l does not fit.
+void launch_rowdot_cross_entropy(const GemmLaunch& l, const GemmOperands& ops, const RowCrossEntropy& ce);
+// That kernel's module source for a loss of dtype `loss` (tests compile it without a GPU).
+std::string rowdot_cross_entropy_source(const GemmLaunch& l, DType loss);
 
 }  // namespace kiln::kernels

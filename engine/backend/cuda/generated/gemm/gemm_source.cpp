@@ -83,6 +83,7 @@ rt::Bindings plain_product_bindings(const GemmLaunch& l) {
 std::string source(const GemmLaunch& l) {
   if (l.kernel == GemmKernel::mma_sync) return mma_source(l);
   if (l.kernel == GemmKernel::ffma) return ffma_source(l);
+  if (l.kernel == GemmKernel::rowdot) return rowdot_source(l);
   const GemmGeometry& g = l.g;
   const GemmHooks hooks = hooks_of(g);
   const HookSource hs = hook_source(hooks);

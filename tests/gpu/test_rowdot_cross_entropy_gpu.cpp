@@ -1,0 +1,186 @@
+// An output layer's product on the GEMM family's row kind and the softmax cross-entropy of its
+// rows in one kernel (kernels::launch_rowdot_cross_entropy): the same bits as the row kernel and
+// then the cross-entropy kernel, in every logits dtype, loss dtype, reduction, smoothing and
+// ignore_index; the product against the CPU's; and in a compiled training step, where the
+// linear layer's product is held for the loss, one kernel with eager's losses and gradients.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/generated/gemm/gemm_plan.h"
+#include "backend/cuda/softmax_kernels.h"
+#include "gpu_match.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime/device.h"
+#include "kiln/runtime/tuning.h"
+
+using namespace kiln;
+
+namespace {
+
+using kiln_test::kGpu;
+
+std::uint64_t addr(const Tensor& t) { return reinterpret_cast<std::uint64_t>(t.data_ptr()); }
+
+// The bits of any tensor, through f64 (exact for every float dtype).
+std::vector<std::uint64_t> bits(const Tensor& t) { return kiln_test::f64_bits(t); }
+
+// Labels in [0, c), every fifth one -100 when `ignored`.
+Tensor labels_of(std::int64_t n, std::int64_t c, bool ignored, std::uint64_t seed) {
+  Generator g(seed);
+  std::vector<std::int64_t> v = randint(0, c, {n}, {}, &g).to_vector<std::int64_t>();
+  if (ignored)
+    for (std::size_t i = 0; i < v.size(); i += 5) v[i] = -100;
+  return from_vector(v, {n}).to(kGpu);
+}
+
+// What one cross-entropy writes: the loss, rows scratch, stats and the unit gradient.
+struct CeOut {
+  Tensor loss, rows, stats, dx;
+  CeOut(std::int64_t n, std::int64_t c, DType t, DType loss_t, int reduction, bool unit)
+      : loss(zeros({reduction == 0 ? n : 1}, {.dtype = loss_t, .device = kGpu})),
+        rows(zeros({n}, {.device = kGpu})),
+        stats(zeros({n + 1}, {.device = kGpu})),
+        dx(unit ? zeros({n, c}, {.dtype = t, .device = kGpu}) : Tensor()) {}
+  kernels::RowCrossEntropy args(DType loss_t, const Tensor& labels, int reduction, double eps, bool ignored) const {
+    return {loss_t,    addr(labels), addr(loss), addr(rows), addr(stats), dx.defined() ? addr(dx) : 0,
+            reduction, eps,          -100,       ignored};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the row kind's product and its rows' cross-entropy in one kernel give the two kernels' bits") {
+  const kernels::GemmTarget tgt = kernels::gemm_target(0);
+  const rt::Stream& s = rt::default_stream(0);
+  struct Case {
+    kernels::GemmMath math;
+    DType loss;
+    std::int64_t n, c, k;
+  };
+  const Case cases[] = {{kernels::GemmMath::f32, DType::f32, 128, 10, 512},
+                        {kernels::GemmMath::tf32, DType::f32, 300, 7, 509},
+                        {kernels::GemmMath::bf16, DType::f32, 128, 10, 128},
+                        {kernels::GemmMath::bf16, DType::bf16, 1000, 32, 784},
+                        {kernels::GemmMath::f16, DType::f32, 96, 10, 200}};
+  int runs = 0;
+  for (const Case& cs : cases)
+    for (int reduction : {0, 1, 2})
+      for (double eps : {0.0, 0.1})
+        for (bool ignored : {false, true}) {
+          const DType t = kernels::input_dtype(cs.math);
+          const bool unit = reduction == 1 || (reduction == 2 && !ignored);
+          CAPTURE(kernels::math_name(cs.math));
+          CAPTURE(dtype_name(cs.loss));
+          CAPTURE(reduction);
+          CAPTURE(eps);
+          CAPTURE(ignored);
+          Generator g(static_cast<std::uint64_t>(40 + runs));
+          const Tensor x = randn({cs.n, cs.k}, {}, &g).to(t).to(kGpu), w = randn({cs.c, cs.k}, {}, &g).to(t).to(kGpu),
+                       b = randn({cs.c}, {}, &g).to(t).to(kGpu);
+          const Tensor labels = labels_of(cs.n, cs.c, ignored, static_cast<std::uint64_t>(runs));
+          kernels::GemmGeometry geo{cs.n, cs.c, cs.k, cs.k, cs.k, cs.c, cs.math, kernels::GemmEpilogue::bias};
+          const std::optional<kernels::GemmLaunch> l = kernels::plan(kernels::GemmKernel::rowdot, geo, tgt);
+          REQUIRE(l);
+          // Apart: the row kernel, then the cross-entropy kernel over its logits.
+          const Tensor apart = zeros({cs.n, cs.c}, {.dtype = t, .device = kGpu});
+          CeOut two(cs.n, cs.c, t, cs.loss, reduction, unit);
+          kernels::launch(*l, {addr(x), addr(w), addr(apart), addr(b), &s});
+          const kernels::RowCrossEntropy a2 = two.args(cs.loss, labels, reduction, eps, ignored);
+          kernels::launch_cross_entropy(t, cs.loss, addr(apart), a2.labels, a2.out, a2.rows, a2.stats, a2.unit_dx, cs.n,
+                                        cs.c, reduction, eps, -100, ignored, s);
+          // Together.
+          const Tensor fused = zeros({cs.n, cs.c}, {.dtype = t, .device = kGpu});
+          CeOut one(cs.n, cs.c, t, cs.loss, reduction, unit);
+          kernels::launch_rowdot_cross_entropy(*l, {addr(x), addr(w), addr(fused), addr(b), &s},
+                                               one.args(cs.loss, labels, reduction, eps, ignored));
+          CHECK(bits(fused) == bits(apart));
+          CHECK(bits(one.loss) == bits(two.loss));
+          CHECK(bits(one.stats) == bits(two.stats));
+          if (unit) CHECK(bits(one.dx) == bits(two.dx));
+          ++runs;
+        }
+  // The product itself against the CPU's (the cross-entropy kernel's own tests cover the rest).
+  Generator g(7);
+  const Tensor x = randn({128, 512}, {}, &g), w = randn({10, 512}, {}, &g), b = randn({10}, {}, &g);
+  const Tensor y = zeros({128, 10}, {.device = kGpu}), labels = labels_of(128, 10, false, 3);
+  const Tensor xg = x.to(kGpu), wg = w.to(kGpu), bg = b.to(kGpu);
+  const auto l = kernels::plan(kernels::GemmKernel::rowdot,
+                               {128, 10, 512, 512, 512, 10, kernels::GemmMath::f32, kernels::GemmEpilogue::bias}, tgt);
+  REQUIRE(l);
+  CeOut out(128, 10, DType::f32, DType::f32, 2, true);
+  kernels::launch_rowdot_cross_entropy(*l, {addr(xg), addr(wg), addr(y), addr(bg), &s},
+                                       out.args(DType::f32, labels, 2, 0.0, false));
+  kiln_test::check_match(linear(x, w, b), y, 1e-5, "the fused kernel's logits");
+  kiln_test::check_match(cross_entropy(linear(x, w, b), labels.to(Device::cpu())).reshape({1}), out.loss, 1e-5,
+                         "its loss");
+  MESSAGE(runs << " cases of the fused kernel");
+}
+
+// The tuner's choice for the layer's product is stored as the row kind, so the compiled step
+// holds it for the loss; eager runs the row kernel and then the cross-entropy kernel.
+TEST_CASE("in a compiled step the output layer's row product and its cross-entropy are one kernel, eager's bits") {
+  struct Case {
+    DType t;  // the layer's dtype: f32, or bf16 under autocast (an f32 loss)
+    std::int64_t n, k;
+  };
+  for (const Case cs : {Case{DType::f32, 96, 200}, Case{DType::bf16, 80, 136}}) {
+    CAPTURE(dtype_name(cs.t));
+    const std::int64_t c = 10;
+    kernels::LtMatmul g{.dtype = cs.t,
+                        .m = c,
+                        .n = cs.n,
+                        .k = cs.k,
+                        .trans_a = true,
+                        .lda = cs.k,
+                        .ldb = cs.k,
+                        .ldd = c,
+                        .epilogue = kernels::LtEpilogue::bias,
+                        .a = 1 << 20,
+                        .b = 2 << 20,
+                        .d = 3 << 20,
+                        .bias = 4 << 20};
+    const kernels::GemmMath math = cs.t == DType::f32 ? kernels::GemmMath::f32 : kernels::GemmMath::bf16;
+    const auto l =
+        kernels::plan(kernels::GemmKernel::rowdot, {cs.n, c, cs.k, cs.k, cs.k, c, math, kernels::GemmEpilogue::bias},
+                      kernels::gemm_target(0));
+    REQUIRE(l);
+    rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+    Generator gen(21);
+    nn::Linear layer(cs.k, c, true, &gen);
+    layer.to(kGpu);
+    auto step = [&](const std::vector<Tensor>& in) {
+      layer.zero_grad();
+      Tensor loss;
+      {
+        std::optional<AutocastGuard> amp;
+        if (cs.t != DType::f32) amp.emplace(cs.t);
+        loss = cross_entropy(layer.forward(in[0]), in[1], Reduction::mean, 0.1);
+      }
+      loss.backward();
+      std::vector<Tensor> out{loss.detach()};
+      for (const Tensor& p : layer.parameters()) out.push_back(p.grad());
+      return out;
+    };
+    const Tensor x = randn({cs.n, cs.k}, {.device = kGpu}, &gen), labels = labels_of(cs.n, c, false, 5);
+    const std::vector<Tensor> eager = step({x, labels});
+    CompiledFunction cf = compile(step);
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<Tensor> got = cf({x, labels});
+      CAPTURE(k);
+      REQUIRE(got.size() == eager.size());
+      for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(eager[i]));
+    }
+    const CompileStats st = cf.stats();
+    REQUIRE(st.kernel_names_per_graph.size() == 1);
+    const auto& names = st.kernel_names_per_graph[0];
+    auto count = [&](const char* name) { return names.count(name) ? names.at(name) : std::size_t{0}; };
+    CHECK(count("kiln_gemm_rowdot_cross_entropy") == 1);
+    CHECK(count("kiln_gemm_rowdot") == 0);
+    CHECK(count("kiln_softmax_cross_entropy") == 0);
+  }
+}
