@@ -143,17 +143,11 @@ bool same_view(const Tensor& a, const Tensor& b) {
          a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
 }
 
-bool reads(std::span<const Tensor> inputs, const Tensor& t) {
-  return std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& in) { return same_view(in, t); });
-}
-
 }  // namespace
 
 bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) {
   Fusion* f = t_fusion;
   if (!f) return false;
-  // A held product waits only for the op right after it, and only if that op reads it.
-  if (f->held && !reads(args.inputs, f->held->output)) run_held(*f);
   const PointwiseExpr* expr = expression_of(op);
   if (!expr || !eligible(*f, op, args, outputs)) {
     if (!op.makes_outputs) ++f->running_alone;  // ran_alone follows, once the op has run

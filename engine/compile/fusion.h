@@ -29,8 +29,9 @@ void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) 
 // t is about to be read or written by other work: run the pending group if it involves t, and
 // a held product whatever t is.
 void before_use(const Tensor& t);
-// step::StepCompiler's hold_product and take_held: one product at a time, held until the next
-// op's dispatch (kept for an op that reads its output), an address taken or the call's end.
+// step::StepCompiler's hold_product and take_held: one product at a time, held until any
+// address is taken (every launch takes its operands' first: ops held back as a pointwise group
+// take none, so a cast of the labels on the way to the loss does not end it) or the call ends.
 bool hold_product(step::HeldProduct p);
 std::optional<step::HeldProduct> take_held(const Tensor& t);
 

@@ -255,22 +255,23 @@ const OpRef kCrossEntropyBackward = register_op({
 });
 
 // The logits' held product and this cross-entropy as one kernel, where the product runs the row
-// kind over exactly these logits (the same bits as the two kernels). Otherwise the product runs
-// now, alone, and false. A shape-only pass plans both ways and returns false.
+// kind over exactly these logits (the same bits as the two kernels). A product that ran already
+// has its fused kernel loaded for the capture; one that does not fit runs now, alone; a capture
+// whose eager call did not load the fused kernel runs them apart. False: the caller's kernel runs.
 bool with_product(step::HeldProduct& held, const Tensor& x, const kernels::RowCrossEntropy& ce) {
   const auto* row = std::any_cast<kernels::RowProduct>(&held.fused);
   const bool fits = row && kernels::rowdot_cross_entropy_fits(row->launch) && row->launch.g.m == x.shape()[0] &&
                     row->launch.g.n == x.shape()[1] && row->operands.d == device_address(x);
-  if (!fits) {
+  const int device = x.device().index();
+  if (fits && held.ran) kernels::load_rowdot_cross_entropy(row->launch, ce.loss, device);
+  if (!fits || held.ran || (step::capturing() && !kernels::rowdot_cross_entropy_loaded(row->launch, ce.loss, device))) {
     held.run();
     return false;
   }
   rt::log().debug("[fuse] linear's row product and softmax_cross_entropy over {} run as one kernel",
                   shape_str(x.shape()));
   kernels::launch_rowdot_cross_entropy(row->launch, row->operands, ce);
-  if (!rt::shape_only()) return true;
-  held.run();
-  return false;
+  return true;
 }
 
 const OpRef kCrossEntropy = register_op({

@@ -80,18 +80,20 @@ void linear_gpu_fallback(const OpArgs& a, const Tensor& x, const Tensor& w, cons
   if (relu_of(a.attrs)) relu_in_place(y, s);
 }
 
-// Inside a compiled call, a product that runs the row kind (an output layer's logits, a warp a
-// row) is held for the next op: a cross-entropy over its rows then computes them in its own
-// kernel (cross_entropy.cpp). A shape-only pass plans the product's candidates as well.
-bool held_for_next_op(const kernels::LtMatmul& g, const Tensor& y, const rt::Stream& s) {
+// Inside a compiled call, a product settled on the row kind (an output layer's logits, a warp a
+// row) is held for the next op: a cross-entropy over its rows computes them in its own kernel
+// (cross_entropy.cpp). Else it runs now, and where its choice is the row kind only since this
+// call measured it (or a shape-only pass plans it), the next op loads that kernel for the
+// capture. False: the product is the caller's to run.
+bool ran_for_next_op(const kernels::LtMatmul& g, const Tensor& y, const rt::Stream& s) {
   if (g.epilogue != kernels::LtEpilogue::bias || !step::fusing()) return false;
-  const std::optional<kernels::RowProduct> row = kernels::lt_row_product(g, s);
-  if (!row) return false;
   const bool planning = rt::shape_only();
-  std::function<void()> run = [] {};
-  if (!planning) run = [g, &s] { (void)kernels::lt_matmul(g, s); };
-  if (!step::hold_product({y, std::move(run), *row})) return false;
-  if (planning) (void)kernels::lt_matmul(g, s);
+  if (!planning)
+    if (const std::optional<kernels::RowProduct> row = kernels::lt_row_product(g, s))
+      if (step::hold_product({y, [g, &s] { (void)kernels::lt_matmul(g, s); }, *row})) return true;
+  if (!kernels::lt_matmul(g, s)) return false;
+  if (const std::optional<kernels::RowProduct> row = kernels::lt_row_product(g, s))
+    (void)step::hold_product({y, [] {}, *row, true});
   return true;
 }
 
@@ -118,7 +120,7 @@ void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .d = device_address(y),
                       .bias = device_address(b)};
   const rt::Stream& s = stream_of(a.device);
-  if (held_for_next_op(g, y, s)) return;
+  if (ran_for_next_op(g, y, s)) return;
   if (!kernels::lt_matmul(g, s)) return linear_gpu_fallback(a, x, w, y);
   if (relu && !epilogue_relu) relu_in_place(y, s);
 }

@@ -36,11 +36,14 @@ struct RngState {
 
 // A product an op held back for the op after it to fuse with: `output` is what it writes, run()
 // launches it alone, and `fused` describes it to a consumer that knows the type (an output
-// layer's product, kernels::RowProduct, to the cross-entropy over its rows).
+// layer's product, kernels::RowProduct, to the cross-entropy over its rows). With `ran` the
+// product has run already (its choice was measured in this call, or a shape-only pass planned
+// it): the consumer runs apart and only loads its fused kernel, for the capture to launch.
 struct HeldProduct {
   Tensor output;
   std::function<void()> run;
   std::any fused;
+  bool ran = false;
 };
 
 // What engine/compile does for the layers below it.
@@ -68,8 +71,9 @@ class StepCompiler {
   // t is about to be read or written by other work: run the pending group if it involves t, and
   // a held product whatever t is.
   virtual void before_use(const Tensor& t) = 0;
-  // Holds p until the next op dispatched (which may take it) or any other work; false where this
-  // thread fuses nothing, or on another device: the caller runs it.
+  // Holds p until the next address taken (by any launch) or the call's end, for the op after it
+  // to take (take_held); false where this thread fuses nothing, or on another device: the caller
+  // runs it.
   virtual bool hold_product(HeldProduct p) = 0;
   // The held product when it writes exactly t (same storage, offset, shape and strides): taken,
   // so the caller runs it or its fused form. Else the held product runs, and nullopt.

@@ -214,6 +214,11 @@ bool rowdot_cross_entropy_fits(const GemmLaunch& l);
 // l's product and the cross-entropy of D's rows in one kernel, the same bits as the product's
 // kernel and then launch_cross_entropy (at a warp a row). ValueError where l does not fit.
 void launch_rowdot_cross_entropy(const GemmLaunch& l, const GemmOperands& ops, const RowCrossEntropy& ce);
+// Loads that kernel on `device` (compiling it where the caches lack it; a shape-only pass plans
+// it), so that a capture, which cannot load a module, may launch it.
+void load_rowdot_cross_entropy(const GemmLaunch& l, DType loss, int device);
+// Whether it is loaded on `device`.
+bool rowdot_cross_entropy_loaded(const GemmLaunch& l, DType loss, int device);
 // That kernel's module source for a loss of dtype `loss` (tests compile it without a GPU).
 std::string rowdot_cross_entropy_source(const GemmLaunch& l, DType loss);
 

@@ -111,6 +111,33 @@ std::string rowdot_cross_entropy_source(const GemmLaunch& l, DType loss) {
          rt::instantiate("gemm_rowdot", rt::template_source("gemm_rowdot"), rowdot_bindings(l, ""));
 }
 
+namespace {
+
+constexpr const char* kRowdotCrossEntropy = "kiln_gemm_rowdot_cross_entropy";
+
+std::span<const rt::KernelSpec* const> rowdot_cross_entropy_module(const GemmLaunch& l, DType loss) {
+  rt::GeneratedKey key("gemm_rowdot_cross_entropy");
+  key.add(l.bm, static_cast<int>(loss));
+  l.g.add_to(key);
+  return rt::generated_kernels(key, [&] {
+    return rt::GeneratedModule{
+        rowdot_cross_entropy_source(l, loss), "gemm " + l.text() + " cross-entropy", {kRowdotCrossEntropy}};
+  });
+}
+
+}  // namespace
+
+void load_rowdot_cross_entropy(const GemmLaunch& l, DType loss, int device) {
+  (void)rt::generated_function(rowdot_cross_entropy_module(l, loss), kRowdotCrossEntropy, device);
+}
+
+bool rowdot_cross_entropy_loaded(const GemmLaunch& l, DType loss, int device) {
+  for (const rt::KernelSpec* spec : rowdot_cross_entropy_module(l, loss))
+    if (spec->entry == kRowdotCrossEntropy)
+      return rt::function_if_cached(*spec, rt::generated_dtypes(), 0, device, false).has_value();
+  return false;
+}
+
 bool rowdot_cross_entropy_fits(const GemmLaunch& l) {
   return l.kernel == GemmKernel::rowdot && l.g.ldd == l.g.n && l.g.epilogue != GemmEpilogue::relu_bias;
 }
@@ -120,15 +147,8 @@ void launch_rowdot_cross_entropy(const GemmLaunch& l, const GemmOperands& ops, c
     throw ValueError("[gemm] " + l.text() +
                      ": the cross-entropy of its rows needs the row kind with rows of n, no "
                      "ReLU, aligned operands and a stream");
-  rt::GeneratedKey key("gemm_rowdot_cross_entropy");
-  key.add(l.bm, static_cast<int>(ce.loss));
-  l.g.add_to(key);
-  const auto module = rt::generated_kernels(key, [&] {
-    return rt::GeneratedModule{rowdot_cross_entropy_source(l, ce.loss),
-                               "gemm " + l.text() + " cross-entropy",
-                               {"kiln_gemm_rowdot_cross_entropy"}};
-  });
-  const rt::Function fn = rt::generated_function(module, "kiln_gemm_rowdot_cross_entropy", ops.stream->device());
+  const rt::Function fn =
+      rt::generated_function(rowdot_cross_entropy_module(l, ce.loss), kRowdotCrossEntropy, ops.stream->device());
   // softmax.cu's rows at a warp each (row_launch's width for n <= 32): the same blocks.
   const RowLaunch rows = row_launch(l.g.m, l.g.n, ops.stream->device());
   const std::int32_t red = ce.reduction, hi = ce.has_ignore ? 1 : 0;
