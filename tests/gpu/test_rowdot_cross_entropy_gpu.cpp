@@ -15,6 +15,7 @@
 #include "backend/cuda/softmax_kernels.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/tuning.h"
 
@@ -182,5 +183,68 @@ TEST_CASE("in a compiled step the output layer's row product and its cross-entro
     CHECK(count("kiln_gemm_rowdot_cross_entropy") == 1);
     CHECK(count("kiln_gemm_rowdot") == 0);
     CHECK(count("kiln_softmax_cross_entropy") == 0);
+  }
+}
+
+// f16 under autocast with a GradScaler: the loss's gradient is the scale, not 1, so the backward
+// reads the logits and statistics the fused kernel wrote. Eager and compiled, step by step.
+TEST_CASE("with a GradScaler the fused loss's backward reads what it wrote: compiled f16 steps give eager's bits") {
+  const std::int64_t n = 64, k = 512, c = 10;
+  kernels::LtMatmul g{.dtype = DType::f16,
+                      .m = c,
+                      .n = n,
+                      .k = k,
+                      .trans_a = true,
+                      .lda = k,
+                      .ldb = k,
+                      .ldd = c,
+                      .epilogue = kernels::LtEpilogue::bias,
+                      .a = 1 << 20,
+                      .b = 2 << 20,
+                      .d = 3 << 20,
+                      .bias = 4 << 20};
+  const auto l =
+      kernels::plan(kernels::GemmKernel::rowdot,
+                    {n, c, k, k, k, c, kernels::GemmMath::f16, kernels::GemmEpilogue::bias}, kernels::gemm_target(0));
+  REQUIRE(l);
+  rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+  auto train = [&](bool compiled) {
+    Generator gen(31);
+    nn::Sequential net;
+    net.push_back(nn::Linear(784, k, true, &gen));
+    net.push_back(nn::ReLU());
+    net.push_back(nn::Linear(k, c, true, &gen));
+    net.to(kGpu);
+    optim::Adam opt(net.parameters(), {.lr = 1e-3});
+    optim::GradScaler scaler;
+    Generator data(32);
+    const Tensor x = randn({n, 784}, {.device = kGpu}, &data), y = labels_of(n, c, false, 33);
+    auto fn = [&](const std::vector<Tensor>& in) {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard guard(DType::f16);
+        loss = cross_entropy(net(in[0]), in[1]);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      return std::vector<Tensor>{loss.detach()};
+    };
+    CompiledFunction cf = compile(fn);
+    std::vector<std::uint64_t> losses;
+    for (int i = 0; i < 16; ++i) losses.push_back(bits(compiled ? cf({x, y})[0] : fn({x, y})[0])[0]);
+    std::size_t fused = 0;
+    if (compiled && !cf.stats().kernel_names_per_graph.empty()) {
+      const auto& names = cf.stats().kernel_names_per_graph[0];
+      fused = names.count("kiln_gemm_rowdot_cross_entropy") ? names.at("kiln_gemm_rowdot_cross_entropy") : 0;
+    }
+    return std::make_pair(losses, fused);
+  };
+  const auto eager = train(false), graph = train(true);
+  CHECK(graph.second == 1);
+  for (std::size_t i = 0; i < eager.first.size(); ++i) {
+    CAPTURE(i);
+    CHECK(graph.first[i] == eager.first[i]);
   }
 }
