@@ -120,7 +120,7 @@ void linear_gpu(const OpArgs& a, std::span<Tensor> out) {
                       .d = device_address(y),
                       .bias = device_address(b)};
   const rt::Stream& s = stream_of(a.device);
-  if (ran_for_next_op(g, y, s)) return;
+  if (!relu && ran_for_next_op(g, y, s)) return;  // an f16 ReLU runs after its product, below
   if (!kernels::lt_matmul(g, s)) return linear_gpu_fallback(a, x, w, y);
   if (relu && !epilogue_relu) relu_in_place(y, s);
 }
