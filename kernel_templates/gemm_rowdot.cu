@@ -20,7 +20,8 @@ constexpr int kWarps = ${BM}, kEpilogue = ${EPILOGUE};  // rows a block; 1 + bia
 constexpr long long kM = ${M}, kK = ${K}, kLda = ${LDA}, kLdb = ${LDB}, kLdd = ${LDD};
 constexpr int kN = ${N};
 constexpr int kVec = ${VEC};  // elements a lane loads at once: 16 bytes' worth, or 1
-static_assert(kN >= 1 && kN <= 32, "a lane stores one column");
+static_assert(kN >= 1 && kN <= 32 && ${BN} == kN, "a lane stores one column");
+static_assert(!${A_MN} && !${B_MN}, "both operands K-major");
 
 // kVec elements at p (16-byte aligned where kVec > 1), as floats.
 __device__ __forceinline__ void load(const In* __restrict__ p, float (&v)[kVec]) {

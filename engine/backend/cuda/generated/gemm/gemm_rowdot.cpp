@@ -59,19 +59,11 @@ namespace {
 
 // The row template's bindings, with `prelude` as its ${PRELUDE}.
 rt::Bindings rowdot_bindings(const GemmLaunch& l, std::string prelude) {
-  const GemmGeometry& g = l.g;
-  auto num = [](std::int64_t v) { return std::to_string(v); };
-  return {{"PRELUDE", std::move(prelude)},
-          {"IN", std::string(cuda_storage_type(input_dtype(g.math)))},
-          {"BM", num(l.bm)},
-          {"EPILOGUE", num(static_cast<int>(g.epilogue))},
-          {"M", num(g.m)},
-          {"N", num(g.n)},
-          {"K", num(g.k)},
-          {"LDA", num(g.lda)},
-          {"LDB", num(g.ldb)},
-          {"LDD", num(g.ldd)},
-          {"VEC", num(vec_of(g))}};
+  rt::Bindings b = plain_product_bindings(l);
+  b.insert(b.end(), {{"PRELUDE", std::move(prelude)},
+                     {"IN", std::string(cuda_storage_type(input_dtype(l.g.math)))},
+                     {"VEC", std::to_string(vec_of(l.g))}});
+  return b;
 }
 
 }  // namespace
