@@ -306,6 +306,7 @@ CompileStats CompiledFunction::stats() const {
     s.kernel_names_per_graph.push_back(c.kernel_names);
     s.programmatic_edges_per_graph.push_back(c.programmatic_edges);
     s.kernel_chain_per_graph.push_back(c.longest_kernel_chain);
+    s.chain_kernels_per_graph.push_back(c.longest_chain_kernels);
     s.bytes_held += e.pool ? e.pool->bytes_held() : 0;
     s.bytes_live_peak += e.pool ? e.pool->peak_in_use() : 0;
   }

@@ -30,33 +30,55 @@ CUstream checked_stream(const Stream& s, const char* op) {
   return static_cast<CUstream>(s.handle());
 }
 
-// The most kernel nodes on one path from a root to a leaf, in topological order (Kahn).
-std::size_t longest_kernel_chain(const std::vector<CUgraphNode>& nodes, const std::vector<CUgraphNode>& from,
-                                 const std::vector<CUgraphNode>& to) {
+// The kernel nodes' function names (entry names), "?" where a node has none.
+std::string kernel_node_name(CUgraphNode node) {
+  CUDA_KERNEL_NODE_PARAMS p{};
+  const char* name = nullptr;
+  KILN_CU(cuGraphKernelNodeGetParams(node, &p));
+  if (p.func) KILN_CU(cuFuncGetName(&name, p.func));
+  return name ? std::string(entry_name_of(name)) : "?";
+}
+
+// The kernels of one path from a root to a leaf with the most kernels, in order (Kahn's
+// topological order, each node remembering the longest path's last kernel before it).
+std::vector<std::string> longest_kernel_chain(const std::vector<CUgraphNode>& nodes,
+                                              const std::vector<CUgraphNode>& from,
+                                              const std::vector<CUgraphNode>& to) {
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   std::unordered_map<CUgraphNode, std::size_t> index;
   for (std::size_t i = 0; i < nodes.size(); ++i) index.emplace(nodes[i], i);
   std::vector<std::vector<std::size_t>> next(nodes.size());
   std::vector<std::size_t> waiting(nodes.size(), 0), chain(nodes.size(), 0), ready;
+  // The last kernel on the longest path into node i (i itself once it is a kernel), and the
+  // kernel before each kernel on its path.
+  std::vector<std::size_t> tail(nodes.size(), kNone), before(nodes.size(), kNone);
   for (std::size_t e = 0; e < from.size(); ++e) {
     next[index.at(from[e])].push_back(index.at(to[e]));
     ++waiting[index.at(to[e])];
   }
   for (std::size_t i = 0; i < nodes.size(); ++i)
     if (waiting[i] == 0) ready.push_back(i);
-  std::size_t longest = 0;
+  std::size_t longest = 0, end = kNone;
   while (!ready.empty()) {
     const std::size_t i = ready.back();
     ready.pop_back();
     CUgraphNodeType type{};
     KILN_CU(cuGraphNodeGetType(nodes[i], &type));
-    chain[i] += type == CU_GRAPH_NODE_TYPE_KERNEL;
-    longest = std::max(longest, chain[i]);
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      ++chain[i];
+      before[i] = tail[i];
+      tail[i] = i;
+    }
+    if (chain[i] > longest) longest = chain[i], end = tail[i];
     for (std::size_t j : next[i]) {
-      chain[j] = std::max(chain[j], chain[i]);
+      if (chain[i] > chain[j] || tail[j] == kNone) chain[j] = chain[i], tail[j] = tail[i];
       if (--waiting[j] == 0) ready.push_back(j);
     }
   }
-  return longest;
+  std::vector<std::string> names;
+  for (std::size_t k = end; k != kNone; k = before[k]) names.push_back(kernel_node_name(nodes[k]));
+  std::reverse(names.begin(), names.end());
+  return names;
 }
 
 // `p` runs `full`, with the shared memory opt-in a launch of it would have made.
@@ -167,11 +189,9 @@ Graph Graph::end_capture(const Stream& s) {
     KILN_CU(cuGraphNodeGetType(node, &type));
     if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
     ++g.counts.kernels;
+    ++g.counts.kernel_names[kernel_node_name(node)];
     CUDA_KERNEL_NODE_PARAMS p{};
-    const char* name = nullptr;
     KILN_CU(cuGraphKernelNodeGetParams(node, &p));
-    if (p.func) KILN_CU(cuFuncGetName(&name, p.func));
-    ++g.counts.kernel_names[name ? std::string(entry_name_of(name)) : "?"];
     if (p.func && is_quick_handle(p.func)) g.quick_nodes.push_back(node);
   }
   std::size_t edges = 0;
@@ -181,7 +201,8 @@ Graph Graph::end_capture(const Stream& s) {
   if (edges) KILN_CU(cuGraphGetEdges(g.graph, from.data(), to.data(), data.data(), &edges));
   for (std::size_t i = 0; i < edges; ++i)
     g.counts.programmatic_edges += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
-  g.counts.longest_kernel_chain = longest_kernel_chain(nodes, from, to);
+  g.counts.longest_chain_kernels = longest_kernel_chain(nodes, from, to);
+  g.counts.longest_kernel_chain = g.counts.longest_chain_kernels.size();
   // Nodes keep the priority of the stream they were captured on (a high-priority stream's
   // all-reduces), instead of all taking the launching stream's.
   KILN_CU(cuGraphInstantiateWithFlags(&g.exec, g.graph, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));

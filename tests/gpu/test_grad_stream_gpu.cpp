@@ -3,6 +3,7 @@
 // shorter chain of kernels in the graph; a gradient's ready hook sees the finished gradient.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +82,21 @@ TEST_CASE("weight gradients beside the backward's chain: the same bits as one st
     // One stream: every kernel follows the one before. Two: the weight products leave the chain.
     CHECK(one.stats.kernel_chain_per_graph.at(0) == one.stats.kernels_per_graph[0]);
     CHECK(two.stats.kernel_chain_per_graph.at(0) < two.stats.kernels_per_graph[0]);
+    // The chain's kernels by name: on one stream every kernel, in the order they ran (Adam's step
+    // last); with two, a part of them that still ends with the step.
+    const auto named = [](const std::vector<std::string>& chain) {
+      std::map<std::string, std::size_t> by_name;
+      for (const std::string& k : chain) ++by_name[k];
+      return by_name;
+    };
+    for (const GradStreamOutcome* o : {&one, &two}) {
+      const std::vector<std::string>& chain = o->stats.chain_kernels_per_graph.at(0);
+      CHECK(chain.size() == o->stats.kernel_chain_per_graph[0]);
+      REQUIRE(!chain.empty());
+      CHECK(chain.back() == "kiln_adam_step");
+      for (const auto& [kernel, count] : named(chain)) CHECK(count <= o->stats.kernel_names_per_graph[0].at(kernel));
+    }
+    CHECK(named(one.stats.chain_kernels_per_graph[0]) == one.stats.kernel_names_per_graph[0]);
     MESSAGE(name << ": " << two.stats.kernels_per_graph[0] << " kernels, the longest chain "
                  << two.stats.kernel_chain_per_graph[0] << " with the second stream");
   }

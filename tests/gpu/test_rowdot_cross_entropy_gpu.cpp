@@ -1,7 +1,7 @@
 // An output layer's product on the GEMM family's row kind and the softmax cross-entropy of its
 // rows in one kernel (kernels::launch_rowdot_cross_entropy): the same bits as the row kernel and
-// then the cross-entropy kernel, in every logits dtype, loss dtype, reduction, smoothing and
-// ignore_index; the product against the CPU's; and in a compiled training step, where the
+// then the cross-entropy kernel, in every logits dtype, loss dtype, reduction, smoothing,
+// ignore_index and rows a block; the product against the CPU's; and in a compiled training step, where the
 // linear layer's product is held for the loss, one kernel with eager's losses and gradients, the
 // loss's gradient 1 or not.
 #include <doctest/doctest.h>
@@ -68,9 +68,12 @@ TEST_CASE("the row kind's product and its rows' cross-entropy in one kernel give
                         {kernels::GemmMath::bf16, DType::f32, 128, 10, 128},
                         {kernels::GemmMath::bf16, DType::bf16, 1000, 32, 784},
                         {kernels::GemmMath::f16, DType::f32, 96, 10, 200}};
-  int runs = 0;
+  // The row kernel's rows a block, for each case: the heuristic's, then 1, 2, 8 and 16 (the fused
+  // kernel runs softmax.cu's blocks whatever they are).
+  const int warps[] = {0, 1, 2, 8, 16};
+  int runs = 0, index = 0;
   for (const Case& cs : cases)
-    for (int reduction : {0, 1, 2})
+    for (const int tile_rows = warps[index++]; int reduction : {0, 1, 2})
       for (double eps : {0.0, 0.1})
         for (bool ignored : {false, true}) {
           const DType t = kernels::input_dtype(cs.math);
@@ -85,8 +88,10 @@ TEST_CASE("the row kind's product and its rows' cross-entropy in one kernel give
                        b = randn({cs.c}, {}, &g).to(t).to(kGpu);
           const Tensor labels = labels_of(cs.n, cs.c, ignored, static_cast<std::uint64_t>(runs));
           kernels::GemmGeometry geo{cs.n, cs.c, cs.k, cs.k, cs.k, cs.c, cs.math, kernels::GemmEpilogue::bias};
-          const std::optional<kernels::GemmLaunch> l = kernels::plan(kernels::GemmKernel::rowdot, geo, tgt);
+          const std::optional<kernels::GemmLaunch> l =
+              kernels::plan(kernels::GemmKernel::rowdot, geo, tgt, {tile_rows, tile_rows ? static_cast<int>(cs.c) : 0});
           REQUIRE(l);
+          CAPTURE(l->text());
           // Apart: the row kernel, then the cross-entropy kernel over its logits.
           const Tensor apart = zeros({cs.n, cs.c}, {.dtype = t, .device = kGpu});
           CeOut two(cs.n, cs.c, t, cs.loss, reduction, unit);
@@ -126,13 +131,14 @@ TEST_CASE("the row kind's product and its rows' cross-entropy in one kernel give
 // holds it for the loss; eager runs the row kernel and then the cross-entropy kernel.
 TEST_CASE("in a compiled step the output layer's row product and its cross-entropy are one kernel, eager's bits") {
   struct Case {
-    DType t;  // the layer's dtype: f32, or bf16 under autocast (an f32 loss)
+    DType t;  // the layer's dtype: f32, or bf16 or f16 under autocast (an f32 loss)
     std::int64_t n, k;
     // The loss's gradient not 1 (as a GradScaler's): the backward reads the logits and statistics
     // the fused kernel wrote, where the unit gradient takes the one it wrote.
     double scale = 1;
   };
-  for (const Case cs : {Case{DType::f32, 96, 200}, Case{DType::bf16, 80, 136}, Case{DType::f32, 96, 200, 1024}}) {
+  for (const Case cs : {Case{DType::f32, 96, 200}, Case{DType::bf16, 80, 136}, Case{DType::f16, 72, 96},
+                        Case{DType::f32, 96, 200, 1024}}) {
     CAPTURE(dtype_name(cs.t));
     CAPTURE(cs.scale);
     const std::int64_t c = 10;
@@ -149,7 +155,9 @@ TEST_CASE("in a compiled step the output layer's row product and its cross-entro
                         .b = 2 << 20,
                         .d = 3 << 20,
                         .bias = 4 << 20};
-    const kernels::GemmMath math = cs.t == DType::f32 ? kernels::GemmMath::f32 : kernels::GemmMath::bf16;
+    const kernels::GemmMath math = cs.t == DType::f32    ? kernels::GemmMath::f32
+                                   : cs.t == DType::bf16 ? kernels::GemmMath::bf16
+                                                         : kernels::GemmMath::f16;
     const auto l =
         kernels::plan(kernels::GemmKernel::rowdot, {cs.n, c, cs.k, cs.k, cs.k, c, math, kernels::GemmEpilogue::bias},
                       kernels::gemm_target(0));

@@ -239,14 +239,11 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 // - Products of at most 32 output columns read K-major (an output layer's forward: 10 logits):
 //   the row kind, a warp per row summing all of k in one kernel, where cuBLASLt splits k and adds
 //   the splits in a second kernel (512 -> 10 at batch 128, exact f32: 5.3 + 4.0 us under ncu).
-//   f32 and bf16 only for now: f16's compiled steps through it were not run on a GPU after the fix
-//   of the bug that had them drop an f16 layer's ReLU (whose product, unlike f32's and bf16's,
-//   takes the ReLU after it).
 constexpr std::int64_t kFfmaMeasuredMaxK = 32;
 constexpr std::int64_t kRowdotMeasuredMaxColumns = 32;
 constexpr double kWgmmaF32MeasuredMinMacs = 1 << 30;
 
-bool rowdot_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
+bool rowdot_dtype(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
 std::optional<GemmKernel> measured_kind_on(const LtMatmul& g, int arch) {
   const double macs = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);

@@ -79,6 +79,8 @@ struct CompileStats {
   // The most kernels one path of each graph runs in turn: fewer than its kernels where weight
   // gradients run beside the backward's chain (kiln::set_weight_grad_stream).
   std::vector<std::size_t> kernel_chain_per_graph;
+  // The kernels of that path of each graph by function name, in the order they run.
+  std::vector<std::vector<std::string>> chain_kernels_per_graph;
   std::size_t bytes_held = 0;     // device memory the held graphs own (private pools, static inputs)
   // The most of it their values held at once while each was captured: the layout's floor.
   std::size_t bytes_live_peak = 0;

@@ -107,7 +107,8 @@ StepTime step_ms(const std::string& model, std::int64_t batch, int steps, std::u
 }
 
 // Adds the row of a compiled step, with the ratio to eager and the graph's kernel count in its
-// note, and prints which kernels the graph holds, most frequent first (names cut to 48 characters).
+// note, and prints which kernels the graph holds, most frequent first, and its longest chain's in
+// order (names cut to 48 characters).
 void add_graph_row(const std::string& row, const StepTime& graph, double eager_ms) {
   const CompileStats& s = graph.stats;
   char note[200];
@@ -124,6 +125,9 @@ void add_graph_row(const std::string& row, const StepTime& graph, double eager_m
   std::sort(names.rbegin(), names.rend());
   std::printf("%s kernel nodes:", row.c_str());
   for (const auto& [count, name] : names) std::printf(" %s x%zu;", name.c_str(), count);
+  std::printf("\n%s longest chain:", row.c_str());
+  if (!s.chain_kernels_per_graph.empty())
+    for (const std::string& name : s.chain_kernels_per_graph.front()) std::printf(" %s;", name.substr(0, 48).c_str());
   std::printf("\n");
 }
 

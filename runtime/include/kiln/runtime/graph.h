@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::rt {
 
@@ -32,6 +33,8 @@ struct GraphCounts {
   // The most kernels one path through the graph runs in turn: `kernels` for a capture of one
   // stream, fewer where work forked onto another stream overlaps.
   std::size_t longest_kernel_chain = 0;
+  // That path's kernels by function name, in the order they run (one such path where several tie).
+  std::vector<std::string> longest_chain_kernels;
 };
 
 class Graph {
