@@ -20,6 +20,7 @@
 #include "kiln/random.h"
 #include "kiln/runtime/graph.h"
 #include "kiln/runtime/kernel_plan.h"
+#include "kiln/runtime/log.h"
 #include "kiln/runtime/memory.h"
 #include "step_groups.h"
 
@@ -61,6 +62,16 @@ struct Entry {
     graph = rt::Graph();
   }
 };
+
+// A captured step's kernels and its longest chain's, in order, at debug level: where the step's
+// time goes before any profiler runs.
+void log_captured(const rt::GraphCounts& c) {
+  if (!rt::log().should_log(spdlog::level::debug)) return;
+  std::string chain;
+  for (const std::string& k : c.longest_chain_kernels) chain += (chain.empty() ? "" : " -> ") + k;
+  rt::log().debug("[compile] captured a step of {} kernels ({} launched early); its longest chain, {}: {}", c.kernels,
+                  c.programmatic_edges, c.longest_kernel_chain, chain);
+}
 
 std::vector<Tensor> detached(const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
@@ -199,6 +210,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(Entry& e, const std::vector<
     compile_detail::set_capture(nullptr);
     began = false;
     e.graph = rt::Graph::end_capture(stream);
+    log_captured(e.graph.counts());
     e.copy_nodes = std::move(nodes);
     e.word_stores = std::move(ctx.input_copy);
   } catch (...) {
