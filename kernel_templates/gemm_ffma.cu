@@ -12,9 +12,12 @@
 // an MN-major tile, 4 side by side, read as one vector. With SPLITK > 1 the k tiles are split
 // among blocks: each parks its partial tile in f32, and the last of a tile's blocks adds them
 // in split order (the same bits every run) and applies the epilogue, so the product is one
-// kernel. An epilogue hook (gemm_hooks.h: a pointwise expression of the sum and its extra
-// operands, such as a ReLU's mask) may stand in for the built-in epilogue. (clang-format would
-// join the placeholders' lines.)
+// kernel. With CLUSTER (sm_90) a tile's SPLITK blocks are one thread-block cluster instead: each
+// leaves its partial tile in its shared memory, and each adds a slice of the tile's elements
+// over every block's, read through distributed shared memory in split order (the same sums as
+// the parked partials, with no round trip through global memory). An epilogue hook (gemm_hooks.h: a pointwise
+// expression of the sum and its extra operands, such as a ReLU's mask) may stand in for the built-in epilogue.
+// (clang-format would join the placeholders' lines.)
 // clang-format off
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
@@ -22,6 +25,7 @@ namespace {
 
 using In = ${IN};
 constexpr int kBM = ${BM}, kBN = ${BN}, kSplitK = ${SPLITK}, kEpilogue = ${EPILOGUE};  // 1 + bias, 2 ReLU after
+constexpr bool kCluster = ${CLUSTER};
 constexpr long long kM = ${M}, kN = ${N}, kK = ${K}, kLda = ${LDA}, kLdb = ${LDB}, kLdd = ${LDD};
 constexpr bool kAMn = ${A_MN}, kBMn = ${B_MN};
 constexpr int kVecA = ${VEC_A}, kVecB = ${VEC_B};  // elements a copy moves: 4 or 1
@@ -30,6 +34,12 @@ constexpr int kThreadsM = kBM / 4, kThreadsN = kBN / 4, kThreads = kThreadsM * k
 constexpr int kKTiles = static_cast<int>((kK + kBK - 1) / kBK);
 constexpr int kTilesPerSplit = (kKTiles + kSplitK - 1) / kSplitK;
 static_assert(kThreads >= 32 && kThreads <= 256 && kThreads % 32 == 0, "tile needs whole warps");
+static_assert(!kCluster || (kSplitK >= 2 && kSplitK <= 8), "a cluster holds a tile's 2 to 8 splits");
+#if ${CLUSTER}
+#define KILN_FFMA_CLUSTER __cluster_dims__(1, 1, ${SPLITK})
+#else
+#define KILN_FFMA_CLUSTER
+#endif
 
 __device__ unsigned int kiln_gemm_ffma_done[${TILES}];
 
@@ -129,14 +139,46 @@ __device__ __forceinline__ void store(In* __restrict__ d, const In* __restrict__
   kiln::store(d + m * kLdd + n, v);
 }
 
+// A cluster's blocks add their partial tiles (`mine`, rows of kBN in shared memory; block r of
+// the cluster is split r): each block the elements [E r / S, E (r + 1) / S) of E, starting from
+// split 0's and adding the others' in split order, as the parked partials are added.
+__device__ __forceinline__ void add_cluster_partials(const float* mine, In* __restrict__ d, const In* __restrict__ bias,
+                                                     long long m0, long long n0, const HookPointers& hp) {
+  constexpr int kElems = kBM * kBN;
+  const unsigned rank = blockIdx.z, local = smem_addr(mine);
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  const int first = static_cast<int>(static_cast<long long>(kElems) * rank / kSplitK);
+  const int end = static_cast<int>(static_cast<long long>(kElems) * (rank + 1) / kSplitK);
+  for (int e = first + threadIdx.x; e < end; e += kThreads) {
+    float v[kSplitK];
+#pragma unroll
+    for (int s = 0; s < kSplitK; ++s) {
+      unsigned remote;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local + 4u * e), "r"(s));
+      asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v[s]) : "r"(remote) : "memory");
+    }
+    float sum = v[0];
+#pragma unroll
+    for (int s = 1; s < kSplitK; ++s) sum += v[s];
+    store(d, bias, m0 + e / kBN, n0 + e % kBN, sum, hp);
+  }
+  // No block leaves while another may still read its partial tile.
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+// The stages' operand tiles, and in a cluster the partial tile after them (the same bytes).
+constexpr int kStageBytes = kStages * (OperandA::kElements + OperandB::kElements) * static_cast<int>(sizeof(In));
+constexpr int kSharedBytes = kCluster && kBM * kBN * 4 > kStageBytes ? kBM * kBN * 4 : kStageBytes;
+
+extern "C" __global__ void KILN_FFMA_CLUSTER __launch_bounds__(kThreads)
 kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restrict__ d, const In* __restrict__ bias,
                float* __restrict__ parts, const __grid_constant__ HookPointers hp) {
   kiln::wait_prior_grids();
-  __shared__ __align__(16) In as[kStages][OperandA::kElements];
-  __shared__ __align__(16) In bs[kStages][OperandB::kElements];
+  __shared__ __align__(16) unsigned char smem[kSharedBytes];
+  auto* as = reinterpret_cast<In(*)[OperandA::kElements]>(smem);
+  auto* bs = reinterpret_cast<In(*)[OperandB::kElements]>(smem + kStages * OperandA::kElements * sizeof(In));
   const int tid = threadIdx.x, ty = tid / kThreadsN, tx = tid % kThreadsN;
   const long long m0 = static_cast<long long>(blockIdx.y) * kBM, n0 = static_cast<long long>(blockIdx.x) * kBN;
   const int split = blockIdx.z;
@@ -183,6 +225,17 @@ kiln_gemm_ffma(const In* __restrict__ a, const In* __restrict__ b, In* __restric
   }
   asm volatile("cp.async.wait_group 0;");
 
+  if constexpr (kCluster) {
+    kiln::launch_dependents();
+    __syncthreads();  // every thread's last reads of the stages are done: the tile takes their bytes
+    float* mine = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mine[OperandA::row(ty, i) * kBN + OperandB::row(tx, j)] = acc[i][j];
+    add_cluster_partials(mine, d, bias, m0, n0, hp);
+    return;
+  }
   if (kSplitK == 1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)

@@ -1,9 +1,11 @@
 // The GEMM family's FFMA kind (f32 sums on the CUDA cores) compiles with NVRTC for sm_80 and
-// sm_90 in every input dtype, tile, layout, epilogue and split, its sums in registers, and its plans size
-// tiles and splits to the SMs and decline what it cannot take; runs without a GPU. GPU tests
+// sm_90 in every input dtype, tile, layout, epilogue and split (on sm_90 split tiles as clusters
+// too), its sums in registers, and its plans size tiles and splits to the SMs and decline what it
+// cannot take; runs without a GPU. GPU tests
 // check its results.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -56,6 +58,26 @@ TEST_CASE("FFMA GEMM kernels compile for sm_80 and sm_90 in every dtype, tile, l
   kiln_test::check_launch_jobs(jobs, GemmKernel::ffma, {"fma.rn.f32", "cp.async"});
 }
 
+TEST_CASE("FFMA GEMM kernels whose split tiles are thread-block clusters compile for sm_90") {
+  std::vector<kiln_test::CompileJob> jobs;
+  for (GemmMath math : {GemmMath::f32, GemmMath::bf16})
+    for (GemmTile tile : {GemmTile{64, 64, 8, false, true}, GemmTile{32, 64, 4, false, true},
+                          GemmTile{64, 16, 2, false, true}, GemmTile{16, 64, 3, false, true}}) {
+      if (math != GemmMath::f32 && tile.bm != 64) continue;
+      const GemmEpilogue e = static_cast<GemmEpilogue>(tile.splits % 3);
+      for (auto [m, n, k] : {std::array<std::int64_t, 3>{128, 512, 784}, {127, 10, 509}}) {
+        const auto l =
+            kernels::plan(GemmKernel::ffma, packed_product(m, n, k, math, false, false, e), kFfmaTarget, tile);
+        REQUIRE(l);
+        CHECK(l->cluster);
+        kiln_test::add_launch_job(jobs, l, GemmKernel::ffma, 90);
+      }
+    }
+  // The cluster's shape in the PTX, its partials read from the other blocks' shared memory.
+  kiln_test::check_launch_jobs(jobs, GemmKernel::ffma,
+                               {".reqnctapercluster", "mapa.shared::cluster", "barrier.cluster"});
+}
+
 TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is declined") {
   // The mlp's 128 x 784 -> 512 forward: 64-wide tiles, 32 high (16 tiles of 64 fill an eighth
   // of the SMs), k split 4 ways (49 k tiles, 13 a split).
@@ -64,12 +86,26 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
                     packed_product(128, 512, 784, GemmMath::f32, false, false, GemmEpilogue::relu_bias), kFfmaTarget);
   REQUIRE(fwd);
   CHECK((fwd->bm == 32 && fwd->bn == 64 && fwd->splits == 4 && fwd->grid == 128));
-  CHECK(fwd->text() == "ffma 32x64 s4 k4");
-  CHECK_FALSE(kernels::split_k(*fwd));  // no second kernel: the last block of a tile sums
-  // Ten columns: tiles 16 wide and 64 high, k split up to 16 ways, two k tiles a split or more.
+  CHECK(fwd->cluster);  // sm_90: a tile's splits are one cluster
+  CHECK(fwd->text() == "ffma 32x64 s4 k4 C");
+  CHECK_FALSE(kernels::split_k(*fwd));  // no second kernel: the blocks of a tile sum
+  // Ten columns: tiles 16 wide and 64 high, k split up to 16 ways, two k tiles a split or more;
+  // a cluster holds at most 8.
   const auto head = kernels::plan(GemmKernel::ffma, packed_product(128, 10, 512, GemmMath::f32), kFfmaTarget);
   REQUIRE(head);
-  CHECK((head->bm == 64 && head->bn == 16 && head->splits == 16));
+  CHECK((head->bm == 64 && head->bn == 16 && head->splits == 8 && head->cluster));
+  const auto head_80 =
+      kernels::plan(GemmKernel::ffma, packed_product(128, 10, 512, GemmMath::f32), {80, 108, 163 * 1024});
+  REQUIRE(head_80);
+  CHECK((head_80->splits == 16 && !head_80->cluster));
+  // Clusters: sm_90, 2 to 8 splits; asked otherwise, declined.
+  const GemmGeometry wide = packed_product(128, 512, 784, GemmMath::f32);
+  CHECK_FALSE(kernels::plan(GemmKernel::ffma, wide, {80, 108, 163 * 1024}, GemmTile{64, 64, 4, false, true}));
+  CHECK_FALSE(kernels::plan(GemmKernel::ffma, wide, kFfmaTarget, GemmTile{64, 64, 12, false, true}));
+  CHECK_FALSE(kernels::plan(GemmKernel::ffma, wide, kFfmaTarget, GemmTile{64, 64, 1, false, true}));
+  const auto parked = kernels::plan(GemmKernel::ffma, wide, kFfmaTarget, GemmTile{64, 64, 8});
+  REQUIRE(parked);
+  CHECK_FALSE(parked->cluster);  // the splits' partials parked in global memory, as before sm_90
   const auto shallow =
       kernels::plan(GemmKernel::ffma, packed_product(128, 512, 10, GemmMath::f32, false, true), kFfmaTarget);
   REQUIRE(shallow);
@@ -82,6 +118,15 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
   const auto alts = kernels::alternatives(*fwd, kFfmaTarget);
   CHECK_FALSE(alts.empty());
   for (const GemmTile& t : alts) CHECK(kernels::plan(GemmKernel::ffma, fwd->g, kFfmaTarget, t));
+  // The heuristic's tile is also timed with its splits parked, and other tiles both ways.
+  const auto has = [&](GemmTile want) {
+    return std::any_of(alts.begin(), alts.end(), [&](const GemmTile& t) {
+      return t.bm == want.bm && t.bn == want.bn && t.splits == want.splits && t.cluster == want.cluster;
+    });
+  };
+  CHECK(has({32, 64, 4, false, false}));
+  CHECK(has({64, 64, 8, false, true}));
+  CHECK(has({64, 64, 8, false, false}));
   // f32, bf16 or f16 inputs (not TF32's), one plain problem, no hooks; tiles of whole warps up
   // to 64 x 64.
   CHECK(kernels::plan(GemmKernel::ffma, packed_product(128, 10, 512, GemmMath::bf16, false, false, GemmEpilogue::bias),

@@ -40,7 +40,8 @@ std::int64_t element(bool mn, std::int64_t ld, std::int64_t i, std::int64_t kk) 
 // `split_exact`, every product is +-(1 + m 2^-12) (m in -1..1), the remainder on A's side at even
 // k and B's at odd k, so that hi*hi + lo*hi + hi*lo is exact and any sum of them is too: an exact
 // f32 kernel that dropped or repeated one of its three products anywhere would be off.
-double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed, bool split_exact = false) {
+double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed, bool split_exact = false,
+                    std::vector<std::uint8_t>* result = nullptr) {
   const GemmGeometry& g = l.g;
   const DType t = kernels::input_dtype(g.math);
   const std::int64_t sa = g.batch > 1 ? g.batch_a : 0, sb = g.batch > 1 ? g.batch_b : 0,
@@ -75,6 +76,7 @@ double check_launch(const kernels::GemmLaunch& l, std::uint32_t seed, bool split
   const HostBuffer before = d;
   rt::copy_to_host(d.bytes.data(), dd.ptr(), d.bytes.size(), s);
   s.synchronize();
+  if (result) *result = d.bytes;
   // The operands as doubles, each problem's rows along k, so that the reference loop is plain.
   auto rows_of = [&](const HostBuffer& h, bool mn, std::int64_t ld, std::int64_t stride, std::int64_t rows) {
     std::vector<double> out(static_cast<std::size_t>(g.batch * rows * g.k));
@@ -275,6 +277,31 @@ TEST_CASE("FFMA GEMMs match a double-precision product in every dtype, layout, t
   const auto l = kernels::plan(kernels::GemmKernel::ffma, problems.back(), tgt, {32, 64, 4});
   REQUIRE(l);
   CHECK(check_launch(*l, 7) == check_launch(*l, 7));
+  // On sm_90 a split tile's blocks as one cluster add the same partials in the same order as the
+  // parked ones: the same bits, in every dtype, tile and split count a cluster takes.
+  if (tgt.arch < 90) return;
+  std::vector<kernels::GemmLaunch> pairs;  // parked, then the cluster of the same splits
+  for (std::size_t i = 0; i < problems.size(); i += 3)
+    for (kernels::GemmTile tile : {kernels::GemmTile{64, 64, 8}, kernels::GemmTile{32, 64, 4},
+                                   kernels::GemmTile{64, 16, 3}, kernels::GemmTile{16, 64, 2}}) {
+      const auto parked = kernels::plan(kernels::GemmKernel::ffma, problems[i], tgt, tile);
+      tile.cluster = true;
+      const auto cluster = kernels::plan(kernels::GemmKernel::ffma, problems[i], tgt, tile);
+      if (!parked || !cluster || parked->splits != cluster->splits) continue;
+      pairs.push_back(*parked);
+      pairs.push_back(*cluster);
+    }
+  prefetch(pairs);
+  for (std::size_t p = 0; p < pairs.size(); p += 2) {
+    CAPTURE(pairs[p].g.text());
+    CAPTURE(pairs[p + 1].text());
+    std::vector<std::uint8_t> one, two;
+    const auto seed = static_cast<std::uint32_t>(900 + p);
+    CHECK(check_launch(pairs[p], seed, false, &one) == check_launch(pairs[p + 1], seed, false, &two));
+    CHECK(one == two);
+  }
+  CHECK(pairs.size() >= 40);
+  MESSAGE((pairs.size() / 2) << " cluster launches matched their parked splits bit for bit");
 }
 
 // The row kind (a warp per row of D, D of at most 32 columns): every input dtype and epilogue,

@@ -230,8 +230,13 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 // - Shallow products (k of a few columns: an output layer's input gradient, where TMA's tiles pad
 //   most): the FFMA kernel (one launch, its split-K sums in the kernel), its heuristic tile
 //   alone. Exact f32 up to 2^27 multiply-adds, 16-bit up to 2^24. On an H200 it won every such
-//   product of the mlp, cnn and speedrun (k = 10) and lost every deeper one (k >= 96, by
-//   1.2-2.5x), whose compiles were about 40% of a cold cnn's.
+//   product of the mlp, cnn and speedrun (k = 10) and, with its splits parked in global memory,
+//   lost every deeper one (k >= 96, by 1.2-2.5x), whose compiles were about 40% of a cold cnn's.
+//   On sm_90 its split tiles are thread-block clusters (their partials added through distributed
+//   shared memory); timed with every tile (KILN_TUNE=on, H200) they beat cuBLASLt's split-K pair
+//   on the mlp's k = 512 products at batch 128 (6.6 against 7.0 and 8.3 us as graphs) but not on
+//   its k = 784 forward (11.7 against 9.5), and the heuristic tile alone lost all three, so
+//   `auto` does not time them: a cold run would compile one more kernel a product for ~1%.
 // - Large exact-f32 products on sm_90: the tile engine's three TF32 products of split operands,
 //   every tile (a few compiles, against a product of 0.1 ms or more). Timed with every tile on
 //   an H200, it ran the wide MLP's 1024 x 4096 x 4096 products in 0.51-0.53 ms against

@@ -17,6 +17,7 @@ namespace {
 
 constexpr int kFfmaBK = 16;  // k per staged tile, as the template's kBK
 constexpr int kMostSplits = 16;
+constexpr int kMostClusterSplits = 8;  // the portable cluster size
 
 // Whether an operand's rows are copied 4 elements at a time: the contiguous dimension and the row
 // stride multiples of 4 (the base's alignment is operands_fit's).
@@ -55,7 +56,7 @@ std::int64_t filling_splits(std::int64_t tiles, std::int64_t k_tiles, const Gemm
 
 // Tiles as wide as the columns need, up to 64, then 64 rows high, or 32 where that leaves over
 // half the SMs idle; k split so that the blocks fill the SMs once, each split keeping two or
-// more k tiles.
+// more k tiles. On sm_90 a split tile's blocks are a cluster (at most 8 splits).
 std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& target, GemmTile tile) {
   if (g.math == GemmMath::tf32 || g.conv || !hooks_fit(g.hooks) || g.batch != 1 || tile.transposed) return std::nullopt;
   if (g.m < 1 || g.n < 1 || g.k < 1 || g.lda < (g.a_mn ? g.m : g.k) || g.ldb < (g.b_mn ? g.n : g.k) || g.ldd < g.n)
@@ -74,9 +75,16 @@ std::optional<GemmLaunch> plan_ffma(const GemmGeometry& g, const GemmTarget& tar
   if (!tile_fits(l.bm, l.bn)) return std::nullopt;
   const std::int64_t tiles = tiles_of(g, l.bm, l.bn), k_tiles = ceil_div(g.k, kFfmaBK);
   if (ceil_div(g.m, l.bm) > 65535 || ceil_div(g.n, l.bn) > 65535) return std::nullopt;
-  const std::int64_t want = tile.splits > 0 ? tile.splits : filling_splits(tiles, k_tiles, target);
+  std::int64_t want = tile.splits > 0 ? tile.splits : filling_splits(tiles, k_tiles, target);
+  const bool heuristic_cluster = tile.bm == 0 && target.arch >= 90 && want > 1;
+  if (heuristic_cluster) want = std::min<std::int64_t>(want, kMostClusterSplits);
   if (want < 1 || want > 64) return std::nullopt;
   l.splits = static_cast<int>(ceil_div(k_tiles, ceil_div(k_tiles, want)));  // every split has k tiles
+  l.cluster = tile.cluster || heuristic_cluster;
+  if (l.cluster && (target.arch < 90 || l.splits < 2 || l.splits > kMostClusterSplits)) {
+    if (tile.cluster) return std::nullopt;
+    l.cluster = false;
+  }
   l.stages = 4;                                                             // the template's kStages
   l.grid = static_cast<int>(tiles * l.splits);
   return l;
@@ -90,12 +98,18 @@ std::vector<GemmTile> ffma_alternatives(const GemmLaunch& h, const GemmTarget& t
     if (t.bn > 2 * h.g.n + 16) continue;
     const std::int64_t fill = filling_splits(tiles_of(h.g, t.bm, t.bn), k_tiles, target);
     for (std::int64_t s : {fill, 2 * fill, fill / 2}) {
-      if (s < 1 || s > std::max<std::int64_t>(1, k_tiles / 2) || (t.bm == h.bm && t.bn == h.bn && s == h.splits))
-        continue;
-      const GemmTile c{t.bm, t.bn, static_cast<int>(s)};
-      if (std::none_of(out.begin(), out.end(),
-                       [&](const GemmTile& o) { return o.bm == c.bm && o.bn == c.bn && o.splits == c.splits; }))
-        out.push_back(c);
+      if (s < 1 || s > std::max<std::int64_t>(1, k_tiles / 2)) continue;
+      // Each split tile as a cluster too, on sm_90 (the heuristic's launch with its other form).
+      for (const bool cluster : {false, true}) {
+        const std::int64_t splits = cluster ? std::min<std::int64_t>(s, kMostClusterSplits) : s;
+        const GemmTile c{t.bm, t.bn, static_cast<int>(splits), false, cluster};
+        const bool heuristic = t.bm == h.bm && t.bn == h.bn && splits == h.splits && cluster == h.cluster;
+        if (heuristic || (cluster && (target.arch < 90 || splits < 2))) continue;
+        if (std::none_of(out.begin(), out.end(), [&](const GemmTile& o) {
+              return o.bm == c.bm && o.bn == c.bn && o.splits == c.splits && o.cluster == c.cluster;
+            }))
+          out.push_back(c);
+      }
     }
   }
   return out;
@@ -111,6 +125,7 @@ std::string ffma_source(const GemmLaunch& l) {
                      {"HOOK_FUNCTIONS", hook_source(g.hooks).functions},
                      {"IN", std::string(cuda_storage_type(t))},
                      {"SPLITK", num(l.splits)},
+                     {"CLUSTER", l.cluster ? "1" : "0"},
                      {"VEC_A", vec_a ? "4" : "1"},
                      {"VEC_B", vec_b ? "4" : "1"},
                      {"TILES", num(std::max<std::int64_t>(1, tiles_of(g, l.bm, l.bn)))}});
@@ -132,9 +147,10 @@ void launch_ffma(const GemmLaunch& l, const GemmOperands& ops, const rt::Functio
   cfg.grid = {static_cast<unsigned>(ceil_div(l.g.n, l.bn)), static_cast<unsigned>(ceil_div(l.g.m, l.bm)),
               static_cast<unsigned>(l.splits)};
   cfg.block = {static_cast<unsigned>((l.bm / 4) * (l.bn / 4)), 1, 1};
-  // The splits' partial tiles, taken from the stream's pool in stream order.
+  // The splits' partial tiles, taken from the stream's pool in stream order (a cluster's stay in
+  // its blocks' shared memory).
   rt::DeviceBuffer parts;
-  if (l.splits > 1)
+  if (l.splits > 1 && !l.cluster)
     parts = rt::DeviceBuffer(static_cast<std::size_t>(l.grid) * static_cast<std::size_t>(l.bm * l.bn) * 4, *ops.stream);
   FfmaHookPointers hp{};
   for (int i = 0; i < kMaxHookInputs; ++i) hp.epi[i] = ops.epilogue_inputs[static_cast<std::size_t>(i)];

@@ -70,7 +70,7 @@ const char* module_kind(GemmKernel k) {
 
 std::span<const rt::KernelSpec* const> module_of(const GemmLaunch& l) {
   rt::GeneratedKey key(module_kind(l.kernel));
-  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.transposed);
+  key.add(l.bm, l.bn, l.stages, l.group_m, l.grid, l.box.w, l.box.h, l.splits, l.transposed, l.cluster);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
     return rt::GeneratedModule{source(l), "gemm " + l.text() + " " + math_name(l.g.math), entry_points(l)};
@@ -220,14 +220,14 @@ std::string GemmGeometry::text() const {
 std::string GemmTile::text() const {
   if (bm == 0) return {};
   return std::to_string(bm) + "x" + std::to_string(bn) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (transposed ? " T" : "");
+         (transposed ? " T" : "") + (cluster ? " C" : "");
 }
 
 std::string GemmLaunch::text() const {
   return std::string(kernel_name(kernel)) + " " + std::to_string(bm) + "x" + std::to_string(bn) + " s" +
          std::to_string(stages) + (splits > 1 ? " k" + std::to_string(splits) : std::string()) +
-         (transposed ? " T" : "") + (g.conv && g.conv->k_major ? " K" : "") + (g.conv && g.conv->paired ? " P" : "") +
-         (g.conv && g.conv->split_gy ? " G" : "");
+         (transposed ? " T" : "") + (cluster ? " C" : "") + (g.conv && g.conv->k_major ? " K" : "") +
+         (g.conv && g.conv->paired ? " P" : "") + (g.conv && g.conv->split_gy ? " G" : "");
 }
 
 bool split_k(const GemmLaunch& l) { return !l.g.conv && l.splits > 1 && l.kernel != GemmKernel::ffma; }

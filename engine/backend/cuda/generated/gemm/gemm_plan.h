@@ -127,7 +127,10 @@ struct GemmTile {
   // channels) and whose columns its rows (bn chosen by the plan), for D of few rows, which
   // would leave a 64-row MMA mostly empty. No hooks.
   bool transposed = false;
-  std::string text() const;  // "", "128x256", "128x64 k8", "128x0 T"
+  // The ffma kind on sm_90: a split tile's blocks as one thread-block cluster (2 to 8 splits),
+  // their partials added through distributed shared memory.
+  bool cluster = false;
+  std::string text() const;  // "", "128x256", "128x64 k8", "128x0 T", "64x64 k8 C"
 };
 
 // Convolution mode's output pixels per tile, and weight-gradient mode's per k tile: BOX_H rows
@@ -146,8 +149,9 @@ struct GemmLaunch {
   // kernel's last block of a tile in the ffma kind).
   int splits = 1;
   bool transposed = false;  // as GemmTile says
+  bool cluster = false;     // as GemmTile says
   std::int64_t shared_bytes = 0;
-  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T", "wgmma 64x32 s6 k4 K" (a
+  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T", "ffma 64x64 s4 k8 C", "wgmma 64x32 s6 k4 K" (a
   // 16-bit weight gradient read K-major; " P": f32 through hi and lo copies, " G" gy split in the
   // kernel): what the tuner remembers
   std::string text() const;
