@@ -12,12 +12,13 @@
 // an MN-major tile, 4 side by side, read as one vector. With SPLITK > 1 the k tiles are split
 // among blocks: each parks its partial tile in f32, and the last of a tile's blocks adds them
 // in split order (the same bits every run) and applies the epilogue, so the product is one
-// kernel. With CLUSTER (sm_90) a tile's SPLITK blocks are one thread-block cluster instead: each
-// leaves its partial tile in its shared memory, and each adds a slice of the tile's elements
-// over every block's, read through distributed shared memory in split order (the same sums as
-// the parked partials, with no round trip through global memory). An epilogue hook (gemm_hooks.h: a pointwise
-// expression of the sum and its extra operands, such as a ReLU's mask) may stand in for the built-in epilogue.
-// (clang-format would join the placeholders' lines.)
+// kernel. With CLUSTER (sm_90) a tile's SPLITK blocks are one thread-block cluster instead:
+// each leaves its partial tile in its shared memory, and each adds a slice of the tile's
+// elements over every block's, read through distributed shared memory in split order (the
+// same sums as the parked partials, with no round trip through global memory). An epilogue
+// hook (gemm_hooks.h: a pointwise expression of the sum and its extra operands, such as a
+// ReLU's mask) may stand in for the built-in epilogue. (clang-format would join the
+// placeholders' lines.)
 // clang-format off
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS

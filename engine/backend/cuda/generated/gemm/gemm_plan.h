@@ -151,9 +151,9 @@ struct GemmLaunch {
   bool transposed = false;  // as GemmTile says
   bool cluster = false;     // as GemmTile says
   std::int64_t shared_bytes = 0;
-  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T", "ffma 64x64 s4 k8 C", "wgmma 64x32 s6 k4 K" (a
-  // 16-bit weight gradient read K-major; " P": f32 through hi and lo copies, " G" gy split in the
-  // kernel): what the tuner remembers
+  // "wgmma 128x256 s4", "wgmma 128x64 s6 k8", "wgmma 128x32 s8 T", "ffma 64x64 s4 k8 C" (a
+  // cluster), "wgmma 64x32 s6 k4 K" (a 16-bit weight gradient read K-major; " P": f32 through hi
+  // and lo copies, " G" gy split in the kernel): what the tuner remembers
   std::string text() const;
 };
 
