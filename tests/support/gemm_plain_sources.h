@@ -41,8 +41,8 @@ inline void add_launch_job(std::vector<CompileJob>& jobs, const std::optional<ki
 inline void check_launch_jobs(const std::vector<CompileJob>& jobs, kiln::kernels::GemmKernel kind,
                               std::initializer_list<const char*> needles) {
   const CompileSummary r = compile_all(jobs);
-  MESSAGE("gemm_" << kiln::kernels::kernel_name(kind) << ": " << r.text());
   const std::string entry = std::string("kiln_gemm_") + kiln::kernels::kernel_name(kind);
+  MESSAGE(entry << ": " << r.text());
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     CAPTURE(i);
     const CompileOutcome& o = r.outcomes[i];
