@@ -339,14 +339,14 @@ const OpRef kReluMaskedInputGrad = register_op({
 });
 
 // dx = gp @ w; masked where the layer's input is a ReLU's output only it reads (the ReLU's vjp
-// then skips its mask), on the GPU in the product's epilogue or one pass after a library's. Not in
-// exact f32: its weight products (cuBLASLt's FFMA kernels, their bias gradients a kernel after
-// each) bound the backward on the side stream, where a masked layer's bias gradient then goes
-// (the f32 mlp at batch 128 took 0.0623 ms a step masked, 0.0603 not).
+// then skips its mask), on the GPU in the product's epilogue or one pass after a library's. The
+// layer below then sums its bias gradient beside its weight product, off the chain. In exact f32
+// it pays only where the masked product is one kernel (the FFMA kind's cluster split-K): the f32
+// mlp at batch 128 on an H200 took 0.0549 ms a step masked, 0.0557 not (0.0570 against 0.0559
+// with cuBLASLt's split-K pairs and their mask pass).
 Tensor input_grad(const VjpContext& c, const Tensor& gp) {
   const Tensor w = c.saved_input(1);
-  const bool exact_f32 = gp.dtype() == DType::f32 && !allow_tf32();
-  if (c.may_mask_input_gradient(0) && gp.device().is_cuda() && !exact_f32) {
+  if (c.may_mask_input_gradient(0) && gp.device().is_cuda()) {
     const Tensor y = c.saved_input(0);  // the ReLU's output, unless the dtype plan cast it
     if (y.dtype() == c.input(0).dtype && y.dtype() == gp.dtype() && w.dtype() == gp.dtype() &&
         gp.dtype() != DType::f64) {

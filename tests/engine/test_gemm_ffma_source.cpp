@@ -78,16 +78,20 @@ TEST_CASE("FFMA GEMM kernels whose split tiles are thread-block clusters compile
                                {".reqnctapercluster", "mapa.shared::cluster", "barrier.cluster"});
 }
 
-TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is declined") {
+TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs (a cluster's twice); the rest is declined") {
   // The mlp's 128 x 784 -> 512 forward: 64-wide tiles, 32 high (16 tiles of 64 fill an eighth
-  // of the SMs), k split 4 ways (49 k tiles, 13 a split).
+  // of the SMs), k split to fill the SMs twice (8 ways asked: 49 k tiles, 7 a split, so 7).
   const auto fwd =
       kernels::plan(GemmKernel::ffma,
                     packed_product(128, 512, 784, GemmMath::f32, false, false, GemmEpilogue::relu_bias), kFfmaTarget);
   REQUIRE(fwd);
-  CHECK((fwd->bm == 32 && fwd->bn == 64 && fwd->splits == 4 && fwd->grid == 128));
+  CHECK((fwd->bm == 32 && fwd->bn == 64 && fwd->splits == 7 && fwd->grid == 224));
   CHECK(fwd->cluster);  // sm_90: a tile's splits are one cluster
-  CHECK(fwd->text() == "ffma 32x64 s4 k4 C");
+  CHECK(fwd->text() == "ffma 32x64 s4 k7 C");
+  // Parked (sm_80): the SMs filled once.
+  const auto fwd_80 = kernels::plan(GemmKernel::ffma, fwd->g, {80, 108, 163 * 1024});
+  REQUIRE(fwd_80);
+  CHECK((fwd_80->splits == 3 && !fwd_80->cluster));
   CHECK_FALSE(kernels::split_k(*fwd));  // no second kernel: the blocks of a tile sum
   // Ten columns: tiles 16 wide and 64 high, k split up to 16 ways, two k tiles a split or more;
   // a cluster holds at most 8.
@@ -125,6 +129,7 @@ TEST_CASE("FFMA GEMM plans: tiles and splits fill the SMs once; the rest is decl
     });
   };
   CHECK(has({32, 64, 4, false, false}));
+  CHECK(has({32, 64, 4, false, true}));
   CHECK(has({64, 64, 8, false, true}));
   CHECK(has({64, 64, 8, false, false}));
   // f32, bf16 or f16 inputs (not TF32's), one plain problem, no hooks; tiles of whole warps up

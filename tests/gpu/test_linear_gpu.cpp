@@ -8,6 +8,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -228,7 +230,7 @@ MlpGrads run_mlp(const std::vector<Tensor>& params, const Tensor& x_in, const Te
 
 TEST_CASE("a layer's input gradient comes masked for the ReLU layer below it, with the unmasked gradients") {
   Generator gen(23);
-  // f32 twice: exact (not masked) and on TF32 (masked).
+  // f32 twice: exact and on TF32.
   for (int config = 0; config < 3; ++config)
     for (std::int64_t m : {128, 33})
       for (bool reread : {false, true}) {
@@ -287,36 +289,39 @@ TEST_CASE("relu_masked_input_grad: the product's bits where the ReLU's output is
 
 TEST_CASE("a compiled mlp step masks input gradients in their products: no ReLU layer runs its own mask") {
   // The first layer has no input gradient: its bias gradient is summed on the chain beside its
-  // weight product (linear_grad_wb's bias_on_chain).
-  Generator gen(31);
-  auto model = std::make_shared<nn::Sequential>();
-  model->push_back(nn::Linear(48, 64, true, &gen));
-  model->push_back(nn::ReLU());
-  model->push_back(nn::Linear(64, 40, true, &gen));
-  model->push_back(nn::ReLU());
-  model->push_back(nn::Linear(40, 10, true, &gen));
-  model->to(kGpu);
-  optim::SGD opt(model->parameters(), optim::SgdOptions{.lr = 1e-2});
-  CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
-    Tensor loss;
-    {
-      const AutocastGuard amp(DType::bf16);  // exact f32 is not masked (input_grad)
-      loss = cross_entropy((*model)(in[0]), in[1]);
-    }
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss.detach()};
-  });
-  const Tensor x = randn({128, 48}, {.device = kGpu}, &gen), labels = randint(0, 10, {128}, {.device = kGpu}, &gen);
-  const KernelPlan plan = plan_kernels([&] { step({x, labels}); }, kGpu);
-  REQUIRE(plan.steps.size() == 1);
-  int masked = 0, relu_masks = 0;
-  for (const KernelPlan::Group& g : plan.steps[0].groups)
-    for (const std::string& op : g.ops) {
-      masked += op == "relu_masked_input_grad";
-      relu_masks += op == "relu_backward_bias_grad" || op == "relu_backward";
-    }
-  CHECK(masked == 2);  // the second and third layers' input gradients
-  CHECK(relu_masks == 0);
+  // weight product (linear_grad_wb's bias_on_chain). Exact f32 and bf16 autocast alike.
+  for (const std::optional<DType> amp : {std::optional<DType>(), std::optional<DType>(DType::bf16)}) {
+    CAPTURE(amp.has_value());
+    Generator gen(31);
+    auto model = std::make_shared<nn::Sequential>();
+    model->push_back(nn::Linear(48, 64, true, &gen));
+    model->push_back(nn::ReLU());
+    model->push_back(nn::Linear(64, 40, true, &gen));
+    model->push_back(nn::ReLU());
+    model->push_back(nn::Linear(40, 10, true, &gen));
+    model->to(kGpu);
+    optim::SGD opt(model->parameters(), optim::SgdOptions{.lr = 1e-2});
+    CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        const AutocastGuard guard(amp);
+        loss = cross_entropy((*model)(in[0]), in[1]);
+      }
+      loss.backward();
+      opt.step();
+      return std::vector<Tensor>{loss.detach()};
+    });
+    const Tensor x = randn({128, 48}, {.device = kGpu}, &gen), labels = randint(0, 10, {128}, {.device = kGpu}, &gen);
+    const KernelPlan plan = plan_kernels([&] { step({x, labels}); }, kGpu);
+    REQUIRE(plan.steps.size() == 1);
+    int masked = 0, relu_masks = 0;
+    for (const KernelPlan::Group& g : plan.steps[0].groups)
+      for (const std::string& op : g.ops) {
+        masked += op == "relu_masked_input_grad";
+        relu_masks += op == "relu_backward_bias_grad" || op == "relu_backward";
+      }
+    CHECK(masked == 2);  // the second and third layers' input gradients
+    CHECK(relu_masks == 0);
+  }
 }

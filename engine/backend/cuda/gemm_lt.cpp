@@ -232,11 +232,11 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 //   alone. Exact f32 up to 2^27 multiply-adds, 16-bit up to 2^24. On an H200 it won every such
 //   product of the mlp, cnn and speedrun (k = 10) and, with its splits parked in global memory,
 //   lost every deeper one (k >= 96, by 1.2-2.5x), whose compiles were about 40% of a cold cnn's.
-//   On sm_90 its split tiles are thread-block clusters (their partials added through distributed
-//   shared memory); timed with every tile (KILN_TUNE=on, H200) they beat cuBLASLt's split-K pair
-//   on the mlp's k = 512 products at batch 128 (6.6 against 7.0 and 8.3 us as graphs) but not on
-//   its k = 784 forward (11.7 against 9.5), and the heuristic tile alone lost all three, so
-//   `auto` does not time them: a cold run would compile one more kernel a product for ~1%.
+// - Deeper exact-f32 products on sm_90 up to 2^27 multiply-adds: the FFMA kernel again, its
+//   split tiles a thread-block cluster (the partials added through distributed shared memory,
+//   one launch where cuBLASLt's split-K takes two). At batch 128 on an H200 it ran the mlp's
+//   k = 512 products in 6.8 us against cuBLASLt's 8.5 and 8.9 (masked) as graphs, and lost its
+//   k = 784 forward (11.9 against 9.4), which the tuner leaves to cuBLASLt.
 // - Large exact-f32 products on sm_90: the tile engine's three TF32 products of split operands,
 //   every tile (a few compiles, against a product of 0.1 ms or more). Timed with every tile on
 //   an H200, it ran the wide MLP's 1024 x 4096 x 4096 products in 0.51-0.53 ms against
@@ -245,6 +245,7 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 //   the row kind, a warp per row summing all of k in one kernel, where cuBLASLt splits k and adds
 //   the splits in a second kernel (512 -> 10 at batch 128, exact f32: 5.3 + 4.0 us under ncu).
 constexpr std::int64_t kFfmaMeasuredMaxK = 32;
+constexpr double kFfmaClusterMeasuredMaxMacs = 1 << 27;
 constexpr std::int64_t kRowdotMeasuredMaxColumns = 32;
 constexpr double kWgmmaF32MeasuredMinMacs = 1 << 30;
 
@@ -262,6 +263,7 @@ std::optional<GemmKernel> measured_kind_on(const LtMatmul& g, int arch) {
     if (exact_f32 && macs <= 1 << 27) return GemmKernel::ffma;
     if ((g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24) return GemmKernel::ffma;
   }
+  if (exact_f32 && arch >= 90 && macs <= kFfmaClusterMeasuredMaxMacs) return GemmKernel::ffma;
   if (exact_f32 && arch >= 90 && macs >= kWgmmaF32MeasuredMinMacs) return GemmKernel::wgmma;
   return std::nullopt;
 }
