@@ -338,15 +338,26 @@ const OpRef kReluMaskedInputGrad = register_op({
              .shapes = {{{6, 5}, {5, 3}, {6, 3}}, {{1, 4}, {4, 7}, {1, 7}}, {{40, 10}, {10, 24}, {40, 24}}}},
 });
 
+// Whether masking gp @ w (m, k) in its product pays. In exact f32 only where the FFMA kind, which
+// masks in one launch, is timed beside cuBLASLt's split-K pair and its mask pass (on sm_90 its
+// cluster split-K): the f32 mlp at batch 128 on an H200 took 0.0549 ms a step masked so, 0.0557
+// not, and 0.0570 against 0.0559 masked on cuBLASLt's kernels alone.
+bool mask_pays(const Tensor& gp, const Tensor& w) {
+  if (gp.dtype() != DType::f32 || allow_tf32()) return true;
+  const kernels::LtMatmul g{.dtype = DType::f32,
+                            .m = w.shape()[1],
+                            .n = gp.shape()[0],
+                            .k = gp.shape()[1],
+                            .epilogue = kernels::LtEpilogue::relu_mask};
+  return kernels::lt_times_ffma(g, gp.device().index());
+}
+
 // dx = gp @ w; masked where the layer's input is a ReLU's output only it reads (the ReLU's vjp
-// then skips its mask), on the GPU in the product's epilogue or one pass after a library's. The
-// layer below then sums its bias gradient beside its weight product, off the chain. In exact f32
-// it pays only where the masked product is one kernel (the FFMA kind's cluster split-K): the f32
-// mlp at batch 128 on an H200 took 0.0549 ms a step masked, 0.0557 not (0.0570 against 0.0559
-// with cuBLASLt's split-K pairs and their mask pass).
+// then skips its mask), on the GPU in the product's epilogue or one pass after a library's, where
+// that pays. The layer below then sums its bias gradient beside its weight product, off the chain.
 Tensor input_grad(const VjpContext& c, const Tensor& gp) {
   const Tensor w = c.saved_input(1);
-  if (c.may_mask_input_gradient(0) && gp.device().is_cuda()) {
+  if (c.may_mask_input_gradient(0) && gp.device().is_cuda() && mask_pays(gp, w)) {
     const Tensor y = c.saved_input(0);  // the ReLU's output, unless the dtype plan cast it
     if (y.dtype() == c.input(0).dtype && y.dtype() == gp.dtype() && w.dtype() == gp.dtype() &&
         gp.dtype() != DType::f64) {

@@ -463,6 +463,10 @@ std::optional<RowProduct> lt_row_product(const LtMatmul& g, const rt::Stream& s)
   return RowProduct{*l, generated_operands(g, &s)};
 }
 
+bool lt_times_ffma(const LtMatmul& g, int device) {
+  return rt::tune_mode() != rt::TuneMode::off && measured_kind(g, device) == GemmKernel::ffma;
+}
+
 bool lt_times_tile_engine(const LtMatmul& g, int device) {
   return rt::tune_mode() != rt::TuneMode::off && measured_kind(g, device) == GemmKernel::wgmma;
 }

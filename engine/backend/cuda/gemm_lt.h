@@ -43,8 +43,13 @@ struct LtMatmul {
 
 // Whether measuring the product's choice (KILN_TUNE=auto) times a generated kernel beside
 // cuBLASLt's algorithms on the device, one that must compile first: a shallow product's FFMA
-// kernel, or a large exact-f32 product's three-TF32 tile kernel on sm_90.
+// kernel (on sm_90 any small exact-f32 product's), or a large exact-f32 product's three-TF32
+// tile kernel on sm_90.
 bool lt_measures_generated(const LtMatmul& g, int device);
+
+// Whether the tuner times the FFMA kind beside cuBLASLt's for the product under the current
+// KILN_TUNE: one launch, its split-K sums and epilogue hook (a ReLU's mask) inside it.
+bool lt_times_ffma(const LtMatmul& g, int device);
 
 // Whether the tuner times the tile engine's kernels beside cuBLASLt's for the product under the
 // current KILN_TUNE (a large exact-f32 one on sm_90). They sum no bias gradient, so a weight
