@@ -245,7 +245,7 @@ std::string algo_name(const cublasLtMatmulAlgo_t& algo) {
 //   the row kind, a warp per row summing all of k in one kernel, where cuBLASLt splits k and adds
 //   the splits in a second kernel (512 -> 10 at batch 128, exact f32: 5.3 + 4.0 us under ncu).
 constexpr std::int64_t kFfmaMeasuredMaxK = 32;
-constexpr double kFfmaClusterMeasuredMaxMacs = 1 << 27;
+constexpr double kFfmaF32MeasuredMaxMacs = 1 << 27;
 constexpr std::int64_t kRowdotMeasuredMaxColumns = 32;
 constexpr double kWgmmaF32MeasuredMinMacs = 1 << 30;
 
@@ -259,11 +259,9 @@ std::optional<GemmKernel> measured_kind_on(const LtMatmul& g, int arch) {
       g.epilogue == LtEpilogue::none || g.epilogue == LtEpilogue::bias || g.epilogue == LtEpilogue::relu_bias;
   if (plain && g.m <= kRowdotMeasuredMaxColumns && g.trans_a && !g.trans_b && rowdot_dtype(g.dtype))
     return GemmKernel::rowdot;
-  if (g.k <= kFfmaMeasuredMaxK) {
-    if (exact_f32 && macs <= 1 << 27) return GemmKernel::ffma;
-    if ((g.dtype == DType::bf16 || g.dtype == DType::f16) && macs <= 1 << 24) return GemmKernel::ffma;
-  }
-  if (exact_f32 && arch >= 90 && macs <= kFfmaClusterMeasuredMaxMacs) return GemmKernel::ffma;
+  if (exact_f32 && macs <= kFfmaF32MeasuredMaxMacs && (g.k <= kFfmaMeasuredMaxK || arch >= 90)) return GemmKernel::ffma;
+  if ((g.dtype == DType::bf16 || g.dtype == DType::f16) && g.k <= kFfmaMeasuredMaxK && macs <= 1 << 24)
+    return GemmKernel::ffma;
   if (exact_f32 && arch >= 90 && macs >= kWgmmaF32MeasuredMinMacs) return GemmKernel::wgmma;
   return std::nullopt;
 }
