@@ -115,7 +115,7 @@ void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Ten
   ts.count = static_cast<int>(spans.size());
   const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.beta1, o_.beta2, o_.eps,
-                            o_.weight_decay, decoupled(), stream_of(p0.device()));
+                            o_.weight_decay, decoupled(), detail::update_stream(p0.device()));
 }
 
 }  // namespace kiln::optim

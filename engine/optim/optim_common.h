@@ -57,6 +57,9 @@ namespace kiln::optim::detail {
 // after p's version was bumped.
 LowPrecisionCopy* low_precision_target(const Tensor& p, kernels::OptimTensors& ts, int k);
 void low_precision_written(const Tensor& p, LowPrecisionCopy* lp);
+// The stream an update launch on `d` goes on: the device's, or the stream an early update runs
+// on (Optimizer::update_early) while it runs.
+const rt::Stream& update_stream(Device d);
 // Moves entry k of ts, filled for the whole of p, to the span s of it (state in state_dtype).
 void narrow_to_span(kernels::OptimTensors& ts, int k, const Tensor& p, const ParamSpan& s);
 

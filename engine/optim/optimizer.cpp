@@ -220,6 +220,7 @@ void Optimizer::run_parts(const std::vector<std::vector<ParamSpan>>& parts,
   step::on_replay([this] { advance(); });
   write_step_values();
   begin_step();
+  if (parts.size() == 1 && skip_flag_ == 0 && update_early(parts[0])) return;
   for (std::size_t k = 0; k < parts.size(); ++k) {
     if (k + 1 < parts.size() && before) before(k);
     update_all(parts[k]);

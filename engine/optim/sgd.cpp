@@ -104,7 +104,7 @@ void SGD::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tens
   ts.count = static_cast<int>(spans.size());
   const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_sgd_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.momentum, o_.dampening,
-                           o_.weight_decay, o_.nesterov, stream_of(p0.device()));
+                           o_.weight_decay, o_.nesterov, detail::update_stream(p0.device()));
 }
 
 }  // namespace kiln::optim

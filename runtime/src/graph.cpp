@@ -113,6 +113,16 @@ void* last_captured_node(const Stream& s) {
   return deps[0];
 }
 
+std::vector<void*> capture_frontier(const Stream& s) {
+  CUstream stream = checked_stream(s, "capture_frontier");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUgraphNode* deps = nullptr;
+  std::size_t count = 0;
+  KILN_CU(cuStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count));
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return {};
+  return {deps, deps + count};
+}
+
 void abort_capture(const Stream& s) noexcept {
   CUstream stream = static_cast<CUstream>(s.handle());
   if (capturing_stream == stream) capturing_stream = nullptr;

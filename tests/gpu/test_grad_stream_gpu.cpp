@@ -32,26 +32,49 @@ struct GradStreamOutcome {
   CompileStats stats;
 };
 
-// An mlp trained by Adam for `steps` steps on fixed batches, compiled or eager, under autocast
-// to `amp` when given.
-GradStreamOutcome train_mlp_side(bool compiled, bool side, std::optional<DType> amp, int steps = 6) {
+// What runs between a step's backward and its optimizer step; with `detached_read`, a loss term
+// whose vjp reads the last layer's weight (detached) after that weight's gradient is final.
+enum class Between { nothing, scale_grads, detached_read };
+
+// An mlp trained by Adam (or SGD with momentum) for `steps` steps on fixed batches, compiled or
+// eager, under autocast to `amp` when given.
+GradStreamOutcome train_mlp_side(bool compiled, bool side, std::optional<DType> amp, int steps = 6, bool sgd = false,
+                                 Between between = Between::nothing) {
   const GradStreamSwitch on(side);
   Generator gen(21);
   nn::Sequential net(nn::Linear(96, 128, true, &gen), nn::ReLU(), nn::Linear(128, 64, true, &gen), nn::ReLU(),
                      nn::Linear(64, 10, true, &gen));
   net.to(kGpu);
-  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  std::unique_ptr<optim::Optimizer> opt;
+  if (sgd)
+    opt = std::make_unique<optim::SGD>(net.parameters(), optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
+  else
+    opt = std::make_unique<optim::Adam>(net.parameters(), optim::AdamOptions{.lr = 1e-3});
   Generator data(3);
   const Tensor x = randn({32, 96}, {}, &data).to(kGpu), y = randint(0, 10, {32}, {}, &data).to(kGpu);
   StepFunction fn = [&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
+    opt->zero_grad();
     Tensor loss;
     {
       AutocastGuard guard(amp);
-      loss = cross_entropy(net(in[0]), in[1]);
+      if (between == Between::detached_read) {
+        // Made before the layers above the first, so the backward reaches its vjp after theirs.
+        const Tensor h1 = relu(net[0](in[0]));
+        const Tensor w3 = net.parameters()[4].detach();
+        const Tensor extra = mul(sum(matmul(narrow(h1, 1, 0, 64), transpose(w3, 0, 1))), 1e-3);
+        const Tensor out = net[4](relu(net[2](h1)));
+        loss = add(cross_entropy(out, in[1]), extra);
+      } else {
+        loss = cross_entropy(net(in[0]), in[1]);
+      }
     }
     loss.backward();
-    opt.step();
+    if (between == Between::scale_grads)
+      for (const Tensor& p : net.parameters()) {
+        Tensor g = p.grad();
+        g.mul_(0.5);
+      }
+    opt->step();
     return std::vector<Tensor>{loss.detach()};
   };
   CompiledFunction cf = compile(fn);
@@ -78,7 +101,8 @@ TEST_CASE("weight gradients beside the backward's chain: the same bits as one st
     CHECK(eager.losses.front() != eager.losses.back());  // it trains
     REQUIRE(one.stats.kernels_per_graph.size() == 1);
     REQUIRE(two.stats.kernels_per_graph.size() == 1);
-    CHECK(two.stats.kernels_per_graph[0] == one.stats.kernels_per_graph[0]);
+    // The same kernels, but for the optimizer's update in two launches (below).
+    CHECK(two.stats.kernels_per_graph[0] == one.stats.kernels_per_graph[0] + 1);
     // One stream: every kernel follows the one before. Two: the weight products leave the chain.
     CHECK(one.stats.kernel_chain_per_graph.at(0) == one.stats.kernels_per_graph[0]);
     CHECK(two.stats.kernel_chain_per_graph.at(0) < two.stats.kernels_per_graph[0]);
@@ -97,9 +121,33 @@ TEST_CASE("weight gradients beside the backward's chain: the same bits as one st
       for (const auto& [kernel, count] : named(chain)) CHECK(count <= o->stats.kernel_names_per_graph[0].at(kernel));
     }
     CHECK(named(one.stats.chain_kernels_per_graph[0]) == one.stats.kernel_names_per_graph[0]);
+    // With the side streams, the two later layers' parameters update beside the first layer's
+    // weight product: the step's update in two launches.
+    CHECK(one.stats.kernel_names_per_graph[0].at("kiln_adam_step") == 1);
+    CHECK(two.stats.kernel_names_per_graph[0].at("kiln_adam_step") == 2);
     MESSAGE(name << ": " << two.stats.kernels_per_graph[0] << " kernels, the longest chain "
                  << two.stats.kernel_chain_per_graph[0] << " with the second stream");
   }
+}
+
+TEST_CASE("updates before the backward's end: the same bits; none after other work on the gradients") {
+  for (const bool sgd : {false, true})
+    for (const Between between : {Between::nothing, Between::scale_grads, Between::detached_read}) {
+      const std::string name = std::string(sgd ? "SGD" : "Adam") + (between == Between::scale_grads     ? ", scaled"
+                                                                    : between == Between::detached_read ? ", detached"
+                                                                                                        : "");
+      CAPTURE(name);
+      // In f32 the detached weight itself is saved for the backward, not a cast of it.
+      const std::optional<DType> amp =
+          between == Between::detached_read ? std::nullopt : std::optional<DType>(DType::bf16);
+      const GradStreamOutcome eager = train_mlp_side(false, true, amp, 5, sgd, between);
+      const GradStreamOutcome early = train_mlp_side(true, true, amp, 5, sgd, between);
+      CHECK(early.losses == eager.losses);
+      CHECK(early.params == eager.params);
+      CHECK(eager.losses.front() != eager.losses.back());
+      const std::string kernel = sgd ? "kiln_sgd_step" : "kiln_adam_step";
+      CHECK(early.stats.kernel_names_per_graph.at(0).at(kernel) == (between == Between::scale_grads ? 1u : 2u));
+    }
 }
 
 TEST_CASE("a gradient's ready hook reads it after the second stream wrote it") {

@@ -51,8 +51,32 @@ bool beside(const void* stream, const void* main);
 // Holds `object` (a buffer the side work reads that its maker would free sooner) until the join.
 void keep(std::shared_ptr<const void> object);
 
+// ---- Updates before the backward ends ----
+// Inside a compiled call's backward, autograd marks each leaf as its gradient becomes final
+// (before its ready hooks): a ready point records the device's stream and the second stream as
+// they were then. An optimizer step right after that backward may update the leaves that were
+// ready before the last point on a third stream that waits only for their point, beside the
+// backward's last kernels.
+void mark_ready(const void* leaf, const void* storage, int device);
+// A vjp reads `storage` (a saved tensor's): a leaf of that storage marked ready before then is
+// updated after the backward instead.
+void read_after(const void* storage);
+// The point at which `leaf` became ready in this call's last backward on `main`'s device
+// (kAfterBackward when a vjp read its storage later), or -1:
+// also while not capturing, or when anything was queued on `main` since that backward ended (a
+// clipping or an unscaling that reads every gradient first).
+int ready_point(const void* leaf, const rt::Stream& main);
+inline constexpr int kAfterBackward = 1 << 30;
+// Makes the third stream of `device` outside a capture, so that a capture finds it.
+void prepare_third(int device);
+// The third stream of main's device, its later work waiting for ready point `point`; null when
+// prepare_third did not make it.
+const rt::Stream* after_point(int point, const rt::Stream& main);
+// `main` waits for the work queued on after_point's stream.
+void join_third(const rt::Stream& main);
+
 // On by default; KILN_GRAD_STREAM=off (or set_enabled(false)) keeps every product on the
-// device's stream.
+// device's stream, and every update after the backward.
 bool enabled();
 void set_enabled(bool on);
 

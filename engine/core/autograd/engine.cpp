@@ -148,6 +148,9 @@ class BackwardEngine {
                   "first backward to keep them");
     auto check_saved = [&](const std::vector<SavedTensor>& saved, const char* what) {
       for (std::size_t i = 0; i < saved.size(); ++i) {
+        // A leaf whose gradient was final already is read again (detached): not updated early.
+        if (saved[i].defined() && step::in_compiled_call())
+          grad_stream::read_after(saved[i].data.impl()->storage.get());
         if (saved[i].defined() && saved[i].data.version() != saved[i].version)
           throw Error("[autograd] " + std::string(what) + " " + std::to_string(i) + " of " + name +
                       ", saved for backward, was modified in place afterwards (version " +
@@ -288,8 +291,14 @@ class BackwardEngine {
     leaf->grad = exclusive ? std::move(g) : own_copy();
   }
 
-  // Runs the leaf's grad-ready hooks, in the order they were added.
+  // Marks the leaf's gradient final (after any pending fused work on it runs), for an
+  // optimizer step that updates it before the backward ends; runs its grad-ready hooks, in
+  // the order they were added.
   static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
+    if (step::in_compiled_call() && leaf->grad.defined() && leaf->grad.device().is_cuda()) {
+      step::before_use(leaf->grad);
+      grad_stream::mark_ready(leaf.get(), leaf->storage.get(), leaf->grad.device().index());
+    }
     if (leaf->grad_ready_hooks.empty()) return;
     grad_stream::join();  // a hook may read the gradient on any stream
     const Tensor t(leaf);

@@ -97,6 +97,10 @@ class Optimizer {
  private:
   void advance();                 // checks the limit and counts one step
   void update_all(const std::vector<ParamSpan>& spans);
+  // Inside a captured step, right after its backward: the parameters whose gradients were final
+  // before the last ones updated as soon as they were, beside the backward's last kernels, then
+  // the rest. False (nothing done) where that does not apply.
+  bool update_early(const std::vector<ParamSpan>& spans);
   // The step itself: parts[k] after before(k), the last part (the rest) last.
   void run_parts(const std::vector<std::vector<ParamSpan>>& parts, const std::function<void(std::size_t)>& before);
   // The spans checked and resolved (counts set) per part, then the parameters in no part whole.

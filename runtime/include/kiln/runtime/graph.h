@@ -21,6 +21,9 @@ void begin_capture(const Stream& s);
 // The node the last operation on the capturing stream `s` added, e.g. a kernel launch whose
 // arguments change per replay (see Graph::set_kernel_args).
 void* last_captured_node(const Stream& s);
+// The nodes the next operation on `s` would follow while it captures (empty when it does not):
+// equal frontiers at two moments mean nothing was queued on `s` in between.
+std::vector<void*> capture_frontier(const Stream& s);
 // Ends a failed capture and discards what it recorded; the stream is usable again.
 void abort_capture(const Stream& s) noexcept;
 
