@@ -108,21 +108,24 @@ void weight_grad_gpu(const Tensor& gp_in, const Tensor& x_in, const Tensor& dw, 
   if (!ok) throw Error("[linear_grad_w] cuBLAS refused the layout of the inputs");
 }
 
+// Whether unmasked column sums of (rows, cols) may leave the backward's chain: in one split (one
+// block a column where the rows allow), since a merge's counter is the module's, which another
+// launch of it on the device's stream could meet.
+bool bias_sums_beside(std::int64_t rows, std::int64_t cols, Device device) {
+  return kernels::bias_grad_split(rows, cols, device.index(), true).splits == 1;
+}
+
 // db (n) = the column sums of g (m, n); with y, g masked as relu_backward does and written to gp.
-// Unmasked and `beside`, beside the backward's chain where one block a column can sum it.
+// Unmasked and `beside`, beside the backward's chain where bias_sums_beside allows.
 void bias_grad_gpu(const Tensor& g_in, const Tensor& y_in, const Tensor& gp, const Tensor& db, Device device,
                    bool beside = true) {
   const Tensor g = gpu::contiguous(g_in), y = y_in.defined() ? gpu::contiguous(y_in) : Tensor();
   const std::int64_t m = g.shape()[0], n = g.shape()[1];
-  beside = beside && !y.defined();
-  // In one block a column where the rows allow: then it can leave the chain.
+  beside = beside && !y.defined() && bias_sums_beside(m, n, device);
   const kernels::NormSplit split = kernels::bias_grad_split(m, n, device.index(), beside);
   const Tensor parts =
       empty({split.scratch}, {.dtype = g.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = device});
-  // Beside the backward's chain only in one split: a merge's counter is the module's, which
-  // another launch of it on the device's stream could meet.
-  const rt::Stream& s =
-      beside && split.splits == 1 ? grad_stream::fork(stream_of(device), {g, db, parts}) : stream_of(device);
+  const rt::Stream& s = beside ? grad_stream::fork(stream_of(device), {g, db, parts}) : stream_of(device);
   kernels::launch_bias_grad({.t = g.dtype(),
                              .p = db.dtype(),
                              .g = device_address(g),
@@ -172,9 +175,8 @@ bool no_input_grad(const OpArgs& a) { return a.attrs.get_or("no_input_grad", fal
 // the chain, before or after the product, lost).
 void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
   const rt::Stream& s = stream_of(a.device);
-  const std::int64_t rows = a.inputs[0].shape()[0], cols = a.inputs[0].shape()[1];
   const bool last = no_input_grad(a);
-  if (last && kernels::bias_grad_split(rows, cols, a.device.index(), true).splits == 1) {
+  if (last && bias_sums_beside(a.inputs[0].shape()[0], a.inputs[0].shape()[1], a.device)) {
     bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device, true);
     const grad_stream::Allow on_chain(false);
     return weight_grad_gpu(a.inputs[0], a.inputs[1], out[0], s);

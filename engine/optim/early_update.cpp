@@ -65,8 +65,9 @@ bool Optimizer::update_early(const std::vector<ParamSpan>& spans) {
   int last = -1;
   for (const ParamSpan& s : spans) {
     const Tensor& p = params_[s.index];
-    const int point = p.grad().defined() && s.count != 0 ? grad_stream::ready_point(p.impl(), main) : -1;
-    if (point < 0 && p.grad().defined() && s.count != 0) return false;
+    const bool updated = p.grad().defined() && s.count != 0;
+    const int point = updated ? grad_stream::ready_point(p.impl(), main) : -1;
+    if (updated && point < 0) return false;
     points.push_back(point);
     last = std::max(last, point);
   }

@@ -102,25 +102,27 @@ void begin_capture(const Stream& s) {
   capturing_stream = stream;
 }
 
-void* last_captured_node(const Stream& s) {
-  CUstream stream = checked_stream(s, "last_captured_node");
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUgraphNode* deps = nullptr;
-  std::size_t count = 0;
-  KILN_CU(cuStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count));
-  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || count != 1)
-    throw ValueError("[graph] last_captured_node: the stream is not capturing a single chain of work");
-  return deps[0];
-}
+namespace {
 
-std::vector<void*> capture_frontier(const Stream& s) {
-  CUstream stream = checked_stream(s, "capture_frontier");
+std::vector<void*> frontier_of(const Stream& s, const char* op) {
+  CUstream stream = checked_stream(s, op);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUgraphNode* deps = nullptr;
   std::size_t count = 0;
   KILN_CU(cuStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count));
   if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return {};
   return {deps, deps + count};
+}
+
+}  // namespace
+
+std::vector<void*> capture_frontier(const Stream& s) { return frontier_of(s, "capture_frontier"); }
+
+void* last_captured_node(const Stream& s) {
+  const std::vector<void*> frontier = frontier_of(s, "last_captured_node");
+  if (frontier.size() != 1)
+    throw ValueError("[graph] last_captured_node: the stream is not capturing a single chain of work");
+  return frontier[0];
 }
 
 void abort_capture(const Stream& s) noexcept {
