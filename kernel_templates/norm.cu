@@ -645,8 +645,7 @@ __device__ __forceinline__ Acc window_dy(Acc g, const WindowMax<I>& m, int relu)
 
 __device__ unsigned int kiln_bn_pool_backward_done;
 
-#if defined(KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce) || \
-    defined(KILN_ENTRY_kiln_batch_norm_max_pool_backward)
+#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
 // This block's sums of dy' and dy' * (x - mean) over its windows of channel f.c.
 template <class I, int KH, int KW>
 __device__ __forceinline__ void bn_max_pool_sums(const T* __restrict__ gp, const T* __restrict__ x, const Affine& f,
@@ -694,19 +693,6 @@ __device__ __forceinline__ void bn_max_pool_sums_quads(const T* __restrict__ gp,
   }
 }
 
-// This block's sums of channel f.c, as its splits' sums are merged.
-__device__ __forceinline__ void bn_max_pool_block_sums(const T* __restrict__ gp, const T* __restrict__ x,
-                                                       const Affine& f, const PoolTiles& t, long long chunk, int splits,
-                                                       int relu, Acc& sdy, Acc& sdx) {
-#if KILN_POOL_PATH >= 4
-  bn_max_pool_sums_quads<KILN_POOL_GROUP>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
-#else
-  bn_max_pool_sums<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
-#endif
-}
-#endif
-
-#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
 // kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
 // over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
 // b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one window
@@ -721,76 +707,12 @@ extern "C" __global__ void __launch_bounds__(kBlock, 4)
   const long long C = t.C, c = blockIdx.x / splits;
   const Affine f{mean[c], invstd[c], weight, bias, c};
   Acc sdy = 0, sdx = 0;
-  bn_max_pool_block_sums(gp, x, f, t, chunk, splits, relu, sdy, sdx);
-  finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
-}
+#if KILN_POOL_PATH >= 4
+  bn_max_pool_sums_quads<KILN_POOL_GROUP>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
+#else
+  bn_max_pool_sums<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
 #endif
-
-#if defined(KILN_ENTRY_kiln_batch_norm_max_pool_backward_dx) || defined(KILN_ENTRY_kiln_batch_norm_max_pool_backward)
-// A channel's constants of dx: weight * invstd, and the means of the backward's sums (training).
-struct DxTerms {
-  Acc scale, mean_dy, mean_dyx;
-};
-__device__ __forceinline__ DxTerms dx_terms(const P* __restrict__ weight, const Affine& f, Acc sum_dy, Acc sum_dyx,
-                                            Acc inv_m, int training) {
-  return {weight ? f.is * kiln::cvt<Acc>(weight[f.c]) : f.is, training ? sum_dy * inv_m : Acc(0),
-          training ? sum_dyx * inv_m : Acc(0)};
-}
-// dx of one element of x (value xv), whose dy' is d.
-__device__ __forceinline__ Acc dx_value(Acc d, Acc xv, const Affine& f, const DxTerms& k, int training) {
-  if (training) d = d - k.mean_dy - (xv - f.mu) * f.is * k.mean_dyx;
-  return k.scale * d;
-}
-
-// dx of cell (oy, ox) of the tiling of the plane at `plane` (cells past oh, ow hold elements no
-// window pooled: dy' = 0 there).
-template <class I, int KH, int KW>
-__device__ __forceinline__ void bn_max_pool_dx_cell(const T* __restrict__ gp, const T* __restrict__ x,
-                                                    T* __restrict__ dx, long long plane, I oy, I ox,
-                                                    const Tiles<I, KH, KW>& g, const Affine& f, const DxTerms& k,
-                                                    int training, int relu) {
-  const long long base = plane * g.H * g.W;
-  WindowMax<I> m{Acc(0), Acc(0), I(0), false};
-  Acc dy = 0;
-  if (oy < g.oh && ox < g.ow) {
-    m = window_max(x + base, g, oy, ox, f, relu);
-    dy = window_dy(kiln::cvt<Acc>(gp[plane * g.oh * g.ow + oy * g.ow + ox]), m, relu);
-  }
-  for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
-    for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
-      const I at = iy * g.W + ix;
-      const Acc d = m.found && at == m.at ? dy : Acc(0);
-      kiln::store(dx + base + at, dx_value(d, kiln::cvt<Acc>(x[base + at]), f, k, training));
-    }
-}
-
-// dx of a group of G windows along a row.
-template <int G>
-__device__ __forceinline__ void bn_max_pool_dx_group(const T* __restrict__ gp, const T* __restrict__ x,
-                                                     T* __restrict__ dx, const QuadGroup& q, const PoolTiles& t,
-                                                     const Affine& f, const DxTerms& k, int training, int relu) {
-  using Row = kiln::Vec<T, 2 * G>;
-  using Pooled = kiln::Vec<T, G>;
-  const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
-  const Pooled g = load_vec<Pooled>(gp + q.pooled);
-  Row o0, o1;
-#pragma unroll
-  for (int j = 0; j < G; ++j) {
-    Acc xs[4];
-    quad_values(r0, r1, j, xs);
-    const WindowMax<unsigned> m = quad_max(xs, f, relu);
-    const Acc dy = window_dy(kiln::cvt<Acc>(g.v[j]), m, relu);
-    T d4[4];
-#pragma unroll
-    for (unsigned e = 0; e < 4; ++e)
-      d4[e] = kiln::cvt<T>(dx_value(m.found && e == m.at ? dy : Acc(0), xs[e], f, k, training));
-    o0.v[2 * j] = d4[0];
-    o0.v[2 * j + 1] = d4[1];
-    o1.v[2 * j] = d4[2];
-    o1.v[2 * j + 1] = d4[3];
-  }
-  *reinterpret_cast<Row*>(dx + q.x) = o0;
-  *reinterpret_cast<Row*>(dx + q.x + t.W) = o1;
+  finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
 }
 #endif
 
@@ -805,10 +727,23 @@ __device__ __forceinline__ void bn_max_pool_dx(const T* __restrict__ gp, const T
   const I cy = (g.H + g.kh - 1) / g.kh, cx = (g.W + g.kw - 1) / g.kw, per_plane = cy * cx, cells = g.planes * per_plane;
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < cells; i += I(gridDim.x) * I(blockDim.x)) {
     const I plane = i / per_plane, w = i - plane * per_plane, oy = w / cx, ox = w - oy * cx, c = plane % g.C;
+    const long long base = static_cast<long long>(plane) * g.H * g.W;
     const Affine f{mean[c], invstd[c], weight, bias, static_cast<long long>(c)};
-    const DxTerms k =
-        dx_terms(weight, f, training ? sums[c] : Acc(0), training ? sums[t.C + c] : Acc(0), inv_m, training);
-    bn_max_pool_dx_cell(gp, x, dx, static_cast<long long>(plane), oy, ox, g, f, k, training, relu);
+    WindowMax<I> m{Acc(0), Acc(0), I(0), false};
+    Acc dy = 0;
+    if (oy < g.oh && ox < g.ow) {
+      m = window_max(x + base, g, oy, ox, f, relu);
+      dy = window_dy(kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]), m, relu);
+    }
+    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is;
+    const Acc mean_dy = training ? sums[c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + c] * inv_m : Acc(0);
+    for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
+      for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
+        const I at = iy * g.W + ix;
+        Acc d = m.found && at == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (kiln::cvt<Acc>(x[base + at]) - f.mu) * f.is * mean_dyx;
+        kiln::store(dx + base + at, scale * d);
+      }
   }
 }
 
@@ -819,13 +754,37 @@ __device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, c
                                                      const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
                                                      const Acc* __restrict__ sums, T* __restrict__ dx,
                                                      const PoolTiles& t, Acc inv_m, int training, int relu) {
+  using Row = kiln::Vec<T, 2 * G>;
+  using Pooled = kiln::Vec<T, G>;
   const unsigned groups = quad_groups(t, G);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
     const QuadGroup q = quad_group<G>(i, t);
     const Affine f{mean[q.c], invstd[q.c], weight, bias, static_cast<long long>(q.c)};
-    const DxTerms k =
-        dx_terms(weight, f, training ? sums[q.c] : Acc(0), training ? sums[t.C + q.c] : Acc(0), inv_m, training);
-    bn_max_pool_dx_group<G>(gp, x, dx, q, t, f, k, training, relu);
+    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
+    const Pooled g = load_vec<Pooled>(gp + q.pooled);
+    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[q.c]) : f.is;
+    const Acc mean_dy = training ? sums[q.c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + q.c] * inv_m : Acc(0);
+    Row o0, o1;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      Acc xs[4];
+      quad_values(r0, r1, j, xs);
+      const WindowMax<unsigned> m = quad_max(xs, f, relu);
+      const Acc dy = window_dy(kiln::cvt<Acc>(g.v[j]), m, relu);
+      T d4[4];
+#pragma unroll
+      for (unsigned k = 0; k < 4; ++k) {
+        Acc d = m.found && k == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (xs[k] - f.mu) * f.is * mean_dyx;
+        d4[k] = kiln::cvt<T>(scale * d);
+      }
+      o0.v[2 * j] = d4[0];
+      o0.v[2 * j + 1] = d4[1];
+      o1.v[2 * j] = d4[2];
+      o1.v[2 * j + 1] = d4[3];
+    }
+    *reinterpret_cast<Row*>(dx + q.x) = o0;
+    *reinterpret_cast<Row*>(dx + q.x + t.W) = o1;
   }
 }
 
@@ -844,91 +803,6 @@ extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
   bn_max_pool_dx<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, weight, bias, mean, invstd, sums, dx, t,
                                                                       inv_m, training, relu);
 #endif
-}
-#endif
-
-#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward
-// The one-pass backward's channel barriers: a channel's blocks arrive at `done` (reset by the
-// last) and wait until the last, having merged the channel's sums, moves `epoch` on.
-constexpr long long kOnePassChannels = 1024;
-__device__ unsigned int kiln_bn_pool_channel_done[kOnePassChannels];
-__device__ unsigned int kiln_bn_pool_channel_epoch[kOnePassChannels];
-
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// dx of this block's windows of channel f.c (those whose sums it took), as the dx kernel finds it.
-__device__ __forceinline__ void bn_max_pool_block_dx(const T* __restrict__ gp, const T* __restrict__ x,
-                                                     T* __restrict__ dx, const PoolTiles& t, const Affine& f,
-                                                     const DxTerms& k, long long chunk, int splits, int training,
-                                                     int relu) {
-#if KILN_POOL_PATH >= 4
-  constexpr int G = KILN_POOL_GROUP;
-  const unsigned per_plane = quad_groups_per_plane(t, G), M = unsigned(t.planes / t.C) * per_plane;
-  const unsigned first = unsigned(chunk / G) * unsigned(blockIdx.x % splits);
-  const unsigned last = first + unsigned(chunk / G) < M ? first + unsigned(chunk / G) : M;
-#pragma unroll 2
-  for (unsigned j = first + threadIdx.x; j < last; j += kBlock) {
-    const unsigned n = j / per_plane;
-    const QuadGroup q = quad_group_of<G>(n * unsigned(t.C) + unsigned(f.c), j - n * per_plane, t);
-    bn_max_pool_dx_group<G>(gp, x, dx, q, t, f, k, training, relu);
-  }
-#else
-  using I = KILN_POOL_INDEX;
-  const Tiles<I, KILN_POOL_WINDOW, KILN_POOL_WINDOW> g(t);
-  const I per_plane = g.oh * g.ow, M = (g.planes / g.C) * per_plane;
-  const I first = I(chunk) * I(blockIdx.x % splits), last = first + I(chunk) < M ? first + I(chunk) : M;
-  for (I j = first + I(threadIdx.x); j < last; j += I(kBlock)) {
-    const I n = j / per_plane, w = j - n * per_plane, oy = w / g.ow, ox = w - oy * g.ow;
-    bn_max_pool_dx_cell(gp, x, dx, static_cast<long long>(n) * g.C + f.c, oy, ox, g, f, k, training, relu);
-  }
-#endif
-}
-
-// The pooled op's backward in one kernel, where its windows tile x and all C * splits blocks fit
-// on the GPU at once (the launcher checks): each block sums its windows as the reduction kernel
-// does, waits for the last of its channel's blocks to merge them, then writes dx of those same
-// windows; the sums and dx are the two kernels' bits.
-extern "C" __global__ void __launch_bounds__(kBlock, 4)
-    kiln_batch_norm_max_pool_backward(const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight,
-                                      const P* __restrict__ bias, const Acc* __restrict__ mean,
-                                      const Acc* __restrict__ invstd, Acc* parts, Acc* sums, P* __restrict__ dweight,
-                                      P* __restrict__ dbias, T* __restrict__ dx, PoolTiles t, long long chunk,
-                                      int splits, long long M, int training, int relu) {
-  kiln::wait_prior_grids();
-  const long long C = t.C, c = blockIdx.x / splits, slots = C * splits;
-  const Affine f{mean[c], invstd[c], weight, bias, c};
-  __shared__ unsigned epoch0;
-  if (threadIdx.x == 0) epoch0 = load_acquire(&kiln_bn_pool_channel_epoch[c]);  // before this block arrives
-  Acc sdy = 0, sdx = 0;
-  bn_max_pool_block_sums(gp, x, f, t, chunk, splits, relu, sdy, sdx);
-  sdy = kiln::block::sum<kBlock>(sdy);
-  sdx = kiln::block::sum<kBlock>(sdx);
-  if (threadIdx.x == 0) {
-    parts[blockIdx.x] = sdy;
-    parts[slots + blockIdx.x] = sdx;
-  }
-  kiln::launch_dependents();
-  if (kiln::block::last_of(&kiln_bn_pool_channel_done[c], static_cast<unsigned>(splits))) {
-    if (threadIdx.x == 0) {
-      const Acc a = kiln::block::sum_parked(parts + c * splits, 1, splits);
-      const Acc b = kiln::block::sum_parked(parts + slots + c * splits, 1, splits) * invstd[c];
-      sums[c] = a;
-      sums[C + c] = b;
-      if (dbias) kiln::store(dbias + c, a);
-      if (dweight) kiln::store(dweight + c, b);
-      __threadfence();
-      atomicAdd(&kiln_bn_pool_channel_epoch[c], 1u);
-    }
-  } else if (threadIdx.x == 0) {
-    while (load_acquire(&kiln_bn_pool_channel_epoch[c]) == epoch0) __nanosleep(64);
-  }
-  __syncthreads();
-  const DxTerms k = dx_terms(weight, f, __ldcg(sums + c), __ldcg(sums + C + c), Acc(1) / static_cast<Acc>(M), training);
-  bn_max_pool_block_dx(gp, x, dx, t, f, k, chunk, splits, training, relu);
 }
 #endif
 

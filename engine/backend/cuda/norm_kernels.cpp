@@ -9,7 +9,6 @@
 #include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
-#include "kiln/runtime/log.h"
 #include "kiln/runtime/module_cache.h"
 #include "launch_common.h"
 
@@ -53,8 +52,6 @@ const KernelSpec& kBnMaxPoolBackwardReduce =
     register_norm_entry("batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_reduce", kPoolPaths);
 const KernelSpec& kBnMaxPoolBackwardDx =
     register_norm_entry("batch_norm_max_pool_backward_dx", "kiln_batch_norm_max_pool_backward_dx", kPoolPaths);
-const KernelSpec& kBnMaxPoolBackward =
-    register_norm_entry("batch_norm_max_pool_backward", "kiln_batch_norm_max_pool_backward", kPoolPaths);
 const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
 const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
 const KernelSpec& kLnBackwardParams = register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
@@ -195,7 +192,6 @@ PoolTiles tiles(const BatchNormPoolShape& p) {
 }
 
 std::atomic<bool> g_pool_groups{true};
-std::atomic<bool> g_pool_one_pass{rt::env_switch("KILN_BN_POOL_ONE_PASS", true, "batch_norm_max_pool2d")};
 
 // Windows a thread of the pooled kernels takes along a row: 4, else 2, where 2 x 2 windows tile
 // the rows in such groups (and the columns, for dx: `whole`), offsets fit 32 bits and every
@@ -223,7 +219,6 @@ std::uint32_t pool_path(const BatchNormPoolShape& p, std::int64_t group) {
 }  // namespace
 
 void set_batch_norm_pool_groups(bool on) { g_pool_groups.store(on, std::memory_order_relaxed); }
-void set_batch_norm_pool_one_pass(bool on) { g_pool_one_pass.store(on, std::memory_order_relaxed); }
 
 void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
                                 const rt::Stream& s) {
@@ -259,36 +254,12 @@ NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int /*devic
   return sp;
 }
 
-namespace {
-
-// Channels the one-pass kernel has barriers for (kOnePassChannels in norm.cu).
-constexpr std::int64_t kOnePassChannels = 1024;
-
-// Whether the pooled backward runs as one kernel: where the windows tile x (every element's dx is
-// one window's), the channels have barriers and every block fits on the GPU at once (it waits for
-// its channel's other blocks: __launch_bounds__(256, 4) leaves room for four an SM).
-bool pool_backward_one_pass(const BatchNormPoolShape& shape, std::int64_t blocks, int device) {
-  return g_pool_one_pass.load(std::memory_order_relaxed) && shape.n > 0 && shape.h % shape.kh == 0 &&
-         shape.w % shape.kw == 0 && shape.channels <= kOnePassChannels && blocks <= 4 * sm_count(device);
-}
-
-}  // namespace
-
 void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const BatchNormPoolShape& shape,
                                          const NormSplit& split, const rt::Stream& s) {
   const long long C = shape.channels, chunk = split.chunk;
   const int splits = std::max(split.splits, 1);
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (C == 0) return;
-  const long long count = shape.unpooled().per_channel;
-  if (pool_backward_one_pass(shape, C * splits, s.device())) {
-    // Both passes take the block's windows: in groups where its chunk starts at one.
-    const std::int64_t group = chunk % 4 == 0 ? pool_group(shape, a.t, true, {a.g, a.x, a.dx}) : 1;
-    rt::launch(function(kBnMaxPoolBackward, a.t, a.p, s, pool_path(shape, group)), blocks(C * splits), s, a.g, a.x,
-               a.weight, a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, a.dx, tiles(shape), chunk,
-               splits, count, training, relu);
-    return;
-  }
   // With no windows the blocks still run: the last one writes the zero sums.
   const std::int64_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
   rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g,
@@ -296,6 +267,7 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
              relu);
   const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
   if (cells == 0) return;
+  const long long count = shape.unpooled().per_channel;
   const std::int64_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
   rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s, pool_path(shape, group)),
              pool_config(static_cast<std::uint64_t>(cells / group), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,

@@ -80,10 +80,7 @@ struct BatchNormPoolShape {
 // one kernel that normalizes and pools.
 void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
                                 const rt::Stream& s);
-// The backward's per-channel reduction over the windows, then dx: in one kernel where the windows
-// tile x and the blocks fit on the GPU at once (the same bits; KILN_BN_POOL_ONE_PASS=off or off
-// here, two kernels).
-void set_batch_norm_pool_one_pass(bool on);
+// The backward's per-channel reduction over the windows, then dx.
 // 2 x 2 windows: the pooled kernels take up to four windows a thread along a row, with vector
 // loads, where the shape and the pointers allow (the forward's and dx's arithmetic unchanged; the
 // backward's sums in another order); off here (for tests), one window a thread.
