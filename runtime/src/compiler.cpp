@@ -25,15 +25,17 @@ namespace kiln::rt {
 
 namespace {
 
+// The compile paths' statics are leaked: prefetch threads still compile while static
+// destructors run at exit (their pool, built before these, joins them then).
 const std::vector<int>& supported_archs() {
-  static const std::vector<int> archs = [] {
+  static const auto* archs = new std::vector<int>([] {
     int n = 0;
     KILN_NVRTC(nvrtcGetNumSupportedArchs(&n));
     std::vector<int> a(static_cast<std::size_t>(n));
     KILN_NVRTC(nvrtcGetSupportedArchs(a.data()));
     return a;
-  }();
-  return archs;
+  }());
+  return *archs;
 }
 
 std::string numbered(const std::string& source) {
@@ -149,13 +151,13 @@ bool nvrtc_has_minimal() {
 }
 
 std::vector<std::string> quick_tier_options() {
-  static const std::vector<std::string> options = [] {
+  static const auto* options = new std::vector<std::string>([] {
     int major = 0, minor = 0;
     KILN_NVRTC(nvrtcVersion(&major, &minor));
     return major > 12 || (major == 12 && minor >= 8) ? std::vector<std::string>{"-Ofc=mid"}
                                                      : std::vector<std::string>{};
-  }();
-  return options;
+  }());
+  return *options;
 }
 
 std::vector<std::string> nvrtc_options(int arch, bool arch_specific, bool fast_compile) {

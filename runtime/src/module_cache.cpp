@@ -104,25 +104,34 @@ void about_to_compile(const EntryKey& key) {
   });
 }
 
+// One compile per digest at a time: the entries of a generated module share one, and a
+// prefetch racing the run's own call for a kernel joins it.
+struct InFlightCompiles {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_future<Entry>> by_digest;
+};
+InFlightCompiles& in_flight_compiles() {
+  // Leaked: prefetch threads, joined by a static built before this, finish compiles at exit.
+  static auto* c = new InFlightCompiles;
+  return *c;
+}
+
 Entry compile_entry(const EntryKey& key, std::string source, bool recheck = true, bool* stored_meanwhile = nullptr) {
   about_to_compile(key);
-  // One compile per digest at a time: the entries of a generated module share one, and a
-  // prefetch racing the run's own call for a kernel joins it.
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::shared_future<Entry>> in_flight;
+  InFlightCompiles& in_flight = in_flight_compiles();
   std::promise<Entry> done;
   {
-    std::unique_lock lock(mu);
-    if (auto it = in_flight.find(key.digest); it != in_flight.end()) {
+    std::unique_lock lock(in_flight.mu);
+    if (auto it = in_flight.by_digest.find(key.digest); it != in_flight.by_digest.end()) {
       std::shared_future<Entry> other = it->second;
       lock.unlock();
       return other.get();
     }
-    in_flight.emplace(key.digest, done.get_future().share());
+    in_flight.by_digest.emplace(key.digest, done.get_future().share());
   }
   auto finish = [&] {
-    std::lock_guard lock(mu);
-    in_flight.erase(key.digest);
+    std::lock_guard lock(in_flight.mu);
+    in_flight.by_digest.erase(key.digest);
   };
   try {
     const std::optional<CompileLock> held = CompileLock::acquire(DiskCache::global(), key.digest);

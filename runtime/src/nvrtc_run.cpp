@@ -175,12 +175,13 @@ void set_compile_servers_lowered(bool lowered) { servers_lowered.store(lowered, 
 bool compile_servers_lowered() { return servers_lowered.load(std::memory_order_relaxed); }
 
 const std::optional<std::filesystem::path>& nvrtc_server_path() {
-  static const std::optional<std::filesystem::path> path = [] {
+  // Leaked: prefetch threads still start servers while static destructors run at exit.
+  static const auto* path = new std::optional<std::filesystem::path>([] {
     std::optional<std::filesystem::path> p = find_server();
     if (!p) log().info("no kiln-nvrtc-server beside libkiln_runtime: NVRTC compiles in this process");
     return p;
-  }();
-  return path;
+  }());
+  return *path;
 }
 
 NvrtcOutput run_nvrtc_in_process(const NvrtcRequest& req) { return checked(nvrtc_compile(req)); }
