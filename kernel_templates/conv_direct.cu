@@ -24,17 +24,14 @@ constexpr int WEIGHTS = CI * KH * KW * COP;
 // Whole vectors of P outputs per thread where rows are multiples of P (and `out` is aligned).
 constexpr bool VEC_STORE = WO % P == 0;
 
-// STATS: blocks add up their partials in groups of kStatsGroup (the last of a group to finish),
-// then the last group to finish adds up the groups' sums: two short merges, not one long one.
-constexpr int kStatsGroup = 16, kMaxStatsGroups = 4096;
-__device__ unsigned int kiln_conv_direct_groups[kMaxStatsGroups];
-__device__ unsigned int kiln_conv_direct_done;
+${CONV_STATS}
 
 // STATS: each channel's sum and sum of squares of the values this block stored, over the
-// threads of its group (go) in a fixed order, parked in parts (blocks, 2 * CO); then the
-// merges (their sums in f64 after the blocks' partials). `red` holds each thread's sums:
-// [2][OT][THREADS] floats and one more, so that THREADS doubles fit at an 8-byte boundary.
-__device__ __forceinline__ void stats_of_block(float* red, float* parts, double* totals) {
+// threads of its group (go) in a fixed order, parked as its row of parts (blocks, 2 * CO); then
+// the merges. `red` holds each thread's sums: [2][OT][THREADS] floats and one more, so that
+// THREADS doubles fit at an 8-byte boundary.
+__device__ __forceinline__ void
+stats_of_block(float* red, float* parts, double* totals) {
   __syncthreads();
   const int lane = threadIdx.x % 32, group = GX * ROWS;
   for (int item = threadIdx.x / 32; item < 2 * CO; item += THREADS / 32) {
@@ -45,16 +42,7 @@ __device__ __forceinline__ void stats_of_block(float* red, float* parts, double*
     for (int m = 16; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
     if (lane == 0) parts[static_cast<long long>(blockIdx.x) * 2 * CO + item] = s;
   }
-  const unsigned g = blockIdx.x / kStatsGroup, groups = (gridDim.x + kStatsGroup - 1) / kStatsGroup;
-  const unsigned members = gridDim.x - g * kStatsGroup < kStatsGroup ? gridDim.x - g * kStatsGroup : kStatsGroup;
-  double* group_sums = reinterpret_cast<double*>(parts + (2LL * CO * gridDim.x + 1) / 2 * 2);
-  double* scratch = reinterpret_cast<double*>(red + (WEIGHTS + CI * SH * SW) % 2);
-  auto sync = [] { __syncthreads(); };
-  if (!kiln::block::last_of(&kiln_conv_direct_groups[g], members)) return;
-  kiln::block::sum_columns(parts + static_cast<long long>(g) * kStatsGroup * 2 * CO, members, 2 * CO, 2 * CO,
-                           group_sums + static_cast<long long>(g) * 2 * CO, scratch, threadIdx.x, THREADS, sync);
-  if (!kiln::block::last_of(&kiln_conv_direct_done, groups)) return;
-  kiln::block::sum_columns(group_sums, groups, 2 * CO, 2 * CO, totals, scratch, threadIdx.x, THREADS, sync);
+  merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(red + (WEIGHTS + CI * SH * SW) % 2));
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)

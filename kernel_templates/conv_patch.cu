@@ -6,7 +6,10 @@
 // accumulating in f32. Each input element is read from global memory once per block instead
 // of once per tap, which is what an im2col-style gather costs.
 // FLIP 0: forward, w (CO, CI/G, KH, KW). FLIP 1: the input gradient of a stride-1 conv as a
-// forward conv of gy with w (CI, CO/G, KH, KW) transposed and rotated by 180 degrees.
+// forward conv of gy with w (CI, CO/G, KH, KW) transposed and rotated by 180 degrees. With
+// STATS (a forward of one group whose blocks each take every channel, read next by a batch
+// norm), each block also parks its channels' sums and squares of the values it stored, and they
+// are added into totals (2, CO) in f64.
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${TX} TX;  // input storage type
@@ -19,6 +22,7 @@ typedef MmaT MT_;
 constexpr int N = ${N}, CI = ${CI}, H = ${H}, W = ${W}, CO = ${CO}, KH = ${KH}, KW = ${KW};
 constexpr int OH = ${OH}, OW = ${OW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, G = ${G};
 constexpr int ROWS = ${ROWS}, BN = ${BN};
+constexpr bool STATS = ${STATS};
 constexpr int CIG = CI / G, COG = CO / G, RS = KH * KW;
 constexpr int BANDS = (OH + ROWS - 1) / ROWS, PR = ROWS + (KH - 1) * DH, PWC = OW + (KW - 1) * DW;
 constexpr int M = ROWS * OW, MT = (M + 15) / 16 * 16, MI = MT / 16;
@@ -31,7 +35,11 @@ constexpr int THREADS = 128, WN = BN / 8, WM = 4 / WN, MIW = (MI + WM - 1) / WM;
 constexpr int PATCH = PR * PWC * CP, WTS = BN * RS * CP;
 constexpr int CLD = MT + 4;
 constexpr int SMEM = (PATCH + WTS) * (int)sizeof(MT_) > BN * CLD * 4 ? (PATCH + WTS) * (int)sizeof(MT_) : BN * CLD * 4;
+static_assert(!STATS || (FLIP == 0 && G == 1 && BN >= CO), "statistics: a forward whose blocks take every channel");
 
+// clang-format off
+${CONV_STATS}
+// clang-format on
 
 // wt[co][r*KW+s][c] (c padded to CP with zeros) from w, in the MMA type: one pass per call,
 // so every block copies its weights with wide loads.
@@ -59,9 +67,9 @@ __device__ __forceinline__ unsigned int smem_addr(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* __restrict__ x,
-                                                                      const MT_* __restrict__ wt,
-                                                                      TO* __restrict__ y) {
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kiln_conv_patch(const TX* __restrict__ x, const MT_* __restrict__ wt, TO* __restrict__ y, float* parts,
+                    double* totals) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem[];
   MT_* patch = reinterpret_cast<MT_*>(smem);
@@ -178,5 +186,28 @@ extern "C" __global__ void __launch_bounds__(THREADS) kiln_conv_patch(const TX* 
     const int m = i % M, n = i / M, oy = oy0 + m / OW;
     if (co0 + n >= COG || oy >= OH) continue;
     kiln::store(y + ((img * CO + g * COG + co0 + n) * OH + oy) * OW + m % OW, Cs[n * CLD + m]);
+  }
+  if constexpr (STATS) {
+    // A warp a channel: its lanes' sums of the band's values as stored, in a fixed order.
+    constexpr int kLive = (OH - (BANDS - 1) * ROWS) * OW;  // the last band's pixels
+    const int live = oy0 + ROWS <= OH ? M : kLive;
+    for (int n = warp; n < CO; n += THREADS / 32) {
+      float s = 0.f, q = 0.f;
+      for (int m = lane; m < live; m += 32) {
+        const float v = kiln::cvt<float>(kiln::cvt<TO>(Cs[n * CLD + m]));
+        s += v;
+        q += v * v;
+      }
+      for (int o = 16; o >= 1; o >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+        q += __shfl_xor_sync(0xffffffffu, q, o);
+      }
+      if (lane == 0) {
+        parts[static_cast<long long>(blockIdx.x) * 2 * CO + n] = s;
+        parts[static_cast<long long>(blockIdx.x) * 2 * CO + CO + n] = q;
+      }
+    }
+    __syncthreads();  // Cs is the merges' scratch now
+    merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(smem));
   }
 }

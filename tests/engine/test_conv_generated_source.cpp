@@ -110,6 +110,24 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
   CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::grad_weight, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::bf16));
   // Exact f32 runs on the CUDA cores, which only the implicit GEMM does.
   CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::forward, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::f32, false));
+  // Forwards whose blocks take every channel also sum them for a batch norm (ConvOperands::
+  // totals): the blocks' partials in f32, then the sums of groups of 16 blocks in f64.
+  std::vector<std::string> with_totals;
+  for (DType t : {DType::bf16, DType::f32}) {
+    const auto l = launch_of(ConvKernel::patch, ConvPass::forward, speedrun2, t);
+    REQUIRE(l);
+    const auto w = kernels::with_totals(*l, kH100);
+    REQUIRE(w);
+    CHECK(kernels::stats_floats(*l) == 0);
+    const std::int64_t blocks = speedrun2.n * std::get<kernels::PatchPlan>(w->plan).bands;
+    CHECK(kernels::stats_floats(*w) == 2 * speedrun2.o * blocks + 2 * 2 * speedrun2.o * ((blocks + 15) / 16));
+    with_totals.push_back(kernels::source(*w));
+  }
+  CHECK(check_compiles("check_conv_patch_totals", with_totals, "kiln_conv_patch", "shfl.sync.bfly") == 2);
+  // Not for input gradients, groups, or channels over several blocks (conv2's 64 in 32s).
+  CHECK_FALSE(kernels::with_totals(*launch_of(ConvKernel::patch, ConvPass::grad_input, speedrun2, DType::bf16), kH100));
+  CHECK_FALSE(kernels::with_totals(*launch_of(ConvKernel::patch, ConvPass::forward, grouped, DType::bf16), kH100));
+  CHECK_FALSE(kernels::with_totals(*launch_of(ConvKernel::patch, ConvPass::forward, conv2, DType::bf16), kH100));
 }
 
 TEST_CASE("weight-gradient kernels compile for stride-1 convs with channels in blocks of 8") {

@@ -1,6 +1,7 @@
 // A conv's channel sums serving the batch norm that reads its output (ConvStatsForBatchNorm):
-// the direct kind (few input channels) and the tile engine (conv2's shapes) sum the values they
-// store, the last block adds the partials into f64 totals, and the batch norm's apply kernel
+// the direct kind (few input channels), the patch kind (small convs whose blocks take every
+// channel) and the tile engine (the rest) sum the values they store, the last block adds the
+// partials into f64 totals, and the batch norm's apply kernel
 // makes the statistics from them. Against the same ops without the scope: the conv's output
 // bit for bit, the normalized (and pooled) output, running statistics, batch count and
 // gradients within the rounding of statistics summed in another order; the running mean and
@@ -74,10 +75,16 @@ const ConvBnCase kConvBnCases[] = {
     // The speedrun's and the cnn's first convs: the direct kind.
     {"speedrun conv1 bf16", {64, 1, 28, 28}, {24, 1, 5, 5}, DType::bf16, false, true},
     {"conv1 f32 exact", {16, 1, 14, 14}, {8, 1, 3, 3}, DType::f32, false, false},
-    // The tile engine, rows statistics in its epilogue; with 32 channels or fewer (the speedrun's
-    // conv2) in tiles of D^T, as their columns' sums.
-    {"conv2 bf16", {64, 24, 12, 12}, {64, 24, 3, 3}, DType::bf16, false, true},
+    // The patch kind (small work, at most 32 channels out): a block's partials from the tile it
+    // staged; an image's last band short of rows (13 - 2 = 11 rows in bands of 3).
     {"speedrun conv2 bf16", {64, 24, 12, 12}, {32, 24, 3, 3}, DType::bf16, false, true},
+    {"speedrun conv2 TF32", {16, 24, 12, 12}, {32, 24, 3, 3}, DType::f32, true, true},
+    {"short last band bf16", {128, 16, 13, 13}, {16, 16, 3, 3}, DType::bf16, false, false},
+    // The tile engine, rows statistics in its epilogue; with 32 channels or fewer in tiles of
+    // D^T, as their columns' sums (the cnn's conv2 at batch 128: work that fills the GPU).
+    {"conv2 bf16", {64, 24, 12, 12}, {64, 24, 3, 3}, DType::bf16, false, true},
+    {"cnn conv2 bf16", {128, 32, 14, 14}, {64, 32, 5, 5}, DType::bf16, false, true},
+    {"32 channels, engine bf16", {128, 32, 14, 14}, {32, 32, 5, 5}, DType::bf16, false, true},
     {"conv2 TF32", {8, 32, 14, 14}, {64, 32, 3, 3}, DType::f32, true, false},
     {"1x1 bf16", {4, 32, 9, 9}, {48, 32, 1, 1}, DType::bf16, false, false},
 };

@@ -92,8 +92,8 @@ TEST_CASE("embedded templates are listed and readable") {
 }
 
 TEST_CASE("every template takes the one device prelude and repeats none of its helpers") {
-  // reduce_ops, mma, conv_common and tf32_split are pasted into templates after the prelude.
-  const std::vector<std::string> without{"prelude", "reduce_ops", "mma", "conv_common", "tf32_split"};
+  // reduce_ops, mma, conv_common, conv_stats and tf32_split are pasted into templates after the prelude.
+  const std::vector<std::string> without{"prelude", "reduce_ops", "mma", "conv_common", "conv_stats", "tf32_split"};
   for (const std::string& name : rt::template_names()) {
     const std::string text = rt::template_source(name);
     const auto p = rt::template_placeholders(text);

@@ -53,10 +53,6 @@ std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, Conv
   return p;
 }
 
-// Blocks whose statistics one block adds up first, and at most how many such groups
-// (conv_direct.cu's kStatsGroup and kMaxStatsGroups).
-constexpr std::int64_t kStatsGroup = 16, kMaxStatsGroups = 4096;
-
 std::optional<ConvLaunch> direct_with_totals(ConvLaunch l, const ConvTarget& target) {
   auto& p = std::get<DirectPlan>(l.plan);
   if (l.pass != ConvPass::forward || p.conv.n * p.bands > kStatsGroup * kMaxStatsGroups) return std::nullopt;
@@ -66,17 +62,16 @@ std::optional<ConvLaunch> direct_with_totals(ConvLaunch l, const ConvTarget& tar
   return l;
 }
 
-// The blocks' partials (blocks, 2 * co) in f32, then the groups' sums in f64 (8-byte aligned).
 std::int64_t direct_stats_floats(const ConvLaunch& l) {
   const auto& p = std::get<DirectPlan>(l.plan);
-  const std::int64_t blocks = p.conv.n * p.bands, columns = 2 * p.conv.co;
-  return p.totals ? (columns * blocks + 1) / 2 * 2 + 2 * columns * ceil_div(blocks, kStatsGroup) : 0;
+  return p.totals ? stats_floats_of(p.conv.n * p.bands, p.conv.co) : 0;
 }
 
 std::string direct_source(const ConvLaunch& l) {
   const auto& p = std::get<DirectPlan>(l.plan);
   const PatchConv& c = p.conv;
   const rt::Bindings b{{"PRELUDE", rt::device_prelude(DTypes{l.dtype})},
+                       {"CONV_STATS", rt::template_source("conv_stats")},
                        {"T", std::string(cuda_storage_type(l.dtype))},
                        {"FLIP", l.pass == ConvPass::grad_input ? "true" : "false"},
                        {"STATS", p.totals ? "true" : "false"},

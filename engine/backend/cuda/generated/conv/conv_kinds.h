@@ -25,6 +25,8 @@ void launch_igemm(const ConvLaunch& l, const ConvOperands& ops, Module m);
 std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target,
                                     int rows);
 std::vector<ConvTile> patch_alternatives(const ConvLaunch& h, const ConvTarget& target);
+std::optional<ConvLaunch> patch_with_totals(ConvLaunch l);
+std::int64_t patch_stats_floats(const ConvLaunch& l);
 std::string patch_source(const ConvLaunch& l);
 void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m);
 
@@ -43,6 +45,12 @@ std::optional<ConvLaunch> direct_with_totals(ConvLaunch l, const ConvTarget& tar
 std::int64_t direct_stats_floats(const ConvLaunch& l);
 std::string direct_source(const ConvLaunch& l);
 void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m);
+
+// The statistics a kind's forward takes (conv_stats.cu): blocks merged in groups of
+// kStatsGroup, at most kMaxStatsGroups of them. stats_floats_of: the blocks' f32 partials
+// (blocks, 2 * channels), then the groups' f64 sums, 8-byte aligned.
+constexpr std::int64_t kStatsGroup = 16, kMaxStatsGroups = 4096;
+std::int64_t stats_floats_of(std::int64_t blocks, std::int64_t channels);
 
 // A stride-1 forward or input gradient as the forward conv it runs (the input gradient's over gy,
 // its padding mirrored); none for other strides and the weight gradient.

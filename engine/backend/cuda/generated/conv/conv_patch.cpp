@@ -68,18 +68,51 @@ std::vector<ConvTile> patch_alternatives(const ConvLaunch& l, const ConvTarget& 
   return out;
 }
 
+// A forward of one group whose blocks each take every output channel: a row of partials a block.
+std::optional<ConvLaunch> patch_with_totals(ConvLaunch l) {
+  auto& p = std::get<PatchPlan>(l.plan);
+  const PatchConv& c = p.conv;
+  if (l.pass != ConvPass::forward || c.g != 1 || p.bn < c.co || c.n * p.bands > kStatsGroup * kMaxStatsGroups)
+    return std::nullopt;
+  p.totals = true;
+  return l;
+}
+
+std::int64_t patch_stats_floats(const ConvLaunch& l) {
+  const auto& p = std::get<PatchPlan>(l.plan);
+  return p.totals ? stats_floats_of(p.conv.n * p.bands, p.conv.co) : 0;
+}
+
 std::string patch_source(const ConvLaunch& l) {
   const auto& p = std::get<PatchPlan>(l.plan);
   const PatchConv& c = p.conv;
   const DType mt = l.math == ConvMath::f16 ? DType::f16 : DType::bf16;
   const std::string ty(cuda_storage_type(l.dtype));
-  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")}, {"PRELUDE", rt::device_prelude(DTypes{l.dtype, mt})},
-                       {"TX", ty}, {"TW", ty}, {"TO", ty}, {"MMA", num(static_cast<int>(l.math))},
+  const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")},
+                       {"CONV_STATS", rt::template_source("conv_stats")},
+                       {"PRELUDE", rt::device_prelude(DTypes{l.dtype, mt})},
+                       {"STATS", p.totals ? "true" : "false"},
+                       {"TX", ty},
+                       {"TW", ty},
+                       {"TO", ty},
+                       {"MMA", num(static_cast<int>(l.math))},
                        {"FLIP", num(l.pass == ConvPass::grad_input)},
-                       {"N", num(c.n)}, {"CI", num(c.ci)}, {"H", num(c.h)}, {"W", num(c.w)}, {"CO", num(c.co)},
-                       {"KH", num(c.kh)}, {"KW", num(c.kw)}, {"OH", num(c.oh)}, {"OW", num(c.ow)},
-                       {"PH", num(c.ph)}, {"PW", num(c.pw)}, {"DH", num(c.dh)}, {"DW", num(c.dw)},
-                       {"G", num(c.g)}, {"ROWS", num(p.rows)}, {"BN", num(p.bn)}};
+                       {"N", num(c.n)},
+                       {"CI", num(c.ci)},
+                       {"H", num(c.h)},
+                       {"W", num(c.w)},
+                       {"CO", num(c.co)},
+                       {"KH", num(c.kh)},
+                       {"KW", num(c.kw)},
+                       {"OH", num(c.oh)},
+                       {"OW", num(c.ow)},
+                       {"PH", num(c.ph)},
+                       {"PW", num(c.pw)},
+                       {"DH", num(c.dh)},
+                       {"DW", num(c.dw)},
+                       {"G", num(c.g)},
+                       {"ROWS", num(p.rows)},
+                       {"BN", num(p.bn)}};
   return rt::instantiate("conv_patch", rt::template_source("conv_patch"), b);
 }
 
@@ -98,7 +131,10 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
               static_cast<unsigned>(c.g)};
   cfg.block = {128, 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out);
+  const rt::DevicePtr stats = p.totals ? ops.stats : 0, totals = p.totals ? ops.totals : 0;
+  if (p.totals && (stats == 0 || totals == 0))
+    throw Error("[conv2d] a patch conv taking statistics was launched without their buffers");
+  rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out, stats, totals);
 }
 
 }  // namespace kiln::kernels::conv_kinds

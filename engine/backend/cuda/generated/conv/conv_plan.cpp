@@ -78,11 +78,15 @@ std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& 
 }
 
 std::optional<ConvLaunch> with_totals(const ConvLaunch& l, const ConvTarget& target) {
-  return l.kernel == ConvKernel::direct ? conv_kinds::direct_with_totals(l, target) : std::nullopt;
+  if (l.kernel == ConvKernel::direct) return conv_kinds::direct_with_totals(l, target);
+  if (l.kernel == ConvKernel::patch) return conv_kinds::patch_with_totals(l);
+  return std::nullopt;
 }
 
 std::int64_t stats_floats(const ConvLaunch& l) {
-  return l.kernel == ConvKernel::direct ? conv_kinds::direct_stats_floats(l) : 0;
+  if (l.kernel == ConvKernel::direct) return conv_kinds::direct_stats_floats(l);
+  if (l.kernel == ConvKernel::patch) return conv_kinds::patch_stats_floats(l);
+  return 0;
 }
 
 bool slower_than_fallback(const ConvLaunch& l) {
@@ -131,6 +135,11 @@ void launch(const ConvLaunch& l, const ConvOperands& ops) {
 namespace conv_kinds {
 
 std::string num(std::int64_t v) { return std::to_string(v); }
+
+std::int64_t stats_floats_of(std::int64_t blocks, std::int64_t channels) {
+  const std::int64_t columns = 2 * channels;
+  return (columns * blocks + 1) / 2 * 2 + 2 * columns * ceil_div(blocks, kStatsGroup);
+}
 
 std::optional<PatchConv> as_forward(ConvPass pass, const ConvGeometry& s) {
   if (s.sh != 1 || s.sw != 1 || pass == ConvPass::grad_weight) return std::nullopt;

@@ -39,10 +39,12 @@ struct IgemmPlan {
 struct PatchConv {
   std::int64_t n, ci, h, w, co, kh, kw, oh, ow, ph, pw, dh, dw, g;
 };
+// With `totals`, a forward that also sums its output's channels (conv_patch.cu's STATS).
 struct PatchPlan {
   PatchConv conv{};
   int rows = 1, bn = 32;
   std::int64_t bands = 1, smem = 0, channel_run = 0;
+  bool totals = false;
 };
 
 struct WgradPlan {
@@ -81,7 +83,7 @@ struct ConvLaunch {
 std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& g, DType t, ConvMath math,
                                const ConvTarget& target, ConvTile tile = {});
 // The launch also taking its output's per-channel statistics (ConvOperands::totals), or none
-// where its kind cannot (only the direct kind's forward can) or they do not fit.
+// where its kind cannot (only the direct and patch kinds' forwards can) or they do not fit.
 std::optional<ConvLaunch> with_totals(const ConvLaunch& l, const ConvTarget& target);
 // The f32 partials of the statistics that the launch writes (ConvOperands::stats); 0 without.
 std::int64_t stats_floats(const ConvLaunch& l);

@@ -31,7 +31,7 @@ const std::string& library_text() {
   static const std::string text = [] {
     std::uint64_t h = rt::kFnvOffset;
     for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
-                             "conv_direct", "mma", "prelude", "gemm_wgmma"})
+                             "conv_direct", "conv_stats", "mma", "prelude", "gemm_wgmma"})
       h = rt::fnv1a64(rt::template_source(name), h);
     return "kiln conv " + std::to_string(h);
   }();
@@ -132,8 +132,8 @@ struct PlannedCandidate {
   bool head = false;
 };
 
-// A forward's output statistics (`totals`) come from the kinds that take them: the engine and
-// the direct kind.
+// A forward's output statistics (`totals`) come from the kinds that take them: the engine, the
+// patch and the direct kind.
 std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry& g, DType dtype, ConvMath math,
                                               const ConvTarget& target, int arch, bool f32_out, bool totals) {
   std::vector<PlannedCandidate> c, engine;
@@ -175,33 +175,42 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   }
   // Before sm_90 (the mma.sync kind's 1x1 batches) the older kinds stay the untuned pick.
   const bool engine_first = arch >= 90;
-  if (engine_first) c = std::move(engine);
   // Where the engine leads and the work fills the GPU, the older kinds were 1.4-27x slower on
   // every row measured (H200, over 4 MFLOP an SM), and their compiles are a tuning's slowest.
   const double flop = 2.0 * static_cast<double>(g.n * g.o * g.oh * g.ow) * static_cast<double>(g.cg() * g.kh * g.kw);
-  if (engine_first && !c.empty() && flop > 4e6 * target.sm_count) return c;
+  if (engine_first && !engine.empty() && flop > 4e6 * target.sm_count) return engine;
   std::vector<ConvKernel> kinds =
       pass == ConvPass::grad_weight ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
                                     : std::vector{ConvKernel::patch, ConvKernel::igemm, ConvKernel::direct};
   // At most 64 products an output (a first conv's forward), the direct kind leads: the tuner
   // timed it 3.5x faster than the implicit GEMM on the speedrun's conv1 (31.8 -> 9.0 us).
   const std::int64_t products = (pass == ConvPass::forward ? g.cg() : g.o / g.groups) * g.kh * g.kw;
-  if (pass != ConvPass::grad_weight && products <= 64)
-    kinds = {ConvKernel::direct, ConvKernel::patch, ConvKernel::igemm};
-  if (totals) kinds = {ConvKernel::direct};
-  // The direct kind's launches, with the statistics where asked (none where they do not fit).
+  const bool few_products = pass != ConvPass::grad_weight && products <= 64;
+  if (few_products) kinds = {ConvKernel::direct, ConvKernel::patch, ConvKernel::igemm};
+  if (totals)
+    kinds = few_products ? std::vector{ConvKernel::direct, ConvKernel::patch}
+                         : std::vector{ConvKernel::patch, ConvKernel::direct};
+  // The older kinds' launches, with the statistics where asked (none where they do not fit).
   auto planned = [&](ConvKernel k, ConvTile tile) {
     std::optional<ConvLaunch> l = plan(k, pass, g, dtype, math, target, tile);
     return l && totals ? with_totals(*l, target) : l;
   };
+  // On sm_90 the engine leads the older kinds where the work does not fill the GPU either, but
+  // for the leading kinds: the direct one as above, and the patch one, which the tuner timed 2x
+  // faster than the engine on the speedrun's conv2 in bf16 on one H200 (forward 10.3 against 23.5
+  // us, input gradient 11.7 against 19.6).
+  std::vector<PlannedCandidate> after;
   for (ConvKernel k : kinds) {
     const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
-    c.push_back({kernel_name(k), *h});
+    const bool leads = k == ConvKernel::patch || (k == ConvKernel::direct && few_products);
+    std::vector<PlannedCandidate>& to = engine_first && !leads ? after : c;
+    to.push_back({kernel_name(k), *h});
     for (ConvTile tile : alternatives(*h, target))
-      if (const auto l = planned(k, tile)) c.push_back({std::string(kernel_name(k)) + " " + tile.text(), *l});
+      if (const auto l = planned(k, tile)) to.push_back({std::string(kernel_name(k)) + " " + tile.text(), *l});
   }
-  if (!engine_first) c.insert(c.end(), engine.begin(), engine.end());
+  c.insert(c.end(), engine.begin(), engine.end());
+  c.insert(c.end(), after.begin(), after.end());
   return c;
 }
 
