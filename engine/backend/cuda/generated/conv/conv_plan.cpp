@@ -26,12 +26,12 @@ Overloaded(F...) -> Overloaded<F...>;  // clang 14 deduces no aggregate's argume
 conv_kinds::Module module_of(const ConvLaunch& l) {
   rt::GeneratedKey key(module_kind(l.kernel));
   key.add(l.pass, l.math, l.dtype);
-  std::visit(
-      Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
-                 [&](const PatchPlan& p) { key.add(p.rows, p.bn); }, [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
-                 [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.f32_out); },
-                 [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.totals); }},
-      l.plan);
+  std::visit(Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
+                        [&](const PatchPlan& p) { key.add(p.rows, p.bn, p.totals); },
+                        [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
+                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.f32_out); },
+                        [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.totals); }},
+             l.plan);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {
     std::string label = std::string("conv2d ") + pass_name(l.pass) + " " + kernel_name(l.kernel) + " " +

@@ -198,12 +198,14 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   // On sm_90 the engine leads the older kinds where the work does not fill the GPU either, but
   // for the leading kinds: the direct one as above, and the patch one, which the tuner timed 2x
   // faster than the engine on the speedrun's conv2 in bf16 on one H200 (forward 10.3 against 23.5
-  // us, input gradient 11.7 against 19.6).
+  // us, input gradient 11.7 against 19.6). A forward's kind is the same with and without a batch
+  // norm's statistics (the output's bits too): the patch kind leads where it can take them.
   std::vector<PlannedCandidate> after;
   for (ConvKernel k : kinds) {
     const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
-    const bool leads = k == ConvKernel::patch || (k == ConvKernel::direct && few_products);
+    const bool patch_leads = pass != ConvPass::forward || totals || with_totals(*h, target);
+    const bool leads = (k == ConvKernel::patch && patch_leads) || (k == ConvKernel::direct && few_products);
     std::vector<PlannedCandidate>& to = engine_first && !leads ? after : c;
     to.push_back({kernel_name(k), *h});
     for (ConvTile tile : alternatives(*h, target))
