@@ -262,7 +262,7 @@ TEST_CASE("a conv met again with an operand off a 16-byte boundary still matches
 // gradient reads the forward's copy of x and its input gradient the forward's flipped reorder of
 // w: its compiled step holds two copies and one reorder fewer than the same forward (of operands
 // needing no gradient) with the two gradient ops called apart, and both gradients keep their bits. The speedrun's conv2
-// at batch 8, with the heuristics' picks (the tile engine, NHWC copies for all three passes), not choices other tests
+// at batch 512, with the heuristics' picks (the tile engine, NHWC copies for all three passes), not choices other tests
 // stored.
 TEST_CASE("a conv's input and weight gradients share one NHWC copy of gy, and the forward's of x and w") {
   struct HeuristicsOnly {
@@ -272,9 +272,9 @@ TEST_CASE("a conv's input and weight gradients share one NHWC copy of gy, and th
   } heuristics;
   Generator gen(31);
   const Device gpu = Device::cuda(0);
-  const Tensor x = randn({8, 24, 12, 12}, {.dtype = DType::bf16, .device = gpu}, &gen);
+  const Tensor x = randn({512, 24, 12, 12}, {.dtype = DType::bf16, .device = gpu}, &gen);
   const Tensor w = randn({32, 24, 3, 3}, {.dtype = DType::bf16, .device = gpu}, &gen);
-  const Tensor gy = randn({8, 32, 10, 10}, {.dtype = DType::bf16, .device = gpu}, &gen);
+  const Tensor gy = randn({512, 32, 10, 10}, {.dtype = DType::bf16, .device = gpu}, &gen);
   const Conv2dOptions valid{};
   auto values = [](const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).to_vector<double>(); };
   const std::vector<double> dx = values(conv2d_grad_input(gy, w, x.shape(), valid));

@@ -198,13 +198,18 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   // On sm_90 the engine leads the older kinds where the work does not fill the GPU either, but
   // for the leading kinds: the direct one as above, and the patch one, which the tuner timed 2x
   // faster than the engine on the speedrun's conv2 in bf16 on one H200 (forward 10.3 against 23.5
-  // us, input gradient 11.7 against 19.6). A forward's kind is the same with and without a batch
-  // norm's statistics (the output's bits too): the patch kind leads where it can take them.
+  // us, input gradient 11.7 against 19.6). It leads where its forward can take a batch norm's
+  // statistics: a forward's kind (and output bits) are the same with and without them, and the
+  // input gradient runs the forward's kind (the engine's forward keeps w reordered for it).
+  auto forward_takes_stats = [&] {
+    const std::optional<ConvLaunch> f = plan(ConvKernel::patch, ConvPass::forward, g, dtype, math, target);
+    return f && with_totals(*f, target);
+  };
   std::vector<PlannedCandidate> after;
   for (ConvKernel k : kinds) {
     const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
-    const bool patch_leads = pass != ConvPass::forward || totals || with_totals(*h, target);
+    const bool patch_leads = totals || forward_takes_stats();
     const bool leads = (k == ConvKernel::patch && patch_leads) || (k == ConvKernel::direct && few_products);
     std::vector<PlannedCandidate>& to = engine_first && !leads ? after : c;
     to.push_back({kernel_name(k), *h});
