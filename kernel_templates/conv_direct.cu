@@ -95,31 +95,24 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         }
       }
     }
-  // STATS: the block's sums are parked and merged before its stores, so that the merges' fences
-  // wait for the partials alone, not for every output store.
-  if constexpr (STATS) {
-    float* red = xs + CI * SH * SW;
+  T* dst = out + (static_cast<long long>(n) * CO * HO + oy) * WO + gx * P;
+  const bool vec = VEC_STORE && kiln::aligned<P>(out);
 #pragma unroll
-    for (int t = 0; t < OT; ++t) {
-      const int co = go * OT + t;
+  for (int t = 0; t < OT; ++t) {
+    const int co = go * OT + t;
+    if constexpr (STATS) {  // the values as stored
+      float* red = xs + CI * SH * SW;
       float s = 0.f, q = 0.f;
 #pragma unroll
       for (int p = 0; p < P; ++p)
         if (live && co < CO && gx * P + p < WO) {
-          const float v = kiln::cvt<float>(kiln::cvt<T>(acc[t][p]));  // the value as stored
+          const float v = kiln::cvt<float>(kiln::cvt<T>(acc[t][p]));
           s += v;
           q += v * v;
         }
       red[t * THREADS + threadIdx.x] = s;
       red[(OT + t) * THREADS + threadIdx.x] = q;
     }
-    stats_of_block(red, parts, totals);
-  }
-  T* dst = out + (static_cast<long long>(n) * CO * HO + oy) * WO + gx * P;
-  const bool vec = VEC_STORE && kiln::aligned<P>(out);
-#pragma unroll
-  for (int t = 0; t < OT; ++t) {
-    const int co = go * OT + t;
     if (!live || co >= CO) continue;
     T* o = dst + static_cast<long long>(co) * HO * WO;
     if (vec) {
@@ -133,4 +126,5 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         if (gx * P + p < WO) o[p] = kiln::cvt<T>(acc[t][p]);
     }
   }
+  if constexpr (STATS) stats_of_block(xs + CI * SH * SW, parts, totals);
 }

@@ -182,10 +182,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       if (m < MT) Cs[(ncol + 2 * t + (q & 1)) * CLD + m] = acc[i][q];
     }
   __syncthreads();
-  // STATS: a warp a channel sums the band's values as stored, in a fixed order; the partials are
-  // parked and merged (in shared memory past Cs) before the stores, so that the merges' fences
-  // wait for the partials alone, not for every output store.
+  for (int i = tid; i < BN * M; i += THREADS) {
+    const int m = i % M, n = i / M, oy = oy0 + m / OW;
+    if (co0 + n >= COG || oy >= OH) continue;
+    kiln::store(y + ((img * CO + g * COG + co0 + n) * OH + oy) * OW + m % OW, Cs[n * CLD + m]);
+  }
   if constexpr (STATS) {
+    // A warp a channel: its lanes' sums of the band's values as stored, in a fixed order.
     constexpr int kLive = (OH - (BANDS - 1) * ROWS) * OW;  // the last band's pixels
     const int live = oy0 + ROWS <= OH ? M : kLive;
     for (int n = warp; n < CO; n += THREADS / 32) {
@@ -204,12 +207,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         parts[static_cast<long long>(blockIdx.x) * 2 * CO + CO + n] = q;
       }
     }
-    constexpr int kScratchAt = (BN * CLD * 4 + 7) / 8 * 8;  // the launch leaves THREADS doubles there
-    merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(smem + kScratchAt));
-  }
-  for (int i = tid; i < BN * M; i += THREADS) {
-    const int m = i % M, n = i / M, oy = oy0 + m / OW;
-    if (co0 + n >= COG || oy >= OH) continue;
-    kiln::store(y + ((img * CO + g * COG + co0 + n) * OH + oy) * OW + m % OW, Cs[n * CLD + m]);
+    __syncthreads();  // Cs is the merges' scratch now
+    merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(smem));
   }
 }

@@ -25,7 +25,7 @@ void launch_igemm(const ConvLaunch& l, const ConvOperands& ops, Module m);
 std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMath math, const ConvTarget& target,
                                     int rows);
 std::vector<ConvTile> patch_alternatives(const ConvLaunch& h, const ConvTarget& target);
-std::optional<ConvLaunch> patch_with_totals(ConvLaunch l, const ConvTarget& target);
+std::optional<ConvLaunch> patch_with_totals(ConvLaunch l);
 std::int64_t patch_stats_floats(const ConvLaunch& l);
 std::string patch_source(const ConvLaunch& l);
 void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m);

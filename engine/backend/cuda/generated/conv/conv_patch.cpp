@@ -18,13 +18,11 @@ std::int64_t channel_run(const PatchConv& c, ConvMath math) {
   return ceil_div(c.ci / c.g, kc) * kc + (math == ConvMath::tf32 ? 4 : 8);
 }
 
-// The patch and the weights, or the output tile (Cs) that reuses them; with statistics, the
-// merges' scratch past Cs (128 doubles, 8-byte aligned: conv_patch.cu's kScratchAt).
-std::int64_t smem_bytes(const PatchConv& c, ConvMath math, int rows, int bn, bool totals = false) {
+std::int64_t smem_bytes(const PatchConv& c, ConvMath math, int rows, int bn) {
   const std::int64_t cp = channel_run(c, math), el = math == ConvMath::tf32 ? 4 : 2;
   const std::int64_t pr = rows + (c.kh - 1) * c.dh, pwc = c.ow + (c.kw - 1) * c.dw;
-  const std::int64_t mt = ceil_div(rows * c.ow, 16) * 16, cs = bn * (mt + 4) * 4;
-  return std::max((pr * pwc * cp + bn * c.kh * c.kw * cp) * el, totals ? ceil_div(cs, 8) * 8 + 128 * 8 : cs);
+  const std::int64_t mt = ceil_div(rows * c.ow, 16) * 16;
+  return std::max((pr * pwc * cp + bn * c.kh * c.kw * cp) * el, bn * (mt + 4) * 4);
 }
 
 }  // namespace
@@ -71,14 +69,12 @@ std::vector<ConvTile> patch_alternatives(const ConvLaunch& l, const ConvTarget& 
 }
 
 // A forward of one group whose blocks each take every output channel: a row of partials a block.
-std::optional<ConvLaunch> patch_with_totals(ConvLaunch l, const ConvTarget& target) {
+std::optional<ConvLaunch> patch_with_totals(ConvLaunch l) {
   auto& p = std::get<PatchPlan>(l.plan);
   const PatchConv& c = p.conv;
   if (l.pass != ConvPass::forward || c.g != 1 || p.bn < c.co || c.n * p.bands > kStatsGroup * kMaxStatsGroups)
     return std::nullopt;
   p.totals = true;
-  p.smem = smem_bytes(c, l.math, p.rows, p.bn, true);
-  if (p.smem > target.max_shared) return std::nullopt;
   return l;
 }
 

@@ -79,7 +79,7 @@ std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& 
 
 std::optional<ConvLaunch> with_totals(const ConvLaunch& l, const ConvTarget& target) {
   if (l.kernel == ConvKernel::direct) return conv_kinds::direct_with_totals(l, target);
-  if (l.kernel == ConvKernel::patch) return conv_kinds::patch_with_totals(l, target);
+  if (l.kernel == ConvKernel::patch) return conv_kinds::patch_with_totals(l);
   return std::nullopt;
 }
 
