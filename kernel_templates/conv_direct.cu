@@ -24,14 +24,15 @@ constexpr int WEIGHTS = CI * KH * KW * COP;
 // Whole vectors of P outputs per thread where rows are multiples of P (and `out` is aligned).
 constexpr bool VEC_STORE = WO % P == 0;
 
+// clang-format off
 ${CONV_STATS}
+// clang-format on
 
 // STATS: each channel's sum and sum of squares of the values this block stored, over the
 // threads of its group (go) in a fixed order, parked as its row of parts (blocks, 2 * CO); then
 // the merges. `red` holds each thread's sums: [2][OT][THREADS] floats and one more, so that
 // THREADS doubles fit at an 8-byte boundary.
-__device__ __forceinline__ void
-stats_of_block(float* red, float* parts, double* totals) {
+__device__ __forceinline__ void stats_of_block(float* red, float* parts, double* totals) {
   __syncthreads();
   const int lane = threadIdx.x % 32, group = GX * ROWS;
   for (int item = threadIdx.x / 32; item < 2 * CO; item += THREADS / 32) {

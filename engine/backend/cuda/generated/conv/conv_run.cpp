@@ -201,15 +201,12 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   // us, input gradient 11.7 against 19.6). It leads where its forward can take a batch norm's
   // statistics: a forward's kind (and output bits) are the same with and without them, and the
   // input gradient runs the forward's kind (the engine's forward keeps w reordered for it).
-  auto forward_takes_stats = [&] {
-    const std::optional<ConvLaunch> f = plan(ConvKernel::patch, ConvPass::forward, g, dtype, math, target);
-    return f && with_totals(*f, target);
-  };
+  const std::optional<ConvLaunch> forward = plan(ConvKernel::patch, ConvPass::forward, g, dtype, math, target);
+  const bool patch_leads = totals || (forward && with_totals(*forward, target));
   std::vector<PlannedCandidate> after;
   for (ConvKernel k : kinds) {
     const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
-    const bool patch_leads = totals || forward_takes_stats();
     const bool leads = (k == ConvKernel::patch && patch_leads) || (k == ConvKernel::direct && few_products);
     std::vector<PlannedCandidate>& to = engine_first && !leads ? after : c;
     to.push_back({kernel_name(k), *h});
