@@ -240,10 +240,9 @@ __device__ __forceinline__ long long channel_of(long long i, long long C, long l
 // (sum dy', sum dy' * (x - mean)) summed and parked in parts (2, C * splits); the block that
 // finishes last adds each channel's parts in order into sums (2, C), the second times invstd
 // (sum dy' * xhat), which are also dbias and dweight (written when non-null, in P).
-// True in the block that merged. `launch_next`: the next kernel may launch as blocks arrive.
-__device__ bool finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int* done, const Acc* __restrict__ invstd,
+__device__ void finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int* done, const Acc* __restrict__ invstd,
                                      Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
-                                     long long C, int splits, bool launch_next = true) {
+                                     long long C, int splits) {
   sdy = kiln::block::sum<kBlock>(sdy);
   sdx = kiln::block::sum<kBlock>(sdx);
   const long long slots = C * splits;
@@ -251,7 +250,7 @@ __device__ bool finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int*
     parts[blockIdx.x] = sdy;
     parts[slots + blockIdx.x] = sdx;
   }
-  if (!(launch_next ? kiln::block::last_to_finish(done) : kiln::block::last_of(done, gridDim.x))) return false;
+  if (!kiln::block::last_to_finish(done)) return;
   for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
     const Acc a = kiln::block::sum_parked(parts + ch * splits, 1, splits);
     const Acc b = kiln::block::sum_parked(parts + slots + ch * splits, 1, splits) * invstd[ch];
@@ -260,7 +259,6 @@ __device__ bool finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int*
     if (dbias) kiln::store(dbias + ch, a);
     if (dweight) kiln::store(dweight + ch, b);
   }
-  return true;
 }
 
 __device__ unsigned int kiln_bn_stats_done;
@@ -646,74 +644,8 @@ __device__ __forceinline__ Acc window_dy(Acc g, const WindowMax<I>& m, int relu)
 }
 
 __device__ unsigned int kiln_bn_pool_backward_done;
-__device__ unsigned int kiln_bn_pool_backward_generation;
 
-#if defined(KILN_ENTRY_kiln_batch_norm_max_pool_backward) || defined(KILN_ENTRY_kiln_batch_norm_max_pool_backward_dx)
-// What dx of a channel needs beside x and the pooled gradient. The sums are read from L2: in the
-// one-pass kernel another block has just written them.
-struct DxTerms {
-  Acc scale, mean_dy, mean_dyx;
-};
-__device__ __forceinline__ DxTerms dx_terms(const Affine& f, const Acc* sums, long long C, Acc inv_m, int training) {
-  const Acc scale = f.weight ? f.is * kiln::cvt<Acc>(f.weight[f.c]) : f.is;
-  return {scale, training ? __ldcg(sums + f.c) * inv_m : Acc(0), training ? __ldcg(sums + C + f.c) * inv_m : Acc(0)};
-}
-
-// dx of the cell (oy, ox) of a plane (elements past the last window have dy' = 0).
-template <class I, int KH, int KW>
-__device__ __forceinline__ void bn_max_pool_dx_cell(const T* __restrict__ gp, const T* __restrict__ x, const Affine& f,
-                                                    const DxTerms& d, T* __restrict__ dx, const Tiles<I, KH, KW>& g,
-                                                    I plane, I oy, I ox, int training, int relu) {
-  const long long base = static_cast<long long>(plane) * g.H * g.W;
-  WindowMax<I> m{Acc(0), Acc(0), I(0), false};
-  Acc dy = 0;
-  if (oy < g.oh && ox < g.ow) {
-    m = window_max(x + base, g, oy, ox, f, relu);
-    dy = window_dy(kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]), m, relu);
-  }
-  for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
-    for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
-      const I at = iy * g.W + ix;
-      Acc v = m.found && at == m.at ? dy : Acc(0);
-      if (training) v = v - d.mean_dy - (kiln::cvt<Acc>(x[base + at]) - f.mu) * f.is * d.mean_dyx;
-      kiln::store(dx + base + at, d.scale * v);
-    }
-}
-
-// dx of a group of G windows along a row, with vector loads and stores.
-template <int G>
-__device__ __forceinline__ void bn_max_pool_dx_group(const T* __restrict__ gp, const T* __restrict__ x, const Affine& f,
-                                                     const DxTerms& d, T* __restrict__ dx, const QuadGroup& q,
-                                                     const PoolTiles& t, int training, int relu) {
-  using Row = kiln::Vec<T, 2 * G>;
-  using Pooled = kiln::Vec<T, G>;
-  const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
-  const Pooled g = load_vec<Pooled>(gp + q.pooled);
-  Row o0, o1;
-#pragma unroll
-  for (int j = 0; j < G; ++j) {
-    Acc xs[4];
-    quad_values(r0, r1, j, xs);
-    const WindowMax<unsigned> m = quad_max(xs, f, relu);
-    const Acc dy = window_dy(kiln::cvt<Acc>(g.v[j]), m, relu);
-    T d4[4];
-#pragma unroll
-    for (unsigned k = 0; k < 4; ++k) {
-      Acc v = m.found && k == m.at ? dy : Acc(0);
-      if (training) v = v - d.mean_dy - (xs[k] - f.mu) * f.is * d.mean_dyx;
-      d4[k] = kiln::cvt<T>(d.scale * v);
-    }
-    o0.v[2 * j] = d4[0];
-    o0.v[2 * j + 1] = d4[1];
-    o1.v[2 * j] = d4[2];
-    o1.v[2 * j + 1] = d4[3];
-  }
-  *reinterpret_cast<Row*>(dx + q.x) = o0;
-  *reinterpret_cast<Row*>(dx + q.x + t.W) = o1;
-}
-#endif
-
-#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward
+#ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
 // This block's sums of dy' and dy' * (x - mean) over its windows of channel f.c.
 template <class I, int KH, int KW>
 __device__ __forceinline__ void bn_max_pool_sums(const T* __restrict__ gp, const T* __restrict__ x, const Affine& f,
@@ -761,74 +693,26 @@ __device__ __forceinline__ void bn_max_pool_sums_quads(const T* __restrict__ gp,
   }
 }
 
-// dx over the windows whose sums this block took (the windows tile x: every cell is one).
-template <class I, int KH, int KW>
-__device__ __forceinline__ void bn_max_pool_dx_of_chunk(const T* __restrict__ gp, const T* __restrict__ x,
-                                                        const Affine& f, const DxTerms& d, T* __restrict__ dx,
-                                                        const PoolTiles& t, long long chunk, int splits, int training,
-                                                        int relu) {
-  const Tiles<I, KH, KW> g(t);
-  const I per_plane = g.oh * g.ow, M = (g.planes / g.C) * per_plane;
-  const I first = I(chunk) * I(blockIdx.x % splits), last = first + I(chunk) < M ? first + I(chunk) : M;
-  for (I j = first + I(threadIdx.x); j < last; j += I(kBlock)) {
-    const I n = j / per_plane, w = j - n * per_plane, oy = w / g.ow, ox = w - oy * g.ow;
-    bn_max_pool_dx_cell(gp, x, f, d, dx, g, n * g.C + I(f.c), oy, ox, training, relu);
-  }
-}
-template <int G>
-__device__ __forceinline__ void bn_max_pool_dx_of_chunk_quads(const T* __restrict__ gp, const T* __restrict__ x,
-                                                              const Affine& f, const DxTerms& d, T* __restrict__ dx,
-                                                              const PoolTiles& t, long long chunk, int splits,
-                                                              int training, int relu) {
-  const unsigned per_plane = quad_groups_per_plane(t, G), M = unsigned(t.planes / t.C) * per_plane;
-  const unsigned first = unsigned(chunk / G) * unsigned(blockIdx.x % splits);
-  const unsigned last = first + unsigned(chunk / G) < M ? first + unsigned(chunk / G) : M;
-  for (unsigned j = first + threadIdx.x; j < last; j += kBlock) {
-    const unsigned n = j / per_plane;
-    const QuadGroup q = quad_group_of<G>(n * unsigned(t.C) + unsigned(f.c), j - n * per_plane, t);
-    bn_max_pool_dx_group<G>(gp, x, f, d, dx, q, t, training, relu);
-  }
-}
-
-// The pooled op's backward: sums (2, C) = (sum dy', sum dy' * xhat) over the windows (only an
-// argmax has a dy'), split as the statistics are: block b takes channel b / splits and its
-// windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one window at a time or a
-// group along a row (KILN_POOL_PATH); the last block merges them (and writes dweight, dbias).
-// With dx (one pass: the windows tile x and every block is resident at once, as the launcher
-// checks), each block then waits for that merge and writes dx of its own windows, whose x and
-// gradient it has just read; without, kiln_batch_norm_max_pool_backward_dx follows.
+// kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
+// over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
+// b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one window
+// at a time or a group along a row (KILN_POOL_PATH).
 extern "C" __global__ void __launch_bounds__(kBlock, 4)
-    kiln_batch_norm_max_pool_backward(const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight,
-                                      const P* __restrict__ bias, const Acc* __restrict__ mean,
-                                      const Acc* __restrict__ invstd, Acc* parts, Acc* sums, P* __restrict__ dweight,
-                                      P* __restrict__ dbias, T* __restrict__ dx, PoolTiles t, long long chunk,
-                                      int splits, long long M, int training, int relu) {
+    kiln_batch_norm_max_pool_backward_reduce(const T* __restrict__ gp, const T* __restrict__ x,
+                                             const P* __restrict__ weight, const P* __restrict__ bias,
+                                             const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts,
+                                             Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
+                                             PoolTiles t, long long chunk, int splits, int relu) {
   kiln::wait_prior_grids();
   const long long C = t.C, c = blockIdx.x / splits;
   const Affine f{mean[c], invstd[c], weight, bias, c};
-  unsigned seen = 0;  // thread 0's: read before this block arrives
-  if (dx && threadIdx.x == 0) seen = kiln::block::generation(&kiln_bn_pool_backward_generation);
   Acc sdy = 0, sdx = 0;
 #if KILN_POOL_PATH >= 4
   bn_max_pool_sums_quads<KILN_POOL_GROUP>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
 #else
   bn_max_pool_sums<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
 #endif
-  const bool merged =
-      finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits, !dx);
-  if (!dx) return;
-  if (merged)
-    kiln::block::release_generation(&kiln_bn_pool_backward_generation, seen);
-  else if (training)
-    kiln::block::wait_generation(&kiln_bn_pool_backward_generation, seen);
-  kiln::launch_dependents();
-  const DxTerms d = dx_terms(f, sums, C, Acc(1) / static_cast<Acc>(M), training);
-#if KILN_POOL_PATH >= 4
-  bn_max_pool_dx_of_chunk_quads<KILN_POOL_GROUP>(gp, x, f, d, dx, t, chunk, splits, training, relu);
-#else
-  bn_max_pool_dx_of_chunk<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, f, d, dx, t, chunk, splits,
-                                                                               training, relu);
-#endif
+  finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
 }
 #endif
 
@@ -843,8 +727,23 @@ __device__ __forceinline__ void bn_max_pool_dx(const T* __restrict__ gp, const T
   const I cy = (g.H + g.kh - 1) / g.kh, cx = (g.W + g.kw - 1) / g.kw, per_plane = cy * cx, cells = g.planes * per_plane;
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < cells; i += I(gridDim.x) * I(blockDim.x)) {
     const I plane = i / per_plane, w = i - plane * per_plane, oy = w / cx, ox = w - oy * cx, c = plane % g.C;
+    const long long base = static_cast<long long>(plane) * g.H * g.W;
     const Affine f{mean[c], invstd[c], weight, bias, static_cast<long long>(c)};
-    bn_max_pool_dx_cell(gp, x, f, dx_terms(f, sums, t.C, inv_m, training), dx, g, plane, oy, ox, training, relu);
+    WindowMax<I> m{Acc(0), Acc(0), I(0), false};
+    Acc dy = 0;
+    if (oy < g.oh && ox < g.ow) {
+      m = window_max(x + base, g, oy, ox, f, relu);
+      dy = window_dy(kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]), m, relu);
+    }
+    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is;
+    const Acc mean_dy = training ? sums[c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + c] * inv_m : Acc(0);
+    for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
+      for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
+        const I at = iy * g.W + ix;
+        Acc d = m.found && at == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (kiln::cvt<Acc>(x[base + at]) - f.mu) * f.is * mean_dyx;
+        kiln::store(dx + base + at, scale * d);
+      }
   }
 }
 
@@ -855,13 +754,40 @@ __device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, c
                                                      const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
                                                      const Acc* __restrict__ sums, T* __restrict__ dx,
                                                      const PoolTiles& t, Acc inv_m, int training, int relu) {
+  using Row = kiln::Vec<T, 2 * G>;
+  using Pooled = kiln::Vec<T, G>;
   const unsigned groups = quad_groups(t, G);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
     const QuadGroup q = quad_group<G>(i, t);
     const Affine f{mean[q.c], invstd[q.c], weight, bias, static_cast<long long>(q.c)};
-    bn_max_pool_dx_group<G>(gp, x, f, dx_terms(f, sums, t.C, inv_m, training), dx, q, t, training, relu);
+    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
+    const Pooled g = load_vec<Pooled>(gp + q.pooled);
+    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[q.c]) : f.is;
+    const Acc mean_dy = training ? sums[q.c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + q.c] * inv_m : Acc(0);
+    Row o0, o1;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      Acc xs[4];
+      quad_values(r0, r1, j, xs);
+      const WindowMax<unsigned> m = quad_max(xs, f, relu);
+      const Acc dy = window_dy(kiln::cvt<Acc>(g.v[j]), m, relu);
+      T d4[4];
+#pragma unroll
+      for (unsigned k = 0; k < 4; ++k) {
+        Acc d = m.found && k == m.at ? dy : Acc(0);
+        if (training) d = d - mean_dy - (xs[k] - f.mu) * f.is * mean_dyx;
+        d4[k] = kiln::cvt<T>(scale * d);
+      }
+      o0.v[2 * j] = d4[0];
+      o0.v[2 * j + 1] = d4[1];
+      o1.v[2 * j] = d4[2];
+      o1.v[2 * j + 1] = d4[3];
+    }
+    *reinterpret_cast<Row*>(dx + q.x) = o0;
+    *reinterpret_cast<Row*>(dx + q.x + t.W) = o1;
   }
 }
+
 // dx as kiln_batch_norm_backward_dx, a thread per cell of the tiling (cells past oh, ow hold
 // elements no window pooled: dy' = 0 there), or per group of windows along a row
 // (KILN_POOL_PATH); M values per channel.

@@ -404,35 +404,6 @@ __device__ A sum_parked(const A* p, long long stride, int n) {
   }
   return s;
 }
-
-// A grid-wide wait for one block's work, only in kernels whose blocks are all resident at once
-// (their launchers size the grid so): thread 0 of each block reads the generation before it
-// arrives at last_of; the last block bumps it after its work; the others spin until it moves.
-__device__ __forceinline__ unsigned generation(const unsigned* gen) {
-  unsigned v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(gen) : "memory");
-#else
-  v = *reinterpret_cast<const volatile unsigned*>(gen);
-  __threadfence();
-#endif
-  return v;
-}
-__device__ void release_generation(unsigned* gen, unsigned seen) {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence();
-  atomicExch(gen, seen + 1u);
-}
-__device__ void wait_generation(const unsigned* gen, unsigned seen) {
-  if (threadIdx.x == 0)
-    while (generation(gen) == seen) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-      __nanosleep(32);
-#endif
-    }
-  __syncthreads();
-}
 }  // namespace block
 
 // Row kernels give each row a group of `width` lanes: 32 (a warp, kBlock / 32 rows per block) or

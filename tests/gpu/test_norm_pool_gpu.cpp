@@ -3,7 +3,7 @@
 // of a reordered sum, in f32 and in bf16 beside f32 parameters, training and eval, with the
 // ReLU or not, windows that leave rows unpooled; and nn::Sequential's compiled cnn step, which
 // then holds neither the apply kernel nor the pool's, nor one to count the batches; windows in
-// groups along a row against one a thread; the backward in one pass against its two kernels.
+// groups along a row against one a thread.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -89,49 +89,6 @@ TEST_CASE("batch_norm_max_pool2d on the GPU: windows taken in groups along a row
         }
 }
 
-TEST_CASE("batch_norm_max_pool2d's backward on the GPU: one pass bit for bit as its two kernels") {
-  struct Restore {
-    ~Restore() { kernels::set_batch_norm_pool_backward_one_pass(true); }
-  } restore;
-  // Groups of four, two and one window along a row; windows that leave rows unpooled (two
-  // kernels either way); a grid too large to be resident at once (two kernels); 3 x 3 windows.
-  struct Case {
-    Shape s;
-    Dims k;
-  };
-  for (DType t : {DType::f32, DType::bf16, DType::f64})
-    for (const Case& c :
-         {Case{{16, 8, 24, 24}, {2}}, Case{{4, 6, 12, 12}, {2}}, Case{{3, 5, 6, 10}, {2}}, Case{{2, 3, 9, 8}, {2}},
-          Case{{1, 2, 4, 16}, {2}}, Case{{8, 4, 9, 9}, {3}}, Case{{512, 64, 24, 24}, {2}}})
-      for (bool training : {true, false})
-        for (Activation act : {Activation::none, Activation::relu}) {
-          if (t != DType::bf16 && c.s[0] == 512) continue;  // the large grid once is enough
-          const std::string name = std::string(dtype_name(t)) + " " + shape_str(c.s) + " k=" + std::to_string(c.k[0]) +
-                                   (training ? " train" : " eval") + (act == Activation::relu ? " relu" : "");
-          CAPTURE(name);
-          const DType p = t == DType::bf16 ? DType::f32 : t;
-          const Tensor x = random_f64(c.s, 41, 2.0, 0.3).to(t).to(kGpu);
-          const Tensor w = random_f64({c.s[1]}, 42).to(p).to(kGpu), b = random_f64({c.s[1]}, 43).to(p).to(kGpu);
-          const Tensor cot = random_f64({c.s[0], c.s[1], c.s[2] / c.k[0], c.s[3] / c.k[0]}, 44).to(p).to(kGpu);
-          kernels::set_batch_norm_pool_backward_one_pass(false);
-          const PoolRun two = run_bn_pool(true, x, w, b, training, act, c.k, cot, p);
-          kernels::set_batch_norm_pool_backward_one_pass(true);
-          const PoolRun one = run_bn_pool(true, x, w, b, training, act, c.k, cot, p);
-          for (std::size_t g = 0; g < 3; ++g) {
-            CAPTURE(g);
-            CHECK(f64_bits(one.grads[g]) == f64_bits(two.grads[g]));
-          }
-          // And the CPU's gradients, within the rounding of a reordered sum over a channel (not in
-          // bf16, where the CPU's statistics may round a window's values to another maximum).
-          if (c.s[0] == 512 || t == DType::bf16) continue;
-          const PoolRun cpu = run_bn_pool(false, x.to(Device::cpu()), w.to(Device::cpu()), b.to(Device::cpu()),
-                                          training, act, c.k, cot.to(Device::cpu()), p);
-          const double tol = t == DType::f64 ? 1e-10 : 1e-4;
-          for (std::size_t g = 0; g < 3; ++g)
-            check_match(cpu.grads[g], one.grads[g], tol, name + " grad " + std::to_string(g));
-        }
-}
-
 TEST_CASE("batch_norm_max_pool2d on the GPU is bit-identical from run to run") {
   const Tensor x = random_f64({32, 16, 14, 14}, 20).to(DType::bf16).to(kGpu);
   const Tensor w = random_f64({16}, 21).to(DType::f32).to(kGpu), b = random_f64({16}, 22).to(DType::f32).to(kGpu);
@@ -160,7 +117,7 @@ TEST_CASE(
   CHECK(y.grad_fn()->name() == "linear");
   check_match(cpu_net(x), y, 1e-4, "forward");
 
-  // A compiled training step: the batch norm and the pool are two kernels forward and one backward.
+  // A compiled training step: the batch norm and the pool are two kernels forward and two backward.
   optim::SGD opt(gpu_net.parameters(), {.lr = 0.1});
   CompiledFunction step = compile([&](const std::vector<Tensor>& in) {
     opt.zero_grad();
@@ -174,13 +131,13 @@ TEST_CASE(
   const CompileStats st = step.stats();
   REQUIRE(st.kernel_names_per_graph.size() == 1);
   const std::map<std::string, std::size_t>& k = st.kernel_names_per_graph[0];
-  for (const char* name : {"kiln_batch_norm_stats", "kiln_batch_norm_max_pool", "kiln_batch_norm_max_pool_backward"}) {
+  for (const char* name : {"kiln_batch_norm_stats", "kiln_batch_norm_max_pool",
+                           "kiln_batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_dx"}) {
     CAPTURE(name);
     CHECK(k.count(name) == 1);
   }
-  for (const char* name :
-       {"kiln_batch_norm_apply", "kiln_max_pool2d", "kiln_max_pool2d_backward", "kiln_batch_norm_max_pool_backward_dx",
-        "kiln_batch_norm_backward_reduce", "kiln_batch_norm_backward_dx"}) {
+  for (const char* name : {"kiln_batch_norm_apply", "kiln_max_pool2d", "kiln_max_pool2d_backward",
+                           "kiln_batch_norm_backward_reduce", "kiln_batch_norm_backward_dx"}) {
     CAPTURE(name);
     CHECK(k.count(name) == 0);
   }

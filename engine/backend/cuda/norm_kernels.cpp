@@ -48,8 +48,8 @@ const KernelSpec& kBnApply = register_norm_entry("batch_norm_apply", "kiln_batch
 const KernelSpec& kBnBackwardReduce = register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
 const KernelSpec& kBnBackwardDx = register_norm_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
 const KernelSpec& kBnMaxPool = register_norm_entry("batch_norm_max_pool", "kiln_batch_norm_max_pool", kPoolPaths);
-const KernelSpec& kBnMaxPoolBackward =
-    register_norm_entry("batch_norm_max_pool_backward", "kiln_batch_norm_max_pool_backward", kPoolPaths);
+const KernelSpec& kBnMaxPoolBackwardReduce =
+    register_norm_entry("batch_norm_max_pool_backward_reduce", "kiln_batch_norm_max_pool_backward_reduce", kPoolPaths);
 const KernelSpec& kBnMaxPoolBackwardDx =
     register_norm_entry("batch_norm_max_pool_backward_dx", "kiln_batch_norm_max_pool_backward_dx", kPoolPaths);
 const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
@@ -192,11 +192,6 @@ PoolTiles tiles(const BatchNormPoolShape& p) {
 }
 
 std::atomic<bool> g_pool_groups{true};
-std::atomic<bool> g_pool_backward_one_pass{true};
-
-// Blocks of kiln_batch_norm_max_pool_backward an SM holds at once, whatever else runs: its launch
-// bounds promise the registers for four, and its shared memory is a few words.
-constexpr std::int64_t kResidentBackwardBlocks = 4;
 
 // Windows a thread of the pooled kernels takes along a row: 4, else 2, where 2 x 2 windows tile
 // the rows in such groups (and the columns, for dx: `whole`), offsets fit 32 bits and every
@@ -224,7 +219,6 @@ std::uint32_t pool_path(const BatchNormPoolShape& p, std::int64_t group) {
 }  // namespace
 
 void set_batch_norm_pool_groups(bool on) { g_pool_groups.store(on, std::memory_order_relaxed); }
-void set_batch_norm_pool_backward_one_pass(bool on) { g_pool_backward_one_pass.store(on, std::memory_order_relaxed); }
 
 void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
                                 const rt::Stream& s) {
@@ -266,20 +260,14 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
   const int splits = std::max(split.splits, 1);
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (C == 0) return;
-  const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
-  const long long count = shape.unpooled().per_channel;
   // With no windows the blocks still run: the last one writes the zero sums.
   const std::int64_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
-  // One pass where the windows tile x (each block's windows hold all of its cells), every block is
-  // resident at once (they wait for one another's sums) and dx takes the sums' groups of windows.
-  const bool one_pass = g_pool_backward_one_pass.load(std::memory_order_relaxed) && shape.h % shape.kh == 0 &&
-                        shape.w % shape.kw == 0 && C * splits <= kResidentBackwardBlocks * sm_count(s.device()) &&
-                        (sum_group == 1 || pool_group(shape, a.t, true, {a.g, a.x, a.dx}) == sum_group);
-  const rt::DevicePtr dx = one_pass ? a.dx : 0;
-  rt::launch(function(kBnMaxPoolBackward, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g, a.x,
-             a.weight, a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, dx, tiles(shape), chunk, splits,
-             count, training, relu);
-  if (one_pass || cells == 0) return;
+  rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g,
+             a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits,
+             relu);
+  const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
+  if (cells == 0) return;
+  const long long count = shape.unpooled().per_channel;
   const std::int64_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
   rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s, pool_path(shape, group)),
              pool_config(static_cast<std::uint64_t>(cells / group), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,

@@ -80,14 +80,11 @@ struct BatchNormPoolShape {
 // one kernel that normalizes and pools.
 void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
                                 const rt::Stream& s);
-// The backward's per-channel reduction over the windows, then dx: in one kernel where the windows
-// tile x and the grid fits on the GPU at once, else in two (`one_pass` off, for tests: always two;
-// the same bits either way).
+// The backward's per-channel reduction over the windows, then dx.
 // 2 x 2 windows: the pooled kernels take up to four windows a thread along a row, with vector
 // loads, where the shape and the pointers allow (the forward's and dx's arithmetic unchanged; the
 // backward's sums in another order); off here (for tests), one window a thread.
 void set_batch_norm_pool_groups(bool on);
-void set_batch_norm_pool_backward_one_pass(bool on);
 NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int device);
 void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const BatchNormPoolShape& shape,
                                          const NormSplit& split, const rt::Stream& s);
