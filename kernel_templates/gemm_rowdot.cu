@@ -6,7 +6,8 @@
 // the same bits and the product is one kernel with no partials in memory: the tiled kinds split k
 // among blocks to fill the SMs on such shapes and add the splits after. With
 // KILN_ROWDOT_CROSS_ENTROPY the module follows softmax.cu's cross-entropy rows (which state the
-// wait line) and holds the fused kernel below instead. (clang-format would join the
+// wait line) and holds the fused kernel below instead; with KILN_ROWDOT_INPUT_GRAD it holds the
+// product's input gradient masked for the ReLU that made A. (clang-format would join the
 // placeholders' lines.)
 // clang-format off
 ${PRELUDE}
@@ -72,9 +73,47 @@ __device__ __forceinline__ void store_row(const In* __restrict__ a, const In* __
   kiln::store(d + m * kLdd + lane, v);
 }
 
+// Row m of the input gradient dx (M x K, dense) = g (M x kN, dense) @ B where A > 0, else 0: A
+// is a ReLU's output and g the gradient of D. Each lane takes the slices of k it loads in
+// store_row and sums over n in order, so both kernels that write it (below) give the same bits.
+__device__ __forceinline__ void masked_input_grad_row(const In* g, const In* __restrict__ b, const In* __restrict__ a,
+                                                      In* __restrict__ dx, long long m, int lane) {
+  float gv[kN];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) gv[n] = kiln::cvt<float>(g[m * kN + n]);
+  const In* y = a + m * kLda;
+  In* out = dx + m * kK;
+#pragma unroll 2
+  for (long long k = lane * kVec; k < kK; k += 32 * kVec) {
+    float acc[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      float wv[kVec];
+      load(b + n * kLdb + k, wv);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[j] = fmaf(gv[n], wv[j], acc[j]);
+    }
+    float yv[kVec];
+    load(y + k, yv);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) kiln::store(out + k + j, yv[j] > 0.f ? acc[j] : 0.f);
+  }
+}
+
 }  // namespace
 
-#ifndef KILN_ROWDOT_CROSS_ENTROPY
+#if defined(KILN_ROWDOT_INPUT_GRAD)
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+kiln_gemm_rowdot_input_grad(const In* __restrict__ g, const In* __restrict__ b, const In* __restrict__ a,
+                            In* __restrict__ dx) {
+  kiln::wait_prior_grids();
+  const long long m = static_cast<long long>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (m >= kM) return;
+  masked_input_grad_row(g, b, a, dx, m, threadIdx.x & 31);
+}
+#elif !defined(KILN_ROWDOT_CROSS_ENTROPY)
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
 kiln_gemm_rowdot(const In* __restrict__ a, const In* __restrict__ b, In* __restrict__ d, const In* __restrict__ bias) {
   kiln::wait_prior_grids();
@@ -87,16 +126,23 @@ kiln_gemm_rowdot(const In* __restrict__ a, const In* __restrict__ b, In* __restr
 // warp per row, as kiln_softmax_cross_entropy runs at width 32, writes its row's logits as
 // kiln_gemm_rowdot does (the same bits) and reads them back (__syncwarp orders a warp's global
 // writes before its reads), so the loss, statistics and gradient are those of the two kernels.
+// With masked_dx (and unit_dx), each warp then reads its row's unit_dx back and writes the row
+// of the input gradient masked for the ReLU that made A, as kiln_gemm_rowdot_input_grad does.
 extern "C" __global__ void __launch_bounds__(kBlock)
 kiln_gemm_rowdot_cross_entropy(const In* __restrict__ a, const In* __restrict__ b, In* d, const In* __restrict__ bias,
                                const long long* __restrict__ labels, Loss* __restrict__ out, Acc* rows,
-                               Acc* __restrict__ stats, T* __restrict__ unit_dx, int reduction, double smoothing,
-                               long long ignore, int has_ignore) {
+                               Acc* __restrict__ stats, T* unit_dx, int reduction, double smoothing,
+                               long long ignore, int has_ignore, In* __restrict__ masked_dx) {
   kiln::wait_prior_grids();
   cross_entropy_rows(d, labels, out, rows, stats, unit_dx, kM, kN, 32, reduction, smoothing, ignore, has_ignore,
                      [&](long long r, bool live, int lane) {
                        if (live) store_row(a, b, d, bias, r, lane);
                        __syncwarp();
+                     },
+                     [&](long long r, int lane) {
+                       if (!masked_dx) return;
+                       __syncwarp();
+                       masked_input_grad_row(unit_dx, b, a, masked_dx, r, lane);
                      });
 }
 #endif

@@ -105,12 +105,14 @@ __device__ unsigned int kiln_ce_blocks_done;
 // unit_dx, when given (reduction sum, or mean with no label ignored), gets the gradient for a
 // loss gradient of 1, as kiln_softmax_cross_entropy_backward writes it (the same bits).
 // Every lane of a row's group calls before_row(r, live, lane) first: a kernel that computes
-// the logits itself writes row r there (gemm_rowdot.cu), so x is not __restrict__.
-template <class BeforeRow>
+// the logits itself writes row r there (gemm_rowdot.cu), so x is not __restrict__; and every
+// lane of a live row calls after_row(r, lane) once its unit_dx is stored (gemm_rowdot.cu reads
+// it back for the layer's input gradient), so neither is unit_dx.
+template <class BeforeRow, class AfterRow>
 __device__ void cross_entropy_rows(const T* x, const long long* __restrict__ labels, Loss* __restrict__ out, Acc* rows,
-                                   Acc* __restrict__ stats, T* __restrict__ unit_dx, long long N, long long C,
-                                   int width, int reduction, double smoothing, long long ignore, int has_ignore,
-                                   BeforeRow before_row) {
+                                   Acc* __restrict__ stats, T* unit_dx, long long N, long long C, int width,
+                                   int reduction, double smoothing, long long ignore, int has_ignore,
+                                   BeforeRow before_row, AfterRow after_row) {
   const Acc eps = static_cast<Acc>(smoothing);
   kiln::rows::for_each<kBlock>(N, width, [&](long long r, bool live, int lane) {
     before_row(r, live, lane);
@@ -134,6 +136,7 @@ __device__ void cross_entropy_rows(const T* x, const long long* __restrict__ lab
                     dead ? Acc(0) : scale * (kiln::math::exp(kiln::cvt<Acc>(xr[k]) - lse) - target));
       }
     }
+    after_row(r, lane);
     if (lane != 0) return;
     stats[r] = lse;
     Acc l = 0;
@@ -173,8 +176,9 @@ extern "C" __global__ void kiln_softmax_cross_entropy(const T* __restrict__ x, c
                                                       int reduction, double smoothing, long long ignore,
                                                       int has_ignore) {
   kiln::wait_prior_grids();
-  cross_entropy_rows(x, labels, out, rows, stats, unit_dx, N, C, width, reduction, smoothing, ignore, has_ignore,
-                     [](long long, bool, int) {});
+  cross_entropy_rows(
+      x, labels, out, rows, stats, unit_dx, N, C, width, reduction, smoothing, ignore, has_ignore,
+      [](long long, bool, int) {}, [](long long, int) {});
 }
 #endif
 

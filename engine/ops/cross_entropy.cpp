@@ -15,8 +15,10 @@
 #include "core/dtype_sets.h"
 #include "core/step/step_state.h"
 #include "kiln/autograd.h"
+#include "kiln/creation.h"
 #include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/log.h"
+#include "linear_grads.h"
 #include "loss_common.h"
 
 namespace kiln {
@@ -258,7 +260,10 @@ const OpRef kCrossEntropyBackward = register_op({
 // kind over exactly these logits (the same bits as the two kernels). A product that ran already
 // has its fused kernel loaded for the capture; one that does not fit runs now, alone; a capture
 // whose eager call did not load the fused kernel runs them apart. False: the caller's kernel runs.
-bool with_product(step::HeldProduct& held, const Tensor& x, const kernels::RowCrossEntropy& ce) {
+// With the gradient for a backward() of 1 (unit_dx) and a product over a ReLU's output, the
+// kernel also writes that layer's masked input gradient, offered to its vjp
+// (linear_detail::offer_ahead_input_grad): one kernel fewer on the backward's chain.
+bool with_product(step::HeldProduct& held, const Tensor& x, kernels::RowCrossEntropy ce, const Tensor& unit_dx) {
   const auto* row = std::any_cast<kernels::RowProduct>(&held.fused);
   const bool fits = row && kernels::rowdot_cross_entropy_fits(row->launch) && row->launch.g.m == x.shape()[0] &&
                     row->launch.g.n == x.shape()[1] && row->operands.d == device_address(x);
@@ -270,7 +275,14 @@ bool with_product(step::HeldProduct& held, const Tensor& x, const kernels::RowCr
   }
   rt::log().debug("[fuse] linear's row product and softmax_cross_entropy over {} run as one kernel",
                   shape_str(x.shape()));
+  Tensor masked_dx;
+  if (unit_dx.defined() && linear_detail::relu_made_input(x, 0)) {
+    masked_dx = empty({row->launch.g.m, row->launch.g.k}, {.dtype = x.dtype(), .device = x.device()});
+    ce.masked_dx = device_address(masked_dx);
+  }
   kernels::launch_rowdot_cross_entropy(row->launch, row->operands, ce);
+  if (masked_dx.defined())
+    linear_detail::offer_ahead_input_grad(unit_dx, row->operands.b, row->operands.a, std::move(masked_dx));
   return true;
 }
 
@@ -319,7 +331,8 @@ const OpRef kCrossEntropy = register_op({
                                             p.eps,
                                             p.ignore.index,
                                             p.ignore.on};
-          if (held && with_product(*held, x, ce)) return;
+          // x, not a contiguous copy: the masked input gradient asks what made it.
+          if (held && with_product(*held, a.inputs[0], ce, p.unit_grad ? out[2] : Tensor())) return;
           kernels::launch_cross_entropy(x.dtype(), ce.loss, device_address(x), ce.labels, ce.out, ce.rows, ce.stats,
                                         ce.unit_dx, n, x.shape()[1], p.reduction, p.eps, p.ignore.index, p.ignore.on,
                                         stream_of(a.device));

@@ -7,6 +7,9 @@
 // offers it (grad sinks). The CPU references are plain loops.
 #include "linear_grads.h"
 
+#include <memory>
+#include <optional>
+
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/grad_stream.h"
@@ -15,10 +18,13 @@
 #include "core/cpu/loops.h"
 #include "core/dtype_sets.h"
 #include "core/tensor/copy.h"
+#include "core/tensor/tensor_impl.h"
+#include "kiln/autograd.h"
 #include "kiln/creation.h"
 #include "kiln/elementwise.h"
 #include "kiln/linalg.h"
 #include "kiln/ops.h"
+#include "kiln/runtime/log.h"
 #include "kiln/shape_ops.h"
 
 namespace kiln {
@@ -33,6 +39,48 @@ LtOperand lt_operand(const Tensor& t) {
 }
 
 Tensor lt_ready(const Tensor& t) { return lt_operand(t).ok ? t : gpu::contiguous(t); }
+
+namespace {
+
+struct AheadInputGrad {
+  std::weak_ptr<Storage> dlogits;  // a vjp hands on an alias of the forward's output: its storage
+  std::uint64_t data = 0, w = 0, y = 0;
+  Shape shape;
+  Tensor dx;
+};
+thread_local std::optional<AheadInputGrad> t_ahead;
+
+}  // namespace
+
+void offer_ahead_input_grad(const Tensor& dlogits, std::uint64_t w, std::uint64_t y, Tensor dx) {
+  t_ahead = AheadInputGrad{dlogits.impl()->storage, device_address(dlogits), w, y, dlogits.shape(), std::move(dx)};
+}
+
+Tensor take_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y) {
+  if (!t_ahead) return {};
+  const std::shared_ptr<Storage> held = t_ahead->dlogits.lock();
+  if (!held) {
+    t_ahead.reset();
+    return {};
+  }
+  const bool same = g.device().is_cuda() && g.impl()->storage == held && device_address(g) == t_ahead->data &&
+                    g.shape() == t_ahead->shape && g.is_contiguous() && device_address(w) == t_ahead->w &&
+                    device_address(y) == t_ahead->y && t_ahead->dx.shape() == y.shape() &&
+                    t_ahead->dx.dtype() == y.dtype();
+  if (!same) return {};
+  Tensor dx = std::move(t_ahead->dx);
+  t_ahead.reset();
+  return dx;
+}
+
+bool relu_made_input(const Tensor& out, int i) {
+  const std::shared_ptr<Node> n = out.grad_fn();
+  if (!n || i < 0 || static_cast<std::size_t>(i) >= n->next_edges().size()) return false;
+  const Node::Edge& e = n->next_edges()[static_cast<std::size_t>(i)];
+  const Node* p = e.node.get();
+  return p && e.output_nr == 0 && p->outputs().size() == 1 && p->op().relu_masked_gradient &&
+         p->op().relu_masked_gradient(p->attrs());
+}
 
 }  // namespace linear_detail
 
@@ -302,12 +350,28 @@ void masked_input_grad_cpu(const OpArgs& a, std::span<Tensor> out) {
   });
 }
 
+// The row kernel where it applies (an output layer's few columns: a warp a row, the bits of the
+// fused loss's masked_dx), else cuBLASLt. Its layouts: everything dense, w and y 16-byte aligned.
+std::optional<kernels::GemmLaunch> row_input_grad(const Tensor& gp, const Tensor& w, const Tensor& y) {
+  if (!gp.is_contiguous() || !w.is_contiguous() || !y.is_contiguous() || device_address(w) % 16 != 0 ||
+      device_address(y) % 16 != 0)
+    return std::nullopt;
+  return kernels::plan_rowdot_input_grad(gp.dtype(), gp.shape()[0], gp.shape()[1], w.shape()[1],
+                                         kernels::gemm_target(gp.device().index()));
+}
+
 // Column-major, as cuBLASLt sees it: dx^T (k x m) = w^T (k x n) @ gp^T (n x m), masked by y^T.
 void masked_input_grad_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor gp = lt_ready(a.inputs[0]), w = lt_ready(a.inputs[1]), y = gpu::contiguous(a.inputs[2]);
   const std::int64_t m = gp.shape()[0], n = gp.shape()[1], k = w.shape()[1];
   const rt::Stream& s = stream_of(a.device);
   if (m == 0 || k == 0) return;
+  if (n > 0)
+    if (const std::optional<kernels::GemmLaunch> row = row_input_grad(gp, w, y)) {
+      kernels::launch_rowdot_input_grad(*row, device_address(gp), device_address(w), device_address(y),
+                                        device_address(out[0]), s);
+      return;
+    }
   if (n == 0) {
     rt::memset_device(device_address(out[0]), 0, static_cast<std::size_t>(m * k) * out[0].element_size(), s);
     return;
@@ -356,8 +420,8 @@ const OpRef kReluMaskedInputGrad = register_op({
 // masks in one launch, is timed beside cuBLASLt's split-K pair and its mask pass (on sm_90 its
 // cluster split-K): the f32 mlp at batch 128 on an H200 took 0.0549 ms a step masked so, 0.0557
 // not, and 0.0570 against 0.0559 masked on cuBLASLt's kernels alone.
-bool mask_pays(const Tensor& gp, const Tensor& w) {
-  if (gp.dtype() != DType::f32 || allow_tf32()) return true;
+bool mask_pays(const Tensor& gp, const Tensor& w, const Tensor& y) {
+  if (gp.dtype() != DType::f32 || allow_tf32() || row_input_grad(gp, w, y)) return true;
   const kernels::LtMatmul g{.dtype = DType::f32,
                             .m = w.shape()[1],
                             .n = gp.shape()[0],
@@ -371,13 +435,20 @@ bool mask_pays(const Tensor& gp, const Tensor& w) {
 // that pays. The layer below then sums its bias gradient beside its weight product, off the chain.
 Tensor input_grad(const VjpContext& c, const Tensor& gp) {
   const Tensor w = c.saved_input(1);
-  if (c.may_mask_input_gradient(0) && gp.device().is_cuda() && mask_pays(gp, w)) {
+  if (c.may_mask_input_gradient(0) && gp.device().is_cuda()) {
     const Tensor y = c.saved_input(0);  // the ReLU's output, unless the dtype plan cast it
     if (y.dtype() == c.input(0).dtype && y.dtype() == gp.dtype() && w.dtype() == gp.dtype() &&
         gp.dtype() != DType::f64) {
-      c.masked_input_gradient(0);
-      const Tensor in[] = {gp, w, y};
-      return dispatch(kReluMaskedInputGrad, in)[0];
+      if (Tensor ahead = linear_detail::take_ahead_input_grad(gp, w, y); ahead.defined()) {
+        rt::log().debug("[fuse] linear's masked input gradient {} came with its loss's kernel", shape_str(y.shape()));
+        c.masked_input_gradient(0);
+        return ahead;
+      }
+      if (mask_pays(gp, w, y)) {
+        c.masked_input_gradient(0);
+        const Tensor in[] = {gp, w, y};
+        return dispatch(kReluMaskedInputGrad, in)[0];
+      }
     }
   }
   return matmul(gp, w);

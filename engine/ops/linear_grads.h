@@ -23,4 +23,17 @@ Tensor lt_ready(const Tensor& t);
 // the gradient of y.
 std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu);
 
+// An output layer's input gradient made ahead of the backward: the fused product and loss
+// (cross_entropy.cpp) write dx = (dlogits @ w) masked for the ReLU that made y beside the loss's
+// gradient for a backward() of 1, and offer it here; the layer's vjp takes it, once, where its
+// incoming gradient is that dlogits (the same storage) and its operands w and y are those
+// addresses, instead of launching its own product. One offer at a time per thread; a later one
+// replaces it, and it holds dlogits only weakly.
+void offer_ahead_input_grad(const Tensor& dlogits, std::uint64_t w, std::uint64_t y, Tensor dx);
+Tensor take_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y);  // undefined if none fits
+// Whether input `i` of the op that made `out` is the one output of an op whose gradient a ReLU
+// masks (a linear layer with ReLU, relu): a gradient masked ahead may then serve its vjp
+// (VjpContext::may_mask_input_gradient says whether it will, in the backward).
+bool relu_made_input(const Tensor& out, int i);
+
 }  // namespace kiln::linear_detail

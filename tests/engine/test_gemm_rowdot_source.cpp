@@ -132,3 +132,33 @@ TEST_CASE("the row kind's fused cross-entropy compiles for every logits and loss
   REQUIRE(ffma);
   CHECK_FALSE(kernels::rowdot_cross_entropy_fits(*ffma));
 }
+
+// A row-kind product's input gradient masked for the ReLU that made A: its own module (no product
+// kernel in it) for f32, bf16 and f16, 16-byte loads and one element at a time; none for f64 or
+// more than 32 columns.
+TEST_CASE("the row kind's masked input gradient compiles in every dtype and load width") {
+  std::vector<kiln_test::CompileJob> jobs;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (auto [m, n, k] : {std::array<std::int64_t, 3>{256, 10, 256}, {33, 32, 509}}) {
+      const auto l = kernels::plan_rowdot_input_grad(t, m, n, k, kTarget);
+      REQUIRE(l);
+      CHECK(l->g.m == m);
+      CHECK(l->bn == n);
+      const std::string src = kernels::rowdot_input_grad_source(*l);
+      CHECK(rt::template_placeholders(src).empty());
+      jobs.push_back(kiln_test::generated_job("check_rowdot_input_grad", src, "kiln_gemm_rowdot_input_grad", 90));
+    }
+  const kiln_test::CompileSummary r = kiln_test::compile_all(jobs);
+  MESSAGE("rowdot input gradient: " << r.text());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(i);
+    const kiln_test::CompileOutcome& o = r.outcomes[i];
+    CHECK_MESSAGE(o.error.empty(), o.error);
+    CHECK(o.ptx.find("kiln_gemm_rowdot_input_grad") != std::string::npos);
+    CHECK(o.ptx.find(".entry kiln_gemm_rowdot(") == std::string::npos);
+    CHECK(o.ptx.find("fma.rn.f32") != std::string::npos);
+  }
+  CHECK_FALSE(kernels::plan_rowdot_input_grad(DType::f64, 64, 10, 100, kTarget));
+  CHECK_FALSE(kernels::plan_rowdot_input_grad(DType::f32, 64, 33, 100, kTarget));
+  CHECK_FALSE(kernels::plan_rowdot_input_grad(DType::f32, 0, 10, 100, kTarget));
+}

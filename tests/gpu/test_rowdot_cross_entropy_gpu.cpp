@@ -3,7 +3,8 @@
 // then the cross-entropy kernel, in every logits dtype, loss dtype, reduction, smoothing,
 // ignore_index and rows a block; the product against the CPU's; and in a compiled training step, where the
 // linear layer's product is held for the loss, one kernel with eager's losses and gradients, the
-// loss's gradient 1 or not.
+// loss's gradient 1 or not; over a ReLU layer, that kernel also writes the layer's masked input
+// gradient (no kernel of its own), as the row input-gradient kernel does in eager.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -107,7 +108,29 @@ TEST_CASE("the row kind's product and its rows' cross-entropy in one kernel give
           CHECK(bits(fused) == bits(apart));
           CHECK(bits(one.loss) == bits(two.loss));
           CHECK(bits(one.stats) == bits(two.stats));
-          if (unit) CHECK(bits(one.dx) == bits(two.dx));
+          if (unit) {
+            CHECK(bits(one.dx) == bits(two.dx));
+            // Again with x's input gradient masked where x > 0 (as a ReLU's output): the bits of
+            // the row input-gradient kernel over the unit gradient.
+            const Tensor masked = zeros({cs.n, cs.k}, {.dtype = t, .device = kGpu}), again = zeros_like(fused);
+            CeOut three(cs.n, cs.c, t, cs.loss, reduction, unit);
+            kernels::RowCrossEntropy a3 = three.args(cs.loss, labels, reduction, eps, ignored);
+            a3.masked_dx = addr(masked);
+            kernels::launch_rowdot_cross_entropy(*l, {addr(x), addr(w), addr(again), addr(b), &s}, a3);
+            const Tensor apart_dx = zeros({cs.n, cs.k}, {.dtype = t, .device = kGpu});
+            const auto ig = kernels::plan_rowdot_input_grad(t, cs.n, cs.c, cs.k, tgt);
+            REQUIRE(ig);
+            kernels::launch_rowdot_input_grad(*ig, addr(two.dx), addr(w), addr(x), addr(apart_dx), s);
+            CHECK(bits(again) == bits(fused));
+            CHECK(bits(three.dx) == bits(one.dx));
+            CHECK(bits(masked) == bits(apart_dx));
+            if (runs % 4 == 0) {
+              const Tensor want =
+                  relu_backward(matmul(two.dx.to(Device::cpu()).to(DType::f64), w.to(Device::cpu()).to(DType::f64)),
+                                x.to(Device::cpu()).to(DType::f64));
+              kiln_test::check_match(want.to(t), masked, t == DType::f32 ? 1e-5 : 2e-2, "masked input gradient");
+            }
+          }
           ++runs;
         }
   // The product itself against the CPU's (the cross-entropy kernel's own tests cover the rest).
@@ -198,5 +221,84 @@ TEST_CASE("in a compiled step the output layer's row product and its cross-entro
     CHECK(count("kiln_gemm_rowdot_cross_entropy") == 1);
     CHECK(count("kiln_gemm_rowdot") == 0);
     CHECK(count("kiln_softmax_cross_entropy") == 0);
+  }
+}
+
+// Over a ReLU layer: the fused kernel writes the output layer's input gradient, masked for the
+// ReLU, which the layer's vjp takes (no kernel of its own in the graph); eager runs the row
+// input-gradient kernel, whose bits these are, so the step's gradients are eager's.
+TEST_CASE("in a compiled step the fused output layer and loss also give the masked input gradient, eager's bits") {
+  struct Case {
+    DType t;  // f32, or bf16 under autocast
+    std::int64_t n, k, hidden;
+  };
+  for (const Case cs : {Case{DType::f32, 96, 40, 64}, Case{DType::bf16, 128, 48, 256}}) {
+    CAPTURE(dtype_name(cs.t));
+    const std::int64_t c = 10;
+    kernels::LtMatmul g{.dtype = cs.t,
+                        .m = c,
+                        .n = cs.n,
+                        .k = cs.hidden,
+                        .trans_a = true,
+                        .lda = cs.hidden,
+                        .ldb = cs.hidden,
+                        .ldd = c,
+                        .epilogue = kernels::LtEpilogue::bias,
+                        .a = 1 << 20,
+                        .b = 2 << 20,
+                        .d = 3 << 20,
+                        .bias = 4 << 20};
+    const kernels::GemmMath math = cs.t == DType::f32 ? kernels::GemmMath::f32 : kernels::GemmMath::bf16;
+    const auto l = kernels::plan(kernels::GemmKernel::rowdot,
+                                 {cs.n, c, cs.hidden, cs.hidden, cs.hidden, c, math, kernels::GemmEpilogue::bias},
+                                 kernels::gemm_target(0));
+    REQUIRE(l);
+    rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+    Generator gen(22);
+    nn::Linear hidden(cs.k, cs.hidden, true, &gen), out(cs.hidden, c, true, &gen);
+    hidden.to(kGpu);
+    out.to(kGpu);
+    auto step = [&](const std::vector<Tensor>& in) {
+      hidden.zero_grad();
+      out.zero_grad();
+      Tensor loss;
+      {
+        std::optional<AutocastGuard> amp;
+        if (cs.t != DType::f32) amp.emplace(cs.t);
+        loss = cross_entropy(out.forward(relu(hidden.forward(in[0]))), in[1], Reduction::mean, 0.1);
+      }
+      loss.backward();
+      std::vector<Tensor> r{loss.detach()};
+      for (const nn::Linear* m : {&hidden, &out})
+        for (const Tensor& p : m->parameters()) r.push_back(p.grad());
+      return r;
+    };
+    const Tensor x = randn({cs.n, cs.k}, {.device = kGpu}, &gen), labels = labels_of(cs.n, c, false, 6);
+    const std::vector<Tensor> eager = step({x, labels});
+    CompiledFunction cf = compile(step);
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<Tensor> got = cf({x, labels});
+      CAPTURE(k);
+      REQUIRE(got.size() == eager.size());
+      for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(eager[i]));
+    }
+    const CompileStats st = cf.stats();
+    REQUIRE(st.kernel_names_per_graph.size() == 1);
+    const auto& names = st.kernel_names_per_graph[0];
+    auto count = [&](const char* name) { return names.count(name) ? names.at(name) : std::size_t{0}; };
+    CHECK(count("kiln_gemm_rowdot_cross_entropy") == 1);
+    CHECK(count("kiln_gemm_rowdot_input_grad") == 0);
+    CHECK(count("kiln_gemm_ffma") == 0);
+    // The hidden layer's weight gradient reads the masked input gradient: it matches the CPU's.
+    const Tensor xc = x.to(Device::cpu()), lc = labels.to(Device::cpu());
+    std::vector<Tensor> cp;
+    for (const nn::Linear* m : {&hidden, &out})
+      for (const Tensor& p : m->parameters()) cp.push_back(p.to(Device::cpu()).detach().requires_grad_());
+    if (cs.t == DType::f32) {
+      // One more step's gradients, from the parameters as they are (no optimizer: unchanged).
+      const Tensor h = relu(linear(xc, cp[0], cp[1]));
+      cross_entropy(linear(h, cp[2], cp[3]), lc, Reduction::mean, 0.1).backward();
+      for (std::size_t i = 0; i < cp.size(); ++i) kiln_test::check_match(cp[i].grad(), eager[i + 1], 1e-4, "grad");
+    }
   }
 }

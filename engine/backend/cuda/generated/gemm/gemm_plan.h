@@ -204,7 +204,9 @@ void launch(const GemmLaunch& l, const GemmOperands& ops);
 // The softmax cross-entropy over the rows of a row-kind product's D (the logits), as
 // kernels::launch_cross_entropy takes it: labels (i64, one a row), the loss `out` in `loss`,
 // `rows` scratch for sum and mean, stats (each row's lse, then the count) and, when given,
-// unit_dx (the logits' gradient for a loss gradient of 1).
+// unit_dx (the logits' gradient for a loss gradient of 1); with unit_dx, when given, masked_dx
+// (M x K, dense): A's gradient through the product for that unit gradient, zero where A is not
+// > 0 (A a ReLU's output), as launch_rowdot_input_grad writes it.
 struct RowCrossEntropy {
   DType loss = DType::f32;
   rt::DevicePtr labels = 0, out = 0, rows = 0, stats = 0, unit_dx = 0;
@@ -212,6 +214,7 @@ struct RowCrossEntropy {
   double smoothing = 0;
   std::int64_t ignore = 0;
   bool has_ignore = false;
+  rt::DevicePtr masked_dx = 0;
 };
 // Whether launch_rowdot_cross_entropy takes l: the row kind with dense D (rows of n) and no ReLU.
 bool rowdot_cross_entropy_fits(const GemmLaunch& l);
@@ -225,5 +228,15 @@ void load_rowdot_cross_entropy(const GemmLaunch& l, DType loss, int device);
 bool rowdot_cross_entropy_loaded(const GemmLaunch& l, DType loss, int device);
 // That kernel's module source for a loss of dtype `loss` (tests compile it without a GPU).
 std::string rowdot_cross_entropy_source(const GemmLaunch& l, DType loss);
+
+// The input gradient of a row-kind product masked for the ReLU that made A: dx (m x k, dense) =
+// g (m x n, dense) @ w (n x k, dense) where y (m x k, dense) > 0, else 0, a warp a row summing over
+// n in order (the bits the fused cross-entropy's masked_dx has). For f32, bf16 and f16 with
+// n <= 32; none elsewhere.
+std::optional<GemmLaunch> plan_rowdot_input_grad(DType t, std::int64_t m, std::int64_t n, std::int64_t k,
+                                                 const GemmTarget& target);
+std::string rowdot_input_grad_source(const GemmLaunch& l);
+void launch_rowdot_input_grad(const GemmLaunch& l, rt::DevicePtr g, rt::DevicePtr w, rt::DevicePtr y, rt::DevicePtr dx,
+                              const rt::Stream& s);
 
 }  // namespace kiln::kernels

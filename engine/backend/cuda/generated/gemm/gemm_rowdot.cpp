@@ -145,8 +145,40 @@ void launch_rowdot_cross_entropy(const GemmLaunch& l, const GemmOperands& ops, c
   const RowLaunch rows = row_launch(l.g.m, l.g.n, ops.stream->device());
   const std::int32_t red = ce.reduction, hi = ce.has_ignore ? 1 : 0;
   const long long ig = ce.ignore;
+  const rt::DevicePtr masked_dx = ce.unit_dx ? ce.masked_dx : 0;
   rt::launch(fn, rows.config, *ops.stream, ops.a, ops.b, ops.d, ops.bias, ce.labels, ce.out, ce.rows, ce.stats,
-             ce.unit_dx, red, ce.smoothing, ig, hi);
+             ce.unit_dx, red, ce.smoothing, ig, hi, masked_dx);
+}
+
+std::optional<GemmLaunch> plan_rowdot_input_grad(DType t, std::int64_t m, std::int64_t n, std::int64_t k,
+                                                 const GemmTarget& target) {
+  const std::optional<GemmMath> math = t == DType::f32    ? std::optional(GemmMath::f32)
+                                       : t == DType::bf16 ? std::optional(GemmMath::bf16)
+                                       : t == DType::f16  ? std::optional(GemmMath::f16)
+                                                          : std::nullopt;
+  if (!math) return std::nullopt;
+  // The forward's geometry: A (m x k) the ReLU's output, B (n x k) the weights, D (m x n).
+  const GemmGeometry g{.m = m, .n = n, .k = k, .lda = k, .ldb = k, .ldd = n, .math = *math};
+  return plan_rowdot(g, target, {});
+}
+
+std::string rowdot_input_grad_source(const GemmLaunch& l) {
+  return "#define KILN_ROWDOT_INPUT_GRAD 1\n" + rowdot_source(l);
+}
+
+void launch_rowdot_input_grad(const GemmLaunch& l, rt::DevicePtr g, rt::DevicePtr w, rt::DevicePtr y, rt::DevicePtr dx,
+                              const rt::Stream& s) {
+  constexpr const char* kEntry = "kiln_gemm_rowdot_input_grad";
+  rt::GeneratedKey key("gemm_rowdot_input_grad");
+  key.add(l.bm);
+  l.g.add_to(key);
+  const auto module = rt::generated_kernels(key, [&] {
+    return rt::GeneratedModule{rowdot_input_grad_source(l), "gemm " + l.text() + " masked input gradient", {kEntry}};
+  });
+  rt::LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(l.grid), 1, 1};
+  cfg.block = {static_cast<unsigned>(32 * l.bm), 1, 1};
+  rt::launch(rt::generated_function(module, kEntry, s.device()), cfg, s, g, w, y, dx);
 }
 
 }  // namespace kiln::kernels
