@@ -83,8 +83,13 @@ __device__ __forceinline__ void masked_input_grad_row(const In* g, const In* __r
   for (int n = 0; n < kN; ++n) gv[n] = kiln::cvt<float>(g[m * kN + n]);
   const In* y = a + m * kLda;
   In* out = dx + m * kK;
-#pragma unroll 2
-  for (long long k = lane * kVec; k < kK; k += 32 * kVec) {
+  // Unrolled whole, so that every slice's loads are in flight at once: the loop sits on the
+  // backward's chain, and its time is the loads' latency.
+  constexpr int kSlices = static_cast<int>((kK + 32 * kVec - 1) / (32 * kVec));
+#pragma unroll
+  for (int slice = 0; slice < kSlices; ++slice) {
+    const long long k = (static_cast<long long>(slice) * 32 + lane) * kVec;
+    if (k >= kK) break;
     float acc[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) acc[j] = 0.f;

@@ -276,7 +276,7 @@ bool with_product(step::HeldProduct& held, const Tensor& x, kernels::RowCrossEnt
   rt::log().debug("[fuse] linear's row product and softmax_cross_entropy over {} run as one kernel",
                   shape_str(x.shape()));
   Tensor masked_dx;
-  if (unit_dx.defined() && linear_detail::relu_made_input(x, 0)) {
+  if (unit_dx.defined() && linear_detail::row_input_grad_serves(x.dtype()) && linear_detail::relu_made_input(x, 0)) {
     masked_dx = empty({row->launch.g.m, row->launch.g.k}, {.dtype = x.dtype(), .device = x.device()});
     ce.masked_dx = device_address(masked_dx);
   }

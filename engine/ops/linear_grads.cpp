@@ -73,6 +73,10 @@ Tensor take_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y) 
   return dx;
 }
 
+bool row_input_grad_serves(DType t) {
+  return t == DType::bf16 || t == DType::f16 || (t == DType::f32 && !allow_tf32());
+}
+
 bool relu_made_input(const Tensor& out, int i) {
   const std::shared_ptr<Node> n = out.grad_fn();
   if (!n || i < 0 || static_cast<std::size_t>(i) >= n->next_edges().size()) return false;
@@ -353,8 +357,8 @@ void masked_input_grad_cpu(const OpArgs& a, std::span<Tensor> out) {
 // The row kernel where it applies (an output layer's few columns: a warp a row, the bits of the
 // fused loss's masked_dx), else cuBLASLt. Its layouts: everything dense, w and y 16-byte aligned.
 std::optional<kernels::GemmLaunch> row_input_grad(const Tensor& gp, const Tensor& w, const Tensor& y) {
-  if (!gp.is_contiguous() || !w.is_contiguous() || !y.is_contiguous() || device_address(w) % 16 != 0 ||
-      device_address(y) % 16 != 0)
+  if (!linear_detail::row_input_grad_serves(gp.dtype()) || !gp.is_contiguous() || !w.is_contiguous() ||
+      !y.is_contiguous() || device_address(w) % 16 != 0 || device_address(y) % 16 != 0)
     return std::nullopt;
   return kernels::plan_rowdot_input_grad(gp.dtype(), gp.shape()[0], gp.shape()[1], w.shape()[1],
                                          kernels::gemm_target(gp.device().index()));

@@ -31,6 +31,9 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu);
 // replaces it, and it holds dlogits only weakly.
 void offer_ahead_input_grad(const Tensor& dlogits, std::uint64_t w, std::uint64_t y, Tensor dx);
 Tensor take_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y);  // undefined if none fits
+// Whether the row input-gradient kernel's arithmetic (exact f32 sums) serves a product in t: 16-bit
+// dtypes, and f32 unless TF32 is allowed (TF32 products stay on cuBLASLt's TF32 kernels).
+bool row_input_grad_serves(DType t);
 // Whether input `i` of the op that made `out` is the one output of an op whose gradient a ReLU
 // masks (a linear layer with ReLU, relu): a gradient masked ahead may then serve its vjp
 // (VjpContext::may_mask_input_gradient says whether it will, in the backward).
