@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +55,53 @@ struct CeOut {
             reduction, eps,          -100,       ignored};
   }
 };
+
+// The tuner's choice for a (rows x k) @ (k x c) output layer's product with bias in t, stored as
+// the row kind: a compiled step holds the product for the loss.
+void store_row_choice(DType t, std::int64_t rows, std::int64_t c, std::int64_t k) {
+  const kernels::LtMatmul g{.dtype = t,
+                            .m = c,
+                            .n = rows,
+                            .k = k,
+                            .trans_a = true,
+                            .lda = k,
+                            .ldb = k,
+                            .ldd = c,
+                            .epilogue = kernels::LtEpilogue::bias,
+                            .a = 1 << 20,
+                            .b = 2 << 20,
+                            .d = 3 << 20,
+                            .bias = 4 << 20};
+  const kernels::GemmMath math = t == DType::f32    ? kernels::GemmMath::f32
+                                 : t == DType::bf16 ? kernels::GemmMath::bf16
+                                                    : kernels::GemmMath::f16;
+  const auto l = kernels::plan(kernels::GemmKernel::rowdot, {rows, c, k, k, k, c, math, kernels::GemmEpilogue::bias},
+                               kernels::gemm_target(0));
+  REQUIRE(l);
+  rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+}
+
+using Step = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+// `step` eager once, then compiled: four replays give eager's bits. The graph's kernel counts.
+std::map<std::string, std::size_t> compiled_as_eager(const Step& step, const std::vector<Tensor>& in,
+                                                     std::vector<Tensor>& eager) {
+  eager = step(in);
+  CompiledFunction cf = compile(step);
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<Tensor> got = cf(in);
+    CAPTURE(k);
+    REQUIRE(got.size() == eager.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(eager[i]));
+  }
+  const CompileStats st = cf.stats();
+  REQUIRE(st.kernel_names_per_graph.size() == 1);
+  return st.kernel_names_per_graph[0];
+}
+
+std::size_t count_of(const std::map<std::string, std::size_t>& names, const char* name) {
+  return names.count(name) ? names.at(name) : std::size_t{0};
+}
 
 }  // namespace
 
@@ -165,27 +214,7 @@ TEST_CASE("in a compiled step the output layer's row product and its cross-entro
     CAPTURE(dtype_name(cs.t));
     CAPTURE(cs.scale);
     const std::int64_t c = 10;
-    kernels::LtMatmul g{.dtype = cs.t,
-                        .m = c,
-                        .n = cs.n,
-                        .k = cs.k,
-                        .trans_a = true,
-                        .lda = cs.k,
-                        .ldb = cs.k,
-                        .ldd = c,
-                        .epilogue = kernels::LtEpilogue::bias,
-                        .a = 1 << 20,
-                        .b = 2 << 20,
-                        .d = 3 << 20,
-                        .bias = 4 << 20};
-    const kernels::GemmMath math = cs.t == DType::f32    ? kernels::GemmMath::f32
-                                   : cs.t == DType::bf16 ? kernels::GemmMath::bf16
-                                                         : kernels::GemmMath::f16;
-    const auto l =
-        kernels::plan(kernels::GemmKernel::rowdot, {cs.n, c, cs.k, cs.k, cs.k, c, math, kernels::GemmEpilogue::bias},
-                      kernels::gemm_target(0));
-    REQUIRE(l);
-    rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+    store_row_choice(cs.t, cs.n, c, cs.k);
     Generator gen(21);
     nn::Linear layer(cs.k, c, true, &gen);
     layer.to(kGpu);
@@ -206,18 +235,9 @@ TEST_CASE("in a compiled step the output layer's row product and its cross-entro
       return out;
     };
     const Tensor x = randn({cs.n, cs.k}, {.device = kGpu}, &gen), labels = labels_of(cs.n, c, false, 5);
-    const std::vector<Tensor> eager = step({x, labels});
-    CompiledFunction cf = compile(step);
-    for (int k = 0; k < 4; ++k) {
-      const std::vector<Tensor> got = cf({x, labels});
-      CAPTURE(k);
-      REQUIRE(got.size() == eager.size());
-      for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(eager[i]));
-    }
-    const CompileStats st = cf.stats();
-    REQUIRE(st.kernel_names_per_graph.size() == 1);
-    const auto& names = st.kernel_names_per_graph[0];
-    auto count = [&](const char* name) { return names.count(name) ? names.at(name) : std::size_t{0}; };
+    std::vector<Tensor> eager;
+    const auto names = compiled_as_eager(step, {x, labels}, eager);
+    auto count = [&](const char* name) { return count_of(names, name); };
     CHECK(count("kiln_gemm_rowdot_cross_entropy") == 1);
     CHECK(count("kiln_gemm_rowdot") == 0);
     CHECK(count("kiln_softmax_cross_entropy") == 0);
@@ -235,25 +255,7 @@ TEST_CASE("in a compiled step the fused output layer and loss also give the mask
   for (const Case cs : {Case{DType::f32, 96, 40, 64}, Case{DType::bf16, 128, 48, 256}}) {
     CAPTURE(dtype_name(cs.t));
     const std::int64_t c = 10;
-    kernels::LtMatmul g{.dtype = cs.t,
-                        .m = c,
-                        .n = cs.n,
-                        .k = cs.hidden,
-                        .trans_a = true,
-                        .lda = cs.hidden,
-                        .ldb = cs.hidden,
-                        .ldd = c,
-                        .epilogue = kernels::LtEpilogue::bias,
-                        .a = 1 << 20,
-                        .b = 2 << 20,
-                        .d = 3 << 20,
-                        .bias = 4 << 20};
-    const kernels::GemmMath math = cs.t == DType::f32 ? kernels::GemmMath::f32 : kernels::GemmMath::bf16;
-    const auto l = kernels::plan(kernels::GemmKernel::rowdot,
-                                 {cs.n, c, cs.hidden, cs.hidden, cs.hidden, c, math, kernels::GemmEpilogue::bias},
-                                 kernels::gemm_target(0));
-    REQUIRE(l);
-    rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+    store_row_choice(cs.t, cs.n, c, cs.hidden);
     Generator gen(22);
     nn::Linear hidden(cs.k, cs.hidden, true, &gen), out(cs.hidden, c, true, &gen);
     hidden.to(kGpu);
@@ -274,18 +276,9 @@ TEST_CASE("in a compiled step the fused output layer and loss also give the mask
       return r;
     };
     const Tensor x = randn({cs.n, cs.k}, {.device = kGpu}, &gen), labels = labels_of(cs.n, c, false, 6);
-    const std::vector<Tensor> eager = step({x, labels});
-    CompiledFunction cf = compile(step);
-    for (int k = 0; k < 4; ++k) {
-      const std::vector<Tensor> got = cf({x, labels});
-      CAPTURE(k);
-      REQUIRE(got.size() == eager.size());
-      for (std::size_t i = 0; i < got.size(); ++i) CHECK(bits(got[i]) == bits(eager[i]));
-    }
-    const CompileStats st = cf.stats();
-    REQUIRE(st.kernel_names_per_graph.size() == 1);
-    const auto& names = st.kernel_names_per_graph[0];
-    auto count = [&](const char* name) { return names.count(name) ? names.at(name) : std::size_t{0}; };
+    std::vector<Tensor> eager;
+    const auto names = compiled_as_eager(step, {x, labels}, eager);
+    auto count = [&](const char* name) { return count_of(names, name); };
     CHECK(count("kiln_gemm_rowdot_cross_entropy") == 1);
     CHECK(count("kiln_gemm_rowdot_input_grad") == 0);
     CHECK(count("kiln_gemm_ffma") == 0);
