@@ -260,8 +260,8 @@ const OpRef kCrossEntropyBackward = register_op({
 // kind over exactly these logits (the same bits as the two kernels). A product that ran already
 // has its fused kernel loaded for the capture; one that does not fit runs now, alone; a capture
 // whose eager call did not load the fused kernel runs them apart. False: the caller's kernel runs.
-// With the gradient for a backward() of 1 (unit_dx) and a product over a ReLU's output, the
-// kernel also writes that layer's masked input gradient, offered to its vjp
+// With the gradient for a backward() of 1 (unit_dx) and a product over a ReLU's output of short
+// rows, the kernel also writes that layer's masked input gradient, offered to its vjp
 // (linear_detail::offer_ahead_input_grad): one kernel fewer on the backward's chain.
 bool with_product(step::HeldProduct& held, const Tensor& x, kernels::RowCrossEntropy ce, const Tensor& unit_dx) {
   const auto* row = std::any_cast<kernels::RowProduct>(&held.fused);
@@ -276,7 +276,8 @@ bool with_product(step::HeldProduct& held, const Tensor& x, kernels::RowCrossEnt
   rt::log().debug("[fuse] linear's row product and softmax_cross_entropy over {} run as one kernel",
                   shape_str(x.shape()));
   Tensor masked_dx;
-  if (unit_dx.defined() && linear_detail::row_input_grad_serves(x.dtype()) && linear_detail::relu_made_input(x, 0)) {
+  if (unit_dx.defined() && kernels::rowdot_masked_dx_in_one_slice(row->launch) &&
+      linear_detail::row_input_grad_serves(x.dtype()) && linear_detail::relu_made_input(x, 0)) {
     masked_dx = empty({row->launch.g.m, row->launch.g.k}, {.dtype = x.dtype(), .device = x.device()});
     ce.masked_dx = device_address(masked_dx);
   }

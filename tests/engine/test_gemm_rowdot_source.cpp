@@ -158,6 +158,18 @@ TEST_CASE("the row kind's masked input gradient compiles in every dtype and load
     CHECK(o.ptx.find(".entry kiln_gemm_rowdot(") == std::string::npos);
     CHECK(o.ptx.find("fma.rn.f32") != std::string::npos);
   }
+  // The fused loss takes it where a lane's one slice covers k: 32 loads of 16 bytes, or 32 elements.
+  auto one_slice = [](GemmMath math, std::int64_t k) {
+    const auto l = kernels::plan(GemmKernel::rowdot, packed_product(128, 10, k, math), kTarget);
+    REQUIRE(l);
+    return kernels::rowdot_masked_dx_in_one_slice(*l);
+  };
+  CHECK(one_slice(GemmMath::bf16, 256));  // the speedrun's output layer
+  CHECK_FALSE(one_slice(GemmMath::bf16, 512));
+  CHECK(one_slice(GemmMath::f32, 128));
+  CHECK_FALSE(one_slice(GemmMath::f32, 512));  // the mlp's
+  CHECK(one_slice(GemmMath::f32, 31));
+  CHECK_FALSE(one_slice(GemmMath::f32, 33));
   CHECK_FALSE(kernels::plan_rowdot_input_grad(DType::f64, 64, 10, 100, kTarget));
   CHECK_FALSE(kernels::plan_rowdot_input_grad(DType::f32, 64, 33, 100, kTarget));
   CHECK_FALSE(kernels::plan_rowdot_input_grad(DType::f32, 0, 10, 100, kTarget));

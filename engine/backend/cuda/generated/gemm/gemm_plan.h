@@ -216,6 +216,11 @@ struct RowCrossEntropy {
   bool has_ignore = false;
   rt::DevicePtr masked_dx = 0;
 };
+// Whether the fused kernel's masked_dx is cheap: a lane takes one slice of k (16 bytes, or one
+// element, each of 32 lanes). Longer rows lengthen the loss's kernel, which the weight gradients'
+// stream waits for: on an H200 the mlp's step at batch 128 (k = 512) took 1.2 (f32) and 1.5 (bf16)
+// us longer with it, where the speedrun's (k = 256 in bf16: one slice) lost a kernel.
+bool rowdot_masked_dx_in_one_slice(const GemmLaunch& l);
 // Whether launch_rowdot_cross_entropy takes l: the row kind with dense D (rows of n) and no ReLU.
 bool rowdot_cross_entropy_fits(const GemmLaunch& l);
 // l's product and the cross-entropy of D's rows in one kernel, the same bits as the product's

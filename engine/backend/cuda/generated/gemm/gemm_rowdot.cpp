@@ -130,6 +130,8 @@ bool rowdot_cross_entropy_loaded(const GemmLaunch& l, DType loss, int device) {
   return false;
 }
 
+bool rowdot_masked_dx_in_one_slice(const GemmLaunch& l) { return l.g.k <= 32 * vec_of(l.g); }
+
 bool rowdot_cross_entropy_fits(const GemmLaunch& l) {
   return l.kernel == GemmKernel::rowdot && l.g.ldd == l.g.n && l.g.epilogue != GemmEpilogue::relu_bias;
 }
