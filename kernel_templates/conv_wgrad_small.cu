@@ -1,11 +1,12 @@
 // Weight gradient of a conv with few weights and a long sum over pixels (a first conv over
-// 1-channel images: 600 weights, 147k pixels per weight at batch 256), where tensor-core tiles
-// would sit mostly idle. f32 FMAs on CUDA cores over gy and the zero-padded input staged per
-// image in shared memory. Thread (o, c, r) keeps the KW sums of its kernel row; with stride and
-// dilation 1 the KW inputs it needs slide along the row in registers. Block b sums a band of
-// output rows (b % BANDS) of images [g * IPB, (g + 1) * IPB), g = b / BANDS, into column b of
-// an f32 workspace [weight][block]; a second kernel adds each weight's row in block order, so
-// runs and graph replays are bit-identical. Groups = 1. The batch is an argument, so a batch of
+// 1-channel images: 600 weights, 147k pixels per weight at batch 256) on CUDA cores: exact f32,
+// and 16-bit operands whose tensor-core tiles would not fit a warp (conv_wgrad_small_mma.cu
+// takes the others). f32 FMAs over gy and the zero-padded input staged per image in shared
+// memory. Thread (o, c, r) keeps the KW sums of its kernel row; with stride and dilation 1 the
+// KW inputs it needs slide along the row in registers. Block b sums a band of output rows
+// (b % BANDS) of images [g * IPB, (g + 1) * IPB), g = b / BANDS, into row b of an f32
+// workspace [block][weight]; a second kernel adds each weight's column in block order, so runs
+// and graph replays are bit-identical. Groups = 1. The batch is an argument, so a batch of
 // another size (a short last step) whose bands and images per block are the same shares the module.
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
@@ -116,21 +117,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   for (int i = tid; i < TOTAL; i += THREADS) {
     float v = 0.f;
     for (int l = 0; l < LANES; ++l) v += lanes_out[l * TOTAL + i];
-    ws[static_cast<long long>(i) * gridDim.x + blockIdx.x] = v;  // a block per column
+    ws[static_cast<long long>(blockIdx.x) * TOTAL + i] = v;  // a row per block
   }
 }
 
-// dw[i] = sum over blocks of ws[i][b], a warp per weight reading its row whole: lane l takes
-// blocks l, l + 32, ... in order, then a fixed butterfly adds the lanes.
-extern "C" __global__ void __launch_bounds__(THREADS)
-    kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw, int BLOCKS) {
-  kiln::wait_prior_grids();
-  const int lane = threadIdx.x & 31;
-  const long long warps = static_cast<long long>(gridDim.x) * (THREADS / 32);
-  for (long long i = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) / 32; i < TOTAL; i += warps) {
-    float v = 0.f;
-    for (int b = lane; b < BLOCKS; b += 32) v += ws[i * BLOCKS + b];
-    v = kiln::warp::sum(v);
-    if (lane == 0) dw[i] = kiln::cvt<TD>(v);
-  }
-}
+// clang-format off
+${WGRAD_SMALL_REDUCE}
+// clang-format on

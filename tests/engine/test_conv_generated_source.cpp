@@ -159,7 +159,7 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
   CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1),
                         DType::f32, false));
   // The batch is the kernel's argument: the cnn's conv1 at 128 and its epoch's last step of 96
-  // (three bands an image both) share one module; 600 images, two a block, do not.
+  // (an image a block both) share one module; 600 images, four a block, do not.
   const std::string conv1 =
       source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), DType::bf16);
   CHECK_FALSE(conv1.empty());
@@ -168,6 +168,24 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
   CHECK(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(600, 1, 28, 28, 32, 5, 1, 2, 1, 1),
                   DType::bf16) != conv1);
   CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1), DType::f32));
+  // 16-bit operands run on tensor cores where a warp's 16 x 8 tiles of dw^T are at most 16: not
+  // 196 taps for 9 channels (13 x 2 tiles).
+  for (DType t : {DType::bf16, DType::f16}) {
+    const auto conv1 =
+        launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), t);
+    REQUIRE(conv1);
+    CHECK(std::get<kernels::SmallWgradPlan>(conv1->plan).mma);
+    CHECK(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), t)
+              .find("mma.sync.aligned.m16n8k16") != std::string::npos);
+    const auto wide =
+        launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(6, 4, 12, 12, 9, 7, 1, 0, 1, 1), t);
+    REQUIRE(wide);
+    CHECK_FALSE(std::get<kernels::SmallWgradPlan>(wide->plan).mma);
+  }
+  CHECK_FALSE(std::get<kernels::SmallWgradPlan>(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight,
+                                                          make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), DType::f32, false)
+                                                    ->plan)
+                  .mma);
   // Over 256 kernel rows, or grouped: the tensor-core kernels take them.
   CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(4, 3, 8, 8, 128, 3, 1, 1, 1, 1), DType::bf16));
   CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(3, 6, 9, 7, 4, 3, 2, 1, 2, 2), DType::bf16));

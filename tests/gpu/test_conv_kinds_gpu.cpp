@@ -140,7 +140,8 @@ TEST_CASE("direct convolutions over few channels match the f64 reference in bf16
 
 // The small weight-gradient kind as planned: bands of an image's rows where images are few
 // (the last band shorter), several images a block where they are many, gy loaded 16, 8, 4 or 2
-// bytes at a time, strided and padded; bf16 sums written in bf16 and in f32, exact f32.
+// bytes at a time, strided and padded; 16-bit sums written in 16 bits and in f32 (on tensor
+// cores, or the CUDA cores where a warp's tiles would not fit), exact f32.
 TEST_CASE("small weight gradients match the f64 reference in bands, in image groups, strided") {
   struct Case {
     std::string name;
@@ -153,6 +154,7 @@ TEST_CASE("small weight gradients match the f64 reference in bands, in image gro
       {"1 -> 2 3x3 b1100", {1100, 1, 8, 8, 2, 3, 3, 6, 6, 1, 1, 0, 0, 1, 1, 1}},
       {"3 -> 5 3x3 s2 p1 10x11", {3, 3, 10, 11, 5, 3, 3, 5, 6, 2, 2, 1, 1, 1, 1, 1}},
       {"2 -> 4 3x3 odd width 7x9", {5, 2, 7, 9, 4, 3, 3, 5, 7, 1, 1, 0, 0, 1, 1, 1}},
+      {"4 -> 9 7x7 b6 (196 taps)", {6, 4, 12, 12, 9, 7, 7, 6, 6, 1, 1, 0, 0, 1, 1, 1}},
   };
   const rt::DeviceInfo& info = rt::device_info(0);
   const kernels::ConvTarget target{info.sm_count, info.max_shared_optin};
@@ -163,8 +165,9 @@ TEST_CASE("small weight gradients match the f64 reference in bands, in image gro
     double tol;
   };
   // bf16 results round to 8 bits; f32 ones are f32 sums of exactly rounded products.
-  for (const Precision pr : {Precision{DType::bf16, false, 8e-3}, Precision{DType::bf16, true, 1e-5},
-                             Precision{DType::f32, false, 1e-5}})
+  for (const Precision pr :
+       {Precision{DType::bf16, false, 8e-3}, Precision{DType::bf16, true, 1e-5}, Precision{DType::f16, false, 1e-3},
+        Precision{DType::f16, true, 1e-5}, Precision{DType::f32, false, 1e-5}})
     for (const Case& c : cases) {
       const kernels::ConvGeometry& g = c.g;
       const std::string what = c.name + " " + std::string(dtype_name(pr.dt)) + (pr.f32_out ? " -> f32" : "");
@@ -174,6 +177,8 @@ TEST_CASE("small weight gradients match the f64 reference in bands, in image gro
       auto l = kernels::plan(ConvKernel::wgrad_small, ConvPass::grad_weight, g, pr.dt, *math, target);
       REQUIRE(l);
       std::get<kernels::SmallWgradPlan>(l->plan).f32_out = pr.f32_out;
+      const std::int64_t tiles = (g.c * g.kh * g.kw + 15) / 16 * ((g.o + 7) / 8);  // a warp's 16 x 8 tiles of dw^T
+      CHECK(std::get<kernels::SmallWgradPlan>(l->plan).mma == (pr.dt != DType::f32 && tiles <= 16));
       const Shape xs{g.n, g.c, g.h, g.w}, ys{g.n, g.o, g.oh, g.ow}, ws{g.o, g.c, g.kh, g.kw};
       Generator gen(23);
       const Tensor x = randn(xs, {.dtype = DType::f64}, &gen).to(pr.dt), gy = randn(ys, {.dtype = DType::f64}, &gen).to(pr.dt);

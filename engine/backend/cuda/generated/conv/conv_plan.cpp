@@ -29,7 +29,7 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
   std::visit(Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
                         [&](const PatchPlan& p) { key.add(p.rows, p.bn, p.totals); },
                         [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
-                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.f32_out); },
+                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.mma, p.f32_out); },
                         [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.totals); }},
              l.plan);
   l.g.add_to(key);

@@ -15,7 +15,7 @@ enum class ConvKernel {
   igemm = 0,        // implicit GEMM, any pass: tensor-core MMA, or exact-f32 FFMA (conv_igemm.cu, conv_ffma.cu)
   patch = 1,        // stride-1 forward and input gradient from input patches in shared memory (conv_patch.cu)
   wgrad = 2,        // stride-1 weight gradient from staged gy and input rows (conv_wgrad.cu)
-  wgrad_small = 3,  // weight gradient of at most 256 kernel rows, on the CUDA cores (conv_wgrad_small.cu)
+  wgrad_small = 3,  // weight gradient of at most 256 kernel rows (conv_wgrad_small.cu, conv_wgrad_small_mma.cu)
   direct = 4,       // stride-1 forward and input gradient over few channels, on the CUDA cores (conv_direct.cu)
 };
 const char* kernel_name(ConvKernel k);  // "igemm", "patch", "wgrad", "wgrad_small", "direct"
@@ -53,10 +53,11 @@ struct WgradPlan {
 };
 
 // Each block: `ipb` images' band of `rows` output rows, their gy staged `gy_stride` elements a
-// channel; `bands` bands an image. `f32_out`: 16-bit operands' sums written in f32.
+// channel; `bands` bands an image. `mma`: on tensor cores (conv_wgrad_small_mma.cu). `f32_out`:
+// 16-bit operands' sums written in f32.
 struct SmallWgradPlan {
   std::int64_t ipb = 1, bands = 1, rows = 1, gy_stride = 1, blocks = 1, smem = 0;
-  bool f32_out = false;
+  bool mma = false, f32_out = false;
 };
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output
