@@ -5,7 +5,8 @@
 // mirrored (FLIP). A block stages a band of its image's input rows, zero-padded, and every
 // weight in shared memory as f32; a thread sums OT output channels at P neighbouring pixels of
 // one row, its window of the input in registers. f32 FMAs are exact f32's arithmetic, so the
-// kernel serves every math. With STATS (a forward whose output a batch norm reads next), each
+// kernel serves every math; 16-bit operands whose weights fit a thread's tensor-core tiles take
+// conv_direct_mma.cu. With STATS (a forward whose output a batch norm reads next), each
 // block also parks per-channel sums and squares of the values it stored, and they are added
 // into totals (2, CO) in f64.
 ${PRELUDE}

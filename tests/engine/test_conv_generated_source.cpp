@@ -193,9 +193,19 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
 
 TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decline the rest") {
   const ConvGeometry conv1 = make(128, 1, 28, 28, 32, 5, 1, 2, 1, 1), speedrun1 = make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1);
-  const std::vector<std::string> sources =
-      sources_for(ConvKernel::direct, {ConvPass::forward, ConvPass::grad_input}, {conv1, speedrun1});
-  CHECK(check_compiles("check_conv_direct", sources, "kiln_conv_direct", "fma.rn.f32") == 12);
+  // bf16 and f16 forwards on tensor cores, where the weights' tiles fit a thread (two k steps of
+  // taps, three and four tiles of channels here); f32, and input gradients over 24 or 32
+  // channels of 25 taps each, on the CUDA cores.
+  const std::vector<std::string> mma = sources_for(ConvKernel::direct, {ConvPass::forward}, {conv1, speedrun1});
+  const std::vector<std::string> ffma = sources_for(ConvKernel::direct, {ConvPass::grad_input}, {conv1, speedrun1});
+  CHECK(check_compiles("check_conv_direct_mma", {mma.begin(), mma.begin() + 4}, "kiln_conv_direct",
+                       "mma.sync.aligned.m16n8k16") == 4);
+  CHECK(check_compiles("check_conv_direct", ffma, "kiln_conv_direct", "fma.rn.f32") == 6);
+  CHECK(check_compiles("check_conv_direct", {mma.begin() + 4, mma.end()}, "kiln_conv_direct", "fma.rn.f32") == 2);
+  CHECK(
+      std::get<kernels::DirectPlan>(launch_of(ConvKernel::direct, ConvPass::forward, speedrun1, DType::f16)->plan).mma);
+  CHECK_FALSE(
+      std::get<kernels::DirectPlan>(launch_of(ConvKernel::direct, ConvPass::forward, speedrun1, DType::f32)->plan).mma);
   // Forwards that also sum their output's channels for a batch norm (ConvOperands::totals): a
   // block's partials, then the last block's f64 totals (its warps' sums in shuffles). An input
   // gradient takes none.
@@ -211,7 +221,10 @@ TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decl
       // The blocks' partials in f32, then the sums of groups of 16 blocks in f64.
       const std::int64_t blocks = s.n * p.bands;
       CHECK(kernels::stats_floats(*w) == 2 * s.o * blocks + 2 * 2 * s.o * ((blocks + 15) / 16));
-      CHECK(p.smem == std::get<kernels::DirectPlan>(l->plan).smem + (2 * p.ot * p.threads + 1) * 4);
+      // Each thread's sums and squares of its channels; on tensor cores each warp's, and the
+      // merges' doubles.
+      const std::int64_t sums = p.mma ? (8 * 2 * ((s.o + 7) / 8 * 8) * 4 + 256 * 8) : (2 * p.ot * p.threads + 1) * 4;
+      CHECK(p.smem == std::get<kernels::DirectPlan>(l->plan).smem + sums);
       with_totals.push_back(kernels::source(*w));
     }
   CHECK(check_compiles("check_conv_direct_totals", with_totals, "kiln_conv_direct", "shfl.sync.bfly") == 4);

@@ -30,7 +30,7 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
                         [&](const PatchPlan& p) { key.add(p.rows, p.bn, p.totals); },
                         [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
                         [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.mma, p.f32_out); },
-                        [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.totals); }},
+                        [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.mma, p.totals); }},
              l.plan);
   l.g.add_to(key);
   return rt::generated_kernels(key, [&] {

@@ -16,7 +16,7 @@ enum class ConvKernel {
   patch = 1,        // stride-1 forward and input gradient from input patches in shared memory (conv_patch.cu)
   wgrad = 2,        // stride-1 weight gradient from staged gy and input rows (conv_wgrad.cu)
   wgrad_small = 3,  // weight gradient of at most 256 kernel rows (conv_wgrad_small.cu, conv_wgrad_small_mma.cu)
-  direct = 4,       // stride-1 forward and input gradient over few channels, on the CUDA cores (conv_direct.cu)
+  direct = 4,       // stride-1 forward and input gradient over few channels (conv_direct.cu, conv_direct_mma.cu)
 };
 const char* kernel_name(ConvKernel k);  // "igemm", "patch", "wgrad", "wgrad_small", "direct"
 
@@ -61,13 +61,13 @@ struct SmallWgradPlan {
 };
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output
-// rows of one image, `threads` threads.
-// With `totals`, a forward that also sums its output's channels (conv_direct.cu's STATS).
+// rows of one image, `threads` threads. `mma`: on tensor cores (conv_direct_mma.cu; ot and p
+// unused). With `totals`, a forward that also sums its output's channels (STATS).
 struct DirectPlan {
   PatchConv conv{};
   int ot = 8, p = 4, rows = 1, threads = 32;
   std::int64_t bands = 1, smem = 0;
-  bool totals = false;
+  bool mma = false, totals = false;
 };
 
 struct ConvLaunch {

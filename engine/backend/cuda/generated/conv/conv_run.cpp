@@ -31,8 +31,8 @@ const std::string& library_text() {
   static const std::string text = [] {
     std::uint64_t h = rt::kFnvOffset;
     for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
-                             "conv_wgrad_small_mma", "conv_wgrad_small_reduce", "conv_direct", "conv_stats", "mma",
-                             "prelude", "gemm_wgmma"})
+                             "conv_wgrad_small_mma", "conv_wgrad_small_reduce", "conv_direct", "conv_direct_mma",
+                             "conv_stats", "mma", "prelude", "gemm_wgmma"})
       h = rt::fnv1a64(rt::template_source(name), h);
     return "kiln conv " + std::to_string(h);
   }();
