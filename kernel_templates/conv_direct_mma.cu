@@ -39,10 +39,6 @@ constexpr int out_vector() {
 
 // clang-format off
 ${CONV_STATS}
-
-__device__ __forceinline__ unsigned pack(unsigned short lo, unsigned short hi) {
-  return static_cast<unsigned>(lo) | static_cast<unsigned>(hi) << 16;
-}
 // clang-format on
 
 // Weight (co, tap) of the pass as a forward conv, tap = (ci, r, s); 0 past either end.

@@ -89,10 +89,6 @@ __device__ __forceinline__ void stage_x(const T* __restrict__ xn, T* xs, int ylo
   }
 }
 
-__device__ __forceinline__ unsigned pack(unsigned short lo, unsigned short hi) {
-  return static_cast<unsigned>(lo) | static_cast<unsigned>(hi) << 16;
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws, int N) {
   kiln::wait_prior_grids();

@@ -19,6 +19,11 @@ __device__ __forceinline__ MmaT to_mt(float v) {
 #endif
 }
 
+// Two 16-bit values as one fragment register, `lo` in its low half.
+__device__ __forceinline__ unsigned pack(unsigned short lo, unsigned short hi) {
+  return static_cast<unsigned>(lo) | static_cast<unsigned>(hi) << 16;
+}
+
 // d += a * b for one 16x8 tile (k 16, or 8 for TF32) in mma.sync's row.col fragment layouts.
 __device__ __forceinline__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
 #if MMA == 2
