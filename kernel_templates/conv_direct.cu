@@ -7,8 +7,7 @@
 // one row, its window of the input in registers. f32 FMAs are exact f32's arithmetic, so the
 // kernel serves every math; 16-bit operands whose weights fit a thread's tensor-core tiles take
 // conv_direct_mma.cu. With STATS (a forward whose output a batch norm reads next), each
-// block also parks per-channel sums and squares of the values it stored, and they are added
-// into totals (2, CO) in f64.
+// block also parks per-channel sums and squares of the values it stored (conv_stats.cu).
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${T} T;
@@ -30,10 +29,9 @@ ${CONV_STATS}
 // clang-format on
 
 // STATS: each channel's sum and sum of squares of the values this block stored, over the
-// threads of its group (go) in a fixed order, parked as its row of parts (blocks, 2 * CO); then
-// the merges. `red` holds each thread's sums: [2][OT][THREADS] floats and one more, so that
-// THREADS doubles fit at an 8-byte boundary.
-__device__ __forceinline__ void stats_of_block(float* red, float* parts, double* totals) {
+// threads of its group (go) in a fixed order, parked as its column of parts (2 * CO, blocks).
+// `red` holds each thread's sums: [2][OT][THREADS] floats.
+__device__ __forceinline__ void stats_of_block(float* red, float* parts) {
   __syncthreads();
   const int lane = threadIdx.x % 32, group = GX * ROWS;
   for (int item = threadIdx.x / 32; item < 2 * CO; item += THREADS / 32) {
@@ -42,14 +40,12 @@ __device__ __forceinline__ void stats_of_block(float* red, float* parts, double*
     float s = 0.f;
     for (int i = lane; i < group; i += 32) s += r[i];
     for (int m = 16; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-    if (lane == 0) parts[static_cast<long long>(blockIdx.x) * 2 * CO + item] = s;
+    if (lane == 0) park_conv_stat(parts, item, s);
   }
-  merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(red + (WEIGHTS + CI * SH * SW) % 2));
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out, float* parts,
-                     double* totals) {
+    kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out, float* parts) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) float smem[];
   float* ws = smem;            // [CI][KH][KW][COP]
@@ -128,5 +124,5 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         if (gx * P + p < WO) o[p] = kiln::cvt<T>(acc[t][p]);
     }
   }
-  if constexpr (STATS) stats_of_block(xs + CI * SH * SW, parts, totals);
+  if constexpr (STATS) stats_of_block(xs + CI * SH * SW, parts);
 }

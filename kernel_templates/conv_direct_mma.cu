@@ -7,8 +7,7 @@
 // past the last reads a plane of zeros), B (taps x channels) is the weights, held in registers
 // for the whole block. A run's outputs go through shared memory, to be stored a row at a time.
 // With STATS, each warp sums its channels' values as stored and squares over its pixels, the
-// warps' sums are added in warp order into the block's row of parts, and the blocks' rows are
-// merged into totals (2, CO) in f64 as conv_direct.cu's are.
+// warps' sums are added in warp order into the block's column of parts (conv_stats.cu).
 // clang-format off
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
@@ -85,8 +84,7 @@ __device__ __forceinline__ int tap_offset(int k) {
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out, float* parts,
-                     double* totals) {
+    kiln_conv_direct(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out, float* parts) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* xs = reinterpret_cast<T*>(smem_raw);  // [CI + 1][SH][SWP]
@@ -193,8 +191,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       const int half = item / CO, co = item % CO;
       float v = 0.f;
       for (int k = 0; k < WARPS; ++k) v += red[(k * 2 + half) * NT * 8 + co];
-      parts[static_cast<long long>(blockIdx.x) * 2 * CO + item] = v;
+      park_conv_stat(parts, item, v);
     }
-    merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(red + WARPS * 2 * NT * 8));
   }
 }

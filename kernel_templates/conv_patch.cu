@@ -8,8 +8,8 @@
 // FLIP 0: forward, w (CO, CI/G, KH, KW). FLIP 1: the input gradient of a stride-1 conv as a
 // forward conv of gy with w (CI, CO/G, KH, KW) transposed and rotated by 180 degrees. With
 // STATS (a forward of one group whose blocks each take every channel, read next by a batch
-// norm), each block also parks its channels' sums and squares of the values it stored, and they
-// are added into totals (2, CO) in f64.
+// norm), each block also parks its channels' sums and squares of the values it stored
+// (conv_stats.cu).
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
 typedef ${TX} TX;  // input storage type
@@ -68,8 +68,7 @@ __device__ __forceinline__ unsigned int smem_addr(const void* p) {
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    kiln_conv_patch(const TX* __restrict__ x, const MT_* __restrict__ wt, TO* __restrict__ y, float* parts,
-                    double* totals) {
+    kiln_conv_patch(const TX* __restrict__ x, const MT_* __restrict__ wt, TO* __restrict__ y, float* parts) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem[];
   MT_* patch = reinterpret_cast<MT_*>(smem);
@@ -203,11 +202,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         q += __shfl_xor_sync(0xffffffffu, q, o);
       }
       if (lane == 0) {
-        parts[static_cast<long long>(blockIdx.x) * 2 * CO + n] = s;
-        parts[static_cast<long long>(blockIdx.x) * 2 * CO + CO + n] = q;
+        park_conv_stat(parts, n, s);
+        park_conv_stat(parts, CO + n, q);
       }
     }
-    __syncthreads();  // Cs is the merges' scratch now
-    merge_conv_stats(parts, 2 * CO, totals, reinterpret_cast<double*>(smem));
   }
 }

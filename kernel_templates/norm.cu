@@ -76,6 +76,15 @@ __device__ __forceinline__ Acc checked_mean(const welford::Moments& m) {
   return m.m2 != m.m2 ? kiln::Lim<Acc>::nan() : m.mean;
 }
 
+// The sum in f64 of `rows` f32 partials at p that a conv parked (every thread of the block calls
+// it and receives it): each thread adds every kBlock-th in order, then the warps' sums in order.
+__device__ double parts_sum(const float* __restrict__ p, long long rows) {
+  double s = 0;
+#pragma unroll 4
+  for (long long r = threadIdx.x; r < rows; r += kBlock) s += static_cast<double>(p[r]);
+  return kiln::block::sum<kBlock>(s);
+}
+
 // An apply kernel's statistics of channel c: eval, from the running statistics; training, the
 // statistics kernel's mean and invstd, or with `totals` ((2, C) f64 sums and squares of x from
 // the kernel that wrote it, over M values a channel) mean = sum / M, var = squares / M - mean^2
@@ -92,9 +101,12 @@ struct StatsSource {
   // From totals, where each value's channel is worked out (a window's, a row's): two loads that
   // overlap x's, not a block-wide pass before them.
   __device__ __forceinline__ void moments(long long c, double& mu, double& var) const {
+    moments_of(totals[c], totals[C + c], mu, var);
+  }
+  __device__ __forceinline__ void moments_of(double sum, double squares, double& mu, double& var) const {
     const double per = 1.0 / static_cast<double>(M);
-    mu = totals[c] * per;
-    const double v = totals[C + c] * per - mu * mu;
+    mu = sum * per;
+    const double v = squares * per - mu * mu;
     var = v < 0.0 ? 0.0 : v;  // NaN stays NaN
   }
   __device__ __forceinline__ void get(long long c, Acc& mu, Acc& is) const {
@@ -123,13 +135,15 @@ struct StatsSource {
       if (eval) continue;
       double m, v;
       moments(c, m, v);
-      if (running_mean)
-        kiln::store(running_mean + c, (Acc(1) - mom) * kiln::cvt<Acc>(running_mean[c]) + mom * static_cast<Acc>(m));
-      if (running_var)
-        kiln::store(running_var + c,
-                    (Acc(1) - mom) * kiln::cvt<Acc>(running_var[c]) +
-                        mom * static_cast<Acc>(v * static_cast<double>(M) / static_cast<double>(M - 1)));
+      update_running(c, m, v, mom);
     }
+  }
+  __device__ void update_running(long long c, double m, double v, Acc mom) const {
+    if (running_mean)
+      kiln::store(running_mean + c, (Acc(1) - mom) * kiln::cvt<Acc>(running_mean[c]) + mom * static_cast<Acc>(m));
+    if (running_var)
+      kiln::store(running_var + c, (Acc(1) - mom) * kiln::cvt<Acc>(running_var[c]) +
+                                       mom * static_cast<Acc>(v * static_cast<double>(M) / static_cast<double>(M - 1)));
   }
 };
 
@@ -376,6 +390,17 @@ extern "C" __global__ void kiln_batch_norm_apply(const T* __restrict__ x, const 
 }
 #endif
 
+#ifdef KILN_ENTRY_kiln_batch_norm_merge_parts
+// totals (2, C) f64 for the apply kernel: each row of a conv's partials (2 * C, rows) added up
+// (parts_sum), a block a row.
+extern "C" __global__ void __launch_bounds__(kBlock)
+    kiln_batch_norm_merge_parts(const float* __restrict__ parts, long long rows, double* __restrict__ totals) {
+  kiln::wait_prior_grids();
+  const double s = parts_sum(parts + static_cast<long long>(blockIdx.x) * rows, rows);
+  if (threadIdx.x == 0) totals[blockIdx.x] = s;
+}
+#endif
+
 #ifdef KILN_ENTRY_kiln_batch_norm_backward_reduce
 // Per-channel sums of the backward pass, split across blocks as kiln_batch_norm_stats: with dy'
 // = g, or g where y > 0 when the ReLU was fused, sums (2, C) = (sum dy', sum dy' * xhat), which
@@ -578,6 +603,29 @@ __device__ __forceinline__ V load_vec(const T* p) {
 }
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool
+// Window w of `plane`, pooled into y.
+template <class I, int KH, int KW>
+__device__ __forceinline__ void pool_window(const T* __restrict__ x, const Affine& f, T* __restrict__ y,
+                                            const Tiles<I, KH, KW>& g, I plane, I w, int relu) {
+  const I oy = w / g.ow, ox = w - oy * g.ow;
+  kiln::store(y + plane * (g.oh * g.ow) + w,
+              window_max(x + static_cast<long long>(plane) * g.H * g.W, g, oy, ox, f, relu).value);
+}
+
+// A group's G windows from its two rows of x, pooled into y at `pooled`.
+template <int G>
+__device__ __forceinline__ void pool_quads(const kiln::Vec<T, 2 * G>& r0, const kiln::Vec<T, 2 * G>& r1,
+                                           const Affine& f, T* __restrict__ pooled, int relu) {
+  kiln::Vec<T, G> out;
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    Acc xs[4];
+    quad_values(r0, r1, j, xs);
+    out.v[j] = kiln::cvt<T>(quad_max(xs, f, relu).value);
+  }
+  *reinterpret_cast<kiln::Vec<T, G>*>(pooled) = out;
+}
+
 template <class I, int KH, int KW>
 __device__ __forceinline__ void bn_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
                                             const P* __restrict__ bias, const StatsSource& src, T* __restrict__ y,
@@ -585,10 +633,10 @@ __device__ __forceinline__ void bn_max_pool(const T* __restrict__ x, const P* __
   const Tiles<I, KH, KW> g(t);
   const I per_plane = g.oh * g.ow, windows = g.planes * per_plane;
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < windows; i += I(gridDim.x) * I(blockDim.x)) {
-    const I plane = i / per_plane, w = i - plane * per_plane, oy = w / g.ow, ox = w - oy * g.ow, c = plane % g.C;
-    Affine f{Acc(0), Acc(0), weight, bias, static_cast<long long>(c)};
+    const I plane = i / per_plane;
+    Affine f{Acc(0), Acc(0), weight, bias, static_cast<long long>(plane % g.C)};
     src.get(f.c, f.mu, f.is);
-    kiln::store(y + i, window_max(x + static_cast<long long>(plane) * g.H * g.W, g, oy, ox, f, relu).value);
+    pool_window(x, f, y, g, plane, i - plane * per_plane, relu);
   }
 }
 
@@ -596,37 +644,132 @@ template <int G>
 __device__ __forceinline__ void bn_max_pool_quads(const T* __restrict__ x, const P* __restrict__ weight,
                                                   const P* __restrict__ bias, const StatsSource& src, T* __restrict__ y,
                                                   const PoolTiles& t, int relu) {
-  using Row = kiln::Vec<T, 2 * G>;
-  using Pooled = kiln::Vec<T, G>;
   const unsigned groups = quad_groups(t, G);
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
     const QuadGroup q = quad_group<G>(i, t);
     Affine f{Acc(0), Acc(0), weight, bias, static_cast<long long>(q.c)};
     src.get(f.c, f.mu, f.is);
-    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
-    Pooled out;
-#pragma unroll
-    for (int j = 0; j < G; ++j) {
-      Acc xs[4];
-      quad_values(r0, r1, j, xs);
-      out.v[j] = kiln::cvt<T>(quad_max(xs, f, relu).value);
+    using Row = kiln::Vec<T, 2 * G>;
+    pool_quads<G>(load_vec<Row>(x + q.x), load_vec<Row>(x + q.x + t.W), f, y + q.pooled, relu);
+  }
+}
+
+// An item of the channel path (below): a group of G windows along a row, or one window. Its
+// values are loaded before the channel's partials are added up, so the two latencies overlap
+// (any window but 2 x 2: at the store).
+struct ChannelItem {
+#if KILN_POOL_PATH >= 4
+  using Row = kiln::Vec<T, 2 * KILN_POOL_GROUP>;
+  QuadGroup q;
+  Row r0, r1;
+  __device__ __forceinline__ void load(const T* __restrict__ x, const PoolTiles& t, long long c, unsigned j,
+                                       unsigned per_plane) {
+    const unsigned n = j / per_plane;
+    q = quad_group_of<KILN_POOL_GROUP>(n * unsigned(t.C) + unsigned(c), j - n * per_plane, t);
+    r0 = load_vec<Row>(x + q.x);
+    r1 = load_vec<Row>(x + q.x + t.W);
+  }
+  __device__ __forceinline__ void store(const T* __restrict__, T* __restrict__ y, const Affine& f, const PoolTiles&,
+                                        int relu) const {
+    pool_quads<KILN_POOL_GROUP>(r0, r1, f, y + q.pooled, relu);
+  }
+#else
+  using I = KILN_POOL_INDEX;
+  using G = Tiles<I, KILN_POOL_WINDOW, KILN_POOL_WINDOW>;
+  I plane, w;
+  Acc xs[4];  // a 2 x 2 window's values in row-major order
+  __device__ __forceinline__ void load(const T* __restrict__ x, const PoolTiles& t, long long c, I j, I per_plane) {
+    const G g(t);
+    const I n = j / per_plane;
+    plane = n * g.C + I(c);
+    w = j - n * per_plane;
+    if constexpr (KILN_POOL_WINDOW == 2) {
+      const I oy = w / g.ow, ox = w - oy * g.ow;
+      const T* v = x + static_cast<long long>(plane) * g.H * g.W + (2 * oy) * g.W + 2 * ox;
+      xs[0] = kiln::cvt<Acc>(v[0]);
+      xs[1] = kiln::cvt<Acc>(v[1]);
+      xs[2] = kiln::cvt<Acc>(v[g.W]);
+      xs[3] = kiln::cvt<Acc>(v[g.W + 1]);
     }
-    *reinterpret_cast<Pooled*>(y + q.pooled) = out;
+  }
+  __device__ __forceinline__ void store(const T* __restrict__ x, T* __restrict__ y, const Affine& f, const PoolTiles& t,
+                                        int relu) const {
+    const G g(t);
+    if constexpr (KILN_POOL_WINDOW == 2)
+      kiln::store(y + plane * (g.oh * g.ow) + w, quad_max(xs, f, relu).value);
+    else
+      pool_window(x, f, y, g, plane, w, relu);
+  }
+#endif
+};
+
+// The sums of a conv's partials of channel c's sums and squares (every thread of the block calls
+// it and receives them): parts_sum's order, the two reductions' warps combined at once.
+__device__ void channel_parts(const float* __restrict__ parts, long long rows, long long C, long long c, double& sum,
+                              double& squares) {
+  double s = 0, q = 0;
+#pragma unroll 2
+  for (long long r = threadIdx.x; r < rows; r += kBlock) {
+    s += static_cast<double>(parts[c * rows + r]);
+    q += static_cast<double>(parts[(C + c) * rows + r]);
+  }
+  s = kiln::warp::sum(s);
+  q = kiln::warp::sum(q);
+  __shared__ double warps[2][kBlock / 32];
+  if ((threadIdx.x & 31) == 0) warps[0][threadIdx.x >> 5] = s, warps[1][threadIdx.x >> 5] = q;
+  __syncthreads();
+  sum = warps[0][0], squares = warps[1][0];
+  for (int k = 1; k < kBlock / 32; ++k) sum += warps[0][k], squares += warps[1][k];
+}
+
+// Training from a conv's partials (2 * C, rows): block b takes channel c = b / bpc (bpc =
+// gridDim.x / C), adds up its partials, then takes the channel's items (windows, or groups of
+// them) b % bpc, + bpc, ... kBlock at a time. The channel's first block saves mean and invstd
+// and updates the running statistics; block 0 counts the batch.
+__device__ void bn_max_pool_channel(const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
+                                    const StatsSource& src, const float* __restrict__ parts, long long rows,
+                                    T* __restrict__ y, const PoolTiles& t, int relu, long long* tracked,
+                                    double momentum) {
+  const long long bpc = gridDim.x / t.C, c = blockIdx.x / bpc, part = blockIdx.x % bpc;
+#if KILN_POOL_PATH >= 4
+  using I = unsigned;
+  const I per_plane = quad_groups_per_plane(t, KILN_POOL_GROUP);
+#else
+  using I = KILN_POOL_INDEX;
+  const I per_plane = I(t.oh) * I(t.ow);
+#endif
+  const I items = I(t.planes / t.C) * per_plane, first = I(part) * I(kBlock) + I(threadIdx.x);
+  ChannelItem item;
+  if (first < items) item.load(x, t, c, first, per_plane);
+  double sum, squares, m, v;
+  channel_parts(parts, rows, t.C, c, sum, squares);
+  src.moments_of(sum, squares, m, v);
+  const Affine f{static_cast<Acc>(m), inv_std(static_cast<Acc>(v), src.eps), weight, bias, c};
+  if (part == 0 && threadIdx.x == 0) {
+    src.mean[c] = f.mu;
+    src.invstd[c] = f.is;
+    src.update_running(c, m, v, static_cast<Acc>(momentum));
+    if (blockIdx.x == 0 && tracked) *tracked += 1;
+  }
+  for (I j = first; j < items; j += I(bpc) * I(kBlock)) {
+    if (j != first) item.load(x, t, c, j, per_plane);
+    item.store(x, y, f, t, relu);
   }
 }
 
 // y (N, C, oh, ow), a thread per window or per group of windows along a row (KILN_POOL_PATH):
 // the max over each window of the batch norm's (and ReLU's) output. Training reads
-// mean/invstd (C), or with `totals` makes them (StatsSource); eval computes them from
-// running_mean/var and also writes them for the backward.
+// mean/invstd (C), or with `totals` or a conv's `parts` makes them (StatsSource); eval computes
+// them from running_mean/var and also writes them for the backward.
 extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, const P* __restrict__ weight,
                                                     const P* __restrict__ bias, P* running_mean, P* running_var,
                                                     Acc* mean, Acc* invstd, T* __restrict__ y, PoolTiles t, int eval,
                                                     int relu, double eps, const double* totals, long long* tracked,
-                                                    double momentum) {
+                                                    double momentum, const float* __restrict__ parts, long long rows) {
   kiln::wait_prior_grids();
   const StatsSource src{running_mean, running_var, mean, invstd, totals, t.C, t.C > 0 ? t.planes / t.C * t.H * t.W : 0,
                         eval,         eps};
+  if (parts) return bn_max_pool_channel(x, weight, bias, src, parts, rows, y, t, relu, tracked, momentum);
   src.publish(tracked, momentum);
 #if KILN_POOL_PATH >= 4
   bn_max_pool_quads<KILN_POOL_GROUP>(x, weight, bias, src, y, t, relu);

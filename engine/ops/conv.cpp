@@ -22,6 +22,7 @@
 #include "core/tensor/tensor_impl.h"
 #include "kiln/amp.h"
 #include "kiln/autograd.h"
+#include "kiln/shape_ops.h"
 
 namespace kiln {
 
@@ -179,15 +180,20 @@ void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w
   std::optional<kernels::ConvForBackward> keep_x, keep_w;
   if (grad_enabled() && w_in.requires_grad()) for_backward(keep_x, kernels::ConvStaged::images, x);
   if (grad_enabled() && x_in.requires_grad()) for_backward(keep_w, kernels::ConvStaged::weights, w);
-  // Under a ConvStatsForBatchNorm, y's channel sums for the batch norm that reads it next.
+  // Under a ConvStatsForBatchNorm, y's channel sums for the batch norm that reads it next: f64
+  // totals, or the blocks' f32 partials (2 * o, rows) for it to add up.
   kernels::ConvOperands ops = operands(x, w, y);
-  Tensor totals;
-  if (conv_totals::wanted()) {
-    totals = empty({2, g.o}, {.dtype = DType::f64, .device = y.device()});
-    ops.totals = device_address(totals);
-  }
+  Tensor totals, parts;
+  std::int64_t rows = 0;
+  if (conv_totals::wanted())
+    if (const std::int64_t floats = kernels::generated_conv_stats_floats(g, ops, allow_conv_tf32()); floats > 0) {
+      totals = empty({2, g.o}, {.dtype = DType::f64, .device = y.device()});
+      parts = empty({floats}, {.dtype = DType::f32, .device = y.device()});
+      ops.totals = device_address(totals), ops.stats = device_address(parts), ops.stats_rows = &rows;
+    }
   const kernels::ConvRan ran = kernels::run_generated_conv(ConvPass::forward, g, ops, allow_conv_tf32());
-  if (ran == kernels::ConvRan::with_totals) conv_totals::keep(y, std::move(totals));
+  if (ran == kernels::ConvRan::with_totals)
+    conv_totals::keep(y, rows > 0 ? narrow(parts, 0, 0, 2 * g.o * rows).view({2 * g.o, rows}) : std::move(totals));
   if (ran != kernels::ConvRan::no) return;
   const DType t = y.dtype();
   const rt::Stream& s = stream_of(y.device());

@@ -7,7 +7,8 @@ namespace kiln::conv_totals {
 
 // Whether a ConvStatsForBatchNorm lives on this thread.
 bool wanted();
-// Keeps `totals` ((2, C) f64: sums, then sums of squares) of y's channels, as y stands now.
+// Keeps `totals` of y's channels, as y stands now: (2, C) f64, sums then sums of squares; or
+// (2 * C, rows) f32, a row of partials for each of them (the batch norm adds them up).
 void keep(const Tensor& y, Tensor totals);
 // The totals kept for exactly x (same storage, place, shape and dtype, unwritten since), taken;
 // undefined when none are.

@@ -320,8 +320,11 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
   };
   const Tensor w = param(p.weight, 1), b = param(p.bias, 2), rm = param(p.rm, 3), rv = param(p.rv, 4);
   const kernels::NormSplit split = kernels::batch_norm_split(batch_norm_shape(x), a.device.index());
-  // The sums the conv that wrote x took (conv_totals.h) spare the statistics kernel.
+  // The sums the conv that wrote x took (conv_totals.h) spare the statistics kernel: f64 totals,
+  // or its blocks' f32 partials (2 * C, rows), added up by the kernels.
   const Tensor totals = p.training && out[1].dtype() == DType::f32 ? conv_totals::take(a.inputs[0]) : Tensor();
+  const bool partials = totals.defined() && totals.dtype() == DType::f32;
+  const Tensor merged = partials ? empty({totals.shape()[0]}, {.dtype = DType::f64, .device = a.device}) : Tensor();
   const Tensor parts = p.training && !totals.defined()
                            ? empty({split.scratch}, {.dtype = out[1].dtype(), .device = a.device})
                            : Tensor();
@@ -340,7 +343,10 @@ void batch_norm_forward_gpu(const OpArgs& a, std::span<Tensor> out, const BatchN
           .y = device_address(out[0]),
           .parts = address_or_0(parts),
           .tracked = count ? device_address(a.inputs[kCounterInput]) : rt::DevicePtr(0),
-          .totals = address_or_0(totals),
+          .totals = partials ? 0 : address_or_0(totals),
+          .conv_parts = partials ? device_address(totals) : 0,
+          .merged = address_or_0(merged),
+          .conv_rows = partials ? totals.shape()[1] : 0,
           .training = p.training,
           .relu = p.relu,
           .momentum = p.momentum,

@@ -111,7 +111,7 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
   // Exact f32 runs on the CUDA cores, which only the implicit GEMM does.
   CHECK_FALSE(launch_of(ConvKernel::patch, ConvPass::forward, make(128, 32, 14, 14, 64, 5, 1, 2, 1, 1), DType::f32, false));
   // Forwards whose blocks take every channel also sum them for a batch norm (ConvOperands::
-  // totals): the blocks' partials in f32, then the sums of groups of 16 blocks in f64.
+  // totals): the blocks' partials in f32, a column a block, which the batch norm adds up.
   std::vector<std::string> with_totals;
   for (DType t : {DType::bf16, DType::f32}) {
     const auto l = launch_of(ConvKernel::patch, ConvPass::forward, speedrun2, t);
@@ -120,7 +120,7 @@ TEST_CASE("patch convolutions compile where they apply: stride 1, channels in bl
     REQUIRE(w);
     CHECK(kernels::stats_floats(*l) == 0);
     const std::int64_t blocks = speedrun2.n * std::get<kernels::PatchPlan>(w->plan).bands;
-    CHECK(kernels::stats_floats(*w) == 2 * speedrun2.o * blocks + 2 * 2 * speedrun2.o * ((blocks + 15) / 16));
+    CHECK(kernels::stats_floats(*w) == 2 * speedrun2.o * blocks);
     with_totals.push_back(kernels::source(*w));
   }
   CHECK(check_compiles("check_conv_patch_totals", with_totals, "kiln_conv_patch", "shfl.sync.bfly") == 2);
@@ -207,7 +207,7 @@ TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decl
   CHECK_FALSE(
       std::get<kernels::DirectPlan>(launch_of(ConvKernel::direct, ConvPass::forward, speedrun1, DType::f32)->plan).mma);
   // Forwards that also sum their output's channels for a batch norm (ConvOperands::totals): a
-  // block's partials, then the last block's f64 totals (its warps' sums in shuffles). An input
+  // block's partials (its warps' sums in shuffles), which the batch norm adds up. An input
   // gradient takes none.
   std::vector<std::string> with_totals;
   for (DType t : {DType::bf16, DType::f32})
@@ -218,12 +218,11 @@ TEST_CASE("direct kernels compile for stride-1 convs over few channels, and decl
       REQUIRE(w);
       CHECK(kernels::stats_floats(*l) == 0);
       const auto& p = std::get<kernels::DirectPlan>(w->plan);
-      // The blocks' partials in f32, then the sums of groups of 16 blocks in f64.
+      // The blocks' partials in f32, a column a block.
       const std::int64_t blocks = s.n * p.bands;
-      CHECK(kernels::stats_floats(*w) == 2 * s.o * blocks + 2 * 2 * s.o * ((blocks + 15) / 16));
-      // Each thread's sums and squares of its channels; on tensor cores each warp's, and the
-      // merges' doubles.
-      const std::int64_t sums = p.mma ? (8 * 2 * ((s.o + 7) / 8 * 8) * 4 + 256 * 8) : (2 * p.ot * p.threads + 1) * 4;
+      CHECK(kernels::stats_floats(*w) == 2 * s.o * blocks);
+      // Each thread's sums and squares of its channels; on tensor cores each warp's.
+      const std::int64_t sums = p.mma ? 8 * 2 * ((s.o + 7) / 8 * 8) * 4 : 2 * p.ot * p.threads * 4;
       CHECK(p.smem == std::get<kernels::DirectPlan>(l->plan).smem + sums);
       with_totals.push_back(kernels::source(*w));
     }

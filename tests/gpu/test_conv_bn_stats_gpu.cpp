@@ -1,7 +1,8 @@
 // A conv's channel sums serving the batch norm that reads its output (ConvStatsForBatchNorm):
 // the direct kind (few input channels), the patch kind (small convs whose blocks take every
-// channel) and the tile engine (the rest) sum the values they store, the last block adds the
-// partials into f64 totals, and the batch norm's apply kernel
+// channel) and the tile engine (the rest) sum the values they store; the engine's last block
+// adds its partials into f64 totals, the other kinds' partials are added up by the batch norm
+// (the pooled kernel's blocks a channel each, else a kernel before the apply kernel), which
 // makes the statistics from them. Against the same ops without the scope: the conv's output
 // bit for bit, the normalized (and pooled) output, running statistics, batch count and
 // gradients within the rounding of statistics summed in another order; the running mean and

@@ -45,6 +45,7 @@ const KernelSpec& register_norm_entry(const char* op, const char* entry, std::ui
 
 const KernelSpec& kBnStats = register_norm_entry("batch_norm_stats", "kiln_batch_norm_stats");
 const KernelSpec& kBnApply = register_norm_entry("batch_norm_apply", "kiln_batch_norm_apply");
+const KernelSpec& kBnMergeParts = register_norm_entry("batch_norm_merge_parts", "kiln_batch_norm_merge_parts");
 const KernelSpec& kBnBackwardReduce = register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
 const KernelSpec& kBnBackwardDx = register_norm_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
 const KernelSpec& kBnMaxPool = register_norm_entry("batch_norm_max_pool", "kiln_batch_norm_max_pool", kPoolPaths);
@@ -128,14 +129,18 @@ void launch_batch_norm_stats(const BatchNormForward& a, const BatchNormShape& sh
 
 namespace {
 
-// The apply kernels' statistics from totals (training only): they then count the batch too.
+// The apply kernels' statistics from totals or a conv's partials (training only): they then
+// count the batch too.
 struct FromTotals {
-  rt::DevicePtr totals = 0, tracked = 0;
+  rt::DevicePtr totals = 0, tracked = 0, parts = 0;
+  long long rows = 0;
 };
 FromTotals from_totals(const BatchNormForward& a) {
-  if (!a.training || a.totals == 0) return {};
+  if (!a.training || (a.totals == 0 && a.conv_parts == 0)) return {};
   if (a.t == DType::f64) throw DTypeError("[batch_norm] channel totals serve f32, f16 and bf16 inputs, not f64");
-  return {a.totals, a.tracked};
+  if (a.conv_parts != 0 && (a.conv_rows <= 0 || a.merged == 0))
+    throw ValueError("[batch_norm] a conv's partial sums were given without their rows and merge buffer");
+  return {a.conv_parts != 0 ? 0 : a.totals, a.tracked, a.conv_parts, a.conv_rows};
 }
 
 }  // namespace
@@ -144,12 +149,16 @@ void launch_batch_norm(const BatchNormForward& a, const BatchNormShape& shape, c
                        const rt::Stream& s) {
   const long long C = shape.channels, S = shape.spatial, total = shape.total();
   if (C == 0) return;
-  if (a.training && !a.totals) launch_batch_norm_stats(a, shape, split, s);
+  FromTotals f = from_totals(a);
+  if (f.parts != 0) {  // added up into totals first
+    rt::launch(function(kBnMergeParts, a.t, a.p, s), blocks(2 * C), s, f.parts, f.rows, a.merged);
+    f.totals = a.merged;
+  }
+  if (a.training && !f.totals) launch_batch_norm_stats(a, shape, split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(total, a.training ? 0LL : C));
   if (items == 0) return;
-  const FromTotals f = from_totals(a);
   rt::launch(function(kBnApply, a.t, a.p, s), grid_stride_config(items, s.device()), s, a.x, a.weight, a.bias,
              a.running_mean, a.running_var, a.mean, a.invstd, a.y, total, C, S, eval, relu, a.eps, f.totals, f.tracked,
              a.momentum);
@@ -224,16 +233,24 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
                                 const rt::Stream& s) {
   const long long C = shape.channels, windows = C * shape.windows_per_channel();
   if (C == 0) return;
-  if (a.training && !a.totals) launch_batch_norm_stats(a, shape.unpooled(), split, s);
+  const FromTotals f = from_totals(a);
+  if (a.training && !f.totals && !f.parts) launch_batch_norm_stats(a, shape.unpooled(), split, s);
   const std::int32_t eval = a.training ? 0 : 1, relu = a.relu ? 1 : 0;
   const std::int64_t group = pool_group(shape, a.t, false, {a.x, a.y});
-  const FromTotals f = from_totals(a);
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(windows / group, a.training ? 0LL : C));
   if (items == 0) return;
-  rt::launch(function(kBnMaxPool, a.t, a.p, s, pool_path(shape, group)), pool_config(items, s.device()), s, a.x,
-             a.weight, a.bias, a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps,
-             f.totals, f.tracked, a.momentum);
+  rt::LaunchConfig cfg = pool_config(items, s.device());
+  if (f.parts != 0) {
+    // Each of a channel's blocks adds up its partials, so as many as make about 8 an SM: the
+    // speedrun's 24 and 32 channels on the H200 take 36 and 25 blocks each, an item a thread.
+    const std::int64_t per_channel = shape.windows_per_channel() / group;
+    const std::int64_t most = std::max<std::int64_t>(1, 8 * sm_count(s.device()) / C);
+    cfg = blocks(C * std::clamp<std::int64_t>(ceil_div(per_channel, kBlock), 1, most));
+  }
+  rt::launch(function(kBnMaxPool, a.t, a.p, s, pool_path(shape, group)), cfg, s, a.x, a.weight, a.bias, a.running_mean,
+             a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps, f.totals, f.tracked, a.momentum,
+             f.parts, f.rows);
 }
 
 // About eight windows a thread, four of them loaded at once: on the H200 the bf16 cnn step took

@@ -39,6 +39,10 @@ struct BatchNormForward {
   // x (a conv's), or 0. Given, the apply kernel makes the statistics from them (and updates the
   // running ones and the counter): no statistics kernel. Acc f32 only.
   rt::DevicePtr totals = 0;
+  // Or the conv's f32 partials of those sums, (2 * C, conv_rows): the pooled kernel adds them up
+  // itself, a block a channel; the plain one after a kernel that adds them into `merged` (2, C) f64.
+  rt::DevicePtr conv_parts = 0, merged = 0;
+  std::int64_t conv_rows = 0;
   bool training = true, relu = false;
   double momentum = 0.1, eps = 1e-5;
 };

@@ -21,19 +21,18 @@ constexpr std::int64_t kMmaThreads = 256;
 std::int64_t mma_k_steps(const PatchConv& c) { return ceil_div(c.ci * c.kh * c.kw, 16); }
 std::int64_t mma_n_tiles(const PatchConv& c) { return ceil_div(c.co, 8); }
 
-// The weights and the band, then with totals each thread's sums and squares of ot channels (and
-// a float of slack: the merges reuse them as doubles). On tensor cores, in 16 bits: the band and
-// a plane of zeros, the weights' tiles and each warp's run of outputs; then with totals the
-// warps' sums and the merges' doubles.
+// The weights and the band, then with totals each thread's sums and squares of ot channels. On
+// tensor cores, in 16 bits: the band and a plane of zeros, the weights' tiles and each warp's
+// run of outputs; then with totals the warps' sums.
 std::int64_t direct_smem_bytes(const PatchConv& c, const DirectPlan& p) {
   if (p.mma) {
     const std::int64_t wop = ceil_div(c.ow, 16) * 16, channels = mma_n_tiles(c) * 8, warps = kMmaThreads / 32;
     const std::int64_t band = ceil_div((c.ci + 1) * (p.rows + c.kh - 1) * (wop + c.kw - 1) * 2, 16) * 16;
     const std::int64_t tiles = (channels * mma_k_steps(c) * 16 + warps * channels * 16) * 2;
-    return band + tiles + (p.totals ? warps * 2 * channels * 4 + kMmaThreads * 8 : 0);
+    return band + tiles + (p.totals ? warps * 2 * channels * 4 : 0);
   }
   const std::int64_t cop = ceil_div(c.co, p.ot) * p.ot, sw = ceil_div(c.ow, p.p) * p.p + c.kw - 1;
-  const std::int64_t sums = p.totals ? 2 * p.ot * static_cast<std::int64_t>(p.threads) + 1 : 0;
+  const std::int64_t sums = p.totals ? 2 * p.ot * static_cast<std::int64_t>(p.threads) : 0;
   return (c.ci * c.kh * c.kw * cop + c.ci * (p.rows + c.kh - 1) * sw + sums) * static_cast<std::int64_t>(sizeof(float));
 }
 
@@ -85,7 +84,7 @@ std::optional<DirectPlan> plan_direct(ConvPass pass, const ConvGeometry& g, Conv
 
 std::optional<ConvLaunch> direct_with_totals(ConvLaunch l, const ConvTarget& target) {
   auto& p = std::get<DirectPlan>(l.plan);
-  if (l.pass != ConvPass::forward || p.conv.n * p.bands > kStatsGroup * kMaxStatsGroups) return std::nullopt;
+  if (l.pass != ConvPass::forward || p.conv.n * p.bands > kMaxStatsBlocks) return std::nullopt;
   p.totals = true;
   p.smem = direct_smem_bytes(p.conv, p);
   if (p.smem > target.max_shared) return std::nullopt;
@@ -135,10 +134,10 @@ void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   cfg.grid = {static_cast<unsigned>(p.conv.n * p.bands), 1, 1};
   cfg.block = {static_cast<unsigned>(p.threads), 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  const rt::DevicePtr stats = p.totals ? ops.stats : 0, totals = p.totals ? ops.totals : 0;
-  if (p.totals && (stats == 0 || totals == 0))
-    throw Error("[conv2d] a direct conv taking statistics was launched without their buffers");
-  rt::launch(fn, cfg, st, ops.a, ops.b, ops.out, stats, totals);
+  const rt::DevicePtr stats = p.totals ? ops.stats : 0;
+  if (p.totals && stats == 0) throw Error("[conv2d] a direct conv taking statistics was launched without their buffer");
+  park_rows(ops, p.totals ? p.conv.n * p.bands : 0);
+  rt::launch(fn, cfg, st, ops.a, ops.b, ops.out, stats);
 }
 
 }  // namespace kiln::kernels::conv_kinds

@@ -72,8 +72,7 @@ std::vector<ConvTile> patch_alternatives(const ConvLaunch& l, const ConvTarget& 
 std::optional<ConvLaunch> patch_with_totals(ConvLaunch l) {
   auto& p = std::get<PatchPlan>(l.plan);
   const PatchConv& c = p.conv;
-  if (l.pass != ConvPass::forward || c.g != 1 || p.bn < c.co || c.n * p.bands > kStatsGroup * kMaxStatsGroups)
-    return std::nullopt;
+  if (l.pass != ConvPass::forward || c.g != 1 || p.bn < c.co || c.n * p.bands > kMaxStatsBlocks) return std::nullopt;
   p.totals = true;
   return l;
 }
@@ -131,10 +130,10 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
               static_cast<unsigned>(c.g)};
   cfg.block = {128, 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  const rt::DevicePtr stats = p.totals ? ops.stats : 0, totals = p.totals ? ops.totals : 0;
-  if (p.totals && (stats == 0 || totals == 0))
-    throw Error("[conv2d] a patch conv taking statistics was launched without their buffers");
-  rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out, stats, totals);
+  const rt::DevicePtr stats = p.totals ? ops.stats : 0;
+  if (p.totals && stats == 0) throw Error("[conv2d] a patch conv taking statistics was launched without their buffer");
+  park_rows(ops, p.totals ? c.n * p.bands : 0);
+  rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out, stats);
 }
 
 }  // namespace kiln::kernels::conv_kinds

@@ -136,9 +136,10 @@ namespace conv_kinds {
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 
-std::int64_t stats_floats_of(std::int64_t blocks, std::int64_t channels) {
-  const std::int64_t columns = 2 * channels;
-  return (columns * blocks + 1) / 2 * 2 + 2 * columns * ceil_div(blocks, kStatsGroup);
+std::int64_t stats_floats_of(std::int64_t blocks, std::int64_t channels) { return 2 * channels * blocks; }
+
+void park_rows(const ConvOperands& ops, std::int64_t blocks) {
+  if (ops.stats_rows) *ops.stats_rows = blocks;
 }
 
 std::optional<PatchConv> as_forward(ConvPass pass, const ConvGeometry& s) {

@@ -251,7 +251,10 @@ std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& plann
     if ((gemm && !fits) || std::any_of(c.begin(), c.end(), [&](const TuneCandidate& t) { return t.name == p.name; }))
       continue;
     if (gemm)
-      c.push_back({p.name, [gemm, gops] { launch(*gemm, gops); }});
+      c.push_back({p.name, [gemm, gops, rows = ops.stats_rows] {
+                     if (rows) *rows = 0;  // f64 totals, not partials
+                     launch(*gemm, gops);
+                   }});
     else
       c.push_back({p.name, [l = &std::get<ConvLaunch>(p.launch), ops] { launch(*l, ops); }});
   }
@@ -279,47 +282,68 @@ bool generated_conv_sums_f32(const ConvGeometry& g, DType dtype, int device) {
   return !planned_candidates(ConvPass::grad_weight, g, dtype, *math, target, info.arch(), true, false).empty();
 }
 
+namespace {
+
+// The candidates' target, math and plans for a call's operands; none where no generated conv runs
+// (generated_convs_enabled's switch, a device before sm_80, an operand past 32-bit indexing, an
+// empty output, dtypes without a kind).
+struct ConvCall {
+  ConvMath math;
+  ConvTarget target;
+  int arch;
+};
+std::optional<ConvCall> conv_call(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
+  const std::optional<ConvMath> math = conv_math(ops.dtype, ops.dtype, ops.dtype, tf32);
+  const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
+  if (!math || !generated_convs_enabled() || sizes[2] == 0) return std::nullopt;
+  if (std::any_of(sizes.begin(), sizes.end(), [](std::int64_t n) { return n >= INT_MAX / 2; })) return std::nullopt;
+  const rt::DeviceInfo& info = rt::device_info(ops.stream->device());
+  if (info.arch() < 80) return std::nullopt;
+  return ConvCall{*math, ConvTarget{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)},
+                  info.arch()};
+}
+
+}  // namespace
+
+std::int64_t generated_conv_stats_floats(const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
+  const std::optional<ConvCall> call = conv_call(ConvPass::forward, g, ops, tf32);
+  if (!call || ops.f32_out) return 0;
+  std::int64_t floats = 0;
+  for (const PlannedCandidate& p :
+       planned_candidates(ConvPass::forward, g, ops.dtype, call->math, call->target, call->arch, false, true))
+    floats = std::max(floats, std::visit([](const auto& l) { return stats_floats(l); }, p.launch));
+  return floats;
+}
+
 ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
   if (ops.f32_out && (pass != ConvPass::grad_weight || (ops.dtype != DType::bf16 && ops.dtype != DType::f16)))
     throw DTypeError(
         std::string("[conv2d] f32 results are written for weight gradients of f16 and bf16 operands, not ") +
         pass_name(pass) + " of " + std::string(dtype_name(ops.dtype)));
-  const std::optional<ConvMath> math = conv_math(ops.dtype, ops.dtype, ops.dtype, tf32);
+  const std::optional<ConvCall> call = conv_call(pass, g, ops, tf32);
+  if (!call) return ConvRan::no;
+  const ConvMath* math = &call->math;
+  const int arch = call->arch;
   const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
-  if (!math || !generated_convs_enabled() || sizes[2] == 0) return ConvRan::no;
-  if (std::any_of(sizes.begin(), sizes.end(), [](std::int64_t n) { return n >= INT_MAX / 2; })) return ConvRan::no;
-  const rt::DeviceInfo& info = rt::device_info(ops.stream->device());
-  if (info.arch() < 80) return ConvRan::no;
-  const ConvTarget target{std::max(1, info.sm_count), std::max(48 * 1024, info.max_shared_optin)};
   auto planned = [&](bool totals) -> const std::vector<PlannedCandidate>& {
-    return planned_candidates(pass, g, ops.dtype, *math, target, info.arch(), ops.f32_out, totals);
+    return planned_candidates(pass, g, ops.dtype, call->math, call->target, arch, ops.f32_out, totals);
   };
-  // The statistics' partials, as many as the candidate with the most writes; without a kind
-  // that takes them, the conv runs alone.
+  // With the statistics' buffers (generated_conv_stats_floats of them), the kinds that take
+  // them; without, or without a kind that takes them, the conv runs alone.
   ConvOperands with = ops;
-  rt::DeviceBuffer parts;
   std::vector<TuneCandidate> c;
-  if (ops.totals != 0 && pass == ConvPass::forward) {
-    const std::vector<PlannedCandidate>& summing = planned(true);
-    std::int64_t floats = 0;
-    for (const PlannedCandidate& p : summing)
-      floats = std::max(floats, std::visit([](const auto& l) { return stats_floats(l); }, p.launch));
-    if (floats > 0) {
-      parts = rt::DeviceBuffer(static_cast<std::size_t>(floats) * sizeof(float), *ops.stream);
-      with.stats = parts.ptr();
-      c = candidates(summing, with);
-    }
-  }
+  if (ops.totals != 0 && ops.stats != 0 && pass == ConvPass::forward) c = candidates(planned(true), with);
   const bool totals = !c.empty();
   if (!totals) {
     with.stats = with.totals = 0;
+    with.stats_rows = nullptr;
     c = candidates(planned(false), with);
   }
   if (c.empty()) return ConvRan::no;
   const std::string dtype =
       std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "") + (ops.f32_out ? "->f32" : "");
   const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text() + (totals ? " totals" : ""), dtype,
-                        info.arch(), library_text()};
+                        arch, library_text()};
   TuneCheck check;
   check.outputs.push_back({ops.out, ops.f32_out ? DType::f32 : ops.dtype, 1, sizes[2], sizes[2]});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.

@@ -12,9 +12,13 @@ namespace kiln::kernels {
 // Runs `pass` on a generated kernel; `no`, having done nothing, when none applies: generated
 // convs switched off (KILN_CONV_IGEMM=0), a device before sm_80, an operand past 32-bit
 // indexing, an empty output, or no kind for the dtypes (f64). `tf32`: f32 may take TF32.
-// A forward given ops.totals also writes them where a kind that applies can (`with_totals`).
+// A forward given ops.totals and ops.stats (generated_conv_stats_floats of them) also takes its
+// output's statistics where a kind that applies can (`with_totals`): the f64 totals, or the
+// partials *ops.stats_rows says it parked.
 enum class ConvRan { no, yes, with_totals };
 ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32);
+// The f32s of ConvOperands::stats that a forward taking its statistics needs; 0 where none can.
+std::int64_t generated_conv_stats_floats(const ConvGeometry& g, const ConvOperands& ops, bool tf32);
 
 // Whether a weight gradient of these 16-bit operands can be summed into f32 by a generated
 // kernel (the tile engine's weight-gradient mode, sm_90) on `device`, given aligned operands.
