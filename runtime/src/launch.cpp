@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "check.h"
@@ -64,6 +66,26 @@ void launch_raw(const Function& f, const LaunchConfig& c, const Stream& s, void*
   }
   KILN_CU(cuLaunchKernel(static_cast<CUfunction>(f.handle), c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y,
                          c.block.z, c.shared_bytes, static_cast<CUstream>(s.handle()), args, nullptr));
+}
+
+int resident_blocks(const Function& f, const LaunchConfig& c, int fallback) {
+  if (shape_only()) return fallback;
+  if (!f.handle) throw ValueError("[launch] resident_blocks: the function is empty (no kernel was loaded)");
+  static std::mutex mutex;
+  static std::map<std::tuple<void*, unsigned, unsigned>, int> known;
+  const auto key = std::make_tuple(f.handle, c.block.x * c.block.y * c.block.z, c.shared_bytes);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  make_current(f.device);
+  if (c.shared_bytes > 48 * 1024) opt_in_shared(f, c.shared_bytes);
+  int blocks = 0;
+  KILN_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, static_cast<CUfunction>(f.handle),
+                                                      static_cast<int>(std::get<1>(key)), c.shared_bytes));
+  const std::lock_guard<std::mutex> lock(mutex);
+  known[key] = blocks;
+  return blocks;
 }
 
 bool programmatic_launch() { return g_programmatic.load(std::memory_order_relaxed); }

@@ -240,17 +240,19 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
   // Eval writes the C saved statistics even for an empty batch.
   const auto items = static_cast<std::uint64_t>(std::max(windows / group, a.training ? 0LL : C));
   if (items == 0) return;
+  const rt::Function fn = function(kBnMaxPool, a.t, a.p, s, pool_path(shape, group));
   rt::LaunchConfig cfg = pool_config(items, s.device());
   if (f.parts != 0) {
-    // Each of a channel's blocks adds up its partials, so as many as make about 8 an SM: the
-    // speedrun's 24 and 32 channels on the H200 take 36 and 25 blocks each, an item a thread.
+    // Each of a channel's blocks adds up its partials: at most as many blocks as the SMs hold at
+    // once (its registers allow four or five an SM, not the eight of pool_config), an even share
+    // a channel, so none waits for a second wave.
     const std::int64_t per_channel = shape.windows_per_channel() / group;
-    const std::int64_t most = std::max<std::int64_t>(1, 8 * sm_count(s.device()) / C);
-    cfg = blocks(C * std::clamp<std::int64_t>(ceil_div(per_channel, kBlock), 1, most));
+    const std::int64_t resident = rt::resident_blocks(fn, blocks(1), 8) * sm_count(s.device());
+    cfg =
+        blocks(C * std::clamp<std::int64_t>(ceil_div(per_channel, kBlock), 1, std::max<std::int64_t>(1, resident / C)));
   }
-  rt::launch(function(kBnMaxPool, a.t, a.p, s, pool_path(shape, group)), cfg, s, a.x, a.weight, a.bias, a.running_mean,
-             a.running_var, a.mean, a.invstd, a.y, tiles(shape), eval, relu, a.eps, f.totals, f.tracked, a.momentum,
-             f.parts, f.rows);
+  rt::launch(fn, cfg, s, a.x, a.weight, a.bias, a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape),
+             eval, relu, a.eps, f.totals, f.tracked, a.momentum, f.parts, f.rows);
 }
 
 // About eight windows a thread, four of them loaded at once: on the H200 the bf16 cnn step took

@@ -36,6 +36,11 @@ void launch(const Function& f, const LaunchConfig& c, const Stream& s, const Arg
   launch_raw(f, c, s, params);
 }
 
+// Blocks of c.block.x threads with c.shared_bytes of dynamic shared memory that one SM keeps
+// resident at once (the driver's occupancy for f), asked once per function and shape;
+// `fallback` in a shape-only pass, which loads no kernel.
+int resident_blocks(const Function& f, const LaunchConfig& c, int fallback);
+
 // Blocks of `block` threads covering n items, capped for grid-stride loops.
 LaunchConfig linear_config(std::uint64_t n, unsigned block = 256, unsigned max_blocks = 65535u * 4);
 
