@@ -146,6 +146,16 @@ TEST_CASE("launch_raw rejects an empty function before touching the driver") {
   CHECK_THROWS_AS(launch_raw(Function{}, c, Stream{}, nullptr), ValueError);
 }
 
+TEST_CASE("resident_blocks: the fallback in a shape-only pass, an empty function rejected otherwise") {
+  LaunchConfig c = linear_config(1000);
+  {
+    ShapeOnlyPass pass;
+    CHECK(resident_blocks(Function{}, c, 8) == 8);
+    CHECK(resident_blocks(Function{}, c, 3) == 3);
+  }
+  CHECK_THROWS_AS(resident_blocks(Function{}, c, 8), ValueError);
+}
+
 TEST_CASE("linear_config covers n items with capped blocks") {
   auto grid = [](std::uint64_t n, unsigned block = 256, unsigned cap = 65535u * 4) {
     return linear_config(n, block, cap).grid.x;
