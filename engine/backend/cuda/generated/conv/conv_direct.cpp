@@ -136,7 +136,6 @@ void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
   const rt::DevicePtr stats = p.totals ? ops.stats : 0;
   if (p.totals && stats == 0) throw Error("[conv2d] a direct conv taking statistics was launched without their buffer");
-  park_rows(ops, p.totals ? p.conv.n * p.bands : 0);
   rt::launch(fn, cfg, st, ops.a, ops.b, ops.out, stats);
 }
 

@@ -52,7 +52,8 @@ struct ConvOperands {
   bool f32_out = false;
   // A forward's statistics for the batch norm that reads its output: the tile engine's f64
   // totals (2, channels) with its partials in `stats`; the patch and direct kinds park f32
-  // partials (2 * channels, blocks) in `stats` and set *stats_rows to their blocks (0: totals).
+  // partials (2 * channels, blocks) in `stats`. run_generated_conv sets *stats_rows to the
+  // blocks of the kind that ran (0: totals).
   rt::DevicePtr totals = 0, stats = 0;
   std::int64_t* stats_rows = nullptr;
 };

@@ -47,11 +47,9 @@ std::string direct_source(const ConvLaunch& l);
 void launch_direct(const ConvLaunch& l, const ConvOperands& ops, Module m);
 
 // The statistics a kind's forward takes (conv_stats.cu), from at most kMaxStatsBlocks blocks:
-// stats_floats_of gives their f32 partials (2 * channels, blocks), and park_rows tells the
-// caller (ConvOperands::stats_rows) how many blocks' columns the launch parks, 0 for none.
+// stats_floats_of gives their f32 partials (2 * channels, blocks).
 constexpr std::int64_t kMaxStatsBlocks = 65536;
 std::int64_t stats_floats_of(std::int64_t blocks, std::int64_t channels);
-void park_rows(const ConvOperands& ops, std::int64_t blocks);
 
 // A stride-1 forward or input gradient as the forward conv it runs (the input gradient's over gy,
 // its padding mirrored); none for other strides and the weight gradient.

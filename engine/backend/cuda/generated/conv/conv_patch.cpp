@@ -132,7 +132,6 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
   const rt::DevicePtr stats = p.totals ? ops.stats : 0;
   if (p.totals && stats == 0) throw Error("[conv2d] a patch conv taking statistics was launched without their buffer");
-  park_rows(ops, p.totals ? c.n * p.bands : 0);
   rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out, stats);
 }
 

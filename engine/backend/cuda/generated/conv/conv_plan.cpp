@@ -138,10 +138,6 @@ std::string num(std::int64_t v) { return std::to_string(v); }
 
 std::int64_t stats_floats_of(std::int64_t blocks, std::int64_t channels) { return 2 * channels * blocks; }
 
-void park_rows(const ConvOperands& ops, std::int64_t blocks) {
-  if (ops.stats_rows) *ops.stats_rows = blocks;
-}
-
 std::optional<PatchConv> as_forward(ConvPass pass, const ConvGeometry& s) {
   if (s.sh != 1 || s.sw != 1 || pass == ConvPass::grad_weight) return std::nullopt;
   if (pass == ConvPass::forward)

@@ -239,7 +239,10 @@ const std::vector<PlannedCandidate>& planned_candidates(ConvPass pass, const Con
 // The planned candidates bound to this call's operands; two tiles that plan the same launch
 // (boxes of 128 and 256 pixels over a small output) are timed once: the stored choice names a
 // launch by its text.
-std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& planned, const ConvOperands& ops) {
+// With `rows`, each candidate's columns of statistics partials (its blocks; 0 for the tile engine's
+// f64 totals or none) beside it.
+std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& planned, const ConvOperands& ops,
+                                      std::vector<std::int64_t>* rows = nullptr) {
   // w is A and x or gy B; for the weight gradient gy is A and x B.
   GemmOperands gops{ops.b, ops.a, ops.out, 0, ops.stream};
   gops.stats = ops.stats, gops.totals = ops.totals;
@@ -250,13 +253,14 @@ std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& plann
     if (gemm && p.head) fits = operands_fit(*gemm, gops);
     if ((gemm && !fits) || std::any_of(c.begin(), c.end(), [&](const TuneCandidate& t) { return t.name == p.name; }))
       continue;
-    if (gemm)
-      c.push_back({p.name, [gemm, gops, rows = ops.stats_rows] {
-                     if (rows) *rows = 0;  // f64 totals, not partials
-                     launch(*gemm, gops);
-                   }});
-    else
-      c.push_back({p.name, [l = &std::get<ConvLaunch>(p.launch), ops] { launch(*l, ops); }});
+    if (gemm) {
+      c.push_back({p.name, [gemm, gops] { launch(*gemm, gops); }});
+      if (rows) rows->push_back(0);
+      continue;
+    }
+    const ConvLaunch* l = &std::get<ConvLaunch>(p.launch);
+    c.push_back({p.name, [l, ops] { launch(*l, ops); }});
+    if (rows) rows->push_back(stats_floats(*l) / (2 * l->g.o));
   }
   return c;
 }
@@ -322,33 +326,36 @@ ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOpera
         pass_name(pass) + " of " + std::string(dtype_name(ops.dtype)));
   const std::optional<ConvCall> call = conv_call(pass, g, ops, tf32);
   if (!call) return ConvRan::no;
-  const ConvMath* math = &call->math;
+  const ConvMath math = call->math;
   const int arch = call->arch;
   const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
   auto planned = [&](bool totals) -> const std::vector<PlannedCandidate>& {
-    return planned_candidates(pass, g, ops.dtype, call->math, call->target, arch, ops.f32_out, totals);
+    return planned_candidates(pass, g, ops.dtype, math, call->target, arch, ops.f32_out, totals);
   };
   // With the statistics' buffers (generated_conv_stats_floats of them), the kinds that take
   // them; without, or without a kind that takes them, the conv runs alone.
   ConvOperands with = ops;
   std::vector<TuneCandidate> c;
-  if (ops.totals != 0 && ops.stats != 0 && pass == ConvPass::forward) c = candidates(planned(true), with);
+  std::vector<std::int64_t> rows;
+  if (ops.totals != 0 && ops.stats != 0 && pass == ConvPass::forward) c = candidates(planned(true), with, &rows);
   const bool totals = !c.empty();
   if (!totals) {
     with.stats = with.totals = 0;
-    with.stats_rows = nullptr;
     c = candidates(planned(false), with);
   }
   if (c.empty()) return ConvRan::no;
   const std::string dtype =
-      std::string(dtype_name(ops.dtype)) + (*math == ConvMath::tf32 ? "/tf32" : "") + (ops.f32_out ? "->f32" : "");
+      std::string(dtype_name(ops.dtype)) + (math == ConvMath::tf32 ? "/tf32" : "") + (ops.f32_out ? "->f32" : "");
   const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text() + (totals ? " totals" : ""), dtype,
                         arch, library_text()};
   TuneCheck check;
   check.outputs.push_back({ops.out, ops.f32_out ? DType::f32 : ops.dtype, 1, sizes[2], sizes[2]});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.
-  check.tolerance = ops.dtype == DType::bf16 ? 4e-2 : *math == ConvMath::f32 ? 1e-4 : 1e-2;
-  run_tuned(key, c, check, *ops.stream, TuneCompiles::under_on);  // alternatives cost compiles
+  check.tolerance = ops.dtype == DType::bf16 ? 4e-2 : math == ConvMath::f32 ? 1e-4 : 1e-2;
+  // Alternatives cost compiles. The candidate that ran says where its statistics are (a shape-only
+  // pass runs the others after it, planning their kernels).
+  const TuneOutcome ran = run_tuned(key, c, check, *ops.stream, TuneCompiles::under_on);
+  if (totals && ops.stats_rows) *ops.stats_rows = rows[ran.index];
   return totals ? ConvRan::with_totals : ConvRan::yes;
 }
 
