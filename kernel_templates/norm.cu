@@ -250,24 +250,35 @@ __device__ __forceinline__ long long channel_of(long long i, long long C, long l
 
 // ---- Batch norm over x (N, C, S) contiguous, M = N * S values per channel. ----
 
-// The end of a backward reduction over channels split across blocks: this block's sdy and sdx
-// (sum dy', sum dy' * (x - mean)) summed and parked in parts (2, C * splits); the block that
-// finishes last adds each channel's parts in order into sums (2, C), the second times invstd
-// (sum dy' * xhat), which are also dbias and dweight (written when non-null, in P).
+// This block's sdy and sdx (sum dy', sum dy' * (x - mean)) summed and parked in parts (2, C * splits).
+__device__ void park_backward_sums(Acc sdy, Acc sdx, Acc* parts, long long C, int splits) {
+  sdy = kiln::block::sum<kBlock>(sdy);
+  sdx = kiln::block::sum<kBlock>(sdx);
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = sdy;
+    parts[C * splits + blockIdx.x] = sdx;
+  }
+}
+
+// Channel ch's parked sums added in order: (sum dy', sum dy' * xhat), the same bits whichever
+// block adds them.
+__device__ __forceinline__ void channel_backward_sums(const Acc* parts, const Acc* __restrict__ invstd, long long C,
+                                                      int splits, long long ch, Acc& sdy, Acc& sdx) {
+  sdy = kiln::block::sum_parked(parts + ch * splits, 1, splits);
+  sdx = kiln::block::sum_parked(parts + C * splits + ch * splits, 1, splits) * invstd[ch];
+}
+
+// The end of a backward reduction over channels split across blocks: the block that finishes
+// last adds each channel's parts into sums (2, C), which are also dbias and dweight (written when
+// non-null, in P).
 __device__ void finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int* done, const Acc* __restrict__ invstd,
                                      Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
                                      long long C, int splits) {
-  sdy = kiln::block::sum<kBlock>(sdy);
-  sdx = kiln::block::sum<kBlock>(sdx);
-  const long long slots = C * splits;
-  if (threadIdx.x == 0) {
-    parts[blockIdx.x] = sdy;
-    parts[slots + blockIdx.x] = sdx;
-  }
+  park_backward_sums(sdy, sdx, parts, C, splits);
   if (!kiln::block::last_to_finish(done)) return;
   for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
-    const Acc a = kiln::block::sum_parked(parts + ch * splits, 1, splits);
-    const Acc b = kiln::block::sum_parked(parts + slots + ch * splits, 1, splits) * invstd[ch];
+    Acc a, b;
+    channel_backward_sums(parts, invstd, C, splits, ch, a, b);
     sums[ch] = a;
     sums[C + ch] = b;
     if (dbias) kiln::store(dbias + ch, a);
@@ -786,8 +797,6 @@ __device__ __forceinline__ Acc window_dy(Acc g, const WindowMax<I>& m, int relu)
   return relu && !(m.value > Acc(0)) ? Acc(0) : g;
 }
 
-__device__ unsigned int kiln_bn_pool_backward_done;
-
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
 // This block's sums of dy' and dy' * (x - mean) over its windows of channel f.c.
 template <class I, int KH, int KW>
@@ -836,18 +845,19 @@ __device__ __forceinline__ void bn_max_pool_sums_quads(const T* __restrict__ gp,
   }
 }
 
-// kiln_batch_norm_backward_reduce for the pooled op: sums (2, C) = (sum dy', sum dy' * xhat)
-// over the windows (only an argmax has a dy'), split as the statistics are: block b takes channel
-// b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one window
-// at a time or a group along a row (KILN_POOL_PATH).
+// kiln_batch_norm_backward_reduce for the pooled op, without the merge: each block parks its sums
+// of dy' and dy' * (x - mean) over its windows (only an argmax has a dy') in parts (2, C * splits),
+// and the dx kernel's blocks add up their channel's. Split as the statistics are: block b takes
+// channel b / splits and its windows [chunk * (b % splits), + chunk) of N * oh * ow, a thread one
+// window at a time or a group along a row (KILN_POOL_PATH).
 extern "C" __global__ void __launch_bounds__(kBlock, 4)
     kiln_batch_norm_max_pool_backward_reduce(const T* __restrict__ gp, const T* __restrict__ x,
                                              const P* __restrict__ weight, const P* __restrict__ bias,
-                                             const Acc* __restrict__ mean, const Acc* __restrict__ invstd, Acc* parts,
-                                             Acc* __restrict__ sums, P* __restrict__ dweight, P* __restrict__ dbias,
-                                             PoolTiles t, long long chunk, int splits, int relu) {
+                                             const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
+                                             Acc* __restrict__ parts, PoolTiles t, long long chunk, int splits,
+                                             int relu) {
   kiln::wait_prior_grids();
-  const long long C = t.C, c = blockIdx.x / splits;
+  const long long c = blockIdx.x / splits;
   const Affine f{mean[c], invstd[c], weight, bias, c};
   Acc sdy = 0, sdx = 0;
 #if KILN_POOL_PATH >= 4
@@ -855,72 +865,78 @@ extern "C" __global__ void __launch_bounds__(kBlock, 4)
 #else
   bn_max_pool_sums<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, f, t, chunk, splits, relu, sdy, sdx);
 #endif
-  finish_backward_sums(sdy, sdx, parts, &kiln_bn_pool_backward_done, invstd, sums, dweight, dbias, C, splits);
+  park_backward_sums(sdy, sdx, parts, t.C, splits);
 }
 #endif
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_dx
-template <class I, int KH, int KW>
-__device__ __forceinline__ void bn_max_pool_dx(const T* __restrict__ gp, const T* __restrict__ x,
-                                               const P* __restrict__ weight, const P* __restrict__ bias,
-                                               const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
-                                               const Acc* __restrict__ sums, T* __restrict__ dx, const PoolTiles& t,
-                                               Acc inv_m, int training, int relu) {
-  const Tiles<I, KH, KW> g(t);
-  const I cy = (g.H + g.kh - 1) / g.kh, cx = (g.W + g.kw - 1) / g.kw, per_plane = cy * cx, cells = g.planes * per_plane;
-  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < cells; i += I(gridDim.x) * I(blockDim.x)) {
-    const I plane = i / per_plane, w = i - plane * per_plane, oy = w / cx, ox = w - oy * cx, c = plane % g.C;
-    const long long base = static_cast<long long>(plane) * g.H * g.W;
-    const Affine f{mean[c], invstd[c], weight, bias, static_cast<long long>(c)};
-    WindowMax<I> m{Acc(0), Acc(0), I(0), false};
-    Acc dy = 0;
-    if (oy < g.oh && ox < g.ow) {
-      m = window_max(x + base, g, oy, ox, f, relu);
-      dy = window_dy(kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]), m, relu);
-    }
-    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is;
-    const Acc mean_dy = training ? sums[c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + c] * inv_m : Acc(0);
-    for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
-      for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
-        const I at = iy * g.W + ix;
-        Acc d = m.found && at == m.at ? dy : Acc(0);
-        if (training) d = d - mean_dy - (kiln::cvt<Acc>(x[base + at]) - f.mu) * f.is * mean_dyx;
-        kiln::store(dx + base + at, scale * d);
-      }
+// What dx of channel c takes from the channel's sums: dx = scale * (dy' - mean_dy - (x - mu) *
+// is * mean_dyx) in training, scale * dy' in eval.
+struct DxTerms {
+  Affine f;
+  Acc scale, mean_dy, mean_dyx;
+  int training, relu;
+  __device__ __forceinline__ Acc dx(Acc dy, Acc xv) const {
+    Acc d = dy;
+    if (training) d = d - mean_dy - (xv - f.mu) * f.is * mean_dyx;
+    return scale * d;
   }
+};
+
+// dx of one cell of the tiling (oy, ox) of a plane at x + base: a window, or past oh, ow elements
+// no window pooled (dy' = 0 there).
+template <class I, int KH, int KW>
+__device__ __forceinline__ void dx_cell(const T* __restrict__ gp, const T* __restrict__ x, T* __restrict__ dx,
+                                        const Tiles<I, KH, KW>& g, I plane, I oy, I ox, const DxTerms& d) {
+  const long long base = static_cast<long long>(plane) * g.H * g.W;
+  WindowMax<I> m{Acc(0), Acc(0), I(0), false};
+  Acc dy = 0;
+  if (oy < g.oh && ox < g.ow) {
+    m = window_max(x + base, g, oy, ox, d.f, d.relu);
+    dy = window_dy(kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]), m, d.relu);
+  }
+  for (I ky = 0, iy = oy * g.kh; ky < g.kh && iy < g.H; ++ky, ++iy)
+    for (I kx = 0, ix = ox * g.kw; kx < g.kw && ix < g.W; ++kx, ++ix) {
+      const I at = iy * g.W + ix;
+      kiln::store(dx + base + at, d.dx(m.found && at == m.at ? dy : Acc(0), kiln::cvt<Acc>(x[base + at])));
+    }
 }
 
-// bn_max_pool_dx over groups of G windows along a row; H is even too, so every cell is a window.
-template <int G>
-__device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, const T* __restrict__ x,
-                                                     const P* __restrict__ weight, const P* __restrict__ bias,
-                                                     const Acc* __restrict__ mean, const Acc* __restrict__ invstd,
-                                                     const Acc* __restrict__ sums, T* __restrict__ dx,
-                                                     const PoolTiles& t, Acc inv_m, int training, int relu) {
-  using Row = kiln::Vec<T, 2 * G>;
-  using Pooled = kiln::Vec<T, G>;
-  const unsigned groups = quad_groups(t, G);
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
-    const QuadGroup q = quad_group<G>(i, t);
-    const Affine f{mean[q.c], invstd[q.c], weight, bias, static_cast<long long>(q.c)};
-    const Row r0 = load_vec<Row>(x + q.x), r1 = load_vec<Row>(x + q.x + t.W);
-    const Pooled g = load_vec<Pooled>(gp + q.pooled);
-    const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[q.c]) : f.is;
-    const Acc mean_dy = training ? sums[q.c] * inv_m : Acc(0), mean_dyx = training ? sums[t.C + q.c] * inv_m : Acc(0);
+// dx of a 2 x 2 window from its values xs (row-major) and pooled gradient gv, as d4.
+__device__ __forceinline__ void dx_quad(const Acc (&xs)[4], Acc gv, const DxTerms& d, T (&d4)[4]) {
+  const WindowMax<unsigned> m = quad_max(xs, d.f, d.relu);
+  const Acc dy = window_dy(gv, m, d.relu);
+#pragma unroll
+  for (unsigned k = 0; k < 4; ++k) d4[k] = kiln::cvt<T>(d.dx(m.found && k == m.at ? dy : Acc(0), xs[k]));
+}
+
+// An item of a channel's dx: a group of G windows along a row, or one cell of the tiling. Its
+// values are loaded before the channel's sums are added up, so the two latencies overlap (a cell
+// of any window but a whole 2 x 2 one: when it is stored).
+struct DxItem {
+#if KILN_POOL_PATH >= 4
+  using Row = kiln::Vec<T, 2 * KILN_POOL_GROUP>;
+  using Pooled = kiln::Vec<T, KILN_POOL_GROUP>;
+  QuadGroup q;
+  Row r0, r1;
+  Pooled gv;
+  __device__ __forceinline__ void load(const T* __restrict__ gp, const T* __restrict__ x, const PoolTiles& t,
+                                       long long c, unsigned j, unsigned per_plane) {
+    const unsigned n = j / per_plane;
+    q = quad_group_of<KILN_POOL_GROUP>(n * unsigned(t.C) + unsigned(c), j - n * per_plane, t);
+    r0 = load_vec<Row>(x + q.x);
+    r1 = load_vec<Row>(x + q.x + t.W);
+    gv = load_vec<Pooled>(gp + q.pooled);
+  }
+  __device__ __forceinline__ void store(const T* __restrict__, const T* __restrict__, T* __restrict__ dx,
+                                        const PoolTiles& t, const DxTerms& d) const {
     Row o0, o1;
 #pragma unroll
-    for (int j = 0; j < G; ++j) {
+    for (int j = 0; j < KILN_POOL_GROUP; ++j) {
       Acc xs[4];
       quad_values(r0, r1, j, xs);
-      const WindowMax<unsigned> m = quad_max(xs, f, relu);
-      const Acc dy = window_dy(kiln::cvt<Acc>(g.v[j]), m, relu);
       T d4[4];
-#pragma unroll
-      for (unsigned k = 0; k < 4; ++k) {
-        Acc d = m.found && k == m.at ? dy : Acc(0);
-        if (training) d = d - mean_dy - (xs[k] - f.mu) * f.is * mean_dyx;
-        d4[k] = kiln::cvt<T>(scale * d);
-      }
+      dx_quad(xs, kiln::cvt<Acc>(gv.v[j]), d, d4);
       o0.v[2 * j] = d4[0];
       o0.v[2 * j + 1] = d4[1];
       o1.v[2 * j] = d4[2];
@@ -929,23 +945,86 @@ __device__ __forceinline__ void bn_max_pool_dx_quads(const T* __restrict__ gp, c
     *reinterpret_cast<Row*>(dx + q.x) = o0;
     *reinterpret_cast<Row*>(dx + q.x + t.W) = o1;
   }
-}
+#else
+  using I = KILN_POOL_INDEX;
+  using G = Tiles<I, KILN_POOL_WINDOW, KILN_POOL_WINDOW>;
+  I plane, oy, ox;
+  bool whole = false;  // a whole 2 x 2 window, its values in xs and its gradient in gv
+  Acc xs[4], gv;
+  __device__ __forceinline__ void load(const T* __restrict__ gp, const T* __restrict__ x, const PoolTiles& t,
+                                       long long c, I j, I per_plane) {
+    const G g(t);
+    const I n = j / per_plane, w = j - n * per_plane, cx = (g.W + g.kw - 1) / g.kw;
+    plane = n * g.C + I(c);
+    oy = w / cx;
+    ox = w - oy * cx;
+    if constexpr (KILN_POOL_WINDOW == 2) {
+      whole = oy < g.oh && ox < g.ow;
+      if (whole) {
+        const T* v = x + static_cast<long long>(plane) * g.H * g.W + (2 * oy) * g.W + 2 * ox;
+        xs[0] = kiln::cvt<Acc>(v[0]);
+        xs[1] = kiln::cvt<Acc>(v[1]);
+        xs[2] = kiln::cvt<Acc>(v[g.W]);
+        xs[3] = kiln::cvt<Acc>(v[g.W + 1]);
+        gv = kiln::cvt<Acc>(gp[static_cast<long long>(plane) * g.oh * g.ow + oy * g.ow + ox]);
+      }
+    }
+  }
+  __device__ __forceinline__ void store(const T* __restrict__ gp, const T* __restrict__ x, T* __restrict__ dx,
+                                        const PoolTiles& t, const DxTerms& d) const {
+    const G g(t);
+    if (!whole) return dx_cell(gp, x, dx, g, plane, oy, ox, d);
+    T d4[4];
+    dx_quad(xs, gv, d, d4);
+    T* o = dx + static_cast<long long>(plane) * g.H * g.W + (2 * oy) * g.W + 2 * ox;
+    kiln::store(o, d4[0]);
+    kiln::store(o + 1, d4[1]);
+    kiln::store(o + g.W, d4[2]);
+    kiln::store(o + g.W + 1, d4[3]);
+  }
+#endif
+};
 
-// dx as kiln_batch_norm_backward_dx, a thread per cell of the tiling (cells past oh, ow hold
-// elements no window pooled: dy' = 0 there), or per group of windows along a row
-// (KILN_POOL_PATH); M values per channel.
+// dx as kiln_batch_norm_backward_dx, M values per channel, from the reduce blocks' parked sums
+// (2, C * splits). Block b takes channel c = b / bpc (bpc = gridDim.x / C), adds up the channel's
+// sums, then takes its items (groups of windows along a row, or cells of the tiling: KILN_POOL_PATH)
+// b % bpc, + bpc, ... kBlock at a time. The channel's first block writes dbias and dweight (in P,
+// when non-null).
 extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
     const T* __restrict__ gp, const T* __restrict__ x, const P* __restrict__ weight, const P* __restrict__ bias,
-    const Acc* __restrict__ mean, const Acc* __restrict__ invstd, const Acc* __restrict__ sums, T* __restrict__ dx,
-    PoolTiles t, long long M, int training, int relu) {
+    const Acc* __restrict__ mean, const Acc* __restrict__ invstd, const Acc* __restrict__ parts,
+    P* __restrict__ dweight, P* __restrict__ dbias, T* __restrict__ dx, PoolTiles t, long long M, int splits,
+    int training, int relu) {
   kiln::wait_prior_grids();
-  const Acc inv_m = Acc(1) / static_cast<Acc>(M);
+  const long long bpc = gridDim.x / t.C, c = blockIdx.x / bpc, part = blockIdx.x % bpc;
 #if KILN_POOL_PATH >= 4
-  bn_max_pool_dx_quads<KILN_POOL_GROUP>(gp, x, weight, bias, mean, invstd, sums, dx, t, inv_m, training, relu);
+  using I = unsigned;
+  const I per_plane = quad_groups_per_plane(t, KILN_POOL_GROUP);
 #else
-  bn_max_pool_dx<KILN_POOL_INDEX, KILN_POOL_WINDOW, KILN_POOL_WINDOW>(gp, x, weight, bias, mean, invstd, sums, dx, t,
-                                                                      inv_m, training, relu);
+  using I = KILN_POOL_INDEX;
+  const I per_plane = I((t.H + t.kh - 1) / t.kh) * I((t.W + t.kw - 1) / t.kw);
 #endif
+  const I items = I(t.planes / t.C) * per_plane, first = I(part) * I(kBlock) + I(threadIdx.x);
+  DxItem item;
+  if (first < items) item.load(gp, x, t, c, first, per_plane);
+  Acc sdy, sdx;
+  channel_backward_sums(parts, invstd, t.C, splits, c, sdy, sdx);
+  if (part == 0 && threadIdx.x == 0) {
+    if (dbias) kiln::store(dbias + c, sdy);
+    if (dweight) kiln::store(dweight + c, sdx);
+  }
+  const Affine f{mean[c], invstd[c], weight, bias, c};
+  const Acc inv_m = Acc(1) / static_cast<Acc>(M);
+  const DxTerms d{f,
+                  weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is,
+                  training ? sdy * inv_m : Acc(0),
+                  training ? sdx * inv_m : Acc(0),
+                  training,
+                  relu};
+  for (I j = first; j < items; j += I(bpc) * I(kBlock)) {
+    if (j != first) item.load(gp, x, t, c, j, per_plane);
+    item.store(gp, x, dx, t, d);
+  }
 }
 #endif
 

@@ -2,8 +2,9 @@
 // pool's windows tile the input (stride = kernel, no padding), as two registry ops. The GPU never
 // stores the normalized tensor: the forward is the statistics kernel and one kernel that
 // normalizes and pools; the backward finds each window's argmax again from x and is a
-// per-channel reduction, then dx (kernel_templates/norm.cu). The CPU references are plain loops
-// in double that round the normalized values to x's dtype before pooling, as batch_norm stores them.
+// per-channel reduction, then dx, whose blocks add up their channel's sums
+// (kernel_templates/norm.cu). The CPU references are plain loops in double that round the
+// normalized values to x's dtype before pooling, as batch_norm stores them.
 #include <cmath>
 #include <limits>
 
@@ -224,7 +225,6 @@ void bn_pool_backward_gpu(const OpArgs& a, std::span<Tensor> out) {
   const kernels::NormSplit split = kernels::batch_norm_max_pool_split(p, a.device.index());
   const DType acc = acc_of(out[0].dtype());
   const Tensor parts = empty({split.scratch}, {.dtype = acc, .device = a.device});
-  const Tensor sums = empty({2 * p.channels}, {.dtype = acc, .device = a.device});
   kernels::launch_batch_norm_max_pool_backward({.t = out[0].dtype(),
                                                 .p = out[1].dtype(),
                                                 .g = device_address(in[0]),
@@ -236,7 +236,6 @@ void bn_pool_backward_gpu(const OpArgs& a, std::span<Tensor> out) {
                                                 .dx = device_address(out[0]),
                                                 .dweight = device_address(out[1]),
                                                 .dbias = device_address(out[2]),
-                                                .sums = device_address(sums),
                                                 .parts = device_address(parts),
                                                 .training = bp.training,
                                                 .relu = bp.relu},

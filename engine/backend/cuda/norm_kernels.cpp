@@ -225,6 +225,15 @@ std::uint32_t pool_path(const BatchNormPoolShape& p, std::int64_t group) {
   return (narrow ? 0 : 2) + (two_by_two ? 0 : 1);
 }
 
+// C * bpc blocks for a channel-major kernel of `items` per channel: as many as the SMs hold at
+// once, an even share a channel (at least one, which also writes the channel's constants).
+rt::LaunchConfig channel_blocks(const rt::Function& fn, std::int64_t channels, std::int64_t items,
+                                const rt::Stream& s) {
+  const std::int64_t resident = rt::resident_blocks(fn, blocks(1), 8) * sm_count(s.device());
+  return blocks(channels *
+                std::clamp<std::int64_t>(ceil_div(items, kBlock), 1, std::max<std::int64_t>(1, resident / channels)));
+}
+
 }  // namespace
 
 void set_batch_norm_pool_groups(bool on) { g_pool_groups.store(on, std::memory_order_relaxed); }
@@ -246,10 +255,7 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
     // Each of a channel's blocks adds up its partials: at most as many blocks as the SMs hold at
     // once (its registers allow four or five an SM, not the eight of pool_config), an even share
     // a channel, so none waits for a second wave.
-    const std::int64_t per_channel = shape.windows_per_channel() / group;
-    const std::int64_t resident = rt::resident_blocks(fn, blocks(1), 8) * sm_count(s.device());
-    cfg =
-        blocks(C * std::clamp<std::int64_t>(ceil_div(per_channel, kBlock), 1, std::max<std::int64_t>(1, resident / C)));
+    cfg = channel_blocks(fn, C, shape.windows_per_channel() / group, s);
   }
   rt::launch(fn, cfg, s, a.x, a.weight, a.bias, a.running_mean, a.running_var, a.mean, a.invstd, a.y, tiles(shape),
              eval, relu, a.eps, f.totals, f.tracked, a.momentum, f.parts, f.rows);
@@ -269,7 +275,7 @@ NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int /*devic
     sp.chunk = ceil_div(ceil_div(m, splits), 4) * 4;  // blocks start at a group of windows (pool_group)
     sp.splits = static_cast<int>(ceil_div(m, sp.chunk));
   }
-  sp.scratch = 2 * shape.channels * sp.splits;
+  sp.scratch = 2 * shape.channels * std::max(sp.splits, 1);
   return sp;
 }
 
@@ -279,18 +285,18 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
   const int splits = std::max(split.splits, 1);
   const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
   if (C == 0) return;
-  // With no windows the blocks still run: the last one writes the zero sums.
+  // With no windows the blocks still run: they park zero sums, and dx's write zero dweight, dbias.
   const std::int64_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
   rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g,
-             a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, a.sums, a.dweight, a.dbias, tiles(shape), chunk, splits,
-             relu);
-  const long long cells = shape.n * C * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
-  if (cells == 0) return;
-  const long long count = shape.unpooled().per_channel;
+             a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, tiles(shape), chunk, splits, relu);
+  // dx's blocks take a channel each and add up its sums (no merge at the reduction's end).
   const std::int64_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
-  rt::launch(function(kBnMaxPoolBackwardDx, a.t, a.p, s, pool_path(shape, group)),
-             pool_config(static_cast<std::uint64_t>(cells / group), s.device()), s, a.g, a.x, a.weight, a.bias, a.mean,
-             a.invstd, a.sums, a.dx, tiles(shape), count, training, relu);
+  const std::int64_t cells = group > 1 ? shape.windows_per_channel() / group
+                                       : shape.n * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
+  const rt::Function dx = function(kBnMaxPoolBackwardDx, a.t, a.p, s, pool_path(shape, group));
+  const long long count = shape.unpooled().per_channel;
+  rt::launch(dx, channel_blocks(dx, C, cells, s), s, a.g, a.x, a.weight, a.bias, a.mean, a.invstd, a.parts,
+             a.dweight, a.dbias, a.dx, tiles(shape), count, splits, training, relu);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,

@@ -84,7 +84,8 @@ struct BatchNormPoolShape {
 // one kernel that normalizes and pools.
 void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolShape& shape, const NormSplit& split,
                                 const rt::Stream& s);
-// The backward's per-channel reduction over the windows, then dx.
+// The backward's per-channel reduction over the windows, parked in a.parts (split.scratch Acc),
+// then dx, whose blocks add up their channel's and write dweight and dbias (a.sums unused).
 // 2 x 2 windows: the pooled kernels take up to four windows a thread along a row, with vector
 // loads, where the shape and the pointers allow (the forward's and dx's arithmetic unchanged; the
 // backward's sums in another order); off here (for tests), one window a thread.
