@@ -42,8 +42,11 @@ ${CONV_STATS}
 // clang-format on
 
 // wt[co][r*KW+s][c] (c padded to CP with zeros) from w, in the MMA type: one pass per call,
-// so every block copies its weights with wide loads.
-extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_* __restrict__ wt) {
+// so every block copies its weights with wide loads. A forward given wf also writes there what
+// the input gradient's module (FLIP 1) writes as its wt: wf[ci][r*KW+s][o], the taps reversed,
+// o over the group's COG output channels padded to that module's channel run.
+extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_* __restrict__ wt,
+                                                   MT_* __restrict__ wf) {
   kiln::wait_prior_grids();
   const int total = CO * RS * CP;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -60,8 +63,17 @@ extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_
     }
     wt[i] = to_mt(v);
   }
+#if FLIP == 0
+  if (!wf) return;
+  constexpr int CPF = (COG + KC - 1) / KC * KC + PAD, FLIPPED = CI * RS * CPF;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < FLIPPED; i += gridDim.x * blockDim.x) {
+    const int o = i % CPF, rs = (i / CPF) % RS, ci = i / (CPF * RS);
+    float v = 0.f;
+    if (o < COG) v = kiln::cvt<float>(w[((ci / CIG * COG + o) * CIG + ci % CIG) * RS + (RS - 1 - rs)]);
+    wf[i] = to_mt(v);
+  }
+#endif
 }
-
 
 __device__ __forceinline__ unsigned int smem_addr(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));

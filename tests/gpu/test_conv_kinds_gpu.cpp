@@ -18,6 +18,7 @@
 
 #include "backend/cuda/generated/conv/conv_plan.h"
 #include "backend/cuda/generated/gemm/gemm_plan.h"
+#include "device_buffers.h"
 #include "element_bytes.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
@@ -26,6 +27,7 @@
 using namespace kiln;
 using kernels::ConvKernel;
 using kernels::ConvPass;
+using kiln_test::upload;
 
 namespace {
 
@@ -43,13 +45,6 @@ struct DirectCase {
 kernels::ConvGeometry geometry(const DirectCase& c) {
   const std::int64_t oh = c.x[2] + 2 * c.ph - c.w[2] + 1, ow = c.x[3] + 2 * c.pw - c.w[3] + 1;
   return {c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], oh, ow, 1, 1, c.ph, c.pw, 1, 1, 1};
-}
-
-rt::DeviceBuffer upload(const Tensor& t, const rt::Stream& s) {
-  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype());
-  rt::DeviceBuffer buf(bytes, s);
-  rt::copy_to_device(buf.ptr(), t.contiguous().data_ptr(), bytes, s);
-  return buf;
 }
 
 std::vector<double> download(const rt::DeviceBuffer& b, std::int64_t count, DType dt, const rt::Stream& s) {

@@ -1,9 +1,12 @@
 // The patch kind: stride-1 forward and input gradient from input patches staged in shared
 // memory. Picks the band of output rows and channels per block, builds the shape's source
-// (the conv and its weight reorder) and launches both.
+// (the conv and its weight reorder) and launches both; a forward's reorder also writes its input
+// gradient's weights where that gradient runs the patch kind too (conv_kept.h).
 #include <algorithm>
+#include <memory>
 
 #include "backend/cuda/launch_common.h"
+#include "conv_kept.h"
 #include "conv_kinds.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
@@ -53,6 +56,8 @@ std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMa
   if (p.smem > target.max_shared) return std::nullopt;
   p.bands = ceil_div(c->oh, p.rows);
   p.channel_run = channel_run(*c, math);
+  if (pass == ConvPass::forward)
+    if (const auto flipped = plan_patch(ConvPass::grad_input, g, math, target, 0)) p.flipped_run = flipped->channel_run;
   return p;
 }
 
@@ -115,16 +120,51 @@ std::string patch_source(const ConvLaunch& l) {
   return rt::instantiate("conv_patch", rt::template_source("conv_patch"), b);
 }
 
+namespace {
+
+// The weights reordered for the kernel: f32 for TF32, else the MMA's 16-bit type. Under a
+// ConvForBackward of the weights, a forward's reorder also writes the flipped copy its input
+// gradient's patch conv reads, kept for it; that input gradient takes it instead of reordering.
+std::shared_ptr<const rt::DeviceBuffer> reordered_weights(const ConvLaunch& l, const ConvOperands& ops,
+                                                          const rt::Function& prep) {
+  const auto& p = std::get<PatchPlan>(l.plan);
+  const PatchConv& c = p.conv;
+  const rt::Stream& st = *ops.stream;
+  const DType mt = l.math == ConvMath::tf32 ? DType::f32 : l.math == ConvMath::f16 ? DType::f16 : DType::bf16;
+  const kept::OperandScope* scope = kept::weights_scope(ops.b);
+  // The input gradient's copy: its channel run, taps and channels (the forward's input channels).
+  auto flipped_key = [&](std::int64_t run, std::int64_t channels) {
+    return kept::KeptCopy{
+        ops.b, run, c.kh * c.kw, channels, mt, 1, st.handle(), nullptr, kept::CopyOf::patch_flipped_weights};
+  };
+  if (scope && l.pass == ConvPass::grad_input)
+    if (auto copy = kept::take_for_backward(flipped_key(p.channel_run, c.co), *scope)) return copy;
+  const std::int64_t weights = c.co * c.kh * c.kw * p.channel_run;
+  const bool keep = scope && l.pass == ConvPass::forward && p.flipped_run > 0;
+  const std::int64_t flipped_weights = keep ? c.ci * c.kh * c.kw * p.flipped_run : 0;
+  auto out = std::make_shared<rt::DeviceBuffer>(static_cast<std::size_t>(weights) * dtype_size(mt), st);
+  std::shared_ptr<rt::DeviceBuffer> flipped;
+  if (keep)
+    flipped = std::make_shared<rt::DeviceBuffer>(static_cast<std::size_t>(flipped_weights) * dtype_size(mt), st);
+  rt::launch(prep, grid_stride_config(static_cast<std::uint64_t>(std::max(weights, flipped_weights)), st.device()), st,
+             ops.b, out->ptr(), flipped ? flipped->ptr() : rt::DevicePtr{0});
+  if (flipped) {
+    kept::KeptCopy k = flipped_key(p.flipped_run, c.ci);
+    k.copy = std::move(flipped);
+    kept::keep_for_backward(k, *scope);
+  }
+  return out;
+}
+
+}  // namespace
+
 void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   const auto& p = std::get<PatchPlan>(l.plan);
   const PatchConv& c = p.conv;
   const rt::Stream& st = *ops.stream;
   const rt::Function fn = rt::generated_function(m, "kiln_conv_patch", st.device());
   const rt::Function prep = rt::generated_function(m, "kiln_conv_patch_weights", st.device());
-  // The weights reordered for the kernel: f32 for TF32, else the MMA's 16-bit type.
-  const std::int64_t weights = c.co * c.kh * c.kw * p.channel_run;
-  const rt::DeviceBuffer wt(static_cast<std::size_t>(weights) * (l.math == ConvMath::tf32 ? 4 : 2), st);
-  rt::launch(prep, grid_stride_config(static_cast<std::uint64_t>(weights), st.device()), st, ops.b, wt.ptr());
+  const std::shared_ptr<const rt::DeviceBuffer> wt = reordered_weights(l, ops, prep);
   rt::LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(c.n * p.bands), static_cast<unsigned>(ceil_div(c.co / c.g, p.bn)),
               static_cast<unsigned>(c.g)};
@@ -132,7 +172,7 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
   const rt::DevicePtr stats = p.totals ? ops.stats : 0;
   if (p.totals && stats == 0) throw Error("[conv2d] a patch conv taking statistics was launched without their buffer");
-  rt::launch(fn, cfg, st, ops.a, wt.ptr(), ops.out, stats);
+  rt::launch(fn, cfg, st, ops.a, wt->ptr(), ops.out, stats);
 }
 
 }  // namespace kiln::kernels::conv_kinds

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/generated/conv/conv_kept.h"
 #include "backend/cuda/generated/conv/conv_run.h"
-#include "backend/cuda/grad_stream.h"
 #include "backend/cuda/launch_common.h"
 #include "gemm_internal.h"
 #include "kiln/error.h"
@@ -34,75 +34,7 @@ void launch_nhwc(const GemmLaunch& l, rt::DevicePtr x, rt::DevicePtr dst, std::i
   rt::launch_raw(fn, cfg, stream, args);
 }
 
-// An NHWC copy kept for reuse while a ConvStagingReuse lives on this thread: its source, shape,
-// staged dtype and slices, and stream.
-struct KeptCopy {
-  rt::DevicePtr src;
-  std::int64_t c, pixels, batch;  // flipped weights: the input gradient's c, taps and m
-  DType t;
-  int slices;
-  const void* stream;
-  std::shared_ptr<const rt::DeviceBuffer> copy;
-  bool flipped_weights = false;  // else an NHWC copy of images
-};
-thread_local int t_reuse_scopes = 0;
-thread_local std::vector<KeptCopy> t_kept;
-
-// A forward's copies kept for its backward (ConvForBackward).
-struct ForBackward {
-  KeptCopy copy;
-  std::weak_ptr<const void> owner;
-  std::uint64_t version;
-};
-struct OperandScope {
-  rt::DevicePtr ptr;
-  std::weak_ptr<const void> owner;
-  std::uint64_t version;
-};
-thread_local std::vector<OperandScope> t_images_scopes, t_weights_scopes;
-thread_local std::vector<ForBackward> t_for_backward;
-constexpr std::size_t kMostForBackward = 32;  // a deep network's convs between its forward and backward
-
-// A copy made on `kept` serves work on `now`: the same stream, or a weight gradient's second
-// stream forked from it after the copy was queued (grad_stream).
-bool same_stream(const void* kept, const void* now) { return kept == now || grad_stream::beside(now, kept); }
-
-bool same_copy(const KeptCopy& k, const KeptCopy& key) {
-  return k.src == key.src && k.c == key.c && k.pixels == key.pixels && k.batch == key.batch && k.t == key.t &&
-         k.slices == key.slices && same_stream(k.stream, key.stream) && k.flipped_weights == key.flipped_weights;
-}
-
-// A copy read on another stream than its own lives until that stream's work is waited for.
-std::shared_ptr<const rt::DeviceBuffer> read_on(const KeptCopy& k, const void* stream,
-                                                std::shared_ptr<const rt::DeviceBuffer> copy) {
-  if (copy && k.stream != stream) grad_stream::keep(copy);
-  return copy;
-}
-
-// The innermost scope of `scopes` when it is for the operand at `ptr`; null otherwise.
-const OperandScope* scope_for(const std::vector<OperandScope>& scopes, rt::DevicePtr ptr) {
-  return !scopes.empty() && scopes.back().ptr == ptr ? &scopes.back() : nullptr;
-}
-
-// The forward's copy for this backward pass, taken from the kept ones; null for none. A shape-only
-// pass's copies (planned addresses) serve only that pass.
-std::shared_ptr<const rt::DeviceBuffer> take_for_backward(const KeptCopy& key, const OperandScope& scope) {
-  const std::shared_ptr<const void> owner = scope.owner.lock();
-  for (auto it = t_for_backward.begin(); it != t_for_backward.end(); ++it)
-    if (same_copy(it->copy, key) && owner && it->owner.lock() == owner && it->version == scope.version &&
-        rt::is_planned(it->copy.copy->ptr()) == rt::shape_only()) {
-      std::shared_ptr<const rt::DeviceBuffer> copy = read_on(it->copy, key.stream, std::move(it->copy.copy));
-      t_for_backward.erase(it);
-      return copy;
-    }
-  return nullptr;
-}
-
-void keep_for_backward(const KeptCopy& copy, const OperandScope& scope) {
-  std::erase_if(t_for_backward, [&](const ForBackward& f) { return f.owner.expired() || same_copy(f.copy, copy); });
-  if (t_for_backward.size() == kMostForBackward) t_for_backward.erase(t_for_backward.begin());  // the oldest
-  t_for_backward.push_back({copy, scope.owner, scope.version});
-}
+using kept::KeptCopy;
 
 // Convolution modes' images (and gy in weight-gradient mode), `stride` elements apart, as dense
 // [z][h][w][c] (convolution mode's f32 math: c as its slices). Under a ConvStagingReuse, a copy
@@ -116,22 +48,22 @@ std::shared_ptr<const rt::DeviceBuffer> stage_nhwc(const GemmLaunch& l, rt::Devi
   if (image != c * pixels)
     throw ValueError("[gemm] convolution mode reads dense images; batch stride " + std::to_string(image));
   const KeptCopy key{x, c, pixels, l.g.batch, input_dtype(l.g.math), slices(l.g), stream.handle(), nullptr};
-  const bool reuse = t_reuse_scopes > 0 && odd == 0;
+  const bool reuse = kept::reusing() && odd == 0;
   if (reuse)
-    for (const KeptCopy& k : t_kept)
-      if (same_copy(k, key)) return read_on(k, key.stream, k.copy);
-  const OperandScope* scope = odd == 0 && key.slices == 1 ? scope_for(t_images_scopes, x) : nullptr;
+    if (auto copy = kept::reused(key)) return copy;
+  const kept::OperandScope* scope = odd == 0 && key.slices == 1 ? kept::images_scope(x) : nullptr;
   std::shared_ptr<const rt::DeviceBuffer> out =
-      scope && l.g.conv->weight_grad ? take_for_backward(key, *scope) : nullptr;
+      scope && l.g.conv->weight_grad ? kept::take_for_backward(key, *scope) : nullptr;
   if (!out) {
     auto made = std::make_shared<rt::DeviceBuffer>(
         static_cast<std::size_t>(l.g.batch * slices(l.g) * c * pixels) * dtype_size(input_dtype(l.g.math)), stream);
     launch_nhwc(l, x, made->ptr(), c, pixels, l.g.batch, stream, odd);
     out = std::move(made);
   }
-  if (reuse) t_kept.push_back(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out});
-  if (scope && !l.g.conv->weight_grad)
-    keep_for_backward(KeptCopy{key.src, c, pixels, l.g.batch, key.t, key.slices, key.stream, out}, *scope);
+  KeptCopy copy = key;
+  copy.copy = out;
+  if (reuse) kept::keep_for_reuse(copy);
+  if (scope && !l.g.conv->weight_grad) kept::keep_for_backward(copy, *scope);
   return out;
 }
 
@@ -145,13 +77,13 @@ std::shared_ptr<const rt::DeviceBuffer> reorder_weights(const GemmLaunch& l, con
   const std::int64_t count = l.g.m * c.r * c.s * c.c;
   const std::int64_t staged = l.g.m * c.r * c.s * staged_channels(l.g);
   const DType t = input_dtype(l.g.math);
-  const OperandScope* scope = slices(l.g) == 1 ? scope_for(t_weights_scopes, ops.a) : nullptr;
+  const kept::OperandScope* scope = slices(l.g) == 1 ? kept::weights_scope(ops.a) : nullptr;
   // The input gradient's view: m and c swapped.
   auto flipped_key = [&](std::int64_t m, std::int64_t cc) {
-    return KeptCopy{ops.a, cc, c.r * c.s, m, t, 1, ops.stream->handle(), nullptr, true};
+    return KeptCopy{ops.a, cc, c.r * c.s, m, t, 1, ops.stream->handle(), nullptr, kept::CopyOf::flipped_weights};
   };
   if (scope && c.flip)
-    if (auto kept = take_for_backward(flipped_key(l.g.m, c.c), *scope)) return kept;
+    if (auto copy = kept::take_for_backward(flipped_key(l.g.m, c.c), *scope)) return copy;
   const std::size_t bytes = static_cast<std::size_t>(staged) * dtype_size(t);
   auto out = std::make_shared<rt::DeviceBuffer>(bytes, *ops.stream);
   std::shared_ptr<rt::DeviceBuffer> flipped;
@@ -167,7 +99,7 @@ std::shared_ptr<const rt::DeviceBuffer> reorder_weights(const GemmLaunch& l, con
   if (flipped) {
     KeptCopy k = flipped_key(c.c, l.g.m);
     k.copy = std::move(flipped);
-    keep_for_backward(k, *scope);
+    kept::keep_for_backward(k, *scope);
   }
   return out;
 }
@@ -205,24 +137,6 @@ rt::DeviceBuffer shift_rows(const GemmLaunch& l, rt::DevicePtr x, std::int64_t c
 }
 
 }  // namespace
-
-ConvStagingReuse::ConvStagingReuse() { ++t_reuse_scopes; }
-ConvStagingReuse::~ConvStagingReuse() {
-  if (--t_reuse_scopes == 0) t_kept.clear();  // stream-ordered frees, after the launches queued
-}
-
-ConvForBackward::ConvForBackward(ConvStaged what, rt::DevicePtr operand, std::weak_ptr<const void> owner,
-                                 std::uint64_t version)
-    : what_(what) {
-  (what == ConvStaged::images ? t_images_scopes : t_weights_scopes).push_back({operand, std::move(owner), version});
-}
-ConvForBackward::~ConvForBackward() { (what_ == ConvStaged::images ? t_images_scopes : t_weights_scopes).pop_back(); }
-
-std::size_t conv_images_kept() {
-  return static_cast<std::size_t>(std::count_if(t_for_backward.begin(), t_for_backward.end(),
-                                                [](const ForBackward& f) { return !f.copy.flipped_weights; }));
-}
-std::size_t conv_weights_kept() { return t_for_backward.size() - conv_images_kept(); }
 
 int slices(const GemmGeometry& g) {
   return g.math == GemmMath::f32 && g.conv && !g.conv->weight_grad ? (g.conv->paired ? 2 : 3) : 1;
