@@ -260,14 +260,6 @@ __device__ void park_backward_sums(Acc sdy, Acc sdx, Acc* parts, long long C, in
   }
 }
 
-// Channel ch's parked sums added in order: (sum dy', sum dy' * xhat), the same bits whichever
-// block adds them.
-__device__ __forceinline__ void channel_backward_sums(const Acc* parts, const Acc* __restrict__ invstd, long long C,
-                                                      int splits, long long ch, Acc& sdy, Acc& sdx) {
-  sdy = kiln::block::sum_parked(parts + ch * splits, 1, splits);
-  sdx = kiln::block::sum_parked(parts + C * splits + ch * splits, 1, splits) * invstd[ch];
-}
-
 // The end of a backward reduction over channels split across blocks: the block that finishes
 // last adds each channel's parts into sums (2, C), which are also dbias and dweight (written when
 // non-null, in P).
@@ -277,8 +269,8 @@ __device__ void finish_backward_sums(Acc sdy, Acc sdx, Acc* parts, unsigned int*
   park_backward_sums(sdy, sdx, parts, C, splits);
   if (!kiln::block::last_to_finish(done)) return;
   for (long long ch = threadIdx.x; ch < C; ch += kBlock) {
-    Acc a, b;
-    channel_backward_sums(parts, invstd, C, splits, ch, a, b);
+    const Acc a = kiln::block::sum_parked(parts + ch * splits, 1, splits);
+    const Acc b = kiln::block::sum_parked(parts + C * splits + ch * splits, 1, splits) * invstd[ch];
     sums[ch] = a;
     sums[C + ch] = b;
     if (dbias) kiln::store(dbias + ch, a);
@@ -985,6 +977,30 @@ struct DxItem {
 #endif
 };
 
+// Channel c's parked sums (sum dy', sum dy' * xhat), each warp loading up to 32 splits' pairs at
+// once and adding them by a butterfly of shuffles: one round trip and five dependent adds, where
+// the merge's sum in order took 18 on the speedrun's first layer. Every lane of every block gets
+// the same bits (each step adds the same two values on both lanes).
+__device__ __forceinline__ void channel_sums_by_warp(const Acc* parts, Acc invstd, long long C, int splits, long long c,
+                                                     Acc& sdy, Acc& sdx) {
+  const int lane = threadIdx.x & 31;
+  const Acc* dy = parts + c * splits;
+  const Acc* dyx = parts + C * splits + c * splits;
+  sdy = 0, sdx = 0;
+  for (int s0 = 0; s0 < splits; s0 += 32) {
+    const bool in = s0 + lane < splits;
+    Acc a = in ? __ldcg(dy + s0 + lane) : Acc(0), b = in ? __ldcg(dyx + s0 + lane) : Acc(0);
+#pragma unroll
+    for (int step = 16; step > 0; step /= 2) {
+      a += __shfl_xor_sync(0xffffffffu, a, step);
+      b += __shfl_xor_sync(0xffffffffu, b, step);
+    }
+    sdy += a;
+    sdx += b;
+  }
+  sdx *= invstd;
+}
+
 // dx as kiln_batch_norm_backward_dx, M values per channel, from the reduce blocks' parked sums
 // (2, C * splits). Block b takes channel c = b / bpc (bpc = gridDim.x / C), adds up the channel's
 // sums, then takes its items (groups of windows along a row, or cells of the tiling: KILN_POOL_PATH)
@@ -1005,22 +1021,19 @@ extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
   const I per_plane = I((t.H + t.kh - 1) / t.kh) * I((t.W + t.kw - 1) / t.kw);
 #endif
   const I items = I(t.planes / t.C) * per_plane, first = I(part) * I(kBlock) + I(threadIdx.x);
+  // The channel's constants, the first item's values and the channel's sums: loads issued together.
+  const Affine f{mean[c], invstd[c], weight, bias, c};
+  const Acc scale = weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is;
   DxItem item;
   if (first < items) item.load(gp, x, t, c, first, per_plane);
   Acc sdy, sdx;
-  channel_backward_sums(parts, invstd, t.C, splits, c, sdy, sdx);
+  channel_sums_by_warp(parts, f.is, t.C, splits, c, sdy, sdx);
   if (part == 0 && threadIdx.x == 0) {
     if (dbias) kiln::store(dbias + c, sdy);
     if (dweight) kiln::store(dweight + c, sdx);
   }
-  const Affine f{mean[c], invstd[c], weight, bias, c};
   const Acc inv_m = Acc(1) / static_cast<Acc>(M);
-  const DxTerms d{f,
-                  weight ? f.is * kiln::cvt<Acc>(weight[c]) : f.is,
-                  training ? sdy * inv_m : Acc(0),
-                  training ? sdx * inv_m : Acc(0),
-                  training,
-                  relu};
+  const DxTerms d{f, scale, training ? sdy * inv_m : Acc(0), training ? sdx * inv_m : Acc(0), training, relu};
   for (I j = first; j < items; j += I(bpc) * I(kBlock)) {
     if (j != first) item.load(gp, x, t, c, j, per_plane);
     item.store(gp, x, dx, t, d);

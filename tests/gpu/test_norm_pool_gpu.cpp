@@ -1,9 +1,9 @@
 // batch_norm_max_pool2d's kernels (kernel_templates/norm.cu) against the two ops they replace
 // on the GPU: pooled values and running statistics bit for bit, gradients within the rounding
 // of a reordered sum, in f32 and in bf16 beside f32 parameters, training and eval, with the
-// ReLU or not, windows that leave rows unpooled; and nn::Sequential's compiled cnn step, which
-// then holds neither the apply kernel nor the pool's, nor one to count the batches; windows in
-// groups along a row against one a thread.
+// ReLU or not, windows that leave rows unpooled, channels of many splits; and nn::Sequential's
+// compiled cnn step, which then holds neither the apply kernel nor the pool's, nor one to count
+// the batches; windows in groups along a row against one a thread.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -34,7 +34,8 @@ using Dims = std::vector<std::int64_t>;
 
 TEST_CASE("batch_norm_max_pool2d on the GPU: the pooled values bit for bit as batch_norm then max_pool2d") {
   for (DType t : {DType::f32, DType::bf16})
-    for (const Shape& s : {Shape{16, 8, 28, 28}, Shape{4, 3, 29, 31}, Shape{3, 5, 9, 10}})
+    // The last: over 32 of the backward's splits a channel, which dx loads in two rounds.
+    for (const Shape& s : {Shape{16, 8, 28, 28}, Shape{4, 3, 29, 31}, Shape{3, 5, 9, 10}, Shape{64, 2, 64, 64}})
       for (const Dims& k : {Dims{2}, Dims{3, 2}})
         for (bool training : {true, false})
           for (Activation act : {Activation::none, Activation::relu}) {

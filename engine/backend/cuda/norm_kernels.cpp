@@ -261,11 +261,12 @@ void launch_batch_norm_max_pool(const BatchNormForward& a, const BatchNormPoolSh
              eval, relu, a.eps, f.totals, f.tracked, a.momentum, f.parts, f.rows);
 }
 
-// About eight windows a thread, four of them loaded at once: on the H200 the bf16 cnn step took
-// 0.2288 ms at eight, 0.2294 at four, 0.2351 at two and 0.2336 at sixteen (the speedrun 0.0507,
-// 0.0509, 0.0521, 0.0522 s): at two its blocks ran in three waves, spending more on their starts
-// and merges than on their windows.
-constexpr std::int64_t kPoolWindowsPerThread = 8;
+// About six windows a thread. With dx adding up the sums (one H200, 2026-12-01): the bf16 cnn
+// step took 0.1558 ms at four and six, 0.1568 at eight and 0.1580 at twelve (the speedrun
+// 0.0301-0.0302, 0.0301-0.0303, 0.0300-0.0303 and 0.0306-0.0308 s); the speedrun's first layer
+// then has 24 splits, which dx loads in one round trip (up to 32). With the last block's merge at
+// the reduction's end, eight had been best and two ran in three waves.
+constexpr std::int64_t kPoolWindowsPerThread = 6;
 
 NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int /*device*/) {
   NormSplit sp;
@@ -289,7 +290,9 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
   const std::int64_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
   rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g,
              a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, tiles(shape), chunk, splits, relu);
-  // dx's blocks take a channel each and add up its sums (no merge at the reduction's end).
+  // dx's blocks take a channel each and add up its sums (no merge at the reduction's end). Blocks
+  // the SMs hold at once beat one item a thread (more blocks, each adding up the sums): the
+  // speedrun 0.0297-0.0298 s against 0.0301-0.0303 on one H200.
   const std::int64_t group = pool_group(shape, a.t, true, {a.g, a.x, a.dx});
   const std::int64_t cells = group > 1 ? shape.windows_per_channel() / group
                                        : shape.n * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
