@@ -13,6 +13,7 @@
 #include <kiln/kiln.h>
 
 #include "dataset_files.h"
+#include "fatal_signals.h"
 #include "models.h"
 #include "plan.h"
 #include "speedrun.h"
@@ -161,6 +162,7 @@ void run_speedrun(const data::Mnist& mnist, Device device, bool compiled, std::u
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::cli::trace_fatal_signals("mnist-train");
   CLI::App app{"Train an MLP or a CNN on MNIST with kiln"};
   mnist::TrainOptions o;
   std::string data_dir, device = "auto";

@@ -1,5 +1,6 @@
 // A run killed while it compiles leaves no compile server (kiln-nvrtc-server) behind: each
-// server ends when its parent's end of the socket closes. No GPU (jitcc warm --arch).
+// server ends when its parent's end of the socket closes. A tool dying of a fatal signal says
+// where (kiln_cli's trace_fatal_signals). No GPU (jitcc warm --arch).
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -99,4 +100,36 @@ TEST_CASE("a process that exits while a prefetch thread compiles does not wait f
     CHECK(bytes.find("prefetch_exit_") == std::string::npos);
   }
   CHECK(r.err.find("compile servers failed") == std::string::npos);  // no false alarm
+}
+
+TEST_CASE("jitcc dying of a fatal signal writes the signal, its thread and a backtrace, then dies of it") {
+  ScratchDir dir;
+  kiln_test::EnvOverrides env = child_env(dir.path());
+  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
+  kiln_test::Process warm(jitcc_argv({"warm", "--arch", "sm_90", "--jobs", "1"}), env);
+  // A compile server running means main() has long installed the handler.
+  std::vector<pid_t> servers;
+  const auto start = std::chrono::steady_clock::now();
+  while (servers.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    servers = servers_of(warm.pid());
+  }
+  REQUIRE(!servers.empty());
+  ::kill(warm.pid(), SIGSEGV);
+  const kiln_test::ProcessResult r = warm.wait();
+  CHECK(r.exit_code == 128 + SIGSEGV);
+  INFO(r.err);
+  const std::size_t at = r.err.find("jitcc: fatal signal 11 (Segmentation fault) in thread ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t trace = r.err.find("; backtrace:\n", at);
+  REQUIRE(trace != std::string::npos);
+  // backtrace_symbols_fd's lines: the module, then the frame's offset or symbol.
+  CHECK(r.err.find("jitcc(", trace) != std::string::npos);
+  const auto killed = std::chrono::steady_clock::now();
+  while (!servers.empty() && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::erase_if(servers, [](pid_t p) { return !running(p); });
+  }
+  CHECK(servers.empty());
+  for (pid_t p : servers) ::kill(p, SIGKILL);
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli.h"
+#include "fatal_signals.h"
 #include "kiln/error.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/version.h"
@@ -34,6 +35,7 @@ bool wants_json(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::cli::trace_fatal_signals("jitcc");
   // Loads libkiln, whose static initialisers register the kernels.
   std::string version = kiln::version();
   // Compiling is this process's work: its compile servers keep its priority.
