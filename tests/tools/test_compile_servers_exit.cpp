@@ -51,39 +51,61 @@ bool running(pid_t pid) {
   return s.state != 0 && s.state != 'Z' && s.name.rfind("kiln-nvrtc-ser", 0) == 0;
 }
 
+// The compile servers of `parent` once `count` run (fewer after a minute).
+std::vector<pid_t> wait_for_servers(pid_t parent, std::size_t count) {
+  std::vector<pid_t> servers;
+  const auto start = std::chrono::steady_clock::now();
+  while (servers.size() < count && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    servers = servers_of(parent);
+  }
+  return servers;
+}
+
+// Whether `servers` all end within 20 s of their parent's end: a compile under way finishes
+// first (well under a second here), then each sees its socket closed. Any left are killed, so the
+// test leaves none behind either.
+bool servers_end(std::vector<pid_t> servers) {
+  const auto killed = std::chrono::steady_clock::now();
+  while (!servers.empty() && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::erase_if(servers, [](pid_t p) { return !running(p); });
+  }
+  for (pid_t p : servers) ::kill(p, SIGKILL);
+  return servers.empty();
+}
+
+// A child's environment with its cache in `dir`, compiling in servers.
+kiln_test::EnvOverrides server_env(const ScratchDir& dir) {
+  kiln_test::EnvOverrides env = child_env(dir.path());
+  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
+  return env;
+}
+
+// A full jitcc warm on `jobs` compile servers, once they run.
+struct WarmOnServers {
+  ScratchDir dir;
+  kiln_test::Process warm;
+  std::vector<pid_t> servers;
+  explicit WarmOnServers(std::size_t jobs)
+      : warm(jitcc_argv({"warm", "--arch", "sm_90", "--jobs", std::to_string(jobs)}), server_env(dir)),
+        servers(wait_for_servers(warm.pid(), jobs)) {}
+};
+
 }  // namespace
 
 TEST_CASE("a jitcc warm killed while compiling leaves no compile server running") {
-  ScratchDir dir;
-  kiln_test::EnvOverrides env = child_env(dir.path());
-  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
-  kiln_test::Process warm(jitcc_argv({"warm", "--arch", "sm_90", "--jobs", "2"}), env);
-  std::vector<pid_t> servers;
-  const auto start = std::chrono::steady_clock::now();
-  while (servers.size() < 2 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    servers = servers_of(warm.pid());
-  }
-  REQUIRE(servers.size() == 2);  // one per compiling thread
-  ::kill(warm.pid(), SIGKILL);
-  CHECK(warm.wait().exit_code == 128 + SIGKILL);
-  // A compile under way finishes first (well under a second here); then the server sees the
-  // socket closed and ends.
-  const auto killed = std::chrono::steady_clock::now();
-  std::vector<pid_t> left = servers;
-  while (!left.empty() && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::erase_if(left, [](pid_t p) { return !running(p); });
-  }
-  CHECK(left.empty());
-  for (pid_t p : left) ::kill(p, SIGKILL);  // not left behind by the test either
+  WarmOnServers w(2);
+  REQUIRE(w.servers.size() == 2);  // one per compiling thread
+  ::kill(w.warm.pid(), SIGKILL);
+  CHECK(w.warm.wait().exit_code == 128 + SIGKILL);
+  CHECK(servers_end(w.servers));
 }
 
 TEST_CASE("a process that exits while a prefetch thread compiles does not wait for it, and leaves no server") {
   ScratchDir dir;
-  kiln_test::EnvOverrides env = child_env(dir.path());
-  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
-  const kiln_test::ProcessResult r = kiln_test::run_process({KILN_TEST_HELPER_PATH, "prefetch-exit", "sm_90"}, env);
+  const kiln_test::ProcessResult r =
+      kiln_test::run_process({KILN_TEST_HELPER_PATH, "prefetch-exit", "sm_90"}, server_env(dir));
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.out.find("exiting") != std::string::npos);
   std::vector<pid_t> servers;
@@ -103,20 +125,10 @@ TEST_CASE("a process that exits while a prefetch thread compiles does not wait f
 }
 
 TEST_CASE("jitcc dying of a fatal signal writes the signal, its thread and a backtrace, then dies of it") {
-  ScratchDir dir;
-  kiln_test::EnvOverrides env = child_env(dir.path());
-  env.emplace_back("KILN_COMPILE_IN_PROCESS", std::nullopt);
-  kiln_test::Process warm(jitcc_argv({"warm", "--arch", "sm_90", "--jobs", "1"}), env);
-  // A compile server running means main() has long installed the handler.
-  std::vector<pid_t> servers;
-  const auto start = std::chrono::steady_clock::now();
-  while (servers.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    servers = servers_of(warm.pid());
-  }
-  REQUIRE(!servers.empty());
-  ::kill(warm.pid(), SIGSEGV);
-  const kiln_test::ProcessResult r = warm.wait();
+  WarmOnServers w(1);  // a compile server running: main() has long installed the handler
+  REQUIRE(w.servers.size() == 1);
+  ::kill(w.warm.pid(), SIGSEGV);
+  const kiln_test::ProcessResult r = w.warm.wait();
   CHECK(r.exit_code == 128 + SIGSEGV);
   INFO(r.err);
   const std::size_t at = r.err.find("jitcc: fatal signal 11 (Segmentation fault) in thread ");
@@ -125,11 +137,5 @@ TEST_CASE("jitcc dying of a fatal signal writes the signal, its thread and a bac
   REQUIRE(trace != std::string::npos);
   // backtrace_symbols_fd's lines: the module, then the frame's offset or symbol.
   CHECK(r.err.find("jitcc(", trace) != std::string::npos);
-  const auto killed = std::chrono::steady_clock::now();
-  while (!servers.empty() && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::erase_if(servers, [](pid_t p) { return !running(p); });
-  }
-  CHECK(servers.empty());
-  for (pid_t p : servers) ::kill(p, SIGKILL);
+  CHECK(servers_end(w.servers));
 }
