@@ -44,16 +44,6 @@ constexpr int gy_vector() {
   return v;
 }
 
-// dst = src, B bytes, asynchronously (waited for by cp.async.wait_all): B of 4, 8 or 16.
-template <int B>
-__device__ __forceinline__ void copy_async(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  if constexpr (B == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(B));
-}
-
 // Stages gy rows [y0, y0 + rows) of every channel at row stride OWP, V elements a copy:
 // asynchronously where a copy is 4 bytes or more, else by loads. The divisions are by constants.
 template <int V>

@@ -498,44 +498,11 @@ struct Tiles {
 #endif
 #define KILN_POOL_GROUP (KILN_POOL_PATH == 4 ? 4 : 2)
 
-// The per-channel constants of the batch norm's output.
-struct Affine {
-  Acc mu, is;
-  const P* weight;
-  const P* bias;
-  long long c;
-};
+// clang-format off
+${BN_POOL_WINDOW}
+// clang-format on
 
-// A value as batch_norm_apply stores it (rounded to T), back in Acc.
-__device__ __forceinline__ Acc bn_stored(Acc xv, const Affine& f, int relu) {
-  Acc v = (xv - f.mu) * f.is;
-  if (f.weight) v *= kiln::cvt<Acc>(f.weight[f.c]);
-  if (f.bias) v += kiln::cvt<Acc>(f.bias[f.c]);
-  if (relu) v = kiln::math::relu(v);
-  return kiln::cvt<Acc>(kiln::cvt<T>(v));
-}
-
-// The max of window (oy, ox) of the plane at x + plane as max_pool2d takes it (the first maximum
-// in row-major order; a NaN wins and ends the search): its value, offset in the plane and x there.
-template <class I>
-struct WindowMax {
-  Acc value, x;
-  I at;
-  bool found;
-};
-// Offers a window's values in row-major order, keeping what max_pool2d takes.
-template <class I>
-struct MaxScan {
-  WindowMax<I> best{Acc(0), Acc(0), I(0), false};
-  bool nan_seen = false;
-  __device__ __forceinline__ void offer(I at, Acc xv, const Affine& f, int relu) {
-    const Acc v = bn_stored(xv, f, relu);
-    if (nan_seen || !(!best.found || v > best.value || v != v)) return;
-    best = {v, xv, at, true};
-    nan_seen = v != v;
-  }
-};
-
+// The max of window (oy, ox) of the plane at x + plane.
 template <class I, int KH, int KW>
 __device__ __forceinline__ WindowMax<I> window_max(const T* __restrict__ plane, const Tiles<I, KH, KW>& g, I oy, I ox,
                                                    const Affine& f, int relu) {
@@ -593,12 +560,6 @@ __device__ __forceinline__ void quad_values(const kiln::Vec<T, N>& r0, const kil
   xs[1] = kiln::cvt<Acc>(r0.v[2 * j + 1]);
   xs[2] = kiln::cvt<Acc>(r1.v[2 * j]);
   xs[3] = kiln::cvt<Acc>(r1.v[2 * j + 1]);
-}
-__device__ __forceinline__ WindowMax<unsigned> quad_max(const Acc (&xs)[4], const Affine& f, int relu) {
-  MaxScan<unsigned> scan;
-#pragma unroll
-  for (unsigned k = 0; k < 4; ++k) scan.offer(k, xs[k], f, relu);
-  return scan.best;
 }
 template <class V>
 __device__ __forceinline__ V load_vec(const T* p) {
@@ -781,13 +742,6 @@ extern "C" __global__ void kiln_batch_norm_max_pool(const T* __restrict__ x, con
 #endif
 }
 #endif
-
-// dy' of a window whose max is m: the pooled gradient where the stored max is positive (always
-// without the ReLU); every other element's dy' is 0.
-template <class I>
-__device__ __forceinline__ Acc window_dy(Acc g, const WindowMax<I>& m, int relu) {
-  return relu && !(m.value > Acc(0)) ? Acc(0) : g;
-}
 
 #ifdef KILN_ENTRY_kiln_batch_norm_max_pool_backward_reduce
 // This block's sums of dy' and dy' * (x - mean) over its windows of channel f.c.
@@ -979,24 +933,38 @@ struct DxItem {
 
 // Channel c's parked sums (sum dy', sum dy' * xhat), each warp loading up to 32 splits' pairs at
 // once and adding them by a butterfly of shuffles: one round trip and five dependent adds, where
-// the merge's sum in order took 18 on the speedrun's first layer. Every lane of every block gets
-// the same bits (each step adds the same two values on both lanes).
-__device__ __forceinline__ void channel_sums_by_warp(const Acc* parts, Acc invstd, long long C, int splits, long long c,
-                                                     Acc& sdy, Acc& sdx) {
+// the merge's sum in order took 18 on the speedrun's first layer. Past 32 splits (a conv's input
+// gradient parked them, a split per block of its), the block loads up to four pairs a thread at
+// once and adds them warp by warp in order. Every lane of every block gets the same bits (each
+// butterfly step adds the same two values on both lanes).
+__device__ __forceinline__ void channel_sums(const Acc* parts, Acc invstd, long long C, int splits, long long c,
+                                             Acc& sdy, Acc& sdx) {
   const int lane = threadIdx.x & 31;
   const Acc* dy = parts + c * splits;
   const Acc* dyx = parts + C * splits + c * splits;
   sdy = 0, sdx = 0;
-  for (int s0 = 0; s0 < splits; s0 += 32) {
-    const bool in = s0 + lane < splits;
-    Acc a = in ? __ldcg(dy + s0 + lane) : Acc(0), b = in ? __ldcg(dyx + s0 + lane) : Acc(0);
+  if (splits <= 32) {
+    const bool in = lane < splits;
+    sdy = kiln::warp::sum(in ? __ldcg(dy + lane) : Acc(0));
+    sdx = kiln::warp::sum(in ? __ldcg(dyx + lane) : Acc(0));
+  } else {
+    constexpr int kLoads = 4;
+    for (int s0 = 0; s0 < splits; s0 += kLoads * kBlock) {
+      Acc a[kLoads], b[kLoads];
 #pragma unroll
-    for (int step = 16; step > 0; step /= 2) {
-      a += __shfl_xor_sync(0xffffffffu, a, step);
-      b += __shfl_xor_sync(0xffffffffu, b, step);
+      for (int r = 0; r < kLoads; ++r) {
+        const int s = s0 + r * kBlock + int(threadIdx.x);
+        a[r] = s < splits ? __ldcg(dy + s) : Acc(0);
+        b[r] = s < splits ? __ldcg(dyx + s) : Acc(0);
+      }
+#pragma unroll
+      for (int r = 0; r < kLoads; ++r) {
+        sdy += a[r];
+        sdx += b[r];
+      }
     }
-    sdy += a;
-    sdx += b;
+    sdy = kiln::block::sum<kBlock>(sdy);
+    sdx = kiln::block::sum<kBlock>(sdx);
   }
   sdx *= invstd;
 }
@@ -1027,7 +995,7 @@ extern "C" __global__ void kiln_batch_norm_max_pool_backward_dx(
   DxItem item;
   if (first < items) item.load(gp, x, t, c, first, per_plane);
   Acc sdy, sdx;
-  channel_sums_by_warp(parts, f.is, t.C, splits, c, sdy, sdx);
+  channel_sums(parts, f.is, t.C, splits, c, sdy, sdx);
   if (part == 0 && threadIdx.x == 0) {
     if (dbias) kiln::store(dbias + c, sdy);
     if (dweight) kiln::store(dweight + c, sdx);

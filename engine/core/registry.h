@@ -86,11 +86,13 @@ using ShapeRule = std::function<std::vector<Shape>(const OpArgs&)>;
 using Impl = std::function<void(const OpArgs&, std::span<Tensor> outputs)>;
 
 // What a vjp sees: the call's attrs, input/output metadata and the saved tensors.
-// ReLU masks handed from one vjp to the next (OpDef::relu_masked_gradient), filled by the engine.
+// ReLU masks handed from one vjp to the next (OpDef::relu_masked_gradient), filled by the engine,
+// and the producers whose whole gradient a vjp computes.
 struct GradientMasks {
   std::vector<bool> may_mask;  // by input: its gradient may be returned masked
   std::vector<bool> masked;    // by input: the vjp returned it masked
   std::vector<bool> incoming;  // by output: its gradient arrived masked
+  std::vector<const Node*> sole_producer;  // by input: VjpContext::sole_producer
 };
 
 class VjpContext {
@@ -130,6 +132,14 @@ class VjpContext {
   void masked_input_gradient(int i) const;
   // Output k's incoming gradient is already zero wherever output k is not > 0.
   bool gradient_masked(int k) const { return flag(masks_ ? &masks_->incoming : nullptr, k); }
+  // The node whose output 0 input i is, where the gradient this vjp returns for input i is that
+  // output's whole gradient (nothing else reads it, it is no root) in the input's dtype, so that
+  // the vjp may also compute what the producer's vjp will reduce it to; null otherwise.
+  const Node* sole_producer(int i) const {
+    return masks_ && i >= 0 && static_cast<std::size_t>(i) < masks_->sole_producer.size()
+               ? masks_->sole_producer[static_cast<std::size_t>(i)]
+               : nullptr;
+  }
 
  private:
   static bool flag(const std::vector<bool>* v, int i) {

@@ -12,6 +12,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/generated/conv/conv_run.h"
 #include "backend/cuda/grad_stream.h"
+#include "bn_pool_sums.h"
 #include "conv_common.h"
 #include "conv_cpu.h"
 #include "conv_totals.h"
@@ -209,13 +210,48 @@ void conv_forward_gpu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w
   }
 }
 
+// The pooled batch norm whose whole gradient dx is (bn_pool_sums::ForGradient), as the kernels
+// read it: contiguous, its statistics in f32; none otherwise.
+std::optional<kernels::ConvPoolSums> pool_sums_for(const Tensor& dx) {
+  const bn_pool_sums::Consumer* c = bn_pool_sums::wanted(dx);
+  if (!c) return std::nullopt;
+  const Tensor& p = c->weight.defined() ? c->weight : c->bias;
+  const bool readable = c->x.is_contiguous() && c->mean.dtype() == DType::f32 && c->invstd.dtype() == DType::f32 &&
+                        c->mean.is_contiguous() && c->invstd.is_contiguous() &&
+                        (!c->weight.defined() || c->weight.is_contiguous()) &&
+                        (!c->bias.defined() || (c->bias.is_contiguous() && c->bias.dtype() == p.dtype()));
+  if (!readable) return std::nullopt;
+  return kernels::ConvPoolSums{.x = device_address(c->x),
+                               .weight = c->weight.defined() ? device_address(c->weight) : 0,
+                               .bias = c->bias.defined() ? device_address(c->bias) : 0,
+                               .mean = device_address(c->mean),
+                               .invstd = device_address(c->invstd),
+                               .p = p.defined() ? p.dtype() : DType::f32,
+                               .h = c->x.shape()[2],
+                               .w = c->x.shape()[3],
+                               .relu = c->relu};
+}
+
 void conv_grad_input_gpu(const ConvGeometry& g, const Tensor& gy_in, const Tensor& w_in, const Tensor& dx) {
   const Tensor gy = gpu::contiguous(gy_in), w = gpu::contiguous(w_in);
   std::optional<kernels::ConvForBackward> forward_copy;
   for_backward(forward_copy, kernels::ConvStaged::weights, w);
-  if (kernels::run_generated_conv(ConvPass::grad_input, g, operands(gy, w, dx), allow_conv_tf32()) !=
-      kernels::ConvRan::no)
-    return;
+  // Where dx is a pooled batch norm's whole gradient, its backward's sums parked beside it.
+  kernels::ConvOperands ops = operands(gy, w, dx);
+  std::optional<kernels::ConvPoolSums> pool = pool_sums_for(dx);
+  Tensor parts;
+  std::int64_t splits = 0;
+  if (pool) {
+    ops.pool_sums = &*pool;
+    if (const std::int64_t floats = kernels::generated_conv_pool_sums_floats(g, ops, allow_conv_tf32()); floats > 0) {
+      parts = empty({floats}, {.dtype = DType::f32, .device = dx.device()});
+      pool->parts = device_address(parts), pool->splits = &splits;
+    }
+  }
+  const kernels::ConvRan ran = kernels::run_generated_conv(ConvPass::grad_input, g, ops, allow_conv_tf32());
+  if (ran == kernels::ConvRan::with_pool_sums)
+    bn_pool_sums::keep(dx, narrow(parts, 0, 0, 2 * g.c * splits).view({2 * g.c, splits}));
+  if (ran != kernels::ConvRan::no) return;
   const DType t = dx.dtype();
   const rt::Stream& s = stream_of(dx.device());
   const std::int64_t L = g.oh * g.ow, gk = g.cg() * g.kh * g.kw, nb = chunk_samples(g);
@@ -353,8 +389,12 @@ const OpRef kConv2d = register_op({
       // Both passes read gy and write elsewhere: the input gradient's NHWC copy of gy serves the
       // weight gradient too.
       const kernels::ConvStagingReuse reuse;
-      if (c.needs_grad(0))
+      if (c.needs_grad(0)) {
+        // Where x's gradient is all a pooled batch norm's backward reads, its sums too.
+        std::optional<bn_pool_sums::ForGradient> pooled;
+        if (auto consumer = bn_pool_sums::consumer_of(c.sole_producer(0))) pooled.emplace(std::move(*consumer));
         r[0] = call(kGradInput, {g[0], c.saved_input(1)}, with_shape(c.attrs(), "input_shape", c.input(0).shape));
+      }
       if (c.needs_grad(1)) {
         // A parameter's 16-bit copy (autocast) takes its gradient in f32, into .grad() when offered.
         Attrs a = with_shape(c.attrs(), "weight_shape", c.input(1).shape);

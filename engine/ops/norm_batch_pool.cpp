@@ -3,12 +3,15 @@
 // stores the normalized tensor: the forward is the statistics kernel and one kernel that
 // normalizes and pools; the backward finds each window's argmax again from x and is a
 // per-channel reduction, then dx, whose blocks add up their channel's sums
-// (kernel_templates/norm.cu). The CPU references are plain loops in double that round the
+// (kernel_templates/norm.cu). Where a conv's input gradient parked the reduction's sums
+// (bn_pool_sums.h), dx alone. The CPU references are plain loops in double that round the
 // normalized values to x's dtype before pooling, as batch_norm stores them.
 #include <cmath>
 #include <limits>
 
+#include "bn_pool_sums.h"
 #include "core/dtype_sets.h"
+#include "kiln/autograd.h"
 #include "norm_batch_cpu.h"
 #include "norm_common.h"
 
@@ -224,22 +227,29 @@ void bn_pool_backward_gpu(const OpArgs& a, std::span<Tensor> out) {
   const kernels::BatchNormPoolShape p = bn_pool_shape(a, in[1]);
   const kernels::NormSplit split = kernels::batch_norm_max_pool_split(p, a.device.index());
   const DType acc = acc_of(out[0].dtype());
-  const Tensor parts = empty({split.scratch}, {.dtype = acc, .device = a.device});
-  kernels::launch_batch_norm_max_pool_backward({.t = out[0].dtype(),
-                                                .p = out[1].dtype(),
-                                                .g = device_address(in[0]),
-                                                .x = device_address(in[1]),
-                                                .weight = address_or_0(in[2]),
-                                                .mean = device_address(in[4]),
-                                                .invstd = device_address(in[5]),
-                                                .bias = address_or_0(in[3]),
-                                                .dx = device_address(out[0]),
-                                                .dweight = device_address(out[1]),
-                                                .dbias = device_address(out[2]),
-                                                .parts = device_address(parts),
-                                                .training = bp.training,
-                                                .relu = bp.relu},
-                                               p, split, stream_of(a.device));
+  // Sums a conv's input gradient parked beside g, for exactly these tensors.
+  const Tensor parked = bp.training && p.kh == 2 && p.kw == 2
+                            ? bn_pool_sums::take(in[0], {in[1], in[2], in[3], in[4], in[5], bp.relu})
+                            : Tensor();
+  const Tensor parts = parked.defined() ? parked : empty({split.scratch}, {.dtype = acc, .device = a.device});
+  const kernels::BatchNormBackward args{.t = out[0].dtype(),
+                                        .p = out[1].dtype(),
+                                        .g = device_address(in[0]),
+                                        .x = device_address(in[1]),
+                                        .weight = address_or_0(in[2]),
+                                        .mean = device_address(in[4]),
+                                        .invstd = device_address(in[5]),
+                                        .bias = address_or_0(in[3]),
+                                        .dx = device_address(out[0]),
+                                        .dweight = device_address(out[1]),
+                                        .dbias = device_address(out[2]),
+                                        .parts = device_address(parts),
+                                        .training = bp.training,
+                                        .relu = bp.relu};
+  if (parked.defined())
+    kernels::launch_batch_norm_max_pool_backward_dx(args, p, parked.shape()[1], stream_of(a.device));
+  else
+    kernels::launch_batch_norm_max_pool_backward(args, p, split, stream_of(a.device));
 }
 
 using Dims = std::vector<std::int64_t>;
@@ -329,6 +339,32 @@ const OpRef kBnPool = register_op({
 });
 
 }  // namespace
+
+namespace bn_pool_sums {
+
+std::optional<Consumer> consumer_of(const Node* producer) {
+  if (!producer || &producer->op() != &static_cast<const OpDef&>(kBnPool)) return std::nullopt;
+  const BatchNormParams bp = batch_norm_params(producer->attrs());
+  const auto k = producer->attrs().get_or<std::vector<std::int64_t>>("kernel", {});
+  const bool two_by_two = (k.size() == 1 && k[0] == 2) || (k.size() == 2 && k[0] == 2 && k[1] == 2);
+  if (!bp.training || !two_by_two) return std::nullopt;
+  const std::vector<SavedTensor>&in = producer->saved_inputs(), &out = producer->saved_outputs();
+  auto saved = [](const std::vector<SavedTensor>& v, std::size_t i) {
+    return i < v.size() && v[i].defined() && v[i].data.version() == v[i].version ? v[i].data : Tensor();
+  };
+  Consumer c{saved(in, 0),
+             bp.weight ? saved(in, 1) : Tensor(),
+             bp.bias ? saved(in, 2) : Tensor(),
+             saved(out, 1),
+             saved(out, 2),
+             bp.relu};
+  if (!c.x.defined() || !c.mean.defined() || !c.invstd.defined() || (bp.weight && !c.weight.defined()) ||
+      (bp.bias && !c.bias.defined()))
+    return std::nullopt;
+  return c;
+}
+
+}  // namespace bn_pool_sums
 
 Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                              const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <initializer_list>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
+#include "kiln/runtime/templates.h"
 #include "launch_common.h"
 
 namespace kiln::kernels {
@@ -34,11 +36,13 @@ const KernelSpec& register_norm_entry(const char* op, const char* entry, std::ui
   s.variants.clear();
   for (std::uint32_t v = 0; v < paths; ++v) s.variants.push_back(v);
   s.bind = [](const DTypes& d, std::uint32_t variant) -> rt::Bindings {
-    return {{"PRELUDE", rt::device_prelude(d)},
-            {"T", std::string(cuda_storage_type(d[0]))},
-            {"P", std::string(cuda_storage_type(d[1]))},
-            {"ACC", d[0] == DType::f64 ? "double" : "float"},
-            {"POOL_PATH", std::to_string(variant)}};
+    rt::Bindings b{{"PRELUDE", rt::device_prelude(d)},
+                   {"T", std::string(cuda_storage_type(d[0]))},
+                   {"P", std::string(cuda_storage_type(d[1]))},
+                   {"ACC", d[0] == DType::f64 ? "double" : "float"},
+                   {"POOL_PATH", std::to_string(variant)}};
+    b.push_back({"BN_POOL_WINDOW", rt::template_source("bn_pool_window")});
+    return b;
   };
   return rt::register_kernel(std::move(s));
 }
@@ -46,7 +50,8 @@ const KernelSpec& register_norm_entry(const char* op, const char* entry, std::ui
 const KernelSpec& kBnStats = register_norm_entry("batch_norm_stats", "kiln_batch_norm_stats");
 const KernelSpec& kBnApply = register_norm_entry("batch_norm_apply", "kiln_batch_norm_apply");
 const KernelSpec& kBnMergeParts = register_norm_entry("batch_norm_merge_parts", "kiln_batch_norm_merge_parts");
-const KernelSpec& kBnBackwardReduce = register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
+const KernelSpec& kBnBackwardReduce =
+    register_norm_entry("batch_norm_backward_reduce", "kiln_batch_norm_backward_reduce");
 const KernelSpec& kBnBackwardDx = register_norm_entry("batch_norm_backward_dx", "kiln_batch_norm_backward_dx");
 const KernelSpec& kBnMaxPool = register_norm_entry("batch_norm_max_pool", "kiln_batch_norm_max_pool", kPoolPaths);
 const KernelSpec& kBnMaxPoolBackwardReduce =
@@ -55,7 +60,8 @@ const KernelSpec& kBnMaxPoolBackwardDx =
     register_norm_entry("batch_norm_max_pool_backward_dx", "kiln_batch_norm_max_pool_backward_dx", kPoolPaths);
 const KernelSpec& kLayerNorm = register_norm_entry("layer_norm", "kiln_layer_norm");
 const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", "kiln_layer_norm_backward_dx");
-const KernelSpec& kLnBackwardParams = register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
+const KernelSpec& kLnBackwardParams =
+    register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
 const KernelSpec& kBiasGrad = register_norm_entry("bias_grad", "kiln_bias_grad");
 
 constexpr unsigned kBlock = 256;  // fixed by the template
@@ -284,12 +290,22 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
                                          const NormSplit& split, const rt::Stream& s) {
   const long long C = shape.channels, chunk = split.chunk;
   const int splits = std::max(split.splits, 1);
-  const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0;
+  const std::int32_t relu = a.relu ? 1 : 0;
   if (C == 0) return;
   // With no windows the blocks still run: they park zero sums, and dx's write zero dweight, dbias.
   const std::int64_t sum_group = chunk % 4 == 0 ? pool_group(shape, a.t, false, {a.g, a.x}) : 1;
   rt::launch(function(kBnMaxPoolBackwardReduce, a.t, a.p, s, pool_path(shape, sum_group)), blocks(C * splits), s, a.g,
              a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, tiles(shape), chunk, splits, relu);
+  launch_batch_norm_max_pool_backward_dx(a, shape, splits, s);
+}
+
+void launch_batch_norm_max_pool_backward_dx(const BatchNormBackward& a, const BatchNormPoolShape& shape,
+                                            std::int64_t splits, const rt::Stream& s) {
+  const long long C = shape.channels;
+  const std::int32_t training = a.training ? 1 : 0, relu = a.relu ? 1 : 0, parts = static_cast<std::int32_t>(splits);
+  if (C == 0) return;
+  if (splits < 1 || splits > INT_MAX)
+    throw ValueError("[batch_norm_max_pool2d_backward] " + std::to_string(splits) + " splits of parked sums");
   // dx's blocks take a channel each and add up its sums (no merge at the reduction's end). Blocks
   // the SMs hold at once beat one item a thread (more blocks, each adding up the sums): the
   // speedrun 0.0297-0.0298 s against 0.0301-0.0303 on one H200.
@@ -298,8 +314,8 @@ void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const Batch
                                        : shape.n * ceil_div(shape.h, shape.kh) * ceil_div(shape.w, shape.kw);
   const rt::Function dx = function(kBnMaxPoolBackwardDx, a.t, a.p, s, pool_path(shape, group));
   const long long count = shape.unpooled().per_channel;
-  rt::launch(dx, channel_blocks(dx, C, cells, s), s, a.g, a.x, a.weight, a.bias, a.mean, a.invstd, a.parts,
-             a.dweight, a.dbias, a.dx, tiles(shape), count, splits, training, relu);
+  rt::launch(dx, channel_blocks(dx, C, cells, s), s, a.g, a.x, a.weight, a.bias, a.mean, a.invstd, a.parts, a.dweight,
+             a.dbias, a.dx, tiles(shape), count, parts, training, relu);
 }
 
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,

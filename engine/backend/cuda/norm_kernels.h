@@ -93,6 +93,10 @@ void set_batch_norm_pool_groups(bool on);
 NormSplit batch_norm_max_pool_split(const BatchNormPoolShape& shape, int device);
 void launch_batch_norm_max_pool_backward(const BatchNormBackward& a, const BatchNormPoolShape& shape,
                                          const NormSplit& split, const rt::Stream& s);
+// dx alone, from sums another kernel parked in a.parts (2, C * splits) as the reduction parks
+// them (a conv's input gradient that wrote a.g: bn_pool_sums.h).
+void launch_batch_norm_max_pool_backward_dx(const BatchNormBackward& a, const BatchNormPoolShape& shape,
+                                            std::int64_t splits, const rt::Stream& s);
 
 // Layer norm over contiguous rows x (rows, K).
 void launch_layer_norm(DType t, DType p, rt::DevicePtr x, rt::DevicePtr weight, rt::DevicePtr bias, rt::DevicePtr y,

@@ -211,13 +211,15 @@ class BackwardEngine {
     GradientMasks m;
     m.may_mask.resize(needs.size());
     m.masked.resize(needs.size());
+    m.sole_producer.resize(needs.size());
     for (std::size_t i = 0; i < needs.size(); ++i) {
       const Node::Edge& e = n.next_[i];
       if (!needs[i] || !e.node || e.output_nr != 0) continue;
       const Node& p = *e.node;
-      m.may_mask[i] = p.op_->relu_masked_gradient && p.outputs_.size() == 1 && consumers_[&p] == 1 &&
-                      seeded_.count(&p) == 0 && p.outputs_[0].dtype == n.inputs_[i].dtype &&
-                      p.op_->relu_masked_gradient(p.attrs_);
+      const bool sole = consumers_[&p] == 1 && seeded_.count(&p) == 0 && p.outputs_[0].dtype == n.inputs_[i].dtype;
+      if (sole) m.sole_producer[i] = &p;
+      m.may_mask[i] =
+          sole && p.op_->relu_masked_gradient && p.outputs_.size() == 1 && p.op_->relu_masked_gradient(p.attrs_);
     }
     m.incoming.assign(n.outputs_.size(), false);
     if (!m.incoming.empty()) m.incoming[0] = masked_outputs_.count(&n) > 0;

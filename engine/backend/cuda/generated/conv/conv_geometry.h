@@ -56,6 +56,21 @@ struct ConvOperands {
   // blocks of the kind that ran (0: totals).
   rt::DevicePtr totals = 0, stats = 0;
   std::int64_t* stats_rows = nullptr;
+  // An input gradient's: the pooled batch norm whose sums it also parks (ConvPoolSums), or null.
+  const struct ConvPoolSums* pool_sums = nullptr;
+};
+
+// The backward of a batch norm with 2 x 2 max-pool windows, in training, whose whole pooled
+// gradient an input gradient is: what its reduction reads besides the gradient (x (n, c, h, w)
+// in the conv's dtype, the parameters in `p` (0 where absent), the saved mean and invstd in f32),
+// and where the conv's blocks park its sums: `parts` (2 * c, splits), *splits set by
+// run_generated_conv to those of the kind that ran.
+struct ConvPoolSums {
+  rt::DevicePtr x = 0, weight = 0, bias = 0, mean = 0, invstd = 0, parts = 0;
+  DType p = DType::f32;
+  std::int64_t h = 0, w = 0;
+  bool relu = false;
+  std::int64_t* splits = nullptr;
 };
 
 }  // namespace kiln::kernels

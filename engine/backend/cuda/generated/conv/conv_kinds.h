@@ -27,6 +27,8 @@ std::optional<PatchPlan> plan_patch(ConvPass pass, const ConvGeometry& g, ConvMa
 std::vector<ConvTile> patch_alternatives(const ConvLaunch& h, const ConvTarget& target);
 std::optional<ConvLaunch> patch_with_totals(ConvLaunch l);
 std::int64_t patch_stats_floats(const ConvLaunch& l);
+std::optional<ConvLaunch> patch_with_pool_sums(ConvLaunch l, const ConvPoolSums& s, const ConvTarget& target);
+std::int64_t patch_parked_splits(const ConvLaunch& l);
 std::string patch_source(const ConvLaunch& l);
 void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m);
 

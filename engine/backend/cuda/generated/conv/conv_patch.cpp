@@ -3,6 +3,7 @@
 // (the conv and its weight reorder) and launches both; a forward's reorder also writes its input
 // gradient's weights where that gradient runs the patch kind too (conv_kept.h).
 #include <algorithm>
+#include <climits>
 #include <memory>
 
 #include "backend/cuda/launch_common.h"
@@ -87,6 +88,32 @@ std::int64_t patch_stats_floats(const ConvLaunch& l) {
   return p.totals ? stats_floats_of(p.conv.n * p.bands, p.conv.co) : 0;
 }
 
+// An input gradient of one group whose output the batch norm's 2 x 2 windows pool exactly (x's
+// rows and columns past twice the gradient's are in no window; x's rows of even width): a split
+// per block along x. The band's windows of x are staged after the kernel's shared memory.
+std::optional<ConvLaunch> patch_with_pool_sums(ConvLaunch l, const ConvPoolSums& s, const ConvTarget& target) {
+  auto& p = std::get<PatchPlan>(l.plan);
+  const PatchConv& c = p.conv;
+  const std::int64_t smem =
+      ceil_div(p.smem, 16) * 16 + p.bn * 2 * p.rows * 2 * c.ow * static_cast<std::int64_t>(dtype_size(l.dtype));
+  if (l.pass != ConvPass::grad_input || c.g != 1 || s.h / 2 != c.oh || s.w / 2 != c.ow || s.w % 2 != 0 ||
+      c.n * p.bands > INT_MAX || smem > target.max_shared)
+    return std::nullopt;
+  p.smem = smem;
+  p.pool_sums = true;
+  // 16 bytes a copy where the staged rows (2 * ow values) and x's rows start 16-byte aligned (the
+  // speedrun's: 27 copies of 4 bytes a thread took its input gradient to 22.4 us).
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(l.dtype));
+  p.pool_copy = (2 * c.ow * size) % 16 == 0 && (s.w * size) % 16 == 0 && s.x % 16 == 0 ? 16 : 2 * size;
+  p.pool_p = s.p, p.pool_h = s.h, p.pool_w = s.w;
+  return l;
+}
+
+std::int64_t patch_parked_splits(const ConvLaunch& l) {
+  const auto& p = std::get<PatchPlan>(l.plan);
+  return p.totals || p.pool_sums ? p.conv.n * p.bands : 0;
+}
+
 std::string patch_source(const ConvLaunch& l) {
   const auto& p = std::get<PatchPlan>(l.plan);
   const PatchConv& c = p.conv;
@@ -94,8 +121,14 @@ std::string patch_source(const ConvLaunch& l) {
   const std::string ty(cuda_storage_type(l.dtype));
   const rt::Bindings b{{"MMA_OPS", rt::template_source("mma")},
                        {"CONV_STATS", rt::template_source("conv_stats")},
-                       {"PRELUDE", rt::device_prelude(DTypes{l.dtype, mt})},
+                       {"BN_POOL_WINDOW", rt::template_source("bn_pool_window")},
+                       {"PRELUDE", rt::device_prelude(DTypes{l.dtype, mt, p.pool_p})},
                        {"STATS", p.totals ? "true" : "false"},
+                       {"POOL_SUMS", p.pool_sums ? "true" : "false"},
+                       {"TP", std::string(cuda_storage_type(p.pool_p))},
+                       {"XH", num(p.pool_h)},
+                       {"XW", num(p.pool_w)},
+                       {"XV", num(p.pool_sums ? p.pool_copy : 4)},
                        {"TX", ty},
                        {"TW", ty},
                        {"TO", ty},
@@ -172,7 +205,18 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
   const rt::DevicePtr stats = p.totals ? ops.stats : 0;
   if (p.totals && stats == 0) throw Error("[conv2d] a patch conv taking statistics was launched without their buffer");
-  rt::launch(fn, cfg, st, ops.a, wt->ptr(), ops.out, stats);
+  // conv_patch.cu's PoolSums, field for field.
+  struct {
+    rt::DevicePtr x = 0, weight = 0, bias = 0, mean = 0, invstd = 0, parts = 0;
+    std::int32_t relu = 0;
+  } pool;
+  if (p.pool_sums) {
+    const ConvPoolSums* s = ops.pool_sums;
+    if (!s || s->parts == 0)
+      throw Error("[conv2d] a patch conv parking a pooled batch norm's sums was launched without their buffer");
+    pool = {s->x, s->weight, s->bias, s->mean, s->invstd, s->parts, s->relu ? 1 : 0};
+  }
+  rt::launch(fn, cfg, st, ops.a, wt->ptr(), ops.out, stats, pool);
 }
 
 }  // namespace kiln::kernels::conv_kinds

@@ -27,7 +27,9 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
   rt::GeneratedKey key(module_kind(l.kernel));
   key.add(l.pass, l.math, l.dtype);
   std::visit(Overloaded{[&](const IgemmPlan& p) { key.add(p.bm, p.bn, p.splitk); },
-                        [&](const PatchPlan& p) { key.add(p.rows, p.bn, p.totals); },
+                        [&](const PatchPlan& p) {
+                          key.add(p.rows, p.bn, p.totals, p.pool_sums, p.pool_p, p.pool_h, p.pool_w, p.pool_copy);
+                        },
                         [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
                         [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.mma, p.f32_out); },
                         [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.mma, p.totals); }},
@@ -87,6 +89,16 @@ std::int64_t stats_floats(const ConvLaunch& l) {
   if (l.kernel == ConvKernel::direct) return conv_kinds::direct_stats_floats(l);
   if (l.kernel == ConvKernel::patch) return conv_kinds::patch_stats_floats(l);
   return 0;
+}
+
+std::optional<ConvLaunch> with_pool_sums(const ConvLaunch& l, const ConvPoolSums& s, const ConvTarget& target) {
+  if (l.kernel == ConvKernel::patch) return conv_kinds::patch_with_pool_sums(l, s, target);
+  return std::nullopt;
+}
+
+std::int64_t parked_splits(const ConvLaunch& l) {
+  if (l.kernel == ConvKernel::patch) return conv_kinds::patch_parked_splits(l);
+  return l.kernel == ConvKernel::direct ? conv_kinds::direct_stats_floats(l) / (2 * l.g.o) : 0;
 }
 
 bool slower_than_fallback(const ConvLaunch& l) {

@@ -39,7 +39,9 @@ struct IgemmPlan {
 struct PatchConv {
   std::int64_t n, ci, h, w, co, kh, kw, oh, ow, ph, pw, dh, dw, g;
 };
-// With `totals`, a forward that also sums its output's channels (conv_patch.cu's STATS).
+// With `totals`, a forward that also sums its output's channels (conv_patch.cu's STATS); with
+// `pool_sums`, an input gradient that also parks the sums of the pooled batch norm reading it
+// (POOL_SUMS; its x is pool_h x pool_w, its parameters in pool_p, copied pool_copy bytes at a time).
 struct PatchPlan {
   PatchConv conv{};
   int rows = 1, bn = 32;
@@ -47,7 +49,9 @@ struct PatchPlan {
   // A forward's: the channel run of its input gradient's patch conv (0 where none plans), whose
   // flipped weights its reorder also writes under a ConvForBackward of the weights.
   std::int64_t flipped_run = 0;
-  bool totals = false;
+  bool totals = false, pool_sums = false;
+  DType pool_p = DType::f32;
+  std::int64_t pool_h = 0, pool_w = 0, pool_copy = 0;  // pool_copy: bytes a copy of x takes
 };
 
 struct WgradPlan {
@@ -91,6 +95,12 @@ std::optional<ConvLaunch> plan(ConvKernel k, ConvPass pass, const ConvGeometry& 
 std::optional<ConvLaunch> with_totals(const ConvLaunch& l, const ConvTarget& target);
 // The f32 partials of the statistics that the launch writes (ConvOperands::stats); 0 without.
 std::int64_t stats_floats(const ConvLaunch& l);
+// The input gradient also parking the sums of the pooled batch norm `s` (only the patch kind's
+// can, for one group), or none.
+std::optional<ConvLaunch> with_pool_sums(const ConvLaunch& l, const ConvPoolSums& s, const ConvTarget& target);
+// The splits of the statistics' or the pooled sums' partials that the launch parks (its blocks
+// along x); 0 where it parks none.
+std::int64_t parked_splits(const ConvLaunch& l);
 // Whether im2col + cuBLAS measured faster than this launch (narrow exact-f32 products), so
 // that an op leaves the problem to it.
 bool slower_than_fallback(const ConvLaunch& l);

@@ -32,7 +32,7 @@ const std::string& library_text() {
     std::uint64_t h = rt::kFnvOffset;
     for (const char* name : {"conv_igemm", "conv_ffma", "conv_common", "conv_patch", "conv_wgrad", "conv_wgrad_small",
                              "conv_wgrad_small_mma", "conv_wgrad_small_reduce", "conv_direct", "conv_direct_mma",
-                             "conv_stats", "mma", "prelude", "gemm_wgmma"})
+                             "conv_stats", "bn_pool_window", "mma", "prelude", "gemm_wgmma"})
       h = rt::fnv1a64(rt::template_source(name), h);
     return "kiln conv " + std::to_string(h);
   }();
@@ -133,11 +133,26 @@ struct PlannedCandidate {
   bool head = false;
 };
 
+// Whether the patch kind leads the others for this conv: where its forward can take a batch norm's
+// statistics (see plan_candidates).
+bool patch_leads(const ConvGeometry& g, DType dtype, ConvMath math, const ConvTarget& target) {
+  const std::optional<ConvLaunch> forward = plan(ConvKernel::patch, ConvPass::forward, g, dtype, math, target);
+  return forward && with_totals(*forward, target);
+}
+
 // A forward's output statistics (`totals`) come from the kinds that take them: the engine, the
-// patch and the direct kind.
+// patch and the direct kind. An input gradient's pooled batch-norm sums (`pool`) come from the
+// patch kind, where it leads: its heuristic's band alone.
 std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry& g, DType dtype, ConvMath math,
-                                              const ConvTarget& target, int arch, bool f32_out, bool totals) {
+                                              const ConvTarget& target, int arch, bool f32_out, bool totals,
+                                              const ConvPoolSums* pool) {
   std::vector<PlannedCandidate> c, engine;
+  if (pool) {
+    const std::optional<ConvLaunch> l = plan(ConvKernel::patch, pass, g, dtype, math, target);
+    if (l && patch_leads(g, dtype, math, target))
+      if (auto s = with_pool_sums(*l, *pool, target)) c.push_back({"patch pool sums", *s});
+    return c;
+  }
   auto add_engine = [&](const GemmLaunch& l, EngineVariant v) {
     engine.push_back({"gemm " + l.text(), l, true});
     for (GemmTile tile : alternatives(l, GemmTarget{arch, target.sm_count, target.max_shared}))
@@ -202,13 +217,12 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   // us, input gradient 11.7 against 19.6). It leads where its forward can take a batch norm's
   // statistics: a forward's kind (and output bits) are the same with and without them, and the
   // input gradient runs the forward's kind (the engine's forward keeps w reordered for it).
-  const std::optional<ConvLaunch> forward = plan(ConvKernel::patch, ConvPass::forward, g, dtype, math, target);
-  const bool patch_leads = totals || (forward && with_totals(*forward, target));
+  const bool patch_first = totals || patch_leads(g, dtype, math, target);
   std::vector<PlannedCandidate> after;
   for (ConvKernel k : kinds) {
     const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
-    const bool leads = (k == ConvKernel::patch && patch_leads) || (k == ConvKernel::direct && few_products);
+    const bool leads = (k == ConvKernel::patch && patch_first) || (k == ConvKernel::direct && few_products);
     std::vector<PlannedCandidate>& to = engine_first && !leads ? after : c;
     to.push_back({kernel_name(k), *h});
     for (ConvTile tile : alternatives(*h, target))
@@ -223,24 +237,28 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
 // a reference stays valid.
 const std::vector<PlannedCandidate>& planned_candidates(ConvPass pass, const ConvGeometry& g, DType dtype,
                                                         ConvMath math, const ConvTarget& target, int arch, bool f32_out,
-                                                        bool totals) {
+                                                        bool totals, const ConvPoolSums* pool = nullptr) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::vector<PlannedCandidate>> planned;
   std::string key = std::string(pass_name(pass)) + " " + g.text() + " " + std::string(dtype_name(dtype)) + " " +
                     math_name(math) + " " + std::to_string(arch) + " " + std::to_string(target.sm_count) + " " +
                     std::to_string(target.max_shared) + (f32_out ? " f32 out" : "") + (totals ? " totals" : "");
+  if (pool)
+    key += " pool " + std::string(dtype_name(pool->p)) + " " + std::to_string(pool->h) + "x" + std::to_string(pool->w) +
+           (pool->x % 16 == 0 ? " aligned" : "");
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = planned.find(key);
   if (it == planned.end())
-    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch, f32_out, totals)).first;
+    it = planned.emplace(std::move(key), plan_candidates(pass, g, dtype, math, target, arch, f32_out, totals, pool))
+             .first;
   return it->second;
 }
 
 // The planned candidates bound to this call's operands; two tiles that plan the same launch
 // (boxes of 128 and 256 pixels over a small output) are timed once: the stored choice names a
 // launch by its text.
-// With `rows`, each candidate's columns of statistics partials (its blocks; 0 for the tile engine's
-// f64 totals or none) beside it.
+// With `rows`, each candidate's columns of statistics or pooled-sums partials (its blocks; 0 for
+// the tile engine's f64 totals or none) beside it.
 std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& planned, const ConvOperands& ops,
                                       std::vector<std::int64_t>* rows = nullptr) {
   // w is A and x or gy B; for the weight gradient gy is A and x B.
@@ -260,7 +278,7 @@ std::vector<TuneCandidate> candidates(const std::vector<PlannedCandidate>& plann
     }
     const ConvLaunch* l = &std::get<ConvLaunch>(p.launch);
     c.push_back({p.name, [l, ops] { launch(*l, ops); }});
-    if (rows) rows->push_back(stats_floats(*l) / (2 * l->g.o));
+    if (rows) rows->push_back(parked_splits(*l));
   }
   return c;
 }
@@ -319,6 +337,16 @@ std::int64_t generated_conv_stats_floats(const ConvGeometry& g, const ConvOperan
   return floats;
 }
 
+std::int64_t generated_conv_pool_sums_floats(const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
+  const std::optional<ConvCall> call = conv_call(ConvPass::grad_input, g, ops, tf32);
+  if (!call || !ops.pool_sums) return 0;
+  std::int64_t floats = 0;
+  for (const PlannedCandidate& p : planned_candidates(ConvPass::grad_input, g, ops.dtype, call->math, call->target,
+                                                      call->arch, false, false, ops.pool_sums))
+    floats = std::max(floats, 2 * g.c * parked_splits(std::get<ConvLaunch>(p.launch)));
+  return floats;
+}
+
 ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32) {
   if (ops.f32_out && (pass != ConvPass::grad_weight || (ops.dtype != DType::bf16 && ops.dtype != DType::f16)))
     throw DTypeError(
@@ -329,25 +357,31 @@ ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOpera
   const ConvMath math = call->math;
   const int arch = call->arch;
   const std::array<std::int64_t, 3> sizes = operand_sizes(pass, g);
-  auto planned = [&](bool totals) -> const std::vector<PlannedCandidate>& {
-    return planned_candidates(pass, g, ops.dtype, math, call->target, arch, ops.f32_out, totals);
+  auto planned = [&](bool totals, const ConvPoolSums* pool = nullptr) -> const std::vector<PlannedCandidate>& {
+    return planned_candidates(pass, g, ops.dtype, math, call->target, arch, ops.f32_out, totals, pool);
   };
   // With the statistics' buffers (generated_conv_stats_floats of them), the kinds that take
-  // them; without, or without a kind that takes them, the conv runs alone.
+  // them; with a pooled batch norm's (generated_conv_pool_sums_floats), the kind that parks its
+  // sums; without, or without such a kind, the conv runs alone.
   ConvOperands with = ops;
   std::vector<TuneCandidate> c;
   std::vector<std::int64_t> rows;
   if (ops.totals != 0 && ops.stats != 0 && pass == ConvPass::forward) c = candidates(planned(true), with, &rows);
   const bool totals = !c.empty();
-  if (!totals) {
+  if (!totals && ops.pool_sums && ops.pool_sums->parts != 0 && pass == ConvPass::grad_input)
+    c = candidates(planned(false, ops.pool_sums), with, &rows);
+  const bool pool = !totals && !c.empty();
+  if (!totals && !pool) {
     with.stats = with.totals = 0;
+    with.pool_sums = nullptr;
     c = candidates(planned(false), with);
   }
   if (c.empty()) return ConvRan::no;
   const std::string dtype =
       std::string(dtype_name(ops.dtype)) + (math == ConvMath::tf32 ? "/tf32" : "") + (ops.f32_out ? "->f32" : "");
-  const rt::TuneKey key{"conv2d", std::string(pass_name(pass)) + " " + g.text() + (totals ? " totals" : ""), dtype,
-                        arch, library_text()};
+  const rt::TuneKey key{
+      "conv2d", std::string(pass_name(pass)) + " " + g.text() + (totals ? " totals" : "") + (pool ? " pool sums" : ""),
+      dtype, arch, library_text()};
   TuneCheck check;
   check.outputs.push_back({ops.out, ops.f32_out ? DType::f32 : ops.dtype, 1, sizes[2], sizes[2]});
   // Low-precision products summed in other orders and splits; a wrong kernel is far off.
@@ -356,7 +390,8 @@ ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOpera
   // pass runs the others after it, planning their kernels).
   const TuneOutcome ran = run_tuned(key, c, check, *ops.stream, TuneCompiles::under_on);
   if (totals && ops.stats_rows) *ops.stats_rows = rows[ran.index];
-  return totals ? ConvRan::with_totals : ConvRan::yes;
+  if (pool && ops.pool_sums->splits) *ops.pool_sums->splits = rows[ran.index];
+  return totals ? ConvRan::with_totals : pool ? ConvRan::with_pool_sums : ConvRan::yes;
 }
 
 }  // namespace kiln::kernels

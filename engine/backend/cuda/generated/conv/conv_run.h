@@ -15,10 +15,15 @@ namespace kiln::kernels {
 // A forward given ops.totals and ops.stats (generated_conv_stats_floats of them) also takes its
 // output's statistics where a kind that applies can (`with_totals`): the f64 totals, or the
 // partials *ops.stats_rows says it parked.
-enum class ConvRan { no, yes, with_totals };
+// An input gradient given ops.pool_sums with its parts (generated_conv_pool_sums_floats of them)
+// also parks that pooled batch norm's sums where a kind that applies can (`with_pool_sums`).
+enum class ConvRan { no, yes, with_totals, with_pool_sums };
 ConvRan run_generated_conv(ConvPass pass, const ConvGeometry& g, const ConvOperands& ops, bool tf32);
 // The f32s of ConvOperands::stats that a forward taking its statistics needs; 0 where none can.
 std::int64_t generated_conv_stats_floats(const ConvGeometry& g, const ConvOperands& ops, bool tf32);
+// The f32s of ConvOperands::pool_sums->parts that an input gradient parking them needs; 0 where
+// none can.
+std::int64_t generated_conv_pool_sums_floats(const ConvGeometry& g, const ConvOperands& ops, bool tf32);
 
 // Whether a weight gradient of these 16-bit operands can be summed into f32 by a generated
 // kernel (the tile engine's weight-gradient mode, sm_90) on `device`, given aligned operands.
