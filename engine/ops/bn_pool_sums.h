@@ -3,7 +3,7 @@
 // the kernel that writes its gradient: a conv2d whose input gradient is the batch norm's whole
 // pooled gradient. The conv's vjp names the batch norm (ForGradient), the input gradient's kernel
 // parks the sums beside dx (keep), and the batch norm's backward takes them (take) and runs dx
-// alone: no reduction kernel of its own.
+// alone: no reduction kernel of its own. Off by default (set_enabled).
 #include <cstdint>
 #include <optional>
 
@@ -46,8 +46,8 @@ void keep(const Tensor& gradient, Tensor parts);
 Tensor take(const Tensor& g, const Consumer& c);
 // Parts taken since the process started (tests).
 std::int64_t taken_count();
-// Off, no sums are wanted: every pooled batch norm runs its own reduction (tests; on unless
-// KILN_POOL_SUMS=off).
+// Off, no sums are wanted: every pooled batch norm runs its own reduction. Off unless
+// KILN_POOL_SUMS=on (tests turn it on).
 void set_enabled(bool on);
 bool enabled();
 
