@@ -392,7 +392,8 @@ const OpRef kConv2d = register_op({
       if (c.needs_grad(0)) {
         // Where x's gradient is all a pooled batch norm's backward reads, its sums too.
         std::optional<bn_pool_sums::ForGradient> pooled;
-        if (auto consumer = bn_pool_sums::consumer_of(c.sole_producer(0))) pooled.emplace(std::move(*consumer));
+        if (bn_pool_sums::enabled())
+          if (auto consumer = bn_pool_sums::consumer_of(c.sole_producer(0))) pooled.emplace(std::move(*consumer));
         r[0] = call(kGradInput, {g[0], c.saved_input(1)}, with_shape(c.attrs(), "input_shape", c.input(0).shape));
       }
       if (c.needs_grad(1)) {
