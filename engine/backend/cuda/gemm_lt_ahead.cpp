@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -116,15 +117,18 @@ const rt::Stream& stream_for(int device) {
   return it->second;
 }
 
-// The one thread measuring ahead, joined at exit (before the runtime it uses: it is made after
-// the prefetch threads, which prefetch_kernels starts first).
+void join_at_exit();
+
+void join_at_exit_after_first_product() {
+  static std::atomic<bool> registered{false};
+  if (!registered.exchange(true)) std::atexit(join_at_exit);
+}
+
+// The one thread measuring ahead. Leaked: exit stops and joins it through join_at_exit, which is
+// registered again after the thread's first product so that it runs before the destructors of the
+// statics cuBLASLt makes on that first call (a heuristic query once faulted in them at exit).
 class Ahead {
  public:
-  ~Ahead() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
   void start(std::vector<std::pair<std::string, std::string>> products, int device) {
     std::lock_guard lock(mu_);
     if (running_ || products.empty()) return;
@@ -137,6 +141,17 @@ class Ahead {
 
   void stop() {
     if (!stop_.load(std::memory_order_relaxed)) stop_ = true;
+  }
+
+  // Stops the thread after its product in flight and joins it.
+  void finish() {
+    stop_ = true;
+    std::thread t;
+    {
+      std::lock_guard lock(mu_);
+      t = std::move(thread_);
+    }
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   }
 
   std::size_t wait() {
@@ -167,7 +182,9 @@ class Ahead {
         const std::uint64_t before = rt::tune_counters().measured_ahead;
         {
           const Operands ops(p, s);
-          if (!lt_matmul(ops.bind(p.g), s)) continue;
+          const bool ran = lt_matmul(ops.bind(p.g), s);
+          join_at_exit_after_first_product();
+          if (!ran) continue;
           s.synchronize();
         }
         if (rt::tune_counters().measured_ahead > before) ++measured;
@@ -193,9 +210,11 @@ class Ahead {
 };
 
 Ahead& ahead() {
-  static Ahead a;
-  return a;
+  static auto* a = new Ahead;
+  return *a;
 }
+
+void join_at_exit() { ahead().finish(); }
 
 std::atomic<bool> g_started{false};  // whether ahead() exists, so run_reaches_products makes none
 
@@ -277,6 +296,8 @@ std::optional<LtProblem> parse_lt_problem(const std::string& problem, const std:
 
 void measure_products_ahead(std::vector<std::pair<std::string, std::string>> products, int device) {
   if (products.empty()) return;
+  static const bool joined_at_exit = std::atexit(join_at_exit) == 0;
+  (void)joined_at_exit;
   Ahead& a = ahead();
   g_started = true;
   a.start(std::move(products), device);
