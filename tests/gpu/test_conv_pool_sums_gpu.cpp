@@ -109,10 +109,13 @@ TEST_CASE("a conv's input gradient parks its pooled batch norm's sums: the gradi
     const PoolSumsGrads cpu = run_pool_sums(c, Device::cpu(), false);
     CHECK(cpu.parked == 0);
     REQUIRE(gpu.g.size() == cpu.g.size());
-    // The batch norm's from the same pooled gradient (exact in TF32); the conv's weight gradient
-    // from the pooled values rounded to TF32.
-    for (std::size_t i = 0; i + 1 < gpu.g.size(); ++i)
-      check_match(cpu.g[i], gpu.g[i], 1e-4, "grad " + std::to_string(i));
+    // The batch norm's from the same pooled gradient (exact in TF32); its parameters' are sums
+    // over a channel that can cancel to near zero (0.006 of terms that add to about 30), so they
+    // carry f32's summation error of the terms. The conv's weight gradient from the pooled values
+    // rounded to TF32.
+    check_match(cpu.g[0], gpu.g[0], 1e-4, "x's grad");
+    for (std::size_t i = 1; i + 1 < gpu.g.size(); ++i)
+      check_match(cpu.g[i], gpu.g[i], 5e-4, "grad " + std::to_string(i));
     check_match(cpu.g.back(), gpu.g.back(), 2e-2, "w's grad");
   }
 }
