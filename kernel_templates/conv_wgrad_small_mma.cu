@@ -7,8 +7,10 @@
 // pixels) @ gy^T: A is gathered from the band's zero-padded input rows staged in shared memory
 // (tap = (c, r, s) a row), B is gy staged in rows of OWP pixels (OW rounded up to 16, zeros
 // after), so each k step of 16 is one output row's run; both are copied with cp.async where
-// they allow, so an image costs one round trip to L2. The warps take the band's k steps in turn
-// and add their sums in warp order.
+// they allow, so an image costs one round trip to L2. Few taps (a warp's tiles of dw^T fit its
+// registers): the warps take the band's k steps in turn and add their sums in warp order. Many
+// (SPLIT_TAPS: a conv over 24 channels' 3 x 3 taps): each warp takes a run of the tap tiles
+// through every k step, so no sums are added across warps.
 // clang-format off
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
@@ -21,8 +23,11 @@ ${MMA_OPS}
 constexpr int C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW}, OH = ${OH}, OW = ${OW};
 constexpr int SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, IPB = ${IPB};
 constexpr int BANDS = ${BANDS}, BROWS = ${BROWS}, GYS = ${GYS};
+constexpr bool SPLIT_TAPS = ${SPLIT_TAPS};
 constexpr int THREADS = 256, WARPS = THREADS / 32;
 constexpr int TAPS = C * KH * KW, TOTAL = O * TAPS, MT = (TAPS + 15) / 16, NT = (O + 7) / 8;
+// A warp's tap tiles and the slabs of sums the warps leave: one each, or one shared.
+constexpr int MTW = SPLIT_TAPS ? (MT + WARPS - 1) / WARPS : MT, SLABS = SPLIT_TAPS ? 1 : WARPS;
 constexpr int OWP = (OW + 15) / 16 * 16, ROW_STEPS = OWP / 16;
 // The band's input rows as staged: wide enough for the padded pixels' taps, zeros outside x.
 constexpr int SROWS = (BROWS - 1) * SH + (KH - 1) * DH + 1;
@@ -31,7 +36,7 @@ constexpr int WPP = (WPP_ + 1) / 2 * 2, XS = C * SROWS * WPP;
 // The input's pixels go in pairs (cp.async of 4 bytes) where a pair stays one in the staged rows;
 // the padding around them, zeroed once, is the same for every image of the band.
 constexpr bool X_PAIRS = W % 2 == 0 && PW % 2 == 0;
-// The warps' sums: [WARPS][NT * 8 channels][PT taps], PT such that the fragments' stores (8
+// The warps' sums: [SLABS][NT * 8 channels][PT taps], PT such that the fragments' stores (8
 // taps x 4 channel pairs) and the row sums' reads (consecutive taps) fall on distinct banks.
 constexpr int PT = MT * 16 + 4;
 static_assert(MMA == 0 || MMA == 1, "16-bit operands");
@@ -85,10 +90,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* gys = reinterpret_cast<T*>(smem_raw);            // [NT * 8][GYS]
   T* xs = gys + NT * 8 * GYS;                         // [C + 1][SROWS][WPP], the last channel zeros
-  float* parts = reinterpret_cast<float*>(smem_raw);  // [WARPS][NT * 8][PT], after the images
+  float* parts = reinterpret_cast<float*>(smem_raw);  // [SLABS][NT * 8][PT], after the images
   const unsigned short* xh = reinterpret_cast<const unsigned short*>(xs);
   const int tid = threadIdx.x, warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
   const int y0 = (blockIdx.x % BANDS) * BROWS, rows = min(BROWS, OH - y0), first = blockIdx.x / BANDS * IPB;
+  // This warp's first tap tile and k step, and its stride through the k steps.
+  const int mt0 = SPLIT_TAPS ? warp * MTW : 0, k0 = SPLIT_TAPS ? 0 : warp, k_stride = SPLIT_TAPS ? 1 : WARPS;
   constexpr int V = gy_vector();
   const bool vectors = V > 1 && kiln::aligned<V>(gy), pairs = kiln::aligned<2>(x);
 
@@ -98,17 +105,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   for (int i = tid; i < (C + 1) * SROWS * WPP / 2; i += THREADS) reinterpret_cast<unsigned*>(xs)[i] = 0u;
   // Where this thread's A rows (taps g and g + 8 of each 16; the zero channel past the last
   // tap) start in the staged rows; its k pairs are pixels 2t, 2t + 1 and 2t + 8, 2t + 9 of a step.
-  int a_off[MT][2];
+  int a_off[MTW][2];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MTW; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int tap = mt * 16 + g + 8 * h, c = tap / (KH * KW), r = tap / KW % KH, s = tap % KW;
+      const int tap = (mt0 + mt) * 16 + g + 8 * h, c = tap / (KH * KW), r = tap / KW % KH, s = tap % KW;
       a_off[mt][h] = tap < TAPS ? (c * SROWS + r * DH) * WPP + s * DW + 2 * t * SW : C * SROWS * WPP + 2 * t * SW;
     }
-  float acc[MT][NT][4];
+  float acc[MTW][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MTW; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -124,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
     stage_x(x + static_cast<long long>(n) * C * H * W, xs, y0 * SH - PH, pairs);
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
-    for (int k = warp; k < rows * ROW_STEPS; k += WARPS) {
+    for (int k = mt0 < MT ? k0 : rows * ROW_STEPS; k < rows * ROW_STEPS; k += k_stride) {
       const int oy = k / ROW_STEPS, p0 = k % ROW_STEPS * 16;
       const int pb = oy * SH * WPP + p0 * SW;
       unsigned b[NT][2];
@@ -135,7 +142,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
         b[nt][1] = *reinterpret_cast<const unsigned*>(p + 8);
       }
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
+      for (int mt = 0; mt < MTW; ++mt) {
+        if (SPLIT_TAPS && mt0 + mt >= MT) break;
         unsigned a[4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -152,18 +160,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   // The warps' sums, added in warp order: fragment element e is row g (+ 8 for e >= 2), column
   // 2t (+ 1 for odd e) of its 16 x 8 tile.
   __syncthreads();
+  const int slab = SPLIT_TAPS ? 0 : warp;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MTW; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        parts[(warp * NT * 8 + nt * 8 + 2 * t + (e & 1)) * PT + mt * 16 + g + (e >> 1) * 8] = acc[mt][nt][e];
+        if (mt0 + mt < MT)
+          parts[(slab * NT * 8 + nt * 8 + 2 * t + (e & 1)) * PT + (mt0 + mt) * 16 + g + (e >> 1) * 8] = acc[mt][nt][e];
   __syncthreads();
   for (int i = tid; i < TOTAL; i += THREADS) {
     const int o = i / TAPS, tap = i % TAPS;
     float v = 0.f;
-    for (int w = 0; w < WARPS; ++w) v += parts[(w * NT * 8 + o) * PT + tap];
+    for (int w = 0; w < SLABS; ++w) v += parts[(w * NT * 8 + o) * PT + tap];
     ws[static_cast<long long>(blockIdx.x) * TOTAL + i] = v;  // a row per block
   }
 }

@@ -168,20 +168,36 @@ TEST_CASE("small weight-gradient kernels compile for few kernel rows, sliding or
   CHECK(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(600, 1, 28, 28, 32, 5, 1, 2, 1, 1),
                   DType::bf16) != conv1);
   CHECK(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(300, 8, 64, 64, 4, 3, 1, 1, 1, 1), DType::f32));
-  // 16-bit operands run on tensor cores where a warp's 16 x 8 tiles of dw^T are at most 16: not
-  // 196 taps for 9 channels (13 x 2 tiles).
+  // 16-bit operands run on tensor cores where a warp's 16 x 8 tiles of dw^T are at most 16, its
+  // warps taking the k steps in turn; or where a run of the tap tiles is, the warps splitting
+  // them: the speedrun's conv2 (216 taps for 32 channels, 14 x 4 tiles, 2 x 4 a warp) and 196
+  // taps for 9 channels (13 x 2). Not 1 tap for 136 channels (17 tiles, which no warp splits).
+  std::vector<std::string> split;
   for (DType t : {DType::bf16, DType::f16}) {
     const auto conv1 =
         launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), t);
     REQUIRE(conv1);
     CHECK(std::get<kernels::SmallWgradPlan>(conv1->plan).mma);
+    CHECK_FALSE(std::get<kernels::SmallWgradPlan>(conv1->plan).split_taps);
     CHECK(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), t)
               .find("mma.sync.aligned.m16n8k16") != std::string::npos);
+    for (const ConvGeometry& g : {make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1), make(6, 4, 12, 12, 9, 7, 1, 0, 1, 1)}) {
+      const auto l = launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, g, t);
+      REQUIRE(l);
+      CHECK(std::get<kernels::SmallWgradPlan>(l->plan).mma);
+      CHECK(std::get<kernels::SmallWgradPlan>(l->plan).split_taps);
+      split.push_back(source_of(ConvKernel::wgrad_small, ConvPass::grad_weight, g, t));
+    }
     const auto wide =
-        launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(6, 4, 12, 12, 9, 7, 1, 0, 1, 1), t);
+        launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(4, 1, 8, 8, 136, 1, 1, 0, 1, 1), t);
     REQUIRE(wide);
     CHECK_FALSE(std::get<kernels::SmallWgradPlan>(wide->plan).mma);
   }
+  CHECK(check_compiles("check_conv_wgrad_small_split", split, "kiln_conv_wgrad_small", "mma.sync.aligned.m16n8k16") ==
+        4);
+  // The CUDA-core kernel takes at most 256 kernel rows: not the speedrun's conv2 in exact f32.
+  CHECK_FALSE(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight, make(256, 24, 12, 12, 32, 3, 1, 0, 1, 1),
+                        DType::f32, false));
   CHECK_FALSE(std::get<kernels::SmallWgradPlan>(launch_of(ConvKernel::wgrad_small, ConvPass::grad_weight,
                                                           make(256, 1, 28, 28, 24, 5, 1, 0, 1, 1), DType::f32, false)
                                                     ->plan)

@@ -31,7 +31,7 @@ conv_kinds::Module module_of(const ConvLaunch& l) {
                           key.add(p.rows, p.bn, p.totals, p.pool_sums, p.pool_p, p.pool_h, p.pool_w, p.pool_copy);
                         },
                         [&](const WgradPlan& p) { key.add(p.bc, p.ipb); },
-                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.mma, p.f32_out); },
+                        [&](const SmallWgradPlan& p) { key.add(p.ipb, p.bands, p.mma, p.split_taps, p.f32_out); },
                         [&](const DirectPlan& p) { key.add(p.ot, p.p, p.rows, p.threads, p.mma, p.totals); }},
              l.plan);
   l.g.add_to(key);

@@ -60,11 +60,12 @@ struct WgradPlan {
 };
 
 // Each block: `ipb` images' band of `rows` output rows, their gy staged `gy_stride` elements a
-// channel; `bands` bands an image. `mma`: on tensor cores (conv_wgrad_small_mma.cu). `f32_out`:
-// 16-bit operands' sums written in f32.
+// channel; `bands` bands an image. `mma`: on tensor cores (conv_wgrad_small_mma.cu), its warps
+// taking runs of the tap tiles where `split_taps`, else the k steps in turn. `f32_out`: 16-bit
+// operands' sums written in f32.
 struct SmallWgradPlan {
   std::int64_t ipb = 1, bands = 1, rows = 1, gy_stride = 1, blocks = 1, smem = 0;
-  bool mma = false, f32_out = false;
+  bool mma = false, split_taps = false, f32_out = false;
 };
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output

@@ -181,11 +181,21 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
       if (const auto k = tile_engine_launch(pass, g, math, arch, target, {}, {.k_major = true, .f32_out = f32_out}))
         add_engine(*k, {.k_major = true, .f32_out = f32_out});
   }
+  const double flop = 2.0 * static_cast<double>(g.n * g.o * g.oh * g.ow) * static_cast<double>(g.cg() * g.kh * g.kw);
+  const bool fills_gpu = flop > 4e6 * target.sm_count;
+  // The small kind's tensor-core kernel leads the weight gradients that do not fill the GPU: one
+  // kernel and its reduce, where the engine's runs its layout copies and split sums besides. The
+  // tuner (H200, bf16) timed it 10.1 us against the engine's best 14.9 on the speedrun's conv2,
+  // 5.9 against 8.6 at batch 64, 7.7 against 9.5 on 16 channels of 16 x 16.
+  const std::optional<ConvLaunch> small =
+      pass == ConvPass::grad_weight ? plan(ConvKernel::wgrad_small, pass, g, dtype, math, target) : std::nullopt;
+  const bool small_leads = small && std::get<SmallWgradPlan>(small->plan).mma && !fills_gpu;
   // The engine's weight-gradient mode and the small kernel write f32 from 16-bit operands.
   if (f32_out) {
-    if (auto small = plan(ConvKernel::wgrad_small, pass, g, dtype, math, target)) {
-      std::get<SmallWgradPlan>(small->plan).f32_out = true;
-      engine.push_back({kernel_name(ConvKernel::wgrad_small), *small});
+    if (small) {
+      ConvLaunch l = *small;
+      std::get<SmallWgradPlan>(l.plan).f32_out = true;
+      engine.insert(small_leads ? engine.begin() : engine.end(), {kernel_name(ConvKernel::wgrad_small), l});
     }
     return engine;
   }
@@ -193,8 +203,7 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   const bool engine_first = arch >= 90;
   // Where the engine leads and the work fills the GPU, the older kinds were 1.4-27x slower on
   // every row measured (H200, over 4 MFLOP an SM), and their compiles are a tuning's slowest.
-  const double flop = 2.0 * static_cast<double>(g.n * g.o * g.oh * g.ow) * static_cast<double>(g.cg() * g.kh * g.kw);
-  if (engine_first && !engine.empty() && flop > 4e6 * target.sm_count) return engine;
+  if (engine_first && !engine.empty() && fills_gpu) return engine;
   std::vector<ConvKernel> kinds =
       pass == ConvPass::grad_weight ? std::vector{ConvKernel::wgrad, ConvKernel::wgrad_small, ConvKernel::igemm}
                                     : std::vector{ConvKernel::patch, ConvKernel::igemm, ConvKernel::direct};
@@ -222,7 +231,8 @@ std::vector<PlannedCandidate> plan_candidates(ConvPass pass, const ConvGeometry&
   for (ConvKernel k : kinds) {
     const auto h = planned(k, {});
     if (!h || slower_than_fallback(*h)) continue;
-    const bool leads = (k == ConvKernel::patch && patch_first) || (k == ConvKernel::direct && few_products);
+    const bool leads = (k == ConvKernel::patch && patch_first) || (k == ConvKernel::direct && few_products) ||
+                       (k == ConvKernel::wgrad_small && small_leads);
     std::vector<PlannedCandidate>& to = engine_first && !leads ? after : c;
     to.push_back({kernel_name(k), *h});
     for (ConvTile tile : alternatives(*h, target))

@@ -26,21 +26,29 @@ constexpr std::int64_t kThreads = 256;
 // takes it only where that run is at most 1024 products (a 300-image 64x64 conv's 6144 drifted
 // past the tolerance the other f32 paths meet).
 // On tensor cores (16-bit operands where a warp's 16 x 8 tiles of dw^T fit its registers, at
-// most 64 sums a thread): whole images a block, about one block an SM. Its blocks' fixed costs
+// most 64 sums a thread, or a run of the tap tiles does where the warps split them, as for the
+// speedrun's conv2's 216 taps): whole images a block, about one block an SM. Its blocks' fixed costs
 // (zeroing, the warps' and the blocks' sums) outweigh their MMAs: on the H200, bench_conv's
 // graphs of the speedrun's conv1 (256 images) took 8.4 us in 256 blocks against 11.2 in 512 and
 // 10.4 in 86 (3 images each), the cnn's (128 images, 28 x 28) 6.2 us in 128 blocks against 8.3
-// in 256 and 10.8 in 384.
+// in 256 and 10.8 in 384. The speedrun's conv2 (216 taps, warps splitting them) took 9.2 + 3.6 us
+// (kernel + reduce) in 256 blocks, 9.6 + 2.8 in 128, under ncu in its step.
 std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry& s, DType t, ConvMath math,
                                                const ConvTarget& target) {
   const std::int64_t q = s.o * s.c * s.kh;
-  if (pass != ConvPass::grad_weight || s.groups != 1 || q > kThreads || q == 0 || s.kw > 8 || s.oh * s.ow <= 0 ||
-      s.n == 0 || s.n > INT_MAX)
+  if (pass != ConvPass::grad_weight || s.groups != 1 || q == 0 || s.kw > 8 || s.oh * s.ow <= 0 || s.n == 0 ||
+      s.n > INT_MAX)
     return std::nullopt;
   SmallWgradPlan p;
   const std::size_t size = dtype_size(t);
   const std::int64_t taps = s.c * s.kh * s.kw, m_tiles = ceil_div(taps, 16), n_tiles = ceil_div(s.o, 8);
-  p.mma = (math == ConvMath::bf16 || math == ConvMath::f16) && m_tiles * n_tiles <= 16;
+  const bool tensor_cores = math == ConvMath::bf16 || math == ConvMath::f16;
+  // Split between the warps only where each has tap tiles: with fewer the tile engine's kernels
+  // use the SMs better.
+  constexpr std::int64_t warps = kThreads / 32;
+  p.split_taps = tensor_cores && m_tiles * n_tiles > 16 && m_tiles >= warps && ceil_div(m_tiles, warps) * n_tiles <= 16;
+  p.mma = tensor_cores && (m_tiles * n_tiles <= 16 || p.split_taps);
+  if (!p.mma && q > kThreads) return std::nullopt;
   const std::int64_t sms = std::max(1, target.sm_count);
   p.ipb = std::max<std::int64_t>(1, s.n / (p.mma ? sms : 2 * sms));
   p.bands = std::clamp<std::int64_t>(ceil_div(p.mma ? sms / 2 : 2 * sms, s.n), 1, s.oh);
@@ -59,7 +67,8 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
     const std::int64_t rows_in = (p.rows - 1) * s.sh + (s.kh - 1) * s.dh + 1;
     const std::int64_t width = ceil_div(std::max((owp - 1) * s.sw + (s.kw - 1) * s.dw + 1, s.w + 2 * s.pw), 2) * 2;
     staged = (n_tiles * 8 * p.gy_stride + (s.c + 1) * rows_in * width) * static_cast<std::int64_t>(size);
-    sums = (kThreads / 32) * n_tiles * 8 * (m_tiles * 16 + 4) * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t slabs = p.split_taps ? 1 : kThreads / 32;
+    sums = slabs * n_tiles * 8 * (m_tiles * 16 + 4) * static_cast<std::int64_t>(sizeof(float));
   } else {
     // A row of odd 4-byte words (2-byte types: 2 mod 4 elements): neighbouring channels' rows
     // start in different banks.
@@ -80,6 +89,7 @@ std::string wgrad_small_source(const ConvLaunch& l) {
   if (p.mma) {
     b.push_back({"MMA_OPS", rt::template_source("mma")});
     b.push_back({"MMA", num(static_cast<int>(l.math))});
+    b.push_back({"SPLIT_TAPS", p.split_taps ? "true" : "false"});
   }
   b.push_back({"T", std::string(cuda_storage_type(l.dtype))});
   b.push_back({"TD", p.f32_out ? std::string("float") : std::string(cuda_storage_type(l.dtype))});
