@@ -1134,6 +1134,52 @@ extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__
 }
 #endif
 
+// ---- A narrow linear layer's weight and bias gradients in one kernel (at most 16 outputs, such
+// as a classifier's 10): dw (n, K) = g^T x and db (n) = the column sums of g, for g (rows, n) and
+// x (rows, K), in P. Block b < gridDim.x - 1 takes x's columns [32 b, 32 b + 32), a lane each,
+// and its warps every 8th row, each thread holding n sums; the last block sums g's columns. The
+// warps' sums are added in warp order, so every run gives the same bits. ----
+
+#ifdef KILN_ENTRY_kiln_narrow_linear_grad
+extern "C" __global__ void kiln_narrow_linear_grad(const T* __restrict__ g, const T* __restrict__ x, P* __restrict__ dw,
+                                                   P* __restrict__ db, long long rows, int n, long long K) {
+  kiln::wait_prior_grids();
+  constexpr int kMaxN = 16, kWarps = kBlock / 32;
+  __shared__ Acc warp_sums[kWarps][kMaxN][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool bias = blockIdx.x == gridDim.x - 1;
+  const long long k = static_cast<long long>(blockIdx.x) * 32 + lane;
+  Acc sums[kMaxN];
+#pragma unroll
+  for (int j = 0; j < kMaxN; ++j) sums[j] = Acc(0);
+  if (bias) {
+    if (lane < n)
+#pragma unroll 8
+      for (long long r = warp; r < rows; r += kWarps) sums[0] += kiln::cvt<Acc>(g[r * n + lane]);
+  } else if (k < K) {
+#pragma unroll 4
+    for (long long r = warp; r < rows; r += kWarps) {
+      const Acc xv = kiln::cvt<Acc>(x[r * K + k]);
+      const T* gr = g + r * n;  // the same n values for every lane: one broadcast load each
+#pragma unroll
+      for (int j = 0; j < kMaxN; ++j)
+        if (j < n) sums[j] += kiln::cvt<Acc>(gr[j]) * xv;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxN; ++j) warp_sums[warp][j][lane] = sums[j];
+  __syncthreads();
+  for (int o = threadIdx.x; o < (bias ? 32 : n * 32); o += kBlock) {
+    const int j = o / 32, l = o % 32;
+    Acc v = Acc(0);
+    for (int w = 0; w < kWarps; ++w) v += warp_sums[w][j][l];
+    const long long col = static_cast<long long>(blockIdx.x) * 32 + l;
+    if (bias && l < n) kiln::store(db + l, v);
+    if (!bias && col < K) kiln::store(dw + j * K + col, v);
+  }
+}
+#endif
+
 // ---- A linear layer's bias gradient: the column sums of g (rows, K), in P. With y (the
 // layer's ReLU output), g is first masked as relu_backward does (g where y > 0, else 0) and the
 // masked gradient written to gp: the ReLU's backward and the bias gradient in one pass. ----

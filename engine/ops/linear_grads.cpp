@@ -218,8 +218,9 @@ void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
 // the backward's last work on this path and one of them runs on the backward's own stream.
 bool no_input_grad(const OpArgs& a) { return a.attrs.get_or("no_input_grad", false); }
 
-// The product and the column sums apart: cuBLASLt's bias-gradient epilogue runs bf16 products
-// of fewer than 16 columns at a fifth of that pace (1024x512 -> 10: 44 us against 9 on an H200).
+// The product and the column sums apart. (cuBLASLt's bias-gradient epilogue runs bf16 products
+// of fewer than 16 columns at a fifth of that pace, 1024x512 -> 10: 44 us against 9 on an H200;
+// those layers run narrow_grad_wb_gpu.)
 // Without an input gradient, the weight product (the longer kernel) runs on the backward's
 // stream, which has nothing else to run, and the sums beside it where one block a column sums
 // them: on the second stream the product queued behind the other layers' products (H200, f32 mlp
@@ -237,7 +238,24 @@ void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
   bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device, !last);
 }
 
+// A narrow bf16 layer's (a classifier's 10 outputs) dW and db in one kernel (norm.cu's
+// kiln_narrow_linear_grad), where cuBLAS's product and the column sums ran apart: beside the
+// backward's chain, or on it where the layer has no input gradient (nothing else runs there).
+void narrow_grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
+  const Tensor gp = gpu::contiguous(a.inputs[0]), x = gpu::contiguous(a.inputs[1]);
+  const rt::Stream& main = stream_of(a.device);
+  const rt::Stream& s = no_input_grad(a) ? main : grad_stream::fork(main, {gp, x, out[0], out[1]});
+  kernels::launch_narrow_linear_grad({.t = gp.dtype(),
+                                      .p = out[0].dtype(),
+                                      .g = device_address(gp),
+                                      .x = device_address(x),
+                                      .dw = device_address(out[0]),
+                                      .db = device_address(out[1])},
+                                     gp.shape()[0], gp.shape()[1], x.shape()[1], s);
+}
+
 void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
+  if (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) return narrow_grad_wb_gpu(a, out);
   if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) ||
       no_input_grad(a))
     return grad_wb_split_gpu(a, out);

@@ -289,6 +289,40 @@ TEST_CASE("relu_masked_input_grad: the product's bits where the ReLU's output is
     }
 }
 
+// dW = gp^T x and db = gp's column sums in f64 from the same bf16 values, for the narrow kernel.
+std::vector<Tensor> narrow_reference(const Tensor& gp, const Tensor& x) {
+  const Tensor g64 = gp.to(Device::cpu()).to(DType::f64), x64 = x.to(Device::cpu()).to(DType::f64);
+  return {matmul(transpose(g64, 0, 1), x64), sum(g64, {0}, false)};
+}
+
+TEST_CASE("a narrow bf16 layer's weight and bias gradients in one kernel: the f64 sums, the same bits every call") {
+  Generator gen(31);
+  for (bool f32_grads : {false, true})
+    for (const std::array<std::int64_t, 3>& mnk :
+         {std::array<std::int64_t, 3>{256, 10, 256}, {1000, 3, 40}, {7, 15, 33}, {9, 1, 70}, {0, 10, 20}}) {
+      const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+      CAPTURE(f32_grads);
+      CAPTURE(m);
+      CAPTURE(n);
+      const Tensor gp = randn({m, n}, {}, &gen).to(DType::bf16).to(kGpu),
+                   x = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu);
+      const Tensor in[] = {gp, x};
+      const Attrs attrs = f32_grads ? Attrs{{"f32_grads", true}} : Attrs{};
+      const std::vector<Tensor> got = dispatch(*find_op("linear_grad_wb"), in, attrs);
+      const std::vector<Tensor> again = dispatch(*find_op("linear_grad_wb"), in, attrs);
+      const DType out = f32_grads ? DType::f32 : DType::bf16;
+      REQUIRE(got.size() == 2);
+      CHECK(got[0].dtype() == out);
+      const std::vector<Tensor> want = narrow_reference(gp, x);
+      // f32 sums of exact products of up to 1000 terms; bf16 results round to 8 bits.
+      const double tol = f32_grads ? 1e-4 : 1e-2;
+      kiln_test::check_match(want[0].to(out), got[0], tol, "dw");
+      kiln_test::check_match(want[1].to(out), got[1], tol, "db");
+      CHECK(kiln_test::f64_bits(got[0]) == kiln_test::f64_bits(again[0]));
+      CHECK(kiln_test::f64_bits(got[1]) == kiln_test::f64_bits(again[1]));
+    }
+}
+
 TEST_CASE("a compiled mlp step masks input gradients in their products: no ReLU layer runs its own mask") {
   // The first layer has no input gradient: its bias gradient is summed on the chain beside its
   // weight product (linear_grad_wb's bias_on_chain). Exact f32 masks the output layer's (k = 10:

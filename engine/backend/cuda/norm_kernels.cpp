@@ -63,6 +63,7 @@ const KernelSpec& kLnBackwardDx = register_norm_entry("layer_norm_backward_dx", 
 const KernelSpec& kLnBackwardParams =
     register_norm_entry("layer_norm_backward_params", "kiln_layer_norm_backward_params");
 const KernelSpec& kBiasGrad = register_norm_entry("bias_grad", "kiln_bias_grad");
+const KernelSpec& kNarrowLinearGrad = register_norm_entry("narrow_linear_grad", "kiln_narrow_linear_grad");
 
 constexpr unsigned kBlock = 256;  // fixed by the template
 
@@ -352,6 +353,19 @@ void launch_bias_grad(const BiasGrad& a, std::int64_t rows, std::int64_t cols, c
   const int splits = std::max(split.splits, 1);
   rt::launch(function(kBiasGrad, a.t, a.p, s), blocks(ceil_div(cols, 32) * splits), s, a.g, a.y, a.gp, a.parts, a.db, r,
              k, per_split, splits);
+}
+
+void launch_narrow_linear_grad(const NarrowLinearGrad& a, std::int64_t rows, std::int64_t n, std::int64_t cols,
+                               const rt::Stream& s) {
+  if (n < 0 || n > kNarrowLinearOutputs)
+    throw ValueError("[linear_grad_wb] the narrow kernel takes at most " + std::to_string(kNarrowLinearOutputs) +
+                     " outputs, got " + std::to_string(n));
+  if (n == 0) return;
+  // With no rows the blocks still run: they write the zero sums.
+  const long long r = rows, k = cols;
+  const std::int32_t outputs = static_cast<std::int32_t>(n);
+  rt::launch(function(kNarrowLinearGrad, a.t, a.p, s), blocks(ceil_div(cols, 32) + 1), s, a.g, a.x, a.dw, a.db, r,
+             outputs, k);
 }
 
 void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, std::int64_t cols,

@@ -122,4 +122,15 @@ NormSplit bias_grad_split(std::int64_t rows, std::int64_t cols, int device, bool
 void launch_bias_grad(const BiasGrad& a, std::int64_t rows, std::int64_t cols, const NormSplit& split,
                       const rt::Stream& s);
 
+// A narrow linear layer's dw (n, cols) = g^T x and db (n) = the column sums of g, for g (rows, n)
+// and x (rows, cols), both contiguous, n at most kNarrowLinearOutputs: one kernel, its sums in a
+// fixed order (norm.cu's kiln_narrow_linear_grad).
+constexpr std::int64_t kNarrowLinearOutputs = 16;
+struct NarrowLinearGrad {
+  DType t = DType::f32, p = DType::f32;
+  rt::DevicePtr g = 0, x = 0, dw = 0, db = 0;
+};
+void launch_narrow_linear_grad(const NarrowLinearGrad& a, std::int64_t rows, std::int64_t n, std::int64_t cols,
+                               const rt::Stream& s);
+
 }  // namespace kiln::kernels
