@@ -60,6 +60,18 @@ TEST_CASE("mnist-train --plan-only plans every model, precision and the speedrun
     if (runs[i][1] == "mlp" || tf32) CHECK(product);
     if (runs[i][1] != "mlp") CHECK(conv);
     CHECK(p.kernels.size() >= 20);
+    // The speedrun's weight gradients: both convs' on the small kind's tensor-core kernel (conv2's
+    // warps splitting its 216 taps), the output layer's weights and bias in one kernel.
+    if (runs[i][0] == "--recipe") {
+      int small = 0;
+      bool narrow = false;
+      for (const kiln::KernelPlan::Kernel& k : p.kernels) {
+        small += k.label == "conv2d wgrad wgrad_small bf16";
+        narrow = narrow || k.op == "narrow_linear_grad";
+      }
+      CHECK(small == 2);
+      CHECK(narrow);
+    }
     // The tuner's alternatives (exact f32's FFMA candidates beside cuBLASLt) and the kernels
     // that check them are marked late, and nothing the run launches whatever the tuner picks.
     bool late = false;
