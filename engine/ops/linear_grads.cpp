@@ -255,10 +255,9 @@ void narrow_grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
 }
 
 void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
-  if (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) return narrow_grad_wb_gpu(a, out);
-  if (a.inputs[0].shape()[0] == 0 || (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < 16) ||
-      no_input_grad(a))
-    return grad_wb_split_gpu(a, out);
+  if (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < kernels::kNarrowLinearOutputs)
+    return narrow_grad_wb_gpu(a, out);
+  if (a.inputs[0].shape()[0] == 0 || no_input_grad(a)) return grad_wb_split_gpu(a, out);
   const Tensor gp = lt_ready(a.inputs[0]), x = lt_ready(a.inputs[1]);
   const LtOperand lg = lt_operand(gp), lx = lt_operand(x);
   // Column-major: dW^T (k x n) = x^T (k x m) @ gp (m x n); gp's storage read as (n x m) is gp^T,
