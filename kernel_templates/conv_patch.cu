@@ -1,7 +1,7 @@
 // Stride-1 convolution on tensor cores from an input patch in shared memory, generated for
 // one exact shape. A block computes ROWS output rows of one image for BN output channels:
 // it stages the zero-padded input rows it needs once, channels innermost ([y][x][c]), and
-// the weights in [co][r*KW+s][c] order (kiln_conv_patch_weights writes them so), then runs
+// the weights in [co][r*KW+s][c] order (stage_weights), then runs
 // k = (r, s, channel block) with ldmatrix/mma.sync (bf16, f16) or lds/mma.sync (TF32),
 // accumulating in f32. Each input element is read from global memory once per block instead
 // of once per tap, which is what an im2col-style gather costs.
@@ -72,38 +72,84 @@ struct PoolSums {
   int relu;
 };
 
-// wt[co][r*KW+s][c] (c padded to CP with zeros) from w, in the MMA type: one pass per call,
-// so every block copies its weights with wide loads. A forward given wf also writes there what
-// the input gradient's module (FLIP 1) writes as its wt: wf[ci][r*KW+s][o], the taps reversed,
-// o over the group's COG output channels padded to that module's channel run.
-extern "C" __global__ void kiln_conv_patch_weights(const TW* __restrict__ w, MT_* __restrict__ wt,
-                                                   MT_* __restrict__ wf) {
-  kiln::wait_prior_grids();
-  const int total = CO * RS * CP;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int c = i % CP, rs = (i / CP) % RS, co = i / (CP * RS);
-    float v = 0.f;
-    if (c < CIG) {
+// The block's weights, channels co0 .. co0 + BN, staged as ws[n][r*KW+s][c] straight from w, so
+// that no reorder kernel runs ahead of the conv (one on the speedrun's chain): read in w's own
+// order, 16 bytes at a time where the runs align, each value's place found from the previous
+// one's (a division per value made the speedrun's conv2 2 us slower). Zeros for channels past
+// the group's and for c in [CIG, CIGP).
+// FLIP 0: ws[n][rs][c] = w[g * COG + co0 + n][c][rs], one run of nb * CIG * RS values.
+// FLIP 1: ws[n][rs][c] = w[g * CIG + c][co0 + n][RS - 1 - rs], a run of nb * RS values per c.
+__device__ __forceinline__ MT_ staged(TW v) {
+  if constexpr (sizeof(TW) == 2 && kiln::is_same<TW, MT_>::value)
+    return v;
+  else
+    return to_mt(kiln::cvt<float>(v));
+}
+
+__device__ __forceinline__ void stage_weights(const TW* __restrict__ w, MT_* ws, int g, int co0, int nb, int tid) {
+  constexpr int V = 16 / (int)sizeof(TW);
 #if FLIP == 0
-      v = kiln::cvt<float>(w[(co * CIG + c) * RS + rs]);
+  const int len = nb * CIG * RS, runs = 1;
+  const long long first = static_cast<long long>(g * COG + co0) * CIG * RS, run_stride = 0;
 #else
-      // Here co is a channel of the original input and c one of its output, within group g.
-      const int g = co / COG;
-      v = kiln::cvt<float>(w[((g * CIG + c) * COG + co % COG) * RS + (RS - 1 - rs)]);
+  const int len = nb * RS, runs = CIG;
+  const long long first = (static_cast<long long>(g) * CIG * COG + co0) * RS, run_stride = COG * RS;
 #endif
-    }
-    wt[i] = to_mt(v);
-  }
+  const TW* src = w + first;
+  auto run_of = [&](int run, int k, const TW* v, int count) {
 #if FLIP == 0
-  if (!wf) return;
-  constexpr int CPF = (COG + KC - 1) / KC * KC + PAD, FLIPPED = CI * RS * CPF;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < FLIPPED; i += gridDim.x * blockDim.x) {
-    const int o = i % CPF, rs = (i / CPF) % RS, ci = i / (CPF * RS);
-    float v = 0.f;
-    if (o < COG) v = kiln::cvt<float>(w[((ci / CIG * COG + o) * CIG + ci % CIG) * RS + (RS - 1 - rs)]);
-    wf[i] = to_mt(v);
-  }
+    int n = k / (CIG * RS), c = k / RS % CIG, rs = k % RS;
+#else
+    int n = k / RS, c = run, rs = k % RS;
 #endif
+#pragma unroll
+    for (int j = 0; j < count; ++j) {
+      ws[(n * RS + (FLIP ? RS - 1 - rs : rs)) * CP + c] = staged(v[j]);
+      if (++rs == RS) {
+        rs = 0;
+        if (FLIP)
+          ++n;
+        else if (++c == CIG)
+          c = 0, ++n;
+      }
+    }
+  };
+  if (len % V == 0 && run_stride % V == 0 && kiln::aligned<V>(src)) {
+    const int per = len / V;
+    for (int i = tid; i < runs * per; i += THREADS) {
+      const int run = i / per, k = i % per * V;
+      const kiln::Vec<TW, V> v = *reinterpret_cast<const kiln::Vec<TW, V>*>(src + run * run_stride + k);
+      run_of(run, k, v.v, V);
+    }
+  } else {
+    for (int i = tid; i < runs * len; i += THREADS) run_of(i / len, i % len, src + i / len * run_stride + i % len, 1);
+  }
+  // The zeros, 16 bytes at a time: [CIG, CIGP) of each staged row (16 bytes for 16-bit MMAs, none
+  // for TF32), then the rows past nb.
+  constexpr int PADC = CIGP - CIG, Z = 16 / (int)sizeof(MT_);
+  static_assert(PADC % Z == 0 && CIG % Z == 0 && CP % Z == 0, "zeros in whole 16-byte stores");
+  if constexpr (PADC > 0)
+    for (int i = tid; i < nb * RS * (PADC / Z); i += THREADS)
+      reinterpret_cast<uint4*>(ws + i / (PADC / Z) * CP + CIG)[i % (PADC / Z)] = make_uint4(0, 0, 0, 0);
+  for (int i = tid; i < (BN - nb) * RS * (CIGP / Z); i += THREADS)
+    reinterpret_cast<uint4*>(ws + (nb * RS + i / (CIGP / Z)) * CP)[i % (CIGP / Z)] = make_uint4(0, 0, 0, 0);
+}
+
+// A forward's staged weights as its input gradient's patch conv reads them, into wf (kept for it,
+// conv_kept.h): wf[ci][r*KW+s][o] = w[g * COG + o][ci % CIG][RS - 1 - r*KW-s], o over the group's
+// COG output channels padded with zeros to that conv's channel run. Blocks x < FLIP_BLOCKS of each
+// channel block write a share of its channels (the group's last one the padding too), so that no
+// block runs much longer than the rest.
+constexpr int FLIP_BLOCKS = 8;
+__device__ __forceinline__ void write_flipped(const MT_* ws, MT_* wf, int g, int co0, int nb, int tid) {
+  constexpr int CPF = (COG + KC - 1) / KC * KC + PAD, WIDTH = BN + CPF - COG;  // the last block's widest run
+  const bool last = co0 + BN >= COG;
+  const int blocks = min(FLIP_BLOCKS, (int)gridDim.x);
+  for (int i = blockIdx.x * THREADS + tid; i < CIG * RS * WIDTH; i += blocks * THREADS) {
+    const int o = i % WIDTH, rs = i / WIDTH % RS, c = i / (WIDTH * RS);
+    if (o < nb || (last && co0 + o < CPF))
+      wf[((g * CIG + c) * RS + rs) * CPF + co0 + o] = o < nb ? ws[(o * RS + RS - 1 - rs) * CP + c] : to_mt(0.f);
+  }
 }
 
 __device__ __forceinline__ unsigned int smem_addr(const void* p) {
@@ -111,8 +157,8 @@ __device__ __forceinline__ unsigned int smem_addr(const void* p) {
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    kiln_conv_patch(const TX* __restrict__ x, const MT_* __restrict__ wt, TO* __restrict__ y, float* parts,
-                    PoolSums pool) {
+    kiln_conv_patch(const TX* __restrict__ x, const TW* __restrict__ w, const MT_* __restrict__ wt, MT_* wf,
+                    TO* __restrict__ y, float* parts, PoolSums pool) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem[];
   MT_* patch = reinterpret_cast<MT_*>(smem);
@@ -151,15 +197,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       v = kiln::cvt<float>(x[((img * CI + g * CIG + c) * H + iy) * W + ix]);
     patch[(py * PWC + px) * CP + c] = to_mt(v);
   }
-  // Weights of channels co0 .. co0 + BN (rows past COG read as zero), 16 bytes at a time.
-  {
+  // Weights: the copy a forward wrote for this input gradient (wt, 16 bytes at a time), else w's.
+  const int nb = min(BN, COG - co0);
+  if (wt) {
     const uint4* src = reinterpret_cast<const uint4*>(wt + (static_cast<long long>(g) * COG + co0) * RS * CP);
     uint4* dst = reinterpret_cast<uint4*>(ws);
     constexpr int VEC = 16 / (int)sizeof(MT_), ROW = RS * CP / VEC;
-    for (int i = tid; i < BN * ROW; i += THREADS)
-      dst[i] = co0 + i / ROW < COG ? src[i] : make_uint4(0, 0, 0, 0);
+    for (int i = tid; i < BN * ROW; i += THREADS) dst[i] = i / ROW < nb ? src[i] : make_uint4(0, 0, 0, 0);
+  } else {
+    stage_weights(w, ws, g, co0, nb, tid);
   }
   __syncthreads();
+#if FLIP == 0
+  if (wf && blockIdx.x < FLIP_BLOCKS) write_flipped(ws, wf, g, co0, nb, tid);
+#endif
 
   float acc[MIW][4];
 #pragma unroll

@@ -5,6 +5,8 @@
 //     and unequal padding, a 7x7 input gradient to three channels; bf16, f16 and f32; and in exact
 //     f32 only, 3, 24 and 10 channels of 7x7, 3x3 and 5x5 (up to 256 products per output). Each
 //     case also checks which precisions the kind plans it for.
+//   - The patch kind (stride-1 forward and input gradient on tensor cores), its weights staged
+//     from w by each block: partial channel blocks, padded channels, groups, w not aligned.
 //   - The small weight-gradient kind (few kernel rows, on the CUDA cores): bands, image groups,
 //     strides and every width of gy's loads; bf16 written in bf16 or f32, exact f32.
 //   - Weight gradients on the tile engine in every tile the tuner may time: 16-bit read K-major
@@ -93,6 +95,36 @@ double worst_error(const DirectCase& c, int pass, DType dt) {
                   reference(abs(a64), abs(w64)).to_vector<double>());
 }
 
+// The patch kind's pass (0 forward, 1 input gradient) of x (n, c, h, w) by w (o, c / groups, k, k)
+// with padding `pad`, its weights read `offset` values past an allocation's start (1: not 16-byte
+// aligned, so staged a value at a time): worst |gpu - ref| / (sum |a||b|), in dt (f32 as TF32).
+double patch_worst(const Shape& x, const Shape& w, std::int64_t pad, std::int64_t groups, int pass, DType dt,
+                   std::int64_t offset) {
+  const std::int64_t oh = x[2] + 2 * pad - w[2] + 1, ow = x[3] + 2 * pad - w[3] + 1;
+  const kernels::ConvGeometry g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], oh, ow, 1, 1, pad, pad, 1, 1, groups};
+  const Conv2dOptions o{.padding = {pad}, .groups = groups};
+  const Shape y{x[0], w[0], oh, ow};
+  const Shape in = pass == 0 ? x : y, out = pass == 0 ? y : x;
+  Generator gen(23 + pass);
+  const Tensor a = randn(in, {.dtype = DType::f64}, &gen).to(dt), k = randn(w, {.dtype = DType::f64}, &gen).to(dt);
+  const Tensor a64 = a.to(DType::f64), k64 = k.to(DType::f64);
+  auto reference = [&](const Tensor& p, const Tensor& q) {
+    return pass == 0 ? conv2d(p, q, {}, o) : conv2d_grad_input(p, q, x, o);
+  };
+  const rt::DeviceInfo& info = rt::device_info(0);
+  const auto math = kernels::conv_math(dt, dt, dt, true);
+  REQUIRE(math);
+  const auto l = kernels::plan(ConvKernel::patch, pass == 0 ? ConvPass::forward : ConvPass::grad_input, g, dt, *math,
+                               {info.sm_count, info.max_shared_optin});
+  REQUIRE(l);
+  const rt::Stream& s = rt::default_stream(0);
+  const Tensor shifted = cat({zeros({offset}, {.dtype = dt}), k.reshape({-1})}, 0);
+  const rt::DeviceBuffer da = upload(a, s), dw = upload(shifted, s), dy = upload(zeros(out, {.dtype = dt}), s);
+  kernels::launch(*l, {da.ptr(), dw.ptr() + offset * dtype_size(dt), dy.ptr(), dt, &s});
+  return worst_of(download(dy, shape_numel(out), dt, s), reference(a64, k64).to_vector<double>(),
+                  reference(abs(a64), abs(k64)).to_vector<double>());
+}
+
 // The tile engine's launch for g as planned, then every tile the tuner may time beside it.
 std::vector<kernels::GemmLaunch> every_tile(const kernels::GemmGeometry& g, const kernels::GemmTarget& tgt) {
   const auto heuristic = kernels::plan(kernels::GemmKernel::wgmma, g, tgt);
@@ -131,6 +163,34 @@ TEST_CASE("direct convolutions over few channels match the f64 reference in bf16
         CHECK(kernels::plan(ConvKernel::direct, p, geometry(c), dt, *math, target).has_value() == planned);
         if (planned) CHECK(worst_error(c, pass, dt) <= tol);
       }
+}
+
+// Each block stages its weights from w in w's own order (no reorder kernel): channels past the
+// group's in a block of 32 (the speedrun's conv2's input gradient to 24 channels), channels padded
+// to the MMA's 16, groups, runs of 12 channels' taps (108 values, staged a value at a time), and w
+// not 16-byte aligned.
+TEST_CASE("the patch kind's forward and input gradient match the f64 reference, weights staged from w") {
+  struct Case {
+    std::string name;
+    Shape x, w;
+    std::int64_t pad, groups;
+    bool forward;
+  };
+  const std::vector<Case> cases = {
+      {"speedrun conv2 b2", {2, 24, 12, 12}, {32, 24, 3, 3}, 0, 1, true},
+      {"two groups of 16 -> 24, padded", {2, 32, 10, 10}, {48, 16, 3, 3}, 1, 2, true},
+      {"input gradient to 12 channels, 5x5", {2, 12, 9, 9}, {16, 12, 5, 5}, 2, 1, false},
+  };
+  const std::vector<std::pair<DType, double>> precisions{{DType::bf16, 8e-3}, {DType::f16, 1.5e-3}, {DType::f32, 2e-3}};
+  for (const Case& c : cases)
+    for (const auto& [dt, tol] : precisions)
+      for (int pass = c.forward ? 0 : 1; pass < 2; ++pass)
+        for (std::int64_t offset : {0, 1}) {
+          const std::string what = c.name + " " + std::string(dtype_name(dt)) + " pass " + std::to_string(pass) +
+                                   " offset " + std::to_string(offset);
+          CAPTURE(what);
+          CHECK(patch_worst(c.x, c.w, c.pad, c.groups, pass, dt, offset) <= tol);
+        }
 }
 
 // The small weight-gradient kind as planned: bands of an image's rows where images are few

@@ -1,8 +1,8 @@
 // The tile engine's NHWC copy of a convolution's images, and its flipped reorder of the weights,
 // made by the forward, serve the weight and input gradients of the same operands, which then make
 // none: the same bits as gradients that stage their operands themselves, and operands written or
-// freed in between are staged again. So does the patch kind's forward reorder for its input
-// gradient, grouped or not, in bf16, f16 and TF32.
+// freed in between are staged again. So does the patch kind's forward, whose blocks write its input
+// gradient's reordered weights, grouped or not, in bf16, f16 and TF32.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -116,7 +116,7 @@ TEST_CASE("conv2d: weights written after the forward are reordered again for the
   CHECK(half_bits(conv2d_grad_input(gy, w, x.shape(), kPad1)) == want);
 }
 
-TEST_CASE("conv2d: the patch kind's forward reorder also writes its input gradient's weights, bit for bit") {
+TEST_CASE("conv2d: the patch kind's forward also writes its input gradient's weights, bit for bit") {
   const rt::DeviceInfo& info = rt::device_info(0);
   const kernels::ConvTarget target{info.sm_count, info.max_shared_optin};
   const rt::Stream& s = rt::default_stream(0);
@@ -142,7 +142,7 @@ TEST_CASE("conv2d: the patch kind's forward reorder also writes its input gradie
       const rt::DeviceBuffer dx_in = upload(x, s), dw = upload(w, s), dgy = upload(gy, s);
       const rt::DeviceBuffer y(static_cast<std::size_t>(gy.numel()) * dtype_size(t), s);
       const rt::DeviceBuffer want(dx_in.bytes(), s), got(dx_in.bytes(), s), stale(dx_in.bytes(), s);
-      kernels::launch(*dgrad, {dgy.ptr(), dw.ptr(), want.ptr(), t, &s});  // reorders w itself
+      kernels::launch(*dgrad, {dgy.ptr(), dw.ptr(), want.ptr(), t, &s});  // stages w itself
       const auto owner = std::make_shared<int>(0);
       {
         const kernels::ConvForBackward keep(kernels::ConvStaged::weights, dw.ptr(), owner, 1);

@@ -1,7 +1,8 @@
 // The patch kind: stride-1 forward and input gradient from input patches staged in shared
-// memory. Picks the band of output rows and channels per block, builds the shape's source
-// (the conv and its weight reorder) and launches both; a forward's reorder also writes its input
-// gradient's weights where that gradient runs the patch kind too (conv_kept.h).
+// memory. Picks the band of output rows and channels per block, builds the shape's source and
+// launches it. Its blocks stage their weights from w themselves; a forward also writes its input
+// gradient's reordered weights where that gradient runs the patch kind too (conv_kept.h), and
+// that gradient's blocks copy them.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -155,38 +156,33 @@ std::string patch_source(const ConvLaunch& l) {
 
 namespace {
 
-// The weights reordered for the kernel: f32 for TF32, else the MMA's 16-bit type. Under a
-// ConvForBackward of the weights, a forward's reorder also writes the flipped copy its input
-// gradient's patch conv reads, kept for it; that input gradient takes it instead of reordering.
-std::shared_ptr<const rt::DeviceBuffer> reordered_weights(const ConvLaunch& l, const ConvOperands& ops,
-                                                          const rt::Function& prep) {
+// Under a ConvForBackward of the weights: a forward's buffer for the flipped copy its input
+// gradient's patch conv reads (its blocks write it), kept for that gradient, which takes it.
+struct FlippedWeights {
+  std::shared_ptr<const rt::DeviceBuffer> read;  // an input gradient's, taken
+  std::shared_ptr<rt::DeviceBuffer> write;       // a forward's, kept
+};
+
+FlippedWeights flipped_weights(const ConvLaunch& l, const ConvOperands& ops) {
   const auto& p = std::get<PatchPlan>(l.plan);
   const PatchConv& c = p.conv;
   const rt::Stream& st = *ops.stream;
   const DType mt = l.math == ConvMath::tf32 ? DType::f32 : l.math == ConvMath::f16 ? DType::f16 : DType::bf16;
   const kept::OperandScope* scope = kept::weights_scope(ops.b);
+  if (!scope) return {};
   // The input gradient's copy: its channel run, taps and channels (the forward's input channels).
-  auto flipped_key = [&](std::int64_t run, std::int64_t channels) {
+  auto key = [&](std::int64_t run, std::int64_t channels) {
     return kept::KeptCopy{
         ops.b, run, c.kh * c.kw, channels, mt, 1, st.handle(), nullptr, kept::CopyOf::patch_flipped_weights};
   };
-  if (scope && l.pass == ConvPass::grad_input)
-    if (auto copy = kept::take_for_backward(flipped_key(p.channel_run, c.co), *scope)) return copy;
-  const std::int64_t weights = c.co * c.kh * c.kw * p.channel_run;
-  const bool keep = scope && l.pass == ConvPass::forward && p.flipped_run > 0;
-  const std::int64_t flipped_weights = keep ? c.ci * c.kh * c.kw * p.flipped_run : 0;
-  auto out = std::make_shared<rt::DeviceBuffer>(static_cast<std::size_t>(weights) * dtype_size(mt), st);
-  std::shared_ptr<rt::DeviceBuffer> flipped;
-  if (keep)
-    flipped = std::make_shared<rt::DeviceBuffer>(static_cast<std::size_t>(flipped_weights) * dtype_size(mt), st);
-  rt::launch(prep, grid_stride_config(static_cast<std::uint64_t>(std::max(weights, flipped_weights)), st.device()), st,
-             ops.b, out->ptr(), flipped ? flipped->ptr() : rt::DevicePtr{0});
-  if (flipped) {
-    kept::KeptCopy k = flipped_key(p.flipped_run, c.ci);
-    k.copy = std::move(flipped);
-    kept::keep_for_backward(k, *scope);
-  }
-  return out;
+  if (l.pass == ConvPass::grad_input) return {kept::take_for_backward(key(p.channel_run, c.co), *scope), nullptr};
+  if (p.flipped_run == 0) return {};
+  auto out = std::make_shared<rt::DeviceBuffer>(
+      static_cast<std::size_t>(c.ci * c.kh * c.kw * p.flipped_run) * dtype_size(mt), st);
+  kept::KeptCopy k = key(p.flipped_run, c.ci);
+  k.copy = out;
+  kept::keep_for_backward(k, *scope);
+  return {nullptr, std::move(out)};
 }
 
 }  // namespace
@@ -196,8 +192,7 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
   const PatchConv& c = p.conv;
   const rt::Stream& st = *ops.stream;
   const rt::Function fn = rt::generated_function(m, "kiln_conv_patch", st.device());
-  const rt::Function prep = rt::generated_function(m, "kiln_conv_patch_weights", st.device());
-  const std::shared_ptr<const rt::DeviceBuffer> wt = reordered_weights(l, ops, prep);
+  const FlippedWeights flipped = flipped_weights(l, ops);
   rt::LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(c.n * p.bands), static_cast<unsigned>(ceil_div(c.co / c.g, p.bn)),
               static_cast<unsigned>(c.g)};
@@ -216,7 +211,8 @@ void launch_patch(const ConvLaunch& l, const ConvOperands& ops, Module m) {
       throw Error("[conv2d] a patch conv parking a pooled batch norm's sums was launched without their buffer");
     pool = {s->x, s->weight, s->bias, s->mean, s->invstd, s->parts, s->relu ? 1 : 0};
   }
-  rt::launch(fn, cfg, st, ops.a, wt->ptr(), ops.out, stats, pool);
+  rt::launch(fn, cfg, st, ops.a, ops.b, flipped.read ? flipped.read->ptr() : rt::DevicePtr{0},
+             flipped.write ? flipped.write->ptr() : rt::DevicePtr{0}, ops.out, stats, pool);
 }
 
 }  // namespace kiln::kernels::conv_kinds

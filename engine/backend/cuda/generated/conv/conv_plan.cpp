@@ -125,7 +125,8 @@ std::string source(const ConvLaunch& l) {
 std::vector<std::string> entry_points(const ConvLaunch& l) {
   switch (l.kernel) {
     case ConvKernel::igemm: return {l.math == ConvMath::f32 ? "kiln_conv_ffma" : "kiln_conv_igemm"};
-    case ConvKernel::patch: return {"kiln_conv_patch", "kiln_conv_patch_weights"};
+    case ConvKernel::patch:
+      return {"kiln_conv_patch"};
     case ConvKernel::wgrad: return {"kiln_conv_wgrad", "kiln_conv_wgrad_reduce"};
     case ConvKernel::wgrad_small: return {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"};
     case ConvKernel::direct: return {"kiln_conv_direct"};

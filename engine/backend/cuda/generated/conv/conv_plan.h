@@ -47,7 +47,7 @@ struct PatchPlan {
   int rows = 1, bn = 32;
   std::int64_t bands = 1, smem = 0, channel_run = 0;
   // A forward's: the channel run of its input gradient's patch conv (0 where none plans), whose
-  // flipped weights its reorder also writes under a ConvForBackward of the weights.
+  // flipped weights its blocks also write under a ConvForBackward of the weights.
   std::int64_t flipped_run = 0;
   bool totals = false, pool_sums = false;
   DType pool_p = DType::f32;
