@@ -1138,20 +1138,23 @@ extern "C" __global__ void kiln_layer_norm_backward_params(const T* __restrict__
 // as a classifier's 10): dw (n, K) = g^T x and db (n) = the column sums of g, for g (rows, n) and
 // x (rows, K), in P. Block b < gridDim.x - 1 takes x's columns [32 b, 32 b + 32), a lane each,
 // and its warps every 8th row, each thread holding n sums; the last block sums g's columns. The
-// warps' sums are added in warp order, so every run gives the same bits. ----
+// warps' sums are added in warp order, so every run gives the same bits. With db_below, the column
+// sums of `below` (rows, K), the gradient of the layer below's output, go there: that layer's bias
+// gradient, summed where x's columns are read anyway. ----
 
 #ifdef KILN_ENTRY_kiln_narrow_linear_grad
-extern "C" __global__ void kiln_narrow_linear_grad(const T* __restrict__ g, const T* __restrict__ x, P* __restrict__ dw,
-                                                   P* __restrict__ db, long long rows, int n, long long K) {
+extern "C" __global__ void kiln_narrow_linear_grad(const T* __restrict__ g, const T* __restrict__ x,
+                                                   const T* __restrict__ below, P* __restrict__ dw, P* __restrict__ db,
+                                                   P* __restrict__ db_below, long long rows, int n, long long K) {
   kiln::wait_prior_grids();
   constexpr int kMaxN = 16, kWarps = kBlock / 32;
-  __shared__ Acc warp_sums[kWarps][kMaxN][32];
+  __shared__ Acc warp_sums[kWarps][kMaxN + 1][32];  // the last row: below's sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool bias = blockIdx.x == gridDim.x - 1;
   const long long k = static_cast<long long>(blockIdx.x) * 32 + lane;
-  Acc sums[kMaxN];
+  Acc sums[kMaxN + 1];
 #pragma unroll
-  for (int j = 0; j < kMaxN; ++j) sums[j] = Acc(0);
+  for (int j = 0; j <= kMaxN; ++j) sums[j] = Acc(0);
   if (bias) {
     if (lane < n)
 #pragma unroll 8
@@ -1160,6 +1163,7 @@ extern "C" __global__ void kiln_narrow_linear_grad(const T* __restrict__ g, cons
 #pragma unroll 4
     for (long long r = warp; r < rows; r += kWarps) {
       const Acc xv = kiln::cvt<Acc>(x[r * K + k]);
+      if (db_below) sums[kMaxN] += kiln::cvt<Acc>(below[r * K + k]);
       const T* gr = g + r * n;  // the same n values for every lane: one broadcast load each
 #pragma unroll
       for (int j = 0; j < kMaxN; ++j)
@@ -1167,15 +1171,21 @@ extern "C" __global__ void kiln_narrow_linear_grad(const T* __restrict__ g, cons
     }
   }
 #pragma unroll
-  for (int j = 0; j < kMaxN; ++j) warp_sums[warp][j][lane] = sums[j];
+  for (int j = 0; j <= kMaxN; ++j) warp_sums[warp][j][lane] = sums[j];
   __syncthreads();
-  for (int o = threadIdx.x; o < (bias ? 32 : n * 32); o += kBlock) {
+  for (int o = threadIdx.x; o < (bias ? 32 : (kMaxN + 1) * 32); o += kBlock) {
     const int j = o / 32, l = o % 32;
+    if (!bias && j >= n && j < kMaxN) continue;
     Acc v = Acc(0);
     for (int w = 0; w < kWarps; ++w) v += warp_sums[w][j][l];
     const long long col = static_cast<long long>(blockIdx.x) * 32 + l;
     if (bias && l < n) kiln::store(db + l, v);
-    if (!bias && col < K) kiln::store(dw + j * K + col, v);
+    if (!bias && col < K) {
+      if (j < kMaxN)
+        kiln::store(dw + j * K + col, v);
+      else if (db_below)
+        kiln::store(db_below + col, v);
+    }
   }
 }
 #endif

@@ -93,6 +93,8 @@ struct GradientMasks {
   std::vector<bool> masked;    // by input: the vjp returned it masked
   std::vector<bool> incoming;  // by output: its gradient arrived masked
   std::vector<const Node*> sole_producer;  // by input: VjpContext::sole_producer
+  // The grad sink that a node's vjp will find for its input j (VjpContext::producer_sink).
+  std::function<Tensor(const Node&, int)> sink_of;
 };
 
 class VjpContext {
@@ -139,6 +141,13 @@ class VjpContext {
     return masks_ && i >= 0 && static_cast<std::size_t>(i) < masks_->sole_producer.size()
                ? masks_->sole_producer[static_cast<std::size_t>(i)]
                : nullptr;
+  }
+  // In a compiled step: the grad sink that input i's sole producer's vjp will find for its own
+  // input j (undefined where none). A vjp that writes it hands the producer's vjp that gradient
+  // made (linear's ahead bias gradient), which that vjp then returns.
+  Tensor producer_sink(int i, int j) const {
+    const Node* p = sole_producer(i);
+    return p && masks_->sink_of ? masks_->sink_of(*p, j) : Tensor();
   }
 
  private:

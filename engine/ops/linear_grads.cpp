@@ -40,39 +40,6 @@ LtOperand lt_operand(const Tensor& t) {
 
 Tensor lt_ready(const Tensor& t) { return lt_operand(t).ok ? t : gpu::contiguous(t); }
 
-namespace {
-
-struct AheadInputGrad {
-  std::weak_ptr<Storage> dlogits;  // a vjp hands on an alias of the forward's output: its storage
-  std::uint64_t data = 0, w = 0, y = 0;
-  Shape shape;
-  Tensor dx;
-};
-thread_local std::optional<AheadInputGrad> t_ahead;
-
-}  // namespace
-
-void offer_ahead_input_grad(const Tensor& dlogits, std::uint64_t w, std::uint64_t y, Tensor dx) {
-  t_ahead = AheadInputGrad{dlogits.impl()->storage, device_address(dlogits), w, y, dlogits.shape(), std::move(dx)};
-}
-
-Tensor take_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y) {
-  if (!t_ahead) return {};
-  const std::shared_ptr<Storage> held = t_ahead->dlogits.lock();
-  if (!held) {
-    t_ahead.reset();
-    return {};
-  }
-  const bool same = g.device().is_cuda() && g.impl()->storage == held && device_address(g) == t_ahead->data &&
-                    g.shape() == t_ahead->shape && g.is_contiguous() && device_address(w) == t_ahead->w &&
-                    device_address(y) == t_ahead->y && t_ahead->dx.shape() == y.shape() &&
-                    t_ahead->dx.dtype() == y.dtype();
-  if (!same) return {};
-  Tensor dx = std::move(t_ahead->dx);
-  t_ahead.reset();
-  return dx;
-}
-
 bool row_input_grad_serves(DType t) {
   return t == DType::bf16 || t == DType::f16 || (t == DType::f32 && !allow_tf32());
 }
@@ -196,22 +163,27 @@ std::vector<Shape> grad_shapes(const char* op, const OpArgs& a) {
   return {{g[1], x[1]}, {g[1]}};
 }
 
+// out (n) = the column sums of g (m, n), in out's dtype.
+void column_sums_cpu(const Tensor& g_in, const Tensor& out) {
+  const Tensor g = convert(g_in, out.dtype());
+  const std::int64_t m = g.shape()[0], n = g.shape()[1];
+  cpu::visit(g.dtype(), [&]<class T>() {
+    const T* pg = cpu::ptr<T>(g);
+    T* po = cpu::ptr<T>(out);
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        s += static_cast<double>(cpu::load(pg[i * g.strides()[0] + j * g.strides()[1]]));
+      po[j] = cpu::store<T>(static_cast<cpu::compute_t<T>>(s));
+    }
+  });
+}
+
 // dW = gp^T @ x (n, k) and db = the column sums of gp (n), from gp = dL/d(pre-activation) (m, n)
 // and x (m, k).
 void grad_wb_cpu(const OpArgs& a, std::span<Tensor> out) {
   weight_grad_cpu(a.inputs[0], a.inputs[1], out[0]);
-  const Tensor gp = convert(a.inputs[0], out[1].dtype());
-  const std::int64_t m = gp.shape()[0], n = gp.shape()[1];
-  cpu::visit(gp.dtype(), [&]<class T>() {
-    const T* pg = cpu::ptr<T>(gp);
-    T* pdb = cpu::ptr<T>(out[1]);
-    for (std::int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (std::int64_t i = 0; i < m; ++i)
-        s += static_cast<double>(cpu::load(pg[i * gp.strides()[0] + j * gp.strides()[1]]));
-      pdb[j] = cpu::store<T>(static_cast<cpu::compute_t<T>>(s));
-    }
-  });
+  column_sums_cpu(a.inputs[0], out[1]);
 }
 
 // attr `no_input_grad`: the layer has no input gradient to compute, so its product and sums are
@@ -238,25 +210,33 @@ void grad_wb_split_gpu(const OpArgs& a, std::span<Tensor> out) {
   bias_grad_gpu(a.inputs[0], Tensor(), Tensor(), out[1], a.device, !last);
 }
 
+bool narrow_layer(const Tensor& gp) {
+  return gp.dtype() == DType::bf16 && gp.shape()[1] < kernels::kNarrowLinearOutputs;
+}
+
 // A narrow bf16 layer's (a classifier's 10 outputs) dW and db in one kernel (norm.cu's
 // kiln_narrow_linear_grad), where cuBLAS's product and the column sums ran apart: beside the
 // backward's chain, or on it where the layer has no input gradient (nothing else runs there).
+// With a third input (linear_grad_wb_below), also its column sums into out[2].
 void narrow_grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
   const Tensor gp = gpu::contiguous(a.inputs[0]), x = gpu::contiguous(a.inputs[1]);
+  const bool below = a.inputs.size() > 2;
+  const Tensor b = below ? gpu::contiguous(a.inputs[2]) : Tensor(), db_below = below ? out[2] : Tensor();
   const rt::Stream& main = stream_of(a.device);
-  const rt::Stream& s = no_input_grad(a) ? main : grad_stream::fork(main, {gp, x, out[0], out[1]});
+  const rt::Stream& s = no_input_grad(a) ? main : grad_stream::fork(main, {gp, x, b, out[0], out[1], db_below});
   kernels::launch_narrow_linear_grad({.t = gp.dtype(),
                                       .p = out[0].dtype(),
                                       .g = device_address(gp),
                                       .x = device_address(x),
                                       .dw = device_address(out[0]),
-                                      .db = device_address(out[1])},
+                                      .db = device_address(out[1]),
+                                      .below = below ? device_address(b) : 0,
+                                      .db_below = below ? device_address(db_below) : 0},
                                      gp.shape()[0], gp.shape()[1], x.shape()[1], s);
 }
 
 void grad_wb_gpu(const OpArgs& a, std::span<Tensor> out) {
-  if (a.inputs[0].dtype() == DType::bf16 && a.inputs[0].shape()[1] < kernels::kNarrowLinearOutputs)
-    return narrow_grad_wb_gpu(a, out);
+  if (narrow_layer(a.inputs[0])) return narrow_grad_wb_gpu(a, out);
   if (a.inputs[0].shape()[0] == 0 || no_input_grad(a)) return grad_wb_split_gpu(a, out);
   const Tensor gp = lt_ready(a.inputs[0]), x = lt_ready(a.inputs[1]);
   const LtOperand lg = lt_operand(gp), lx = lt_operand(x);
@@ -300,6 +280,44 @@ const OpRef kLinearGradWb = register_op({
              .gradcheck = false,
              .tolerance_scale = 4,
              .shapes = {{{6, 5}, {6, 3}}, {{1, 4}, {1, 7}}, {{40, 20}, {40, 24}}}},
+});
+
+// linear_grad_wb's dW and db, and db_below (k) = the column sums of `below` (m, k), the gradient
+// of x's maker's output: that layer's bias gradient (linear_grads.h's ahead bias gradient). On the
+// GPU in one kernel for a narrow bf16 layer, else as linear_grad_wb with the sums apart.
+void grad_wb_below_cpu(const OpArgs& a, std::span<Tensor> out) {
+  grad_wb_cpu(a, out);
+  column_sums_cpu(a.inputs[2], out[2]);
+}
+
+void grad_wb_below_gpu(const OpArgs& a, std::span<Tensor> out) {
+  if (narrow_layer(a.inputs[0])) return narrow_grad_wb_gpu(a, out);
+  const OpArgs two{a.op, a.inputs.first(2), a.attrs, a.device};
+  grad_wb_gpu(two, out.first(2));
+  bias_grad_gpu(a.inputs[2], Tensor(), Tensor(), out[2], a.device, false);
+}
+
+const OpRef kLinearGradWbBelow = register_op({
+    .name = "linear_grad_wb_below",
+    .num_inputs = 3,
+    .num_outputs = 3,
+    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .dtype_rule = [](const OpArgs& a) { return f32_grads_from(a, 0); },
+    .shape_rule =
+        [](const OpArgs& a) {
+          std::vector<Shape> s = grad_shapes("linear_grad_wb_below", a);
+          if (a.inputs[2].shape() != a.inputs[1].shape())
+            throw ShapeError("[linear_grad_wb_below] needs the layer below's gradient in the inputs' shape " +
+                             shape_str(a.inputs[1].shape()) + "; got " + shape_str(a.inputs[2].shape()));
+          s.push_back({a.inputs[1].shape()[1]});
+          return s;
+        },
+    .cpu = grad_wb_below_cpu,
+    .gpu = grad_wb_below_gpu,
+    .test = {.attrs = {Attrs{}, Attrs{{"f32_grads", true}}},
+             .gradcheck = false,
+             .tolerance_scale = 4,
+             .shapes = {{{6, 5}, {6, 3}, {6, 3}}, {{40, 10}, {40, 24}, {40, 24}}, {{0, 4}, {0, 7}, {0, 7}}}},
 });
 
 // dW alone (a ReLU layer's, whose bias gradient relu_backward_bias_grad summed).
@@ -454,22 +472,27 @@ bool mask_pays(const Tensor& gp, const Tensor& w, const Tensor& y) {
 // dx = gp @ w; masked where the layer's input is a ReLU's output only it reads (the ReLU's vjp
 // then skips its mask), on the GPU in the product's epilogue or one pass after a library's, where
 // that pays. The layer below then sums its bias gradient beside its weight product, off the chain.
+// Whether this layer may return its input gradient masked on the GPU: y, the ReLU's output,
+// saved in its own dtype (the dtype plan did not cast it), and gp and w of that dtype.
+bool maskable(const VjpContext& c, const Tensor& gp) {
+  if (!c.may_mask_input_gradient(0) || !gp.device().is_cuda() || gp.dtype() == DType::f64) return false;
+  const DType y = c.saved_input(0).dtype();
+  return y == c.input(0).dtype && y == gp.dtype() && c.saved_input(1).dtype() == gp.dtype();
+}
+
 Tensor input_grad(const VjpContext& c, const Tensor& gp) {
   const Tensor w = c.saved_input(1);
-  if (c.may_mask_input_gradient(0) && gp.device().is_cuda()) {
-    const Tensor y = c.saved_input(0);  // the ReLU's output, unless the dtype plan cast it
-    if (y.dtype() == c.input(0).dtype && y.dtype() == gp.dtype() && w.dtype() == gp.dtype() &&
-        gp.dtype() != DType::f64) {
-      if (Tensor ahead = linear_detail::take_ahead_input_grad(gp, w, y); ahead.defined()) {
-        rt::log().debug("[fuse] linear's masked input gradient {} came with its loss's kernel", shape_str(y.shape()));
-        c.masked_input_gradient(0);
-        return ahead;
-      }
-      if (mask_pays(gp, w, y)) {
-        c.masked_input_gradient(0);
-        const Tensor in[] = {gp, w, y};
-        return dispatch(kReluMaskedInputGrad, in)[0];
-      }
+  if (maskable(c, gp)) {
+    const Tensor y = c.saved_input(0);
+    if (Tensor ahead = linear_detail::take_ahead_input_grad(gp, w, y); ahead.defined()) {
+      rt::log().debug("[fuse] linear's masked input gradient {} came with its loss's kernel", shape_str(y.shape()));
+      c.masked_input_gradient(0);
+      return ahead;
+    }
+    if (mask_pays(gp, w, y)) {
+      c.masked_input_gradient(0);
+      const Tensor in[] = {gp, w, y};
+      return dispatch(kReluMaskedInputGrad, in)[0];
     }
   }
   return matmul(gp, w);
@@ -479,16 +502,54 @@ bool f32_grad_of(const VjpContext& c, int input, const Tensor& g) {
   return is_16bit(g.dtype()) && c.grad_dtype(input) == DType::f32;
 }
 
+// The layer below's gp and the grad sink its vjp will find for its bias, where this narrow bf16
+// layer's masked input gradient came ahead (input_grad takes it: it is that layer's gp) and the
+// layer below is a linear layer whose bias gradient, in `grads`, has a sink: its bias gradient is
+// then summed here (linear_grad_wb_below). None otherwise.
+std::optional<std::pair<Tensor, Tensor>> below_bias_grad(const VjpContext& c, const Tensor& gp, DType grads) {
+  if (!narrow_layer(gp) || !maskable(c, gp)) return std::nullopt;
+  const Node* p = c.sole_producer(0);
+  if (!p || p->op().name != "linear") return std::nullopt;
+  Tensor db = c.producer_sink(0, 2);
+  if (!db.defined() || db.dtype() != grads) return std::nullopt;
+  Tensor below = linear_detail::peek_ahead_input_grad(gp, c.saved_input(1), c.saved_input(0));
+  if (!below.defined() || db.shape() != Shape{below.shape()[1]}) return std::nullopt;
+  return std::pair{std::move(below), std::move(db)};
+}
+
 // dW and db together when a GPU epilogue can sum db, written into the parameters' .grad()
 // buffers when the step offers them (grad sinks). `no_input_grad`: as grad_wb_split_gpu says.
+// A bias gradient made ahead for gp (by the layer above, below_bias_grad) is taken: dW alone.
 std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x,
                                           bool no_input_grad = false) {
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
+  if (need_b && gp.device().is_cuda())
+    if (Tensor db = linear_detail::take_ahead_bias_grad(gp); db.defined()) {
+      rt::log().debug("[fuse] linear's bias gradient {} came with the layer above's weight gradients",
+                      shape_str(db.shape()));
+      std::vector<Tensor> r{Tensor(), std::move(db)};
+      if (need_w) {
+        const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1)};
+        const grad_stream::Allow beside(into[0].defined());
+        r[0] = dispatch(kLinearGradW, in, f32_grads_attrs(f32_grad_of(c, 1, gp)), into)[0];
+      }
+      return r;
+    }
   if (need_w && need_b && gp.device().is_cuda() && gp.dtype() != DType::f64) {
     const Tensor in[] = {gp, x}, into[] = {c.grad_sink(1), c.grad_sink(2)};
     const grad_stream::Allow beside(into[0].defined() && into[1].defined());
-    Attrs attrs = f32_grads_attrs(f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp));
+    const bool f32 = f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp);
+    Attrs attrs = f32_grads_attrs(f32);
     if (no_input_grad) attrs.set("no_input_grad", true);
+    if (auto below = below_bias_grad(c, gp, f32 ? DType::f32 : gp.dtype())) {
+      const Tensor in3[] = {gp, x, below->first}, into3[] = {into[0], into[1], below->second};
+      std::vector<Tensor> r = dispatch(kLinearGradWbBelow, in3, attrs, into3);
+      rt::log().debug("[fuse] linear's weight gradients {} also sum the bias gradient of the layer below",
+                      shape_str(r[0].shape()));
+      linear_detail::offer_ahead_bias_grad(below->first, std::move(r[2]));
+      r.resize(2);
+      return r;
+    }
     return dispatch(kLinearGradWb, in, attrs, into);
   }
   std::vector<Tensor> r(2);

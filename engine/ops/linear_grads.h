@@ -31,6 +31,15 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu);
 // replaces it, and it holds dlogits only weakly.
 void offer_ahead_input_grad(const Tensor& dlogits, std::uint64_t w, std::uint64_t y, Tensor dx);
 Tensor take_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y);  // undefined if none fits
+Tensor peek_ahead_input_grad(const Tensor& g, const Tensor& w, const Tensor& y);  // the same, left in place
+// The bias gradient of the layer below an output layer, made ahead: the output layer's narrow
+// weight-gradient kernel sums the columns of the masked input gradient it hands down (`below`,
+// made ahead as above) into the grad sink that the layer below's vjp will find for its bias
+// (VjpContext::producer_sink), and offers it here; that vjp takes it, once, where its gp is
+// `below` (the same storage, address, shape and version), and runs its weight product alone.
+void offer_ahead_bias_grad(const Tensor& below, Tensor db);
+Tensor take_ahead_bias_grad(const Tensor& gp);  // undefined if none fits
+std::int64_t ahead_bias_grads_taken();          // since the process started (tests)
 // Whether the row input-gradient kernel's arithmetic (exact f32 sums) serves a product in t: 16-bit
 // dtypes, and f32 unless TF32 is allowed (TF32 products stay on cuBLASLt's TF32 kernels).
 bool row_input_grad_serves(DType t);

@@ -323,6 +323,35 @@ TEST_CASE("a narrow bf16 layer's weight and bias gradients in one kernel: the f6
     }
 }
 
+TEST_CASE("a narrow bf16 layer's kernel also sums the layer below's gradient: its bias gradient in f64 sums") {
+  Generator gen(37);
+  for (bool f32_grads : {false, true})
+    for (const std::array<std::int64_t, 3>& mnk :
+         {std::array<std::int64_t, 3>{256, 10, 128}, {1000, 3, 40}, {7, 15, 33}, {0, 10, 20}}) {
+      const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+      CAPTURE(f32_grads);
+      CAPTURE(m);
+      CAPTURE(n);
+      const Tensor gp = randn({m, n}, {}, &gen).to(DType::bf16).to(kGpu),
+                   x = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu),
+                   below = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu);
+      const Tensor in[] = {gp, x, below};
+      const Attrs attrs = f32_grads ? Attrs{{"f32_grads", true}} : Attrs{};
+      const std::vector<Tensor> got = dispatch(*find_op("linear_grad_wb_below"), in, attrs);
+      const std::vector<Tensor> again = dispatch(*find_op("linear_grad_wb_below"), in, attrs);
+      const DType out = f32_grads ? DType::f32 : DType::bf16;
+      REQUIRE(got.size() == 3);
+      CHECK(got[2].dtype() == out);
+      const std::vector<Tensor> want = narrow_reference(gp, x);
+      const Tensor want_below = sum(below.to(Device::cpu()).to(DType::f64), {0}, false);
+      const double tol = f32_grads ? 1e-4 : 1e-2;
+      kiln_test::check_match(want[0].to(out), got[0], tol, "dw");
+      kiln_test::check_match(want[1].to(out), got[1], tol, "db");
+      kiln_test::check_match(want_below.to(out), got[2], tol, "db below");
+      for (int i = 0; i < 3; ++i) CHECK(kiln_test::f64_bits(got[i]) == kiln_test::f64_bits(again[i]));
+    }
+}
+
 TEST_CASE("a compiled mlp step masks input gradients in their products: no ReLU layer runs its own mask") {
   // The first layer has no input gradient: its bias gradient is summed on the chain beside its
   // weight product (linear_grad_wb's bias_on_chain). Exact f32 masks the output layer's (k = 10:

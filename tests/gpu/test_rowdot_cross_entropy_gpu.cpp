@@ -4,7 +4,8 @@
 // ignore_index and rows a block; the product against the CPU's; and in a compiled training step, where the
 // linear layer's product is held for the loss, one kernel with eager's losses and gradients, the
 // loss's gradient 1 or not; over a ReLU layer, that kernel also writes the layer's masked input
-// gradient (no kernel of its own), as the row input-gradient kernel does in eager.
+// gradient (no kernel of its own), as the row input-gradient kernel does in eager, and in bf16 the
+// output layer's weight-gradient kernel also sums a fused ReLU layer's bias gradient from it.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/tuning.h"
+#include "ops/linear_grads.h"
 
 using namespace kiln;
 
@@ -294,4 +296,48 @@ TEST_CASE("in a compiled step the fused output layer and loss also give the mask
       for (std::size_t i = 0; i < cp.size(); ++i) kiln_test::check_match(cp[i].grad(), eager[i + 1], 1e-4, "grad");
     }
   }
+}
+
+TEST_CASE("in a compiled bf16 step the output layer's gradient kernel also sums the ReLU layer's bias gradient") {
+  const std::int64_t n = 256, k = 48, hidden = 128, c = 10;
+  store_row_choice(DType::bf16, n, c, hidden);
+  Generator gen(23);
+  nn::Linear first(k, hidden, true, &gen), out(hidden, c, true, &gen);
+  first.to(kGpu);
+  out.to(kGpu);
+  auto step = [&](const std::vector<Tensor>& in) {
+    first.zero_grad();
+    out.zero_grad();
+    Tensor loss;
+    {
+      const AutocastGuard amp(DType::bf16);
+      loss = cross_entropy(out.forward(first.forward(in[0], Activation::relu)), in[1]);  // as nn::Sequential fuses
+    }
+    loss.backward();
+    std::vector<Tensor> r{loss.detach()};
+    for (const nn::Linear* m : {&first, &out})
+      for (const Tensor& p : m->parameters()) r.push_back(p.grad());
+    return r;
+  };
+  const Tensor x = randn({n, k}, {.device = kGpu}, &gen), labels = labels_of(n, c, false, 8);
+  const std::vector<Tensor> eager = step({x, labels});
+  CompiledFunction cf = compile(step);
+  const std::int64_t taken = linear_detail::ahead_bias_grads_taken();
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<Tensor> got = cf({x, labels});
+    CAPTURE(i);
+    REQUIRE(got.size() == 5);
+    // The first layer's gradients: the same bf16 values summed in f32 in another order (eager runs
+    // cuBLASLt's product with its bias-gradient epilogue, the capture the product alone); the rest
+    // eager's bits.
+    for (std::size_t j = 0; j < got.size(); ++j)
+      if (j == 1 || j == 2)
+        kiln_test::check_match(eager[j].to(Device::cpu()), got[j], 1e-5, "the first layer's");
+      else
+        CHECK(bits(got[j]) == bits(eager[j]));
+  }
+  CHECK(linear_detail::ahead_bias_grads_taken() == taken + 1);  // the capture's (the fused loss runs there)
+  const CompileStats st = cf.stats();
+  REQUIRE(st.kernel_names_per_graph.size() == 1);
+  CHECK(count_of(st.kernel_names_per_graph[0], "kiln_narrow_linear_grad") == 1);
 }

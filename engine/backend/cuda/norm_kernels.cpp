@@ -360,12 +360,14 @@ void launch_narrow_linear_grad(const NarrowLinearGrad& a, std::int64_t rows, std
   if (n < 0 || n > kNarrowLinearOutputs)
     throw ValueError("[linear_grad_wb] the narrow kernel takes at most " + std::to_string(kNarrowLinearOutputs) +
                      " outputs, got " + std::to_string(n));
-  if (n == 0) return;
+  if (n == 0 && a.db_below == 0) return;
   // With no rows the blocks still run: they write the zero sums.
   const long long r = rows, k = cols;
   const std::int32_t outputs = static_cast<std::int32_t>(n);
-  rt::launch(function(kNarrowLinearGrad, a.t, a.p, s), blocks(ceil_div(cols, 32) + 1), s, a.g, a.x, a.dw, a.db, r,
-             outputs, k);
+  if ((a.db_below != 0 && a.below == 0 && rows > 0) || (a.below != 0 && a.db_below == 0))
+    throw ValueError("[linear_grad_wb] the narrow kernel's layer below needs both its gradient and its bias gradient");
+  rt::launch(function(kNarrowLinearGrad, a.t, a.p, s), blocks(ceil_div(cols, 32) + 1), s, a.g, a.x, a.below, a.dw, a.db,
+             a.db_below, r, outputs, k);
 }
 
 void launch_layer_norm_backward(const LayerNormBackward& a, std::int64_t rows, std::int64_t cols,

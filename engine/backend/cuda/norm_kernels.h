@@ -124,11 +124,12 @@ void launch_bias_grad(const BiasGrad& a, std::int64_t rows, std::int64_t cols, c
 
 // A narrow linear layer's dw (n, cols) = g^T x and db (n) = the column sums of g, for g (rows, n)
 // and x (rows, cols), both contiguous, n at most kNarrowLinearOutputs: one kernel, its sums in a
-// fixed order (norm.cu's kiln_narrow_linear_grad).
+// fixed order (norm.cu's kiln_narrow_linear_grad). With `below` (rows, cols), the layer below's
+// output gradient, also its column sums into db_below: that layer's bias gradient.
 constexpr std::int64_t kNarrowLinearOutputs = 16;
 struct NarrowLinearGrad {
   DType t = DType::f32, p = DType::f32;
-  rt::DevicePtr g = 0, x = 0, dw = 0, db = 0;
+  rt::DevicePtr g = 0, x = 0, dw = 0, db = 0, below = 0, db_below = 0;
 };
 void launch_narrow_linear_grad(const NarrowLinearGrad& a, std::int64_t rows, std::int64_t n, std::int64_t cols,
                                const rt::Stream& s);

@@ -223,6 +223,13 @@ class BackwardEngine {
     }
     m.incoming.assign(n.outputs_.size(), false);
     if (!m.incoming.empty()) m.incoming[0] = masked_outputs_.count(&n) > 0;
+    // Found now as they will be then: a sink's leaf is reached by that producer alone.
+    m.sink_of = [this](const Node& p, int j) {
+      std::vector<bool> needs(p.next_.size());
+      for (std::size_t i = 0; i < needs.size(); ++i) needs[i] = p.next_[i].requires_grad();
+      const std::vector<Tensor> sinks = grad_sinks(p, needs);
+      return j >= 0 && static_cast<std::size_t>(j) < sinks.size() ? sinks[static_cast<std::size_t>(j)] : Tensor();
+    };
     return m;
   }
 
