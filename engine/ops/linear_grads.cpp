@@ -480,17 +480,21 @@ bool maskable(const VjpContext& c, const Tensor& gp) {
   return y == c.input(0).dtype && y == gp.dtype() && c.saved_input(1).dtype() == gp.dtype();
 }
 
-Tensor input_grad(const VjpContext& c, const Tensor& gp) {
+// `masked` (if given) says whether dx came masked.
+Tensor input_grad(const VjpContext& c, const Tensor& gp, bool* masked = nullptr) {
   const Tensor w = c.saved_input(1);
+  if (masked) *masked = false;
   if (maskable(c, gp)) {
     const Tensor y = c.saved_input(0);
     if (Tensor ahead = linear_detail::take_ahead_input_grad(gp, w, y); ahead.defined()) {
       rt::log().debug("[fuse] linear's masked input gradient {} came with its loss's kernel", shape_str(y.shape()));
       c.masked_input_gradient(0);
+      if (masked) *masked = true;
       return ahead;
     }
     if (mask_pays(gp, w, y)) {
       c.masked_input_gradient(0);
+      if (masked) *masked = true;
       const Tensor in[] = {gp, w, y};
       return dispatch(kReluMaskedInputGrad, in)[0];
     }
@@ -502,26 +506,27 @@ bool f32_grad_of(const VjpContext& c, int input, const Tensor& g) {
   return is_16bit(g.dtype()) && c.grad_dtype(input) == DType::f32;
 }
 
-// The layer below's gp and the grad sink its vjp will find for its bias, where this narrow bf16
-// layer's masked input gradient came ahead (input_grad takes it: it is that layer's gp) and the
-// layer below is a linear layer whose bias gradient, in `grads`, has a sink: its bias gradient is
-// then summed here (linear_grad_wb_below). None otherwise.
-std::optional<std::pair<Tensor, Tensor>> below_bias_grad(const VjpContext& c, const Tensor& gp, DType grads) {
-  if (!narrow_layer(gp) || !maskable(c, gp)) return std::nullopt;
+// Where this is a narrow bf16 layer whose input gradient came masked (`below`: then the whole gp
+// of the layer below, a linear layer with ReLU whose bias needs a gradient), the tensor for that
+// layer's bias gradient in `grads`, which this layer's kernel then sums (linear_grad_wb_below): in
+// a compiled step the grad sink that layer's vjp will find, else a new one. Eager and compiled
+// steps make it alike, so they keep each other's bits. Undefined otherwise.
+Tensor below_bias_grad(const VjpContext& c, const Tensor& gp, const Tensor& below, DType grads) {
+  if (!below.defined() || !narrow_layer(gp)) return {};
   const Node* p = c.sole_producer(0);
-  if (!p || p->op().name != "linear") return std::nullopt;
+  if (!p || p->op().name != "linear" || p->next_edges().size() < 3 || !p->next_edges()[2].requires_grad()) return {};
+  const Shape shape{below.shape()[1]};
   Tensor db = c.producer_sink(0, 2);
-  if (!db.defined() || db.dtype() != grads) return std::nullopt;
-  Tensor below = linear_detail::peek_ahead_input_grad(gp, c.saved_input(1), c.saved_input(0));
-  if (!below.defined() || db.shape() != Shape{below.shape()[1]}) return std::nullopt;
-  return std::pair{std::move(below), std::move(db)};
+  if (db.defined() && db.dtype() == grads && db.shape() == shape) return db;
+  return empty(shape, {.dtype = grads, .device = gp.device()});
 }
 
 // dW and db together when a GPU epilogue can sum db, written into the parameters' .grad()
 // buffers when the step offers them (grad sinks). `no_input_grad`: as grad_wb_split_gpu says.
 // A bias gradient made ahead for gp (by the layer above, below_bias_grad) is taken: dW alone.
+// `below`: this layer's masked input gradient, if it came so (below_bias_grad).
 std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp, const Tensor& x,
-                                          bool no_input_grad = false) {
+                                          bool no_input_grad = false, const Tensor& below = Tensor()) {
   const bool need_w = c.needs_grad(1), need_b = c.needs_grad(2);
   if (need_b && gp.device().is_cuda())
     if (Tensor db = linear_detail::take_ahead_bias_grad(gp); db.defined()) {
@@ -541,12 +546,12 @@ std::vector<Tensor> weight_and_bias_grads(const VjpContext& c, const Tensor& gp,
     const bool f32 = f32_grad_of(c, 1, gp) && f32_grad_of(c, 2, gp);
     Attrs attrs = f32_grads_attrs(f32);
     if (no_input_grad) attrs.set("no_input_grad", true);
-    if (auto below = below_bias_grad(c, gp, f32 ? DType::f32 : gp.dtype())) {
-      const Tensor in3[] = {gp, x, below->first}, into3[] = {into[0], into[1], below->second};
+    if (const Tensor db = below_bias_grad(c, gp, below, f32 ? DType::f32 : gp.dtype()); db.defined()) {
+      const Tensor in3[] = {gp, x, below}, into3[] = {into[0], into[1], db};
       std::vector<Tensor> r = dispatch(kLinearGradWbBelow, in3, attrs, into3);
       rt::log().debug("[fuse] linear's weight gradients {} also sum the bias gradient of the layer below",
                       shape_str(r[0].shape()));
-      linear_detail::offer_ahead_bias_grad(below->first, std::move(r[2]));
+      linear_detail::offer_ahead_bias_grad(below, std::move(r[2]));
       r.resize(2);
       return r;
     }
@@ -586,10 +591,14 @@ std::vector<Tensor> linear_vjp(const VjpContext& c, const Tensor& g, bool relu) 
     return r;
   }
   if (relu) gp = relu_backward(g, c.saved_output(0));
-  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x, masked && !c.needs_grad(0));
+  // A narrow layer's input gradient first: where it comes masked, the weight-gradient kernel also
+  // sums it for the layer below's bias (below_bias_grad).
+  bool dx_masked = false;
+  if (c.needs_grad(0) && narrow_layer(gp)) r[0] = input_grad(c, gp, &dx_masked);
+  std::vector<Tensor> wb = weight_and_bias_grads(c, gp, x, masked && !c.needs_grad(0), dx_masked ? r[0] : Tensor());
   r[1] = std::move(wb[0]);
   r[2] = std::move(wb[1]);
-  if (c.needs_grad(0)) r[0] = input_grad(c, gp);
+  if (c.needs_grad(0) && !r[0].defined()) r[0] = input_grad(c, gp);
   return r;
 }
 
