@@ -469,9 +469,6 @@ bool mask_pays(const Tensor& gp, const Tensor& w, const Tensor& y) {
   return kernels::lt_times_ffma(g, gp.device().index());
 }
 
-// dx = gp @ w; masked where the layer's input is a ReLU's output only it reads (the ReLU's vjp
-// then skips its mask), on the GPU in the product's epilogue or one pass after a library's, where
-// that pays. The layer below then sums its bias gradient beside its weight product, off the chain.
 // Whether this layer may return its input gradient masked on the GPU: y, the ReLU's output,
 // saved in its own dtype (the dtype plan did not cast it), and gp and w of that dtype.
 bool maskable(const VjpContext& c, const Tensor& gp) {
@@ -480,6 +477,9 @@ bool maskable(const VjpContext& c, const Tensor& gp) {
   return y == c.input(0).dtype && y == gp.dtype() && c.saved_input(1).dtype() == gp.dtype();
 }
 
+// dx = gp @ w; masked where the layer's input is a ReLU's output only it reads (the ReLU's vjp
+// then skips its mask), on the GPU in the product's epilogue or one pass after a library's, where
+// that pays. The layer below then sums its bias gradient beside its weight product, off the chain.
 // `masked` (if given) says whether dx came masked.
 Tensor input_grad(const VjpContext& c, const Tensor& gp, bool* masked = nullptr) {
   const Tensor w = c.saved_input(1);
