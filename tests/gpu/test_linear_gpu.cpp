@@ -295,61 +295,44 @@ std::vector<Tensor> narrow_reference(const Tensor& gp, const Tensor& x) {
   return {matmul(transpose(g64, 0, 1), x64), sum(g64, {0}, false)};
 }
 
+// linear_grad_wb, and linear_grad_wb_below with the layer below's gradient (its column sums too).
 TEST_CASE("a narrow bf16 layer's weight and bias gradients in one kernel: the f64 sums, the same bits every call") {
   Generator gen(31);
-  for (bool f32_grads : {false, true})
-    for (const std::array<std::int64_t, 3>& mnk :
-         {std::array<std::int64_t, 3>{256, 10, 256}, {1000, 3, 40}, {7, 15, 33}, {9, 1, 70}, {0, 10, 20}}) {
-      const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
-      CAPTURE(f32_grads);
-      CAPTURE(m);
-      CAPTURE(n);
-      const Tensor gp = randn({m, n}, {}, &gen).to(DType::bf16).to(kGpu),
-                   x = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu);
-      const Tensor in[] = {gp, x};
-      const Attrs attrs = f32_grads ? Attrs{{"f32_grads", true}} : Attrs{};
-      const std::vector<Tensor> got = dispatch(*find_op("linear_grad_wb"), in, attrs);
-      const std::vector<Tensor> again = dispatch(*find_op("linear_grad_wb"), in, attrs);
-      const DType out = f32_grads ? DType::f32 : DType::bf16;
-      REQUIRE(got.size() == 2);
-      CHECK(got[0].dtype() == out);
-      const std::vector<Tensor> want = narrow_reference(gp, x);
-      // f32 sums of exact products of up to 1000 terms; bf16 results round to 8 bits.
-      const double tol = f32_grads ? 1e-4 : 1e-2;
-      kiln_test::check_match(want[0].to(out), got[0], tol, "dw");
-      kiln_test::check_match(want[1].to(out), got[1], tol, "db");
-      CHECK(kiln_test::f64_bits(got[0]) == kiln_test::f64_bits(again[0]));
-      CHECK(kiln_test::f64_bits(got[1]) == kiln_test::f64_bits(again[1]));
-    }
-}
-
-TEST_CASE("a narrow bf16 layer's kernel also sums the layer below's gradient: its bias gradient in f64 sums") {
-  Generator gen(37);
-  for (bool f32_grads : {false, true})
-    for (const std::array<std::int64_t, 3>& mnk :
-         {std::array<std::int64_t, 3>{256, 10, 128}, {1000, 3, 40}, {7, 15, 33}, {0, 10, 20}}) {
-      const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
-      CAPTURE(f32_grads);
-      CAPTURE(m);
-      CAPTURE(n);
-      const Tensor gp = randn({m, n}, {}, &gen).to(DType::bf16).to(kGpu),
-                   x = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu),
-                   below = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu);
-      const Tensor in[] = {gp, x, below};
-      const Attrs attrs = f32_grads ? Attrs{{"f32_grads", true}} : Attrs{};
-      const std::vector<Tensor> got = dispatch(*find_op("linear_grad_wb_below"), in, attrs);
-      const std::vector<Tensor> again = dispatch(*find_op("linear_grad_wb_below"), in, attrs);
-      const DType out = f32_grads ? DType::f32 : DType::bf16;
-      REQUIRE(got.size() == 3);
-      CHECK(got[2].dtype() == out);
-      const std::vector<Tensor> want = narrow_reference(gp, x);
-      const Tensor want_below = sum(below.to(Device::cpu()).to(DType::f64), {0}, false);
-      const double tol = f32_grads ? 1e-4 : 1e-2;
-      kiln_test::check_match(want[0].to(out), got[0], tol, "dw");
-      kiln_test::check_match(want[1].to(out), got[1], tol, "db");
-      kiln_test::check_match(want_below.to(out), got[2], tol, "db below");
-      for (int i = 0; i < 3; ++i) CHECK(kiln_test::f64_bits(got[i]) == kiln_test::f64_bits(again[i]));
-    }
+  for (bool below : {false, true})
+    for (bool f32_grads : {false, true})
+      for (const std::array<std::int64_t, 3>& mnk : {std::array<std::int64_t, 3>{256, 10, 256},
+                                                     {256, 10, 128},
+                                                     {1000, 3, 40},
+                                                     {7, 15, 33},
+                                                     {9, 1, 70},
+                                                     {0, 10, 20}}) {
+        const std::int64_t m = mnk[0], n = mnk[1], k = mnk[2];
+        CAPTURE(below);
+        CAPTURE(f32_grads);
+        CAPTURE(m);
+        CAPTURE(n);
+        const Tensor gp = randn({m, n}, {}, &gen).to(DType::bf16).to(kGpu),
+                     x = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu),
+                     g_below = randn({m, k}, {}, &gen).to(DType::bf16).to(kGpu);
+        const std::vector<Tensor> in = below ? std::vector<Tensor>{gp, x, g_below} : std::vector<Tensor>{gp, x};
+        const OpDef& op = *find_op(below ? "linear_grad_wb_below" : "linear_grad_wb");
+        const Attrs attrs = f32_grads ? Attrs{{"f32_grads", true}} : Attrs{};
+        const std::vector<Tensor> got = dispatch(op, in, attrs);
+        const std::vector<Tensor> again = dispatch(op, in, attrs);
+        const DType out = f32_grads ? DType::f32 : DType::bf16;
+        REQUIRE(got.size() == in.size());
+        CHECK(got[0].dtype() == out);
+        std::vector<Tensor> want = narrow_reference(gp, x);
+        if (below) want.push_back(sum(g_below.to(Device::cpu()).to(DType::f64), {0}, false));
+        // f32 sums of exact products of up to 1000 terms; bf16 results round to 8 bits.
+        const double tol = f32_grads ? 1e-4 : 1e-2;
+        const char* names[] = {"dw", "db", "db below"};
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          CHECK(got[i].dtype() == out);
+          kiln_test::check_match(want[i].to(out), got[i], tol, names[i]);
+          CHECK(kiln_test::f64_bits(got[i]) == kiln_test::f64_bits(again[i]));
+        }
+      }
 }
 
 TEST_CASE("a compiled mlp step masks input gradients in their products: no ReLU layer runs its own mask") {
