@@ -2,7 +2,7 @@
 // at an earlier ready point (backend/cuda/grad_stream) update on the device's third stream,
 // which waits for that point only, while the backward's last kernels run; the rest follow on the
 // device's stream. Each launch is the one step() makes for those parameters, so the results are
-// the same bits.
+// the same bits. KILN_EARLY_UPDATES=off keeps every update after the backward.
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -49,6 +49,8 @@ bool Optimizer::update_early(const std::vector<ParamSpan>& spans) {
     device = p.device();
   }
   if (!device || !step::in_compiled_call()) return false;
+  // KILN_EARLY_UPDATES=off: every update after the backward, in one launch (read per capture).
+  if (!rt::env_switch("KILN_EARLY_UPDATES", true, "optim")) return false;
   // The eager call makes the third stream, for its capture to find.
   if (!step::capturing()) {
     grad_stream::prepare_third(device->index());

@@ -11,6 +11,7 @@
 
 #include "gpu_match.h"
 #include "kiln/kiln.h"
+#include "scoped_env.h"
 
 using namespace kiln;
 
@@ -147,6 +148,12 @@ TEST_CASE("updates before the backward's end: the same bits; none after other wo
       CHECK(eager.losses.front() != eager.losses.back());
       const std::string kernel = sgd ? "kiln_sgd_step" : "kiln_adam_step";
       CHECK(early.stats.kernel_names_per_graph.at(0).at(kernel) == (between == Between::scale_grads ? 1u : 2u));
+      // KILN_EARLY_UPDATES=off: the same bits, every update in one launch after the backward.
+      const kiln_test::ScopedEnv off{{"KILN_EARLY_UPDATES", "off"}};
+      const GradStreamOutcome late = train_mlp_side(true, true, amp, 5, sgd, between);
+      CHECK(late.losses == eager.losses);
+      CHECK(late.params == eager.params);
+      CHECK(late.stats.kernel_names_per_graph.at(0).at(kernel) == 1u);
     }
 }
 
