@@ -5,8 +5,8 @@
 // memory. Thread (o, c, r) keeps the KW sums of its kernel row; with stride and dilation 1 the
 // KW inputs it needs slide along the row in registers. Block b sums a band of output rows
 // (b % BANDS) of images [g * IPB, (g + 1) * IPB), g = b / BANDS, into row b of an f32
-// workspace [block][weight]; the last blocks add each weight's column in block order
-// (conv_wgrad_small_reduce.cu), so runs and graph replays are bit-identical. Groups = 1. The batch is an argument, so a batch of
+// workspace [block][weight]; a second kernel adds each weight's column in block order, so runs
+// and graph replays are bit-identical. Groups = 1. The batch is an argument, so a batch of
 // another size (a short last step) whose bands and images per block are the same shares the module.
 ${PRELUDE}
 KILN_KERNELS_WAIT_FOR_PRIOR_GRIDS
@@ -18,7 +18,6 @@ constexpr int SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = $
 // A band of BROWS output rows; GYS: its gy rows per output channel as staged, padded so that
 // the threads of a warp, which read the same pixel of neighbouring channels, hit different banks.
 constexpr int BANDS = ${BANDS}, BROWS = ${BROWS}, GYS = ${GYS};
-#define SUM_IN_KERNEL ${SUM_IN_KERNEL}  // 1: the last blocks add up the rows; 0: the reduce kernel
 constexpr int THREADS = 256, Q = O * C * KH, LANES = Q <= THREADS / 2 ? THREADS / Q : 1;
 constexpr int HP = H + 2 * PH, WP = W + 2 * PW;  // the zero-padded input plane
 constexpr int GY = O * OH * OW, XS = C * HP * WP, TOTAL = Q * KW;
@@ -53,13 +52,8 @@ __device__ __forceinline__ void stage_gy(const T* __restrict__ gy_n, T* gys, int
   }
 }
 
-// clang-format off
-${WGRAD_SMALL_REDUCE}
-// clang-format on
-
 extern "C" __global__ void __launch_bounds__(THREADS)
-    kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws, TD* __restrict__ dw,
-                          int N) {
+    kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws, int N) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* gys = reinterpret_cast<T*>(smem_raw);  // [O][GYS]: the band's rows
@@ -125,8 +119,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (int l = 0; l < LANES; ++l) v += lanes_out[l * TOTAL + i];
     ws[static_cast<long long>(blockIdx.x) * TOTAL + i] = v;  // a row per block
   }
-#if SUM_IN_KERNEL
-  wgrad_small_sum::finish(ws, dw);
-#endif
 }
 
+// clang-format off
+${WGRAD_SMALL_REDUCE}
+// clang-format on

@@ -2,7 +2,7 @@
 // few taps and output channels (a first conv over 1-channel images: 25 taps, 24 channels, 147k
 // pixels per weight at batch 256). The blocks and the f32 workspace are the CUDA-core kernel's
 // (conv_wgrad_small.cu): block b sums a band of output rows of images [g * IPB, (g + 1) * IPB),
-// g = b / BANDS, into row b of ws [block][weight], and the last blocks add each column in
+// g = b / BANDS, into row b of ws [block][weight], and the reduce kernel adds each column in
 // order, so runs and graph replays are bit-identical. Per image, dw^T (taps x O) += X (taps x
 // pixels) @ gy^T: A is gathered from the band's zero-padded input rows staged in shared memory
 // (tap = (c, r, s) a row), B is gy staged in rows of OWP pixels (OW rounded up to 16, zeros
@@ -23,7 +23,6 @@ ${MMA_OPS}
 constexpr int C = ${C}, H = ${H}, W = ${W}, O = ${O}, KH = ${KH}, KW = ${KW}, OH = ${OH}, OW = ${OW};
 constexpr int SH = ${SH}, SW = ${SW}, PH = ${PH}, PW = ${PW}, DH = ${DH}, DW = ${DW}, IPB = ${IPB};
 constexpr int BANDS = ${BANDS}, BROWS = ${BROWS}, GYS = ${GYS};
-#define SUM_IN_KERNEL ${SUM_IN_KERNEL}  // 1: the last blocks add up the rows; 0: the reduce kernel
 constexpr bool SPLIT_TAPS = ${SPLIT_TAPS};
 constexpr int THREADS = 256, WARPS = THREADS / 32;
 constexpr int TAPS = C * KH * KW, TOTAL = O * TAPS, MT = (TAPS + 15) / 16, NT = (O + 7) / 8;
@@ -85,13 +84,8 @@ __device__ __forceinline__ void stage_x(const T* __restrict__ xn, T* xs, int ylo
   }
 }
 
-// clang-format off
-${WGRAD_SMALL_REDUCE}
-// clang-format on
-
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
-    kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws, TD* __restrict__ dw,
-                          int N) {
+    kiln_conv_wgrad_small(const T* __restrict__ x, const T* __restrict__ gy, float* __restrict__ ws, int N) {
   kiln::wait_prior_grids();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* gys = reinterpret_cast<T*>(smem_raw);            // [NT * 8][GYS]
@@ -182,8 +176,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
     for (int w = 0; w < SLABS; ++w) v += parts[(w * NT * 8 + o) * PT + tap];
     ws[static_cast<long long>(blockIdx.x) * TOTAL + i] = v;  // a row per block
   }
-#if SUM_IN_KERNEL
-  wgrad_small_sum::finish(ws, dw);
-#endif
 }
 
+// clang-format off
+${WGRAD_SMALL_REDUCE}
+// clang-format on

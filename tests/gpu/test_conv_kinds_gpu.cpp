@@ -212,8 +212,6 @@ TEST_CASE("small weight gradients match the f64 reference in bands, in image gro
       {"4 -> 9 7x7 b6 (196 taps)", {6, 4, 12, 12, 9, 7, 7, 6, 6, 1, 1, 0, 0, 1, 1, 1}},
       {"speedrun conv2 b256 (216 taps)", {256, 24, 12, 12, 32, 3, 3, 10, 10, 1, 1, 0, 0, 1, 1, 1}},
       {"5 -> 12 3x3 p1 b3 (45 taps)", {3, 5, 9, 9, 12, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1}},
-      {"64 -> 16 3x3 b8 (9216 weights: a reduce kernel)", {8, 64, 10, 10, 16, 3, 3, 8, 8, 1, 1, 0, 0, 1, 1, 1}},
-      {"1 -> 4 3x3 b3 (fewer blocks than 16)", {3, 1, 6, 6, 4, 3, 3, 4, 4, 1, 1, 0, 0, 1, 1, 1}},
   };
   const rt::DeviceInfo& info = rt::device_info(0);
   const kernels::ConvTarget target{info.sm_count, info.max_shared_optin};
@@ -255,14 +253,8 @@ TEST_CASE("small weight gradients match the f64 reference in bands, in image gro
       const DType out = pr.f32_out ? DType::f32 : pr.dt;
       const rt::DeviceBuffer dx = upload(x, s), dgy = upload(gy, s), ddw = upload(zeros(ws, {.dtype = out}), s);
       kernels::launch(*l, {dx.ptr(), dgy.ptr(), ddw.ptr(), pr.dt, &s, pr.f32_out});
-      const std::vector<double> dw = download(ddw, shape_numel(ws), out, s);  // exact: each value as stored
-      CHECK(worst_of(dw, conv2d_grad_weight(x64, gy64, ws, o).to_vector<double>(),
+      CHECK(worst_of(download(ddw, shape_numel(ws), out, s), conv2d_grad_weight(x64, gy64, ws, o).to_vector<double>(),
                      conv2d_grad_weight(abs(x64), abs(gy64), ws, o).to_vector<double>()) <= pr.tol);
-      // The last blocks add up the rows after counters (few weights): a second launch finds them
-      // put back and gives the same bits.
-      const rt::DeviceBuffer again = upload(zeros(ws, {.dtype = out}), s);
-      kernels::launch(*l, {dx.ptr(), dgy.ptr(), again.ptr(), pr.dt, &s, pr.f32_out});
-      CHECK(download(again, shape_numel(ws), out, s) == dw);
     }
 }
 

@@ -128,9 +128,7 @@ std::vector<std::string> entry_points(const ConvLaunch& l) {
     case ConvKernel::patch:
       return {"kiln_conv_patch"};
     case ConvKernel::wgrad: return {"kiln_conv_wgrad", "kiln_conv_wgrad_reduce"};
-    case ConvKernel::wgrad_small:
-      if (std::get<SmallWgradPlan>(l.plan).sum_in_kernel) return {"kiln_conv_wgrad_small"};
-      return {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"};
+    case ConvKernel::wgrad_small: return {"kiln_conv_wgrad_small", "kiln_conv_wgrad_small_reduce"};
     case ConvKernel::direct: return {"kiln_conv_direct"};
   }
   return {};

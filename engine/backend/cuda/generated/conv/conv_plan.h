@@ -66,7 +66,6 @@ struct WgradPlan {
 struct SmallWgradPlan {
   std::int64_t ipb = 1, bands = 1, rows = 1, gy_stride = 1, blocks = 1, smem = 0;
   bool mma = false, split_taps = false, f32_out = false;
-  bool sum_in_kernel = false;  // the last blocks add up the blocks' rows: no reduce kernel
 };
 
 // Each thread: ot output channels at p neighbouring pixels; each block: a band of `rows` output

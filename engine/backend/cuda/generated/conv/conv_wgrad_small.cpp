@@ -1,7 +1,6 @@
 // The wgrad_small kind: weight gradients with few weights and a long sum over pixels, on the
 // CUDA cores, or on tensor cores for 16-bit operands with few taps and channels. How many
-// images a block sums; the kernel, and where the weights are many the reduce of its f32
-// workspace of per-block sums (where few, its last blocks add them up).
+// images a block sums; the kernel and the reduce of its f32 workspace of per-block sums.
 #include <algorithm>
 #include <climits>
 
@@ -15,10 +14,6 @@ namespace kiln::kernels::conv_kinds {
 namespace {
 
 constexpr std::int64_t kThreads = 256;
-// The most weights whose blocks' rows the kernel adds up itself (conv_wgrad_small_reduce.cu): on
-// the H200 the speedrun's conv1 (600) took as long as with the reduce kernel, in one kernel
-// fewer; its conv2 (6912, beside the chain) made the run 15% slower, its sums one block's.
-constexpr std::int64_t kSumInKernelWeights = 1024;
 
 }  // namespace
 
@@ -82,9 +77,6 @@ std::optional<SmallWgradPlan> plan_wgrad_small(ConvPass pass, const ConvGeometry
     staged = (s.o * p.gy_stride + s.c * (s.h + 2 * s.ph) * (s.w + 2 * s.pw)) * static_cast<std::int64_t>(size);
   }
   p.smem = std::max(staged, sums);
-  // Few weights: the last blocks add up the rows (one block each sum), so no reduce kernel
-  // follows; many: one block's sums would outlast the reduce kernel's.
-  p.sum_in_kernel = q * s.kw <= kSumInKernelWeights;
   if (p.smem > target.max_shared || p.blocks > INT_MAX) return std::nullopt;
   return p;
 }
@@ -105,7 +97,6 @@ std::string wgrad_small_source(const ConvLaunch& l) {
   b.push_back({"BANDS", num(p.bands)});
   b.push_back({"BROWS", num(p.rows)});
   b.push_back({"GYS", num(p.gy_stride)});
-  b.push_back({"SUM_IN_KERNEL", p.sum_in_kernel ? "1" : "0"});
   const char* name = p.mma ? "conv_wgrad_small_mma" : "conv_wgrad_small";
   return rt::instantiate(name, rt::template_source(name), b);
 }
@@ -114,17 +105,14 @@ void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m) 
   const auto& p = std::get<SmallWgradPlan>(l.plan);
   const rt::Stream& st = *ops.stream;
   const rt::Function fn = rt::generated_function(m, "kiln_conv_wgrad_small", st.device());
+  const rt::Function reduce = rt::generated_function(m, "kiln_conv_wgrad_small_reduce", st.device());
   const std::int64_t weights = l.g.o * l.g.c * l.g.kh * l.g.kw;
-  // A row per block, and the 16 group rows of a sum in the kernel.
-  const std::int64_t rows = p.blocks + (p.sum_in_kernel ? 16 : 0);
-  const rt::DeviceBuffer ws(sizeof(float) * static_cast<std::size_t>(rows * weights), st);
+  const rt::DeviceBuffer ws(sizeof(float) * static_cast<std::size_t>(p.blocks * weights), st);
   rt::LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(p.blocks), 1, 1};
   cfg.block = {static_cast<unsigned>(kThreads), 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  rt::launch(fn, cfg, st, ops.a, ops.b, ws.ptr(), ops.out, static_cast<int>(l.g.n));
-  if (p.sum_in_kernel) return;
-  const rt::Function reduce = rt::generated_function(m, "kiln_conv_wgrad_small_reduce", st.device());
+  rt::launch(fn, cfg, st, ops.a, ops.b, ws.ptr(), static_cast<int>(l.g.n));
   rt::LaunchConfig red;
   red.grid = {static_cast<unsigned>(ceil_div(weights, 32)), 1, 1};  // 32 weights a block
   red.block = {static_cast<unsigned>(kThreads), 1, 1};
