@@ -6,7 +6,7 @@
 // loss's gradient 1 or not; over a ReLU layer, that kernel also writes the layer's masked input
 // gradient (no kernel of its own), as the row input-gradient kernel does in eager, and in bf16 the
 // output layer's weight-gradient kernel also sums a fused ReLU layer's bias gradient from it, in
-// eager and compiled steps alike.
+// eager and compiled steps alike; a warm run's plan holds the fused kernel its step runs.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "gpu_match.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/device.h"
+#include "kiln/runtime/kernel_plan.h"
 #include "kiln/runtime/tuning.h"
 #include "ops/linear_grads.h"
 
@@ -60,8 +61,8 @@ struct CeOut {
 };
 
 // The tuner's choice for a (rows x k) @ (k x c) output layer's product with bias in t, stored as
-// the row kind: a compiled step holds the product for the loss.
-void store_row_choice(DType t, std::int64_t rows, std::int64_t c, std::int64_t k) {
+// the row kind: a compiled step holds the product for the loss. Gives the launch's name.
+std::string store_row_choice(DType t, std::int64_t rows, std::int64_t c, std::int64_t k) {
   const kernels::LtMatmul g{.dtype = t,
                             .m = c,
                             .n = rows,
@@ -82,6 +83,7 @@ void store_row_choice(DType t, std::int64_t rows, std::int64_t c, std::int64_t k
                                kernels::gemm_target(0));
   REQUIRE(l);
   rt::store_choice(kernels::lt_tune_key(g, 0), {l->text(), "stored by the test"});
+  return l->text();
 }
 
 using Step = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -245,6 +247,47 @@ TEST_CASE("in a compiled step the output layer's row product and its cross-entro
     CHECK(count("kiln_gemm_rowdot") == 0);
     CHECK(count("kiln_softmax_cross_entropy") == 0);
   }
+}
+
+// A warm run's shape-only pass plans the fused kernel of the stored choice's launch (not one of
+// the alternatives the tuner would time beside it), so after prefetch_kernels the compiled step
+// loads it and compiles nothing.
+TEST_CASE("a plan holds the fused output layer's kernel of the stored row choice, the one the step runs") {
+  const std::int64_t n = 88, k = 120, c = 10;
+  const std::string stored = store_row_choice(DType::bf16, n, c, k);
+  Generator gen(23);
+  nn::Linear layer(k, c, true, &gen);
+  layer.to(kGpu);
+  auto step = [&](const std::vector<Tensor>& in) {
+    layer.zero_grad();
+    Tensor loss;
+    {
+      const AutocastGuard amp(DType::bf16);
+      loss = cross_entropy(layer.forward(in[0]), in[1]);
+    }
+    loss.backward();
+    return std::vector<Tensor>{loss.detach()};
+  };
+  const std::vector<Tensor> in{randn({n, k}, {.device = kGpu}, &gen), labels_of(n, c, false, 9)};
+  KernelPlan plan;
+  {
+    CompiledFunction planned = compile(step);
+    plan = plan_kernels([&] { planned(in); }, kGpu);
+  }
+  std::vector<std::string> fused;
+  for (const KernelPlan::Kernel& kernel : plan.kernels)
+    if (kernel.label.rfind("gemm rowdot", 0) == 0 && kernel.label.find("cross-entropy") != std::string::npos)
+      fused.push_back(kernel.label);
+  CHECK(fused == std::vector<std::string>{"gemm " + stored + " cross-entropy"});
+
+  prefetch_kernels(plan, kGpu);
+  rt::wait_for_prefetch();
+  const std::uint64_t compiled = kernel_stats().compiled;
+  CompiledFunction cf = compile(step);
+  for (int i = 0; i < 3; ++i) (void)cf(in);
+  CHECK(kernel_stats().compiled == compiled);
+  REQUIRE(cf.stats().kernel_names_per_graph.size() == 1);
+  CHECK(count_of(cf.stats().kernel_names_per_graph[0], "kiln_gemm_rowdot_cross_entropy") == 1);
 }
 
 // Over a ReLU layer: the fused kernel writes the output layer's input gradient, masked for the

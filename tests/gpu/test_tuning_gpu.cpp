@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "core/tensor/dispatch.h"
 #include "gpu_match.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime/compile_jobs.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/disk_cache.h"
 #include "kiln/runtime/generated_kernels.h"
@@ -62,6 +65,28 @@ struct Fills {
   }
   kernels::TuneCheck check() const { return {{{device_address(y), DType::f32, 1, y.numel(), y.numel()}}, 1e-6}; }
 };
+
+// A generated kernel no cache holds yet (its source names this process and instant), and a
+// candidate that fills f.y with 1 with it.
+std::span<const rt::KernelSpec* const> fresh_fill_module(const std::string& what) {
+  const std::string tag = fresh_problem(what);
+  const auto module = rt::generated_kernels(rt::GeneratedKey("test_tune_deferred").add(fnv_of(tag)), [&] {
+    return rt::GeneratedModule{
+        "// " + tag +
+            "\nextern \"C\" __global__ void kiln_test_fill_once(float* y, long long n, float v) {\n"
+            "  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) y[i] = v;\n}\n",
+        "test deferred fill",
+        {"kiln_test_fill_once"}};
+  });
+  REQUIRE_FALSE(rt::function_if_cached(*module[0], rt::generated_dtypes(), 0, 0));
+  return module;
+}
+kernels::TuneCandidate generated_fill(Fills& f, std::span<const rt::KernelSpec* const> module) {
+  return {"generated fill", [&f, module] {
+            rt::launch(rt::generated_function(module, "kiln_test_fill_once", 0), rt::linear_config(f.y.numel()),
+                       rt::default_stream(0), device_address(f.y), static_cast<long long>(f.y.numel()), 1.0f);
+          }};
+}
 
 // The disk cache's choice for a cuBLASLt product whose tune label contains every one of `parts`.
 std::optional<rt::TuneChoice> stored_product_choice(std::initializer_list<std::string_view> parts) {
@@ -203,22 +228,9 @@ TEST_CASE(
   TuneModeGuard automatic(rt::TuneMode::auto_);
   const kiln_test::QuickTierOn tier;
   Fills f;
-  // A generated kernel no cache holds yet: its source names this process and instant.
-  const std::string tag = fresh_problem("deferred kernel");
-  const auto module = rt::generated_kernels(rt::GeneratedKey("test_tune_deferred").add(fnv_of(tag)), [&] {
-    return rt::GeneratedModule{
-        "// " + tag +
-            "\nextern \"C\" __global__ void kiln_test_fill_once(float* y, long long n, float v) {\n"
-            "  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) y[i] = v;\n}\n",
-        "test deferred fill",
-        {"kiln_test_fill_once"}};
-  });
-  REQUIRE_FALSE(rt::function_if_cached(*module[0], rt::generated_dtypes(), 0, 0));
+  const auto module = fresh_fill_module("deferred kernel");
   auto c = f.make({{1.0, 20}});  // slow: candidate 0, the heuristic's pick
-  c.push_back({"generated fill", [&] {
-                 rt::launch(rt::generated_function(module, "kiln_test_fill_once", 0), rt::linear_config(f.y.numel()),
-                            rt::default_stream(0), device_address(f.y), static_cast<long long>(f.y.numel()), 1.0f);
-               }});
+  c.push_back(generated_fill(f, module));
   const rt::TuneKey key{"test", fresh_problem("auto deferred"), "f32", 90, "test 1"};
   const kernels::TuneOutcome first = kernels::run_tuned(key, c, f.check(), rt::default_stream(0));
   CHECK(first.index == 0);
@@ -230,6 +242,33 @@ TEST_CASE(
   const kernels::TuneOutcome second = kernels::run_tuned(key, c, f.check(), rt::default_stream(0));
   CHECK(second.settled);
   CHECK(second.index == 1);
+  REQUIRE(rt::find_choice(key));
+  CHECK(rt::find_choice(key)->variant == "generated fill");
+}
+
+// A cold run's plan is queued on the prefetch threads, and the run waits for a product measured
+// ahead of it: the measurement waits for its candidates' kernels alone. Here every prefetch
+// thread is held until the measurement returns (or two minutes pass), so it loads its own.
+TEST_CASE("a measurement waits for its candidates' kernels, not for everything queued to prefetch") {
+  TuneModeGuard automatic(rt::TuneMode::auto_);
+  Fills f;
+  const auto module = fresh_fill_module("own kernels");
+  auto c = f.make({{1.0, 20}});
+  c.push_back(generated_fill(f, module));
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  for (int i = 0; i < rt::background_compile_jobs(); ++i) rt::run_in_background([released] { released.wait(); });
+  const rt::TuneKey key{"test", fresh_problem("own kernels"), "f32", 90, "test 1"};
+  auto measured = std::async(std::launch::async, [&] {
+    return kernels::run_tuned(key, c, f.check(), rt::default_stream(0), kernels::TuneCompiles::under_auto);
+  });
+  const bool returned = measured.wait_for(std::chrono::minutes(2)) == std::future_status::ready;
+  release.set_value();
+  const kernels::TuneOutcome out = measured.get();
+  rt::wait_for_prefetch();
+  CHECK(returned);
+  CHECK(out.settled);
+  CHECK(out.index == 1);
   REQUIRE(rt::find_choice(key));
   CHECK(rt::find_choice(key)->variant == "generated fill");
 }

@@ -447,8 +447,12 @@ std::optional<RowProduct> lt_row_product(const LtMatmul& g, const rt::Stream& s)
   const Key key = key_of(g, lt_types(g), s.device());
   std::optional<GemmLaunch> l;
   if (rt::shape_only()) {
-    for (const GemmLaunch& c : generated_launches(g, tune_key(key, g, s.device()), s.device()))
-      if (c.kernel == GemmKernel::rowdot) l = c;
+    // A warm run's stored choice, where it is a row launch (else none: the library runs it);
+    // with none stored, the heuristic's, listed first.
+    const rt::TuneKey tkey = tune_key(key, g, s.device());
+    const std::optional<rt::TuneChoice> choice = rt::find_choice(tkey);
+    for (const GemmLaunch& c : generated_launches(g, tkey, s.device()))
+      if (c.kernel == GemmKernel::rowdot && (choice ? c.text() == choice->variant : !l)) l = c;
   } else {
     Plans& ps = plans();
     std::lock_guard lock(ps.mu);

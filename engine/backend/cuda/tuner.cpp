@@ -123,7 +123,8 @@ double time_ms(const std::function<void()>& run, const rt::Stream& s, double spa
 }
 
 // Compiles every candidate's kernels at once on the prefetch threads, instead of one NVRTC
-// compile after another as each first runs.
+// compile after another as each first runs, and waits for those alone: a cold run's plan is
+// queued on the same threads, and the run waits for a product measured ahead of it.
 void compile_all(std::span<const TuneCandidate> candidates) {
   std::vector<rt::KernelRequest> requests;
   {
@@ -132,8 +133,9 @@ void compile_all(std::span<const TuneCandidate> candidates) {
     requests = pass.requests();
   }
   for (rt::KernelRequest& r : requests) r.late = true;  // full builds: they are to be timed
-  rt::prefetch(std::move(requests));
-  rt::wait_for_prefetch();
+  rt::prefetch(requests);
+  // Each waits for its prefetch thread's load, or loads here if none has started it.
+  for (const rt::KernelRequest& r : requests) (void)rt::get_function(*r.spec, r.dtypes, r.variant, r.device);
 }
 
 // The kernels a measurement of the candidates needs besides the first one's: the others', and
