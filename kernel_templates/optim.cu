@@ -97,11 +97,46 @@ kiln_sgd_step(TensorList L, const double* __restrict__ step, const float* __rest
 }
 #endif
 
-#ifdef KILN_ENTRY_kiln_adam_step
 // Adam / AdamW. step = {lr, bc1 = 1 - beta1^t, bc2 = 1 - beta2^t}, computed by the host in double.
 // decoupled: p *= 1 - lr*wd first (AdamW); else g += wd*p (Adam's L2). Then
 // m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),
-// the order PyTorch's single-tensor Adam evaluates it in.
+// the order PyTorch's single-tensor Adam evaluates it in. Both Adam kernels update an element
+// here, so they make the same bits.
+struct AdamScalars {
+  S b1, one_b1, b2, one_b2, eps, step_size, bc2_sqrt, decay, l2;
+  bool decoupled, l2_on;
+};
+
+__device__ __forceinline__ AdamScalars adam_scalars(const double* __restrict__ step, double beta1, double beta2,
+                                                    double eps, double weight_decay, int decoupled) {
+  const double lr = step[0], bc1 = step[1], bc2 = step[2];
+  AdamScalars a;
+  a.b1 = static_cast<S>(beta1);
+  a.one_b1 = static_cast<S>(1.0 - beta1);
+  a.b2 = static_cast<S>(beta2);
+  a.one_b2 = static_cast<S>(1.0 - beta2);
+  a.eps = static_cast<S>(eps);
+  a.step_size = static_cast<S>(lr / bc1);
+  a.bc2_sqrt = static_cast<S>(sqrt(bc2));
+  a.decay = static_cast<S>(decoupled ? 1.0 - lr * weight_decay : 1.0);
+  a.l2 = static_cast<S>(decoupled ? 0.0 : weight_decay);
+  a.decoupled = decoupled != 0;
+  a.l2_on = weight_decay != 0.0;
+  return a;
+}
+
+// One element: p, g as loaded; m and v updated in place. Returns the new parameter as stored.
+__device__ __forceinline__ T adam_element(const AdamScalars& a, S pi, S gi, S& m, S& v) {
+  if (a.decoupled) pi *= a.decay;
+  else if (a.l2_on) gi += a.l2 * pi;
+  const S mi = a.b1 * m + a.one_b1 * gi;
+  const S vi = a.b2 * v + a.one_b2 * gi * gi;
+  m = mi;
+  v = vi;
+  return kiln::cvt<T>(pi - a.step_size * mi / (kiln::math::sqrt(vi) / a.bc2_sqrt + a.eps));
+}
+
+#ifdef KILN_ENTRY_kiln_adam_step
 extern "C" __global__ void __launch_bounds__(256)
 kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __restrict__ skip, double beta1,
                double beta2, double eps, double weight_decay, int decoupled) {
@@ -112,13 +147,7 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __res
   const T* __restrict__ g = reinterpret_cast<const T*>(L.g[sp.t]);
   S* __restrict__ m = reinterpret_cast<S*>(L.s0[sp.t]);
   S* __restrict__ v = reinterpret_cast<S*>(L.s1[sp.t]);
-  const double lr = step[0], bc1 = step[1], bc2 = step[2];
-  const S b1 = static_cast<S>(beta1), one_b1 = static_cast<S>(1.0 - beta1);
-  const S b2 = static_cast<S>(beta2), one_b2 = static_cast<S>(1.0 - beta2);
-  const S eps_s = static_cast<S>(eps), step_size = static_cast<S>(lr / bc1);
-  const S bc2_sqrt = static_cast<S>(sqrt(bc2));
-  const S decay = static_cast<S>(decoupled ? 1.0 - lr * weight_decay : 1.0);
-  const S l2 = static_cast<S>(decoupled ? 0.0 : weight_decay);
+  const AdamScalars a = adam_scalars(step, beta1, beta2, eps, weight_decay, decoupled);
   for (long long first = sp.begin + threadIdx.x; first < sp.end; first += KILN_PER_THREAD * blockDim.x) {
     S pv[KILN_PER_THREAD] = {}, gv[KILN_PER_THREAD] = {}, mv[KILN_PER_THREAD] = {}, vv[KILN_PER_THREAD] = {};
 #pragma unroll
@@ -134,18 +163,43 @@ kiln_adam_step(TensorList L, const double* __restrict__ step, const float* __res
     for (int k = 0; k < KILN_PER_THREAD; ++k) {
       const long long i = first + k * blockDim.x;
       if (i >= sp.end) break;
-      S pi = pv[k], gi = gv[k];
-      if (decoupled) pi *= decay;
-      else if (weight_decay != 0.0) gi += l2 * pi;
-      const S mi = b1 * mv[k] + one_b1 * gi;
-      const S vi = b2 * vv[k] + one_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      const T updated = kiln::cvt<T>(pi - step_size * mi / (kiln::math::sqrt(vi) / bc2_sqrt + eps_s));
+      const T updated = adam_element(a, pv[k], gv[k], mv[k], vv[k]);
+      m[i] = mv[k];
+      v[i] = vv[k];
       kiln::store(p + i, updated);
       store_low_precision(L, sp.t, i, updated);
     }
   }
+}
+#endif
+
+#ifdef KILN_ENTRY_kiln_adam_rows_step
+${ROW_SUMS}
+// Adam on one parameter (L's tensor 0) whose gradient is the column sums of a split weight
+// gradient's f32 rows (ws: rows x n): a block of 256 sums 32 columns as the split's own reduce
+// does (the same order, so the same bits), stores them to g (skipped update or not), and its
+// first warp updates those elements. The reduce's launch and the update's become one.
+extern "C" __global__ void __launch_bounds__(256)
+kiln_adam_rows_step(TensorList L, const float* __restrict__ ws, int rows, const double* __restrict__ step,
+                    const float* __restrict__ skip, double beta1, double beta2, double eps, double weight_decay,
+                    int decoupled) {
+  kiln::wait_prior_grids();
+  const long long n = L.n[0], i = blockIdx.x * 32LL + threadIdx.x % 32;
+  const float sum = kiln_column_sum<256>(ws, n, rows, i);
+  if (threadIdx.x >= 32 || i >= n) return;
+  const T gi = kiln::cvt<T>(sum);
+  kiln::store(reinterpret_cast<T*>(L.g[0]) + i, gi);
+  if (skip != nullptr && *skip != 0.f) return;
+  T* __restrict__ p = reinterpret_cast<T*>(L.p[0]);
+  S* __restrict__ m = reinterpret_cast<S*>(L.s0[0]);
+  S* __restrict__ v = reinterpret_cast<S*>(L.s1[0]);
+  const AdamScalars a = adam_scalars(step, beta1, beta2, eps, weight_decay, decoupled);
+  S mi = m[i], vi = v[i];
+  const T updated = adam_element(a, kiln::cvt<S>(p[i]), kiln::cvt<S>(gi), mi, vi);
+  m[i] = mi;
+  v[i] = vi;
+  kiln::store(p + i, updated);
+  store_low_precision(L, 0, i, updated);
 }
 #endif
 

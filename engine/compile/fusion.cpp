@@ -192,6 +192,18 @@ void before_use(const Tensor& t) {
     flush_group("other work reads or writes a value it holds");
 }
 
+bool before_ready(const Tensor& t) {
+  Fusion* f = t_fusion;
+  // A pending group with t in it runs now, and its launch the held product before it.
+  const bool in_group =
+      f && !f->ops.empty() && std::find(f->storages.begin(), f->storages.end(), storage_of(t)) != f->storages.end();
+  if (!f || !f->held || !same_view(f->held->output, t) || in_group) {
+    before_use(t);
+    return false;
+  }
+  return true;
+}
+
 bool hold_product(step::HeldProduct p) {
   Fusion* f = t_fusion;
   if (!f || !p.output.defined() || p.output.device() != f->device) return false;
@@ -207,6 +219,14 @@ std::optional<step::HeldProduct> take_held(const Tensor& t) {
     run_held(*f);
     return std::nullopt;
   }
+  std::optional<step::HeldProduct> p = std::move(f->held);
+  f->held.reset();
+  return p;
+}
+
+std::optional<step::HeldProduct> held_for(const Tensor& t) {
+  Fusion* f = t_fusion;
+  if (!f || !f->held || !same_view(f->held->output, t)) return std::nullopt;
   std::optional<step::HeldProduct> p = std::move(f->held);
   f->held.reset();
   return p;

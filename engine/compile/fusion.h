@@ -29,11 +29,14 @@ void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) 
 // t is about to be read or written by other work: run the pending group if it involves t, and
 // a held product whatever t is.
 void before_use(const Tensor& t);
+// before_use, but a held product that writes exactly t stays held: true.
+bool before_ready(const Tensor& t);
 // step::StepCompiler's hold_product and take_held: one product at a time, held until any
 // address is taken (every launch takes its operands' first: ops held back as a pointwise group
 // take none, so a cast of the labels on the way to the loss does not end it) or the call ends.
 bool hold_product(step::HeldProduct p);
 std::optional<step::HeldProduct> take_held(const Tensor& t);
+std::optional<step::HeldProduct> held_for(const Tensor& t);  // taken only when it writes exactly t
 
 // Turns fusion on for the calling thread while alive (nested scopes are no-ops).
 class FusionScope {

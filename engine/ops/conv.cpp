@@ -12,6 +12,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/generated/conv/conv_run.h"
 #include "backend/cuda/grad_stream.h"
+#include "backend/cuda/split_sums.h"
 #include "bn_pool_sums.h"
 #include "conv_common.h"
 #include "conv_cpu.h"
@@ -19,6 +20,7 @@
 #include "core/cpu/gemm_cpu.h"
 #include "core/dtype_sets.h"
 #include "core/registry.h"
+#include "core/step/step_state.h"
 #include "core/tensor/copy.h"
 #include "core/tensor/tensor_impl.h"
 #include "kiln/amp.h"
@@ -273,8 +275,20 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
   // Into .grad() (grad_stream::Allow): beside the backward's chain; the fallback below stays on
   // the device's stream.
   kernels::ConvOperands ops = operands(x, gy, dw);
-  ops.stream = &grad_stream::fork(*ops.stream, {x, gy, dw});
-  if (kernels::run_generated_conv(ConvPass::grad_weight, g, ops, allow_conv_tf32()) != kernels::ConvRan::no) return;
+  const rt::Stream& main = *ops.stream;
+  ops.stream = &grad_stream::fork(main, {x, gy, dw});
+  // On the device's stream inside a compiled step, a kind whose last kernel sums a split's rows
+  // leaves that kernel held for the op after it: an optimizer step makes the sums in its update.
+  std::optional<kernels::DeferredSums> sums;
+  bool ran = false;
+  {
+    const kernels::DeferSplitSums defer(step::fusing() && ops.stream == &main ? &sums : nullptr);
+    ran = kernels::run_generated_conv(ConvPass::grad_weight, g, ops, allow_conv_tf32()) != kernels::ConvRan::no;
+  }
+  if (ran) {
+    if (sums && !step::hold_product({dw, sums->run, sums->sums})) sums->run();
+    return;
+  }
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
   // too), the f32 path sums the same products.
   if (dw.dtype() != x.dtype()) return conv_grad_weight_gpu(g, convert(x, dw.dtype()), convert(gy, dw.dtype()), dw);

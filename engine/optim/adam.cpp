@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cuda/split_sums.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
 #include "kiln/optim/optimizer.h"
@@ -95,10 +96,15 @@ void Adam::update(const ParamSpan& span, const Tensor& grad) {
   bump_version(v);
 }
 
-void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) {
+namespace {
+
+// The launch's list for `spans` (parameters, gradients, moments from `slot`); versions bumped.
+template <class Slot>
+kernels::OptimTensors adam_tensors(const std::vector<Tensor>& params, const std::vector<ParamSpan>& spans,
+                                   const std::vector<Tensor>& grads, Slot&& slot) {
   kernels::OptimTensors ts;
   for (std::size_t k = 0; k < spans.size(); ++k) {
-    const Tensor& p = this->params()[spans[k].index];
+    const Tensor& p = params[spans[k].index];
     const Tensor m = slot(spans[k].index, 0), v = slot(spans[k].index, 1);
     ts.p[k] = device_address(p);
     ts.g[k] = device_address(grads[k]);
@@ -113,9 +119,27 @@ void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Ten
     bump_version(v);
   }
   ts.count = static_cast<int>(spans.size());
+  return ts;
+}
+
+}  // namespace
+
+void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) {
+  const kernels::OptimTensors ts =
+      adam_tensors(params(), spans, grads, [this](std::size_t i, std::size_t k) { return slot(i, k); });
   const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.beta1, o_.beta2, o_.eps,
                             o_.weight_decay, decoupled(), detail::update_stream(p0.device()));
+}
+
+bool Adam::update_gpu_summing(const ParamSpan& span, const Tensor& grad, const kernels::SplitSums& sums) {
+  if (sums.threads != kernels::kSplitSumThreads || sums.columns != grad.numel() || !grad.is_contiguous()) return false;
+  const kernels::OptimTensors ts =
+      adam_tensors(params(), {span}, {grad}, [this](std::size_t i, std::size_t k) { return slot(i, k); });
+  const Tensor& p = this->params()[span.index];
+  kernels::launch_adam_rows_step(p.dtype(), ts, sums, step_values_on(p.device()), skip_flag(), o_.beta1, o_.beta2,
+                                 o_.eps, o_.weight_decay, decoupled(), detail::update_stream(p.device()));
+  return true;
 }
 
 }  // namespace kiln::optim

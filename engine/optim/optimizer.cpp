@@ -215,6 +215,12 @@ void Optimizer::run_parts(const std::vector<std::vector<ParamSpan>>& parts,
     if (g.device() != p.device())
       throw DeviceError(which() + "has a gradient on " + g.device().str() + " but lives on " + p.device().str());
   }
+  // Taken before any address is: writing the step values would end the hold.
+  take_held_sums();
+  struct SumsLeft {
+    Optimizer& o;
+    ~SumsLeft() { o.run_held_sums(); }
+  } sums_left{*this};
   advance();
   // A replay of a captured step redoes the host's part of the step before the graph runs.
   step::on_replay([this] { advance(); });
@@ -233,7 +239,7 @@ void Optimizer::update_all(const std::vector<ParamSpan>& spans) {
   std::vector<std::vector<ParamSpan>> groups;
   for (const ParamSpan& s : spans) {
     const Tensor& p = params_[s.index];
-    if (!p.grad().defined() || s.count == 0) continue;
+    if (!p.grad().defined() || s.count == 0 || updated_summing(s)) continue;
     if (!p.device().is_cuda()) {
       update(s, p.grad().contiguous());
       continue;

@@ -26,6 +26,17 @@ namespace {
 const rt::KernelSpec& kScale = register_float_spec("tune_scale", "tune_check", "kiln_tune_scale", "ACC");
 const rt::KernelSpec& kCompare = register_float_spec("tune_compare", "tune_check", "kiln_tune_compare", "ACC");
 
+thread_local bool t_running_outcome = false;
+
+// Marks the candidate run in its scope as run_tuned's outcome (running_outcome).
+struct OutcomeRun {
+  OutcomeRun() : before(t_running_outcome) { t_running_outcome = true; }
+  ~OutcomeRun() { t_running_outcome = before; }
+  OutcomeRun(const OutcomeRun&) = delete;
+  OutcomeRun& operator=(const OutcomeRun&) = delete;
+  bool before;
+};
+
 std::int64_t span_elements(const TuneOutput& o) { return o.lines > 0 ? (o.lines - 1) * o.stride + o.length : 0; }
 
 // The reference's outputs kept on the device, the limit a candidate's elements must keep to, and
@@ -230,10 +241,13 @@ std::size_t fastest(std::vector<double>& ms, const std::function<double(std::siz
   return best;
 }
 
+bool running_outcome() { return t_running_outcome; }
+
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
                       const rt::Stream& s, TuneCompiles compiles) {
   if (candidates.empty()) throw ValueError("[tune] " + key.site + ": no candidates for " + key.problem);
   auto run = [&](std::size_t i, bool settled = true) {
+    const OutcomeRun outcome;
     candidates[i].run();
     return TuneOutcome{i, settled};
   };
@@ -248,7 +262,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   const bool measure = mode == rt::TuneMode::on || (mode == rt::TuneMode::auto_ && compiles != TuneCompiles::under_on);
   if (rt::shape_only()) {
     if (!measure) return run(0);
-    run(0);
+    (void)run(0);
     plan_measuring(candidates, check, s);  // planned after what the run certainly launches
     note_planned(key);
     return {0, false};
@@ -264,13 +278,13 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   const auto measuring = std::chrono::steady_clock::now();
   const rt::FullTierOnly full;           // quick builds would time slower than what later runs launch
   if (compiles != TuneCompiles::none) compile_all(candidates);  // library candidates run in the pass, unplanned
-  run(0);
+  candidates[0].run();
   const DeviceCheck reference = reference_check(check, s);
   const double unset = std::numeric_limits<double>::infinity();
   std::vector<double> ms(candidates.size(), unset);  // unset: rejected
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (i > 0) {
-      run(i);
+      candidates[i].run();
       if (!agrees(reference, check, s)) {
         rt::log().warn("[tune] {} {}: candidate '{}' disagrees with '{}'; not used", key.site, key.problem,
                        candidates[i].name, candidates[0].name);
@@ -284,7 +298,7 @@ TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> can
   for (std::size_t i = 0; i < candidates.size(); ++i)
     detail += candidates[i].name + (ms[i] == unset ? std::string(": rejected, its output disagrees with the reference\n")
                                                    : ": " + std::to_string(ms[i] * 1e3) + " us\n");
-  run(best);  // the output is the chosen candidate's, as in every later call
+  (void)run(best);  // the output is the chosen candidate's, as in every later call
   rt::store_choice(key, {candidates[best].name, detail});
   const double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - measuring).count();
   rt::count_measured_choice(spent, measuring_ahead());

@@ -57,6 +57,10 @@ enum class TuneCompiles { none, under_on, under_auto };
 TuneOutcome run_tuned(const rt::TuneKey& key, std::span<const TuneCandidate> candidates, const TuneCheck& check,
                       const rt::Stream& s, TuneCompiles compiles = TuneCompiles::none);
 
+// Whether the candidate running now on this thread is run_tuned's outcome, whose output the
+// caller keeps (not a measurement's run, nor a shape-only pass's planning of the others).
+bool running_outcome();
+
 // The problems a shape-only pass on this thread found the tuner will measure at their first
 // call (no choice remembered), in order, each once; returned and forgotten. plan_kernels puts
 // them in its plan, and prefetch_kernels measures the cuBLASLt ones ahead of the run.

@@ -302,11 +302,15 @@ class BackwardEngine {
 
   // Marks the leaf's gradient final (after any pending fused work on it runs), for an
   // optimizer step that updates it before the backward ends; runs its grad-ready hooks, in
-  // the order they were added.
+  // the order they were added. A held kernel that writes the gradient (a split's sums) stays
+  // held where no hook reads it, for the step to make in its update after the backward.
   static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
     if (step::in_compiled_call() && leaf->grad.defined() && leaf->grad.device().is_cuda()) {
-      step::before_use(leaf->grad);
+      bool held = false;
+      if (leaf->grad_ready_hooks.empty()) held = step::before_ready(leaf->grad);
+      else step::before_use(leaf->grad);
       grad_stream::mark_ready(leaf.get(), leaf->storage.get(), leaf->grad.device().index());
+      if (held) grad_stream::read_after(leaf->storage.get());
     }
     if (leaf->grad_ready_hooks.empty()) return;
     grad_stream::join();  // a hook may read the gradient on any stream

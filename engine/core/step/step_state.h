@@ -71,6 +71,9 @@ class StepCompiler {
   // t is about to be read or written by other work: run the pending group if it involves t, and
   // a held product whatever t is.
   virtual void before_use(const Tensor& t) = 0;
+  // before_use for a gradient that became final, except that a held product writing exactly t
+  // stays held (true): the step's update takes it (held_for).
+  virtual bool before_ready(const Tensor& t) = 0;
   // Holds p until the next address taken (by any launch) or the call's end, for the op after it
   // to take (take_held); false where this thread fuses nothing, or on another device: the caller
   // runs it.
@@ -78,6 +81,8 @@ class StepCompiler {
   // The held product when it writes exactly t (same storage, offset, shape and strides): taken,
   // so the caller runs it or its fused form. Else the held product runs, and nullopt.
   virtual std::optional<HeldProduct> take_held(const Tensor& t) = 0;
+  // The held product when it writes exactly t, taken; else nullopt, and it stays held.
+  virtual std::optional<HeldProduct> held_for(const Tensor& t) = 0;
   // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: the
   // cast as the graph's input copy writes it (an eager call notes it and makes it with the
   // same kernel); nullopt where the step's own cast runs.
@@ -119,9 +124,13 @@ inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tenso
 inline void before_use(const Tensor& t) {
   if (fusing()) compiler().before_use(t);
 }
+inline bool before_ready(const Tensor& t) { return fusing() && compiler().before_ready(t); }
 inline bool hold_product(HeldProduct p) { return fusing() && compiler().hold_product(std::move(p)); }
 inline std::optional<HeldProduct> take_held(const Tensor& t) {
   return fusing() ? compiler().take_held(t) : std::nullopt;
+}
+inline std::optional<HeldProduct> held_for(const Tensor& t) {
+  return fusing() ? compiler().held_for(t) : std::nullopt;
 }
 // Around an op defer_pointwise declined: tells the compiler once it has run, thrown or not.
 class RunAlone {

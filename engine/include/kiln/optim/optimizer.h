@@ -6,11 +6,16 @@
 //   loss.backward(); opt.step(); opt.zero_grad();
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/nn/module.h"
 #include "kiln/tensor.h"
+
+namespace kiln::kernels {
+struct SplitSums;
+}
 
 namespace kiln::optim {
 
@@ -74,6 +79,10 @@ class Optimizer {
   // Updates every span (at most 32, of parameters on one CUDA device with one dtype; counts
   // resolved) from the whole gradients (contiguous, in the same order) with one launch.
   virtual void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) = 0;
+  // Updates a whole CUDA parameter whose gradient a compiled step left as a split's rows, with
+  // one launch that sums them into grad and updates from them; false (nothing done) where this
+  // optimizer has no such kernel: the rows are summed first, then update_gpu runs.
+  virtual bool update_gpu_summing(const ParamSpan&, const Tensor&, const kernels::SplitSums&) { return false; }
   // Called once per step before any update: a step may update a parameter in several spans.
   virtual void begin_step() {}
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
@@ -95,8 +104,16 @@ class Optimizer {
   virtual std::string name() const { return "optim"; }       // the component in messages
 
  private:
+  struct HeldSums;
   void advance();                 // checks the limit and counts one step
   void update_all(const std::vector<ParamSpan>& spans);
+  // A gradient of this step's parameters that a compiled step left as a split's rows (the
+  // backward's last weight gradient), for its update to sum; run_held_sums sums them where no
+  // update did.
+  void take_held_sums();
+  void run_held_sums() noexcept;
+  // Whether s was updated from its held rows (update_gpu_summing); else they are summed now.
+  bool updated_summing(const ParamSpan& s);
   // Inside a captured step, right after its backward: the parameters whose gradients were final
   // before the last ones updated as soon as they were, beside the backward's last kernels, then
   // the rest. False (nothing done) where that does not apply.
@@ -113,6 +130,7 @@ class Optimizer {
   double lr_;
   std::int64_t steps_ = 0;
   std::uint64_t skip_flag_ = 0;  // set during step_unless only
+  std::shared_ptr<HeldSums> held_sums_;  // during a step only
 };
 
 struct SgdOptions {
@@ -161,6 +179,7 @@ class Adam : public Optimizer {
  protected:
   void update(const ParamSpan& span, const Tensor& grad) override;
   void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) override;
+  bool update_gpu_summing(const ParamSpan& span, const Tensor& grad, const kernels::SplitSums& sums) override;
   std::vector<std::string> slot_names() const override;
   std::vector<double> step_values() const override;  // lr, 1 - beta1^t, 1 - beta2^t
   bool slot_nonnegative(std::size_t slot) const override { return slot == 1; }  // exp_avg_sq

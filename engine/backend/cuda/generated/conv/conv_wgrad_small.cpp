@@ -3,8 +3,11 @@
 // images a block sums; the kernel and the reduce of its f32 workspace of per-block sums.
 #include <algorithm>
 #include <climits>
+#include <memory>
+#include <optional>
 
 #include "backend/cuda/launch_common.h"
+#include "backend/cuda/split_sums.h"
 #include "conv_kinds.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
@@ -85,7 +88,7 @@ std::string wgrad_small_source(const ConvLaunch& l) {
   const auto& p = std::get<SmallWgradPlan>(l.plan);
   rt::Bindings b = size_bindings(l.g, {"G", "N"});  // the batch is an argument
   b.push_back({"PRELUDE", rt::device_prelude(DTypes{l.dtype})});
-  b.push_back({"WGRAD_SMALL_REDUCE", rt::template_source("conv_wgrad_small_reduce")});
+  b.push_back({"WGRAD_SMALL_REDUCE", rt::template_source("row_sums") + rt::template_source("conv_wgrad_small_reduce")});
   if (p.mma) {
     b.push_back({"MMA_OPS", rt::template_source("mma")});
     b.push_back({"MMA", num(static_cast<int>(l.math))});
@@ -102,21 +105,35 @@ std::string wgrad_small_source(const ConvLaunch& l) {
 }
 
 void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m) {
+  static_assert(kThreads == kSplitSumThreads, "the reduce sums as row_sums.cu's callers do");
   const auto& p = std::get<SmallWgradPlan>(l.plan);
   const rt::Stream& st = *ops.stream;
   const rt::Function fn = rt::generated_function(m, "kiln_conv_wgrad_small", st.device());
   const rt::Function reduce = rt::generated_function(m, "kiln_conv_wgrad_small_reduce", st.device());
   const std::int64_t weights = l.g.o * l.g.c * l.g.kh * l.g.kw;
-  const rt::DeviceBuffer ws(sizeof(float) * static_cast<std::size_t>(p.blocks * weights), st);
+  auto ws = std::make_shared<rt::DeviceBuffer>(sizeof(float) * static_cast<std::size_t>(p.blocks * weights), st);
   rt::LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(p.blocks), 1, 1};
   cfg.block = {static_cast<unsigned>(kThreads), 1, 1};
   cfg.shared_bytes = static_cast<unsigned>(p.smem);
-  rt::launch(fn, cfg, st, ops.a, ops.b, ws.ptr(), static_cast<int>(l.g.n));
+  rt::launch(fn, cfg, st, ops.a, ops.b, ws->ptr(), static_cast<int>(l.g.n));
   rt::LaunchConfig red;
   red.grid = {static_cast<unsigned>(ceil_div(weights, 32)), 1, 1};  // 32 weights a block
   red.block = {static_cast<unsigned>(kThreads), 1, 1};
-  rt::launch(reduce, red, st, ws.ptr(), ops.out, static_cast<int>(p.blocks));
+  auto run_reduce = [reduce, red, &st, ws, out = ops.out, blocks = static_cast<int>(p.blocks)] {
+    rt::launch(reduce, red, st, ws->ptr(), out, blocks);
+  };
+  if (std::optional<DeferredSums>* into = deferred_sums()) {
+    DeferredSums& d = into->emplace();
+    d.sums.ws = ws->ptr();
+    d.sums.rows = p.blocks;
+    d.sums.columns = weights;
+    d.sums.threads = kThreads;
+    d.sums.keep = ws;
+    d.run = std::move(run_reduce);
+    return;
+  }
+  run_reduce();
 }
 
 }  // namespace kiln::kernels::conv_kinds

@@ -2,6 +2,7 @@
 // parameter dtype, and the scale update (f32 only).
 #include "optim_kernels.h"
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -21,13 +22,30 @@ namespace {
 using rt::KernelSpec;
 
 // f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64. Every instance binds
-// both half headers: SGD and Adam also write autocast's f16/bf16 copies of the parameters.
+// both half headers (SGD and Adam also write autocast's f16/bf16 copies of the parameters) and
+// the split's column sums (row_sums.cu), which one Adam entry makes.
+rt::Bindings optim_bindings(DType t, DType compute) {
+  return {{"PRELUDE", rt::device_prelude(DTypes{t, DType::f16, DType::bf16})},
+          {"T", std::string(cuda_storage_type(t))},
+          {"S", std::string(cuda_storage_type(compute))},
+          {"ROW_SUMS", rt::template_source("row_sums")}};
+}
+
 const KernelSpec& register_optim_entry(const char* op, const char* entry) {
-  return register_float_spec(op, "optim", entry, "S", true);
+  KernelSpec s;
+  s.op = op;
+  s.template_name = "optim";
+  s.entry = entry;
+  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
+  s.bind = [](const DTypes& d, std::uint32_t) {
+    return optim_bindings(d[0], d[0] == DType::f64 ? DType::f64 : DType::f32);
+  };
+  return rt::register_kernel(std::move(s));
 }
 
 const KernelSpec& kSgd = register_optim_entry("sgd_step", "kiln_sgd_step");
 const KernelSpec& kAdam = register_optim_entry("adam_step", "kiln_adam_step");
+const KernelSpec& kAdamRows = register_optim_entry("adam_rows_step", "kiln_adam_rows_step");
 const KernelSpec& kUnscale = register_optim_entry("unscale_grads", "kiln_unscale_grads");
 
 // The scale update reads no tensor of a parameter's dtype: one f32 instance.
@@ -37,9 +55,7 @@ const KernelSpec& register_update_scale() {
   s.template_name = "optim";
   s.entry = "kiln_update_scale";
   s.dtypes = {DTypes{DType::f32}};
-  s.bind = [](const DTypes&, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", rt::device_prelude(DTypes{DType::f32, DType::f16, DType::bf16})}, {"T", "float"}, {"S", "float"}};
-  };
+  s.bind = [](const DTypes&, std::uint32_t) { return optim_bindings(DType::f32, DType::f32); };
   return rt::register_kernel(std::move(s));
 }
 
@@ -106,6 +122,24 @@ void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::D
   if (cfg.grid.x == 0) return;
   const std::int32_t dec = decoupled ? 1 : 0;
   rt::launch(optim_function(kAdam, t, s), cfg, s, a, step, skip, beta1, beta2, eps, weight_decay, dec);
+}
+
+void launch_adam_rows_step(DType t, const OptimTensors& ts, const SplitSums& sums, rt::DevicePtr step,
+                           rt::DevicePtr skip, double beta1, double beta2, double eps, double weight_decay,
+                           bool decoupled, const rt::Stream& s) {
+  if (ts.count != 1 || sums.threads != kSplitSumThreads || sums.rows < 1 || sums.rows > INT_MAX ||
+      sums.columns != ts.n[0])
+    throw ValueError("[optim] adam_rows_step takes one tensor of n elements and the n columns of 1 to 2^31 - 1 rows, "
+                     "summed by 256 threads a block; got " +
+                     std::to_string(ts.count) + " tensors, " + std::to_string(sums.rows) + " x " +
+                     std::to_string(sums.columns) + " rows by " + std::to_string(sums.threads));
+  rt::LaunchConfig cfg;
+  const TensorListArg a = list_arg(ts, cfg);
+  if (ts.n[0] == 0) return;
+  cfg.grid.x = static_cast<unsigned>((ts.n[0] + 31) / 32);  // 32 columns a block
+  const std::int32_t dec = decoupled ? 1 : 0, rows = static_cast<std::int32_t>(sums.rows);
+  rt::launch(optim_function(kAdamRows, t, s), cfg, s, a, sums.ws, rows, step, skip, beta1, beta2, eps, weight_decay,
+             dec);
 }
 
 void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, rt::DevicePtr found_inf,

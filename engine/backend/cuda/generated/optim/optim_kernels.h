@@ -4,6 +4,7 @@
 // the scale update. The optimizers in engine/optim fill the lists and call these.
 #include <cstdint>
 
+#include "backend/cuda/split_sums.h"
 #include "kiln/dtype.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/memory.h"
@@ -30,6 +31,12 @@ void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::De
                      double dampening, double weight_decay, bool nesterov, const rt::Stream& s);
 void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double beta1,
                       double beta2, double eps, double weight_decay, bool decoupled, const rt::Stream& s);
+// Adam on ts's one parameter whose gradient ts.g[0] is the column sums of `sums` (ts.n[0]
+// columns): one launch sums them into ts.g[0] (in the order of the split's own reduce, whether
+// or not skip is set) and updates from them. ValueError for another count, width or block size.
+void launch_adam_rows_step(DType t, const OptimTensors& ts, const SplitSums& sums, rt::DevicePtr step,
+                           rt::DevicePtr skip, double beta1, double beta2, double eps, double weight_decay,
+                           bool decoupled, const rt::Stream& s);
 // GradScaler: the gradients ts.g (of dtype t) divided in place by the f32 *scale, with the f32
 // *found_inf set to 1 when one was inf or NaN; then the scale update (torch's _amp_update_scale_)
 // of the f32 scale and the i64 count of clean steps.
