@@ -277,18 +277,25 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
   kernels::ConvOperands ops = operands(x, gy, dw);
   const rt::Stream& main = *ops.stream;
   ops.stream = &grad_stream::fork(main, {x, gy, dw});
-  // On the device's stream inside a compiled step, a kind whose last kernel sums a split's rows
-  // leaves that kernel held for the op after it: an optimizer step makes the sums in its update.
+  // Inside a compiled step, a kind whose last kernel sums a split's rows leaves that kernel held
+  // for the op after it: an optimizer step makes the sums in its update.
   std::optional<kernels::DeferredSums> sums;
   bool ran = false;
   {
-    const kernels::DeferSplitSums defer(step::fusing() && ops.stream == &main ? &sums : nullptr);
+    const kernels::DeferSplitSums defer(step::fusing() ? &sums : nullptr);
     ran = kernels::run_generated_conv(ConvPass::grad_weight, g, ops, allow_conv_tf32()) != kernels::ConvRan::no;
   }
-  if (ran) {
-    if (sums && !step::hold_product({dw, sums->run, sums->sums})) sums->run();
-    return;
+  if (ran && sums) {
+    // While the backward's side work is pending the reduce runs where the rows were written;
+    // after its join, on the device's stream, which has waited for them (as has any stream that
+    // forks from it later, so the workspace freed on the second stream is safe to reuse there).
+    const rt::Stream* side = ops.stream;
+    auto run = [reduce = std::move(sums->run), side, &main] {
+      reduce(grad_stream::beside(side->handle(), main.handle()) ? *side : main);
+    };
+    if (!step::hold_product({dw, run, sums->sums})) run();
   }
+  if (ran) return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32
   // too), the f32 path sums the same products.
   if (dw.dtype() != x.dtype()) return conv_grad_weight_gpu(g, convert(x, dw.dtype()), convert(gy, dw.dtype()), dw);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "kiln/runtime/device.h"
 #include "kiln/runtime/memory.h"
 
 namespace kiln::kernels {
@@ -22,10 +23,11 @@ struct SplitSums {
   std::shared_ptr<const void> keep;  // the workspace, freed on its stream after the last use
 };
 
-// The rows, and the reduce the kind would have launched: run() sums them into the gradient.
+// The rows, and the reduce the kind would have launched: run(s) sums them into the gradient on
+// s (the stream that wrote them, or one that has waited for it).
 struct DeferredSums {
   SplitSums sums;
-  std::function<void()> run;
+  std::function<void(const rt::Stream&)> run;
 };
 
 // While alive, the weight-gradient kernels run as run_tuned's outcome on this thread leave their

@@ -120,8 +120,8 @@ void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m) 
   rt::LaunchConfig red;
   red.grid = {static_cast<unsigned>(ceil_div(weights, 32)), 1, 1};  // 32 weights a block
   red.block = {static_cast<unsigned>(kThreads), 1, 1};
-  auto run_reduce = [reduce, red, &st, ws, out = ops.out, blocks = static_cast<int>(p.blocks)] {
-    rt::launch(reduce, red, st, ws->ptr(), out, blocks);
+  auto run_reduce = [reduce, red, ws, out = ops.out, blocks = static_cast<int>(p.blocks)](const rt::Stream& on) {
+    rt::launch(reduce, red, on, ws->ptr(), out, blocks);
   };
   if (std::optional<DeferredSums>* into = deferred_sums()) {
     DeferredSums& d = into->emplace();
@@ -133,7 +133,7 @@ void launch_wgrad_small(const ConvLaunch& l, const ConvOperands& ops, Module m) 
     d.run = std::move(run_reduce);
     return;
   }
-  run_reduce();
+  run_reduce(st);
 }
 
 }  // namespace kiln::kernels::conv_kinds
