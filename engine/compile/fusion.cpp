@@ -133,9 +133,10 @@ void flush_group(const char* why) {
 // find itself held).
 void run_held(Fusion& f) {
   if (!f.held) return;
-  const std::function<void()> run = std::move(f.held->run);
+  const std::function<void()> run = std::move(f.held->run), after = std::move(f.held->after_run);
   f.held.reset();
   run();
+  if (after) after();
 }
 
 bool same_view(const Tensor& a, const Tensor& b) {
@@ -192,7 +193,12 @@ void before_use(const Tensor& t) {
     flush_group("other work reads or writes a value it holds");
 }
 
-bool before_ready(const Tensor& t) {
+bool holds(const Tensor& t) {
+  const Fusion* f = t_fusion;
+  return f && f->held && same_view(f->held->output, t);
+}
+
+bool before_ready(const Tensor& t, std::function<void()> after_run) {
   Fusion* f = t_fusion;
   // A pending group with t in it runs now, and its launch the held product before it.
   const bool in_group =
@@ -201,6 +207,7 @@ bool before_ready(const Tensor& t) {
     before_use(t);
     return false;
   }
+  f->held->after_run = std::move(after_run);
   return true;
 }
 

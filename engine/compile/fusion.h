@@ -3,6 +3,7 @@
 // shape (any dtypes, casts and tensor-scalar ops included) are held back and run as one
 // generated kernel when something needs their values. Values nothing else holds are never
 // written.
+#include <functional>
 #include <optional>
 #include <span>
 
@@ -29,8 +30,10 @@ void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) 
 // t is about to be read or written by other work: run the pending group if it involves t, and
 // a held product whatever t is.
 void before_use(const Tensor& t);
-// before_use, but a held product that writes exactly t stays held: true.
-bool before_ready(const Tensor& t);
+// before_use, but a held product that writes exactly t stays held (true), to call after_run
+// should it run.
+bool before_ready(const Tensor& t, std::function<void()> after_run);
+bool holds(const Tensor& t);  // whether the held product writes exactly t
 // step::StepCompiler's hold_product and take_held: one product at a time, held until any
 // address is taken (every launch takes its operands' first: ops held back as a pointwise group
 // take none, so a cast of the labels on the way to the loss does not end it) or the call ends.

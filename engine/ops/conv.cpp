@@ -293,7 +293,7 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
     auto run = [reduce = std::move(sums->run), side, &main] {
       reduce(grad_stream::beside(side->handle(), main.handle()) ? *side : main);
     };
-    if (!step::hold_product({dw, run, sums->sums})) run();
+    if (!step::hold_product({.output = dw, .run = run, .fused = sums->sums})) run();
   }
   if (ran) return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32

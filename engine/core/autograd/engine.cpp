@@ -290,6 +290,13 @@ class BackwardEngine {
       return;
     }
     if (step::in_compiled_call()) {
+      // A weight gradient's split sums held for the step's update (backend/cuda/split_sums.h)
+      // write g, which nothing else sees: g becomes .grad() as the grad sink will in later steps,
+      // so the eager call's update sums them as the captured one will.
+      if (g.dtype() == leaf->dtype && g.is_contiguous() && step::holds(g)) {
+        leaf->grad = std::move(g);
+        return;
+      }
       // The first step of a compiled function copies as later ones will, so its eager call
       // loads every kernel the capture needs.
       leaf->grad = own_copy();
@@ -303,13 +310,17 @@ class BackwardEngine {
   // Marks the leaf's gradient final (after any pending fused work on it runs), for an
   // optimizer step that updates it before the backward ends; runs its grad-ready hooks, in
   // the order they were added. A held kernel that writes the gradient (a split's sums) stays
-  // held where no hook reads it, for the step to make in its update after the backward.
+  // held where no hook reads it, for the step to make in its update after the backward: the
+  // leaf updates after the backward, unless other work runs the kernel first, which marks it
+  // ready then.
   static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
     if (step::in_compiled_call() && leaf->grad.defined() && leaf->grad.device().is_cuda()) {
+      const int device = leaf->grad.device().index();
+      auto mark = [leaf, device] { grad_stream::mark_ready(leaf.get(), leaf->storage.get(), device); };
       bool held = false;
-      if (leaf->grad_ready_hooks.empty()) held = step::before_ready(leaf->grad);
+      if (leaf->grad_ready_hooks.empty()) held = step::before_ready(leaf->grad, mark);
       else step::before_use(leaf->grad);
-      grad_stream::mark_ready(leaf.get(), leaf->storage.get(), leaf->grad.device().index());
+      mark();
       if (held) grad_stream::read_after(leaf->storage.get());
     }
     if (leaf->grad_ready_hooks.empty()) return;

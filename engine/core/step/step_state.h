@@ -44,6 +44,7 @@ struct HeldProduct {
   std::function<void()> run;
   std::any fused;
   bool ran = false;
+  std::function<void()> after_run = {};  // called once run() has run (not when a consumer takes it)
 };
 
 // What engine/compile does for the layers below it.
@@ -72,8 +73,11 @@ class StepCompiler {
   // a held product whatever t is.
   virtual void before_use(const Tensor& t) = 0;
   // before_use for a gradient that became final, except that a held product writing exactly t
-  // stays held (true): the step's update takes it (held_for).
-  virtual bool before_ready(const Tensor& t) = 0;
+  // stays held (true), with `after_run` to call should it run after all: the step's update takes
+  // it (held_for).
+  virtual bool before_ready(const Tensor& t, std::function<void()> after_run) = 0;
+  // Whether the held product writes exactly t.
+  virtual bool holds(const Tensor& t) = 0;
   // Holds p until the next address taken (by any launch) or the call's end, for the op after it
   // to take (take_held); false where this thread fuses nothing, or on another device: the caller
   // runs it.
@@ -124,7 +128,10 @@ inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tenso
 inline void before_use(const Tensor& t) {
   if (fusing()) compiler().before_use(t);
 }
-inline bool before_ready(const Tensor& t) { return fusing() && compiler().before_ready(t); }
+inline bool before_ready(const Tensor& t, std::function<void()> after_run) {
+  return fusing() && compiler().before_ready(t, std::move(after_run));
+}
+inline bool holds(const Tensor& t) { return fusing() && compiler().holds(t); }
 inline bool hold_product(HeldProduct p) { return fusing() && compiler().hold_product(std::move(p)); }
 inline std::optional<HeldProduct> take_held(const Tensor& t) {
   return fusing() ? compiler().take_held(t) : std::nullopt;
