@@ -6,8 +6,8 @@
 #include "backend/cuda/split_sums.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
-#include "kiln/optim/optimizer.h"
 #include "core/registry.h"
+#include "kiln/optim/optimizer.h"
 #include "optim_common.h"
 
 namespace kiln::optim {

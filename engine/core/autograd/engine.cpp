@@ -318,8 +318,10 @@ class BackwardEngine {
       const int device = leaf->grad.device().index();
       auto mark = [leaf, device] { grad_stream::mark_ready(leaf.get(), leaf->storage.get(), device); };
       bool held = false;
-      if (leaf->grad_ready_hooks.empty()) held = step::before_ready(leaf->grad, mark);
-      else step::before_use(leaf->grad);
+      if (leaf->grad_ready_hooks.empty())
+        held = step::before_ready(leaf->grad, mark);
+      else
+        step::before_use(leaf->grad);
       mark();
       if (held) grad_stream::read_after(leaf->storage.get());
     }

@@ -136,9 +136,7 @@ inline bool hold_product(HeldProduct p) { return fusing() && compiler().hold_pro
 inline std::optional<HeldProduct> take_held(const Tensor& t) {
   return fusing() ? compiler().take_held(t) : std::nullopt;
 }
-inline std::optional<HeldProduct> held_for(const Tensor& t) {
-  return fusing() ? compiler().held_for(t) : std::nullopt;
-}
+inline std::optional<HeldProduct> held_for(const Tensor& t) { return fusing() ? compiler().held_for(t) : std::nullopt; }
 // Around an op defer_pointwise declined: tells the compiler once it has run, thrown or not.
 class RunAlone {
  public:

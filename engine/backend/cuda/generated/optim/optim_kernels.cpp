@@ -7,13 +7,13 @@
 #include <string>
 #include <utility>
 
+#include "backend/cuda/launch_common.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "kiln/runtime/launch.h"
 #include "kiln/runtime/module_cache.h"
 #include "kiln/runtime/templates.h"
-#include "backend/cuda/launch_common.h"
 
 namespace kiln::kernels {
 
@@ -129,10 +129,11 @@ void launch_adam_rows_step(DType t, const OptimTensors& ts, const SplitSums& sum
                            bool decoupled, const rt::Stream& s) {
   if (ts.count != 1 || sums.threads != kSplitSumThreads || sums.rows < 1 || sums.rows > INT_MAX ||
       sums.columns != ts.n[0])
-    throw ValueError("[optim] adam_rows_step takes one tensor of n elements and the n columns of 1 to 2^31 - 1 rows, "
-                     "summed by 256 threads a block; got " +
-                     std::to_string(ts.count) + " tensors, " + std::to_string(sums.rows) + " x " +
-                     std::to_string(sums.columns) + " rows by " + std::to_string(sums.threads));
+    throw ValueError(
+        "[optim] adam_rows_step takes one tensor of n elements and the n columns of 1 to 2^31 - 1 rows, "
+        "summed by 256 threads a block; got " +
+        std::to_string(ts.count) + " tensors, " + std::to_string(sums.rows) + " x " + std::to_string(sums.columns) +
+        " rows by " + std::to_string(sums.threads));
   rt::LaunchConfig cfg;
   const TensorListArg a = list_arg(ts, cfg);
   if (ts.n[0] == 0) return;
