@@ -125,15 +125,23 @@ __device__ __forceinline__ AdamScalars adam_scalars(const double* __restrict__ s
   return a;
 }
 
+// Rounded f32/f64 arithmetic the compiler may not contract into FMAs: it would pick which
+// products to fuse per kernel, and both Adam kernels must round alike.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 // One element: p, g as loaded; m and v updated in place. Returns the new parameter as stored.
 __device__ __forceinline__ T adam_element(const AdamScalars& a, S pi, S gi, S& m, S& v) {
-  if (a.decoupled) pi *= a.decay;
-  else if (a.l2_on) gi += a.l2 * pi;
-  const S mi = a.b1 * m + a.one_b1 * gi;
-  const S vi = a.b2 * v + a.one_b2 * gi * gi;
+  if (a.decoupled) pi = mul_rn(pi, a.decay);
+  else if (a.l2_on) gi = add_rn(gi, mul_rn(a.l2, pi));
+  const S mi = add_rn(mul_rn(a.b1, m), mul_rn(a.one_b1, gi));
+  const S vi = add_rn(mul_rn(a.b2, v), mul_rn(mul_rn(a.one_b2, gi), gi));
   m = mi;
   v = vi;
-  return kiln::cvt<T>(pi - a.step_size * mi / (kiln::math::sqrt(vi) / a.bc2_sqrt + a.eps));
+  const S denom = add_rn(kiln::math::sqrt(vi) / a.bc2_sqrt, a.eps);
+  return kiln::cvt<T>(add_rn(pi, -(mul_rn(a.step_size, mi) / denom)));
 }
 
 #ifdef KILN_ENTRY_kiln_adam_step
