@@ -215,8 +215,9 @@ void Optimizer::run_parts(const std::vector<std::vector<ParamSpan>>& parts,
     if (g.device() != p.device())
       throw DeviceError(which() + "has a gradient on " + g.device().str() + " but lives on " + p.device().str());
   }
-  // Taken before any address is: writing the step values would end the hold.
-  take_held_sums();
+  // Taken before any address is: writing the step values would end the hold. Only for a step in
+  // one part: a part's `before` may read gradients the update has not summed yet.
+  if (parts.size() == 1) take_held_sums();
   struct SumsLeft {
     Optimizer& o;
     ~SumsLeft() { o.run_held_sums(); }
