@@ -1,7 +1,8 @@
 // A compiled step's first conv: its weight gradient's split rows are summed by Adam's update
 // kernel (kiln_adam_rows_step) instead of the small kind's reduce, one launch fewer, and every
-// loss, parameter and gradient keeps eager's bits; SGD, a ready hook or a step skipped on a
-// device flag (whose address is taken first) sum them as before.
+// loss, parameter and gradient keeps eager's bits; SGD, a ready hook, a step skipped on a device
+// flag (whose address is taken first) or a step in parts (whose before() may read the gradient)
+// sum them as before.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -29,10 +30,10 @@ struct HeldSumsHeuristics {
   ~HeldSumsHeuristics() { rt::set_tune_mode(was); }
 };
 
-enum class Update { adam, adamw, sgd, skipped, hooked };
+enum class Update { adam, adamw, sgd, skipped, hooked, parts };
 
 struct HeldSumsRun {
-  std::vector<std::uint32_t> losses;
+  std::vector<std::uint32_t> losses, read_sums;  // read_sums: Update::parts's reads of the conv's gradient
   std::vector<std::vector<std::uint32_t>> params, grads;
   std::map<std::string, std::size_t> kernels;  // the graph's, by name (compiled only)
 };
@@ -67,15 +68,23 @@ HeldSumsRun train(bool compiled, Update update, int steps = 4) {
       loss = cross_entropy(net(in[0]), in[1]);
     }
     loss.backward();
+    Tensor read;
     if (update == Update::skipped)
       opt->step_unless(skip);
+    else if (update == Update::parts)
+      opt->step_in_parts({{0}}, [&](std::size_t) { read = sum(conv_weight.grad()); });
     else
       opt->step();
+    if (read.defined()) return std::vector<Tensor>{loss.detach(), read};
     return std::vector<Tensor>{loss.detach()};
   };
   CompiledFunction cf = compile(fn);
   HeldSumsRun o;
-  for (int i = 0; i < steps; ++i) o.losses.push_back(f32_bits(compiled ? cf({x, y})[0] : fn({x, y})[0])[0]);
+  for (int i = 0; i < steps; ++i) {
+    const std::vector<Tensor> out = compiled ? cf({x, y}) : fn({x, y});
+    o.losses.push_back(f32_bits(out[0])[0]);
+    if (out.size() > 1) o.read_sums.push_back(f32_bits(out[1])[0]);
+  }
   for (const Tensor& p : net.parameters()) {
     o.params.push_back(f32_bits(p));
     o.grads.push_back(f32_bits(p.grad()));
@@ -98,6 +107,7 @@ void check_same_bits(const HeldSumsRun& compiled, const HeldSumsRun& eager) {
   CHECK(compiled.losses == eager.losses);
   CHECK(compiled.params == eager.params);
   CHECK(compiled.grads == eager.grads);
+  CHECK(compiled.read_sums == eager.read_sums);
 }
 
 }  // namespace
@@ -120,8 +130,11 @@ TEST_CASE("a compiled step's Adam sums its first conv's weight-gradient rows: on
 
 TEST_CASE("a held weight gradient's rows are summed apart where the update cannot sum them") {
   const HeldSumsHeuristics heuristics;
-  for (const Update update : {Update::sgd, Update::hooked, Update::skipped}) {
-    const std::string name = update == Update::sgd ? "SGD" : update == Update::hooked ? "ready hook" : "skipped";
+  for (const Update update : {Update::sgd, Update::hooked, Update::skipped, Update::parts}) {
+    const std::string name = update == Update::sgd      ? "SGD"
+                             : update == Update::hooked ? "ready hook"
+                             : update == Update::parts  ? "in parts, the first part's before() reading the gradient"
+                                                        : "skipped";
     CAPTURE(name);
     const HeldSumsRun eager = train(false, update);
     const HeldSumsRun compiled = train(true, update);
