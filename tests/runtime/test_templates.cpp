@@ -92,11 +92,11 @@ TEST_CASE("embedded templates are listed and readable") {
 }
 
 TEST_CASE("every template takes the one device prelude and repeats none of its helpers") {
-  // reduce_ops, mma, conv_common, conv_stats, conv_wgrad_small_reduce, tf32_split and
+  // reduce_ops, mma, conv_common, conv_stats, conv_wgrad_small_reduce, row_sums, tf32_split and
   // bn_pool_window are pasted into templates after the prelude.
-  const std::vector<std::string> without{
-      "prelude",       "reduce_ops", "mma", "conv_common", "conv_stats", "tf32_split", "conv_wgrad_small_reduce",
-      "bn_pool_window"};
+  const std::vector<std::string> without{"prelude",       "reduce_ops", "mma",      "conv_common",
+                                         "conv_stats",    "tf32_split", "row_sums", "conv_wgrad_small_reduce",
+                                         "bn_pool_window"};
   for (const std::string& name : rt::template_names()) {
     const std::string text = rt::template_source(name);
     const auto p = rt::template_placeholders(text);
