@@ -2,7 +2,7 @@
 // conv_wgrad_small_mma.cu after THREADS, TOTAL and TD, with row_sums.cu before it): dw[i] = sum
 // over blocks b of ws[b][i], where each block of the first kernel stored its row whole. A block
 // takes 32 weights, a lane each. An optimizer step may make these sums in its own kernel
-// instead (optim.cu's kiln_adam_rows_step), in the same order.
+// instead (optim.cu's SGD and Adam, for a gradient given as a split's rows), in the same order.
 extern "C" __global__ void __launch_bounds__(THREADS)
     kiln_conv_wgrad_small_reduce(const float* __restrict__ ws, TD* __restrict__ dw, int BLOCKS) {
   kiln::wait_prior_grids();

@@ -26,6 +26,7 @@ struct Fusion {
   std::vector<const void*> storages;  // of every pending input and output
   int running_alone = 0;              // ops declined and not yet run: an op run inside another is not a group
   std::optional<step::HeldProduct> held{};
+  std::vector<step::HeldProduct> sums{};  // split sums held for the step's update (hold_sums)
 };
 
 thread_local Fusion* t_fusion = nullptr;
@@ -139,6 +140,25 @@ void run_held(Fusion& f) {
   if (after) after();
 }
 
+// Launches the held sums that `pick` selects (taken out of the list first: their launches take
+// addresses, which must not find them held).
+template <class Pick>
+void run_sums(Fusion& f, Pick&& pick) {
+  std::vector<step::HeldProduct> picked;
+  for (auto it = f.sums.begin(); it != f.sums.end();) {
+    if (!pick(*it)) {
+      ++it;
+      continue;
+    }
+    picked.push_back(std::move(*it));
+    it = f.sums.erase(it);
+  }
+  for (step::HeldProduct& p : picked) {
+    p.run();
+    if (p.after_run) p.after_run();
+  }
+}
+
 bool same_view(const Tensor& a, const Tensor& b) {
   return a.defined() && b.defined() && a.impl()->storage.get() == b.impl()->storage.get() && a.offset() == b.offset() &&
          a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
@@ -188,26 +208,37 @@ void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) 
 void before_use(const Tensor& t) {
   Fusion* f = t_fusion;
   if (f && f->held) run_held(*f);
+  if (f && !f->sums.empty() && t.defined())
+    run_sums(*f, [&](const step::HeldProduct& p) { return storage_of(p.output) == storage_of(t); });
   if (!f || f->ops.empty() || !t.defined()) return;
   if (std::find(f->storages.begin(), f->storages.end(), storage_of(t)) != f->storages.end())
     flush_group("other work reads or writes a value it holds");
 }
 
-bool holds(const Tensor& t) {
-  const Fusion* f = t_fusion;
-  return f && f->held && same_view(f->held->output, t);
+namespace {
+
+step::HeldProduct* sums_for(Fusion* f, const Tensor& t) {
+  if (!f) return nullptr;
+  for (step::HeldProduct& p : f->sums)
+    if (same_view(p.output, t)) return &p;
+  return nullptr;
 }
+
+}  // namespace
+
+bool holds(const Tensor& t) { return sums_for(t_fusion, t) != nullptr; }
 
 bool before_ready(const Tensor& t, std::function<void()> after_run) {
   Fusion* f = t_fusion;
-  // A pending group with t in it runs now, and its launch the held product before it.
+  // A pending group with t in it runs now, and its launch the held sums before it.
   const bool in_group =
       f && !f->ops.empty() && std::find(f->storages.begin(), f->storages.end(), storage_of(t)) != f->storages.end();
-  if (!f || !f->held || !same_view(f->held->output, t) || in_group) {
+  step::HeldProduct* p = sums_for(f, t);
+  if (!p || in_group) {
     before_use(t);
     return false;
   }
-  f->held->after_run = std::move(after_run);
+  p->after_run = std::move(after_run);
   return true;
 }
 
@@ -231,12 +262,22 @@ std::optional<step::HeldProduct> take_held(const Tensor& t) {
   return p;
 }
 
-std::optional<step::HeldProduct> held_for(const Tensor& t) {
+bool hold_sums(step::HeldProduct p) {
   Fusion* f = t_fusion;
-  if (!f || !f->held || !same_view(f->held->output, t)) return std::nullopt;
-  std::optional<step::HeldProduct> p = std::move(f->held);
-  f->held.reset();
-  return p;
+  if (!f || !p.output.defined() || p.output.device() != f->device) return false;
+  // Sums already held for the same storage run first: one gradient, one pending write.
+  run_sums(*f, [&](const step::HeldProduct& q) { return storage_of(q.output) == storage_of(p.output); });
+  f->sums.push_back(std::move(p));
+  return true;
+}
+
+std::optional<step::HeldProduct> take_sums(const Tensor& t) {
+  Fusion* f = t_fusion;
+  step::HeldProduct* p = sums_for(f, t);
+  if (!p) return std::nullopt;
+  step::HeldProduct taken = std::move(*p);
+  f->sums.erase(f->sums.begin() + (p - f->sums.data()));
+  return taken;
 }
 
 FusionScope::FusionScope(Device device) {
@@ -256,6 +297,7 @@ FusionScope::~FusionScope() {
 void FusionScope::finish() {
   if (!own_) return;
   run_held(*own_);
+  run_sums(*own_, [](const step::HeldProduct&) { return true; });
   flush_group("the compiled call ended");
 }
 

@@ -27,19 +27,22 @@ bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outp
 // op, which defer_pointwise declined, has run (`finished`) or thrown: logged, and listed in a
 // kernel plan's step unless it ran inside another op.
 void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept;
-// t is about to be read or written by other work: run the pending group if it involves t, and
-// a held product whatever t is.
+// t is about to be read or written by other work: run the pending group if it involves t, a
+// held product whatever t is, and the held sums that write t's storage.
 void before_use(const Tensor& t);
-// before_use, but a held product that writes exactly t stays held (true), to call after_run
-// should it run.
+// before_use, but held sums that write exactly t stay held (true), to call after_run should
+// they run.
 bool before_ready(const Tensor& t, std::function<void()> after_run);
-bool holds(const Tensor& t);  // whether the held product writes exactly t
+bool holds(const Tensor& t);  // whether held sums write exactly t
 // step::StepCompiler's hold_product and take_held: one product at a time, held until any
 // address is taken (every launch takes its operands' first: ops held back as a pointwise group
 // take none, so a cast of the labels on the way to the loss does not end it) or the call ends.
 bool hold_product(step::HeldProduct p);
 std::optional<step::HeldProduct> take_held(const Tensor& t);
-std::optional<step::HeldProduct> held_for(const Tensor& t);  // taken only when it writes exactly t
+// step::StepCompiler's hold_sums and take_sums: any number, each held until its output's
+// storage is used or the call ends.
+bool hold_sums(step::HeldProduct p);
+std::optional<step::HeldProduct> take_sums(const Tensor& t);
 
 // Turns fusion on for the calling thread while alive (nested scopes are no-ops).
 class FusionScope {

@@ -30,7 +30,8 @@ class CaptureAndFusion final : public step::StepCompiler {
   bool holds(const Tensor& t) override { return compile_detail::holds(t); }
   bool hold_product(step::HeldProduct p) override { return compile_detail::hold_product(std::move(p)); }
   std::optional<step::HeldProduct> take_held(const Tensor& t) override { return compile_detail::take_held(t); }
-  std::optional<step::HeldProduct> held_for(const Tensor& t) override { return compile_detail::held_for(t); }
+  bool hold_sums(step::HeldProduct p) override { return compile_detail::hold_sums(std::move(p)); }
+  std::optional<step::HeldProduct> take_sums(const Tensor& t) override { return compile_detail::take_sums(t); }
   std::optional<Tensor> input_cast(const Tensor& t, DType to) override { return compile_detail::input_cast(t, to); }
   std::optional<Tensor> input_gather(const Tensor& source, const Tensor& index) override {
     return compile_detail::input_gather(source, index);

@@ -278,7 +278,7 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
   const rt::Stream& main = *ops.stream;
   ops.stream = &grad_stream::fork(main, {x, gy, dw});
   // Inside a compiled step, a kind whose last kernel sums a split's rows leaves that kernel held
-  // for the op after it: an optimizer step makes the sums in its update.
+  // until the gradient is used: an optimizer step makes the sums in its update.
   std::optional<kernels::DeferredSums> sums;
   bool ran = false;
   {
@@ -293,7 +293,7 @@ void conv_grad_weight_gpu(const ConvGeometry& g, const Tensor& x_in, const Tenso
     auto run = [reduce = std::move(sums->run), side, &main] {
       reduce(grad_stream::beside(side->handle(), main.handle()) ? *side : main);
     };
-    if (!step::hold_product({.output = dw, .run = run, .fused = sums->sums})) run();
+    if (!step::hold_sums({.output = dw, .run = run, .fused = sums->sums})) run();
   }
   if (ran) return;
   // No kernel sums these 16-bit operands into f32: widened to f32 (exactly, and exact in TF32

@@ -124,22 +124,14 @@ kernels::OptimTensors adam_tensors(const std::vector<Tensor>& params, const std:
 
 }  // namespace
 
-void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) {
-  const kernels::OptimTensors ts =
+void Adam::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads,
+                      const std::vector<const kernels::SplitSums*>& sums) {
+  kernels::OptimTensors ts =
       adam_tensors(params(), spans, grads, [this](std::size_t i, std::size_t k) { return slot(i, k); });
+  detail::set_split_sums(ts, sums);
   const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_adam_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.beta1, o_.beta2, o_.eps,
                             o_.weight_decay, decoupled(), detail::update_stream(p0.device()));
-}
-
-bool Adam::update_gpu_summing(const ParamSpan& span, const Tensor& grad, const kernels::SplitSums& sums) {
-  if (sums.threads != kernels::kSplitSumThreads || sums.columns != grad.numel() || !grad.is_contiguous()) return false;
-  const kernels::OptimTensors ts =
-      adam_tensors(params(), {span}, {grad}, [this](std::size_t i, std::size_t k) { return slot(i, k); });
-  const Tensor& p = this->params()[span.index];
-  kernels::launch_adam_rows_step(p.dtype(), ts, sums, step_values_on(p.device()), skip_flag(), o_.beta1, o_.beta2,
-                                 o_.eps, o_.weight_decay, decoupled(), detail::update_stream(p.device()));
-  return true;
 }
 
 }  // namespace kiln::optim

@@ -62,5 +62,7 @@ void low_precision_written(const Tensor& p, LowPrecisionCopy* lp);
 const rt::Stream& update_stream(Device d);
 // Moves entry k of ts, filled for the whole of p, to the span s of it (state in state_dtype).
 void narrow_to_span(kernels::OptimTensors& ts, int k, const Tensor& p, const ParamSpan& s);
+// Entry k of ts takes its gradient as the split rows sums[k], where not null (update_gpu's).
+void set_split_sums(kernels::OptimTensors& ts, const std::vector<const kernels::SplitSums*>& sums);
 
 }  // namespace kiln::optim::detail

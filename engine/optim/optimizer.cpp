@@ -91,6 +91,11 @@ void narrow_to_span(kernels::OptimTensors& ts, int k, const Tensor& p, const Par
   ts.n[k] = s.count;
 }
 
+void set_split_sums(kernels::OptimTensors& ts, const std::vector<const kernels::SplitSums*>& sums) {
+  for (std::size_t k = 0; k < sums.size(); ++k)
+    if (sums[k]) kernels::set_split_sums(ts, static_cast<int>(k), *sums[k]);
+}
+
 }  // namespace detail
 
 namespace {
@@ -215,9 +220,9 @@ void Optimizer::run_parts(const std::vector<std::vector<ParamSpan>>& parts,
     if (g.device() != p.device())
       throw DeviceError(which() + "has a gradient on " + g.device().str() + " but lives on " + p.device().str());
   }
-  // Taken before any address is: writing the step values would end the hold. Only for a step in
-  // one part: a part's `before` may read gradients the update has not summed yet.
-  if (parts.size() == 1) take_held_sums();
+  // Only for a step in one part: a part's `before` may read gradients the update has not summed
+  // yet (held, they are summed when it does).
+  if (parts.size() == 1) take_held_sums(parts[0]);
   struct SumsLeft {
     Optimizer& o;
     ~SumsLeft() { o.run_held_sums(); }
@@ -240,7 +245,7 @@ void Optimizer::update_all(const std::vector<ParamSpan>& spans) {
   std::vector<std::vector<ParamSpan>> groups;
   for (const ParamSpan& s : spans) {
     const Tensor& p = params_[s.index];
-    if (!p.grad().defined() || s.count == 0 || updated_summing(s)) continue;
+    if (!p.grad().defined() || s.count == 0) continue;
     if (!p.device().is_cuda()) {
       update(s, p.grad().contiguous());
       continue;
@@ -257,8 +262,12 @@ void Optimizer::update_all(const std::vector<ParamSpan>& spans) {
   }
   for (const std::vector<ParamSpan>& g : groups) {
     std::vector<Tensor> grads;
-    for (const ParamSpan& s : g) grads.push_back(params_[s.index].grad().contiguous());
-    update_gpu(g, grads);
+    std::vector<const kernels::SplitSums*> sums;
+    for (const ParamSpan& s : g) {
+      grads.push_back(params_[s.index].grad().contiguous());
+      sums.push_back(take_sums_of(s.index));
+    }
+    update_gpu(g, grads, sums);
   }
 }
 

@@ -83,7 +83,8 @@ void SGD::update(const ParamSpan& span, const Tensor& grad) {
   if (buf.defined()) bump_version(buf);
 }
 
-void SGD::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) {
+void SGD::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads,
+                     const std::vector<const kernels::SplitSums*>& sums) {
   const bool momentum = o_.momentum != 0;
   kernels::OptimTensors ts;
   for (std::size_t k = 0; k < spans.size(); ++k) {
@@ -102,6 +103,7 @@ void SGD::update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tens
     if (buf.defined()) bump_version(buf);
   }
   ts.count = static_cast<int>(spans.size());
+  detail::set_split_sums(ts, sums);
   const Tensor& p0 = this->params()[spans.front().index];
   kernels::launch_sgd_step(p0.dtype(), ts, step_values_on(p0.device()), skip_flag(), o_.momentum, o_.dampening,
                            o_.weight_decay, o_.nesterov, detail::update_stream(p0.device()));

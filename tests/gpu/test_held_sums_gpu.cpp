@@ -1,8 +1,8 @@
-// A compiled step's first conv: its weight gradient's split rows are summed by Adam's update
-// kernel (kiln_adam_rows_step) instead of the small kind's reduce, one launch fewer, and every
-// loss, parameter and gradient keeps eager's bits; SGD, a ready hook, a step skipped on a device
-// flag (whose address is taken first) or a step in parts (whose before() may read the gradient)
-// sum them as before.
+// A compiled step's convs: their weight gradients' split rows are summed by the update's own
+// kernel (Adam's, AdamW's or SGD's, also for a step skipped on a device flag) instead of the
+// small kind's reduce, one launch fewer each, and every loss, parameter and gradient keeps
+// eager's bits; a ready hook or a step in parts (whose before() may read the gradient) sum them
+// as before.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -38,12 +38,16 @@ struct HeldSumsRun {
   std::map<std::string, std::size_t> kernels;  // the graph's, by name (compiled only)
 };
 
-// conv (1 -> 8 channels, 5 x 5) -> ReLU -> 2 x 2 max pool -> linear, trained for `steps` steps on
-// fixed batches under autocast to bf16 (the weight gradient of bf16 operands written in f32).
+// conv (1 -> 8 channels, 5 x 5) -> ReLU -> 2 x 2 max pool -> conv (8 -> 16, 3 x 3) -> ReLU -> 2 x 2
+// max pool -> linear, trained for `steps` steps on fixed batches under autocast to bf16 (the
+// weight gradients of bf16 operands written in f32). The second conv's gradient is final before
+// the backward's end (its update may run beside the first conv's weight gradient); the first's
+// is the last.
 HeldSumsRun train(bool compiled, Update update, int steps = 4) {
   Generator gen(7);
   nn::Sequential net(nn::Conv2d(1, 8, {5, 5}, {.padding = {2}}, false, &gen), nn::ReLU(), nn::MaxPool2d({2, 2}),
-                     nn::Flatten(), nn::Linear(8 * 14 * 14, 10, true, &gen));
+                     nn::Conv2d(8, 16, {3, 3}, {}, false, &gen), nn::ReLU(), nn::MaxPool2d({2, 2}), nn::Flatten(),
+                     nn::Linear(16 * 6 * 6, 10, true, &gen));
   net.to(kGpu);
   std::unique_ptr<optim::Optimizer> opt;
   if (update == Update::sgd)
@@ -112,38 +116,44 @@ void check_same_bits(const HeldSumsRun& compiled, const HeldSumsRun& eager) {
 
 }  // namespace
 
-TEST_CASE("a compiled step's Adam sums its first conv's weight-gradient rows: one launch fewer, eager's bits") {
+TEST_CASE("a compiled step's update sums its convs' weight-gradient rows: a launch fewer each, eager's bits") {
   const HeldSumsHeuristics heuristics;
-  for (const Update update : {Update::adam, Update::adamw}) {
-    const std::string name = update == Update::adamw ? "AdamW" : "Adam";
+  for (const Update update : {Update::adam, Update::adamw, Update::sgd, Update::skipped}) {
+    const std::string name = update == Update::adamw     ? "AdamW"
+                             : update == Update::sgd     ? "SGD"
+                             : update == Update::skipped ? "Adam, skipped on a device flag"
+                                                         : "Adam";
     CAPTURE(name);
     const HeldSumsRun eager = train(false, update);
     const HeldSumsRun compiled = train(true, update);
     check_same_bits(compiled, eager);
-    CHECK(eager.losses.front() != eager.losses.back());  // it trains
-    // The small kind ran (its first kernel), and its reduce became the conv weight's update.
-    CHECK(count(compiled, "kiln_conv_wgrad_small") == 1);
+    // Skipped steps change no parameter, but still write the summed gradients.
+    if (update == Update::skipped)
+      CHECK(eager.losses.front() == eager.losses.back());
+    else
+      CHECK(eager.losses.front() != eager.losses.back());
+    // Both convs ran the small kind (its first kernel), and no reduce: the updates made the sums.
+    CHECK(count(compiled, "kiln_conv_wgrad_small") == 2);
     CHECK(count(compiled, "kiln_conv_wgrad_small_reduce") == 0);
-    CHECK(count(compiled, "kiln_adam_rows_step") == 1);
+    // Two launches: the parameters final before the backward's last kernels beside them, then
+    // the first conv's weight; a skipped step updates after the backward, in one.
+    const std::string kernel = update == Update::sgd ? "kiln_sgd_step" : "kiln_adam_step";
+    CHECK(count(compiled, kernel) == (update == Update::skipped ? 1 : 2));
   }
 }
 
-TEST_CASE("a held weight gradient's rows are summed apart where the update cannot sum them") {
+TEST_CASE("held weight-gradient rows are summed apart where a hook or a part's before() reads the gradient") {
   const HeldSumsHeuristics heuristics;
-  for (const Update update : {Update::sgd, Update::hooked, Update::skipped, Update::parts}) {
-    const std::string name = update == Update::sgd      ? "SGD"
-                             : update == Update::hooked ? "ready hook"
-                             : update == Update::parts  ? "in parts, the first part's before() reading the gradient"
-                                                        : "skipped";
+  for (const Update update : {Update::hooked, Update::parts}) {
+    const std::string name =
+        update == Update::hooked ? "a ready hook on the first conv's weight" : "in parts, before() reading it";
     CAPTURE(name);
     const HeldSumsRun eager = train(false, update);
     const HeldSumsRun compiled = train(true, update);
     check_same_bits(compiled, eager);
-    CHECK(count(compiled, "kiln_conv_wgrad_small") == 1);
-    CHECK(count(compiled, "kiln_conv_wgrad_small_reduce") == 1);
-    CHECK(count(compiled, "kiln_adam_rows_step") == 0);
-    // Skipped steps change no parameter, but still write the summed gradients.
-    if (update == Update::skipped) CHECK(eager.losses.front() == eager.losses.back());
-    else CHECK(eager.losses.front() != eager.losses.back());
+    CHECK(eager.losses.front() != eager.losses.back());
+    CHECK(count(compiled, "kiln_conv_wgrad_small") == 2);
+    // The hooked gradient's reduce runs; the other conv's rows reach its update. In parts, both.
+    CHECK(count(compiled, "kiln_conv_wgrad_small_reduce") == (update == Update::hooked ? 1 : 2));
   }
 }

@@ -3,7 +3,7 @@
 // row-major) whose column sums (kernel_templates/row_sums.cu, blocks of kSplitSumThreads) are
 // the gradient. Inside a compiled step the small conv weight-gradient kinds may hand it on
 // instead of launching their reduce, so an optimizer step sums it in its update's kernel
-// (kernels::launch_adam_rows_step): one launch where there were two, the same bits.
+// (kernels::set_split_sums): one launch where there were two, the same bits.
 #include <cstdint>
 #include <functional>
 #include <memory>

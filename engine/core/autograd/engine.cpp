@@ -309,21 +309,18 @@ class BackwardEngine {
 
   // Marks the leaf's gradient final (after any pending fused work on it runs), for an
   // optimizer step that updates it before the backward ends; runs its grad-ready hooks, in
-  // the order they were added. A held kernel that writes the gradient (a split's sums) stays
-  // held where no hook reads it, for the step to make in its update after the backward: the
-  // leaf updates after the backward, unless other work runs the kernel first, which marks it
-  // ready then.
+  // the order they were added. Held sums that write the gradient (a split's rows, written by
+  // now) stay held where no hook reads it, for the step to make in its update; should other
+  // work make them first, the leaf is marked ready again then.
   static void grad_ready(const std::shared_ptr<TensorImpl>& leaf) {
     if (step::in_compiled_call() && leaf->grad.defined() && leaf->grad.device().is_cuda()) {
       const int device = leaf->grad.device().index();
       auto mark = [leaf, device] { grad_stream::mark_ready(leaf.get(), leaf->storage.get(), device); };
-      bool held = false;
       if (leaf->grad_ready_hooks.empty())
-        held = step::before_ready(leaf->grad, mark);
+        (void)step::before_ready(leaf->grad, mark);
       else
         step::before_use(leaf->grad);
       mark();
-      if (held) grad_stream::read_after(leaf->storage.get());
     }
     if (leaf->grad_ready_hooks.empty()) return;
     grad_stream::join();  // a hook may read the gradient on any stream

@@ -72,11 +72,11 @@ class StepCompiler {
   // t is about to be read or written by other work: run the pending group if it involves t, and
   // a held product whatever t is.
   virtual void before_use(const Tensor& t) = 0;
-  // before_use for a gradient that became final, except that a held product writing exactly t
-  // stays held (true), with `after_run` to call should it run after all: the step's update takes
-  // it (held_for).
+  // before_use for a gradient that became final, except that held sums writing exactly t stay
+  // held (true), with `after_run` to call should they run after all: the step's update takes
+  // them (take_sums).
   virtual bool before_ready(const Tensor& t, std::function<void()> after_run) = 0;
-  // Whether the held product writes exactly t.
+  // Whether held sums write exactly t.
   virtual bool holds(const Tensor& t) = 0;
   // Holds p until the next address taken (by any launch) or the call's end, for the op after it
   // to take (take_held); false where this thread fuses nothing, or on another device: the caller
@@ -85,8 +85,12 @@ class StepCompiler {
   // The held product when it writes exactly t (same storage, offset, shape and strides): taken,
   // so the caller runs it or its fused form. Else the held product runs, and nullopt.
   virtual std::optional<HeldProduct> take_held(const Tensor& t) = 0;
-  // The held product when it writes exactly t, taken; else nullopt, and it stays held.
-  virtual std::optional<HeldProduct> held_for(const Tensor& t) = 0;
+  // Holds p, a split's sums into a gradient (its fused part the kernels::SplitSums), until
+  // other work uses its output's storage or the call ends, whatever else launches meanwhile;
+  // false where this thread fuses nothing, or on another device: the caller runs it.
+  virtual bool hold_sums(HeldProduct p) = 0;
+  // The held sums that write exactly t, taken (the caller makes them), or nullopt.
+  virtual std::optional<HeldProduct> take_sums(const Tensor& t) = 0;
   // The step casts t to `to`, and t is all of one of the compiled call's inputs, unchanged: the
   // cast as the graph's input copy writes it (an eager call notes it and makes it with the
   // same kernel); nullopt where the step's own cast runs.
@@ -136,7 +140,10 @@ inline bool hold_product(HeldProduct p) { return fusing() && compiler().hold_pro
 inline std::optional<HeldProduct> take_held(const Tensor& t) {
   return fusing() ? compiler().take_held(t) : std::nullopt;
 }
-inline std::optional<HeldProduct> held_for(const Tensor& t) { return fusing() ? compiler().held_for(t) : std::nullopt; }
+inline bool hold_sums(HeldProduct p) { return fusing() && compiler().hold_sums(std::move(p)); }
+inline std::optional<HeldProduct> take_sums(const Tensor& t) {
+  return fusing() ? compiler().take_sums(t) : std::nullopt;
+}
 // Around an op defer_pointwise declined: tells the compiler once it has run, thrown or not.
 class RunAlone {
  public:

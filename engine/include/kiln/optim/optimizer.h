@@ -78,11 +78,14 @@ class Optimizer {
   virtual void update(const ParamSpan& span, const Tensor& grad) = 0;
   // Updates every span (at most 32, of parameters on one CUDA device with one dtype; counts
   // resolved) from the whole gradients (contiguous, in the same order) with one launch.
-  virtual void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) = 0;
-  // Updates a whole CUDA parameter whose gradient a compiled step left as a split's rows, with
-  // one launch that sums them into grad and updates from them; false (nothing done) where this
-  // optimizer has no such kernel: the rows are summed first, then update_gpu runs.
-  virtual bool update_gpu_summing(const ParamSpan&, const Tensor&, const kernels::SplitSums&) { return false; }
+  // sums[k], where not null (only for an optimizer that takes_split_sums(), and a whole
+  // parameter): its gradient is that split's rows, which the launch sums into grads[k] and
+  // updates from.
+  virtual void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads,
+                          const std::vector<const kernels::SplitSums*>& sums) = 0;
+  // Whether update_gpu sums a gradient given as a split's rows (a compiled step's held weight
+  // gradients); else they are summed before the update, as the weight gradient would have.
+  virtual bool takes_split_sums() const { return false; }
   // Called once per step before any update: a step may update a parameter in several spans.
   virtual void begin_step() {}
   // Slots this optimizer keeps per parameter ("momentum_buffer", "exp_avg", ...), created lazily.
@@ -107,13 +110,12 @@ class Optimizer {
   struct HeldSums;
   void advance();                 // checks the limit and counts one step
   void update_all(const std::vector<ParamSpan>& spans);
-  // A gradient of this step's parameters that a compiled step left as a split's rows (the
-  // backward's last weight gradient), for its update to sum; run_held_sums sums them where no
-  // update did.
-  void take_held_sums();
+  // The gradients of `spans`' whole parameters that a compiled step left as a split's rows, for
+  // their updates to sum; run_held_sums sums those no update took.
+  void take_held_sums(const std::vector<ParamSpan>& spans);
   void run_held_sums() noexcept;
-  // Whether s was updated from its held rows (update_gpu_summing); else they are summed now.
-  bool updated_summing(const ParamSpan& s);
+  // The held rows of parameter `index` for its update to sum (valid until the step ends), or null.
+  const kernels::SplitSums* take_sums_of(std::size_t index);
   // Inside a captured step, right after its backward: the parameters whose gradients were final
   // before the last ones updated as soon as they were, beside the backward's last kernels, then
   // the rest. False (nothing done) where that does not apply.
@@ -130,7 +132,7 @@ class Optimizer {
   double lr_;
   std::int64_t steps_ = 0;
   std::uint64_t skip_flag_ = 0;  // set during step_unless only
-  std::shared_ptr<HeldSums> held_sums_;  // during a step only
+  std::vector<std::shared_ptr<HeldSums>> held_sums_;  // during a step only
 };
 
 struct SgdOptions {
@@ -149,7 +151,9 @@ class SGD : public Optimizer {
 
  protected:
   void update(const ParamSpan& span, const Tensor& grad) override;
-  void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) override;
+  void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads,
+                  const std::vector<const kernels::SplitSums*>& sums) override;
+  bool takes_split_sums() const override { return true; }
   std::vector<std::string> slot_names() const override;
   std::string name() const override { return "optim.SGD"; }
   void check_resettable() const override;
@@ -178,8 +182,9 @@ class Adam : public Optimizer {
 
  protected:
   void update(const ParamSpan& span, const Tensor& grad) override;
-  void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads) override;
-  bool update_gpu_summing(const ParamSpan& span, const Tensor& grad, const kernels::SplitSums& sums) override;
+  void update_gpu(const std::vector<ParamSpan>& spans, const std::vector<Tensor>& grads,
+                  const std::vector<const kernels::SplitSums*>& sums) override;
+  bool takes_split_sums() const override { return true; }
   std::vector<std::string> slot_names() const override;
   std::vector<double> step_values() const override;  // lr, 1 - beta1^t, 1 - beta2^t
   bool slot_nonnegative(std::size_t slot) const override { return slot == 1; }  // exp_avg_sq

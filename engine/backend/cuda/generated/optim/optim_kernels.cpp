@@ -23,7 +23,7 @@ using rt::KernelSpec;
 
 // f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64. Every instance binds
 // both half headers (SGD and Adam also write autocast's f16/bf16 copies of the parameters) and
-// the split's column sums (row_sums.cu), which one Adam entry makes.
+// the split's column sums (row_sums.cu), which SGD and Adam make for a gradient given as rows.
 rt::Bindings optim_bindings(DType t, DType compute) {
   return {{"PRELUDE", rt::device_prelude(DTypes{t, DType::f16, DType::bf16})},
           {"T", std::string(cuda_storage_type(t))},
@@ -45,7 +45,6 @@ const KernelSpec& register_optim_entry(const char* op, const char* entry) {
 
 const KernelSpec& kSgd = register_optim_entry("sgd_step", "kiln_sgd_step");
 const KernelSpec& kAdam = register_optim_entry("adam_step", "kiln_adam_step");
-const KernelSpec& kAdamRows = register_optim_entry("adam_rows_step", "kiln_adam_rows_step");
 const KernelSpec& kUnscale = register_optim_entry("unscale_grads", "kiln_unscale_grads");
 
 // The scale update reads no tensor of a parameter's dtype: one f32 instance.
@@ -69,14 +68,17 @@ rt::Function optim_function(const KernelSpec& spec, DType t, const rt::Stream& s
 struct TensorListArg {
   std::uint64_t p[OptimTensors::kMax], g[OptimTensors::kMax], s0[OptimTensors::kMax], s1[OptimTensors::kMax];
   std::uint64_t lp[OptimTensors::kMax];
+  std::uint64_t ws[OptimTensors::kMax];
   std::int64_t n[OptimTensors::kMax];
   std::int64_t first_block[OptimTensors::kMax + 1];
   std::int32_t flags[OptimTensors::kMax];
   std::int32_t lp_kind[OptimTensors::kMax];
+  std::int32_t rows[OptimTensors::kMax];
   std::int32_t count;
 };
 
-constexpr std::int64_t kChunk = 1024;  // elements per block, KILN_CHUNK in optim.cu
+constexpr std::int64_t kChunk = 1024;       // elements per block, KILN_CHUNK in optim.cu
+constexpr std::int64_t kSplitColumns = 32;  // a split gradient's columns per block, KILN_SPLIT_COLUMNS
 
 // The argument and the grid: one block per chunk of every tensor.
 TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
@@ -92,10 +94,13 @@ TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
     a.s1[t] = ts.s1[t];
     a.lp[t] = ts.lp[t];
     a.lp_kind[t] = ts.lp_kind[t];
+    a.ws[t] = ts.rows[t] > 0 ? ts.ws[t] : 0;
+    a.rows[t] = ts.rows[t] > 0 ? ts.rows[t] : 0;
     a.n[t] = ts.n[t];
     a.flags[t] = ts.flags[t];
     a.first_block[t] = blocks;
-    blocks += (ts.n[t] + kChunk - 1) / kChunk;
+    const std::int64_t per = a.rows[t] > 0 ? kSplitColumns : kChunk;
+    blocks += (ts.n[t] + per - 1) / per;
   }
   a.first_block[ts.count] = blocks;
   a.count = ts.count;
@@ -105,6 +110,18 @@ TensorListArg list_arg(const OptimTensors& ts, rt::LaunchConfig& cfg) {
 }
 
 }  // namespace
+
+void set_split_sums(OptimTensors& ts, int k, const SplitSums& sums) {
+  if (k < 0 || k >= OptimTensors::kMax || sums.threads != kSplitSumThreads || sums.rows < 1 || sums.rows > INT_MAX ||
+      sums.columns != ts.n[k] || sums.ws == 0)
+    throw ValueError("[optim] a gradient given as a split's rows needs the parameter's " +
+                     std::to_string(k >= 0 && k < OptimTensors::kMax ? ts.n[k] : -1) +
+                     " columns of 1 to 2^31 - 1 rows, summed by " + std::to_string(kSplitSumThreads) +
+                     " threads a block; got " + std::to_string(sums.rows) + " x " + std::to_string(sums.columns) +
+                     " rows by " + std::to_string(sums.threads));
+  ts.ws[k] = sums.ws;
+  ts.rows[k] = static_cast<std::int32_t>(sums.rows);
+}
 
 void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double momentum,
                      double dampening, double weight_decay, bool nesterov, const rt::Stream& s) {
@@ -122,25 +139,6 @@ void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::D
   if (cfg.grid.x == 0) return;
   const std::int32_t dec = decoupled ? 1 : 0;
   rt::launch(optim_function(kAdam, t, s), cfg, s, a, step, skip, beta1, beta2, eps, weight_decay, dec);
-}
-
-void launch_adam_rows_step(DType t, const OptimTensors& ts, const SplitSums& sums, rt::DevicePtr step,
-                           rt::DevicePtr skip, double beta1, double beta2, double eps, double weight_decay,
-                           bool decoupled, const rt::Stream& s) {
-  if (ts.count != 1 || sums.threads != kSplitSumThreads || sums.rows < 1 || sums.rows > INT_MAX ||
-      sums.columns != ts.n[0])
-    throw ValueError(
-        "[optim] adam_rows_step takes one tensor of n elements and the n columns of 1 to 2^31 - 1 rows, "
-        "summed by 256 threads a block; got " +
-        std::to_string(ts.count) + " tensors, " + std::to_string(sums.rows) + " x " + std::to_string(sums.columns) +
-        " rows by " + std::to_string(sums.threads));
-  rt::LaunchConfig cfg;
-  const TensorListArg a = list_arg(ts, cfg);
-  if (ts.n[0] == 0) return;
-  cfg.grid.x = static_cast<unsigned>((ts.n[0] + 31) / 32);  // 32 columns a block
-  const std::int32_t dec = decoupled ? 1 : 0, rows = static_cast<std::int32_t>(sums.rows);
-  rt::launch(optim_function(kAdamRows, t, s), cfg, s, a, sums.ws, rows, step, skip, beta1, beta2, eps, weight_decay,
-             dec);
 }
 
 void launch_unscale_grads(DType t, const OptimTensors& ts, rt::DevicePtr scale, rt::DevicePtr found_inf,

@@ -22,21 +22,23 @@ struct OptimTensors {
   // SGD and Adam also write each updated parameter, cast, to lp when lp_kind is 1 (f16) or 2
   // (bf16): autocast's copy of it (0: none).
   rt::DevicePtr lp[kMax] = {};
+  // SGD and Adam take a gradient given as a split's rows (set_split_sums): ws its f32 rows x n[k]
+  // workspace, rows > 0; the launch sums them into g (also when skip is set) and updates from
+  // the sums. 0: g holds the gradient.
+  rt::DevicePtr ws[kMax] = {};
   std::int64_t n[kMax] = {};
   std::int32_t flags[kMax] = {};
   std::int32_t lp_kind[kMax] = {};
+  std::int32_t rows[kMax] = {};
   int count = 0;
 };
+// Entry k of ts (a whole parameter of sums.columns elements) takes its gradient as sums' rows.
+// ValueError when the width, the row count (1 to 2^31 - 1) or the block size does not fit.
+void set_split_sums(OptimTensors& ts, int k, const SplitSums& sums);
 void launch_sgd_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double momentum,
                      double dampening, double weight_decay, bool nesterov, const rt::Stream& s);
 void launch_adam_step(DType t, const OptimTensors& ts, rt::DevicePtr step, rt::DevicePtr skip, double beta1,
                       double beta2, double eps, double weight_decay, bool decoupled, const rt::Stream& s);
-// Adam on ts's one parameter whose gradient ts.g[0] is the column sums of `sums` (ts.n[0]
-// columns): one launch sums them into ts.g[0] (in the order of the split's own reduce, whether
-// or not skip is set) and updates from them. ValueError for another count, width or block size.
-void launch_adam_rows_step(DType t, const OptimTensors& ts, const SplitSums& sums, rt::DevicePtr step,
-                           rt::DevicePtr skip, double beta1, double beta2, double eps, double weight_decay,
-                           bool decoupled, const rt::Stream& s);
 // GradScaler: the gradients ts.g (of dtype t) divided in place by the f32 *scale, with the f32
 // *found_inf set to 1 when one was inf or NaN; then the scale update (torch's _amp_update_scale_)
 // of the f32 scale and the i64 count of clean steps.
