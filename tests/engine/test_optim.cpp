@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/generated/optim/optim_kernels.h"
 #include "core/tensor/tensor_impl.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
@@ -557,4 +558,34 @@ TEST_CASE("optim: the fused sgd_step, adam_step and GradScaler kernels compile f
     CHECK_MESSAGE(r.outcomes[i].error.empty(), r.outcomes[i].error);
     CHECK(r.outcomes[i].ptx.find(jobs[i].spec->entry) != std::string::npos);
   }
+}
+
+TEST_CASE("optim: a gradient given as a split's rows must match its parameter, or the update refuses it") {
+  kernels::OptimTensors ts;
+  ts.n[0] = 600;
+  kernels::SplitSums sums{.ws = 4096, .rows = 256, .columns = 600, .threads = kernels::kSplitSumThreads, .keep = {}};
+  kernels::set_split_sums(ts, 0, sums);
+  CHECK(ts.ws[0] == 4096);
+  CHECK(ts.rows[0] == 256);
+  const std::string expected_start = "[optim] a gradient given as a split's rows needs the parameter's 600 columns";
+  auto refused = [&](kernels::SplitSums bad) {
+    kernels::OptimTensors other;
+    other.n[0] = 600;
+    const std::string m = message_of<ValueError>([&] { kernels::set_split_sums(other, 0, bad); });
+    CAPTURE(m);
+    CHECK(m.rfind(expected_start, 0) == 0);
+    CHECK(other.rows[0] == 0);  // nothing set
+  };
+  kernels::SplitSums narrow = sums;
+  narrow.columns = 599;
+  refused(narrow);
+  kernels::SplitSums no_rows = sums;
+  no_rows.rows = 0;
+  refused(no_rows);
+  kernels::SplitSums too_many = sums;
+  too_many.rows = std::int64_t{1} << 31;
+  refused(too_many);
+  kernels::SplitSums other_block = sums;
+  other_block.threads = 128;
+  refused(other_block);
 }
