@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "backend/cuda/generated/optim/optim_kernels.h"
+#include "compile_check.h"
 #include "core/tensor/tensor_impl.h"
 #include "error_message.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime/compiler.h"
 #include "kiln/runtime/kernel_registry.h"
 #include "temp_dir.h"
-#include "compile_check.h"
 
 using namespace kiln;
 using kiln_test::message_of;
