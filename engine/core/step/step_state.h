@@ -38,7 +38,9 @@ struct RngState {
 // launches it alone, and `fused` describes it to a consumer that knows the type (an output
 // layer's product, kernels::RowProduct, to the cross-entropy over its rows). With `ran` the
 // product has run already (its choice was measured in this call, or a shape-only pass planned
-// it): the consumer runs apart and only loads its fused kernel, for the capture to launch.
+// it): the consumer runs apart and only loads its fused kernel, for the capture to launch. Split
+// sums held for the step's update (hold_sums) are HeldProducts too, their fused part the
+// kernels::SplitSums.
 struct HeldProduct {
   Tensor output;
   std::function<void()> run;
