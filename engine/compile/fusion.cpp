@@ -134,10 +134,9 @@ void flush_group(const char* why) {
 // find itself held).
 void run_held(Fusion& f) {
   if (!f.held) return;
-  const std::function<void()> run = std::move(f.held->run), after = std::move(f.held->after_run);
+  const std::function<void()> run = std::move(f.held->run);
   f.held.reset();
   run();
-  if (after) after();
 }
 
 // Launches the held sums that `pick` selects (taken out of the list first: their launches take

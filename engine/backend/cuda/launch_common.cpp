@@ -20,20 +20,22 @@ constexpr unsigned kBlocksPerSm = 32;
 }  // namespace
 
 const rt::KernelSpec& register_float_spec(const char* op, const char* template_name, const char* entry,
-                                          const char* compute_placeholder, bool both_half_headers) {
+                                          const char* compute_placeholder, bool both_half_headers,
+                                          std::vector<std::pair<const char*, const char*>> pasted) {
   rt::KernelSpec s;
   s.op = op;
   s.template_name = template_name;
   s.entry = entry;
   s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
-  s.bind = [compute_placeholder, both_half_headers](const DTypes& d, std::uint32_t) -> rt::Bindings {
-    return {{"PRELUDE", rt::device_prelude(both_half_headers ? DTypes{d[0], DType::f16, DType::bf16} : d)},
-            {"T", std::string(cuda_storage_type(d[0]))},
-            {compute_placeholder, d[0] == DType::f64 ? "double" : "float"}};
+  s.bind = [compute_placeholder, both_half_headers, pasted](const DTypes& d, std::uint32_t) -> rt::Bindings {
+    rt::Bindings b{{"PRELUDE", rt::device_prelude(both_half_headers ? DTypes{d[0], DType::f16, DType::bf16} : d)},
+                   {"T", std::string(cuda_storage_type(d[0]))},
+                   {compute_placeholder, d[0] == DType::f64 ? "double" : "float"}};
+    for (const auto& [placeholder, name] : pasted) b.push_back({placeholder, rt::template_source(name)});
+    return b;
   };
   return rt::register_kernel(std::move(s));
 }
-
 
 const rt::KernelSpec& kernel(std::string_view op) {
   if (const rt::KernelSpec* k = rt::find_kernel(op)) return *k;

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/dtype.h"
@@ -47,9 +48,11 @@ const rt::KernelSpec& kernel(std::string_view op);
 // Registers a spec with one tuple (t) per floating dtype, binding PRELUDE, T
 // (the storage type) and `compute_placeholder` (double for f64, else float).
 // `both_half_headers`: the prelude includes cuda_fp16.h and cuda_bf16.h for every t (a
-// template that also writes f16/bf16 values beside T's, as the optimizers do).
+// template that also writes f16/bf16 values beside T's, as the optimizers do). `pasted`: further
+// placeholders, each bound to the source of the template named beside it.
 const rt::KernelSpec& register_float_spec(const char* op, const char* template_name, const char* entry,
-                                          const char* compute_placeholder, bool both_half_headers = false);
+                                          const char* compute_placeholder, bool both_half_headers = false,
+                                          std::vector<std::pair<const char*, const char*>> pasted = {});
 
 // Grid-stride launch config over `items` work items (blocks of 256), capped at a few
 // waves of the device's SMs.

@@ -46,7 +46,7 @@ struct HeldProduct {
   std::function<void()> run;
   std::any fused;
   bool ran = false;
-  std::function<void()> after_run = {};  // called once run() has run (not when a consumer takes it)
+  std::function<void()> after_run = {};  // held sums: called once run() has run (not when taken)
 };
 
 // What engine/compile does for the layers below it.

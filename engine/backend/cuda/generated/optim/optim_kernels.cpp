@@ -24,23 +24,8 @@ using rt::KernelSpec;
 // f16/bf16 parameters keep f32 state and compute in f32; f64 stays f64. Every instance binds
 // both half headers (SGD and Adam also write autocast's f16/bf16 copies of the parameters) and
 // the split's column sums (row_sums.cu), which SGD and Adam make for a gradient given as rows.
-rt::Bindings optim_bindings(DType t, DType compute) {
-  return {{"PRELUDE", rt::device_prelude(DTypes{t, DType::f16, DType::bf16})},
-          {"T", std::string(cuda_storage_type(t))},
-          {"S", std::string(cuda_storage_type(compute))},
-          {"ROW_SUMS", rt::template_source("row_sums")}};
-}
-
 const KernelSpec& register_optim_entry(const char* op, const char* entry) {
-  KernelSpec s;
-  s.op = op;
-  s.template_name = "optim";
-  s.entry = entry;
-  s.dtypes = {DTypes{DType::f32}, DTypes{DType::f64}, DTypes{DType::f16}, DTypes{DType::bf16}};
-  s.bind = [](const DTypes& d, std::uint32_t) {
-    return optim_bindings(d[0], d[0] == DType::f64 ? DType::f64 : DType::f32);
-  };
-  return rt::register_kernel(std::move(s));
+  return register_float_spec(op, "optim", entry, "S", true, {{"ROW_SUMS", "row_sums"}});
 }
 
 const KernelSpec& kSgd = register_optim_entry("sgd_step", "kiln_sgd_step");
@@ -54,7 +39,12 @@ const KernelSpec& register_update_scale() {
   s.template_name = "optim";
   s.entry = "kiln_update_scale";
   s.dtypes = {DTypes{DType::f32}};
-  s.bind = [](const DTypes&, std::uint32_t) { return optim_bindings(DType::f32, DType::f32); };
+  s.bind = [](const DTypes&, std::uint32_t) -> rt::Bindings {
+    return {{"PRELUDE", rt::device_prelude(DTypes{DType::f32, DType::f16, DType::bf16})},
+            {"T", "float"},
+            {"S", "float"},
+            {"ROW_SUMS", rt::template_source("row_sums")}};
+  };
   return rt::register_kernel(std::move(s));
 }
 
