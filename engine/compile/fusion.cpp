@@ -227,7 +227,7 @@ step::HeldProduct* sums_for(Fusion* f, const Tensor& t) {
 
 bool holds(const Tensor& t) { return sums_for(t_fusion, t) != nullptr; }
 
-bool before_ready(const Tensor& t, std::function<void()> after_run) {
+void before_ready(const Tensor& t, std::function<void()> after_run) {
   Fusion* f = t_fusion;
   // A pending group with t in it runs now, and its launch the held sums before it.
   const bool in_group =
@@ -235,10 +235,9 @@ bool before_ready(const Tensor& t, std::function<void()> after_run) {
   step::HeldProduct* p = sums_for(f, t);
   if (!p || in_group) {
     before_use(t);
-    return false;
+    return;
   }
   p->after_run = std::move(after_run);
-  return true;
 }
 
 bool hold_product(step::HeldProduct p) {

@@ -30,9 +30,8 @@ void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) 
 // t is about to be read or written by other work: run the pending group if it involves t, a
 // held product whatever t is, and the held sums that write t's storage.
 void before_use(const Tensor& t);
-// before_use, but held sums that write exactly t stay held (true), to call after_run should
-// they run.
-bool before_ready(const Tensor& t, std::function<void()> after_run);
+// before_use, but held sums that write exactly t stay held, to call after_run should they run.
+void before_ready(const Tensor& t, std::function<void()> after_run);
 bool holds(const Tensor& t);  // whether held sums write exactly t
 // step::StepCompiler's hold_product and take_held: one product at a time, held until any
 // address is taken (every launch takes its operands' first: ops held back as a pointwise group

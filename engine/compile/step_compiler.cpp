@@ -24,8 +24,8 @@ class CaptureAndFusion final : public step::StepCompiler {
     compile_detail::ran_alone(op, outputs, finished);
   }
   void before_use(const Tensor& t) override { compile_detail::before_use(t); }
-  bool before_ready(const Tensor& t, std::function<void()> after_run) override {
-    return compile_detail::before_ready(t, std::move(after_run));
+  void before_ready(const Tensor& t, std::function<void()> after_run) override {
+    compile_detail::before_ready(t, std::move(after_run));
   }
   bool holds(const Tensor& t) override { return compile_detail::holds(t); }
   bool hold_product(step::HeldProduct p) override { return compile_detail::hold_product(std::move(p)); }

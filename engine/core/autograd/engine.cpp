@@ -317,7 +317,7 @@ class BackwardEngine {
       const int device = leaf->grad.device().index();
       auto mark = [leaf, device] { grad_stream::mark_ready(leaf.get(), leaf->storage.get(), device); };
       if (leaf->grad_ready_hooks.empty())
-        (void)step::before_ready(leaf->grad, mark);
+        step::before_ready(leaf->grad, mark);
       else
         step::before_use(leaf->grad);
       mark();

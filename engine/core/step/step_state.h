@@ -71,13 +71,13 @@ class StepCompiler {
   virtual bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tensor> outputs) = 0;
   // op, which defer_pointwise declined, has run (`finished`) or thrown.
   virtual void ran_alone(const OpDef& op, std::span<const Tensor> outputs, bool finished) noexcept = 0;
-  // t is about to be read or written by other work: run the pending group if it involves t, and
-  // a held product whatever t is.
+  // t is about to be read or written by other work: run the pending group if it involves t, a
+  // held product whatever t is, and the held sums that write t's storage.
   virtual void before_use(const Tensor& t) = 0;
   // before_use for a gradient that became final, except that held sums writing exactly t stay
-  // held (true), with `after_run` to call should they run after all: the step's update takes
-  // them (take_sums).
-  virtual bool before_ready(const Tensor& t, std::function<void()> after_run) = 0;
+  // held, with `after_run` to call should they run after all: the step's update takes them
+  // (take_sums).
+  virtual void before_ready(const Tensor& t, std::function<void()> after_run) = 0;
   // Whether held sums write exactly t.
   virtual bool holds(const Tensor& t) = 0;
   // Holds p until the next address taken (by any launch) or the call's end, for the op after it
@@ -134,8 +134,8 @@ inline bool defer_pointwise(const OpDef& op, const OpArgs& args, std::span<Tenso
 inline void before_use(const Tensor& t) {
   if (fusing()) compiler().before_use(t);
 }
-inline bool before_ready(const Tensor& t, std::function<void()> after_run) {
-  return fusing() && compiler().before_ready(t, std::move(after_run));
+inline void before_ready(const Tensor& t, std::function<void()> after_run) {
+  if (fusing()) compiler().before_ready(t, std::move(after_run));
 }
 inline bool holds(const Tensor& t) { return fusing() && compiler().holds(t); }
 inline bool hold_product(HeldProduct p) { return fusing() && compiler().hold_product(std::move(p)); }
